@@ -1,0 +1,204 @@
+//! NATS JetStream: the two streams and the publishing side of every message.
+//!
+//! - **Jobs** (`<P>_JOBS`, work-queue retention): one message per prediction to run, published
+//!   with `Nats-Msg-Id` = the prediction id, so a republish within the duplicate window (2 min)
+//!   is dropped by the server. Each message is removed once a runner acks it.
+//! - **Events** (`<P>_EVENTS`, limits retention, kept 24 h): one message per stored change of a
+//!   prediction, with `Nats-Msg-Id` = `<id>.<seq>`. The notifier reads them through its durable
+//!   consumer; anyone may read one prediction's events by subject.
+//! - **Cancels** (core NATS, not stored): a broadcast that the runner holding a prediction
+//!   aborts it. Runners also check the stored status, so a missed broadcast only delays a cancel.
+//!
+//! Streams are created idempotently by every service at start.
+
+use std::time::Duration;
+
+use async_nats::{
+    Client, ConnectOptions,
+    connection::State,
+    jetstream::{
+        self,
+        message::PublishMessage,
+        stream::{Config as StreamConfig, RetentionPolicy, StorageType},
+    },
+};
+use bytes::Bytes;
+
+use crate::{
+    domain::PredictionId,
+    messages::{CancelMessage, JobMessage, PredictionChanged, StatusEvent},
+    subjects::Subjects,
+};
+
+/// How long the server remembers message ids for de-duplication.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// How long status events are kept.
+const EVENTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// The bound on every request to NATS that a caller waits for.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A messaging failure.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// Could not connect.
+    #[error("cannot connect to NATS at {url}: {source}")]
+    Connect {
+        /// The address tried.
+        url: String,
+        /// Why.
+        source: async_nats::Error,
+    },
+    /// A stream could not be created or read.
+    #[error("JetStream stream {stream}: {source}")]
+    Stream {
+        /// The stream.
+        stream: String,
+        /// Why.
+        source: async_nats::Error,
+    },
+    /// A publish was not acknowledged.
+    #[error("publish to {subject} failed: {source}")]
+    Publish {
+        /// The subject.
+        subject: String,
+        /// Why.
+        source: async_nats::Error,
+    },
+    /// The server does not answer.
+    #[error("NATS is not reachable: {0}")]
+    Unreachable(String),
+}
+
+/// A connection to NATS with JetStream.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    client: Client,
+    js: jetstream::Context,
+    subjects: Subjects,
+}
+
+impl Bus {
+    /// Connects as `name`. The client reconnects by itself after a connection loss.
+    pub async fn connect(url: &str, subjects: Subjects, name: &str) -> Result<Self, BusError> {
+        let client = ConnectOptions::new()
+            .name(name)
+            .connection_timeout(REQUEST_TIMEOUT)
+            .request_timeout(Some(REQUEST_TIMEOUT))
+            .connect(url)
+            .await
+            .map_err(|e| BusError::Connect {
+                url: url.to_owned(),
+                source: e.into(),
+            })?;
+        let js = jetstream::new(client.clone());
+        Ok(Self { client, js, subjects })
+    }
+
+    /// Creates both streams, or updates them to this configuration.
+    pub async fn ensure_streams(&self) -> Result<(), BusError> {
+        let jobs = StreamConfig {
+            name: self.subjects.jobs_stream(),
+            subjects: vec![self.subjects.all_jobs()],
+            retention: RetentionPolicy::WorkQueue,
+            storage: StorageType::File,
+            duplicate_window: DUPLICATE_WINDOW,
+            ..Default::default()
+        };
+        let events = StreamConfig {
+            name: self.subjects.events_stream(),
+            subjects: vec![self.subjects.all_events()],
+            retention: RetentionPolicy::Limits,
+            storage: StorageType::File,
+            duplicate_window: DUPLICATE_WINDOW,
+            max_age: EVENTS_MAX_AGE,
+            ..Default::default()
+        };
+        for config in [jobs, events] {
+            let stream = config.name.clone();
+            self.js
+                .create_or_update_stream(config)
+                .await
+                .map_err(|e| BusError::Stream {
+                    stream,
+                    source: e.into(),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Publishes a job and waits for the stream to store it.
+    pub async fn publish_job(&self, job: &JobMessage) -> Result<(), BusError> {
+        let JobMessage::RunPredictionV1 { prediction_id, model } = job;
+        let subject = self.subjects.job(model);
+        self.publish_stored(subject, prediction_id.to_string(), encode(job)).await
+    }
+
+    /// Publishes a status event and waits for the stream to store it.
+    pub async fn publish_event(&self, change: PredictionChanged) -> Result<(), BusError> {
+        let id = change.message_id();
+        let subject = self.subjects.events(&change.prediction_id);
+        let event = StatusEvent::PredictionChangedV1(change);
+        self.publish_stored(subject, id, encode(&event)).await
+    }
+
+    /// Broadcasts a cancel to every runner (not stored: runners also poll the status).
+    pub async fn publish_cancel(&self, id: &PredictionId) -> Result<(), BusError> {
+        let subject = self.subjects.cancel(id);
+        let msg = CancelMessage::CancelPredictionV1 {
+            prediction_id: id.clone(),
+        };
+        self.client
+            .publish(subject.clone(), encode(&msg))
+            .await
+            .map_err(|e| BusError::Publish {
+                subject,
+                source: e.into(),
+            })
+    }
+
+    async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {
+        let fail = |e: async_nats::Error| BusError::Publish {
+            subject: subject.clone(),
+            source: e,
+        };
+        let ack = self
+            .js
+            .send_publish(subject.clone(), PublishMessage::build().payload(payload).message_id(msg_id))
+            .await
+            .map_err(|e| fail(e.into()))?;
+        ack.await.map_err(|e| fail(e.into()))?;
+        Ok(())
+    }
+
+    /// Answers when the connection is up and JetStream responds.
+    pub async fn ping(&self) -> Result<(), BusError> {
+        if self.client.connection_state() != State::Connected {
+            return Err(BusError::Unreachable("not connected".into()));
+        }
+        match tokio::time::timeout(Duration::from_secs(2), self.js.query_account()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(BusError::Unreachable(e.to_string())),
+            Err(_) => Err(BusError::Unreachable("JetStream did not answer within 2 s".into())),
+        }
+    }
+
+    /// The core NATS client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The JetStream context.
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// The names of this deployment.
+    pub fn subjects(&self) -> &Subjects {
+        &self.subjects
+    }
+}
+
+fn encode<T: serde::Serialize>(msg: &T) -> Bytes {
+    // The message types are plain data (strings, numbers, JSON values): serializing cannot fail.
+    Bytes::from(serde_json::to_vec(msg).expect("wire messages always serialize"))
+}

@@ -1,0 +1,193 @@
+//! Configuration from environment variables, typed and checked at start-up: a missing or bad
+//! value stops the process with a message naming the variable. Secrets never appear in logs
+//! (their types' `Debug` hides them).
+//!
+//! Shared settings (every service):
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `MONGODB_URI` | `mongodb://127.0.0.1:27017` | MongoDB connection string |
+//! | `MONGODB_DATABASE` | `predictions` | database name |
+//! | `NATS_URL` | `nats://127.0.0.1:4222` | NATS server(s), comma separated |
+//! | `NATS_PREFIX` | `ps` | prefix of every stream, subject and consumer |
+//! | `PUBLIC_BASE_URL` | `http://localhost:8080` | the api's public address, used in links |
+//! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
+
+use std::{fmt::Display, str::FromStr, time::Duration};
+
+use crate::{crypto::MasterKey, subjects::Subjects};
+
+/// Why configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration: {var}: {reason}")]
+pub struct ConfigError {
+    /// The variable at fault.
+    pub var: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// A source of settings: the process environment, or a map in tests.
+pub struct Env<'a> {
+    lookup: Box<dyn Fn(&str) -> Option<String> + 'a>,
+}
+
+impl<'a> Env<'a> {
+    /// The process environment.
+    pub fn process() -> Self {
+        Self::from_fn(|name| std::env::var(name).ok())
+    }
+
+    /// Settings from any lookup function (tests).
+    pub fn from_fn(lookup: impl Fn(&str) -> Option<String> + 'a) -> Self {
+        Self {
+            lookup: Box::new(lookup),
+        }
+    }
+
+    /// The variable's value if set and not empty.
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.lookup)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// The value, or `default`.
+    pub fn string(&self, name: &str, default: &str) -> String {
+        self.get(name).unwrap_or_else(|| default.to_owned())
+    }
+
+    /// The value, which must be set.
+    pub fn required(&self, name: &str) -> Result<String, ConfigError> {
+        self.get(name).ok_or_else(|| ConfigError {
+            var: name.to_owned(),
+            reason: "must be set".into(),
+        })
+    }
+
+    /// The value parsed as `T`, or `default` when unset.
+    pub fn parse<T>(&self, name: &str, default: T) -> Result<T, ConfigError>
+    where
+        T: FromStr,
+        T::Err: Display,
+    {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError {
+                var: name.to_owned(),
+                reason: format!("{v:?} is not valid: {e}"),
+            }),
+        }
+    }
+
+    /// A duration given in (possibly fractional) seconds, or `default`.
+    pub fn seconds(&self, name: &str, default: Duration) -> Result<Duration, ConfigError> {
+        let secs: f64 = self.parse(name, default.as_secs_f64())?;
+        Duration::try_from_secs_f64(secs).map_err(|e| ConfigError {
+            var: name.to_owned(),
+            reason: format!("{secs} is not a duration in seconds: {e}"),
+        })
+    }
+
+    /// A boolean (`true`/`false`/`1`/`0`), or `default`.
+    pub fn flag(&self, name: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(name).as_deref().map(str::trim) {
+            None => Ok(default),
+            Some("true" | "1" | "yes") => Ok(true),
+            Some("false" | "0" | "no") => Ok(false),
+            Some(other) => Err(ConfigError {
+                var: name.to_owned(),
+                reason: format!("{other:?} is not true or false"),
+            }),
+        }
+    }
+}
+
+/// Settings every service shares.
+#[derive(Debug, Clone)]
+pub struct CommonConfig {
+    /// `MONGODB_URI`: MongoDB connection string.
+    pub mongodb_uri: String,
+    /// `MONGODB_DATABASE`: database name.
+    pub mongodb_database: String,
+    /// `NATS_URL`: NATS server address(es).
+    pub nats_url: String,
+    /// `NATS_PREFIX`: the names of streams, subjects and consumers.
+    pub subjects: Subjects,
+    /// `PUBLIC_BASE_URL`: the api's public address, without a trailing slash.
+    pub public_base_url: String,
+    /// `MASTER_KEY`: seals API keys and webhook signing secrets at rest.
+    pub master_key: MasterKey,
+}
+
+impl CommonConfig {
+    /// Reads the shared settings.
+    pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
+        let prefix = env.string("NATS_PREFIX", "ps");
+        let subjects = Subjects::new(&prefix).map_err(|e| ConfigError {
+            var: "NATS_PREFIX".into(),
+            reason: e.to_string(),
+        })?;
+        let master_key = MasterKey::from_base64(&env.required("MASTER_KEY")?).map_err(|e| ConfigError {
+            var: "MASTER_KEY".into(),
+            reason: e.to_string(),
+        })?;
+        let public_base_url = env.string("PUBLIC_BASE_URL", "http://localhost:8080");
+        if !(public_base_url.starts_with("http://") || public_base_url.starts_with("https://")) {
+            return Err(ConfigError {
+                var: "PUBLIC_BASE_URL".into(),
+                reason: "must be an absolute http(s) URL".into(),
+            });
+        }
+        Ok(Self {
+            mongodb_uri: env.string("MONGODB_URI", "mongodb://127.0.0.1:27017"),
+            mongodb_database: env.string("MONGODB_DATABASE", "predictions"),
+            nats_url: env.string("NATS_URL", "nats://127.0.0.1:4222"),
+            subjects,
+            public_base_url: public_base_url.trim_end_matches('/').to_owned(),
+            master_key,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_apply_when_only_the_master_key_is_set() {
+        let vars = env(&[("MASTER_KEY", &MasterKey::generate_base64())]);
+        let cfg = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("valid");
+        assert_eq!(cfg.mongodb_database, "predictions");
+        assert_eq!(cfg.public_base_url, "http://localhost:8080");
+        assert_eq!(cfg.subjects.jobs_stream(), "PS_JOBS");
+    }
+
+    #[test]
+    fn a_missing_master_key_names_the_variable() {
+        let err = CommonConfig::from_env(&Env::from_fn(|_| None)).expect_err("must fail");
+        assert_eq!(err.var, "MASTER_KEY");
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let key = MasterKey::generate_base64();
+        let vars = env(&[("MASTER_KEY", &key), ("NATS_PREFIX", "a.b")]);
+        let err = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect_err("must fail");
+        assert_eq!(err.var, "NATS_PREFIX");
+        let vars = env(&[("X", "abc")]);
+        let e = Env::from_fn(|k| vars.get(k).cloned());
+        assert_eq!(e.parse::<u32>("X", 1).expect_err("not a number").var, "X");
+        assert_eq!(e.parse::<u32>("Y", 7), Ok(7));
+    }
+
+    #[test]
+    fn a_trailing_slash_is_dropped_from_the_base_url() {
+        let vars = env(&[("MASTER_KEY", &MasterKey::generate_base64()), ("PUBLIC_BASE_URL", "https://api.example.com/")]);
+        let cfg = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("valid");
+        assert_eq!(cfg.public_base_url, "https://api.example.com");
+    }
+}

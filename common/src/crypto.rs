@@ -1,0 +1,133 @@
+//! Secrets at rest: API key values and webhook signing secrets are sealed with AES-256-GCM
+//! under the deployment's master key (`MASTER_KEY`, 32 bytes, base64).
+//!
+//! Sealed text is `v1.` + base64(nonce ‖ ciphertext ‖ tag) with a random 96-bit nonce. The
+//! associated data names what is sealed and for which record (e.g. `api_key:key_…`), so a
+//! sealed value copied onto another record does not open there.
+
+use std::fmt;
+
+use aes_gcm::{
+    Aes256Gcm, Nonce,
+    aead::{Aead, KeyInit, Payload},
+};
+use base64::{Engine, engine::general_purpose::STANDARD};
+use rand::RngCore;
+
+const SEALED_PREFIX: &str = "v1.";
+const NONCE_LEN: usize = 12;
+
+/// The master key. Its `Debug` never shows the key.
+#[derive(Clone)]
+pub struct MasterKey(Aes256Gcm);
+
+/// Why a master key or a sealed value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CryptoError {
+    /// The configured key is not base64 of exactly 32 bytes.
+    #[error("MASTER_KEY must be standard base64 of exactly 32 bytes")]
+    BadMasterKey,
+    /// The value is not sealed text, or was sealed under another key or for another record.
+    #[error("sealed value cannot be opened (wrong master key, wrong record, or corrupt)")]
+    CannotOpen,
+}
+
+impl MasterKey {
+    /// Parses the base64 text of a 32-byte key.
+    pub fn from_base64(text: &str) -> Result<Self, CryptoError> {
+        let bytes = STANDARD.decode(text.trim()).map_err(|_| CryptoError::BadMasterKey)?;
+        let cipher = Aes256Gcm::new_from_slice(&bytes).map_err(|_| CryptoError::BadMasterKey)?;
+        Ok(Self(cipher))
+    }
+
+    /// A new random key, as base64 text (for `up` and tests).
+    pub fn generate_base64() -> String {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        STANDARD.encode(bytes)
+    }
+
+    /// Seals `plaintext`, bound to `context`.
+    pub fn seal(&self, plaintext: &str, context: &str) -> String {
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        let payload = Payload {
+            msg: plaintext.as_bytes(),
+            aad: context.as_bytes(),
+        };
+        // Encryption fails only for plaintexts beyond AES-GCM's ~64 GiB limit.
+        let ciphertext = self
+            .0
+            .encrypt(Nonce::from_slice(&nonce), payload)
+            .expect("AES-GCM encrypts any secret-sized plaintext");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&ciphertext);
+        format!("{SEALED_PREFIX}{}", STANDARD.encode(out))
+    }
+
+    /// Opens a value sealed with this key for the same `context`.
+    pub fn open(&self, sealed: &str, context: &str) -> Result<String, CryptoError> {
+        let bytes = sealed
+            .strip_prefix(SEALED_PREFIX)
+            .and_then(|b64| STANDARD.decode(b64).ok())
+            .filter(|b| b.len() > NONCE_LEN)
+            .ok_or(CryptoError::CannotOpen)?;
+        let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
+        let payload = Payload {
+            msg: ciphertext,
+            aad: context.as_bytes(),
+        };
+        let plain = self
+            .0
+            .decrypt(Nonce::from_slice(nonce), payload)
+            .map_err(|_| CryptoError::CannotOpen)?;
+        String::from_utf8(plain).map_err(|_| CryptoError::CannotOpen)
+    }
+}
+
+impl fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MasterKey(..)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> MasterKey {
+        MasterKey::from_base64(&MasterKey::generate_base64()).expect("valid key")
+    }
+
+    #[test]
+    fn a_sealed_value_opens_with_the_same_key_and_context() {
+        let k = key();
+        let sealed = k.seal("psk_secret", "api_key:key_1");
+        assert!(!sealed.contains("psk_secret"));
+        assert_eq!(k.open(&sealed, "api_key:key_1"), Ok("psk_secret".into()));
+    }
+
+    #[test]
+    fn another_key_another_context_or_a_flipped_bit_cannot_open_it() {
+        let k = key();
+        let sealed = k.seal("psk_secret", "api_key:key_1");
+        assert_eq!(key().open(&sealed, "api_key:key_1"), Err(CryptoError::CannotOpen));
+        assert_eq!(k.open(&sealed, "api_key:key_2"), Err(CryptoError::CannotOpen));
+        let mut bytes = STANDARD.decode(&sealed[3..]).expect("base64");
+        bytes[20] ^= 1;
+        let tampered = format!("v1.{}", STANDARD.encode(bytes));
+        assert_eq!(k.open(&tampered, "api_key:key_1"), Err(CryptoError::CannotOpen));
+    }
+
+    #[test]
+    fn sealing_twice_gives_different_text() {
+        let k = key();
+        assert_ne!(k.seal("x", "c"), k.seal("x", "c"));
+    }
+
+    #[test]
+    fn master_keys_of_the_wrong_size_are_refused() {
+        assert_eq!(MasterKey::from_base64(&STANDARD.encode([0u8; 16])).err(), Some(CryptoError::BadMasterKey));
+        assert_eq!(MasterKey::from_base64("not base64").err(), Some(CryptoError::BadMasterKey));
+    }
+}

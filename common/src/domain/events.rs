@@ -1,0 +1,81 @@
+//! Webhook event names: the values of `webhook_events_filter` and of the `webhook-event` header.
+
+use std::{fmt, str::FromStr};
+
+use serde::{Deserialize, Serialize};
+
+/// An event a webhook receiver can subscribe to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookEvent {
+    /// The prediction began processing.
+    Start,
+    /// Its output changed.
+    Output,
+    /// Its logs changed.
+    Logs,
+    /// It reached a terminal status.
+    Completed,
+}
+
+impl WebhookEvent {
+    /// Every event; a prediction without a filter receives all of them.
+    pub const ALL: [Self; 4] = [Self::Start, Self::Output, Self::Logs, Self::Completed];
+
+    /// The event's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Output => "output",
+            Self::Logs => "logs",
+            Self::Completed => "completed",
+        }
+    }
+
+    /// Whether a prediction with this filter (absent = all events) wants this event.
+    pub fn selected_by(self, filter: Option<&[WebhookEvent]>) -> bool {
+        filter.is_none_or(|events| events.contains(&self))
+    }
+}
+
+impl fmt::Display for WebhookEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of parsing an event name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown event; expected one of start, output, logs, completed")]
+pub struct UnknownEvent;
+
+impl FromStr for WebhookEvent {
+    type Err = UnknownEvent;
+    fn from_str(s: &str) -> Result<Self, UnknownEvent> {
+        Self::ALL.into_iter().find(|e| e.as_str() == s).ok_or(UnknownEvent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WebhookEvent::{self, *};
+
+    #[test]
+    fn no_filter_selects_every_event() {
+        assert!(WebhookEvent::ALL.iter().all(|e| e.selected_by(None)));
+    }
+
+    #[test]
+    fn a_filter_selects_only_its_events() {
+        let filter = [Completed];
+        assert!(Completed.selected_by(Some(&filter)));
+        assert!(!Start.selected_by(Some(&filter)));
+        assert!(!Logs.selected_by(Some(&[])));
+    }
+
+    #[test]
+    fn event_names_parse() {
+        assert_eq!("logs".parse(), Ok(Logs));
+        assert!("bogus".parse::<WebhookEvent>().is_err());
+    }
+}

@@ -1,0 +1,18 @@
+//! Domain types. Each is parsed once at the edge ("parse, don't validate"): a value of one of
+//! these types is valid by construction, so code further in never re-checks it.
+
+pub mod api_key;
+pub mod events;
+pub mod ids;
+pub mod model;
+pub mod prediction;
+pub mod status;
+pub mod webhook_secret;
+
+pub use api_key::{ApiKeyValue, KeyHash, Scope};
+pub use events::WebhookEvent;
+pub use ids::{AccountId, ApiKeyId, PredictionId};
+pub use model::ModelRef;
+pub use prediction::{Metrics, Prediction, PredictionError, PredictionView};
+pub use status::PredictionStatus;
+pub use webhook_secret::WebhookSecret;

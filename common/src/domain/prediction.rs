@@ -1,0 +1,267 @@
+//! The prediction: [`Prediction`] is the record as stored in MongoDB (written by the api at
+//! creation and by the runner afterwards), [`PredictionView`] the object clients see, rendered
+//! the same way by the api (`GET`) and the runner (the snapshot in status events, which the
+//! notifier delivers as the webhook payload).
+
+use bson::DateTime as BsonDateTime;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{AccountId, ModelRef, PredictionId, PredictionStatus, WebhookEvent};
+
+/// The origin recorded for predictions made through the HTTP API.
+pub const SOURCE_API: &str = "api";
+
+/// Why a prediction failed: a machine-readable code and a message for people.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionError {
+    /// Machine-readable, e.g. `MODEL_ERROR`, `PREDICTION_TIMEOUT`.
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Timings in seconds: `predict_time` = completed - started, `total_time` = completed - created.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Seconds the model ran (0 for a prediction that never started).
+    pub predict_time: f64,
+    /// Seconds from creation to completion.
+    pub total_time: f64,
+}
+
+impl Metrics {
+    /// The metrics of a prediction that ended at `completed_at`.
+    pub fn at_completion(
+        created_at: BsonDateTime,
+        started_at: Option<BsonDateTime>,
+        completed_at: BsonDateTime,
+    ) -> Self {
+        let secs = |from: BsonDateTime| {
+            (completed_at.timestamp_millis() - from.timestamp_millis()).max(0) as f64 / 1000.0
+        };
+        Self {
+            predict_time: started_at.map_or(0.0, secs),
+            total_time: secs(created_at),
+        }
+    }
+}
+
+/// A prediction as stored (collection `predictions`, `_id` = the prediction id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The prediction id.
+    #[serde(rename = "_id")]
+    pub id: PredictionId,
+    /// The account that owns it.
+    pub account_id: AccountId,
+    /// The model it runs on.
+    pub model: ModelRef,
+    /// The registered model version (a digest of its registration).
+    pub version: String,
+    /// The model's declared kind, e.g. `text-generation`.
+    pub capability: String,
+    /// Where it came from (`api`).
+    pub source: String,
+    /// The input exactly as submitted.
+    pub input: Value,
+    /// The input the model receives: known parameters only, with defaults applied.
+    pub model_input: Value,
+    /// The current status.
+    pub status: PredictionStatus,
+    /// Log text so far.
+    pub logs: String,
+    /// Output so far (text, a file URL, or compact JSON).
+    pub output: Option<String>,
+    /// Why it failed, once failed.
+    pub error: Option<PredictionError>,
+    /// Timings, once terminal.
+    pub metrics: Option<Metrics>,
+    /// When it was created.
+    pub created_at: BsonDateTime,
+    /// When a runner began processing it.
+    pub started_at: Option<BsonDateTime>,
+    /// When it reached a terminal status.
+    pub completed_at: Option<BsonDateTime>,
+    /// Where its webhooks go.
+    pub webhook: Option<String>,
+    /// Which events are delivered (absent = all).
+    pub webhook_events_filter: Option<Vec<WebhookEvent>>,
+    /// Whether retention removed its data.
+    pub data_removed: bool,
+    /// Grows by one with every change; the `webhook-sequence` of deliveries.
+    pub seq: i64,
+}
+
+/// The `urls` of a prediction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionUrls {
+    /// `{base}/v1/predictions/{id}`
+    pub get: String,
+    /// `{base}/v1/predictions/{id}/cancel`
+    pub cancel: String,
+    /// `{base}/predictions/{id}` (an HTML page)
+    pub web: String,
+    /// `{base}/v1/predictions/{id}/stream` (Server-Sent Events)
+    pub stream: String,
+}
+
+/// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionView {
+    /// The prediction id.
+    pub id: String,
+    /// `<owner>/<model>`.
+    pub model: String,
+    /// The model version that ran it.
+    pub version: String,
+    /// The model's declared kind.
+    pub capability: String,
+    /// The input as submitted.
+    pub input: Value,
+    /// Log text.
+    pub logs: String,
+    /// The output (text, file URL or compact JSON), `null` until known.
+    pub output: Option<String>,
+    /// Whether retention removed its data.
+    pub data_removed: bool,
+    /// `{code, message}` once failed.
+    pub error: Option<PredictionError>,
+    /// Always `api` today.
+    pub source: String,
+    /// The status.
+    pub status: PredictionStatus,
+    /// Timings in seconds, `null` until terminal.
+    pub metrics: Option<Metrics>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Start of processing.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Completion time.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Links to the prediction.
+    pub urls: PredictionUrls,
+}
+
+impl Prediction {
+    /// A new `starting` prediction.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_starting(
+        account_id: AccountId,
+        model: ModelRef,
+        version: String,
+        capability: String,
+        input: Value,
+        model_input: Value,
+        webhook: Option<String>,
+        webhook_events_filter: Option<Vec<WebhookEvent>>,
+    ) -> Self {
+        Self {
+            id: PredictionId::generate(),
+            account_id,
+            model,
+            version,
+            capability,
+            source: SOURCE_API.to_owned(),
+            input,
+            model_input,
+            status: PredictionStatus::Starting,
+            logs: String::new(),
+            output: None,
+            error: None,
+            metrics: None,
+            created_at: BsonDateTime::now(),
+            started_at: None,
+            completed_at: None,
+            webhook,
+            webhook_events_filter,
+            data_removed: false,
+            seq: 0,
+        }
+    }
+
+    /// The client view, with links under `base_url` (no trailing slash).
+    pub fn view(&self, base_url: &str) -> PredictionView {
+        let get = format!("{base_url}/v1/predictions/{}", self.id);
+        PredictionView {
+            id: self.id.to_string(),
+            model: self.model.to_string(),
+            version: self.version.clone(),
+            capability: self.capability.clone(),
+            input: self.input.clone(),
+            logs: self.logs.clone(),
+            output: self.output.clone(),
+            data_removed: self.data_removed,
+            error: self.error.clone(),
+            source: self.source.clone(),
+            status: self.status,
+            metrics: self.metrics,
+            created_at: self.created_at.to_chrono(),
+            started_at: self.started_at.map(BsonDateTime::to_chrono),
+            completed_at: self.completed_at.map(BsonDateTime::to_chrono),
+            urls: PredictionUrls {
+                cancel: format!("{get}/cancel"),
+                stream: format!("{get}/stream"),
+                web: format!("{base_url}/predictions/{}", self.id),
+                get,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Prediction {
+        Prediction::new_starting(
+            AccountId::generate(),
+            "demo/echo".parse().expect("valid"),
+            "v1".into(),
+            "text-generation".into(),
+            json!({"prompt": "hi", "extra": 1}),
+            json!({"prompt": "hi", "repeat": 1}),
+            None,
+            None,
+        )
+    }
+
+    #[test]
+    fn a_new_prediction_renders_every_field_with_nulls_for_the_unknown() {
+        let p = sample();
+        let v = serde_json::to_value(p.view("http://h")).expect("serializes");
+        for field in ["output", "error", "metrics", "started_at", "completed_at"] {
+            assert_eq!(v[field], Value::Null, "{field}");
+        }
+        assert_eq!(v["status"], "starting");
+        assert_eq!(v["source"], "api");
+        assert_eq!(v["logs"], "");
+        assert_eq!(v["input"], json!({"prompt": "hi", "extra": 1}), "input as submitted");
+        assert_eq!(v["urls"]["get"], format!("http://h/v1/predictions/{}", p.id));
+        assert_eq!(v["urls"]["cancel"], format!("http://h/v1/predictions/{}/cancel", p.id));
+        assert_eq!(v["urls"]["web"], format!("http://h/predictions/{}", p.id));
+        assert!(v.get("model_input").is_none(), "internal fields stay internal");
+        assert!(v.get("account_id").is_none());
+    }
+
+    #[test]
+    fn metrics_are_seconds_between_the_timestamps() {
+        let created = BsonDateTime::from_millis(1_000);
+        let m = Metrics::at_completion(created, Some(BsonDateTime::from_millis(1_500)), BsonDateTime::from_millis(3_750));
+        assert_eq!(m.predict_time, 2.25);
+        let never_started = Metrics::at_completion(created, None, BsonDateTime::from_millis(2_000));
+        assert_eq!(never_started.predict_time, 0.0);
+        assert_eq!(m.total_time, 2.75);
+    }
+
+    #[test]
+    fn the_record_round_trips_through_bson() {
+        let p = sample();
+        let doc = bson::to_document(&p).expect("to bson");
+        assert_eq!(doc.get_str("_id").ok(), Some(p.id.as_str()));
+        let back: Prediction = bson::from_document(doc).expect("from bson");
+        assert_eq!(back, p);
+    }
+}

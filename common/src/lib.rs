@@ -1,0 +1,32 @@
+//! Contracts shared by the three services: the api, the runner and the notifier.
+//!
+//! The services never call each other. They meet only through what this crate defines:
+//!
+//! - [`domain`]: the parsed domain types (ids, statuses, models, keys, secrets, predictions).
+//! - [`messages`]: the versioned wire messages on NATS, and [`subjects`]: where they travel.
+//! - [`store`]: the MongoDB collections, one module per collection, each written by the service
+//!   its module doc names.
+//! - [`bus`]: the JetStream streams and the publishing side of the messages.
+//! - [`problem`]: the problem+json error body every HTTP error uses.
+//! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
+//! - [`config`], [`telemetry`], [`shutdown`]: what every `main` needs.
+//! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
+#![forbid(unsafe_code)]
+
+pub mod bus;
+pub mod cache;
+pub mod config;
+pub mod crypto;
+pub mod domain;
+pub mod messages;
+pub mod problem;
+pub mod shutdown;
+pub mod signing;
+pub mod store;
+pub mod subjects;
+pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+/// The release version every service reports (`/ready`, logs).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

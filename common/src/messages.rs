@@ -1,0 +1,128 @@
+//! Wire messages on NATS. Each is a tagged enum whose tag names its version (`"kind"`): a new
+//! shape is a new variant, and a variant that may still sit in a stream is never changed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{AccountId, ModelRef, PredictionId, PredictionView, WebhookEvent};
+
+/// A job on the jobs stream: run this prediction. Published by the api (and by the runner's
+/// reconciler) with `Nats-Msg-Id` = the prediction id, so republishing is harmless.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum JobMessage {
+    /// Version 1: the prediction is in MongoDB; the runner reads it through its status update.
+    #[serde(rename = "run_prediction.v1")]
+    RunPredictionV1 {
+        /// The prediction to run.
+        prediction_id: PredictionId,
+        /// Its model (also the subject it was published on).
+        model: ModelRef,
+    },
+}
+
+/// A status event on the events stream, published after every stored change of a prediction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum StatusEvent {
+    /// Version 1.
+    #[serde(rename = "prediction_changed.v1")]
+    PredictionChangedV1(PredictionChanged),
+}
+
+/// What changed, and the prediction as clients see it right after the change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionChanged {
+    /// The prediction that changed.
+    pub prediction_id: PredictionId,
+    /// The account that owns the prediction (whose secret signs its webhooks).
+    pub account_id: AccountId,
+    /// The webhook event this change is.
+    pub event: WebhookEvent,
+    /// The prediction's change sequence after this change.
+    pub seq: i64,
+    /// Where its webhooks go, if anywhere.
+    pub webhook: Option<String>,
+    /// Which events are delivered (absent = all).
+    pub webhook_events_filter: Option<Vec<WebhookEvent>>,
+    /// The prediction as `GET` shows it right after the change.
+    pub prediction: PredictionView,
+}
+
+impl PredictionChanged {
+    /// The message id of this event on the stream: one per prediction and sequence, so a
+    /// republished event is dropped by JetStream's duplicate window.
+    pub fn message_id(&self) -> String {
+        format!("{}.{}", self.prediction_id, self.seq)
+    }
+}
+
+/// A cancel broadcast to every runner: whoever holds this prediction aborts it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum CancelMessage {
+    /// Version 1.
+    #[serde(rename = "cancel_prediction.v1")]
+    CancelPredictionV1 {
+        /// The prediction to abort.
+        prediction_id: PredictionId,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Prediction;
+    use serde_json::json;
+
+    #[test]
+    fn a_job_round_trips_and_names_its_version() {
+        let job = JobMessage::RunPredictionV1 {
+            prediction_id: PredictionId::generate(),
+            model: "demo/echo".parse().expect("valid"),
+        };
+        let text = serde_json::to_value(&job).expect("serializes");
+        assert_eq!(text["kind"], "run_prediction.v1");
+        assert_eq!(text["model"], "demo/echo");
+        assert_eq!(serde_json::from_value::<JobMessage>(text).ok(), Some(job));
+    }
+
+    #[test]
+    fn a_status_event_round_trips() {
+        let p = Prediction::new_starting(
+            AccountId::generate(),
+            "demo/echo".parse().expect("valid"),
+            "v".into(),
+            "text-generation".into(),
+            json!({}),
+            json!({}),
+            Some("https://example.com/h".into()),
+            Some(vec![WebhookEvent::Completed]),
+        );
+        let event = StatusEvent::PredictionChangedV1(PredictionChanged {
+            prediction_id: p.id.clone(),
+            account_id: p.account_id.clone(),
+            event: WebhookEvent::Start,
+            seq: 1,
+            webhook: p.webhook.clone(),
+            webhook_events_filter: p.webhook_events_filter.clone(),
+            prediction: p.view("http://h"),
+        });
+        let bytes = serde_json::to_vec(&event).expect("serializes");
+        assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
+    }
+
+    #[test]
+    fn an_unknown_message_kind_does_not_decode() {
+        let bad = json!({"kind": "run_prediction.v9", "prediction_id": "x"});
+        assert!(serde_json::from_value::<JobMessage>(bad).is_err());
+    }
+
+    #[test]
+    fn a_cancel_round_trips() {
+        let msg = CancelMessage::CancelPredictionV1 {
+            prediction_id: PredictionId::generate(),
+        };
+        let bytes = serde_json::to_vec(&msg).expect("serializes");
+        assert_eq!(serde_json::from_slice::<CancelMessage>(&bytes).ok(), Some(msg));
+    }
+}

@@ -1,0 +1,181 @@
+//! The `accounts` collection (written by the api): an account's name and its webhook signing
+//! secrets, sealed with the master key. During a rotation's transition window the previous
+//! secret is kept with its expiry, for the notifier to sign with both.
+
+use bson::{DateTime, doc};
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use crate::{
+    crypto::{CryptoError, MasterKey},
+    domain::{AccountId, WebhookSecret},
+};
+
+/// The signing secrets as stored: sealed text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SealedSigningSecrets {
+    /// The current secret, sealed.
+    pub current: String,
+    /// When the current secret was created.
+    pub created_at: DateTime,
+    /// The previous secret, sealed, while its transition window is open.
+    pub previous: Option<String>,
+    /// When the previous secret stops signing.
+    pub previous_expires_at: Option<DateTime>,
+}
+
+/// The signing secrets, opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SigningSecrets {
+    /// The current secret.
+    pub current: WebhookSecret,
+    /// When it was created.
+    pub created_at: DateTime,
+    /// The previous secret and when it stops signing.
+    pub previous: Option<(WebhookSecret, DateTime)>,
+}
+
+impl SigningSecrets {
+    /// The secrets that sign a delivery made at `now`: the current one, then the previous one
+    /// while its window is open.
+    pub fn signing_at(&self, now: DateTime) -> Vec<&WebhookSecret> {
+        let mut out = vec![&self.current];
+        if let Some((old, expires)) = &self.previous
+            && now < *expires
+        {
+            out.push(old);
+        }
+        out
+    }
+}
+
+/// An account.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Account {
+    /// The account id.
+    #[serde(rename = "_id")]
+    pub id: AccountId,
+    /// Its unique name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: DateTime,
+    /// Its webhook signing secrets.
+    pub webhook_secret: SealedSigningSecrets,
+}
+
+fn secret_context(id: &AccountId) -> String {
+    format!("webhook_secret:{id}")
+}
+
+impl Account {
+    /// A new account with a fresh signing secret.
+    pub fn new(name: &str, master: &MasterKey) -> (Self, WebhookSecret) {
+        let id = AccountId::generate();
+        let secret = WebhookSecret::generate();
+        let now = DateTime::now();
+        let account = Self {
+            webhook_secret: SealedSigningSecrets {
+                current: master.seal(secret.expose(), &secret_context(&id)),
+                created_at: now,
+                previous: None,
+                previous_expires_at: None,
+            },
+            id,
+            name: name.to_owned(),
+            created_at: now,
+        };
+        (account, secret)
+    }
+
+    /// Opens the signing secrets with the master key.
+    pub fn signing_secrets(&self, master: &MasterKey) -> Result<SigningSecrets, CryptoError> {
+        let ctx = secret_context(&self.id);
+        let open = |sealed: &str| {
+            let text = master.open(sealed, &ctx)?;
+            WebhookSecret::parse(&text).map_err(|_| CryptoError::CannotOpen)
+        };
+        let previous = match (&self.webhook_secret.previous, self.webhook_secret.previous_expires_at) {
+            (Some(sealed), Some(expires)) => Some((open(sealed)?, expires)),
+            _ => None,
+        };
+        Ok(SigningSecrets {
+            current: open(&self.webhook_secret.current)?,
+            created_at: self.webhook_secret.created_at,
+            previous,
+        })
+    }
+}
+
+/// Typed access to the `accounts` collection.
+#[derive(Clone, Debug)]
+pub struct Accounts {
+    coll: Collection<Account>,
+}
+
+impl Accounts {
+    pub(super) fn new(db: &Database) -> Self {
+        Self {
+            coll: db.collection("accounts"),
+        }
+    }
+
+    pub(super) fn collection(&self) -> &Collection<Account> {
+        &self.coll
+    }
+
+    /// Stores a new account; a taken name is a duplicate-key error.
+    pub async fn insert(&self, account: &Account) -> Result<(), StoreError> {
+        self.coll.insert_one(account).await.map(|_| ())
+    }
+
+    /// An account by id.
+    pub async fn get(&self, id: &AccountId) -> Result<Option<Account>, StoreError> {
+        self.coll.find_one(doc! { "_id": id.as_str() }).await
+    }
+
+    /// An account by name.
+    pub async fn find_by_name(&self, name: &str) -> Result<Option<Account>, StoreError> {
+        self.coll.find_one(doc! { "name": name }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn master() -> MasterKey {
+        MasterKey::from_base64(&MasterKey::generate_base64()).expect("valid")
+    }
+
+    #[test]
+    fn a_new_accounts_secret_opens_to_the_one_handed_out() {
+        let m = master();
+        let (account, secret) = Account::new("acme", &m);
+        assert!(!account.webhook_secret.current.contains(secret.expose()));
+        let opened = account.signing_secrets(&m).expect("opens");
+        assert_eq!(opened.current, secret);
+        assert!(opened.previous.is_none());
+    }
+
+    #[test]
+    fn the_previous_secret_signs_only_until_it_expires() {
+        let secrets = SigningSecrets {
+            current: WebhookSecret::generate(),
+            created_at: DateTime::from_millis(0),
+            previous: Some((WebhookSecret::generate(), DateTime::from_millis(10_000))),
+        };
+        assert_eq!(secrets.signing_at(DateTime::from_millis(9_999)).len(), 2);
+        assert_eq!(secrets.signing_at(DateTime::from_millis(10_000)).len(), 1);
+        assert_eq!(secrets.signing_at(DateTime::from_millis(10_000))[0], &secrets.current);
+    }
+
+    #[test]
+    fn a_secret_sealed_for_one_account_does_not_open_for_another() {
+        let m = master();
+        let (a, _) = Account::new("a", &m);
+        let (mut b, _) = Account::new("b", &m);
+        b.webhook_secret.current = a.webhook_secret.current.clone();
+        assert!(b.signing_secrets(&m).is_err());
+    }
+}

@@ -1,0 +1,129 @@
+//! MongoDB storage: one module per collection, each naming the service that writes it.
+//!
+//! | collection | module | written by |
+//! |---|---|---|
+//! | `accounts` | [`accounts`] | api (admin bootstrap, secret rotation) |
+//! | `api_keys` | [`api_keys`] | api |
+//! | `predictions` | [`predictions`] | api (create, cancel of `starting`), runner (every later change) |
+//! | `models` | [`models`] | runner (registration at start) |
+//! | `webhook_attempts` | [`webhook_attempts`] | notifier |
+//!
+//! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
+//! status is one conditional `findOneAndUpdate` (see [`predictions`]).
+
+pub mod accounts;
+pub mod api_keys;
+pub mod models;
+pub mod predictions;
+pub mod webhook_attempts;
+
+use std::time::Duration;
+
+use bson::doc;
+use mongodb::{
+    Client, Database, IndexModel,
+    error::{ErrorKind, WriteFailure},
+    options::{ClientOptions, IndexOptions},
+};
+
+pub use accounts::{Account, Accounts};
+pub use api_keys::{ApiKeyRecord, ApiKeys};
+pub use models::{ModelRecord, Models};
+pub use predictions::Predictions;
+pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
+
+/// A storage failure.
+pub type StoreError = mongodb::error::Error;
+
+/// The MongoDB error code of a unique-index violation.
+const DUPLICATE_KEY: i32 = 11000;
+
+/// Whether `err` is a unique-index violation.
+pub fn is_duplicate_key(err: &StoreError) -> bool {
+    match err.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(e)) => e.code == DUPLICATE_KEY,
+        ErrorKind::Command(e) => e.code == DUPLICATE_KEY,
+        _ => false,
+    }
+}
+
+/// A connected database with typed access to each collection.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Connects (lazily: the driver connects on first use) with timeouts that make an
+    /// unreachable server fail a request in seconds rather than hang it.
+    pub async fn connect(uri: &str, database: &str, app_name: &str) -> Result<Self, StoreError> {
+        let mut options = ClientOptions::parse(uri).await?;
+        options.app_name = Some(app_name.to_owned());
+        options.connect_timeout = Some(Duration::from_secs(5));
+        options.server_selection_timeout = Some(Duration::from_secs(5));
+        let client = Client::with_options(options)?;
+        Ok(Self {
+            db: client.database(database),
+        })
+    }
+
+    /// Answers when the server answers a `ping`.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.db.run_command(doc! { "ping": 1 }).await.map(|_| ())
+    }
+
+    /// Creates every index the collections rely on; idempotent, run by each service at start.
+    pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
+        let unique = |keys| {
+            IndexModel::builder()
+                .keys(keys)
+                .options(IndexOptions::builder().unique(true).build())
+                .build()
+        };
+        let plain = |keys| IndexModel::builder().keys(keys).build();
+        self.api_keys().collection().create_index(unique(doc! { "key_hash": 1 })).await?;
+        self.api_keys().collection().create_index(plain(doc! { "account_id": 1 })).await?;
+        self.accounts().collection().create_index(unique(doc! { "name": 1 })).await?;
+        let predictions = self.predictions();
+        let coll = predictions.collection();
+        coll.create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })).await?;
+        coll.create_index(plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 }))
+            .await?;
+        coll.create_index(plain(doc! { "status": 1, "created_at": 1 })).await?;
+        self.webhook_attempts()
+            .collection()
+            .create_index(plain(doc! { "prediction_id": 1, "at": 1 }))
+            .await?;
+        Ok(())
+    }
+
+    /// The `predictions` collection.
+    pub fn predictions(&self) -> Predictions {
+        Predictions::new(&self.db)
+    }
+
+    /// The `accounts` collection.
+    pub fn accounts(&self) -> Accounts {
+        Accounts::new(&self.db)
+    }
+
+    /// The `api_keys` collection.
+    pub fn api_keys(&self) -> ApiKeys {
+        ApiKeys::new(&self.db)
+    }
+
+    /// The `models` collection.
+    pub fn models(&self) -> Models {
+        Models::new(&self.db)
+    }
+
+    /// The `webhook_attempts` collection.
+    pub fn webhook_attempts(&self) -> WebhookAttempts {
+        WebhookAttempts::new(&self.db)
+    }
+
+    /// The database itself (tests and tools).
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+}

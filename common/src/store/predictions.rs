@@ -1,0 +1,83 @@
+//! The `predictions` collection. The api inserts `starting` predictions; after that every
+//! change is a conditional update on the current status (see [`Predictions::transition`]),
+//! which also increments `seq`, so concurrent writers can never move a prediction backwards,
+//! out of a terminal state, or both to the same place.
+
+use bson::{Bson, Document, doc};
+use mongodb::{Collection, Database, options::ReturnDocument};
+
+use super::StoreError;
+use crate::domain::{AccountId, Prediction, PredictionId, PredictionStatus};
+
+/// Typed access to the `predictions` collection.
+#[derive(Clone, Debug)]
+pub struct Predictions {
+    coll: Collection<Prediction>,
+}
+
+fn statuses(list: &[PredictionStatus]) -> Bson {
+    Bson::Array(list.iter().map(|s| Bson::String(s.as_str().to_owned())).collect())
+}
+
+impl Predictions {
+    pub(super) fn new(db: &Database) -> Self {
+        Self {
+            coll: db.collection("predictions"),
+        }
+    }
+
+    pub(super) fn collection(&self) -> &Collection<Prediction> {
+        &self.coll
+    }
+
+    /// Stores a new prediction.
+    pub async fn insert(&self, prediction: &Prediction) -> Result<(), StoreError> {
+        self.coll.insert_one(prediction).await.map(|_| ())
+    }
+
+    /// A prediction by id, whoever owns it (services only; never for a client's request).
+    pub async fn get(&self, id: &PredictionId) -> Result<Option<Prediction>, StoreError> {
+        self.coll.find_one(doc! { "_id": id.as_str() }).await
+    }
+
+    /// A prediction by id, only if `account` owns it: another account's prediction is
+    /// indistinguishable from a missing one.
+    pub async fn get_for_account(
+        &self,
+        id: &PredictionId,
+        account: &AccountId,
+    ) -> Result<Option<Prediction>, StoreError> {
+        Ok(self.get(id).await?.filter(|p| &p.account_id == account))
+    }
+
+    /// Moves a prediction to `to` (setting `changes` as well) if its current status may move
+    /// there; returns the prediction after the change, or `None` if it was not in such a status.
+    pub async fn transition(
+        &self,
+        id: &PredictionId,
+        to: PredictionStatus,
+        mut changes: Document,
+    ) -> Result<Option<Prediction>, StoreError> {
+        changes.insert("status", to.as_str());
+        let filter = doc! { "_id": id.as_str(), "status": { "$in": statuses(&to.predecessors()) } };
+        self.update_where(filter, changes).await
+    }
+
+    /// Sets `changes` (logs, output) on a prediction that is still `processing`; returns it
+    /// after the change, or `None` if it has left `processing` meanwhile.
+    pub async fn update_while_processing(
+        &self,
+        id: &PredictionId,
+        changes: Document,
+    ) -> Result<Option<Prediction>, StoreError> {
+        let filter = doc! { "_id": id.as_str(), "status": PredictionStatus::Processing.as_str() };
+        self.update_where(filter, changes).await
+    }
+
+    async fn update_where(&self, filter: Document, changes: Document) -> Result<Option<Prediction>, StoreError> {
+        self.coll
+            .find_one_and_update(filter, doc! { "$set": changes, "$inc": { "seq": 1 } })
+            .return_document(ReturnDocument::After)
+            .await
+    }
+}

@@ -1,0 +1,86 @@
+//! The `webhook_attempts` collection (written by the notifier): one document per delivery
+//! attempt, with what the receiver answered and how long it took.
+
+use bson::{DateTime, doc};
+use futures::TryStreamExt;
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use crate::domain::{AccountId, PredictionId, WebhookEvent};
+
+/// What became of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The receiver answered 2xx in time.
+    Delivered,
+    /// It did not; another attempt is scheduled.
+    WillRetry,
+    /// It did not, and this was the last attempt.
+    Failed,
+    /// The target was refused before sending (e.g. a private address).
+    Refused,
+}
+
+/// One delivery attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookAttempt {
+    /// The prediction the event is about.
+    pub prediction_id: PredictionId,
+    /// Its account.
+    pub account_id: AccountId,
+    /// The `webhook-id` (the same on every attempt of one event).
+    pub webhook_id: String,
+    /// The event delivered.
+    pub event: WebhookEvent,
+    /// The prediction's change sequence this event carries.
+    pub seq: i64,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Where it was sent.
+    pub url: String,
+    /// The receiver's HTTP status, if it answered.
+    pub status_code: Option<u16>,
+    /// Milliseconds from sending to the answer (or the failure).
+    pub latency_ms: u64,
+    /// What went wrong, if anything.
+    pub error: Option<String>,
+    /// What became of it.
+    pub outcome: AttemptOutcome,
+    /// When the attempt was made.
+    pub at: DateTime,
+}
+
+/// Typed access to the `webhook_attempts` collection.
+#[derive(Clone, Debug)]
+pub struct WebhookAttempts {
+    coll: Collection<WebhookAttempt>,
+}
+
+impl WebhookAttempts {
+    pub(super) fn new(db: &Database) -> Self {
+        Self {
+            coll: db.collection("webhook_attempts"),
+        }
+    }
+
+    pub(super) fn collection(&self) -> &Collection<WebhookAttempt> {
+        &self.coll
+    }
+
+    /// Records an attempt.
+    pub async fn record(&self, attempt: &WebhookAttempt) -> Result<(), StoreError> {
+        self.coll.insert_one(attempt).await.map(|_| ())
+    }
+
+    /// Every attempt for a prediction, oldest first.
+    pub async fn for_prediction(&self, id: &PredictionId) -> Result<Vec<WebhookAttempt>, StoreError> {
+        self.coll
+            .find(doc! { "prediction_id": id.as_str() })
+            .sort(doc! { "at": 1 })
+            .await?
+            .try_collect()
+            .await
+    }
+}

@@ -1,0 +1,125 @@
+//! Names on NATS: streams, subjects and durable consumers, all under one prefix so that several
+//! deployments (or parallel tests) can share a server without seeing each other.
+//!
+//! | what | name (prefix `ps`) |
+//! |---|---|
+//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>` |
+//! | status events stream | `PS_EVENTS`, subjects `ps.events.<prediction id>` |
+//! | cancel broadcast (core NATS) | `ps.cancel.<prediction id>` |
+//! | runner consumer of one model | `ps_runner_<len(owner)>_<owner>_<model>` |
+//! | notifier consumer | `ps_notifier` |
+
+use crate::domain::{ModelRef, PredictionId};
+
+/// The names of one deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subjects {
+    prefix: String,
+}
+
+/// The error of an unusable prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NATS_PREFIX must be 1-32 characters of a-z, 0-9 and '_'")]
+pub struct InvalidPrefix;
+
+impl Subjects {
+    /// Names under `prefix` (1-32 characters of `a-z`, `0-9`, `_`).
+    pub fn new(prefix: &str) -> Result<Self, InvalidPrefix> {
+        let ok = !prefix.is_empty()
+            && prefix.len() <= 32
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        ok.then(|| Self {
+            prefix: prefix.to_owned(),
+        })
+        .ok_or(InvalidPrefix)
+    }
+
+    /// The work-queue stream of jobs.
+    pub fn jobs_stream(&self) -> String {
+        format!("{}_JOBS", self.prefix.to_uppercase())
+    }
+
+    /// Every job subject (the jobs stream's subjects).
+    pub fn all_jobs(&self) -> String {
+        format!("{}.jobs.>", self.prefix)
+    }
+
+    /// The subject of jobs for one model.
+    pub fn job(&self, model: &ModelRef) -> String {
+        format!("{}.jobs.{}.{}", self.prefix, model.owner(), model.name())
+    }
+
+    /// The durable consumer that every runner serving `model` shares.
+    pub fn runner_consumer(&self, model: &ModelRef) -> String {
+        // The owner's length makes the name unambiguous although '_' may occur in both parts.
+        format!(
+            "{}_runner_{}_{}_{}",
+            self.prefix,
+            model.owner().len(),
+            model.owner(),
+            model.name()
+        )
+    }
+
+    /// The stream of status events.
+    pub fn events_stream(&self) -> String {
+        format!("{}_EVENTS", self.prefix.to_uppercase())
+    }
+
+    /// Every status event subject (the events stream's subjects).
+    pub fn all_events(&self) -> String {
+        format!("{}.events.>", self.prefix)
+    }
+
+    /// The subject of one prediction's status events.
+    pub fn events(&self, id: &PredictionId) -> String {
+        format!("{}.events.{id}", self.prefix)
+    }
+
+    /// The durable consumer that every notifier replica shares.
+    pub fn notifier_consumer(&self) -> String {
+        format!("{}_notifier", self.prefix)
+    }
+
+    /// The core-NATS subject on which a cancel of one prediction is broadcast to runners.
+    pub fn cancel(&self, id: &PredictionId) -> String {
+        format!("{}.cancel.{id}", self.prefix)
+    }
+
+    /// Every cancel subject.
+    pub fn all_cancels(&self) -> String {
+        format!("{}.cancel.*", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_documented_table() {
+        let s = Subjects::new("ps").expect("valid");
+        let m: ModelRef = "demo/echo".parse().expect("valid");
+        assert_eq!(s.jobs_stream(), "PS_JOBS");
+        assert_eq!(s.job(&m), "ps.jobs.demo.echo");
+        assert_eq!(s.runner_consumer(&m), "ps_runner_4_demo_echo");
+        assert_eq!(s.events_stream(), "PS_EVENTS");
+    }
+
+    #[test]
+    fn consumer_names_of_different_models_never_collide() {
+        let s = Subjects::new("ps").expect("valid");
+        let a: ModelRef = "a_b/c".parse().expect("valid");
+        let b: ModelRef = "a/b_c".parse().expect("valid");
+        assert_ne!(s.runner_consumer(&a), s.runner_consumer(&b));
+    }
+
+    #[test]
+    fn prefixes_with_nats_wildcards_or_dots_are_rejected() {
+        for bad in ["", "a.b", "a*", "A", "a>b", &"x".repeat(33)] {
+            assert!(Subjects::new(bad).is_err(), "{bad:?}");
+        }
+    }
+}

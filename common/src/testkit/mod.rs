@@ -1,0 +1,160 @@
+//! The integration-test harness: every test gets MongoDB and NATS, and its own database name
+//! and NATS prefix, so tests run in parallel without sharing state.
+//!
+//! Where the servers come from, decided once per test binary:
+//! 1. `MONGODB_URI` / `NATS_URL` when set (CI and `deploy/local/test` set them);
+//! 2. else containers (`mongo:7`, `nats:2 -js`) through testcontainers when a Docker engine
+//!    answers;
+//! 3. else the local stand-ins (mongo-java-server, nats-server from PyPI), installed by
+//!    `deploy/local/install` and stopped when the test process exits.
+
+mod containers;
+pub mod proxy;
+mod standins;
+
+use std::{collections::HashMap, sync::OnceLock};
+
+use crate::{
+    bus::Bus,
+    config::{CommonConfig, Env},
+    crypto::MasterKey,
+    domain::ids::random_base32,
+    store::Store,
+};
+
+/// Where the servers of this test run are.
+#[derive(Debug)]
+pub struct Infra {
+    /// MongoDB connection string.
+    pub mongodb_uri: String,
+    /// NATS address.
+    pub nats_url: String,
+}
+
+static INFRA: OnceLock<Infra> = OnceLock::new();
+
+/// The servers, started on first use.
+pub fn infra() -> &'static Infra {
+    INFRA.get_or_init(|| {
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let docker = containers::docker_available();
+        let mongodb_uri = from_env("MONGODB_URI").unwrap_or_else(|| {
+            if docker { containers::mongo() } else { standins::mongo() }
+        });
+        let nats_url = from_env("NATS_URL").unwrap_or_else(|| {
+            if docker { containers::nats() } else { standins::nats() }
+        });
+        Infra { mongodb_uri, nats_url }
+    })
+}
+
+/// One test's private slice of the servers.
+#[derive(Debug, Clone)]
+pub struct TestContext {
+    /// Its own database.
+    pub database: String,
+    /// Its own NATS prefix (streams, subjects, consumers).
+    pub prefix: String,
+    /// A master key for this test.
+    pub master_key: String,
+    /// MongoDB connection string.
+    pub mongodb_uri: String,
+    /// NATS address.
+    pub nats_url: String,
+}
+
+impl Default for TestContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestContext {
+    /// A fresh context with unique names.
+    pub fn new() -> Self {
+        crate::telemetry::init_for_tests();
+        let infra = infra();
+        let unique = random_base32(12);
+        Self {
+            database: format!("test_{unique}"),
+            prefix: format!("t{unique}"),
+            master_key: MasterKey::generate_base64(),
+            mongodb_uri: infra.mongodb_uri.clone(),
+            nats_url: infra.nats_url.clone(),
+        }
+    }
+
+    /// The environment a service of this test reads its configuration from, plus `extra`.
+    pub fn env_vars(&self, extra: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut vars: HashMap<String, String> = [
+            ("MONGODB_URI", self.mongodb_uri.as_str()),
+            ("MONGODB_DATABASE", self.database.as_str()),
+            ("NATS_URL", self.nats_url.as_str()),
+            ("NATS_PREFIX", self.prefix.as_str()),
+            ("MASTER_KEY", self.master_key.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        vars
+    }
+
+    /// The shared configuration of this test's services.
+    pub fn common_config(&self, extra: &[(&str, &str)]) -> CommonConfig {
+        let vars = self.env_vars(extra);
+        CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("test configuration is valid")
+    }
+
+    /// A store on this test's database.
+    pub async fn store(&self) -> Store {
+        Store::connect(&self.mongodb_uri, &self.database, "testkit")
+            .await
+            .expect("connect to MongoDB")
+    }
+
+    /// A bus under this test's prefix, with the streams created.
+    pub async fn bus(&self) -> Bus {
+        let cfg = self.common_config(&[]);
+        let bus = Bus::connect(&self.nats_url, cfg.subjects, "testkit").await.expect("connect to NATS");
+        bus.ensure_streams().await.expect("create streams");
+        bus
+    }
+}
+
+/// `host:port` of a `scheme://host:port[/...]` URL.
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split(['/', '?', ',']).next().unwrap_or(rest).to_owned()
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, for at most `limit`.
+pub async fn eventually<T, F, Fut>(limit: std::time::Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_port;
+
+    #[test]
+    fn host_port_strips_scheme_credentials_and_path() {
+        assert_eq!(host_port("mongodb://127.0.0.1:27017"), "127.0.0.1:27017");
+        assert_eq!(host_port("mongodb://u:p@db:1/x?y=1"), "db:1");
+        assert_eq!(host_port("nats://127.0.0.1:4222"), "127.0.0.1:4222");
+    }
+}

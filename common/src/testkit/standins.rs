@@ -1,0 +1,91 @@
+//! The local stand-ins, started as child processes of the test binary: mongo-java-server
+//! (memory backend) and nats-server with JetStream. Both read their stdin and stop when it
+//! closes, which happens when this process exits however it exits, so nothing is left running.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::{TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+/// Children kept alive (and their stdin open) for the life of the test process.
+static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("common/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Runs `deploy/local/install` and returns the value of `KEY=` in its output.
+fn installed(key: &str) -> String {
+    let out = Command::new(repo_root().join("deploy/local/install"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run deploy/local/install");
+    assert!(out.status.success(), "deploy/local/install failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("deploy/local/install printed no {key}="))
+        .to_owned()
+}
+
+fn keep(child: Child) {
+    CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).push(child);
+}
+
+pub(super) fn mongo() -> String {
+    let classpath = installed("MONGO_STANDIN_CLASSPATH");
+    let launcher = repo_root().join("deploy/mongo-standin/Launcher.java");
+    let mut child = Command::new("java")
+        .args(["-cp", &classpath])
+        .arg(launcher)
+        .arg("--exit-on-stdin-eof")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the MongoDB stand-in (java)");
+    let stdout = child.stdout.take().expect("piped stdout");
+    keep(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read the stand-in's address");
+    line.trim()
+        .strip_prefix("LISTENING ")
+        .unwrap_or_else(|| panic!("unexpected stand-in output: {line:?}"))
+        .to_owned()
+}
+
+pub(super) fn nats() -> String {
+    let binary = installed("NATS_SERVER");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("find a free port")
+        .port();
+    let store_dir = std::env::temp_dir().join(format!("ps-test-nats-{}-{port}", std::process::id()));
+    // The shell stops nats-server (and removes its data) once stdin reaches EOF.
+    let script = r#"bin="$1"; dir="$2"; shift 2
+"$bin" "$@" -sd "$dir" & pid=$!
+cat >/dev/null
+kill "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir""#;
+    let child = Command::new("sh")
+        .args(["-c", script, "sh", &binary, store_dir.to_str().expect("utf-8 temp dir")])
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start nats-server");
+    keep(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not listen on {port} within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    format!("nats://127.0.0.1:{port}")
+}
