@@ -1,1 +1,21 @@
-//! placeholder
+//! The public HTTP API (axum).
+//!
+//! A request flows: request id and tracing ([`app`]) → problem rendering ([`error`]) →
+//! authentication and scope ([`auth`]) → the route's handler ([`routes`]), which parses the
+//! body ([`validate`]), writes MongoDB and publishes to JetStream through [`common`].
+//!
+//! The api writes `starting` predictions and never runs a model; runners do that.
+#![forbid(unsafe_code)]
+
+pub mod accounts;
+pub mod admin;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod models;
+pub mod routes;
+pub mod state;
+pub mod validate;
+
+pub use app::{run, serve};

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{AccountId, ModelRef, PredictionId, PredictionView, WebhookEvent};
+use crate::domain::{AccountId, ModelRef, PredictionId, PredictionView, WebhookEvent, WebhookUrl};
 
 /// A job on the jobs stream: run this prediction. Published by the api (and by the runner's
 /// reconciler) with `Nats-Msg-Id` = the prediction id, so republishing is harmless.
@@ -41,7 +41,7 @@ pub struct PredictionChanged {
     /// The prediction's change sequence after this change.
     pub seq: i64,
     /// Where its webhooks go, if anywhere.
-    pub webhook: Option<String>,
+    pub webhook: Option<WebhookUrl>,
     /// Which events are delivered (absent = all).
     pub webhook_events_filter: Option<Vec<WebhookEvent>>,
     /// The prediction as `GET` shows it right after the change.
@@ -49,10 +49,11 @@ pub struct PredictionChanged {
 }
 
 impl PredictionChanged {
-    /// The message id of this event on the stream: one per prediction and sequence, so a
-    /// republished event is dropped by JetStream's duplicate window.
+    /// The id of this event, one per prediction, change and event (one stored change can be
+    /// both an `output` and a `logs` event). It is the `Nats-Msg-Id`, so a republished event
+    /// is dropped by JetStream's duplicate window, and the notifier's `webhook-id`.
     pub fn message_id(&self) -> String {
-        format!("{}.{}", self.prediction_id, self.seq)
+        format!("{}.{}.{}", self.prediction_id, self.seq, self.event)
     }
 }
 
@@ -95,7 +96,7 @@ mod tests {
             "text-generation".into(),
             json!({}),
             json!({}),
-            Some("https://example.com/h".into()),
+            Some(WebhookUrl::parse("https://example.com/h").expect("valid")),
             Some(vec![WebhookEvent::Completed]),
         );
         let event = StatusEvent::PredictionChangedV1(PredictionChanged {

@@ -1,1 +1,41 @@
-//! placeholder
+//! The notifier: turns status events into signed webhook deliveries.
+//!
+//! - [`consumer`]: the durable consumer on the events stream, shared by every replica.
+//! - [`deliver`]: one signed HTTP POST, bounded in time, no redirects.
+//! - [`retry`]: the retry schedule with jitter.
+//! - [`secrets`]: the accounts' signing secrets, opened and cached briefly.
+//! - [`ssrf`]: which addresses a webhook may not reach.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod consumer;
+pub mod deliver;
+pub mod retry;
+pub mod secrets;
+pub mod ssrf;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use common::{bus::Bus, store::Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::{config::NotifierConfig, consumer::Notifier, deliver::Deliverer, secrets::SecretCache};
+
+/// Runs until `shutdown` fires.
+pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let common = &config.common;
+    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "notifier")
+        .await
+        .context("MongoDB connection string")?;
+    store.ensure_indexes().await.context("creating MongoDB indexes")?;
+    let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "notifier").await?;
+    bus.ensure_streams().await?;
+    let notifier = Arc::new(Notifier {
+        deliverer: Deliverer::new(&config)?,
+        secrets: SecretCache::new(store.accounts(), common.master_key.clone()),
+        attempts: store.webhook_attempts(),
+        schedule: config.retry_schedule.clone(),
+    });
+    consumer::consume(&config, &bus, notifier, shutdown).await
+}

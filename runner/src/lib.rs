@@ -1,1 +1,42 @@
-//! placeholder
+//! The runner: takes jobs from JetStream, runs models, and records every change.
+//!
+//! - [`config`]: what to serve and how much at once.
+//! - [`models`]: the [`models::Model`] trait and the built-in models.
+//! - [`registry`]: registers the served models in MongoDB so the api accepts them.
+//! - [`consumer`]: one durable pull consumer per served model, bounded by a semaphore.
+//! - [`execute`]: one job through the status machine: `starting → processing → terminal`.
+//! - [`progress`]: logs and output while a model runs, written at most every 500 ms.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod consumer;
+pub mod execute;
+pub mod models;
+pub mod progress;
+pub mod registry;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use common::{bus::Bus, store::Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::{config::RunnerConfig, execute::Executor};
+
+/// Runs until `shutdown` fires: registers the models, then consumes their jobs.
+pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let common = &config.common;
+    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "runner")
+        .await
+        .context("MongoDB connection string")?;
+    store.ensure_indexes().await.context("creating MongoDB indexes")?;
+    let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "runner").await?;
+    bus.ensure_streams().await?;
+
+    let served = registry::select(&config.models, models::builtin::all());
+    anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
+    registry::register(&store, &served).await?;
+
+    let executor = Arc::new(Executor::new(store, bus.clone(), common.public_base_url.clone()));
+    consumer::consume(&config, &bus, served, executor, shutdown).await
+}

@@ -4,12 +4,14 @@
 //!   with `Nats-Msg-Id` = the prediction id, so a republish within the duplicate window (2 min)
 //!   is dropped by the server. Each message is removed once a runner acks it.
 //! - **Events** (`<P>_EVENTS`, limits retention, kept 24 h): one message per stored change of a
-//!   prediction, with `Nats-Msg-Id` = `<id>.<seq>`. The notifier reads them through its durable
+//!   prediction, with `Nats-Msg-Id` = `<id>.<seq>.<event>`. The notifier reads them through its durable
 //!   consumer; anyone may read one prediction's events by subject.
 //! - **Cancels** (core NATS, not stored): a broadcast that the runner holding a prediction
 //!   aborts it. Runners also check the stored status, so a missed broadcast only delays a cancel.
 //!
 //! Streams are created idempotently by every service at start.
+
+pub mod pull;
 
 use std::time::Duration;
 

@@ -8,6 +8,7 @@ pub mod model;
 pub mod prediction;
 pub mod status;
 pub mod webhook_secret;
+pub mod webhook_url;
 
 pub use api_key::{ApiKeyValue, KeyHash, Scope};
 pub use events::WebhookEvent;
@@ -16,3 +17,4 @@ pub use model::ModelRef;
 pub use prediction::{Metrics, Prediction, PredictionError, PredictionView};
 pub use status::PredictionStatus;
 pub use webhook_secret::WebhookSecret;
+pub use webhook_url::WebhookUrl;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{AccountId, ModelRef, PredictionId, PredictionStatus, WebhookEvent};
+use super::{AccountId, ModelRef, PredictionId, PredictionStatus, WebhookEvent, WebhookUrl};
 
 /// The origin recorded for predictions made through the HTTP API.
 pub const SOURCE_API: &str = "api";
@@ -85,7 +85,7 @@ pub struct Prediction {
     /// When it reached a terminal status.
     pub completed_at: Option<BsonDateTime>,
     /// Where its webhooks go.
-    pub webhook: Option<String>,
+    pub webhook: Option<WebhookUrl>,
     /// Which events are delivered (absent = all).
     pub webhook_events_filter: Option<Vec<WebhookEvent>>,
     /// Whether retention removed its data.
@@ -154,7 +154,7 @@ impl Prediction {
         capability: String,
         input: Value,
         model_input: Value,
-        webhook: Option<String>,
+        webhook: Option<WebhookUrl>,
         webhook_events_filter: Option<Vec<WebhookEvent>>,
     ) -> Self {
         Self {

@@ -78,7 +78,7 @@ kill "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir""#;
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::null())
         .spawn()
         .expect("start nats-server");
     keep(child);

@@ -1,0 +1,94 @@
+//! Building and serving the application: connect to MongoDB and NATS, create indexes and
+//! streams, assemble the middleware around the routes, serve until the shutdown token fires,
+//! then give in-flight requests `SHUTDOWN_GRACE_SECONDS` to finish.
+//!
+//! Middleware, outermost first: request id (set, or kept from the client's `X-Request-Id`) →
+//! tracing span per request → `X-Request-Id` copied to the response → problem+json rendering
+//! → panic catching → request timeout → body limit (1 MiB) → routes.
+
+use std::{future::IntoFuture, time::Duration};
+
+use anyhow::Context;
+use axum::{
+    Router,
+    extract::{DefaultBodyLimit, Request},
+    http::{HeaderName, StatusCode},
+    middleware,
+};
+use common::{bus::Bus, store::Store};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    timeout::TimeoutLayer,
+    trace::{DefaultOnResponse, TraceLayer},
+};
+use tracing::Level;
+
+use crate::{config::ApiConfig, error::render_problems, routes, state::AppState};
+
+/// The largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The longest a request may take (above the longest `Prefer: wait` of 60 s).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Binds `API_BIND` and serves until `shutdown` fires.
+pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.bind))?;
+    serve(config, listener, shutdown).await
+}
+
+/// Serves on an already bound listener (tests bind port 0) until `shutdown` fires.
+pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let grace = config.shutdown_grace;
+    let state = connect(config).await?;
+    let app = app(state);
+    tracing::info!(addr = %listener.local_addr()?, "api listening");
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .into_future();
+    tokio::select! {
+        result = server => result.context("server failed")?,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(?grace, "requests still in flight after the grace period; closing them");
+        }
+    }
+    tracing::info!("api stopped");
+    Ok(())
+}
+
+/// Connects to MongoDB and NATS and prepares indexes and streams.
+pub async fn connect(config: ApiConfig) -> anyhow::Result<AppState> {
+    let common = &config.common;
+    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "api")
+        .await
+        .context("MongoDB connection string")?;
+    store.ensure_indexes().await.context("creating MongoDB indexes")?;
+    let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "api").await?;
+    bus.ensure_streams().await?;
+    Ok(AppState::new(config, store, bus))
+}
+
+/// The routes wrapped in the middleware stack.
+pub fn app(state: AppState) -> Router {
+    let request_id = HeaderName::from_static("x-request-id");
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(|req: &Request| {
+            let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+        })
+        .on_response(DefaultOnResponse::new().level(Level::INFO));
+    let middleware = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+        .layer(trace)
+        .layer(PropagateRequestIdLayer::new(request_id))
+        .layer(middleware::from_fn_with_state(state.clone(), render_problems))
+        .layer(CatchPanicLayer::new())
+        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
+    routes::router(state).layer(middleware)
+}

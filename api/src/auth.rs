@@ -1,0 +1,185 @@
+//! Authentication and scopes, as extractors: a handler that takes [`Authorized<Write>`] cannot
+//! run without a valid key holding `write`, so no route can forget the check.
+//!
+//! Keys are looked up by the SHA-256 of the presented value through [`KeyDirectory`], which
+//! caches each answer (found or not) for [`KEY_CACHE_TTL`]: **a deactivated or deleted key can
+//! still pass for up to 5 seconds on each api replica**, the price of not reading MongoDB on every
+//! request. Expiry is checked on every request against the clock, so an expired key fails at
+//! once. Missing, malformed, unknown, inactive and expired keys all get the same 401.
+
+use std::{
+    collections::HashMap,
+    marker::PhantomData,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use axum::{extract::FromRequestParts, http::request::Parts};
+use bson::DateTime;
+use common::{
+    cache::TtlCache,
+    domain::{ApiKeyId, ApiKeyValue, KeyHash, Scope},
+    store::{ApiKeyRecord, ApiKeys, api_keys::LAST_USED_RESOLUTION_MS},
+};
+
+use crate::{error::ApiError, state::AppState};
+
+/// How long a key look-up is trusted.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+const KEY_CACHE_CAPACITY: usize = 10_000;
+
+/// API keys by hash, cached briefly; also keeps `last_used_at` to one write a minute per key.
+pub struct KeyDirectory {
+    keys: ApiKeys,
+    cache: TtlCache<KeyHash, Option<ApiKeyRecord>>,
+    last_touched: Mutex<HashMap<ApiKeyId, Instant>>,
+}
+
+impl KeyDirectory {
+    /// A directory over the `api_keys` collection.
+    pub fn new(keys: ApiKeys) -> Self {
+        Self {
+            keys,
+            cache: TtlCache::new(KEY_CACHE_TTL, KEY_CACHE_CAPACITY),
+            last_touched: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The key record for a presented value, if it exists (usable or not).
+    async fn lookup(&self, value: &ApiKeyValue) -> Result<Option<ApiKeyRecord>, ApiError> {
+        let hash = value.hash();
+        if let Some(cached) = self.cache.get(&hash) {
+            return Ok(cached);
+        }
+        let found = self.keys.find_by_hash(&hash).await?;
+        self.cache.insert(hash, found.clone());
+        Ok(found)
+    }
+
+    /// Records a use of `key`, writing `last_used_at` at most once a minute per key and
+    /// replica; the store's conditional update keeps it to once a minute across replicas.
+    fn note_use(&self, key: &ApiKeyRecord) {
+        let resolution = Duration::from_millis(LAST_USED_RESOLUTION_MS as u64);
+        {
+            let mut touched = self.last_touched.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            if touched.get(&key.id).is_some_and(|at| now.duration_since(*at) < resolution) {
+                return;
+            }
+            if touched.len() >= KEY_CACHE_CAPACITY {
+                touched.retain(|_, at| now.duration_since(*at) < resolution);
+            }
+            touched.insert(key.id.clone(), now);
+        }
+        let keys = self.keys.clone();
+        let id = key.id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = keys.touch_last_used(&id, DateTime::now()).await {
+                tracing::warn!(key_id = %id, error = %e, "could not record last_used_at");
+            }
+        });
+    }
+}
+
+/// The caller: a valid, active, unexpired key.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The key that authenticated the request.
+    pub key: ApiKeyRecord,
+}
+
+fn bearer_token(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let value = bearer_token(parts)
+            .and_then(ApiKeyValue::parse)
+            .ok_or_else(ApiError::unauthorized)?;
+        let key = state
+            .keys
+            .lookup(&value)
+            .await?
+            .filter(|k| k.is_usable_at(DateTime::now()))
+            .ok_or_else(ApiError::unauthorized)?;
+        state.keys.note_use(&key);
+        Ok(Self { key })
+    }
+}
+
+/// A scope a route requires, as a type.
+pub trait RequiredScope: Send + Sync {
+    /// The scope.
+    const SCOPE: Scope;
+}
+
+/// Marker: the route needs `read`.
+pub struct Read;
+/// Marker: the route needs `write`.
+pub struct Write;
+/// Marker: the route needs `admin`.
+pub struct Admin;
+
+impl RequiredScope for Read {
+    const SCOPE: Scope = Scope::Read;
+}
+impl RequiredScope for Write {
+    const SCOPE: Scope = Scope::Write;
+}
+impl RequiredScope for Admin {
+    const SCOPE: Scope = Scope::Admin;
+}
+
+/// A caller proven to hold scope `S`.
+pub struct Authorized<S: RequiredScope> {
+    /// The authenticated caller.
+    pub caller: Caller,
+    _scope: PhantomData<S>,
+}
+
+impl<S: RequiredScope> FromRequestParts<AppState> for Authorized<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        if !caller.key.has_scope(S::SCOPE) {
+            return Err(ApiError::forbidden(S::SCOPE));
+        }
+        Ok(Self {
+            caller,
+            _scope: PhantomData,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+
+    fn parts(auth: Option<&str>) -> Parts {
+        let mut req = Request::builder().uri("/");
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        req.body(()).expect("request").into_parts().0
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token(&parts(Some("Bearer abc"))), Some("abc"));
+        assert_eq!(bearer_token(&parts(Some("bearer abc"))), Some("abc"));
+    }
+
+    #[test]
+    fn other_schemes_and_missing_headers_give_no_token() {
+        assert_eq!(bearer_token(&parts(Some("Basic abc"))), None);
+        assert_eq!(bearer_token(&parts(Some("Bearer"))), None);
+        assert_eq!(bearer_token(&parts(None)), None);
+    }
+}

@@ -1,0 +1,43 @@
+//! The api's configuration (see [`common::config`] for the shared settings).
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `API_BIND` | `0.0.0.0:8080` | address to listen on |
+//! | `DEFAULT_RATE_LIMIT_RPM` | `600` | `rate_limit_rpm` of new keys |
+//! | `SHUTDOWN_GRACE_SECONDS` | `30` | how long in-flight requests may finish after SIGTERM |
+
+use std::{net::SocketAddr, time::Duration};
+
+use common::config::{CommonConfig, ConfigError, Env};
+
+/// Everything the api reads at start.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Shared settings.
+    pub common: CommonConfig,
+    /// `API_BIND`: where to listen.
+    pub bind: SocketAddr,
+    /// `DEFAULT_RATE_LIMIT_RPM`: requests per minute of new keys.
+    pub default_rate_limit_rpm: u32,
+    /// `SHUTDOWN_GRACE_SECONDS`: how long in-flight requests may finish after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+impl ApiConfig {
+    /// Reads and checks the configuration.
+    pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
+        let default_rate_limit_rpm = env.parse("DEFAULT_RATE_LIMIT_RPM", 600u32)?;
+        if default_rate_limit_rpm == 0 {
+            return Err(ConfigError {
+                var: "DEFAULT_RATE_LIMIT_RPM".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(Self {
+            common: CommonConfig::from_env(env)?,
+            bind: env.parse("API_BIND", SocketAddr::from(([0, 0, 0, 0], 8080)))?,
+            default_rate_limit_rpm,
+            shutdown_grace: env.seconds("SHUTDOWN_GRACE_SECONDS", Duration::from_secs(30))?,
+        })
+    }
+}

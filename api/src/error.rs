@@ -1,0 +1,160 @@
+//! The api's one error type and the rendering of every error response as problem+json.
+//!
+//! Handlers return [`ApiError`]. Its response carries the [`Problem`] in an extension; the
+//! [`render_problems`] middleware, which knows the base URL and the request's ids, turns it into
+//! the body. The same middleware gives a problem+json body to errors raised outside handlers
+//! (unknown route, wrong method, body over the limit, a panic), so no error response is ever
+//! plain text.
+
+use axum::{
+    extract::{Request, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use common::problem::{FieldError, PROBLEM_CONTENT_TYPE, Problem, ProblemKind};
+
+use crate::state::AppState;
+
+/// An error a handler answers with.
+#[derive(Debug)]
+pub enum ApiError {
+    /// An error the client can act on.
+    Problem(Problem),
+    /// A failure inside the service; logged with its cause chain, answered opaquely.
+    Internal(anyhow::Error),
+}
+
+impl ApiError {
+    /// 404 with an explanation.
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::Problem(Problem::new(ProblemKind::NotFound, detail))
+    }
+
+    /// 400 listing the failing fields.
+    pub fn validation(detail: impl Into<String>, errors: Vec<FieldError>) -> Self {
+        Self::Problem(Problem::validation(detail, errors))
+    }
+
+    /// 401, the same for every kind of bad key.
+    pub fn unauthorized() -> Self {
+        Self::Problem(Problem::new(
+            ProblemKind::Unauthorized,
+            "A valid API key is required: send it as 'Authorization: Bearer <key>'.",
+        ))
+    }
+
+    /// 403 for a key without `scope`.
+    pub fn forbidden(scope: common::domain::Scope) -> Self {
+        Self::Problem(Problem::new(
+            ProblemKind::Forbidden,
+            format!("This API key lacks the '{scope}' scope this operation needs."),
+        ))
+    }
+}
+
+impl<E: Into<anyhow::Error>> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        Self::Internal(e.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = match self {
+            Self::Problem(p) => p,
+            Self::Internal(e) => {
+                tracing::error!(error = format!("{e:#}"), "internal error");
+                Problem::new(ProblemKind::Internal, "The service failed to handle this request; it has been logged.")
+            }
+        };
+        let status = StatusCode::from_u16(problem.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = status.into_response();
+        response.extensions_mut().insert(problem);
+        response
+    }
+}
+
+/// The trace id of a request: from a W3C `traceparent` header, else derived from the request id.
+fn trace_id(headers: &HeaderMap, request_id: Option<&str>) -> Option<String> {
+    let from_traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|tp| tp.split('-').nth(1))
+        .filter(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_owned);
+    from_traceparent.or_else(|| {
+        let hex: String = request_id?.chars().filter(char::is_ascii_hexdigit).collect();
+        (hex.len() == 32).then_some(hex)
+    })
+}
+
+/// Renders every error response as problem+json (see the module doc).
+pub async fn render_problems(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let trace = trace_id(request.headers(), request_id.as_deref());
+    let mut response = next.run(request).await;
+
+    let status = response.status();
+    let problem = match response.extensions_mut().remove::<Problem>() {
+        Some(p) => p,
+        None if status.is_client_error() || status.is_server_error() => {
+            // A handler's own JSON (problem+json, or e.g. /ready's 503 body) is left alone;
+            // only bodies the framework made (none, or plain text) are replaced.
+            let handler_json = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|ct| ct.to_str().ok())
+                .is_some_and(|ct| ct.contains("json"));
+            if handler_json {
+                return response;
+            }
+            let kind = ProblemKind::from_status(status.as_u16());
+            Problem::new(kind, default_detail(status))
+        }
+        None => return response,
+    };
+    let body = problem.body(state.base_url(), request_id.as_deref(), trace.as_deref());
+    let json = serde_json::to_vec(&body).unwrap_or_default();
+    let (mut parts, _) = response.into_parts();
+    parts.status = StatusCode::from_u16(problem.kind.status()).unwrap_or(status);
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(json))
+}
+
+fn default_detail(status: StatusCode) -> String {
+    match status {
+        StatusCode::NOT_FOUND => "No such route.".into(),
+        StatusCode::METHOD_NOT_ALLOWED => "This route does not accept this method; see the Allow header.".into(),
+        StatusCode::PAYLOAD_TOO_LARGE => "The request body is larger than the 1 MiB limit.".into(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "The request body must be JSON (Content-Type: application/json).".into(),
+        s => s.canonical_reason().unwrap_or("Error").to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_id_comes_from_traceparent_when_present() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        );
+        assert_eq!(trace_id(&headers, Some("x")).as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+    }
+
+    #[test]
+    fn without_traceparent_the_trace_id_derives_from_a_uuid_request_id() {
+        let id = "6f1c2c9e-8a1d-4c47-9f3e-2b1a0c9d8e7f";
+        assert_eq!(trace_id(&HeaderMap::new(), Some(id)).as_deref(), Some("6f1c2c9e8a1d4c479f3e2b1a0c9d8e7f"));
+        assert_eq!(trace_id(&HeaderMap::new(), Some("custom")), None);
+    }
+}

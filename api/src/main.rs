@@ -1,0 +1,70 @@
+//! The api binary: `api` serves the HTTP API; `api admin bootstrap --account NAME` creates an
+//! account (or reuses one of that name) and prints a new admin key on stdout.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use common::config::Env;
+
+#[derive(Parser)]
+#[command(name = "api", version, about = "Prediction service HTTP API")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (the default).
+    Serve,
+    /// Operator commands.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create an account (or reuse the one with this name) and print a new admin key.
+    Bootstrap {
+        /// The account's name.
+        #[arg(long)]
+        account: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    common::telemetry::init("api");
+    let config = match api::config::ApiConfig::from_env(&Env::process()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => api::run(config, common::shutdown::on_signals()).await,
+        Command::Admin {
+            command: AdminCommand::Bootstrap { account },
+        } => api::admin::bootstrap(&config, &account).await.map(|done| {
+            eprintln!(
+                "account {} ({}) {}; admin key {} issued",
+                done.account.name,
+                done.account.id,
+                if done.created { "created" } else { "already existed" },
+                done.key.prefix()
+            );
+            println!("{}", done.key.expose());
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The routes, one file per resource. Every handler states the scope it needs in its
+//! signature (see [`crate::auth`]).
+//!
+//! | route | handler | scope |
+//! |---|---|---|
+//! | `POST /v1/models/{owner}/{model}/predictions` | [`predictions::create`] | write |
+//! | `GET /v1/predictions/{id}` | [`predictions::get`] | read |
+//! | `GET /ready`, `GET /health` | [`health`] | none |
+
+pub mod health;
+pub mod predictions;
+
+use axum::{
+    Router,
+    routing::{get, post},
+};
+
+use crate::{error::ApiError, state::AppState};
+
+/// Every route, with unknown paths answered 404 problem+json.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/models/{owner}/{model}/predictions", post(predictions::create))
+        .route("/v1/predictions/{id}", get(predictions::get))
+        .route("/ready", get(health::ready))
+        .route("/health", get(health::health))
+        .fallback(unknown_route)
+        .with_state(state)
+}
+
+async fn unknown_route() -> ApiError {
+    ApiError::not_found("No such route.")
+}

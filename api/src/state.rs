@@ -1,0 +1,50 @@
+//! The state every handler shares: configuration, storage, messaging and the look-up caches.
+
+use std::{ops::Deref, sync::Arc};
+
+use common::{bus::Bus, store::Store};
+
+use crate::{auth::KeyDirectory, config::ApiConfig, models::ModelCatalog};
+
+/// Cheap to clone; everything lives behind one `Arc`.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+/// What [`AppState`] holds.
+pub struct Shared {
+    /// The configuration.
+    pub config: ApiConfig,
+    /// MongoDB.
+    pub store: Store,
+    /// NATS JetStream.
+    pub bus: Bus,
+    /// API keys, cached briefly.
+    pub keys: KeyDirectory,
+    /// Registered models, cached briefly.
+    pub models: ModelCatalog,
+}
+
+impl AppState {
+    /// Builds the state around connected clients.
+    pub fn new(config: ApiConfig, store: Store, bus: Bus) -> Self {
+        Self(Arc::new(Shared {
+            keys: KeyDirectory::new(store.api_keys()),
+            models: ModelCatalog::new(store.models()),
+            config,
+            store,
+            bus,
+        }))
+    }
+
+    /// The public base URL (no trailing slash).
+    pub fn base_url(&self) -> &str {
+        &self.0.config.common.public_base_url
+    }
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}

@@ -1,0 +1,94 @@
+//! The JSON body of a request: it must be declared JSON (`application/json` or `+json`), parse,
+//! and be an object. Each failure is a 400 whose `errors[]` item names the field `body`.
+
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use common::problem::FieldError;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// The field name used for errors about the body as a whole.
+pub const BODY_FIELD: &str = "body";
+
+fn is_json_content_type(headers: &HeaderMap) -> bool {
+    let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// The body as a JSON object.
+pub fn json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    if !is_json_content_type(headers) {
+        return Err(ApiError::validation(
+            "The request body must be JSON, sent with 'Content-Type: application/json'.",
+            vec![FieldError::invalid(BODY_FIELD, "Content-Type must be application/json.")],
+        ));
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::validation(
+            "The request body is not valid JSON.",
+            vec![FieldError::invalid(BODY_FIELD, format!("Invalid JSON: {e}."))],
+        )
+    })?;
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(ApiError::validation(
+            "The request body must be a JSON object.",
+            vec![FieldError::invalid(BODY_FIELD, "Must be a JSON object.")],
+        )),
+    }
+}
+
+/// An optional body for endpoints whose fields are all optional: empty means `{}`.
+pub fn optional_json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    json_object(headers, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ApiError;
+    use axum::http::HeaderValue;
+
+    fn headers(ct: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_str(ct).expect("header"));
+        h
+    }
+
+    fn field_of(err: ApiError) -> String {
+        match err {
+            ApiError::Problem(p) => p.errors[0].field.clone(),
+            ApiError::Internal(e) => panic!("unexpected internal error {e}"),
+        }
+    }
+
+    #[test]
+    fn json_content_types_with_parameters_are_accepted() {
+        let body = Bytes::from_static(b"{\"a\":1}");
+        assert!(json_object(&headers("application/json; charset=utf-8"), &body).is_ok());
+        assert!(json_object(&headers("application/merge-patch+json"), &body).is_ok());
+    }
+
+    #[test]
+    fn a_wrong_content_type_malformed_json_or_a_non_object_is_a_body_error() {
+        let ok = Bytes::from_static(b"{}");
+        assert_eq!(field_of(json_object(&headers("text/plain"), &ok).expect_err("refused")), "body");
+        assert_eq!(field_of(json_object(&HeaderMap::new(), &ok).expect_err("refused")), "body");
+        let bad = Bytes::from_static(b"{\"a\":");
+        assert_eq!(field_of(json_object(&headers("application/json"), &bad).expect_err("refused")), "body");
+        let array = Bytes::from_static(b"[1]");
+        assert_eq!(field_of(json_object(&headers("application/json"), &array).expect_err("refused")), "body");
+    }
+
+    #[test]
+    fn an_empty_optional_body_is_an_empty_object() {
+        assert!(optional_json_object(&HeaderMap::new(), &Bytes::new()).expect("empty ok").is_empty());
+    }
+}

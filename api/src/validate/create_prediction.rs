@@ -1,0 +1,138 @@
+//! The body of `POST /v1/models/{owner}/{model}/predictions`, parsed with every field error
+//! collected: `input` (an object, required), `webhook` (an absolute http(s) URL) and
+//! `webhook_events_filter` (event names). Unknown top-level fields are ignored.
+
+use common::{
+    domain::{WebhookEvent, WebhookUrl},
+    problem::FieldError,
+};
+use serde_json::{Map, Value};
+
+/// A well-formed create request (the input is not yet checked against the model).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatePrediction {
+    /// The input as submitted.
+    pub input: Map<String, Value>,
+    /// Where webhooks go.
+    pub webhook: Option<WebhookUrl>,
+    /// Which events are delivered (absent = all).
+    pub webhook_events_filter: Option<Vec<WebhookEvent>>,
+}
+
+/// Parses the body; on failure returns every field error.
+pub fn parse(body: &Map<String, Value>) -> Result<CreatePrediction, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let input = match body.get("input") {
+        None | Some(Value::Null) => {
+            errors.push(FieldError::missing("input"));
+            None
+        }
+        Some(Value::Object(map)) => Some(map.clone()),
+        Some(_) => {
+            errors.push(FieldError::invalid("input", "Must be a JSON object."));
+            None
+        }
+    };
+    let webhook = match body.get("webhook") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => WebhookUrl::parse(s)
+            .map_err(|e| errors.push(FieldError::invalid("webhook", format!("The webhook URL {e}."))))
+            .ok(),
+        Some(_) => {
+            errors.push(FieldError::invalid("webhook", "Must be a string (an absolute http or https URL)."));
+            None
+        }
+    };
+    let webhook_events_filter = match body.get("webhook_events_filter") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => Some(events(items, &mut errors)),
+        Some(_) => {
+            errors.push(FieldError::invalid(
+                "webhook_events_filter",
+                "Must be an array of event names (start, output, logs, completed).",
+            ));
+            None
+        }
+    };
+    match input {
+        Some(input) if errors.is_empty() => Ok(CreatePrediction {
+            input,
+            webhook,
+            webhook_events_filter,
+        }),
+        _ => Err(errors),
+    }
+}
+
+fn events(items: &[Value], errors: &mut Vec<FieldError>) -> Vec<WebhookEvent> {
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match item.as_str().map(str::parse::<WebhookEvent>) {
+            Some(Ok(event)) => {
+                if !out.contains(&event) {
+                    out.push(event);
+                }
+            }
+            _ => errors.push(FieldError::invalid(
+                format!("webhook_events_filter[{i}]"),
+                "Must be one of start, output, logs, completed.",
+            )),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::problem::FieldErrorCode;
+    use serde_json::json;
+
+    fn parse_json(v: Value) -> Result<CreatePrediction, Vec<FieldError>> {
+        parse(v.as_object().expect("object"))
+    }
+
+    fn fields(errors: Vec<FieldError>) -> Vec<(String, FieldErrorCode)> {
+        errors.into_iter().map(|e| (e.field, e.code)).collect()
+    }
+
+    #[test]
+    fn a_complete_request_parses() {
+        let req = parse_json(json!({
+            "input": {"prompt": "hi"},
+            "webhook": "https://example.com/h",
+            "webhook_events_filter": ["completed", "start", "completed"],
+        }))
+        .expect("valid");
+        assert_eq!(req.webhook.map(|w| w.to_string()).as_deref(), Some("https://example.com/h"));
+        assert_eq!(req.webhook_events_filter, Some(vec![WebhookEvent::Completed, WebhookEvent::Start]));
+    }
+
+    #[test]
+    fn a_missing_input_is_a_missing_field() {
+        assert_eq!(fields(parse_json(json!({})).expect_err("invalid")), vec![("input".into(), FieldErrorCode::MissingField)]);
+        assert_eq!(
+            fields(parse_json(json!({"input": null})).expect_err("invalid")),
+            vec![("input".into(), FieldErrorCode::MissingField)]
+        );
+    }
+
+    #[test]
+    fn every_bad_field_is_reported_with_its_path() {
+        let errors = parse_json(json!({
+            "input": "text",
+            "webhook": "ftp://x",
+            "webhook_events_filter": ["start", "bogus", 3],
+        }))
+        .expect_err("invalid");
+        let names: Vec<String> = errors.into_iter().map(|e| e.field).collect();
+        assert_eq!(names, vec!["input", "webhook", "webhook_events_filter[1]", "webhook_events_filter[2]"]);
+    }
+
+    #[test]
+    fn wrong_types_of_webhook_fields_are_invalid() {
+        let errors = parse_json(json!({"input": {}, "webhook": 5, "webhook_events_filter": "start"})).expect_err("invalid");
+        let names: Vec<String> = errors.into_iter().map(|e| e.field).collect();
+        assert_eq!(names, vec!["webhook", "webhook_events_filter"]);
+    }
+}

@@ -1,0 +1,9 @@
+//! Turning request bodies into typed requests, reporting every failing field at once.
+//!
+//! - [`body`]: the JSON body itself (content type, syntax, an object at the top).
+//! - [`input`]: a prediction's `input` against the model's JSON Schema.
+//! - [`create_prediction`]: the create-prediction request as a whole.
+
+pub mod body;
+pub mod create_prediction;
+pub mod input;

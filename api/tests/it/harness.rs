@@ -1,0 +1,177 @@
+//! The system under test: api, runner and notifier started in-process on one test's own
+//! database and NATS prefix, with an account bootstrapped and its admin key at hand.
+
+use std::{collections::HashMap, time::Duration};
+
+use api::config::ApiConfig;
+use common::{
+    config::Env,
+    domain::{ModelRef, WebhookSecret},
+    testkit::{TestContext, eventually},
+};
+use reqwest::{Method, RequestBuilder, Response};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Which services to start, and settings to override.
+pub struct Options {
+    pub runner: bool,
+    pub notifier: bool,
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            runner: true,
+            notifier: true,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// A running system.
+pub struct System {
+    pub base_url: String,
+    pub vars: HashMap<String, String>,
+    pub admin_key: String,
+    pub secret: WebhookSecret,
+    pub ctx: TestContext,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+}
+
+impl System {
+    pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> Self {
+        let ctx = TestContext::new();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind api");
+        let base_url = format!("http://{}", listener.local_addr().expect("api address"));
+        let mut extra: Vec<(&str, String)> = vec![
+            ("PUBLIC_BASE_URL", base_url.clone()),
+            ("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true".into()),
+            ("NOTIFIER_RETRY_SCHEDULE", "0.2,0.4".into()),
+            ("SHUTDOWN_GRACE_SECONDS", "1".into()),
+            ("RUNNER_SHUTDOWN_GRACE_SECONDS", "1".into()),
+            ("NOTIFIER_SHUTDOWN_GRACE_SECONDS", "1".into()),
+        ];
+        extra.extend(options.env);
+        let pairs: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let vars: HashMap<String, String> = ctx.env_vars(&pairs);
+        let env = Env::from_fn(|k| vars.get(k).cloned());
+
+        let api_config = ApiConfig::from_env(&env).expect("api configuration");
+        let boot = api::admin::bootstrap(&api_config, "test-account").await.expect("bootstrap");
+        let shutdown = CancellationToken::new();
+        if options.runner {
+            let config = runner::config::RunnerConfig::from_env(&env).expect("runner configuration");
+            let token = shutdown.clone();
+            tokio::spawn(async move { runner::run(config, token).await.expect("runner runs") });
+        }
+        if options.notifier {
+            let config = notifier::config::NotifierConfig::from_env(&env).expect("notifier configuration");
+            let token = shutdown.clone();
+            tokio::spawn(async move { notifier::run(config, token).await.expect("notifier runs") });
+        }
+        let token = shutdown.clone();
+        tokio::spawn(async move { api::serve(api_config, listener, token).await.expect("api serves") });
+
+        let system = Self {
+            vars: vars.clone(),
+            base_url,
+            admin_key: boot.key.expose().to_owned(),
+            secret: boot.secret,
+            ctx,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client"),
+            shutdown,
+        };
+        system.wait_until_ready(options.runner).await;
+        system
+    }
+
+    async fn wait_until_ready(&self, models: bool) {
+        let ready = eventually(Duration::from_secs(30), || async {
+            let r = self.http.get(self.url("/ready")).send().await.ok()?;
+            (r.status() == 200).then_some(())
+        })
+        .await;
+        assert!(ready.is_some(), "the api did not become ready");
+        if models {
+            let store = self.ctx.store().await;
+            let echo: ModelRef = "demo/echo".parse().expect("valid");
+            let registered = eventually(Duration::from_secs(30), || async {
+                store.models().get(&echo).await.ok().flatten()
+            })
+            .await;
+            assert!(registered.is_some(), "the runner did not register its models");
+        }
+    }
+
+    /// Creates (or reuses) another account and returns a new admin key of it.
+    pub async fn bootstrap_account(&self, name: &str) -> String {
+        let env = Env::from_fn(|k| self.vars.get(k).cloned());
+        let config = ApiConfig::from_env(&env).expect("api configuration");
+        let boot = api::admin::bootstrap(&config, name).await.expect("bootstrap");
+        boot.key.expose().to_owned()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// A request carrying the admin key.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, self.url(path)).bearer_auth(&self.admin_key)
+    }
+
+    /// A request without credentials.
+    pub fn anonymous(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, self.url(path))
+    }
+
+    /// POSTs JSON with the admin key.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Response {
+        self.request(Method::POST, path)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.request(Method::GET, path).send().await.expect("request sent")
+    }
+
+    /// Polls the prediction until its status is terminal (at most `limit`).
+    pub async fn wait_for_terminal(&self, id: &str, limit: Duration) -> Value {
+        eventually(limit, || async {
+            let body: Value = self.get(&format!("/v1/predictions/{id}")).await.json_body().await;
+            matches!(body["status"].as_str(), Some("succeeded" | "failed" | "canceled")).then_some(body)
+        })
+        .await
+        .unwrap_or_else(|| panic!("prediction {id} did not finish within {limit:?}"))
+    }
+}
+
+impl Drop for System {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Reading bodies in tests.
+pub trait JsonBody {
+    async fn json_body(self) -> Value;
+}
+
+impl JsonBody for Response {
+    async fn json_body(self) -> Value {
+        let bytes = self.bytes().await.expect("body read");
+        serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)))
+    }
+}

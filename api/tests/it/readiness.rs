@@ -1,0 +1,35 @@
+//! `/ready` and `/health`.
+
+use std::time::Duration;
+
+use common::testkit::{eventually, host_port, infra, proxy::TcpProxy};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::harness::{JsonBody, Options, System};
+
+#[tokio::test]
+async fn ready_answers_503_not_ready_when_nats_is_stopped() {
+    let proxy = TcpProxy::start(host_port(&infra().nats_url)).await.expect("proxy");
+    let system = System::start_with(Options {
+        runner: false,
+        notifier: false,
+        env: vec![("NATS_URL", format!("nats://{}", proxy.addr()))],
+    })
+    .await;
+    let ready = system.anonymous(Method::GET, "/ready").send().await.expect("sent");
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.json_body().await, json!({"status": "ready", "version": common::VERSION}));
+
+    proxy.stop();
+    let not_ready = eventually(Duration::from_secs(15), || async {
+        let r = system.anonymous(Method::GET, "/ready").send().await.ok()?;
+        (r.status() == 503).then_some(r)
+    })
+    .await
+    .expect("/ready turns 503 once NATS is gone");
+    assert_eq!(not_ready.json_body().await, json!({"status": "not_ready"}));
+
+    let health = system.anonymous(Method::GET, "/health").send().await.expect("sent");
+    assert_eq!(health.status(), 200, "liveness does not depend on NATS");
+}

@@ -1,0 +1,76 @@
+//! The pull loop both consuming services share: pull only as many messages as there are free
+//! permits, so no message waits in a local buffer while its `ack_wait` runs out, and hand each
+//! message with its permit to a task in the caller's tracker. The loop stops pulling when
+//! `shutdown` fires; the caller then waits on its tracker.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use async_nats::jetstream::{AckKind, Message, consumer::PullConsumer};
+use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+/// The most messages one pull asks for.
+const MAX_BATCH: usize = 64;
+/// How long one pull waits for messages before asking again.
+const PULL_EXPIRY: Duration = Duration::from_secs(2);
+
+/// Pulls messages from `consumer` and runs `handle` on each, at most `permits` at once.
+pub async fn pull_with_permits<F, Fut>(
+    consumer: PullConsumer,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    handle: F,
+) where
+    F: Fn(Message, OwnedSemaphorePermit) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    while !shutdown.is_cancelled() {
+        let first = tokio::select! {
+            () = shutdown.cancelled() => return,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let mut held = vec![first];
+        while held.len() < MAX_BATCH {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => held.push(p),
+                Err(_) => break,
+            }
+        }
+        let mut batch = match consumer.batch().max_messages(held.len()).expires(PULL_EXPIRY).messages().await {
+            Ok(batch) => batch,
+            Err(e) => {
+                tracing::warn!(error = %e, "pull failed; retrying in 1 s");
+                drop(held);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        while let Some(next) = batch.next().await {
+            match next {
+                Ok(message) => match held.pop() {
+                    Some(permit) => {
+                        tracker.spawn(handle(message, permit));
+                    }
+                    None => break,
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "pull interrupted");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Acknowledges `message` as `kind`, logging (not failing) when the server cannot be told: the
+/// message is then redelivered, which every handler tolerates.
+pub async fn acknowledge(message: &Message, kind: AckKind) {
+    if let Err(e) = message.ack_with(kind).await {
+        tracing::warn!(error = %e, "acknowledgement not sent; the message may be redelivered");
+    }
+}

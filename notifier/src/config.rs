@@ -1,0 +1,56 @@
+//! The notifier's configuration (see [`common::config`] for the shared settings).
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `NOTIFIER_RETRY_SCHEDULE` | `5,30,120,600,1800,3600,10800,21600` | seconds before each retry |
+//! | `NOTIFIER_TIMEOUT_SECONDS` | `10` | a delivery succeeds only with a 2xx within this time |
+//! | `NOTIFIER_CONCURRENCY` | `64` | deliveries in flight at once in this process |
+//! | `NOTIFIER_ALLOW_PRIVATE_TARGETS` | `false` | allow loopback/private targets (local use, tests) |
+//! | `NOTIFIER_SHUTDOWN_GRACE_SECONDS` | `15` | how long in-flight deliveries may finish on shutdown |
+
+use std::time::Duration;
+
+use common::config::{CommonConfig, ConfigError, Env};
+
+use crate::retry::RetrySchedule;
+
+/// Everything the notifier reads at start.
+#[derive(Debug, Clone)]
+pub struct NotifierConfig {
+    /// Shared settings.
+    pub common: CommonConfig,
+    /// `NOTIFIER_RETRY_SCHEDULE`: delays before each retry.
+    pub retry_schedule: RetrySchedule,
+    /// `NOTIFIER_TIMEOUT_SECONDS`: the bound on one delivery.
+    pub timeout: Duration,
+    /// `NOTIFIER_CONCURRENCY`: deliveries in flight at once.
+    pub concurrency: usize,
+    /// `NOTIFIER_ALLOW_PRIVATE_TARGETS`: whether private addresses may be targets.
+    pub allow_private_targets: bool,
+    /// `NOTIFIER_SHUTDOWN_GRACE_SECONDS`: how long deliveries may finish on shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl NotifierConfig {
+    /// Reads and checks the configuration.
+    pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
+        let bad = |var: &str, reason: String| ConfigError {
+            var: var.into(),
+            reason,
+        };
+        let retry_schedule = RetrySchedule::parse(&env.string("NOTIFIER_RETRY_SCHEDULE", "5,30,120,600,1800,3600,10800,21600"))
+            .map_err(|e| bad("NOTIFIER_RETRY_SCHEDULE", e))?;
+        let concurrency: usize = env.parse("NOTIFIER_CONCURRENCY", 64)?;
+        if concurrency == 0 {
+            return Err(bad("NOTIFIER_CONCURRENCY", "must be at least 1".into()));
+        }
+        Ok(Self {
+            common: CommonConfig::from_env(env)?,
+            retry_schedule,
+            timeout: env.seconds("NOTIFIER_TIMEOUT_SECONDS", Duration::from_secs(10))?,
+            concurrency,
+            allow_private_targets: env.flag("NOTIFIER_ALLOW_PRIVATE_TARGETS", false)?,
+            shutdown_grace: env.seconds("NOTIFIER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(15))?,
+        })
+    }
+}

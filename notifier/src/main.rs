@@ -1,0 +1,30 @@
+//! The notifier binary.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use common::config::Env;
+
+#[derive(Parser)]
+#[command(name = "notifier", version, about = "Delivers signed prediction webhooks")]
+struct Cli {}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let _ = Cli::parse();
+    common::telemetry::init("notifier");
+    let config = match notifier::config::NotifierConfig::from_env(&Env::process()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match notifier::run(config, common::shutdown::on_signals()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

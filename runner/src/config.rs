@@ -1,0 +1,139 @@
+//! The runner's configuration (see [`common::config`] for the shared settings).
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `RUNNER_MODELS` | `*` | models to serve: comma-separated `owner/name`, `owner/*`, `*` |
+//! | `RUNNER_CONCURRENCY` | `4` | predictions running at once in this process |
+//! | `RUNNER_ACK_WAIT_SECONDS` | `30` | a job not acked or progressed for this long is redelivered |
+//! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
+//! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
+
+use std::{fmt, time::Duration};
+
+use common::{
+    config::{CommonConfig, ConfigError, Env},
+    domain::{ModelRef, model::is_valid_segment},
+};
+
+/// Which models a runner serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSelector {
+    /// Every model (`*`).
+    All,
+    /// Every model of one owner (`owner/*`).
+    Owner(String),
+    /// One model (`owner/name`).
+    Exact(ModelRef),
+}
+
+impl ModelSelector {
+    /// Whether `model` is selected.
+    pub fn matches(&self, model: &ModelRef) -> bool {
+        match self {
+            Self::All => true,
+            Self::Owner(owner) => model.owner() == owner,
+            Self::Exact(m) => m == model,
+        }
+    }
+}
+
+impl fmt::Display for ModelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::All => f.write_str("*"),
+            Self::Owner(o) => write!(f, "{o}/*"),
+            Self::Exact(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+/// Parses `demo/*,acme/upscaler,*`.
+pub fn parse_selectors(text: &str) -> Result<Vec<ModelSelector>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s {
+            "*" | "*/*" => Ok(ModelSelector::All),
+            _ => match s.split_once('/') {
+                Some((owner, "*")) if is_valid_segment(owner) => Ok(ModelSelector::Owner(owner.to_owned())),
+                _ => s
+                    .parse()
+                    .map(ModelSelector::Exact)
+                    .map_err(|_| format!("{s:?} is not owner/name, owner/* or *")),
+            },
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|v| if v.is_empty() { Err("no model selected".into()) } else { Ok(v) })
+}
+
+/// Everything the runner reads at start.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Shared settings.
+    pub common: CommonConfig,
+    /// `RUNNER_MODELS`: the models served.
+    pub models: Vec<ModelSelector>,
+    /// `RUNNER_CONCURRENCY`: predictions running at once.
+    pub concurrency: usize,
+    /// `RUNNER_ACK_WAIT_SECONDS`: redelivery after this long without an ack or progress.
+    pub ack_wait: Duration,
+    /// `RUNNER_MAX_DELIVER`: deliveries of one job before giving up.
+    pub max_deliver: i64,
+    /// `RUNNER_SHUTDOWN_GRACE_SECONDS`: how long running predictions may finish on shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl RunnerConfig {
+    /// Reads and checks the configuration.
+    pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
+        let bad = |var: &str, reason: String| ConfigError {
+            var: var.into(),
+            reason,
+        };
+        let models = parse_selectors(&env.string("RUNNER_MODELS", "*")).map_err(|e| bad("RUNNER_MODELS", e))?;
+        let concurrency: usize = env.parse("RUNNER_CONCURRENCY", 4)?;
+        if concurrency == 0 {
+            return Err(bad("RUNNER_CONCURRENCY", "must be at least 1".into()));
+        }
+        let max_deliver: i64 = env.parse("RUNNER_MAX_DELIVER", 5)?;
+        if max_deliver < 1 {
+            return Err(bad("RUNNER_MAX_DELIVER", "must be at least 1".into()));
+        }
+        let ack_wait = env.seconds("RUNNER_ACK_WAIT_SECONDS", Duration::from_secs(30))?;
+        if ack_wait < Duration::from_secs(1) {
+            return Err(bad("RUNNER_ACK_WAIT_SECONDS", "must be at least 1".into()));
+        }
+        Ok(Self {
+            common: CommonConfig::from_env(env)?,
+            models,
+            concurrency,
+            ack_wait,
+            max_deliver,
+            shutdown_grace: env.seconds("RUNNER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(20))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_parse_and_match() {
+        let s = parse_selectors("demo/*, acme/up").expect("valid");
+        let echo: ModelRef = "demo/echo".parse().expect("valid");
+        let up: ModelRef = "acme/up".parse().expect("valid");
+        let other: ModelRef = "acme/other".parse().expect("valid");
+        assert!(s.iter().any(|x| x.matches(&echo)));
+        assert!(s.iter().any(|x| x.matches(&up)));
+        assert!(!s.iter().any(|x| x.matches(&other)));
+        assert_eq!(parse_selectors("*").expect("valid"), vec![ModelSelector::All]);
+    }
+
+    #[test]
+    fn malformed_selectors_are_refused() {
+        for bad in ["", "demo", "demo/ec.ho", "*/echo", "de mo/*"] {
+            assert!(parse_selectors(bad).is_err(), "{bad:?}");
+        }
+    }
+}

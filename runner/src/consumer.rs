@@ -1,0 +1,137 @@
+//! Consuming jobs: one durable pull consumer per served model (`<P>_runner_<model>`, filter
+//! `jobs.<owner>.<model>`), shared by every runner serving that model, so operators scale a
+//! model by starting more runners for it.
+//!
+//! A semaphore of `RUNNER_CONCURRENCY` permits bounds the jobs running in this process; the
+//! loops pull only as many messages as there are free permits
+//! ([`common::bus::pull::pull_with_permits`]). While a job runs it sends in-progress acks every third of
+//! `ack_wait`; a runner that dies stops them and the job is redelivered after `ack_wait`.
+//! A message that does not decode is terminated at once (never redelivered) and logged.
+//!
+//! On shutdown the loops stop pulling; running jobs get `RUNNER_SHUTDOWN_GRACE_SECONDS` to
+//! finish, then the rest are handed back (nak) for another runner.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use async_nats::jetstream::{
+    AckKind, Message,
+    consumer::{AckPolicy, PullConsumer, pull},
+};
+use common::{
+    bus::{
+        Bus,
+        pull::{acknowledge as ack, pull_with_permits},
+    },
+    messages::JobMessage,
+};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument;
+
+use crate::{
+    config::RunnerConfig,
+    execute::{Executor, Outcome},
+    models::Model,
+};
+
+/// What every consumer loop of this runner shares.
+struct Shared {
+    executor: Arc<Executor>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+    handback: CancellationToken,
+    ack_wait: Duration,
+}
+
+/// Consumes the jobs of every served model until `shutdown` fires, then drains.
+pub async fn consume(
+    config: &RunnerConfig,
+    bus: &Bus,
+    models: Vec<Arc<dyn Model>>,
+    executor: Arc<Executor>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let subjects = bus.subjects();
+    let stream = bus
+        .jetstream()
+        .get_stream(subjects.jobs_stream())
+        .await
+        .context("opening the jobs stream")?;
+    let shared = Arc::new(Shared {
+        executor,
+        permits: Arc::new(Semaphore::new(config.concurrency)),
+        tracker: TaskTracker::new(),
+        handback: CancellationToken::new(),
+        ack_wait: config.ack_wait,
+    });
+    let mut loops = tokio::task::JoinSet::new();
+    for model in models {
+        let name = subjects.runner_consumer(&model.descriptor().model);
+        let consumer: PullConsumer = stream
+            .create_consumer(pull::Config {
+                durable_name: Some(name.clone()),
+                filter_subject: subjects.job(&model.descriptor().model),
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: config.ack_wait,
+                max_deliver: config.max_deliver,
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("creating consumer {name}"))?;
+        tracing::info!(consumer = %name, model = %model.descriptor().model, "consuming jobs");
+        let (shared, permits, tracker) = (shared.clone(), shared.permits.clone(), shared.tracker.clone());
+        loops.spawn(pull_with_permits(consumer, permits, tracker, shutdown.clone(), move |message, permit| {
+            handle(message, model.clone(), shared.clone(), permit)
+        }));
+    }
+    while loops.join_next().await.is_some() {}
+
+    shared.tracker.close();
+    if tokio::time::timeout(config.shutdown_grace, shared.tracker.wait()).await.is_err() {
+        tracing::warn!("running predictions did not finish within the grace period; handing them back");
+        shared.handback.cancel();
+        shared.tracker.wait().await;
+    }
+    tracing::info!("runner stopped");
+    Ok(())
+}
+
+async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _permit: OwnedSemaphorePermit) {
+    let job: JobMessage = match serde_json::from_slice(&message.payload) {
+        Ok(job) => job,
+        Err(e) => {
+            tracing::error!(subject = %message.subject, error = %e, "undecodable job terminated");
+            ack(&message, AckKind::Term).await;
+            return;
+        }
+    };
+    let JobMessage::RunPredictionV1 { prediction_id, model: job_model } = job;
+    let span = tracing::info_span!("job", prediction_id = %prediction_id, model = %job_model);
+    async {
+        if job_model != model.descriptor().model {
+            tracing::error!(served = %model.descriptor().model, "job for another model terminated");
+            ack(&message, AckKind::Term).await;
+            return;
+        }
+        let heartbeat = async {
+            let mut tick = tokio::time::interval(shared.ack_wait / 3);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                ack(&message, AckKind::Progress).await;
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = shared.executor.execute(model.as_ref(), &prediction_id, &shared.handback) => outcome,
+            () = heartbeat => unreachable!("the heartbeat never ends"),
+        };
+        match outcome {
+            Outcome::Done => ack(&message, AckKind::Ack).await,
+            Outcome::Retry { after } => ack(&message, AckKind::Nak(Some(after))).await,
+            Outcome::HandBack => ack(&message, AckKind::Nak(None)).await,
+        }
+    }
+    .instrument(span)
+    .await;
+}

@@ -1,0 +1,222 @@
+//! One job through the status machine.
+//!
+//! 1. `starting → processing` (conditional). If that fails the prediction is read:
+//!    terminal → its `completed` event is republished (JetStream drops it if the first got
+//!    through) and the job is done; `processing` → its runner stopped mid-run, so this runner
+//!    takes it over and runs it again; missing → the job is dropped.
+//! 2. The model runs; logs and output are stored at most every [`FLUSH_INTERVAL`], each store
+//!    followed by `output`/`logs` events. A flush that finds the prediction no longer
+//!    `processing` (canceled) stops the run.
+//! 3. `processing → succeeded | failed` (conditional) with output, logs, error, metrics and
+//!    `completed_at`, then the `completed` event. If that event cannot be published the job is
+//!    retried, which republishes it (step 1).
+//!
+//! Every stored change is followed by its event, never the other way round.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use bson::{Bson, DateTime, doc};
+use common::{
+    bus::Bus,
+    domain::{Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
+    messages::PredictionChanged,
+    store::Store,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    models::{Model, ModelError, Progress},
+    progress::Changes,
+};
+
+/// How often logs and output of a running model are stored at most.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a job waits before it is retried after a storage or messaging failure.
+pub const RETRY_DELAY: Duration = Duration::from_secs(2);
+
+/// What to do with the job message after executing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Finished (or nothing left to do): ack.
+    Done,
+    /// A dependency failed: deliver again after `after`.
+    Retry {
+        /// The delay.
+        after: Duration,
+    },
+    /// The runner is shutting down: hand the job back for another runner now.
+    HandBack,
+}
+
+/// Executes jobs; shared by every consumer of a runner.
+pub struct Executor {
+    store: Store,
+    bus: Bus,
+    base_url: String,
+}
+
+impl Executor {
+    /// An executor writing to `store` and publishing on `bus`, with links under `base_url`.
+    pub fn new(store: Store, bus: Bus, base_url: String) -> Self {
+        Self { store, bus, base_url }
+    }
+
+    /// Runs the prediction `id` on `model`; `stop` fires when the job must be handed back.
+    pub async fn execute(&self, model: &dyn Model, id: &PredictionId, stop: &CancellationToken) -> Outcome {
+        match self.try_execute(model, id, stop).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "job failed on a dependency; it will be retried");
+                Outcome::Retry { after: RETRY_DELAY }
+            }
+        }
+    }
+
+    async fn try_execute(&self, model: &dyn Model, id: &PredictionId, stop: &CancellationToken) -> anyhow::Result<Outcome> {
+        let Some(prediction) = self.begin(id).await? else {
+            return Ok(Outcome::Done);
+        };
+        let input = prediction.model_input.as_object().cloned().unwrap_or_default();
+        let progress = Progress::default();
+        let result = tokio::select! {
+            result = model.run(input, &progress) => result,
+            () = self.flush_while_running(id, &progress) => {
+                tracing::info!("prediction left processing while running (canceled); model stopped");
+                return Ok(Outcome::Done);
+            }
+            () = stop.cancelled() => {
+                tracing::info!("shutting down; job handed back");
+                return Ok(Outcome::HandBack);
+            }
+        };
+        self.finish(&prediction, result, &progress).await?;
+        Ok(Outcome::Done)
+    }
+
+    /// Step 1: the prediction to run, or `None` when there is nothing to run.
+    async fn begin(&self, id: &PredictionId) -> anyhow::Result<Option<Prediction>> {
+        let predictions = self.store.predictions();
+        let started = predictions
+            .transition(id, PredictionStatus::Processing, doc! { "started_at": DateTime::now() })
+            .await
+            .context("marking the prediction processing")?;
+        if let Some(p) = started {
+            if let Err(e) = self.publish(&p, WebhookEvent::Start).await {
+                tracing::warn!(error = %e, "start event not published");
+            }
+            return Ok(Some(p));
+        }
+        match predictions.get(id).await.context("reading the prediction")? {
+            None => {
+                tracing::warn!("job for a prediction that does not exist; dropped");
+                Ok(None)
+            }
+            Some(p) if p.status.is_terminal() => {
+                self.publish(&p, WebhookEvent::Completed).await?;
+                Ok(None)
+            }
+            Some(p) if p.status == PredictionStatus::Processing => {
+                tracing::warn!("prediction was processing on a runner that stopped; taking it over");
+                Ok(Some(p))
+            }
+            Some(p) => anyhow::bail!("prediction is {} but could not be started", p.status),
+        }
+    }
+
+    /// Step 2: stores progress every [`FLUSH_INTERVAL`]; returns when the prediction is no
+    /// longer `processing`.
+    async fn flush_while_running(&self, id: &PredictionId, progress: &Progress) {
+        let mut tick = tokio::time::interval(FLUSH_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(changes) = progress.take_changes() else { continue };
+            match self.store_progress(id, changes).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "progress not stored; will try with the next change"),
+            }
+        }
+    }
+
+    /// Stores one batch of progress; `false` when the prediction is no longer `processing`.
+    async fn store_progress(&self, id: &PredictionId, changes: Changes) -> anyhow::Result<bool> {
+        let mut set = doc! {};
+        if let Some(logs) = &changes.logs {
+            set.insert("logs", logs);
+        }
+        if let Some(output) = &changes.output {
+            set.insert("output", output);
+        }
+        let Some(p) = self.store.predictions().update_while_processing(id, set).await? else {
+            return Ok(false);
+        };
+        if changes.output.is_some() {
+            self.publish(&p, WebhookEvent::Output).await?;
+        }
+        if changes.logs.is_some() {
+            self.publish(&p, WebhookEvent::Logs).await?;
+        }
+        Ok(true)
+    }
+
+    /// Step 3: the terminal change and its `completed` event.
+    async fn finish(
+        &self,
+        prediction: &Prediction,
+        result: Result<crate::models::ModelOutput, ModelError>,
+        progress: &Progress,
+    ) -> anyhow::Result<()> {
+        let completed_at = DateTime::now();
+        let metrics = Metrics::at_completion(prediction.created_at, prediction.started_at, completed_at);
+        let mut changes = doc! {
+            "logs": progress.logs(),
+            "completed_at": completed_at,
+            "metrics": bson::to_bson(&metrics)?,
+        };
+        let status = match result {
+            Ok(output) => {
+                changes.insert("output", output.into_stored());
+                PredictionStatus::Succeeded
+            }
+            Err(e) => {
+                tracing::info!(code = %e.code, message = %e.message, "model failed");
+                changes.insert("output", progress.output().map_or(Bson::Null, Bson::String));
+                changes.insert("error", doc! { "code": e.code, "message": e.message });
+                PredictionStatus::Failed
+            }
+        };
+        let done = self
+            .store
+            .predictions()
+            .transition(&prediction.id, status, changes)
+            .await
+            .context("storing the result")?;
+        match done {
+            Some(p) => {
+                tracing::info!(status = %p.status, "prediction completed");
+                self.publish(&p, WebhookEvent::Completed).await?;
+            }
+            None => tracing::info!("prediction was canceled before its result was stored; result dropped"),
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, p: &Prediction, event: WebhookEvent) -> anyhow::Result<()> {
+        let change = PredictionChanged {
+            prediction_id: p.id.clone(),
+            account_id: p.account_id.clone(),
+            event,
+            seq: p.seq,
+            webhook: p.webhook.clone(),
+            webhook_events_filter: p.webhook_events_filter.clone(),
+            prediction: p.view(&self.base_url),
+        };
+        self.bus
+            .publish_event(change)
+            .await
+            .with_context(|| format!("publishing the {event} event"))
+    }
+}

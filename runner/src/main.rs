@@ -1,0 +1,50 @@
+//! The runner binary: `runner [--models demo/*,acme/x] [--concurrency N]`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use common::config::Env;
+
+#[derive(Parser)]
+#[command(name = "runner", version, about = "Runs prediction jobs")]
+struct Cli {
+    /// Which models to serve: comma-separated `owner/name`, `owner/*` or `*`
+    /// (default: RUNNER_MODELS, else every built-in model).
+    #[arg(long)]
+    models: Option<String>,
+    /// How many predictions run at once (default: RUNNER_CONCURRENCY, else 4).
+    #[arg(long)]
+    concurrency: Option<usize>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    common::telemetry::init("runner");
+    let mut config = match runner::config::RunnerConfig::from_env(&Env::process()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(models) = cli.models {
+        match runner::config::parse_selectors(&models) {
+            Ok(s) => config.models = s,
+            Err(e) => {
+                tracing::error!("--models: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(n) = cli.concurrency.filter(|n| *n > 0) {
+        config.concurrency = n;
+    }
+    match runner::run(config, common::shutdown::on_signals()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

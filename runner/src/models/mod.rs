@@ -1,0 +1,72 @@
+//! What a model is to the runner: a descriptor (address, capability, input schema) and a
+//! `run` that turns the validated input into an output, reporting logs and partial output
+//! through a [`Progress`] as it goes. Cancellation is the executor's job: it drops the `run`
+//! future, so a model needs no cancel handling of its own.
+
+pub mod builtin;
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+
+use common::domain::ModelRef;
+
+pub use crate::progress::Progress;
+
+/// What a model declares about itself.
+#[derive(Debug, Clone)]
+pub struct ModelDescriptor {
+    /// Its address.
+    pub model: ModelRef,
+    /// Its kind, e.g. `text-generation`.
+    pub capability: &'static str,
+    /// Its input JSON Schema.
+    pub input_schema: Value,
+}
+
+/// What a model produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelOutput {
+    /// Text.
+    Text(String),
+    /// Any other JSON value (stored as compact JSON text).
+    Json(Value),
+}
+
+impl ModelOutput {
+    /// The stored form of the output (the contract's `output` string).
+    pub fn into_stored(self) -> String {
+        match self {
+            Self::Text(t) => t,
+            Self::Json(v) => v.to_string(),
+        }
+    }
+}
+
+/// A model's failure: a code and a message, recorded on the prediction.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ModelError {
+    /// Machine-readable, e.g. `MODEL_ERROR`.
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ModelError {
+    /// A failure of the model itself.
+    pub fn model(message: impl Into<String>) -> Self {
+        Self {
+            code: "MODEL_ERROR".into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A model the runner can serve.
+pub trait Model: Send + Sync {
+    /// What the model declares.
+    fn descriptor(&self) -> &ModelDescriptor;
+
+    /// Runs on `input` (validated by the api against the schema, defaults applied).
+    fn run<'a>(&'a self, input: Map<String, Value>, progress: &'a Progress) -> BoxFuture<'a, Result<ModelOutput, ModelError>>;
+}
