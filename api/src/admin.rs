@@ -45,10 +45,5 @@ pub async fn bootstrap(config: &ApiConfig, name: &str) -> anyhow::Result<Bootstr
         None,
     )
     .await?;
-    Ok(Bootstrapped {
-        account,
-        created,
-        key,
-        secret,
-    })
+    Ok(Bootstrapped { account, created, key, secret })
 }

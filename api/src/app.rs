@@ -36,9 +36,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Binds `API_BIND` and serves until `shutdown` fires.
 pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(config.bind)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.bind))?;
+    let listener = TcpListener::bind(config.bind).await.with_context(|| format!("cannot listen on {}", config.bind))?;
     serve(config, listener, shutdown).await
 }
 
@@ -48,9 +46,7 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
     let state = connect(config).await?;
     let app = app(state);
     tracing::info!(addr = %listener.local_addr()?, "api listening");
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .into_future();
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future();
     tokio::select! {
         result = server => result.context("server failed")?,
         () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {

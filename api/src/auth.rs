@@ -38,11 +38,7 @@ pub struct KeyDirectory {
 impl KeyDirectory {
     /// A directory over the `api_keys` collection.
     pub fn new(keys: ApiKeys) -> Self {
-        Self {
-            keys,
-            cache: TtlCache::new(KEY_CACHE_TTL, KEY_CACHE_CAPACITY),
-            last_touched: Mutex::new(HashMap::new()),
-        }
+        Self { keys, cache: TtlCache::new(KEY_CACHE_TTL, KEY_CACHE_CAPACITY), last_touched: Mutex::new(HashMap::new()) }
     }
 
     /// The key record for a presented value, if it exists (usable or not).
@@ -98,9 +94,7 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let value = bearer_token(parts)
-            .and_then(ApiKeyValue::parse)
-            .ok_or_else(ApiError::unauthorized)?;
+        let value = bearer_token(parts).and_then(ApiKeyValue::parse).ok_or_else(ApiError::unauthorized)?;
         let key = state
             .keys
             .lookup(&value)
@@ -150,10 +144,7 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Authorized<S> {
         if !caller.key.has_scope(S::SCOPE) {
             return Err(ApiError::forbidden(S::SCOPE));
         }
-        Ok(Self {
-            caller,
-            _scope: PhantomData,
-        })
+        Ok(Self { caller, _scope: PhantomData })
     }
 }
 

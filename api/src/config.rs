@@ -28,10 +28,7 @@ impl ApiConfig {
     pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
         let default_rate_limit_rpm = env.parse("DEFAULT_RATE_LIMIT_RPM", 600u32)?;
         if default_rate_limit_rpm == 0 {
-            return Err(ConfigError {
-                var: "DEFAULT_RATE_LIMIT_RPM".into(),
-                reason: "must be at least 1".into(),
-            });
+            return Err(ConfigError { var: "DEFAULT_RATE_LIMIT_RPM".into(), reason: "must be at least 1".into() });
         }
         Ok(Self {
             common: CommonConfig::from_env(env)?,

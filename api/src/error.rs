@@ -91,11 +91,7 @@ fn trace_id(headers: &HeaderMap, request_id: Option<&str>) -> Option<String> {
 
 /// Renders every error response as problem+json (see the module doc).
 pub async fn render_problems(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let request_id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let trace = trace_id(request.headers(), request_id.as_deref());
     let mut response = next.run(request).await;
 
@@ -144,10 +140,8 @@ mod tests {
     #[test]
     fn the_trace_id_comes_from_traceparent_when_present() {
         let mut headers = HeaderMap::new();
-        headers.insert(
-            "traceparent",
-            HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-        );
+        headers
+            .insert("traceparent", HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
         assert_eq!(trace_id(&headers, Some("x")).as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
     }
 

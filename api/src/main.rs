@@ -47,18 +47,18 @@ async fn main() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => api::run(config, common::shutdown::on_signals()).await,
-        Command::Admin {
-            command: AdminCommand::Bootstrap { account },
-        } => api::admin::bootstrap(&config, &account).await.map(|done| {
-            eprintln!(
-                "account {} ({}) {}; admin key {} issued",
-                done.account.name,
-                done.account.id,
-                if done.created { "created" } else { "already existed" },
-                done.key.prefix()
-            );
-            println!("{}", done.key.expose());
-        }),
+        Command::Admin { command: AdminCommand::Bootstrap { account } } => {
+            api::admin::bootstrap(&config, &account).await.map(|done| {
+                eprintln!(
+                    "account {} ({}) {}; admin key {} issued",
+                    done.account.name,
+                    done.account.id,
+                    if done.created { "created" } else { "already existed" },
+                    done.key.prefix()
+                );
+                println!("{}", done.key.expose());
+            })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

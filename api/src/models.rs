@@ -4,7 +4,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use common::{cache::TtlCache, domain::ModelRef, store::{ModelRecord, Models}};
+use common::{
+    cache::TtlCache,
+    domain::ModelRef,
+    store::{ModelRecord, Models},
+};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -30,10 +34,7 @@ pub struct ModelCatalog {
 impl ModelCatalog {
     /// A catalog over the `models` collection.
     pub fn new(models: Models) -> Self {
-        Self {
-            models,
-            cache: TtlCache::new(MODEL_CACHE_TTL, 10_000),
-        }
+        Self { models, cache: TtlCache::new(MODEL_CACHE_TTL, 10_000) }
     }
 
     /// The model, if some runner registered it.

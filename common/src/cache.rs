@@ -22,20 +22,13 @@ pub struct TtlCache<K, V> {
 impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     /// A cache whose entries live for `ttl`, holding at most `capacity` of them.
     pub fn new(ttl: Duration, capacity: usize) -> Self {
-        Self {
-            ttl,
-            capacity: capacity.max(1),
-            entries: Mutex::new(HashMap::new()),
-        }
+        Self { ttl, capacity: capacity.max(1), entries: Mutex::new(HashMap::new()) }
     }
 
     /// The entry, if present and fresh.
     pub fn get(&self, key: &K) -> Option<V> {
         let entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        entries
-            .get(key)
-            .filter(|(_, at)| at.elapsed() < self.ttl)
-            .map(|(v, _)| v.clone())
+        entries.get(key).filter(|(_, at)| at.elapsed() < self.ttl).map(|(v, _)| v.clone())
     }
 
     /// Stores an entry; when full, expired entries are dropped first, then everything.

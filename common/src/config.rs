@@ -27,9 +27,12 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// Looks a variable up by name.
+type Lookup<'a> = Box<dyn Fn(&str) -> Option<String> + 'a>;
+
 /// A source of settings: the process environment, or a map in tests.
 pub struct Env<'a> {
-    lookup: Box<dyn Fn(&str) -> Option<String> + 'a>,
+    lookup: Lookup<'a>,
 }
 
 impl<'a> Env<'a> {
@@ -40,9 +43,7 @@ impl<'a> Env<'a> {
 
     /// Settings from any lookup function (tests).
     pub fn from_fn(lookup: impl Fn(&str) -> Option<String> + 'a) -> Self {
-        Self {
-            lookup: Box::new(lookup),
-        }
+        Self { lookup: Box::new(lookup) }
     }
 
     /// The variable's value if set and not empty.
@@ -57,10 +58,7 @@ impl<'a> Env<'a> {
 
     /// The value, which must be set.
     pub fn required(&self, name: &str) -> Result<String, ConfigError> {
-        self.get(name).ok_or_else(|| ConfigError {
-            var: name.to_owned(),
-            reason: "must be set".into(),
-        })
+        self.get(name).ok_or_else(|| ConfigError { var: name.to_owned(), reason: "must be set".into() })
     }
 
     /// The value parsed as `T`, or `default` when unset.
@@ -71,10 +69,10 @@ impl<'a> Env<'a> {
     {
         match self.get(name) {
             None => Ok(default),
-            Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError {
-                var: name.to_owned(),
-                reason: format!("{v:?} is not valid: {e}"),
-            }),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map_err(|e: T::Err| ConfigError { var: name.to_owned(), reason: format!("{v:?} is not valid: {e}") }),
         }
     }
 
@@ -93,10 +91,7 @@ impl<'a> Env<'a> {
             None => Ok(default),
             Some("true" | "1" | "yes") => Ok(true),
             Some("false" | "0" | "no") => Ok(false),
-            Some(other) => Err(ConfigError {
-                var: name.to_owned(),
-                reason: format!("{other:?} is not true or false"),
-            }),
+            Some(other) => Err(ConfigError { var: name.to_owned(), reason: format!("{other:?} is not true or false") }),
         }
     }
 }
@@ -122,14 +117,10 @@ impl CommonConfig {
     /// Reads the shared settings.
     pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
         let prefix = env.string("NATS_PREFIX", "ps");
-        let subjects = Subjects::new(&prefix).map_err(|e| ConfigError {
-            var: "NATS_PREFIX".into(),
-            reason: e.to_string(),
-        })?;
-        let master_key = MasterKey::from_base64(&env.required("MASTER_KEY")?).map_err(|e| ConfigError {
-            var: "MASTER_KEY".into(),
-            reason: e.to_string(),
-        })?;
+        let subjects =
+            Subjects::new(&prefix).map_err(|e| ConfigError { var: "NATS_PREFIX".into(), reason: e.to_string() })?;
+        let master_key = MasterKey::from_base64(&env.required("MASTER_KEY")?)
+            .map_err(|e| ConfigError { var: "MASTER_KEY".into(), reason: e.to_string() })?;
         let public_base_url = env.string("PUBLIC_BASE_URL", "http://localhost:8080");
         if !(public_base_url.starts_with("http://") || public_base_url.starts_with("https://")) {
             return Err(ConfigError {
@@ -186,7 +177,8 @@ mod tests {
 
     #[test]
     fn a_trailing_slash_is_dropped_from_the_base_url() {
-        let vars = env(&[("MASTER_KEY", &MasterKey::generate_base64()), ("PUBLIC_BASE_URL", "https://api.example.com/")]);
+        let vars =
+            env(&[("MASTER_KEY", &MasterKey::generate_base64()), ("PUBLIC_BASE_URL", "https://api.example.com/")]);
         let cfg = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("valid");
         assert_eq!(cfg.public_base_url, "https://api.example.com");
     }

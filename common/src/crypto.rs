@@ -51,15 +51,10 @@ impl MasterKey {
     pub fn seal(&self, plaintext: &str, context: &str) -> String {
         let mut nonce = [0u8; NONCE_LEN];
         rand::rng().fill_bytes(&mut nonce);
-        let payload = Payload {
-            msg: plaintext.as_bytes(),
-            aad: context.as_bytes(),
-        };
+        let payload = Payload { msg: plaintext.as_bytes(), aad: context.as_bytes() };
         // Encryption fails only for plaintexts beyond AES-GCM's ~64 GiB limit.
-        let ciphertext = self
-            .0
-            .encrypt(Nonce::from_slice(&nonce), payload)
-            .expect("AES-GCM encrypts any secret-sized plaintext");
+        let ciphertext =
+            self.0.encrypt(Nonce::from_slice(&nonce), payload).expect("AES-GCM encrypts any secret-sized plaintext");
         let mut out = nonce.to_vec();
         out.extend_from_slice(&ciphertext);
         format!("{SEALED_PREFIX}{}", STANDARD.encode(out))
@@ -73,14 +68,8 @@ impl MasterKey {
             .filter(|b| b.len() > NONCE_LEN)
             .ok_or(CryptoError::CannotOpen)?;
         let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
-        let payload = Payload {
-            msg: ciphertext,
-            aad: context.as_bytes(),
-        };
-        let plain = self
-            .0
-            .decrypt(Nonce::from_slice(nonce), payload)
-            .map_err(|_| CryptoError::CannotOpen)?;
+        let payload = Payload { msg: ciphertext, aad: context.as_bytes() };
+        let plain = self.0.decrypt(Nonce::from_slice(nonce), payload).map_err(|_| CryptoError::CannotOpen)?;
         String::from_utf8(plain).map_err(|_| CryptoError::CannotOpen)
     }
 }

@@ -120,9 +120,7 @@ mod tests {
 
     #[test]
     fn a_cancel_round_trips() {
-        let msg = CancelMessage::CancelPredictionV1 {
-            prediction_id: PredictionId::generate(),
-        };
+        let msg = CancelMessage::CancelPredictionV1 { prediction_id: PredictionId::generate() };
         let bytes = serde_json::to_vec(&msg).expect("serializes");
         assert_eq!(serde_json::from_slice::<CancelMessage>(&bytes).ok(), Some(msg));
     }

@@ -133,20 +133,12 @@ pub struct FieldError {
 impl FieldError {
     /// A required field is absent.
     pub fn missing(field: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            code: FieldErrorCode::MissingField,
-            message: "This field is required.".into(),
-        }
+        Self { field: field.into(), code: FieldErrorCode::MissingField, message: "This field is required.".into() }
     }
 
     /// A field is present but not acceptable.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            code: FieldErrorCode::InvalidArgument,
-            message: message.into(),
-        }
+        Self { field: field.into(), code: FieldErrorCode::InvalidArgument, message: message.into() }
     }
 }
 
@@ -189,20 +181,12 @@ pub struct ProblemBody {
 impl Problem {
     /// A problem of `kind` with an explanation.
     pub fn new(kind: ProblemKind, detail: impl Into<String>) -> Self {
-        Self {
-            kind,
-            detail: detail.into(),
-            errors: Vec::new(),
-        }
+        Self { kind, detail: detail.into(), errors: Vec::new() }
     }
 
     /// A validation error listing every failing field.
     pub fn validation(detail: impl Into<String>, errors: Vec<FieldError>) -> Self {
-        Self {
-            kind: ProblemKind::Validation,
-            detail: detail.into(),
-            errors,
-        }
+        Self { kind: ProblemKind::Validation, detail: detail.into(), errors }
     }
 
     /// The body, with the request's ids attached to validation errors.

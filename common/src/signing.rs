@@ -31,11 +31,7 @@ pub fn sign(secret: &WebhookSecret, msg_id: &str, timestamp: i64, body: &[u8]) -
 /// The `webhook-signature` header value: one signature per secret, in the order given
 /// (current first), separated by one space.
 pub fn signature_header(secrets: &[&WebhookSecret], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-    secrets
-        .iter()
-        .map(|s| sign(s, msg_id, timestamp, body))
-        .collect::<Vec<_>>()
-        .join(" ")
+    secrets.iter().map(|s| sign(s, msg_id, timestamp, body)).collect::<Vec<_>>().join(" ")
 }
 
 /// Whether any `v1` signature in `header` was made with `secret` over these bytes.

@@ -27,13 +27,8 @@ impl Subjects {
     pub fn new(prefix: &str) -> Result<Self, InvalidPrefix> {
         let ok = !prefix.is_empty()
             && prefix.len() <= 32
-            && prefix
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        ok.then(|| Self {
-            prefix: prefix.to_owned(),
-        })
-        .ok_or(InvalidPrefix)
+            && prefix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        ok.then(|| Self { prefix: prefix.to_owned() }).ok_or(InvalidPrefix)
     }
 
     /// The work-queue stream of jobs.
@@ -54,13 +49,7 @@ impl Subjects {
     /// The durable consumer that every runner serving `model` shares.
     pub fn runner_consumer(&self, model: &ModelRef) -> String {
         // The owner's length makes the name unambiguous although '_' may occur in both parts.
-        format!(
-            "{}_runner_{}_{}_{}",
-            self.prefix,
-            model.owner().len(),
-            model.owner(),
-            model.name()
-        )
+        format!("{}_runner_{}_{}_{}", self.prefix, model.owner().len(), model.owner(), model.name())
     }
 
     /// The stream of status events.

@@ -34,12 +34,10 @@ pub struct NotifierConfig {
 impl NotifierConfig {
     /// Reads and checks the configuration.
     pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
-        let bad = |var: &str, reason: String| ConfigError {
-            var: var.into(),
-            reason,
-        };
-        let retry_schedule = RetrySchedule::parse(&env.string("NOTIFIER_RETRY_SCHEDULE", "5,30,120,600,1800,3600,10800,21600"))
-            .map_err(|e| bad("NOTIFIER_RETRY_SCHEDULE", e))?;
+        let bad = |var: &str, reason: String| ConfigError { var: var.into(), reason };
+        let retry_schedule =
+            RetrySchedule::parse(&env.string("NOTIFIER_RETRY_SCHEDULE", "5,30,120,600,1800,3600,10800,21600"))
+                .map_err(|e| bad("NOTIFIER_RETRY_SCHEDULE", e))?;
         let concurrency: usize = env.parse("NOTIFIER_CONCURRENCY", 64)?;
         if concurrency == 0 {
             return Err(bad("NOTIFIER_CONCURRENCY", "must be at least 1".into()));

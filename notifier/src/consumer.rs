@@ -24,7 +24,10 @@ use common::{
     },
     domain::WebhookUrl,
     messages::{PredictionChanged, StatusEvent},
-    store::{WebhookAttempts, webhook_attempts::{AttemptOutcome, WebhookAttempt}},
+    store::{
+        WebhookAttempts,
+        webhook_attempts::{AttemptOutcome, WebhookAttempt},
+    },
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -68,11 +71,7 @@ pub async fn consume(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let subjects = bus.subjects();
-    let stream = bus
-        .jetstream()
-        .get_stream(subjects.events_stream())
-        .await
-        .context("opening the events stream")?;
+    let stream = bus.jetstream().get_stream(subjects.events_stream()).await.context("opening the events stream")?;
     let name = subjects.notifier_consumer();
     let consumer: PullConsumer = stream
         .create_consumer(pull::Config {
@@ -109,7 +108,8 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permit: OwnedSemapho
             return;
         }
     };
-    let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
+    let span =
+        tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
     async {
         let Some(url) = change.webhook.clone() else {
             return acknowledge(&message, AckKind::Ack).await;
@@ -146,13 +146,7 @@ impl Notifier {
             }
         };
         let webhook_id = change.message_id();
-        let hook = Webhook {
-            id: &webhook_id,
-            event: change.event,
-            seq: change.seq,
-            url,
-            body: &body,
-        };
+        let hook = Webhook { id: &webhook_id, event: change.event, seq: change.seq, url, body: &body };
         let (result, latency) = self.deliverer.send(&hook, &secrets.signing_at(DateTime::now())).await;
 
         let retry = |retry_after: Option<Duration>| {
@@ -162,7 +156,9 @@ impl Notifier {
         };
         let (status_code, error, outcome, disposition) = match &result {
             AttemptResult::Delivered { status } => (Some(*status), None, AttemptOutcome::Delivered, Disposition::Ack),
-            AttemptResult::Refused { reason } => (None, Some(reason.clone()), AttemptOutcome::Refused, Disposition::Terminate),
+            AttemptResult::Refused { reason } => {
+                (None, Some(reason.clone()), AttemptOutcome::Refused, Disposition::Terminate)
+            }
             AttemptResult::Rejected { status, retry_after } => {
                 let next = retry(*retry_after);
                 let error = Some(format!("receiver answered {status}"));
@@ -178,7 +174,13 @@ impl Notifier {
         };
         match outcome {
             AttemptOutcome::Delivered => tracing::info!(attempt, ?latency, "webhook delivered"),
-            _ => tracing::warn!(attempt, ?latency, ?outcome, error = error.as_deref().unwrap_or(""), "webhook not delivered"),
+            _ => tracing::warn!(
+                attempt,
+                ?latency,
+                ?outcome,
+                error = error.as_deref().unwrap_or(""),
+                "webhook not delivered"
+            ),
         }
         let record = WebhookAttempt {
             prediction_id: change.prediction_id.clone(),

@@ -79,10 +79,7 @@ impl Deliverer {
             .pool_idle_timeout(Duration::from_secs(30))
             .user_agent(concat!("prediction-service-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self {
-            client,
-            allow_private: config.allow_private_targets,
-        })
+        Ok(Self { client, allow_private: config.allow_private_targets })
     }
 
     /// Sends one attempt signed with `secrets` (current first); returns what happened and how
@@ -105,9 +102,9 @@ impl Deliverer {
             .header("webhook-sequence", hook.seq.to_string())
             .body(hook.body.to_vec());
         let result = match request.send().await {
-            Ok(response) if response.status().is_success() => AttemptResult::Delivered {
-                status: response.status().as_u16(),
-            },
+            Ok(response) if response.status().is_success() => {
+                AttemptResult::Delivered { status: response.status().as_u16() }
+            }
             Ok(response) => AttemptResult::Rejected {
                 status: response.status().as_u16(),
                 retry_after: response
@@ -117,9 +114,7 @@ impl Deliverer {
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .map(Duration::from_secs),
             },
-            Err(e) if is_private_target(&e) => AttemptResult::Refused {
-                reason: error_chain(&e),
-            },
+            Err(e) if is_private_target(&e) => AttemptResult::Refused { reason: error_chain(&e) },
             Err(e) => AttemptResult::Failed { error: error_chain(&e) },
         };
         (result, started.elapsed())

@@ -24,11 +24,7 @@ pub struct SecretCache {
 impl SecretCache {
     /// A cache over the `accounts` collection.
     pub fn new(accounts: Accounts, master: MasterKey) -> Self {
-        Self {
-            accounts,
-            master,
-            cache: TtlCache::new(SECRET_CACHE_TTL, 10_000),
-        }
+        Self { accounts, master, cache: TtlCache::new(SECRET_CACHE_TTL, 10_000) }
     }
 
     /// The secrets of `account`.
@@ -36,11 +32,7 @@ impl SecretCache {
         if let Some(s) = self.cache.get(account) {
             return Ok(s);
         }
-        let found = self
-            .accounts
-            .get(account)
-            .await?
-            .with_context(|| format!("account {account} does not exist"))?;
+        let found = self.accounts.get(account).await?.with_context(|| format!("account {account} does not exist"))?;
         let secrets = Arc::new(found.signing_secrets(&self.master)?);
         self.cache.insert(account.clone(), secrets.clone());
         Ok(secrets)

@@ -104,10 +104,8 @@ impl Resolve for GuardedResolver {
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> = resolved
-                .into_iter()
-                .filter(|a| allow_private || !is_forbidden(a.ip()))
-                .collect();
+            let allowed: Vec<SocketAddr> =
+                resolved.into_iter().filter(|a| allow_private || !is_forbidden(a.ip())).collect();
             if allowed.is_empty() {
                 return Err(Box::new(PrivateTarget(host)) as Box<dyn std::error::Error + Send + Sync>);
             }
@@ -127,9 +125,23 @@ mod tests {
     #[test]
     fn internal_addresses_are_forbidden() {
         for a in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-            "224.0.0.1", "255.255.255.255", "::1", "fc00::1", "fd00:ec2::254", "fe80::1", "::ffff:127.0.0.1",
-            "64:ff9b::a00:1", "ff02::1", "::",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "fc00::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a00:1",
+            "ff02::1",
+            "::",
         ] {
             assert!(is_forbidden(ip(a)), "{a} must be forbidden");
         }

@@ -56,10 +56,7 @@ pub fn parse_selectors(text: &str) -> Result<Vec<ModelSelector>, String> {
             "*" | "*/*" => Ok(ModelSelector::All),
             _ => match s.split_once('/') {
                 Some((owner, "*")) if is_valid_segment(owner) => Ok(ModelSelector::Owner(owner.to_owned())),
-                _ => s
-                    .parse()
-                    .map(ModelSelector::Exact)
-                    .map_err(|_| format!("{s:?} is not owner/name, owner/* or *")),
+                _ => s.parse().map(ModelSelector::Exact).map_err(|_| format!("{s:?} is not owner/name, owner/* or *")),
             },
         })
         .collect::<Result<Vec<_>, _>>()
@@ -86,10 +83,7 @@ pub struct RunnerConfig {
 impl RunnerConfig {
     /// Reads and checks the configuration.
     pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
-        let bad = |var: &str, reason: String| ConfigError {
-            var: var.into(),
-            reason,
-        };
+        let bad = |var: &str, reason: String| ConfigError { var: var.into(), reason };
         let models = parse_selectors(&env.string("RUNNER_MODELS", "*")).map_err(|e| bad("RUNNER_MODELS", e))?;
         let concurrency: usize = env.parse("RUNNER_CONCURRENCY", 4)?;
         if concurrency == 0 {

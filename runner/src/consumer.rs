@@ -53,11 +53,7 @@ pub async fn consume(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let subjects = bus.subjects();
-    let stream = bus
-        .jetstream()
-        .get_stream(subjects.jobs_stream())
-        .await
-        .context("opening the jobs stream")?;
+    let stream = bus.jetstream().get_stream(subjects.jobs_stream()).await.context("opening the jobs stream")?;
     let shared = Arc::new(Shared {
         executor,
         permits: Arc::new(Semaphore::new(config.concurrency)),

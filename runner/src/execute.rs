@@ -73,7 +73,12 @@ impl Executor {
         }
     }
 
-    async fn try_execute(&self, model: &dyn Model, id: &PredictionId, stop: &CancellationToken) -> anyhow::Result<Outcome> {
+    async fn try_execute(
+        &self,
+        model: &dyn Model,
+        id: &PredictionId,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<Outcome> {
         let Some(prediction) = self.begin(id).await? else {
             return Ok(Outcome::Done);
         };
@@ -136,7 +141,9 @@ impl Executor {
             match self.store_progress(id, changes).await {
                 Ok(true) => {}
                 Ok(false) => return,
-                Err(e) => tracing::warn!(error = format!("{e:#}"), "progress not stored; will try with the next change"),
+                Err(e) => {
+                    tracing::warn!(error = format!("{e:#}"), "progress not stored; will try with the next change")
+                }
             }
         }
     }
@@ -188,12 +195,8 @@ impl Executor {
                 PredictionStatus::Failed
             }
         };
-        let done = self
-            .store
-            .predictions()
-            .transition(&prediction.id, status, changes)
-            .await
-            .context("storing the result")?;
+        let done =
+            self.store.predictions().transition(&prediction.id, status, changes).await.context("storing the result")?;
         match done {
             Some(p) => {
                 tracing::info!(status = %p.status, "prediction completed");
@@ -214,9 +217,6 @@ impl Executor {
             webhook_events_filter: p.webhook_events_filter.clone(),
             prediction: p.view(&self.base_url),
         };
-        self.bus
-            .publish_event(change)
-            .await
-            .with_context(|| format!("publishing the {event} event"))
+        self.bus.publish_event(change).await.with_context(|| format!("publishing the {event} event"))
     }
 }

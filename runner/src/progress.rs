@@ -84,13 +84,7 @@ mod tests {
         p.log("a");
         p.log("b");
         p.append_output("x");
-        assert_eq!(
-            p.take_changes(),
-            Some(Changes {
-                logs: Some("a\nb\n".into()),
-                output: Some("x".into())
-            })
-        );
+        assert_eq!(p.take_changes(), Some(Changes { logs: Some("a\nb\n".into()), output: Some("x".into()) }));
         assert_eq!(p.take_changes(), None);
         p.append_output("y");
         assert_eq!(p.take_changes(), Some(Changes { logs: None, output: Some("xy".into()) }));

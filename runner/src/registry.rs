@@ -9,10 +9,7 @@ use crate::{config::ModelSelector, models::Model};
 
 /// The models of `available` that `selectors` select.
 pub fn select(selectors: &[ModelSelector], available: Vec<Arc<dyn Model>>) -> Vec<Arc<dyn Model>> {
-    available
-        .into_iter()
-        .filter(|m| selectors.iter().any(|s| s.matches(&m.descriptor().model)))
-        .collect()
+    available.into_iter().filter(|m| selectors.iter().any(|s| s.matches(&m.descriptor().model))).collect()
 }
 
 /// Registers every served model (idempotent; re-registration refreshes the record).

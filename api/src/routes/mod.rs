@@ -5,10 +5,12 @@
 //! |---|---|---|
 //! | `POST /v1/models/{owner}/{model}/predictions` | [`predictions::create`] | write |
 //! | `GET /v1/predictions/{id}` | [`predictions::get`] | read |
+//! | `GET /v1/account/webhooks/secret` (alias `GET /v1/webhooks/default/secret`) | [`webhook_secret::get`] | admin |
 //! | `GET /ready`, `GET /health` | [`health`] | none |
 
 pub mod health;
 pub mod predictions;
+pub mod webhook_secret;
 
 use axum::{
     Router,
@@ -22,6 +24,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/models/{owner}/{model}/predictions", post(predictions::create))
         .route("/v1/predictions/{id}", get(predictions::get))
+        .route("/v1/account/webhooks/secret", get(webhook_secret::get))
+        .route("/v1/webhooks/default/secret", get(webhook_secret::get))
         .route("/ready", get(health::ready))
         .route("/health", get(health::health))
         .fallback(unknown_route)

@@ -66,10 +66,7 @@ pub async fn create(
     tracing::Span::current().record("prediction_id", prediction.id.as_str());
     state.store.predictions().insert(&prediction).await?;
 
-    let job = JobMessage::RunPredictionV1 {
-        prediction_id: prediction.id.clone(),
-        model: model_ref,
-    };
+    let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: model_ref };
     if let Err(e) = state.bus.publish_job(&job).await {
         tracing::error!(error = %e, "job not published; the reconciler will republish it");
     }

@@ -55,11 +55,7 @@ pub fn parse(body: &Map<String, Value>) -> Result<CreatePrediction, Vec<FieldErr
         }
     };
     match input {
-        Some(input) if errors.is_empty() => Ok(CreatePrediction {
-            input,
-            webhook,
-            webhook_events_filter,
-        }),
+        Some(input) if errors.is_empty() => Ok(CreatePrediction { input, webhook, webhook_events_filter }),
         _ => Err(errors),
     }
 }
@@ -110,7 +106,10 @@ mod tests {
 
     #[test]
     fn a_missing_input_is_a_missing_field() {
-        assert_eq!(fields(parse_json(json!({})).expect_err("invalid")), vec![("input".into(), FieldErrorCode::MissingField)]);
+        assert_eq!(
+            fields(parse_json(json!({})).expect_err("invalid")),
+            vec![("input".into(), FieldErrorCode::MissingField)]
+        );
         assert_eq!(
             fields(parse_json(json!({"input": null})).expect_err("invalid")),
             vec![("input".into(), FieldErrorCode::MissingField)]
@@ -131,7 +130,8 @@ mod tests {
 
     #[test]
     fn wrong_types_of_webhook_fields_are_invalid() {
-        let errors = parse_json(json!({"input": {}, "webhook": 5, "webhook_events_filter": "start"})).expect_err("invalid");
+        let errors =
+            parse_json(json!({"input": {}, "webhook": 5, "webhook_events_filter": "start"})).expect_err("invalid");
         let names: Vec<String> = errors.into_iter().map(|e| e.field).collect();
         assert_eq!(names, vec!["webhook", "webhook_events_filter"]);
     }

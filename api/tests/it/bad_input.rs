@@ -8,11 +8,7 @@ use crate::harness::{JsonBody, Options, System};
 const ECHO: &str = "/v1/models/demo/echo/predictions";
 
 async fn api_only() -> System {
-    System::start_with(Options {
-        notifier: false,
-        ..Options::default()
-    })
-    .await
+    System::start_with(Options { notifier: false, ..Options::default() }).await
 }
 
 async fn problem(response: Response, status: u16) -> Value {
@@ -35,7 +31,9 @@ async fn missing_malformed_and_unknown_keys_all_get_the_same_401() {
     let system = api_only().await;
     let unknown_key = format!("psk_{}", "A".repeat(40));
     let mut bodies = Vec::new();
-    for auth in [None, Some("Bearer nonsense".to_owned()), Some(format!("Bearer {unknown_key}")), Some("Basic abc".into())] {
+    for auth in
+        [None, Some("Bearer nonsense".to_owned()), Some(format!("Bearer {unknown_key}")), Some("Basic abc".into())]
+    {
         let mut request = system.anonymous(Method::GET, "/v1/predictions/aaaaaaaaaaaaaaaaaaaaaaaaaa");
         if let Some(a) = auth {
             request = request.header("authorization", a);
@@ -64,7 +62,10 @@ async fn a_missing_input_is_400_with_a_missing_field_item_and_request_ids() {
     let request_id = response.headers()["x-request-id"].to_str().expect("ascii").to_owned();
     let body = problem(response, 400).await;
     assert_kind(&body, &system, "validation-error", "Validation Error", "VALIDATION_INVALID_ARGUMENT");
-    assert_eq!(body["errors"], json!([{"field": "input", "code": "VALIDATION_MISSING_FIELD", "message": "This field is required."}]));
+    assert_eq!(
+        body["errors"],
+        json!([{"field": "input", "code": "VALIDATION_MISSING_FIELD", "message": "This field is required."}])
+    );
     assert_eq!(body["request_id"], request_id);
     assert!(body["trace_id"].as_str().is_some_and(|t| t.len() == 32));
 }
@@ -93,12 +94,16 @@ async fn bad_webhook_fields_are_400_at_their_path() {
     let system = api_only().await;
     let body = problem(
         system
-            .post_json(ECHO, &json!({"input": {"prompt": "x"}, "webhook": "ftp://x", "webhook_events_filter": ["start", "nope"]}))
+            .post_json(
+                ECHO,
+                &json!({"input": {"prompt": "x"}, "webhook": "ftp://x", "webhook_events_filter": ["start", "nope"]}),
+            )
             .await,
         400,
     )
     .await;
-    let fields: Vec<&str> = body["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
+    let fields: Vec<&str> =
+        body["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
     assert_eq!(fields, vec!["webhook", "webhook_events_filter[1]"]);
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{domain::PredictionId, signing, testkit::eventually, store::webhook_attempts::AttemptOutcome};
+use common::{domain::PredictionId, signing, store::webhook_attempts::AttemptOutcome, testkit::eventually};
 use serde_json::{Value, json};
 
 use crate::{
@@ -42,7 +42,8 @@ async fn an_echo_prediction_succeeds_and_one_signed_completed_webhook_arrives() 
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["output"], "hello hello hello");
     assert_eq!(done["error"], Value::Null);
-    let (created_at, started_at, completed_at) = (time(&done["created_at"]), time(&done["started_at"]), time(&done["completed_at"]));
+    let (created_at, started_at, completed_at) =
+        (time(&done["created_at"]), time(&done["started_at"]), time(&done["completed_at"]));
     assert!(created_at <= started_at && started_at <= completed_at);
     let predict = done["metrics"]["predict_time"].as_f64().expect("predict_time");
     let total = done["metrics"]["total_time"].as_f64().expect("total_time");
@@ -69,7 +70,13 @@ async fn an_echo_prediction_succeeds_and_one_signed_completed_webhook_arrives() 
     let timestamp: i64 = hook.header("webhook-timestamp").parse().expect("a unix timestamp");
     assert!((Utc::now().timestamp() - timestamp).abs() < 60);
     assert!(
-        signing::verify(&system.secret, hook.header("webhook-id"), timestamp, &hook.body, hook.header("webhook-signature")),
+        signing::verify(
+            &system.secret,
+            hook.header("webhook-id"),
+            timestamp,
+            &hook.body,
+            hook.header("webhook-signature")
+        ),
         "the signature verifies with the account's secret"
     );
     assert_eq!(hook.header("content-type"), "application/json");
@@ -91,8 +98,24 @@ async fn a_filter_of_completed_delivers_nothing_else() {
         .await;
     let id = created["id"].as_str().expect("an id");
     system.wait_for_terminal(id, Duration::from_secs(30)).await;
-    let arrived = eventually(Duration::from_secs(20), || async { (!receiver.of_event("completed").is_empty()).then_some(()) }).await;
+    let arrived =
+        eventually(Duration::from_secs(20), || async { (!receiver.of_event("completed").is_empty()).then_some(()) })
+            .await;
     assert!(arrived.is_some(), "completed webhook arrived");
     let events: Vec<String> = receiver.deliveries().iter().map(|d| d.header("webhook-event").to_owned()).collect();
     assert_eq!(events, vec!["completed"]);
+}
+
+#[tokio::test]
+async fn the_signing_secret_is_shown_to_admins_masked_and_whole() {
+    let system = System::start_with(crate::harness::Options { runner: false, notifier: false, env: vec![] }).await;
+    for path in ["/v1/account/webhooks/secret", "/v1/webhooks/default/secret"] {
+        let response = system.get(path).await;
+        assert_eq!(response.status(), 200);
+        let body = response.json_body().await;
+        assert_eq!(body["key"], system.secret.expose());
+        assert_eq!(body["masked"], system.secret.masked());
+        assert!(body["created_at"].as_str().is_some());
+        assert_eq!(body["previous_key_expires_at"], Value::Null);
+    }
 }

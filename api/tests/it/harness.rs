@@ -23,11 +23,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self {
-            runner: true,
-            notifier: true,
-            env: Vec::new(),
-        }
+        Self { runner: true, notifier: true, env: Vec::new() }
     }
 }
 
@@ -103,10 +99,8 @@ impl System {
         if models {
             let store = self.ctx.store().await;
             let echo: ModelRef = "demo/echo".parse().expect("valid");
-            let registered = eventually(Duration::from_secs(30), || async {
-                store.models().get(&echo).await.ok().flatten()
-            })
-            .await;
+            let registered =
+                eventually(Duration::from_secs(30), || async { store.models().get(&echo).await.ok().flatten() }).await;
             assert!(registered.is_some(), "the runner did not register its models");
         }
     }

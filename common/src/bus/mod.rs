@@ -88,10 +88,7 @@ impl Bus {
             .request_timeout(Some(REQUEST_TIMEOUT))
             .connect(url)
             .await
-            .map_err(|e| BusError::Connect {
-                url: url.to_owned(),
-                source: e.into(),
-            })?;
+            .map_err(|e| BusError::Connect { url: url.to_owned(), source: e.into() })?;
         let js = jetstream::new(client.clone());
         Ok(Self { client, js, subjects })
     }
@@ -117,13 +114,7 @@ impl Bus {
         };
         for config in [jobs, events] {
             let stream = config.name.clone();
-            self.js
-                .create_or_update_stream(config)
-                .await
-                .map_err(|e| BusError::Stream {
-                    stream,
-                    source: e.into(),
-                })?;
+            self.js.create_or_update_stream(config).await.map_err(|e| BusError::Stream { stream, source: e.into() })?;
         }
         Ok(())
     }
@@ -146,23 +137,15 @@ impl Bus {
     /// Broadcasts a cancel to every runner (not stored: runners also poll the status).
     pub async fn publish_cancel(&self, id: &PredictionId) -> Result<(), BusError> {
         let subject = self.subjects.cancel(id);
-        let msg = CancelMessage::CancelPredictionV1 {
-            prediction_id: id.clone(),
-        };
+        let msg = CancelMessage::CancelPredictionV1 { prediction_id: id.clone() };
         self.client
             .publish(subject.clone(), encode(&msg))
             .await
-            .map_err(|e| BusError::Publish {
-                subject,
-                source: e.into(),
-            })
+            .map_err(|e| BusError::Publish { subject, source: e.into() })
     }
 
     async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {
-        let fail = |e: async_nats::Error| BusError::Publish {
-            subject: subject.clone(),
-            source: e,
-        };
+        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
         let ack = self
             .js
             .send_publish(subject.clone(), PublishMessage::build().payload(payload).message_id(msg_id))

@@ -33,17 +33,15 @@ impl ApiKeyValue {
     /// A new random key.
     pub fn generate() -> Self {
         let mut rng = rand::rng();
-        let random: String = (0..KEY_RANDOM_LEN)
-            .map(|_| char::from(BASE62[rng.random_range(0..BASE62.len())]))
-            .collect();
+        let random: String =
+            (0..KEY_RANDOM_LEN).map(|_| char::from(BASE62[rng.random_range(0..BASE62.len())])).collect();
         Self(format!("{KEY_PREFIX}{random}"))
     }
 
     /// Parses a presented key; `None` unless it has the exact key format.
     pub fn parse(s: &str) -> Option<Self> {
         let rest = s.strip_prefix(KEY_PREFIX)?;
-        (rest.len() == KEY_RANDOM_LEN && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
-            .then(|| Self(s.to_owned()))
+        (rest.len() == KEY_RANDOM_LEN && rest.bytes().all(|b| b.is_ascii_alphanumeric())).then(|| Self(s.to_owned()))
     }
 
     /// The full value, to show its owner once or to an admin.
@@ -141,10 +139,7 @@ mod tests {
     fn the_hash_is_the_sha256_of_the_whole_value() {
         let key = ApiKeyValue::parse(&format!("psk_{}", "a".repeat(40))).expect("valid");
         // sha256("psk_" + 40 x "a"), computed independently with `sha256sum`.
-        assert_eq!(
-            key.hash().as_str(),
-            "bd070666149244d2af90d5101f3d89bc3c89c73bdd8ce5a14851a81a1475fbe3"
-        );
+        assert_eq!(key.hash().as_str(), "bd070666149244d2af90d5101f3d89bc3c89c73bdd8ce5a14851a81a1475fbe3");
     }
 
     #[test]

@@ -29,19 +29,14 @@ pub fn is_valid_segment(s: &str) -> bool {
     !bytes.is_empty()
         && bytes.len() <= 64
         && bytes[0].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
 }
 
 impl ModelRef {
     /// Parses the two path segments of a model address.
     pub fn new(owner: &str, name: &str) -> Result<Self, InvalidModelRef> {
         if is_valid_segment(owner) && is_valid_segment(name) {
-            Ok(Self {
-                owner: owner.to_owned(),
-                name: name.to_owned(),
-            })
+            Ok(Self { owner: owner.to_owned(), name: name.to_owned() })
         } else {
             Err(InvalidModelRef)
         }

@@ -38,13 +38,9 @@ impl Metrics {
         started_at: Option<BsonDateTime>,
         completed_at: BsonDateTime,
     ) -> Self {
-        let secs = |from: BsonDateTime| {
-            (completed_at.timestamp_millis() - from.timestamp_millis()).max(0) as f64 / 1000.0
-        };
-        Self {
-            predict_time: started_at.map_or(0.0, secs),
-            total_time: secs(created_at),
-        }
+        let secs =
+            |from: BsonDateTime| (completed_at.timestamp_millis() - from.timestamp_millis()).max(0) as f64 / 1000.0;
+        Self { predict_time: started_at.map_or(0.0, secs), total_time: secs(created_at) }
     }
 }
 
@@ -249,7 +245,8 @@ mod tests {
     #[test]
     fn metrics_are_seconds_between_the_timestamps() {
         let created = BsonDateTime::from_millis(1_000);
-        let m = Metrics::at_completion(created, Some(BsonDateTime::from_millis(1_500)), BsonDateTime::from_millis(3_750));
+        let m =
+            Metrics::at_completion(created, Some(BsonDateTime::from_millis(1_500)), BsonDateTime::from_millis(3_750));
         assert_eq!(m.predict_time, 2.25);
         let never_started = Metrics::at_completion(created, None, BsonDateTime::from_millis(2_000));
         assert_eq!(never_started.predict_time, 0.0);

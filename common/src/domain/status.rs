@@ -34,13 +34,7 @@ pub enum PredictionStatus {
 
 impl PredictionStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [Self; 5] = [
-        Self::Starting,
-        Self::Processing,
-        Self::Succeeded,
-        Self::Failed,
-        Self::Canceled,
-    ];
+    pub const ALL: [Self; 5] = [Self::Starting, Self::Processing, Self::Succeeded, Self::Failed, Self::Canceled];
 
     /// The status as it appears on the wire.
     pub fn as_str(self) -> &'static str {
@@ -61,10 +55,7 @@ impl PredictionStatus {
     /// Whether a prediction in `self` may move to `next`.
     pub fn can_become(self, next: Self) -> bool {
         use PredictionStatus::*;
-        matches!(
-            (self, next),
-            (Starting, Processing | Failed | Canceled) | (Processing, Succeeded | Failed | Canceled)
-        )
+        matches!((self, next), (Starting, Processing | Failed | Canceled) | (Processing, Succeeded | Failed | Canceled))
     }
 
     /// The statuses from which `self` may be reached: the filter of a conditional update.

@@ -27,10 +27,7 @@ impl WebhookSecret {
     pub fn generate() -> Self {
         let mut key = vec![0u8; 32];
         rand::rng().fill_bytes(&mut key);
-        Self {
-            text: format!("{SECRET_PREFIX}{}", STANDARD.encode(&key)),
-            key,
-        }
+        Self { text: format!("{SECRET_PREFIX}{}", STANDARD.encode(&key)), key }
     }
 
     /// Parses a secret in its `whsec_` text form.
@@ -40,10 +37,7 @@ impl WebhookSecret {
         if key.is_empty() {
             return Err(InvalidSecret);
         }
-        Ok(Self {
-            text: text.to_owned(),
-            key,
-        })
+        Ok(Self { text: text.to_owned(), key })
     }
 
     /// The full secret text, to show to the account's admin.

@@ -27,11 +27,7 @@ impl WebhookUrl {
         }
         let url = Url::parse(text).map_err(|_| InvalidWebhookUrl)?;
         let scheme_ok = matches!(url.scheme(), "http" | "https");
-        if scheme_ok && url.host().is_some() {
-            Ok(Self(url))
-        } else {
-            Err(InvalidWebhookUrl)
-        }
+        if scheme_ok && url.host().is_some() { Ok(Self(url)) } else { Err(InvalidWebhookUrl) }
     }
 
     /// The URL.

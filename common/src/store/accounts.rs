@@ -115,9 +115,7 @@ pub struct Accounts {
 
 impl Accounts {
     pub(super) fn new(db: &Database) -> Self {
-        Self {
-            coll: db.collection("accounts"),
-        }
+        Self { coll: db.collection("accounts") }
     }
 
     pub(super) fn collection(&self) -> &Collection<Account> {

@@ -102,9 +102,7 @@ pub struct ApiKeys {
 
 impl ApiKeys {
     pub(super) fn new(db: &Database) -> Self {
-        Self {
-            coll: db.collection("api_keys"),
-        }
+        Self { coll: db.collection("api_keys") }
     }
 
     pub(super) fn collection(&self) -> &Collection<ApiKeyRecord> {
@@ -139,10 +137,7 @@ impl ApiKeys {
             "_id": id.as_str(),
             "$or": [ { "last_used_at": null }, { "last_used_at": { "$lt": stale_before } } ],
         };
-        let result = self
-            .coll
-            .update_one(filter, doc! { "$set": { "last_used_at": now } })
-            .await?;
+        let result = self.coll.update_one(filter, doc! { "$set": { "last_used_at": now } }).await?;
         Ok(result.modified_count == 1)
     }
 }

@@ -62,9 +62,7 @@ impl Store {
         options.connect_timeout = Some(Duration::from_secs(5));
         options.server_selection_timeout = Some(Duration::from_secs(5));
         let client = Client::with_options(options)?;
-        Ok(Self {
-            db: client.database(database),
-        })
+        Ok(Self { db: client.database(database) })
     }
 
     /// Answers when the server answers a `ping`.
@@ -74,12 +72,8 @@ impl Store {
 
     /// Creates every index the collections rely on; idempotent, run by each service at start.
     pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
-        let unique = |keys| {
-            IndexModel::builder()
-                .keys(keys)
-                .options(IndexOptions::builder().unique(true).build())
-                .build()
-        };
+        let unique =
+            |keys| IndexModel::builder().keys(keys).options(IndexOptions::builder().unique(true).build()).build();
         let plain = |keys| IndexModel::builder().keys(keys).build();
         self.api_keys().collection().create_index(unique(doc! { "key_hash": 1 })).await?;
         self.api_keys().collection().create_index(plain(doc! { "account_id": 1 })).await?;
@@ -87,13 +81,9 @@ impl Store {
         let predictions = self.predictions();
         let coll = predictions.collection();
         coll.create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })).await?;
-        coll.create_index(plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 }))
-            .await?;
+        coll.create_index(plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 })).await?;
         coll.create_index(plain(doc! { "status": 1, "created_at": 1 })).await?;
-        self.webhook_attempts()
-            .collection()
-            .create_index(plain(doc! { "prediction_id": 1, "at": 1 }))
-            .await?;
+        self.webhook_attempts().collection().create_index(plain(doc! { "prediction_id": 1, "at": 1 })).await?;
         Ok(())
     }
 

@@ -62,18 +62,12 @@ pub struct Models {
 
 impl Models {
     pub(super) fn new(db: &Database) -> Self {
-        Self {
-            coll: db.collection("models"),
-        }
+        Self { coll: db.collection("models") }
     }
 
     /// Registers (or re-registers) a model.
     pub async fn register(&self, record: &ModelRecord) -> Result<(), StoreError> {
-        self.coll
-            .replace_one(doc! { "_id": record.model.to_string() }, record)
-            .upsert(true)
-            .await
-            .map(|_| ())
+        self.coll.replace_one(doc! { "_id": record.model.to_string() }, record).upsert(true).await.map(|_| ())
     }
 
     /// A registered model.

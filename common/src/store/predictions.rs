@@ -21,9 +21,7 @@ fn statuses(list: &[PredictionStatus]) -> Bson {
 
 impl Predictions {
     pub(super) fn new(db: &Database) -> Self {
-        Self {
-            coll: db.collection("predictions"),
-        }
+        Self { coll: db.collection("predictions") }
     }
 
     pub(super) fn collection(&self) -> &Collection<Prediction> {

@@ -60,9 +60,7 @@ pub struct WebhookAttempts {
 
 impl WebhookAttempts {
     pub(super) fn new(db: &Database) -> Self {
-        Self {
-            coll: db.collection("webhook_attempts"),
-        }
+        Self { coll: db.collection("webhook_attempts") }
     }
 
     pub(super) fn collection(&self) -> &Collection<WebhookAttempt> {
@@ -76,11 +74,6 @@ impl WebhookAttempts {
 
     /// Every attempt for a prediction, oldest first.
     pub async fn for_prediction(&self, id: &PredictionId) -> Result<Vec<WebhookAttempt>, StoreError> {
-        self.coll
-            .find(doc! { "prediction_id": id.as_str() })
-            .sort(doc! { "at": 1 })
-            .await?
-            .try_collect()
-            .await
+        self.coll.find(doc! { "prediction_id": id.as_str() }).sort(doc! { "at": 1 }).await?.try_collect().await
     }
 }

@@ -15,9 +15,9 @@ use testcontainers::{
 /// Whether a Docker engine answers on `DOCKER_HOST` or the default socket.
 pub(super) fn docker_available() -> bool {
     match std::env::var("DOCKER_HOST") {
-        Ok(host) if !host.is_empty() => host
-            .strip_prefix("unix://")
-            .is_none_or(|socket| UnixStream::connect(socket).is_ok()),
+        Ok(host) if !host.is_empty() => {
+            host.strip_prefix("unix://").is_none_or(|socket| UnixStream::connect(socket).is_ok())
+        }
         _ => Path::new("/var/run/docker.sock").exists() && UnixStream::connect("/var/run/docker.sock").is_ok(),
     }
 }

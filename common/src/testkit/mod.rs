@@ -38,12 +38,10 @@ pub fn infra() -> &'static Infra {
     INFRA.get_or_init(|| {
         let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let docker = containers::docker_available();
-        let mongodb_uri = from_env("MONGODB_URI").unwrap_or_else(|| {
-            if docker { containers::mongo() } else { standins::mongo() }
-        });
-        let nats_url = from_env("NATS_URL").unwrap_or_else(|| {
-            if docker { containers::nats() } else { standins::nats() }
-        });
+        let mongodb_uri =
+            from_env("MONGODB_URI").unwrap_or_else(|| if docker { containers::mongo() } else { standins::mongo() });
+        let nats_url =
+            from_env("NATS_URL").unwrap_or_else(|| if docker { containers::nats() } else { standins::nats() });
         Infra { mongodb_uri, nats_url }
     })
 }
@@ -108,9 +106,7 @@ impl TestContext {
 
     /// A store on this test's database.
     pub async fn store(&self) -> Store {
-        Store::connect(&self.mongodb_uri, &self.database, "testkit")
-            .await
-            .expect("connect to MongoDB")
+        Store::connect(&self.mongodb_uri, &self.database, "testkit").await.expect("connect to MongoDB")
     }
 
     /// A bus under this test's prefix, with the streams created.

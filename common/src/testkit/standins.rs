@@ -15,10 +15,7 @@ use std::{
 static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("common/ sits in the workspace root")
-        .to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("common/ sits in the workspace root").to_path_buf()
 }
 
 /// Runs `deploy/local/install` and returns the value of `KEY=` in its output.
@@ -55,18 +52,12 @@ pub(super) fn mongo() -> String {
     keep(child);
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).expect("read the stand-in's address");
-    line.trim()
-        .strip_prefix("LISTENING ")
-        .unwrap_or_else(|| panic!("unexpected stand-in output: {line:?}"))
-        .to_owned()
+    line.trim().strip_prefix("LISTENING ").unwrap_or_else(|| panic!("unexpected stand-in output: {line:?}")).to_owned()
 }
 
 pub(super) fn nats() -> String {
     let binary = installed("NATS_SERVER");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("find a free port")
-        .port();
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("find a free port").port();
     let store_dir = std::env::temp_dir().join(format!("ps-test-nats-{}-{port}", std::process::id()));
     // The shell stops nats-server (and removes its data) once stdin reaches EOF.
     let script = r#"bin="$1"; dir="$2"; shift 2

@@ -55,10 +55,7 @@ pub struct ModelError {
 impl ModelError {
     /// A failure of the model itself.
     pub fn model(message: impl Into<String>) -> Self {
-        Self {
-            code: "MODEL_ERROR".into(),
-            message: message.into(),
-        }
+        Self { code: "MODEL_ERROR".into(), message: message.into() }
     }
 }
 
@@ -68,5 +65,9 @@ pub trait Model: Send + Sync {
     fn descriptor(&self) -> &ModelDescriptor;
 
     /// Runs on `input` (validated by the api against the schema, defaults applied).
-    fn run<'a>(&'a self, input: Map<String, Value>, progress: &'a Progress) -> BoxFuture<'a, Result<ModelOutput, ModelError>>;
+    fn run<'a>(
+        &'a self,
+        input: Map<String, Value>,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<ModelOutput, ModelError>>;
 }

@@ -48,7 +48,11 @@ impl Model for Echo {
         &self.descriptor
     }
 
-    fn run<'a>(&'a self, input: Map<String, Value>, progress: &'a Progress) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
+    fn run<'a>(
+        &'a self,
+        input: Map<String, Value>,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
         async move {
             let prompt = input
                 .get("prompt")

@@ -43,7 +43,11 @@ impl Model for Sleep {
         &self.descriptor
     }
 
-    fn run<'a>(&'a self, input: Map<String, Value>, progress: &'a Progress) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
+    fn run<'a>(
+        &'a self,
+        input: Map<String, Value>,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
         async move {
             let seconds = input.get("seconds").and_then(Value::as_f64).unwrap_or(2.0).clamp(0.0, 300.0);
             let whole = seconds.floor() as u64;

@@ -1,0 +1,67 @@
+# Shared by deploy/local/up and deploy/local/test (sourced, not run).
+# Starts the local stand-ins in the background and records their pids in INFRA_PIDS.
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+INFRA_PIDS=()
+
+log() { printf '%s\n' "$*" >&2; }
+
+# Sets NATS_SERVER and MONGO_STANDIN_CLASSPATH (installing them on first use).
+install_standins() {
+  local out
+  out="$("$root/deploy/local/install")"
+  NATS_SERVER="$(printf '%s\n' "$out" | sed -n 's/^NATS_SERVER=//p')"
+  MONGO_STANDIN_CLASSPATH="$(printf '%s\n' "$out" | sed -n 's/^MONGO_STANDIN_CLASSPATH=//p')"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_for_port() { # port seconds what
+  local port="$1" deadline=$((SECONDS + $2))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then log "$3 did not listen on port $port within $2 s"; return 1; fi
+    sleep 0.1
+  done
+}
+
+# start_mongo LOGFILE [H2FILE]: memory backend, or the H2 file backend when H2FILE is given.
+# Exports MONGODB_URI.
+start_mongo() {
+  local logfile="$1" h2=() deadline=$((SECONDS + 60))
+  [ -n "${2:-}" ] && h2=(--h2 "$2")
+  java -cp "$MONGO_STANDIN_CLASSPATH" "$root/deploy/mongo-standin/Launcher.java" "${h2[@]}" >"$logfile" 2>&1 &
+  INFRA_PIDS+=("$!")
+  until grep -q '^LISTENING ' "$logfile" 2>/dev/null; do
+    if ! kill -0 "${INFRA_PIDS[-1]}" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
+      log "the MongoDB stand-in did not start; see $logfile"; cat "$logfile" >&2; return 1
+    fi
+    sleep 0.2
+  done
+  MONGODB_URI="$(sed -n 's/^LISTENING //p' "$logfile" | head -n 1)"
+  export MONGODB_URI
+}
+
+# start_nats LOGFILE STORE_DIR: nats-server with JetStream on a free port. Exports NATS_URL.
+start_nats() {
+  local logfile="$1" dir="$2" port
+  port="$(free_port)"
+  mkdir -p "$dir"
+  "$NATS_SERVER" -js -a 127.0.0.1 -p "$port" -sd "$dir" >"$logfile" 2>&1 &
+  INFRA_PIDS+=("$!")
+  wait_for_port "$port" 30 nats-server || { cat "$logfile" >&2; return 1; }
+  NATS_URL="nats://127.0.0.1:$port"
+  export NATS_URL
+}
+
+stop_infra() {
+  local pid
+  for pid in "${INFRA_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${INFRA_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  INFRA_PIDS=()
+}
+
+docker_available() {
+  command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1
+}
