@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{AccountId, ModelRef, PredictionId, PredictionView, WebhookEvent, WebhookUrl};
+use crate::domain::{AccountId, ModelRef, Prediction, PredictionId, PredictionView, WebhookEvent, WebhookUrl};
 
 /// A job on the jobs stream: run this prediction. Published by the api (and by the runner's
 /// reconciler) with `Nats-Msg-Id` = the prediction id, so republishing is harmless.
@@ -49,6 +49,19 @@ pub struct PredictionChanged {
 }
 
 impl PredictionChanged {
+    /// The `event` of a stored change, with the prediction rendered under `base_url`.
+    pub fn of(prediction: &Prediction, event: WebhookEvent, base_url: &str) -> Self {
+        Self {
+            prediction_id: prediction.id.clone(),
+            account_id: prediction.account_id.clone(),
+            event,
+            seq: prediction.seq,
+            webhook: prediction.webhook.clone(),
+            webhook_events_filter: prediction.webhook_events_filter.clone(),
+            prediction: prediction.view(base_url),
+        }
+    }
+
     /// The id of this event, one per prediction, change and event (one stored change can be
     /// both an `output` and a `logs` event). It is the `Nats-Msg-Id`, so a republished event
     /// is dropped by JetStream's duplicate window, and the notifier's `webhook-id`.
@@ -72,7 +85,6 @@ pub enum CancelMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Prediction;
     use serde_json::json;
 
     #[test]
@@ -99,15 +111,7 @@ mod tests {
             Some(WebhookUrl::parse("https://example.com/h").expect("valid")),
             Some(vec![WebhookEvent::Completed]),
         );
-        let event = StatusEvent::PredictionChangedV1(PredictionChanged {
-            prediction_id: p.id.clone(),
-            account_id: p.account_id.clone(),
-            event: WebhookEvent::Start,
-            seq: 1,
-            webhook: p.webhook.clone(),
-            webhook_events_filter: p.webhook_events_filter.clone(),
-            prediction: p.view("http://h"),
-        });
+        let event = StatusEvent::PredictionChangedV1(PredictionChanged::of(&p, WebhookEvent::Start, "http://h"));
         let bytes = serde_json::to_vec(&event).expect("serializes");
         assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
     }

@@ -5,15 +5,17 @@
 //!    through) and the job is done; `processing` → its runner stopped mid-run, so this runner
 //!    takes it over and runs it again; missing → the job is dropped.
 //! 2. The model runs; logs and output are stored at most every [`FLUSH_INTERVAL`], each store
-//!    followed by `output`/`logs` events. A flush that finds the prediction no longer
-//!    `processing` (canceled) stops the run.
+//!    followed by `output`/`logs` events. The run stops at once when a cancel broadcast names
+//!    the prediction ([`Executor::cancel`]), and when a flush or a status check (every
+//!    [`STATUS_CHECK_INTERVAL`] without a flush, in case a broadcast was missed) finds it no
+//!    longer `processing`.
 //! 3. `processing → succeeded | failed` (conditional) with output, logs, error, metrics and
 //!    `completed_at`, then the `completed` event. If that event cannot be published the job is
 //!    retried, which republishes it (step 1).
 //!
 //! Every stored change is followed by its event, never the other way round.
 
-use std::time::Duration;
+use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use anyhow::Context;
 use bson::{Bson, DateTime, doc};
@@ -32,6 +34,8 @@ use crate::{
 
 /// How often logs and output of a running model are stored at most.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a running prediction's status is read when nothing was flushed meanwhile.
+pub const STATUS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a job waits before it is retried after a storage or messaging failure.
 pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 
@@ -54,12 +58,41 @@ pub struct Executor {
     store: Store,
     bus: Bus,
     base_url: String,
+    /// The predictions running here, each with the token that aborts it.
+    running: Mutex<HashMap<PredictionId, CancellationToken>>,
+}
+
+/// Keeps a prediction in [`Executor::running`] while it runs.
+struct Running<'a> {
+    executor: &'a Executor,
+    id: PredictionId,
+    canceled: CancellationToken,
+}
+
+impl<'a> Running<'a> {
+    fn register(executor: &'a Executor, id: &PredictionId) -> Self {
+        let canceled = CancellationToken::new();
+        executor.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), canceled.clone());
+        Self { executor, id: id.clone(), canceled }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.executor.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
 }
 
 impl Executor {
     /// An executor writing to `store` and publishing on `bus`, with links under `base_url`.
     pub fn new(store: Store, bus: Bus, base_url: String) -> Self {
-        Self { store, bus, base_url }
+        Self { store, bus, base_url, running: Mutex::new(HashMap::new()) }
+    }
+
+    /// Aborts the model call of prediction `id` if it runs here; returns whether it did.
+    pub fn cancel(&self, id: &PredictionId) -> bool {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.get(id).map(CancellationToken::cancel).is_some()
     }
 
     /// Runs the prediction `id` on `model`; `stop` fires when the job must be handed back.
@@ -84,8 +117,13 @@ impl Executor {
         };
         let input = prediction.model_input.as_object().cloned().unwrap_or_default();
         let progress = Progress::default();
+        let running = Running::register(self, id);
         let result = tokio::select! {
             result = model.run(input, &progress) => result,
+            () = running.canceled.cancelled() => {
+                tracing::info!("prediction canceled; model call aborted");
+                return Ok(Outcome::Done);
+            }
             () = self.flush_while_running(id, &progress) => {
                 tracing::info!("prediction left processing while running (canceled); model stopped");
                 return Ok(Outcome::Done);
@@ -208,15 +246,9 @@ impl Executor {
     }
 
     async fn publish(&self, p: &Prediction, event: WebhookEvent) -> anyhow::Result<()> {
-        let change = PredictionChanged {
-            prediction_id: p.id.clone(),
-            account_id: p.account_id.clone(),
-            event,
-            seq: p.seq,
-            webhook: p.webhook.clone(),
-            webhook_events_filter: p.webhook_events_filter.clone(),
-            prediction: p.view(&self.base_url),
-        };
-        self.bus.publish_event(change).await.with_context(|| format!("publishing the {event} event"))
+        self.bus
+            .publish_event(PredictionChanged::of(p, event, &self.base_url))
+            .await
+            .with_context(|| format!("publishing the {event} event"))
     }
 }

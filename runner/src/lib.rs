@@ -6,8 +6,10 @@
 //! - [`consumer`]: one durable pull consumer per served model, bounded by a semaphore.
 //! - [`execute`]: one job through the status machine: `starting → processing → terminal`.
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms.
+//! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
 #![forbid(unsafe_code)]
 
+pub mod cancel;
 pub mod config;
 pub mod consumer;
 pub mod execute;
@@ -38,5 +40,6 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     registry::register(&store, &served).await?;
 
     let executor = Arc::new(Executor::new(store, bus.clone(), common.public_base_url.clone()));
+    cancel::listen(&bus, executor.clone(), shutdown.clone()).await?;
     consumer::consume(&config, &bus, served, executor, shutdown).await
 }

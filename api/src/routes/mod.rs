@@ -3,11 +3,17 @@
 //!
 //! | route | handler | scope |
 //! |---|---|---|
+//! | `POST /v1/account/api-keys` | [`api_keys::create`] | admin |
+//! | `GET /v1/account/api-keys/{id}` | [`api_keys::get`] | admin |
 //! | `POST /v1/models/{owner}/{model}/predictions` | [`predictions::create`] | write |
+//! | `GET /v1/predictions` | [`predictions::list`] | read |
 //! | `GET /v1/predictions/{id}` | [`predictions::get`] | read |
+//! | `POST /v1/predictions/{id}/cancel` | [`predictions::cancel`] | write |
 //! | `GET /v1/account/webhooks/secret` (alias `GET /v1/webhooks/default/secret`) | [`webhook_secret::get`] | admin |
+//! | `POST /v1/account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
 //! | `GET /ready`, `GET /health` | [`health`] | none |
 
+pub mod api_keys;
 pub mod health;
 pub mod predictions;
 pub mod webhook_secret;
@@ -22,9 +28,14 @@ use crate::{error::ApiError, state::AppState};
 /// Every route, with unknown paths answered 404 problem+json.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/v1/account/api-keys", post(api_keys::create))
+        .route("/v1/account/api-keys/{id}", get(api_keys::get))
         .route("/v1/models/{owner}/{model}/predictions", post(predictions::create))
+        .route("/v1/predictions", get(predictions::list))
         .route("/v1/predictions/{id}", get(predictions::get))
+        .route("/v1/predictions/{id}/cancel", post(predictions::cancel))
         .route("/v1/account/webhooks/secret", get(webhook_secret::get))
+        .route("/v1/account/webhooks/secret/rotate", post(webhook_secret::rotate))
         .route("/v1/webhooks/default/secret", get(webhook_secret::get))
         .route("/ready", get(health::ready))
         .route("/health", get(health::health))

@@ -1,4 +1,4 @@
-//! Predictions: create and get.
+//! Predictions: create, get, list and cancel.
 //!
 //! Create validates everything before writing anything, stores the `starting` prediction, then
 //! publishes its job (`Nats-Msg-Id` = the prediction id). If the publish fails the prediction
@@ -7,22 +7,25 @@
 
 use axum::{
     Json,
-    extract::{Path, State},
+    extract::{Path, RawQuery, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use bson::{DateTime, doc};
 use bytes::Bytes;
 use common::{
-    domain::{ModelRef, Prediction, PredictionId, PredictionView},
-    messages::JobMessage,
+    domain::{Metrics, ModelRef, Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
+    messages::{JobMessage, PredictionChanged},
+    problem::FieldError,
 };
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
     auth::{Authorized, Read, Write},
     error::ApiError,
     state::AppState,
-    validate::{body, create_prediction, input},
+    validate::{body, create_prediction, input, list_predictions},
 };
 
 /// `POST /v1/models/{owner}/{model}/predictions`
@@ -94,4 +97,93 @@ pub async fn get(
         .await?
         .ok_or_else(missing)?;
     Ok(Json(prediction.view(state.base_url())))
+}
+
+/// A page of predictions.
+#[derive(Debug, Serialize)]
+pub struct PredictionPage {
+    /// The predictions, newest first.
+    pub results: Vec<PredictionView>,
+    /// The next page, `null` on the last.
+    pub next: Option<String>,
+    /// The previous page, `null` on the first.
+    pub previous: Option<String>,
+    /// How many predictions match in all.
+    pub total_count: u64,
+}
+
+/// `GET /v1/predictions`
+pub async fn list(
+    State(state): State<AppState>,
+    auth: Authorized<Read>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<PredictionPage>, ApiError> {
+    let query = list_predictions::parse(query.as_deref())
+        .map_err(|errors| ApiError::validation("The query has invalid parameters; see errors.", errors))?;
+    let (predictions, total_count) = state
+        .store
+        .predictions()
+        .list_for_account(&auth.caller.key.account_id, query.status, query.offset, i64::from(query.limit))
+        .await?;
+    let link = |offset: u64| format!("{}/v1/predictions?{}", state.base_url(), query.query_at(offset));
+    let (next, previous) = query.neighbours(total_count);
+    Ok(Json(PredictionPage {
+        results: predictions.iter().map(|p| p.view(state.base_url())).collect(),
+        next: next.map(link),
+        previous: previous.map(link),
+        total_count,
+    }))
+}
+
+/// How often cancel re-reads a prediction whose status changed under it.
+const CANCEL_ATTEMPTS: usize = 3;
+
+/// `POST /v1/predictions/{id}/cancel`: `starting` or `processing` → `canceled`, at once.
+///
+/// The change is a conditional update on the status just read (so the metrics computed from
+/// it are right), followed by the `completed` event and, for a `processing` prediction, the
+/// cancel broadcast that makes the runner holding it abort the model call.
+#[tracing::instrument(skip_all, fields(prediction_id = %id))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    auth: Authorized<Write>,
+    Path(id): Path<String>,
+) -> Result<Json<PredictionView>, ApiError> {
+    let missing = || ApiError::not_found(format!("Prediction {id} not found."));
+    let prediction_id = PredictionId::parse(&id).map_err(|_| missing())?;
+    let predictions = state.store.predictions();
+    for _ in 0..CANCEL_ATTEMPTS {
+        let current =
+            predictions.get_for_account(&prediction_id, &auth.caller.key.account_id).await?.ok_or_else(missing)?;
+        if current.status.is_terminal() {
+            return Err(ApiError::validation(
+                format!(
+                    "Prediction {id} is already {}; only starting or processing predictions can be canceled.",
+                    current.status
+                ),
+                vec![FieldError::invalid("status", format!("The prediction is {}.", current.status))],
+            ));
+        }
+        let now = DateTime::now();
+        let metrics = Metrics::at_completion(current.created_at, current.started_at, now);
+        let changes = doc! { "completed_at": now, "metrics": bson::to_bson(&metrics)? };
+        let Some(canceled) =
+            predictions.transition_from(&prediction_id, current.status, PredictionStatus::Canceled, changes).await?
+        else {
+            continue;
+        };
+        tracing::info!(was = %current.status, "prediction canceled");
+        if current.status == PredictionStatus::Processing
+            && let Err(e) = state.bus.publish_cancel(&prediction_id).await
+        {
+            tracing::warn!(error = %e, "cancel broadcast failed; the runner notices at its next status check");
+        }
+        if let Err(e) =
+            state.bus.publish_event(PredictionChanged::of(&canceled, WebhookEvent::Completed, state.base_url())).await
+        {
+            tracing::error!(error = %e, "completed event of a canceled prediction not published");
+        }
+        return Ok(Json(canceled.view(state.base_url())));
+    }
+    Err(anyhow::anyhow!("prediction {id} kept changing status during cancel").into())
 }

@@ -1,16 +1,22 @@
-//! The account's webhook signing secret: `GET /v1/account/webhooks/secret` and its
-//! Replicate-compatible alias `GET /v1/webhooks/default/secret` (scope `admin`).
+//! The account's webhook signing secret (scope `admin`): `GET /v1/account/webhooks/secret`
+//! (and its Replicate-compatible alias `GET /v1/webhooks/default/secret`), and
+//! `POST /v1/account/webhooks/secret/rotate`.
 
-use axum::{Json, extract::State};
+use axum::{Json, extract::State, http::HeaderMap};
 use bson::DateTime;
+use bytes::Bytes;
 use chrono::Utc;
-use common::store::accounts::SigningSecrets;
+use common::{
+    problem::FieldError,
+    store::{Account, accounts::SigningSecrets},
+};
 use serde::Serialize;
 
 use crate::{
     auth::{Admin, Authorized},
     error::ApiError,
     state::AppState,
+    validate::body,
 };
 
 /// The secret as the API shows it.
@@ -54,4 +60,53 @@ pub async fn get(State(state): State<AppState>, auth: Authorized<Admin>) -> Resu
         .ok_or_else(|| anyhow::anyhow!("account {account_id} of a valid key does not exist"))?;
     let secrets = account.signing_secrets(&state.config.common.master_key)?;
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
+}
+
+/// The body of the rotate request: `transition_hours`, an integer from 1 to 168 (default 24).
+fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result<i64, ApiError> {
+    match body.get("transition_hours") {
+        None | Some(serde_json::Value::Null) => Ok(DEFAULT_TRANSITION_HOURS),
+        Some(v) => v.as_i64().filter(|h| TRANSITION_HOURS.contains(h)).ok_or_else(|| {
+            ApiError::validation(
+                "The request has invalid fields; see errors.",
+                vec![FieldError::invalid("transition_hours", "Must be an integer from 1 to 168.")],
+            )
+        }),
+    }
+}
+
+/// The default transition window of a rotation, in hours.
+pub const DEFAULT_TRANSITION_HOURS: i64 = 24;
+/// The allowed transition windows, in hours.
+pub const TRANSITION_HOURS: std::ops::RangeInclusive<i64> = 1..=168;
+
+/// How often a rotation retries when another rotation of the same account won the race.
+const ROTATE_ATTEMPTS: usize = 3;
+
+/// `POST /v1/account/webhooks/secret/rotate`: a new secret now; the old one keeps signing
+/// (beside the new one) for `transition_hours`.
+pub async fn rotate(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<SecretView>, ApiError> {
+    let hours = transition_hours(&body::optional_json_object(&headers, &body)?)?;
+    let account_id = &auth.caller.key.account_id;
+    let accounts = state.store.accounts();
+    let master = &state.config.common.master_key;
+    for _ in 0..ROTATE_ATTEMPTS {
+        let account = accounts
+            .get(account_id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("account {account_id} of a valid key does not exist"))?;
+        let now = DateTime::now();
+        let (sealed, _) = account.rotated(master, now, hours * 3_600_000);
+        if accounts.replace_secrets(account_id, &account.webhook_secret.current, &sealed).await? {
+            tracing::info!(account_id = %account_id, hours, "webhook signing secret rotated");
+            let rotated = Account { webhook_secret: sealed, ..account };
+            return Ok(Json(SecretView::of(&rotated.signing_secrets(master)?, now)));
+        }
+    }
+    Err(anyhow::anyhow!("concurrent rotations of account {account_id} kept conflicting").into())
 }

@@ -5,5 +5,7 @@
 //! - [`create_prediction`]: the create-prediction request as a whole.
 
 pub mod body;
+pub mod create_api_key;
 pub mod create_prediction;
 pub mod input;
+pub mod list_predictions;

@@ -64,9 +64,7 @@ impl System {
         let boot = api::admin::bootstrap(&api_config, "test-account").await.expect("bootstrap");
         let shutdown = CancellationToken::new();
         if options.runner {
-            let config = runner::config::RunnerConfig::from_env(&env).expect("runner configuration");
-            let token = shutdown.clone();
-            tokio::spawn(async move { runner::run(config, token).await.expect("runner runs") });
+            spawn_runner(&vars, &shutdown);
         }
         if options.notifier {
             let config = notifier::config::NotifierConfig::from_env(&env).expect("notifier configuration");
@@ -103,6 +101,22 @@ impl System {
                 eventually(Duration::from_secs(30), || async { store.models().get(&echo).await.ok().flatten() }).await;
             assert!(registered.is_some(), "the runner did not register its models");
         }
+    }
+
+    /// Starts a runner (for systems started without one).
+    pub fn start_runner(&self) {
+        spawn_runner(&self.vars, &self.shutdown);
+    }
+
+    /// Registers the built-in models without running them, so predictions stay `starting`.
+    pub async fn register_models_only(&self) {
+        let store = self.ctx.store().await;
+        runner::registry::register(&store, &runner::models::builtin::all()).await.expect("register models");
+    }
+
+    /// A request with another key.
+    pub fn with_key(&self, method: Method, path: &str, key: &str) -> RequestBuilder {
+        self.http.request(method, self.url(path)).bearer_auth(key)
     }
 
     /// Creates (or reuses) another account and returns a new admin key of it.
@@ -150,6 +164,13 @@ impl System {
         .await
         .unwrap_or_else(|| panic!("prediction {id} did not finish within {limit:?}"))
     }
+}
+
+fn spawn_runner(vars: &HashMap<String, String>, shutdown: &CancellationToken) {
+    let env = Env::from_fn(|k| vars.get(k).cloned());
+    let config = runner::config::RunnerConfig::from_env(&env).expect("runner configuration");
+    let token = shutdown.clone();
+    tokio::spawn(async move { runner::run(config, token).await.expect("runner runs") });
 }
 
 impl Drop for System {

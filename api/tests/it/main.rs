@@ -1,8 +1,12 @@
 //! The api's integration tests: the real api, runner and notifier (in-process) against real
 //! NATS JetStream and MongoDB (see `common::testkit` for where the servers come from).
 
+mod api_keys;
 mod bad_input;
+mod cancel;
 mod end_to_end;
 mod harness;
+mod list;
 mod readiness;
 mod receiver;
+mod signing_secret;

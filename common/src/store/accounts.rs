@@ -88,6 +88,24 @@ impl Account {
         (account, secret)
     }
 
+    /// The secrets after a rotation at `now`: a fresh current secret, and the current one kept
+    /// as the previous until `now + transition_ms`. Returns them with the new secret.
+    pub fn rotated(
+        &self,
+        master: &MasterKey,
+        now: DateTime,
+        transition_ms: i64,
+    ) -> (SealedSigningSecrets, WebhookSecret) {
+        let secret = WebhookSecret::generate();
+        let sealed = SealedSigningSecrets {
+            current: master.seal(secret.expose(), &secret_context(&self.id)),
+            created_at: now,
+            previous: Some(self.webhook_secret.current.clone()),
+            previous_expires_at: Some(DateTime::from_millis(now.timestamp_millis() + transition_ms)),
+        };
+        (sealed, secret)
+    }
+
     /// Opens the signing secrets with the master key.
     pub fn signing_secrets(&self, master: &MasterKey) -> Result<SigningSecrets, CryptoError> {
         let ctx = secret_context(&self.id);
@@ -132,6 +150,19 @@ impl Accounts {
         self.coll.find_one(doc! { "_id": id.as_str() }).await
     }
 
+    /// Replaces the signing secrets if the current one is still `expected_current` (so two
+    /// concurrent rotations cannot lose one); returns whether it replaced them.
+    pub async fn replace_secrets(
+        &self,
+        id: &AccountId,
+        expected_current: &str,
+        secrets: &SealedSigningSecrets,
+    ) -> Result<bool, StoreError> {
+        let filter = doc! { "_id": id.as_str(), "webhook_secret.current": expected_current };
+        let update = doc! { "$set": { "webhook_secret": bson::to_bson(secrets)? } };
+        Ok(self.coll.update_one(filter, update).await?.modified_count == 1)
+    }
+
     /// An account by name.
     pub async fn find_by_name(&self, name: &str) -> Result<Option<Account>, StoreError> {
         self.coll.find_one(doc! { "name": name }).await
@@ -166,6 +197,19 @@ mod tests {
         assert_eq!(secrets.signing_at(DateTime::from_millis(9_999)).len(), 2);
         assert_eq!(secrets.signing_at(DateTime::from_millis(10_000)).len(), 1);
         assert_eq!(secrets.signing_at(DateTime::from_millis(10_000))[0], &secrets.current);
+    }
+
+    #[test]
+    fn a_rotation_keeps_the_old_secret_as_previous_until_the_window_ends() {
+        let m = master();
+        let (account, old) = Account::new("acme", &m);
+        let now = DateTime::from_millis(1_000_000);
+        let (sealed, new) = account.rotated(&m, now, 3_600_000);
+        let rotated = Account { webhook_secret: sealed, ..account };
+        let opened = rotated.signing_secrets(&m).expect("opens");
+        assert_eq!(opened.current, new);
+        assert_eq!(opened.previous, Some((old, DateTime::from_millis(4_600_000))));
+        assert_eq!(opened.signing_at(now).len(), 2);
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! which also increments `seq`, so concurrent writers can never move a prediction backwards,
 //! out of a terminal state, or both to the same place.
 
+use std::future::IntoFuture;
+
 use bson::{Bson, Document, doc};
+use futures::TryStreamExt;
 use mongodb::{Collection, Database, options::ReturnDocument};
 
 use super::StoreError;
@@ -59,6 +62,48 @@ impl Predictions {
         changes.insert("status", to.as_str());
         let filter = doc! { "_id": id.as_str(), "status": { "$in": statuses(&to.predecessors()) } };
         self.update_where(filter, changes).await
+    }
+
+    /// Moves a prediction from exactly `from` to `to` (setting `changes` as well); returns it
+    /// after the change, or `None` if it was no longer in `from`. For changes computed from
+    /// the state the caller read (e.g. metrics at cancel).
+    pub async fn transition_from(
+        &self,
+        id: &PredictionId,
+        from: PredictionStatus,
+        to: PredictionStatus,
+        mut changes: Document,
+    ) -> Result<Option<Prediction>, StoreError> {
+        if !from.can_become(to) {
+            return Ok(None);
+        }
+        changes.insert("status", to.as_str());
+        self.update_where(doc! { "_id": id.as_str(), "status": from.as_str() }, changes).await
+    }
+
+    /// One page of an account's predictions, newest first, and the number of all matches.
+    pub async fn list_for_account(
+        &self,
+        account: &AccountId,
+        status: Option<PredictionStatus>,
+        offset: u64,
+        limit: i64,
+    ) -> Result<(Vec<Prediction>, u64), StoreError> {
+        let mut filter = doc! { "account_id": account.as_str() };
+        if let Some(s) = status {
+            filter.insert("status", s.as_str());
+        }
+        let page = async {
+            self.coll
+                .find(filter.clone())
+                .sort(doc! { "created_at": -1, "_id": -1 })
+                .skip(offset)
+                .limit(limit)
+                .await?
+                .try_collect::<Vec<_>>()
+                .await
+        };
+        tokio::try_join!(page, self.coll.count_documents(filter.clone()).into_future())
     }
 
     /// Sets `changes` (logs, output) on a prediction that is still `processing`; returns it

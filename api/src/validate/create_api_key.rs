@@ -1,0 +1,120 @@
+//! The body of `POST /v1/account/api-keys`: every field optional. `name` at most 100
+//! characters (default empty); `scopes` known scope names (default `["read","write"]`, not
+//! empty, duplicates dropped); `expires_in_days` an integer from 1 to 365.
+
+use common::{domain::Scope, problem::FieldError};
+use serde_json::{Map, Value};
+
+/// The longest key name.
+pub const MAX_NAME_CHARS: usize = 100;
+/// The shortest and longest lifetimes of a key, in days.
+pub const EXPIRES_IN_DAYS: std::ops::RangeInclusive<i64> = 1..=365;
+
+/// A well-formed create-key request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateApiKey {
+    /// The key's name.
+    pub name: String,
+    /// Its scopes.
+    pub scopes: Vec<Scope>,
+    /// Its lifetime in days, if it expires.
+    pub expires_in_days: Option<i64>,
+}
+
+/// Parses the body; on failure returns every field error.
+pub fn parse(body: &Map<String, Value>) -> Result<CreateApiKey, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let name = match body.get("name") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) if s.chars().count() <= MAX_NAME_CHARS => s.clone(),
+        Some(Value::String(_)) => {
+            errors.push(FieldError::invalid("name", format!("Must be at most {MAX_NAME_CHARS} characters long.")));
+            String::new()
+        }
+        Some(_) => {
+            errors.push(FieldError::invalid("name", "Must be a string."));
+            String::new()
+        }
+    };
+    let scopes = match body.get("scopes") {
+        None | Some(Value::Null) => vec![Scope::Read, Scope::Write],
+        Some(Value::Array(items)) if items.is_empty() => {
+            errors.push(FieldError::invalid("scopes", "Must list at least one scope."));
+            Vec::new()
+        }
+        Some(Value::Array(items)) => {
+            let mut scopes = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str().map(str::parse::<Scope>) {
+                    Some(Ok(scope)) if !scopes.contains(&scope) => scopes.push(scope),
+                    Some(Ok(_)) => {}
+                    _ => errors.push(FieldError::invalid(format!("scopes[{i}]"), "Must be one of read, write, admin.")),
+                }
+            }
+            scopes
+        }
+        Some(_) => {
+            errors.push(FieldError::invalid("scopes", "Must be an array of scope names (read, write, admin)."));
+            Vec::new()
+        }
+    };
+    let expires_in_days = match body.get("expires_in_days") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_i64() {
+            Some(days) if EXPIRES_IN_DAYS.contains(&days) => Some(days),
+            _ => {
+                errors.push(FieldError::invalid("expires_in_days", "Must be an integer from 1 to 365."));
+                None
+            }
+        },
+    };
+    if errors.is_empty() { Ok(CreateApiKey { name, scopes, expires_in_days }) } else { Err(errors) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse_json(v: Value) -> Result<CreateApiKey, Vec<FieldError>> {
+        parse(v.as_object().expect("object"))
+    }
+
+    fn fields(v: Value) -> Vec<String> {
+        parse_json(v).expect_err("invalid").into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn an_empty_body_gives_the_defaults() {
+        let req = parse_json(json!({})).expect("valid");
+        assert_eq!(
+            req,
+            CreateApiKey { name: String::new(), scopes: vec![Scope::Read, Scope::Write], expires_in_days: None }
+        );
+    }
+
+    #[test]
+    fn limits_hold_on_both_sides() {
+        assert!(parse_json(json!({"name": "a".repeat(100)})).is_ok());
+        assert_eq!(fields(json!({"name": "a".repeat(101)})), vec!["name"]);
+        for (days, ok) in [(0, false), (1, true), (365, true), (366, false)] {
+            assert_eq!(parse_json(json!({"expires_in_days": days})).is_ok(), ok, "{days}");
+        }
+    }
+
+    #[test]
+    fn every_bad_field_is_reported() {
+        assert_eq!(
+            fields(json!({"name": 5, "scopes": ["read", "root"], "expires_in_days": 1.5})),
+            vec!["name", "scopes[1]", "expires_in_days"]
+        );
+        assert_eq!(fields(json!({"scopes": []})), vec!["scopes"]);
+        assert_eq!(fields(json!({"scopes": "read"})), vec!["scopes"]);
+        assert_eq!(fields(json!({"expires_in_days": "3"})), vec!["expires_in_days"]);
+    }
+
+    #[test]
+    fn duplicate_scopes_are_dropped() {
+        assert_eq!(parse_json(json!({"scopes": ["admin", "admin"]})).expect("valid").scopes, vec![Scope::Admin]);
+    }
+}

@@ -1,0 +1,127 @@
+//! The query of `GET /v1/predictions`: `status` (one of the five statuses), `limit` (1 to 100,
+//! default 20) and `offset` (0 or more, default 0). Unknown parameters are ignored; a repeated
+//! parameter counts once (the first).
+
+use common::{domain::PredictionStatus, problem::FieldError};
+
+/// The default page size.
+pub const DEFAULT_LIMIT: u32 = 20;
+/// The largest page size.
+pub const MAX_LIMIT: u32 = 100;
+
+/// A well-formed list query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListPredictions {
+    /// Only predictions in this status.
+    pub status: Option<PredictionStatus>,
+    /// Page size.
+    pub limit: u32,
+    /// Matches to skip.
+    pub offset: u64,
+}
+
+/// Parses the raw query string; on failure returns every field error.
+pub fn parse(query: Option<&str>) -> Result<ListPredictions, Vec<FieldError>> {
+    let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let first = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let mut errors = Vec::new();
+    let status = match first("status") {
+        None => None,
+        Some(s) => match s.parse() {
+            Ok(status) => Some(status),
+            Err(_) => {
+                errors.push(FieldError::invalid(
+                    "status",
+                    "Must be one of starting, processing, succeeded, failed, canceled.",
+                ));
+                None
+            }
+        },
+    };
+    let limit = match first("limit") {
+        None => DEFAULT_LIMIT,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+            _ => {
+                errors.push(FieldError::invalid("limit", format!("Must be an integer from 1 to {MAX_LIMIT}.")));
+                DEFAULT_LIMIT
+            }
+        },
+    };
+    let offset = match first("offset") {
+        None => 0,
+        Some(v) => v.parse::<u64>().unwrap_or_else(|_| {
+            errors.push(FieldError::invalid("offset", "Must be an integer of 0 or more."));
+            0
+        }),
+    };
+    if errors.is_empty() { Ok(ListPredictions { status, limit, offset }) } else { Err(errors) }
+}
+
+impl ListPredictions {
+    /// The page at `offset` with the same filter and size, as a query string.
+    pub fn query_at(&self, offset: u64) -> String {
+        let mut q = format!("limit={}&offset={offset}", self.limit);
+        if let Some(s) = self.status {
+            q.push_str(&format!("&status={s}"));
+        }
+        q
+    }
+
+    /// The offsets of the next and previous pages, given the number of matches.
+    pub fn neighbours(&self, total: u64) -> (Option<u64>, Option<u64>) {
+        let next = self.offset + u64::from(self.limit);
+        let next = (next < total).then_some(next);
+        let previous = (self.offset > 0).then(|| self.offset.saturating_sub(u64::from(self.limit)));
+        (next, previous)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(q: &str) -> Vec<String> {
+        parse(Some(q)).expect_err("invalid").into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn defaults_apply_without_a_query() {
+        assert_eq!(parse(None), Ok(ListPredictions { status: None, limit: 20, offset: 0 }));
+    }
+
+    #[test]
+    fn limits_hold_on_both_sides() {
+        assert_eq!(parse(Some("limit=1")).map(|q| q.limit), Ok(1));
+        assert_eq!(parse(Some("limit=100")).map(|q| q.limit), Ok(100));
+        assert_eq!(fields("limit=0"), vec!["limit"]);
+        assert_eq!(fields("limit=101"), vec!["limit"]);
+        assert_eq!(parse(Some("offset=0")).map(|q| q.offset), Ok(0));
+        assert_eq!(fields("offset=-1"), vec!["offset"]);
+    }
+
+    #[test]
+    fn every_bad_parameter_is_reported() {
+        assert_eq!(fields("status=done&limit=x&offset=1.5"), vec!["status", "limit", "offset"]);
+        assert_eq!(parse(Some("status=canceled&other=1")).map(|q| q.status), Ok(Some(PredictionStatus::Canceled)));
+    }
+
+    #[test]
+    fn neighbours_exist_only_where_there_are_pages() {
+        let q = ListPredictions { status: None, limit: 10, offset: 0 };
+        assert_eq!(q.neighbours(25), (Some(10), None));
+        let q = ListPredictions { offset: 20, ..q };
+        assert_eq!(q.neighbours(25), (None, Some(10)));
+        let q = ListPredictions { offset: 5, ..q };
+        assert_eq!(q.neighbours(25), (Some(15), Some(0)));
+        assert_eq!(q.neighbours(0), (None, Some(0)));
+    }
+
+    #[test]
+    fn links_keep_the_status_and_the_limit() {
+        let q = ListPredictions { status: Some(PredictionStatus::Failed), limit: 5, offset: 0 };
+        assert_eq!(q.query_at(5), "limit=5&offset=5&status=failed");
+    }
+}
