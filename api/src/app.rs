@@ -4,7 +4,7 @@
 //!
 //! Middleware, outermost first: request id (set, or kept from the client's `X-Request-Id`) →
 //! tracing span per request → `X-Request-Id` copied to the response → problem+json rendering
-//! → panic catching → request timeout → body limit (1 MiB) → routes.
+//! → rate-limit headers → panic catching → request timeout → body limit (1 MiB) → routes.
 
 use std::{future::IntoFuture, time::Duration};
 
@@ -27,7 +27,7 @@ use tower_http::{
 };
 use tracing::Level;
 
-use crate::{config::ApiConfig, error::render_problems, routes, state::AppState};
+use crate::{config::ApiConfig, error::render_problems, ratelimit::rate_limit_headers, routes, state::AppState};
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -83,6 +83,7 @@ pub fn app(state: AppState) -> Router {
         .layer(trace)
         .layer(PropagateRequestIdLayer::new(request_id))
         .layer(middleware::from_fn_with_state(state.clone(), render_problems))
+        .layer(middleware::from_fn(rate_limit_headers))
         .layer(CatchPanicLayer::new())
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));

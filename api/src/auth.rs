@@ -22,7 +22,7 @@ use common::{
     store::{ApiKeyRecord, ApiKeys, api_keys::LAST_USED_RESOLUTION_MS},
 };
 
-use crate::{error::ApiError, state::AppState};
+use crate::{error::ApiError, ratelimit::DecisionSlot, state::AppState};
 
 /// How long a key look-up is trusted.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
@@ -77,7 +77,7 @@ impl KeyDirectory {
     }
 }
 
-/// The caller: a valid, active, unexpired key.
+/// The caller: a valid, active, unexpired key within its rate limit (see [`crate::ratelimit`]).
 #[derive(Debug, Clone)]
 pub struct Caller {
     /// The key that authenticated the request.
@@ -102,6 +102,13 @@ impl FromRequestParts<AppState> for Caller {
             .filter(|k| k.is_usable_at(DateTime::now()))
             .ok_or_else(ApiError::unauthorized)?;
         state.keys.note_use(&key);
+        let decision = state.rate_limiter.check(&key).await;
+        if let Some(slot) = parts.extensions.get::<DecisionSlot>() {
+            slot.set(decision);
+        }
+        if !decision.allowed {
+            return Err(ApiError::rate_limited());
+        }
         Ok(Self { key })
     }
 }

@@ -44,6 +44,11 @@ impl ApiError {
         ))
     }
 
+    /// 429: the key's rate limit is used up (the headers come from [`crate::ratelimit`]).
+    pub fn rate_limited() -> Self {
+        Self::Problem(Problem::new(ProblemKind::RateLimit, "Rate limit exceeded. Retry after 60 seconds."))
+    }
+
     /// 403 for a key without `scope`.
     pub fn forbidden(scope: common::domain::Scope) -> Self {
         Self::Problem(Problem::new(

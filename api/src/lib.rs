@@ -1,7 +1,7 @@
 //! The public HTTP API (axum).
 //!
 //! A request flows: request id and tracing ([`app`]) → problem rendering ([`error`]) →
-//! authentication and scope ([`auth`]) → the route's handler ([`routes`]), which parses the
+//! authentication, scope and rate limit ([`auth`], [`ratelimit`]) → the route's handler ([`routes`]), which parses the
 //! body ([`validate`]), writes MongoDB and publishes to JetStream through [`common`].
 //!
 //! The api writes `starting` predictions and never runs a model; runners do that.
@@ -14,6 +14,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod models;
+pub mod ratelimit;
 pub mod routes;
 pub mod state;
 pub mod validate;

@@ -4,7 +4,7 @@ use std::{ops::Deref, sync::Arc};
 
 use common::{bus::Bus, store::Store};
 
-use crate::{auth::KeyDirectory, config::ApiConfig, models::ModelCatalog};
+use crate::{auth::KeyDirectory, config::ApiConfig, models::ModelCatalog, ratelimit::RateLimiter};
 
 /// Cheap to clone; everything lives behind one `Arc`.
 #[derive(Clone)]
@@ -22,6 +22,8 @@ pub struct Shared {
     pub keys: KeyDirectory,
     /// Registered models, cached briefly.
     pub models: ModelCatalog,
+    /// The per-key rate limit.
+    pub rate_limiter: RateLimiter,
 }
 
 impl AppState {
@@ -30,6 +32,7 @@ impl AppState {
         Self(Arc::new(Shared {
             keys: KeyDirectory::new(store.api_keys()),
             models: ModelCatalog::new(store.models()),
+            rate_limiter: RateLimiter::new(bus.clone()),
             config,
             store,
             bus,

@@ -8,8 +8,9 @@
 //! | cancel broadcast (core NATS) | `ps.cancel.<prediction id>` |
 //! | runner consumer of one model | `ps_runner_<len(owner)>_<owner>_<model>` |
 //! | notifier consumer | `ps_notifier` |
+//! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
 
-use crate::domain::{ModelRef, PredictionId};
+use crate::domain::{ApiKeyId, ModelRef, PredictionId};
 
 /// The names of one deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +71,21 @@ impl Subjects {
     /// The durable consumer that every notifier replica shares.
     pub fn notifier_consumer(&self) -> String {
         format!("{}_notifier", self.prefix)
+    }
+
+    /// The stream of rate-limit counters.
+    pub fn rate_limit_stream(&self) -> String {
+        format!("{}_RATELIMIT", self.prefix.to_uppercase())
+    }
+
+    /// Every rate-limit counter subject.
+    pub fn all_rate_limits(&self) -> String {
+        format!("{}.ratelimit.>", self.prefix)
+    }
+
+    /// The counter of one key's requests in one minute (minutes since the Unix epoch).
+    pub fn rate_limit(&self, key: &ApiKeyId, minute: i64) -> String {
+        format!("{}.ratelimit.{key}.{minute}", self.prefix)
     }
 
     /// The core-NATS subject on which a cancel of one prediction is broadcast to runners.

@@ -103,6 +103,29 @@ impl System {
         }
     }
 
+    /// Starts another api replica on the same database and NATS prefix; returns its base URL.
+    pub async fn start_another_api(&self) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind api");
+        let base_url = format!("http://{}", listener.local_addr().expect("api address"));
+        let mut vars = self.vars.clone();
+        vars.insert("PUBLIC_BASE_URL".into(), base_url.clone());
+        let config = ApiConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("api configuration");
+        let token = self.shutdown.clone();
+        tokio::spawn(async move { api::serve(config, listener, token).await.expect("api serves") });
+        let ready = eventually(Duration::from_secs(30), || async {
+            let r = self.http.get(format!("{base_url}/ready")).send().await.ok()?;
+            (r.status() == 200).then_some(())
+        })
+        .await;
+        assert!(ready.is_some(), "the second api did not become ready");
+        base_url
+    }
+
+    /// The HTTP client of the tests.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// Starts a runner (for systems started without one).
     pub fn start_runner(&self) {
         spawn_runner(&self.vars, &self.shutdown);

@@ -6,6 +6,9 @@
 //! - **Events** (`<P>_EVENTS`, limits retention, kept 24 h): one message per stored change of a
 //!   prediction, with `Nats-Msg-Id` = `<id>.<seq>.<event>`. The notifier reads them through its durable
 //!   consumer; anyone may read one prediction's events by subject.
+//! - **Rate-limit counters** (`<P>_RATELIMIT`, a counter stream, memory storage, kept 3 min):
+//!   one counter per API key and minute, incremented atomically with `Nats-Incr` by every api
+//!   replica (needs nats-server 2.12 or later).
 //! - **Cancels** (core NATS, not stored): a broadcast that the runner holding a prediction
 //!   aborts it. Runners also check the stored status, so a missed broadcast only delays a cancel.
 //!
@@ -112,7 +115,16 @@ impl Bus {
             max_age: EVENTS_MAX_AGE,
             ..Default::default()
         };
-        for config in [jobs, events] {
+        let rate_limits = StreamConfig {
+            name: self.subjects.rate_limit_stream(),
+            subjects: vec![self.subjects.all_rate_limits()],
+            retention: RetentionPolicy::Limits,
+            storage: StorageType::Memory,
+            max_age: Duration::from_secs(180),
+            allow_message_counter: true,
+            ..Default::default()
+        };
+        for config in [jobs, events, rate_limits] {
             let stream = config.name.clone();
             self.js.create_or_update_stream(config).await.map_err(|e| BusError::Stream { stream, source: e.into() })?;
         }
@@ -153,6 +165,36 @@ impl Bus {
             .map_err(|e| fail(e.into()))?;
         ack.await.map_err(|e| fail(e.into()))?;
         Ok(())
+    }
+
+    /// Adds `by` to the counter `subject` and returns its new total.
+    pub async fn increment_counter(&self, subject: String, by: i64) -> Result<i64, BusError> {
+        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
+        let publish = PublishMessage::build().header("Nats-Incr", by.to_string());
+        let ack = self.js.send_publish(subject.clone(), publish).await.map_err(|e| fail(e.into()))?;
+        let ack = ack.await.map_err(|e| fail(e.into()))?;
+        ack.value
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| fail("the stream returned no counter value".into()))
+    }
+
+    /// The current total of the counter `subject` in `stream` (0 if it was never incremented).
+    pub async fn read_counter(&self, stream: &str, subject: &str) -> Result<i64, BusError> {
+        let fail = |e: async_nats::Error| BusError::Stream { stream: stream.to_owned(), source: e };
+        let handle = self.js.get_stream_no_info(stream).await.map_err(|e| fail(e.into()))?;
+        match handle.get_last_raw_message_by_subject(subject).await {
+            Ok(message) => {
+                #[derive(serde::Deserialize)]
+                struct Counter {
+                    val: String,
+                }
+                let counter: Counter = serde_json::from_slice(&message.payload).map_err(|e| fail(e.into()))?;
+                counter.val.parse().map_err(|e: std::num::ParseIntError| fail(e.into()))
+            }
+            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(e) => Err(fail(e.into())),
+        }
     }
 
     /// Answers when the connection is up and JetStream responds.

@@ -1,0 +1,176 @@
+//! The per-key rate limit, shared by every api replica: at most `rate_limit_rpm` requests in
+//! any 60 seconds, estimated with a sliding-window counter.
+//!
+//! Each request adds one to its key's counter for the current minute, an atomic increment on a
+//! JetStream counter stream (`Nats-Incr`) that returns the new total: one round trip, no
+//! compare-and-swap races, whatever the number of replicas. The estimate weighs the previous
+//! minute's total by the part of it still inside the last 60 seconds:
+//! `previous × (1 − elapsed/60) + current`. The previous minute's total no longer changes, so
+//! each replica reads it once per key and minute and caches it. Every authenticated request
+//! counts, refused ones too, so a client that keeps hammering stays refused.
+//!
+//! If NATS cannot be reached the request is let through (and logged): an outage of the
+//! limiter should not take the API down with it.
+//!
+//! Every authenticated response carries `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+//! `X-RateLimit-Reset` (Unix seconds when the current minute ends); a 429 also `Retry-After: 60`.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    extract::Request,
+    http::{HeaderMap, HeaderValue},
+    middleware::Next,
+    response::Response,
+};
+use common::{bus::Bus, cache::TtlCache, domain::ApiKeyId, store::ApiKeyRecord};
+
+/// The window of the limit.
+pub const WINDOW_SECS: i64 = 60;
+
+/// The limit's verdict on one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request may proceed.
+    pub allowed: bool,
+    /// The key's limit per minute.
+    pub limit: u32,
+    /// Requests left in the window (an estimate).
+    pub remaining: u32,
+    /// Unix seconds when the current minute ends.
+    pub reset: i64,
+}
+
+impl Decision {
+    /// Adds the `X-RateLimit-*` headers (and `Retry-After` when refused).
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        headers.insert("x-ratelimit-limit", HeaderValue::from(self.limit));
+        headers.insert("x-ratelimit-remaining", HeaderValue::from(self.remaining));
+        headers.insert("x-ratelimit-reset", HeaderValue::from(self.reset));
+        if !self.allowed {
+            headers.insert("retry-after", HeaderValue::from(WINDOW_SECS));
+        }
+    }
+}
+
+/// The verdict for a key with `limit` per minute, given both minutes' totals and how far into
+/// the current minute we are (0.0 to 1.0).
+pub fn decide(limit: u32, previous: i64, current: i64, elapsed: f64, minute: i64) -> Decision {
+    let estimate = previous.max(0) as f64 * (1.0 - elapsed) + current.max(0) as f64;
+    let limit_f = f64::from(limit);
+    Decision {
+        allowed: estimate <= limit_f,
+        limit,
+        remaining: (limit_f - estimate.ceil()).max(0.0) as u32,
+        reset: (minute + 1) * WINDOW_SECS,
+    }
+}
+
+/// Counts requests per key on JetStream.
+pub struct RateLimiter {
+    bus: Bus,
+    previous: TtlCache<(ApiKeyId, i64), i64>,
+}
+
+impl RateLimiter {
+    /// A limiter counting on `bus`.
+    pub fn new(bus: Bus) -> Self {
+        Self { bus, previous: TtlCache::new(Duration::from_secs(WINDOW_SECS as u64), 100_000) }
+    }
+
+    /// Counts one request of `key` and decides whether it may proceed.
+    pub async fn check(&self, key: &ApiKeyRecord) -> Decision {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let minute = (now / WINDOW_SECS as f64).floor() as i64;
+        let elapsed = (now - (minute * WINDOW_SECS) as f64) / WINDOW_SECS as f64;
+        let subjects = self.bus.subjects();
+        let current = self.bus.increment_counter(subjects.rate_limit(&key.id, minute), 1).await;
+        let previous = match self.previous.get(&(key.id.clone(), minute - 1)) {
+            Some(total) => Ok(total),
+            None => {
+                let subject = subjects.rate_limit(&key.id, minute - 1);
+                let total = self.bus.read_counter(&subjects.rate_limit_stream(), &subject).await;
+                if let Ok(t) = total {
+                    self.previous.insert((key.id.clone(), minute - 1), t);
+                }
+                total
+            }
+        };
+        match (previous, current) {
+            (Ok(previous), Ok(current)) => decide(key.rate_limit_rpm, previous, current, elapsed, minute),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, key_id = %key.id, "rate limit not checked (NATS unavailable); request let through");
+                Decision {
+                    allowed: true,
+                    limit: key.rate_limit_rpm,
+                    remaining: key.rate_limit_rpm,
+                    reset: (minute + 1) * WINDOW_SECS,
+                }
+            }
+        }
+    }
+}
+
+/// Where the authentication extractor leaves the decision for [`rate_limit_headers`].
+#[derive(Clone, Default)]
+pub struct DecisionSlot(Arc<Mutex<Option<Decision>>>);
+
+impl DecisionSlot {
+    /// Records the decision of this request.
+    pub fn set(&self, decision: Decision) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(decision);
+    }
+
+    fn take(&self) -> Option<Decision> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// Adds the rate-limit headers to every response of an authenticated request.
+pub async fn rate_limit_headers(mut request: Request, next: Next) -> Response {
+    let slot = DecisionSlot::default();
+    request.extensions_mut().insert(slot.clone());
+    let mut response = next.run(request).await;
+    if let Some(decision) = slot.take() {
+        decision.apply(response.headers_mut());
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_up_to_the_limit_pass_and_the_next_is_refused() {
+        assert!(decide(10, 0, 10, 0.5, 100).allowed);
+        assert!(!decide(10, 0, 11, 0.5, 100).allowed);
+        assert_eq!(decide(10, 0, 10, 0.5, 100).remaining, 0);
+        assert_eq!(decide(10, 0, 3, 0.5, 100).remaining, 7);
+    }
+
+    #[test]
+    fn the_previous_minute_weighs_by_the_part_still_in_the_window() {
+        // 10 requests late last minute, 30 % into this one: 7 of them still count.
+        assert!(decide(10, 10, 3, 0.3, 100).allowed);
+        assert!(!decide(10, 10, 4, 0.3, 100).allowed);
+        assert!(decide(10, 10, 10, 1.0, 100).allowed, "at the end of the minute the previous one no longer counts");
+    }
+
+    #[test]
+    fn reset_is_the_end_of_the_current_minute() {
+        assert_eq!(decide(10, 0, 1, 0.1, 100).reset, 101 * 60);
+    }
+
+    #[test]
+    fn headers_name_the_limit_and_a_refusal_asks_for_60_seconds() {
+        let mut headers = HeaderMap::new();
+        decide(10, 0, 11, 0.0, 1).apply(&mut headers);
+        assert_eq!(headers["x-ratelimit-limit"], "10");
+        assert_eq!(headers["x-ratelimit-remaining"], "0");
+        assert_eq!(headers["retry-after"], "60");
+    }
+}

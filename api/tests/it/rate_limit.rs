@@ -1,0 +1,78 @@
+//! The per-key rate limit, shared by api replicas.
+
+use futures::{StreamExt, stream};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::harness::{JsonBody, Options, System};
+
+const LIMIT: usize = 100;
+
+#[tokio::test]
+async fn two_api_replicas_together_allow_no_more_than_the_limit() {
+    let system = System::start_with(Options {
+        runner: false,
+        notifier: false,
+        env: vec![("DEFAULT_RATE_LIMIT_RPM", LIMIT.to_string())],
+    })
+    .await;
+    let second = system.start_another_api().await;
+    let created = system
+        .request(Method::POST, "/v1/account/api-keys")
+        .header("content-type", "application/json")
+        .body(json!({"scopes": ["read"]}).to_string())
+        .send()
+        .await
+        .expect("sent")
+        .json_body()
+        .await;
+    assert_eq!(created["rate_limit_rpm"], LIMIT);
+    let key = created["key"].as_str().expect("key").to_owned();
+
+    let bases = [system.base_url.clone(), second];
+    let statuses: Vec<u16> = stream::iter(0..LIMIT * 5 / 2)
+        .map(|i| {
+            let url = format!("{}/v1/predictions?limit=1", bases[i % 2]);
+            let request = system.http().get(url).bearer_auth(&key);
+            async move { request.send().await.expect("sent").status().as_u16() }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let allowed = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(allowed + refused, statuses.len(), "only 200 or 429: {statuses:?}");
+    assert!(allowed <= LIMIT * 102 / 100, "{allowed} allowed, more than the limit of {LIMIT} + 2 %");
+    assert!(allowed >= LIMIT * 90 / 100, "{allowed} allowed, far below the limit of {LIMIT}");
+}
+
+#[tokio::test]
+async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() {
+    let system = System::start_with(Options {
+        runner: false,
+        notifier: false,
+        env: vec![("DEFAULT_RATE_LIMIT_RPM", "3".into())],
+    })
+    .await;
+    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
+    let key = created["key"].as_str().expect("key").to_owned();
+    let get = || system.with_key(Method::GET, "/v1/predictions", &key).send();
+
+    let first = get().await.expect("sent");
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["x-ratelimit-limit"], "3");
+    assert!(first.headers().contains_key("x-ratelimit-remaining"));
+    assert!(first.headers().contains_key("x-ratelimit-reset"));
+    get().await.expect("sent");
+    get().await.expect("sent");
+    let refused = get().await.expect("sent");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "60");
+    assert_eq!(refused.headers()["x-ratelimit-remaining"], "0");
+    let body = refused.json_body().await;
+    assert_eq!(body["detail"], "Rate limit exceeded. Retry after 60 seconds.");
+    assert_eq!(body["code"], "RATE_LIMIT_EXCEEDED");
+    assert_eq!(body["title"], "Rate Limit Exceeded");
+    assert_eq!(body["type"], system.url("/errors/rate-limit"));
+    assert_eq!(body["status"], 429);
+}
