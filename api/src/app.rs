@@ -2,11 +2,11 @@
 //! streams, assemble the middleware around the routes, serve until the shutdown token fires,
 //! then give in-flight requests `SHUTDOWN_GRACE_SECONDS` to finish.
 //!
-//! Middleware, outermost first: request id (set, or kept from the client's `X-Request-Id`) →
+//! Middleware, outermost first (then, per route, request metrics — see [`crate::metrics`]): request id (set, or kept from the client's `X-Request-Id`) →
 //! tracing span per request → `X-Request-Id` copied to the response → problem+json rendering
 //! → rate-limit headers → panic catching → request timeout → body limit (1 MiB) → routes.
 
-use std::{future::IntoFuture, time::Duration};
+use std::{future::IntoFuture, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use axum::{
@@ -14,6 +14,7 @@ use axum::{
     extract::{DefaultBodyLimit, Request},
     http::{HeaderName, StatusCode},
     middleware,
+    routing::get,
 };
 use common::{bus::Bus, store::Store};
 use tokio::net::TcpListener;
@@ -27,7 +28,14 @@ use tower_http::{
 };
 use tracing::Level;
 
-use crate::{config::ApiConfig, error::render_problems, ratelimit::rate_limit_headers, routes, state::AppState};
+use crate::{
+    config::ApiConfig,
+    error::render_problems,
+    metrics::{self, HttpMetrics},
+    ratelimit::rate_limit_headers,
+    routes,
+    state::AppState,
+};
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -87,5 +95,9 @@ pub fn app(state: AppState) -> Router {
         .layer(CatchPanicLayer::new())
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
-    routes::router(state).layer(middleware)
+    let metrics = Arc::new(HttpMetrics::new());
+    routes::router(state)
+        .route("/metrics", get(metrics::serve).with_state(metrics.clone()))
+        .layer(middleware::from_fn_with_state(metrics, metrics::track))
+        .layer(middleware)
 }

@@ -13,6 +13,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod models;
 pub mod ratelimit;
 pub mod routes;

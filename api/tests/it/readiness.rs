@@ -33,3 +33,19 @@ async fn ready_answers_503_not_ready_when_nats_is_stopped() {
     let health = system.anonymous(Method::GET, "/health").send().await.expect("sent");
     assert_eq!(health.status(), 200, "liveness does not depend on NATS");
 }
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_template_and_status() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    assert_eq!(system.get("/v1/predictions/aaaaaaaaaaaaaaaaaaaaaaaaaa").await.status(), 404);
+    let response = system.anonymous(Method::GET, "/metrics").send().await.expect("sent");
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap_or("").starts_with("application/openmetrics-text"));
+    let text = response.text().await.expect("text");
+    assert!(
+        text.contains(r#"http_requests_total{method="GET",route="/v1/predictions/{id}",status="404"} 1"#),
+        "{text}"
+    );
+    assert!(!text.contains("aaaaaaaaaaaaaaaaaaaaaaaaaa"), "raw ids never become labels");
+    assert!(text.contains("http_request_duration_seconds_bucket"));
+}

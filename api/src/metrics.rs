@@ -1,0 +1,113 @@
+//! Prometheus metrics of the api, served without authentication at `GET /metrics` in the
+//! OpenMetrics text format (scrape it from inside the deployment's network):
+//!
+//! - `http_requests_total{method, route, status}`: requests answered;
+//! - `http_request_duration_seconds{method, route, status}`: their latency (histogram).
+//!
+//! `route` is the route template (`/v1/predictions/{id}`), never the raw path, so ids do not
+//! multiply the series; requests that match no route count as `unmatched`.
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    http::{HeaderValue, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+/// The labels of one request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: String,
+}
+
+/// The api's metrics.
+pub struct HttpMetrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RequestLabels, Histogram>,
+}
+
+impl Default for HttpMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpMetrics {
+    /// Empty metrics, registered.
+    pub fn new() -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency: Family<RequestLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
+        let mut registry = Registry::default();
+        registry.register("http_requests", "HTTP requests answered", requests.clone());
+        registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
+        Self { registry, requests, latency }
+    }
+
+    fn observe(&self, labels: RequestLabels, seconds: f64) {
+        self.requests.get_or_create(&labels).inc();
+        self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Counts and times every request.
+pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics.observe(RequestLabels { method, route, status }, started.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics`
+pub async fn serve(State(metrics): State<Arc<HttpMetrics>>) -> Response {
+    let mut response = metrics.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observed_requests_appear_by_route_and_status() {
+        let m = HttpMetrics::new();
+        let labels = RequestLabels { method: "GET".into(), route: "/v1/predictions/{id}".into(), status: "404".into() };
+        m.observe(labels.clone(), 0.002);
+        m.observe(labels, 0.003);
+        let text = m.render();
+        assert!(
+            text.contains(r#"http_requests_total{method="GET",route="/v1/predictions/{id}",status="404"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains("http_request_duration_seconds_count"), "{text}");
+    }
+}
