@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod metrics;
 pub mod models;
+pub mod openapi;
 pub mod ratelimit;
 pub mod routes;
 pub mod state;

@@ -109,6 +109,7 @@ impl ProblemKind {
 }
 
 /// The code of one item of `errors[]`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FieldErrorCode {
     /// A required field is absent.
@@ -120,6 +121,7 @@ pub enum FieldErrorCode {
 }
 
 /// One item of `errors[]`: which field, and what is wrong with it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldError {
     /// A path such as `input.prompt` or `webhook_events_filter[1]`.
@@ -154,6 +156,7 @@ pub struct Problem {
 }
 
 /// The rendered body.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProblemBody {
     /// `{base_url}/errors/<kind>`.

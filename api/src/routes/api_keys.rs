@@ -25,8 +25,8 @@ use crate::{
     validate::{body, create_api_key},
 };
 
-/// An API key as the API shows it.
-#[derive(Debug, Serialize)]
+/// An API key as the create response shows it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ApiKeyView {
     /// The key id.
     pub id: String,
@@ -42,17 +42,24 @@ pub struct ApiKeyView {
     pub rate_limit_rpm: u32,
     /// Whether it works.
     pub is_active: bool,
-    /// When it was last used (at most a minute stale); only in the get response.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_used_at: Option<Option<chrono::DateTime<Utc>>>,
     /// When it was created.
     pub created_at: chrono::DateTime<Utc>,
     /// When it stops working, `null` if never.
     pub expires_at: Option<chrono::DateTime<Utc>>,
 }
 
+/// An API key as the get response shows it: with `last_used_at`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApiKeyDetails {
+    /// The key.
+    #[serde(flatten)]
+    pub key: ApiKeyView,
+    /// When it was last used (at most a minute stale), `null` if never.
+    pub last_used_at: Option<chrono::DateTime<Utc>>,
+}
+
 impl ApiKeyView {
-    fn of(record: &ApiKeyRecord, key: String, with_last_used: bool) -> Self {
+    fn of(record: &ApiKeyRecord, key: String) -> Self {
         Self {
             id: record.id.to_string(),
             key,
@@ -61,7 +68,6 @@ impl ApiKeyView {
             scopes: record.scopes.clone(),
             rate_limit_rpm: record.rate_limit_rpm,
             is_active: record.is_active,
-            last_used_at: with_last_used.then(|| record.last_used_at.map(DateTime::to_chrono)),
             created_at: record.created_at.to_chrono(),
             expires_at: record.expires_at.map(DateTime::to_chrono),
         }
@@ -71,6 +77,15 @@ impl ApiKeyView {
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
 /// `POST /v1/account/api-keys`
+#[utoipa::path(
+    post,
+    path = "/v1/account/api-keys",
+    operation_id = "createApiKey",
+    tag = "account",
+    request_body(content = create_api_key::CreateApiKeyBody, content_type = "application/json"),
+    responses((status = 201, description = "Created; `key` is the full value", body = ApiKeyView)),
+    security(("bearer" = []))
+)]
 pub async fn create(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
@@ -99,19 +114,31 @@ pub async fn create(
         expires_at,
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(ApiKeyView::of(&record, value.expose().to_owned(), false))))
+    Ok((StatusCode::CREATED, Json(ApiKeyView::of(&record, value.expose().to_owned()))))
 }
 
 /// `GET /v1/account/api-keys/{id}`
+#[utoipa::path(
+    get,
+    path = "/v1/account/api-keys/{id}",
+    operation_id = "getApiKey",
+    tag = "account",
+    params(("id" = String, Path, description = "The key id")),
+    responses((status = 200, description = "The key, with its full value", body = ApiKeyDetails)),
+    security(("bearer" = []))
+)]
 pub async fn get(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
     Path(id): Path<String>,
-) -> Result<Json<ApiKeyView>, ApiError> {
+) -> Result<Json<ApiKeyDetails>, ApiError> {
     let missing = || ApiError::not_found(format!("API key {id} not found."));
     let key_id = ApiKeyId::parse(&id).map_err(|_| missing())?;
     let record =
         state.store.api_keys().get_for_account(&key_id, &auth.caller.key.account_id).await?.ok_or_else(missing)?;
     let value = record.value(&state.config.common.master_key)?;
-    Ok(Json(ApiKeyView::of(&record, value, true)))
+    Ok(Json(ApiKeyDetails {
+        key: ApiKeyView::of(&record, value),
+        last_used_at: record.last_used_at.map(DateTime::to_chrono),
+    }))
 }

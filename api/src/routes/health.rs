@@ -5,18 +5,45 @@
 use std::time::Duration;
 
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::state::AppState;
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The readiness answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Readiness {
+    /// `ready` or `not_ready`.
+    pub status: &'static str,
+    /// The release version, when ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<&'static str>,
+}
+
+/// The liveness answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Liveness {
+    /// Always `ok`.
+    pub status: &'static str,
+}
+
 /// `GET /ready`
+#[utoipa::path(
+    get,
+    path = "/ready",
+    operation_id = "ready",
+    tag = "operations",
+    responses(
+        (status = 200, description = "MongoDB and NATS answer", body = Readiness),
+        (status = 503, description = "MongoDB or NATS does not answer; `{\"status\":\"not_ready\"}`", body = Readiness)
+    )
+)]
 pub async fn ready(State(state): State<AppState>) -> impl IntoResponse {
     let (db, bus) = tokio::join!(tokio::time::timeout(CHECK_TIMEOUT, state.store.ping()), state.bus.ping());
     let db_ok = matches!(db, Ok(Ok(())));
     if db_ok && bus.is_ok() {
-        return (StatusCode::OK, Json(json!({"status": "ready", "version": common::VERSION})));
+        return (StatusCode::OK, Json(Readiness { status: "ready", version: Some(common::VERSION) }));
     }
     let db_error = match db {
         Ok(Ok(())) => None,
@@ -24,10 +51,11 @@ pub async fn ready(State(state): State<AppState>) -> impl IntoResponse {
         Err(_) => Some("no answer within 2 s".to_owned()),
     };
     tracing::warn!(mongodb = ?db_error, nats = ?bus.err().map(|e| e.to_string()), "not ready");
-    (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "not_ready"})))
+    (StatusCode::SERVICE_UNAVAILABLE, Json(Readiness { status: "not_ready", version: None }))
 }
 
 /// `GET /health`
-pub async fn health() -> impl IntoResponse {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(get, path = "/health", operation_id = "health", tag = "operations", responses((status = 200, description = "The process serves", body = Liveness)))]
+pub async fn health() -> Json<Liveness> {
+    Json(Liveness { status: "ok" })
 }

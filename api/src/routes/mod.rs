@@ -12,6 +12,7 @@
 //! | `GET /v1/account/webhooks/secret` (alias `GET /v1/webhooks/default/secret`) | [`webhook_secret::get`] | admin |
 //! | `POST /v1/account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
 //! | `GET /ready`, `GET /health` | [`health`] | none |
+//! | `GET /openapi.json` | [`crate::openapi::serve`] | none |
 
 pub mod api_keys;
 pub mod health;
@@ -39,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/webhooks/default/secret", get(webhook_secret::get))
         .route("/ready", get(health::ready))
         .route("/health", get(health::health))
+        .route("/openapi.json", get(crate::openapi::serve))
         .fallback(unknown_route)
         .with_state(state)
 }

@@ -29,6 +29,16 @@ use crate::{
 };
 
 /// `POST /v1/models/{owner}/{model}/predictions`
+#[utoipa::path(
+    post,
+    path = "/v1/models/{owner}/{model}/predictions",
+    operation_id = "createPrediction",
+    tag = "predictions",
+    params(("owner" = String, Path, description = "The model's owner"), ("model" = String, Path, description = "The model's name")),
+    request_body(content = create_prediction::CreatePredictionBody, content_type = "application/json"),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView)),
+    security(("bearer" = []))
+)]
 #[tracing::instrument(skip_all, fields(model = %format!("{owner}/{name}"), prediction_id))]
 pub async fn create(
     State(state): State<AppState>,
@@ -83,6 +93,15 @@ pub async fn create(
 }
 
 /// `GET /v1/predictions/{id}`
+#[utoipa::path(
+    get,
+    path = "/v1/predictions/{id}",
+    operation_id = "getPrediction",
+    tag = "predictions",
+    params(("id" = String, Path, description = "The prediction id")),
+    responses((status = 200, description = "The prediction", body = PredictionView)),
+    security(("bearer" = []))
+)]
 pub async fn get(
     State(state): State<AppState>,
     auth: Authorized<Read>,
@@ -100,7 +119,7 @@ pub async fn get(
 }
 
 /// A page of predictions.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PredictionPage {
     /// The predictions, newest first.
     pub results: Vec<PredictionView>,
@@ -113,6 +132,15 @@ pub struct PredictionPage {
 }
 
 /// `GET /v1/predictions`
+#[utoipa::path(
+    get,
+    path = "/v1/predictions",
+    operation_id = "listPredictions",
+    tag = "predictions",
+    params(list_predictions::ListPredictionsParams),
+    responses((status = 200, description = "A page of the account's predictions, newest first", body = PredictionPage)),
+    security(("bearer" = []))
+)]
 pub async fn list(
     State(state): State<AppState>,
     auth: Authorized<Read>,
@@ -143,6 +171,15 @@ const CANCEL_ATTEMPTS: usize = 3;
 /// The change is a conditional update on the status just read (so the metrics computed from
 /// it are right), followed by the `completed` event and, for a `processing` prediction, the
 /// cancel broadcast that makes the runner holding it abort the model call.
+#[utoipa::path(
+    post,
+    path = "/v1/predictions/{id}/cancel",
+    operation_id = "cancelPrediction",
+    tag = "predictions",
+    params(("id" = String, Path, description = "The prediction id")),
+    responses((status = 200, description = "Canceled", body = PredictionView)),
+    security(("bearer" = []))
+)]
 #[tracing::instrument(skip_all, fields(prediction_id = %id))]
 pub async fn cancel(
     State(state): State<AppState>,

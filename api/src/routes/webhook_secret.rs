@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// The secret as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SecretView {
     /// The full current secret.
     pub key: String,
@@ -49,7 +49,15 @@ impl SecretView {
     }
 }
 
-/// `GET /v1/account/webhooks/secret`
+/// `GET /v1/account/webhooks/secret` (also `GET /v1/webhooks/default/secret`)
+#[utoipa::path(
+    get,
+    path = "/v1/account/webhooks/secret",
+    operation_id = "getWebhookSecret",
+    tag = "account",
+    responses((status = 200, description = "The signing secret", body = SecretView)),
+    security(("bearer" = []))
+)]
 pub async fn get(State(state): State<AppState>, auth: Authorized<Admin>) -> Result<Json<SecretView>, ApiError> {
     let account_id = &auth.caller.key.account_id;
     let account = state
@@ -60,6 +68,15 @@ pub async fn get(State(state): State<AppState>, auth: Authorized<Admin>) -> Resu
         .ok_or_else(|| anyhow::anyhow!("account {account_id} of a valid key does not exist"))?;
     let secrets = account.signing_secrets(&state.config.common.master_key)?;
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
+}
+
+/// The rotate request body as the OpenAPI description shows it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct RotateSecretBody {
+    /// Hours during which the previous secret still signs (default 24).
+    #[schema(minimum = 1, maximum = 168)]
+    transition_hours: Option<i64>,
 }
 
 /// The body of the rotate request: `transition_hours`, an integer from 1 to 168 (default 24).
@@ -83,6 +100,15 @@ pub const TRANSITION_HOURS: std::ops::RangeInclusive<i64> = 1..=168;
 /// How often a rotation retries when another rotation of the same account won the race.
 const ROTATE_ATTEMPTS: usize = 3;
 
+#[utoipa::path(
+    post,
+    path = "/v1/account/webhooks/secret/rotate",
+    operation_id = "rotateWebhookSecret",
+    tag = "account",
+    request_body(content = RotateSecretBody, content_type = "application/json"),
+    responses((status = 200, description = "The new secret; `previous_key_expires_at` ends the transition", body = SecretView)),
+    security(("bearer" = []))
+)]
 /// `POST /v1/account/webhooks/secret/rotate`: a new secret now; the old one keeps signing
 /// (beside the new one) for `transition_hours`.
 pub async fn rotate(

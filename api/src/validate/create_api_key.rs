@@ -10,6 +10,21 @@ pub const MAX_NAME_CHARS: usize = 100;
 /// The shortest and longest lifetimes of a key, in days.
 pub const EXPIRES_IN_DAYS: std::ops::RangeInclusive<i64> = 1..=365;
 
+/// The request body as the OpenAPI description shows it; [`parse`] reads it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CreateApiKeyBody {
+    /// A name for people.
+    #[schema(max_length = 100)]
+    name: Option<String>,
+    /// The key's scopes, each held by the calling key (default `["read","write"]`).
+    #[schema(min_items = 1)]
+    scopes: Option<Vec<Scope>>,
+    /// Days until the key stops working; never when absent.
+    #[schema(minimum = 1, maximum = 365)]
+    expires_in_days: Option<i64>,
+}
+
 /// A well-formed create-key request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateApiKey {

@@ -8,6 +8,21 @@ use common::{
 };
 use serde_json::{Map, Value};
 
+/// The request body as the OpenAPI description shows it; [`parse`] reads it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CreatePredictionBody {
+    /// Generation parameters, checked against the model's input schema. Parameters the model
+    /// does not declare are kept in the stored `input` and not passed to the model.
+    #[schema(value_type = Object)]
+    input: Value,
+    /// An absolute http or https URL that receives the prediction's webhooks.
+    #[schema(format = "uri", max_length = 2048)]
+    webhook: Option<String>,
+    /// The events to deliver; all of them when absent.
+    webhook_events_filter: Option<Vec<WebhookEvent>>,
+}
+
 /// A well-formed create request (the input is not yet checked against the model).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatePrediction {

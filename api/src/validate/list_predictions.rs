@@ -9,6 +9,21 @@ pub const DEFAULT_LIMIT: u32 = 20;
 /// The largest page size.
 pub const MAX_LIMIT: u32 = 100;
 
+/// The query parameters as the OpenAPI description shows them; [`parse`] reads them.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct ListPredictionsParams {
+    /// Only predictions in this status.
+    status: Option<PredictionStatus>,
+    /// Page size (default 20).
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<u32>,
+    /// Matches to skip (default 0).
+    #[param(minimum = 0)]
+    offset: Option<u64>,
+}
+
 /// A well-formed list query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListPredictions {

@@ -7,6 +7,7 @@ mod cancel;
 mod end_to_end;
 mod harness;
 mod list;
+mod openapi;
 mod rate_limit;
 mod readiness;
 mod receiver;

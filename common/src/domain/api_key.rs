@@ -72,6 +72,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// A permission a key holds. `read`: GET predictions, files, streams. `write`: create and
 /// cancel predictions. `admin`: the `/v1/account/...` endpoints.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {

@@ -14,6 +14,7 @@ use super::{AccountId, ModelRef, PredictionId, PredictionStatus, WebhookEvent, W
 pub const SOURCE_API: &str = "api";
 
 /// Why a prediction failed: a machine-readable code and a message for people.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictionError {
     /// Machine-readable, e.g. `MODEL_ERROR`, `PREDICTION_TIMEOUT`.
@@ -23,6 +24,7 @@ pub struct PredictionError {
 }
 
 /// Timings in seconds: `predict_time` = completed - started, `total_time` = completed - created.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     /// Seconds the model ran (0 for a prediction that never started).
@@ -91,6 +93,7 @@ pub struct Prediction {
 }
 
 /// The `urls` of a prediction.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictionUrls {
     /// `{base}/v1/predictions/{id}`
@@ -104,6 +107,7 @@ pub struct PredictionUrls {
 }
 
 /// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictionView {
     /// The prediction id.
@@ -115,6 +119,7 @@ pub struct PredictionView {
     /// The model's declared kind.
     pub capability: String,
     /// The input as submitted.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub input: Value,
     /// Log text.
     pub logs: String,

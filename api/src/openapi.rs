@@ -1,0 +1,150 @@
+//! The OpenAPI 3.1 description served at `GET /openapi.json`, generated from the handlers'
+//! `#[utoipa::path]` annotations and the response types themselves.
+//!
+//! Error responses are added here rather than on each handler, from [`ERRORS`]: which problem
+//! statuses each operation can answer. Every authenticated operation can also answer 401, 403,
+//! 429 and 500. All of them carry the `ProblemBody` schema as `application/problem+json`.
+
+use std::sync::OnceLock;
+
+use axum::{Json, extract::State};
+use common::problem::{FieldError, FieldErrorCode, ProblemBody};
+use utoipa::{
+    Modify, OpenApi,
+    openapi::{
+        ContentBuilder, Ref, ResponseBuilder, Server,
+        security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+    },
+};
+
+use crate::{routes, state::AppState};
+
+/// The problem statuses of each operation beyond those of every authenticated one.
+const ERRORS: &[(&str, &str, &[u16])] = &[
+    ("post", "/v1/models/{owner}/{model}/predictions", &[400, 404, 413]),
+    ("get", "/v1/predictions", &[400]),
+    ("get", "/v1/predictions/{id}", &[404]),
+    ("post", "/v1/predictions/{id}/cancel", &[400, 404]),
+    ("post", "/v1/account/api-keys", &[400, 413]),
+    ("get", "/v1/account/api-keys/{id}", &[404]),
+    ("get", "/v1/account/webhooks/secret", &[]),
+    ("post", "/v1/account/webhooks/secret/rotate", &[400, 413]),
+];
+
+/// What every authenticated operation may answer.
+const AUTHENTICATED: &[u16] = &[401, 403, 429, 500];
+
+fn describe(status: u16) -> &'static str {
+    match status {
+        400 => "Validation error: `errors[]` names each failing field",
+        401 => "Missing, malformed, unknown, inactive or expired key (`AUTH_INVALID_TOKEN`)",
+        403 => "The key lacks the scope this operation needs (`AUTH_INSUFFICIENT_SCOPE`)",
+        404 => "No such resource in the caller's account (`RESOURCE_NOT_FOUND`)",
+        413 => "The body is over 1 MiB",
+        429 => "Rate limit exceeded; `Retry-After: 60` and `X-RateLimit-*` headers",
+        _ => "Internal error (`INTERNAL`)",
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Prediction service API",
+        description = "Asynchronous generation jobs (predictions) on hosted models, with signed webhooks."
+    ),
+    paths(
+        routes::predictions::create,
+        routes::predictions::list,
+        routes::predictions::get,
+        routes::predictions::cancel,
+        routes::api_keys::create,
+        routes::api_keys::get,
+        routes::webhook_secret::get,
+        routes::webhook_secret::rotate,
+        routes::health::ready,
+        routes::health::health,
+    ),
+    components(schemas(ProblemBody, FieldError, FieldErrorCode)),
+    modifiers(&Security, &ProblemResponses),
+    tags(
+        (name = "predictions", description = "Create, read, list and cancel predictions"),
+        (name = "account", description = "API keys and the webhook signing secret (scope `admin`)"),
+        (name = "operations", description = "Readiness and liveness"),
+    )
+)]
+struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("psk_ API key")
+                    .description(Some("An API key of the account: `Authorization: Bearer psk_...`"))
+                    .build(),
+            ),
+        );
+    }
+}
+
+struct ProblemResponses;
+
+impl Modify for ProblemResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (method, path, extra) in ERRORS {
+            let Some(item) = openapi.paths.paths.get_mut(*path) else { continue };
+            let operation = match *method {
+                "get" => item.get.as_mut(),
+                _ => item.post.as_mut(),
+            };
+            let Some(operation) = operation else { continue };
+            for status in extra.iter().chain(AUTHENTICATED) {
+                let response = ResponseBuilder::new()
+                    .description(describe(*status))
+                    .content(
+                        common::problem::PROBLEM_CONTENT_TYPE,
+                        ContentBuilder::new().schema(Some(Ref::from_schema_name("ProblemBody"))).build(),
+                    )
+                    .build();
+                operation.responses.responses.insert(status.to_string(), response.into());
+            }
+        }
+    }
+}
+
+/// The document, built once.
+pub fn document() -> &'static utoipa::openapi::OpenApi {
+    static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+    DOC.get_or_init(ApiDoc::openapi)
+}
+
+/// `GET /openapi.json`, with this deployment's base URL as its server.
+pub async fn serve(State(state): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
+    let mut doc = document().clone();
+    doc.servers = Some(vec![Server::new(state.base_url())]);
+    Json(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_operation_exists_and_gets_its_problems() {
+        let doc = document();
+        assert_eq!(serde_json::to_value(doc).expect("json")["openapi"], "3.1.0");
+        for (method, path, extra) in ERRORS {
+            let item = doc.paths.paths.get(*path).unwrap_or_else(|| panic!("{path} is documented"));
+            let op = if *method == "get" { item.get.as_ref() } else { item.post.as_ref() };
+            let op = op.unwrap_or_else(|| panic!("{method} {path} is documented"));
+            for status in extra.iter().chain(AUTHENTICATED) {
+                assert!(op.responses.responses.contains_key(&status.to_string()), "{method} {path} {status}");
+            }
+        }
+    }
+}
