@@ -55,6 +55,8 @@ async fn an_echo_prediction_succeeds_and_one_signed_completed_webhook_arrives() 
     // attempt is recorded no redelivery can follow.
     let store = system.ctx.store().await;
     let prediction_id = PredictionId::parse(&id).expect("a prediction id");
+    let stored = store.predictions().get(&prediction_id).await.expect("read").expect("stored");
+    assert_eq!(stored.model_input, json!({"prompt": "hello", "repeat": 3}), "unknown parameters never reach the model");
     let recorded = eventually(Duration::from_secs(20), || async {
         let attempts = store.webhook_attempts().for_prediction(&prediction_id).await.ok()?;
         attempts

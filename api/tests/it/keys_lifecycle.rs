@@ -1,0 +1,62 @@
+//! Keys that stop working: inactive and expired keys are refused exactly like unknown ones.
+
+use bson::{DateTime, doc};
+use common::domain::ApiKeyId;
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::harness::{JsonBody, Options, System};
+
+async fn fresh_key(system: &System) -> (ApiKeyId, String) {
+    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
+    let id = ApiKeyId::parse(created["id"].as_str().expect("id")).expect("a key id");
+    (id, created["key"].as_str().expect("key").to_owned())
+}
+
+async fn body_of_401(system: &System, key: &str) -> Value {
+    let response = system.with_key(Method::GET, "/v1/predictions", key).send().await.expect("sent");
+    assert_eq!(response.status(), 401);
+    response.json_body().await
+}
+
+#[tokio::test]
+async fn inactive_and_expired_keys_get_the_same_401_as_unknown_ones() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let db = system.ctx.store().await;
+    let keys = db.database().collection::<bson::Document>("api_keys");
+
+    // Changed in the database before their first use, so no cached look-up hides the change.
+    let (inactive_id, inactive) = fresh_key(&system).await;
+    keys.update_one(doc! {"_id": inactive_id.as_str()}, doc! {"$set": {"is_active": false}}).await.expect("update");
+    let (expired_id, expired) = fresh_key(&system).await;
+    let past = DateTime::from_millis(DateTime::now().timestamp_millis() - 1000);
+    keys.update_one(doc! {"_id": expired_id.as_str()}, doc! {"$set": {"expires_at": past}}).await.expect("update");
+
+    let unknown = body_of_401(&system, &format!("psk_{}", "B".repeat(40))).await;
+    assert_eq!(body_of_401(&system, &inactive).await, unknown);
+    assert_eq!(body_of_401(&system, &expired).await, unknown);
+}
+
+#[tokio::test]
+async fn last_used_at_is_written_at_most_once_a_minute() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let store = system.ctx.store().await;
+    let (id, _) = fresh_key(&system).await;
+    let now = DateTime::now();
+    assert!(store.api_keys().touch_last_used(&id, now).await.expect("touch"), "the first use is written");
+    let later = DateTime::from_millis(now.timestamp_millis() + 59_000);
+    assert!(!store.api_keys().touch_last_used(&id, later).await.expect("touch"), "not again within a minute");
+    let after_a_minute = DateTime::from_millis(now.timestamp_millis() + 61_000);
+    assert!(store.api_keys().touch_last_used(&id, after_a_minute).await.expect("touch"));
+}
+
+#[tokio::test]
+async fn each_account_sees_only_its_own_signing_secret() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let other = system.bootstrap_account("other").await;
+    let mine = system.get("/v1/account/webhooks/secret").await.json_body().await;
+    let theirs = system.with_key(Method::GET, "/v1/account/webhooks/secret", &other).send().await.expect("sent");
+    let theirs = theirs.json_body().await;
+    assert_ne!(mine["key"], theirs["key"]);
+    assert_eq!(mine["key"], system.secret.expose());
+}
