@@ -13,6 +13,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod idempotency;
 pub mod metrics;
 pub mod models;
 pub mod openapi;
@@ -20,5 +21,6 @@ pub mod ratelimit;
 pub mod routes;
 pub mod state;
 pub mod validate;
+pub mod wait;
 
 pub use app::{run, serve};

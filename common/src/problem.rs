@@ -21,6 +21,8 @@ pub enum ProblemKind {
     NotFound,
     /// 405: the route exists but not with this method.
     MethodNotAllowed,
+    /// 409: the request conflicts with one still in progress.
+    Conflict,
     /// 413: the body is over the size limit.
     PayloadTooLarge,
     /// 429: the key's rate limit is used up.
@@ -40,6 +42,7 @@ impl ProblemKind {
             Self::Forbidden => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
+            Self::Conflict => 409,
             Self::PayloadTooLarge => 413,
             Self::RateLimit => 429,
             Self::Internal => 500,
@@ -55,6 +58,7 @@ impl ProblemKind {
             Self::Forbidden => "forbidden",
             Self::NotFound => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
+            Self::Conflict => "conflict",
             Self::PayloadTooLarge => "payload-too-large",
             Self::RateLimit => "rate-limit",
             Self::Internal => "internal",
@@ -70,6 +74,7 @@ impl ProblemKind {
             Self::Forbidden => "Forbidden",
             Self::NotFound => "Not Found",
             Self::MethodNotAllowed => "Method Not Allowed",
+            Self::Conflict => "Conflict",
             Self::PayloadTooLarge => "Payload Too Large",
             Self::RateLimit => "Rate Limit Exceeded",
             Self::Internal => "Internal Server Error",
@@ -85,6 +90,7 @@ impl ProblemKind {
             Self::Forbidden => "AUTH_INSUFFICIENT_SCOPE",
             Self::NotFound => "RESOURCE_NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::Conflict => "CONFLICT",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Self::RateLimit => "RATE_LIMIT_EXCEEDED",
             Self::Internal => "INTERNAL",
@@ -100,6 +106,7 @@ impl ProblemKind {
             403 => Self::Forbidden,
             404 => Self::NotFound,
             405 => Self::MethodNotAllowed,
+            409 => Self::Conflict,
             413 => Self::PayloadTooLarge,
             429 => Self::RateLimit,
             502..=504 => Self::Unavailable,

@@ -1,6 +1,8 @@
 //! Predictions: create, get, list and cancel.
 //!
-//! Create validates everything before writing anything, stores the `starting` prediction, then
+//! Create validates everything before writing anything (`Prefer: wait` holds the response
+//! until the prediction ends, see [`crate::wait`]; `Idempotency-Key` returns the first
+//! prediction of a key, see [`crate::idempotency`]), stores the `starting` prediction, then
 //! publishes its job (`Nats-Msg-Id` = the prediction id). If the publish fails the prediction
 //! is still accepted: it is stored, and the runner's reconciler republishes `starting`
 //! predictions whose job never reached the stream.
@@ -17,6 +19,7 @@ use common::{
     domain::{Metrics, ModelRef, Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
     messages::{JobMessage, PredictionChanged},
     problem::FieldError,
+    store::Claim,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -24,8 +27,10 @@ use serde_json::Value;
 use crate::{
     auth::{Authorized, Read, Write},
     error::ApiError,
+    idempotency,
     state::AppState,
     validate::{body, create_prediction, input, list_predictions},
+    wait,
 };
 
 /// `POST /v1/models/{owner}/{model}/predictions`
@@ -52,6 +57,8 @@ pub async fn create(
     let model = state.models.get(&model_ref).await?.ok_or_else(missing)?;
 
     let body = body::json_object(&headers, &body)?;
+    let wait_for = wait::requested(&headers)?;
+    let idempotency_key = idempotency::key(&headers)?;
     let request = create_prediction::parse(&body);
     let model_input = match &request {
         Ok(req) => input::validate(&model.input_schema, &req.input),
@@ -77,14 +84,38 @@ pub async fn create(
         request.webhook_events_filter,
     );
     tracing::Span::current().record("prediction_id", prediction.id.as_str());
-    state.store.predictions().insert(&prediction).await?;
+    let events = match wait_for {
+        Some(_) => Some(state.bus.client().subscribe(state.bus.subjects().events(&prediction.id)).await?),
+        None => None,
+    };
+    let account = &auth.caller.key.account_id;
+    if let Some(key) = &idempotency_key {
+        match state.store.idempotency_keys().claim(account, key, &prediction.id, DateTime::now()).await? {
+            Claim::New => {}
+            Claim::Existing(first) => return idempotency::replay(&state, account, &first).await,
+        }
+    }
+    if let Err(e) = state.store.predictions().insert(&prediction).await {
+        if let Some(key) = &idempotency_key
+            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
+        {
+            tracing::warn!(error = %release, "idempotency key not released");
+        }
+        return Err(e.into());
+    }
 
     let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: model_ref };
     if let Err(e) = state.bus.publish_job(&job).await {
         tracing::error!(error = %e, "job not published; the reconciler will republish it");
     }
 
-    let view = prediction.view(state.base_url());
+    let view = match (wait_for, events) {
+        (Some(limit), Some(events)) => match wait::completion(events, limit).await {
+            Some(done) => done,
+            None => state.store.predictions().get(&prediction.id).await?.unwrap_or(prediction).view(state.base_url()),
+        },
+        _ => prediction.view(state.base_url()),
+    };
     let mut response = (StatusCode::CREATED, Json(&view)).into_response();
     if let Ok(location) = HeaderValue::from_str(&view.urls.get) {
         response.headers_mut().insert(header::LOCATION, location);

@@ -13,4 +13,5 @@ mod openapi;
 mod rate_limit;
 mod readiness;
 mod receiver;
+mod replicate_parity;
 mod signing_secret;

@@ -6,6 +6,7 @@
 //! | `api_keys` | [`api_keys`] | api |
 //! | `predictions` | [`predictions`] | api (create, cancel of `starting`), runner (every later change) |
 //! | `models` | [`models`] | runner (registration at start) |
+//! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
@@ -13,6 +14,7 @@
 
 pub mod accounts;
 pub mod api_keys;
+pub mod idempotency;
 pub mod models;
 pub mod predictions;
 pub mod webhook_attempts;
@@ -28,6 +30,7 @@ use mongodb::{
 
 pub use accounts::{Account, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
+pub use idempotency::{Claim, IdempotencyKeys};
 pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;
 pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
@@ -83,6 +86,11 @@ impl Store {
         coll.create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })).await?;
         coll.create_index(plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 })).await?;
         coll.create_index(plain(doc! { "status": 1, "created_at": 1 })).await?;
+        let expiring = IndexModel::builder()
+            .keys(doc! { "expires_at": 1 })
+            .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
+            .build();
+        self.idempotency_keys().collection().create_index(expiring).await?;
         self.webhook_attempts().collection().create_index(plain(doc! { "prediction_id": 1, "at": 1 })).await?;
         Ok(())
     }
@@ -105,6 +113,11 @@ impl Store {
     /// The `models` collection.
     pub fn models(&self) -> Models {
         Models::new(&self.db)
+    }
+
+    /// The `idempotency_keys` collection.
+    pub fn idempotency_keys(&self) -> IdempotencyKeys {
+        IdempotencyKeys::new(&self.db)
     }
 
     /// The `webhook_attempts` collection.

@@ -1,0 +1,129 @@
+//! CONTRACT section 4 on the api: `Prefer: wait`, `Idempotency-Key` and the SSE stream.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{JsonBody, Options, System};
+
+async fn create_with(system: &System, model: &str, body: Value, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = system
+        .request(Method::POST, &format!("/v1/models/{model}/predictions"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.expect("sent")
+}
+
+#[tokio::test]
+async fn prefer_wait_returns_the_finished_prediction() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let response =
+        create_with(&system, "demo/echo", json!({"input": {"prompt": "hi", "repeat": 2}}), &[("prefer", "wait")]).await;
+    assert_eq!(response.status(), 201);
+    let body = response.json_body().await;
+    assert_eq!(body["status"], "succeeded");
+    assert_eq!(body["output"], "hi hi");
+}
+
+#[tokio::test]
+async fn prefer_wait_n_answers_after_n_seconds_with_the_prediction_as_it_stands() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let started = Instant::now();
+    let response = create_with(&system, "demo/sleep", json!({"input": {"seconds": 30}}), &[("prefer", "wait=1")]).await;
+    let elapsed = started.elapsed();
+    assert_eq!(response.status(), 201);
+    let body = response.json_body().await;
+    assert!(matches!(body["status"].as_str(), Some("starting" | "processing")), "{body}");
+    assert!(elapsed >= Duration::from_millis(950) && elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn an_impossible_wait_is_400_and_creates_nothing() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    system.register_models_only().await;
+    for value in ["wait=0", "wait=61", "wait=x"] {
+        let response = create_with(&system, "demo/echo", json!({"input": {"prompt": "x"}}), &[("prefer", value)]).await;
+        assert_eq!(response.status(), 400, "{value}");
+        assert_eq!(response.json_body().await["errors"][0]["field"], "Prefer");
+    }
+    assert_eq!(system.get("/v1/predictions").await.json_body().await["total_count"], 0);
+}
+
+#[tokio::test]
+async fn the_same_idempotency_key_returns_the_first_prediction_and_never_a_second_job() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    system.register_models_only().await;
+    let body = json!({"input": {"prompt": "once"}});
+    let first = create_with(&system, "demo/echo", body.clone(), &[("idempotency-key", "order-42")]).await;
+    assert_eq!(first.status(), 201);
+    let first = first.json_body().await;
+    let again = create_with(&system, "demo/echo", body.clone(), &[("idempotency-key", "order-42")]).await;
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.json_body().await["id"], first["id"]);
+
+    let other_key = create_with(&system, "demo/echo", body.clone(), &[("idempotency-key", "order-43")]).await;
+    assert_ne!(other_key.json_body().await["id"], first["id"]);
+    assert_eq!(system.get("/v1/predictions").await.json_body().await["total_count"], 2);
+
+    let bus = system.ctx.bus().await;
+    let mut jobs = bus.jetstream().get_stream(bus.subjects().jobs_stream()).await.expect("jobs stream");
+    assert_eq!(jobs.info().await.expect("info").state.messages, 2, "one job per prediction");
+
+    let too_long = "k".repeat(256);
+    let response = create_with(&system, "demo/echo", body, &[("idempotency-key", &too_long)]).await;
+    assert_eq!(response.status(), 400);
+}
+
+/// Reads a whole SSE body into (event, data) pairs.
+async fn sse_events(response: reqwest::Response) -> Vec<(String, String)> {
+    let text = response.text().await.expect("body");
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut event = None;
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event = Some(e.trim().to_owned());
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push(d.strip_prefix(' ').unwrap_or(d).to_owned());
+                }
+            }
+            event.map(|e| (e, data.join("\n")))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_stream_follows_a_running_prediction_and_ends_with_done() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let created = create_with(&system, "demo/sleep", json!({"input": {"seconds": 1.5}}), &[]).await.json_body().await;
+    let stream_url = created["urls"]["stream"].as_str().expect("stream url").to_owned();
+    let response = system.http().get(stream_url).bearer_auth(&system.admin_key).send().await.expect("sent");
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap_or("").starts_with("text/event-stream"));
+    let events = sse_events(response).await;
+    let logs: String = events.iter().filter(|(e, _)| e == "logs").map(|(_, d)| d.as_str()).collect();
+    let output: String = events.iter().filter(|(e, _)| e == "output").map(|(_, d)| d.as_str()).collect();
+    assert_eq!(logs, "slept 1 of 1.5 s\n");
+    assert_eq!(output, "slept 1.5 s");
+    assert_eq!(events.last(), Some(&("done".to_owned(), r#"{"status":"succeeded"}"#.to_owned())));
+}
+
+#[tokio::test]
+async fn the_stream_of_a_finished_prediction_replays_it_and_ends() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let done = create_with(&system, "demo/echo", json!({"input": {"prompt": "x y"}}), &[("prefer", "wait")]).await;
+    let id = done.json_body().await["id"].as_str().expect("id").to_owned();
+    let response = system.get(&format!("/v1/predictions/{id}/stream")).await;
+    let events = sse_events(response).await;
+    assert_eq!(
+        events,
+        vec![("output".to_owned(), "x y".to_owned()), ("done".to_owned(), r#"{"status":"succeeded"}"#.to_owned())]
+    );
+    assert_eq!(system.get("/v1/predictions/aaaaaaaaaaaaaaaaaaaaaaaaaa/stream").await.status(), 404);
+}

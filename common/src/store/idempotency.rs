@@ -1,0 +1,97 @@
+//! The `idempotency_keys` collection (written by the api): which prediction an
+//! `Idempotency-Key` of an account created, for 24 hours. `_id` = `<account id>:<key>`, so
+//! claiming a key is one insert that the unique `_id` makes atomic across api replicas.
+//!
+//! Expiry is checked here, in code; the TTL index on `expires_at` only cleans up (real MongoDB
+//! honours it, the local stand-in does not).
+
+use bson::{DateTime, doc};
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::{StoreError, is_duplicate_key};
+use crate::domain::{AccountId, PredictionId};
+
+/// How long a key keeps returning its first prediction.
+pub const IDEMPOTENCY_WINDOW_MS: i64 = 24 * 3600 * 1000;
+
+/// One claimed key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyRecord {
+    /// `<account id>:<key>`.
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// The prediction the first request created.
+    pub prediction_id: PredictionId,
+    /// When the key was claimed.
+    pub created_at: DateTime,
+    /// When it may be used again for a new prediction.
+    pub expires_at: DateTime,
+}
+
+/// The outcome of claiming a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key is now this request's: create the prediction.
+    New,
+    /// An earlier request within the window holds it, with this prediction.
+    Existing(PredictionId),
+}
+
+/// Typed access to the `idempotency_keys` collection.
+#[derive(Clone, Debug)]
+pub struct IdempotencyKeys {
+    coll: Collection<IdempotencyRecord>,
+}
+
+impl IdempotencyKeys {
+    pub(super) fn new(db: &Database) -> Self {
+        Self { coll: db.collection("idempotency_keys") }
+    }
+
+    pub(super) fn collection(&self) -> &Collection<IdempotencyRecord> {
+        &self.coll
+    }
+
+    /// Claims `key` of `account` for `prediction`, unless a live claim exists.
+    pub async fn claim(
+        &self,
+        account: &AccountId,
+        key: &str,
+        prediction: &PredictionId,
+        now: DateTime,
+    ) -> Result<Claim, StoreError> {
+        let record = IdempotencyRecord {
+            id: format!("{account}:{key}"),
+            prediction_id: prediction.clone(),
+            created_at: now,
+            expires_at: DateTime::from_millis(now.timestamp_millis() + IDEMPOTENCY_WINDOW_MS),
+        };
+        for _ in 0..3 {
+            match self.coll.insert_one(&record).await {
+                Ok(_) => return Ok(Claim::New),
+                Err(e) if is_duplicate_key(&e) => {}
+                Err(e) => return Err(e),
+            }
+            let Some(existing) = self.coll.find_one(doc! { "_id": &record.id }).await? else { continue };
+            if existing.expires_at > now {
+                return Ok(Claim::Existing(existing.prediction_id));
+            }
+            // Expired: take it over, unless another request just did.
+            let filter = doc! { "_id": &record.id, "prediction_id": existing.prediction_id.as_str() };
+            if self.coll.replace_one(filter, &record).await?.modified_count == 1 {
+                return Ok(Claim::New);
+            }
+        }
+        let current = self.coll.find_one(doc! { "_id": &record.id }).await?;
+        Ok(current.map_or(Claim::New, |r| Claim::Existing(r.prediction_id)))
+    }
+
+    /// Gives up a claim whose prediction could not be stored, so a retry can create it.
+    pub async fn release(&self, account: &AccountId, key: &str, prediction: &PredictionId) -> Result<(), StoreError> {
+        self.coll
+            .delete_one(doc! { "_id": format!("{account}:{key}"), "prediction_id": prediction.as_str() })
+            .await
+            .map(|_| ())
+    }
+}
