@@ -12,6 +12,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod deadline;
 pub mod error;
 pub mod idempotency;
 pub mod metrics;

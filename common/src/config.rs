@@ -12,6 +12,7 @@
 //! | `NATS_PREFIX` | `ps` | prefix of every stream, subject and consumer |
 //! | `PUBLIC_BASE_URL` | `http://localhost:8080` | the api's public address, used in links |
 //! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
+//! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
 
 use std::{fmt::Display, str::FromStr, time::Duration};
 
@@ -111,6 +112,8 @@ pub struct CommonConfig {
     pub public_base_url: String,
     /// `MASTER_KEY`: seals API keys and webhook signing secrets at rest.
     pub master_key: MasterKey,
+    /// `PREDICTION_DEADLINE_SECONDS`: the longest a prediction may take from creation.
+    pub prediction_deadline: Duration,
 }
 
 impl CommonConfig {
@@ -135,6 +138,7 @@ impl CommonConfig {
             subjects,
             public_base_url: public_base_url.trim_end_matches('/').to_owned(),
             master_key,
+            prediction_deadline: env.seconds("PREDICTION_DEADLINE_SECONDS", Duration::from_secs(1800))?,
         })
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! | what | name (prefix `ps`) |
 //! |---|---|
-//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>` |
+//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<prediction id>` |
 //! | status events stream | `PS_EVENTS`, subjects `ps.events.<prediction id>` |
 //! | cancel broadcast (core NATS) | `ps.cancel.<prediction id>` |
 //! | runner consumer of one model | `ps_runner_<len(owner)>_<owner>_<model>` |
@@ -42,9 +42,15 @@ impl Subjects {
         format!("{}.jobs.>", self.prefix)
     }
 
-    /// The subject of jobs for one model.
-    pub fn job(&self, model: &ModelRef) -> String {
-        format!("{}.jobs.{}.{}", self.prefix, model.owner(), model.name())
+    /// The subject of one prediction's job. Carrying the id lets anyone ask the work queue
+    /// whether that job is still waiting (the reconciler does).
+    pub fn job(&self, model: &ModelRef, id: &PredictionId) -> String {
+        format!("{}.jobs.{}.{}.{id}", self.prefix, model.owner(), model.name())
+    }
+
+    /// Every job subject of one model: the filter of its runner consumer.
+    pub fn model_jobs(&self, model: &ModelRef) -> String {
+        format!("{}.jobs.{}.{}.*", self.prefix, model.owner(), model.name())
     }
 
     /// The durable consumer that every runner serving `model` shares.
@@ -108,7 +114,9 @@ mod tests {
         let s = Subjects::new("ps").expect("valid");
         let m: ModelRef = "demo/echo".parse().expect("valid");
         assert_eq!(s.jobs_stream(), "PS_JOBS");
-        assert_eq!(s.job(&m), "ps.jobs.demo.echo");
+        let id = PredictionId::parse("aaaaaaaaaaaaaaaaaaaaaaaaaa").expect("id");
+        assert_eq!(s.job(&m, &id), "ps.jobs.demo.echo.aaaaaaaaaaaaaaaaaaaaaaaaaa");
+        assert_eq!(s.model_jobs(&m), "ps.jobs.demo.echo.*");
         assert_eq!(s.runner_consumer(&m), "ps_runner_4_demo_echo");
         assert_eq!(s.events_stream(), "PS_EVENTS");
     }

@@ -7,6 +7,7 @@
 //! | `RUNNER_ACK_WAIT_SECONDS` | `30` | a job not acked or progressed for this long is redelivered |
 //! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
+//! | `RUNNER_RECONCILE_SECONDS` | `10` | how often the reconciler looks for stuck predictions |
 
 use std::{fmt, time::Duration};
 
@@ -78,6 +79,8 @@ pub struct RunnerConfig {
     pub max_deliver: i64,
     /// `RUNNER_SHUTDOWN_GRACE_SECONDS`: how long running predictions may finish on shutdown.
     pub shutdown_grace: Duration,
+    /// `RUNNER_RECONCILE_SECONDS`: how often the reconciler runs.
+    pub reconcile_interval: Duration,
 }
 
 impl RunnerConfig {
@@ -104,6 +107,9 @@ impl RunnerConfig {
             ack_wait,
             max_deliver,
             shutdown_grace: env.seconds("RUNNER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(20))?,
+            reconcile_interval: env
+                .seconds("RUNNER_RECONCILE_SECONDS", Duration::from_secs(10))?
+                .max(Duration::from_millis(100)),
         })
     }
 }

@@ -1,5 +1,5 @@
 //! Consuming jobs: one durable pull consumer per served model (`<P>_runner_<model>`, filter
-//! `jobs.<owner>.<model>`), shared by every runner serving that model, so operators scale a
+//! `jobs.<owner>.<model>.*`), shared by every runner serving that model, so operators scale a
 //! model by starting more runners for it.
 //!
 //! A semaphore of `RUNNER_CONCURRENCY` permits bounds the jobs running in this process; the
@@ -31,8 +31,8 @@ use tracing::Instrument;
 
 use crate::{
     config::RunnerConfig,
-    execute::{Executor, Outcome},
-    models::Model,
+    execute::{Delivery, Executor, Outcome},
+    models::{Model, ModelError},
 };
 
 /// What every consumer loop of this runner shares.
@@ -42,6 +42,7 @@ struct Shared {
     tracker: TaskTracker,
     handback: CancellationToken,
     ack_wait: Duration,
+    max_deliver: i64,
 }
 
 /// Consumes the jobs of every served model until `shutdown` fires, then drains.
@@ -60,6 +61,7 @@ pub async fn consume(
         tracker: TaskTracker::new(),
         handback: CancellationToken::new(),
         ack_wait: config.ack_wait,
+        max_deliver: config.max_deliver,
     });
     let mut loops = tokio::task::JoinSet::new();
     for model in models {
@@ -67,7 +69,7 @@ pub async fn consume(
         let consumer: PullConsumer = stream
             .create_consumer(pull::Config {
                 durable_name: Some(name.clone()),
-                filter_subject: subjects.job(&model.descriptor().model),
+                filter_subject: subjects.model_jobs(&model.descriptor().model),
                 ack_policy: AckPolicy::Explicit,
                 ack_wait: config.ack_wait,
                 max_deliver: config.max_deliver,
@@ -103,6 +105,7 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _p
         }
     };
     let JobMessage::RunPredictionV1 { prediction_id, model: job_model } = job;
+    let (stream_seq, delivered) = message.info().map(|i| (i.stream_sequence, i.delivered)).unwrap_or((0, 1));
     let span = tracing::info_span!("job", prediction_id = %prediction_id, model = %job_model);
     async {
         if job_model != model.descriptor().model {
@@ -119,11 +122,21 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _p
             }
         };
         let outcome = tokio::select! {
-            outcome = shared.executor.execute(model.as_ref(), &prediction_id, &shared.handback) => outcome,
+            outcome = shared.executor.execute(model.as_ref(), &prediction_id, Delivery { stream_seq }, &shared.handback) => outcome,
             () = heartbeat => unreachable!("the heartbeat never ends"),
         };
         match outcome {
             Outcome::Done => ack(&message, AckKind::Ack).await,
+            Outcome::Retry { .. } if delivered >= shared.max_deliver => {
+                let error = ModelError {
+                    code: "JOB_RETRIES_EXHAUSTED".into(),
+                    message: format!("The job failed {delivered} times on storage or messaging errors."),
+                };
+                if let Err(e) = shared.executor.give_up(&prediction_id, error).await {
+                    tracing::error!(error = format!("{e:#}"), "could not record the failure; the reconciler will time it out");
+                }
+                ack(&message, AckKind::Term).await
+            }
             Outcome::Retry { after } => ack(&message, AckKind::Nak(Some(after))).await,
             Outcome::HandBack => ack(&message, AckKind::Nak(None)).await,
         }

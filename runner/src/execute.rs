@@ -1,9 +1,11 @@
 //! One job through the status machine.
 //!
-//! 1. `starting → processing` (conditional). If that fails the prediction is read:
-//!    terminal → its `completed` event is republished (JetStream drops it if the first got
-//!    through) and the job is done; `processing` → its runner stopped mid-run, so this runner
-//!    takes it over and runs it again; missing → the job is dropped.
+//! 1. `starting → processing` (conditional), recording the job message's stream sequence. If
+//!    that fails the prediction is read: terminal → its `completed` event is republished
+//!    (JetStream drops it if the first got through) and the job is done; `processing` with this
+//!    message's sequence → its runner stopped mid-run and this is the redelivery, so this
+//!    runner takes it over and runs it again; `processing` under another message → a
+//!    duplicate job, dropped; missing → the job is dropped.
 //! 2. The model runs; logs and output are stored at most every [`FLUSH_INTERVAL`], each store
 //!    followed by `output`/`logs` events. The run stops at once when a cancel broadcast names
 //!    the prediction ([`Executor::cancel`]), and when a flush or a status check (every
@@ -12,6 +14,9 @@
 //! 3. `processing → succeeded | failed` (conditional) with output, logs, error, metrics and
 //!    `completed_at`, then the `completed` event. If that event cannot be published the job is
 //!    retried, which republishes it (step 1).
+//!
+//! 4. At the deadline the model call is dropped and the prediction fails with
+//!    `PREDICTION_TIMEOUT` (a prediction already past it fails as soon as it is taken).
 //!
 //! Every stored change is followed by its event, never the other way round.
 
@@ -39,6 +44,21 @@ pub const STATUS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a job waits before it is retried after a storage or messaging failure.
 pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 
+/// The job message being executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Its sequence in the jobs stream (the same on every redelivery).
+    pub stream_seq: u64,
+}
+
+/// The error of a prediction that ran out of time.
+pub fn timeout_error() -> ModelError {
+    ModelError {
+        code: "PREDICTION_TIMEOUT".into(),
+        message: "The prediction did not finish within its time limit.".into(),
+    }
+}
+
 /// What to do with the job message after executing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -58,6 +78,8 @@ pub struct Executor {
     store: Store,
     bus: Bus,
     base_url: String,
+    /// The deadline of predictions stored without one.
+    default_deadline: Duration,
     /// The predictions running here, each with the token that aborts it.
     running: Mutex<HashMap<PredictionId, CancellationToken>>,
 }
@@ -85,8 +107,44 @@ impl Drop for Running<'_> {
 
 impl Executor {
     /// An executor writing to `store` and publishing on `bus`, with links under `base_url`.
-    pub fn new(store: Store, bus: Bus, base_url: String) -> Self {
-        Self { store, bus, base_url, running: Mutex::new(HashMap::new()) }
+    pub fn new(store: Store, bus: Bus, base_url: String, default_deadline: Duration) -> Self {
+        Self { store, bus, base_url, default_deadline, running: Mutex::new(HashMap::new()) }
+    }
+
+    /// The time left before the prediction's deadline (zero when it has passed).
+    fn time_left(&self, p: &Prediction) -> Duration {
+        let default_ms = i64::try_from(self.default_deadline.as_millis()).unwrap_or(i64::MAX);
+        let deadline =
+            p.deadline_at.map_or(p.created_at.timestamp_millis().saturating_add(default_ms), |d| d.timestamp_millis());
+        let left = deadline - DateTime::now().timestamp_millis();
+        Duration::from_millis(u64::try_from(left).unwrap_or(0))
+    }
+
+    /// Fails a prediction that has not ended with `error` (from the status it was read in);
+    /// returns it after the change, or `None` if it changed meanwhile.
+    pub async fn fail(&self, p: &Prediction, error: ModelError) -> anyhow::Result<Option<Prediction>> {
+        let completed_at = DateTime::now();
+        let metrics = Metrics::at_completion(p.created_at, p.started_at, completed_at);
+        let changes = doc! {
+            "completed_at": completed_at,
+            "metrics": bson::to_bson(&metrics)?,
+            "error": { "code": &error.code, "message": &error.message },
+        };
+        let failed =
+            self.store.predictions().transition_from(&p.id, p.status, PredictionStatus::Failed, changes).await?;
+        if let Some(done) = &failed {
+            tracing::info!(prediction_id = %p.id, code = %error.code, "prediction failed");
+            self.publish(done, WebhookEvent::Completed).await?;
+        }
+        Ok(failed)
+    }
+
+    /// Fails prediction `id` because its job will not be delivered again.
+    pub async fn give_up(&self, id: &PredictionId, error: ModelError) -> anyhow::Result<()> {
+        if let Some(p) = self.store.predictions().get(id).await?.filter(|p| !p.status.is_terminal()) {
+            self.fail(&p, error).await?;
+        }
+        Ok(())
     }
 
     /// Aborts the model call of prediction `id` if it runs here; returns whether it did.
@@ -96,8 +154,14 @@ impl Executor {
     }
 
     /// Runs the prediction `id` on `model`; `stop` fires when the job must be handed back.
-    pub async fn execute(&self, model: &dyn Model, id: &PredictionId, stop: &CancellationToken) -> Outcome {
-        match self.try_execute(model, id, stop).await {
+    pub async fn execute(
+        &self,
+        model: &dyn Model,
+        id: &PredictionId,
+        delivery: Delivery,
+        stop: &CancellationToken,
+    ) -> Outcome {
+        match self.try_execute(model, id, delivery, stop).await {
             Ok(outcome) => outcome,
             Err(e) => {
                 tracing::warn!(error = format!("{e:#}"), "job failed on a dependency; it will be retried");
@@ -110,16 +174,22 @@ impl Executor {
         &self,
         model: &dyn Model,
         id: &PredictionId,
+        delivery: Delivery,
         stop: &CancellationToken,
     ) -> anyhow::Result<Outcome> {
-        let Some(prediction) = self.begin(id).await? else {
+        let Some(prediction) = self.begin(id, delivery).await? else {
             return Ok(Outcome::Done);
         };
+        let time_left = self.time_left(&prediction);
         let input = prediction.model_input.as_object().cloned().unwrap_or_default();
         let progress = Progress::default();
         let running = Running::register(self, id);
         let result = tokio::select! {
             result = model.run(input, &progress) => result,
+            () = tokio::time::sleep(time_left) => {
+                tracing::info!("deadline reached; model call dropped");
+                Err(timeout_error())
+            }
             () = running.canceled.cancelled() => {
                 tracing::info!("prediction canceled; model call aborted");
                 return Ok(Outcome::Done);
@@ -138,10 +208,11 @@ impl Executor {
     }
 
     /// Step 1: the prediction to run, or `None` when there is nothing to run.
-    async fn begin(&self, id: &PredictionId) -> anyhow::Result<Option<Prediction>> {
+    async fn begin(&self, id: &PredictionId, delivery: Delivery) -> anyhow::Result<Option<Prediction>> {
         let predictions = self.store.predictions();
+        let job_seq = i64::try_from(delivery.stream_seq).unwrap_or(i64::MAX);
         let started = predictions
-            .transition(id, PredictionStatus::Processing, doc! { "started_at": DateTime::now() })
+            .transition(id, PredictionStatus::Processing, doc! { "started_at": DateTime::now(), "job_seq": job_seq })
             .await
             .context("marking the prediction processing")?;
         if let Some(p) = started {
@@ -159,9 +230,13 @@ impl Executor {
                 self.publish(&p, WebhookEvent::Completed).await?;
                 Ok(None)
             }
-            Some(p) if p.status == PredictionStatus::Processing => {
+            Some(p) if p.status == PredictionStatus::Processing && p.job_seq.is_none_or(|s| s == job_seq) => {
                 tracing::warn!("prediction was processing on a runner that stopped; taking it over");
                 Ok(Some(p))
+            }
+            Some(p) if p.status == PredictionStatus::Processing => {
+                tracing::warn!(held_by_job = ?p.job_seq, "duplicate job for a prediction another runner holds; dropped");
+                Ok(None)
             }
             Some(p) => anyhow::bail!("prediction is {} but could not be started", p.status),
         }

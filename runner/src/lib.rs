@@ -7,6 +7,7 @@
 //! - [`execute`]: one job through the status machine: `starting → processing → terminal`.
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms.
 //! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
+//! - [`reconcile`]: repairs predictions whose job was lost or that passed their deadline.
 #![forbid(unsafe_code)]
 
 pub mod cancel;
@@ -15,6 +16,7 @@ pub mod consumer;
 pub mod execute;
 pub mod models;
 pub mod progress;
+pub mod reconcile;
 pub mod registry;
 
 use std::sync::Arc;
@@ -39,7 +41,10 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
     registry::register(&store, &served).await?;
 
-    let executor = Arc::new(Executor::new(store, bus.clone(), common.public_base_url.clone()));
+    let executor =
+        Arc::new(Executor::new(store.clone(), bus.clone(), common.public_base_url.clone(), common.prediction_deadline));
     cancel::listen(&bus, executor.clone(), shutdown.clone()).await?;
+    let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
+    tokio::spawn(reconciler.run(shutdown.clone()));
     consumer::consume(&config, &bus, served, executor, shutdown).await
 }

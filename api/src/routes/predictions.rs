@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::{
     auth::{Authorized, Read, Write},
+    deadline,
     error::ApiError,
     idempotency,
     state::AppState,
@@ -59,6 +60,7 @@ pub async fn create(
     let body = body::json_object(&headers, &body)?;
     let wait_for = wait::requested(&headers)?;
     let idempotency_key = idempotency::key(&headers)?;
+    let time_limit = deadline::limit(&headers, state.config.common.prediction_deadline)?;
     let request = create_prediction::parse(&body);
     let model_input = match &request {
         Ok(req) => input::validate(&model.input_schema, &req.input),
@@ -82,7 +84,8 @@ pub async fn create(
         Value::Object(model_input),
         request.webhook,
         request.webhook_events_filter,
-    );
+    )
+    .with_deadline(time_limit);
     tracing::Span::current().record("prediction_id", prediction.id.as_str());
     let events = match wait_for {
         Some(_) => Some(state.bus.client().subscribe(state.bus.subjects().events(&prediction.id)).await?),

@@ -127,3 +127,19 @@ async fn the_stream_of_a_finished_prediction_replays_it_and_ends() {
     );
     assert_eq!(system.get("/v1/predictions/aaaaaaaaaaaaaaaaaaaaaaaaaa/stream").await.status(), 404);
 }
+
+#[tokio::test]
+async fn cancel_after_sets_a_shorter_deadline_and_a_bad_one_is_400() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let response =
+        create_with(&system, "demo/sleep", json!({"input": {"seconds": 60}}), &[("cancel-after", "1s")]).await;
+    assert_eq!(response.status(), 201);
+    let id = response.json_body().await["id"].as_str().expect("id").to_owned();
+    let done = system.wait_for_terminal(&id, Duration::from_secs(20)).await;
+    assert_eq!(done["status"], "failed");
+    assert_eq!(done["error"]["code"], "PREDICTION_TIMEOUT");
+
+    let bad = create_with(&system, "demo/sleep", json!({"input": {}}), &[("cancel-after", "soon")]).await;
+    assert_eq!(bad.status(), 400);
+    assert_eq!(bad.json_body().await["errors"][0]["field"], "Cancel-After");
+}

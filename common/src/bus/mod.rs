@@ -30,7 +30,7 @@ use async_nats::{
 use bytes::Bytes;
 
 use crate::{
-    domain::PredictionId,
+    domain::{ModelRef, PredictionId},
     messages::{CancelMessage, JobMessage, PredictionChanged, StatusEvent},
     subjects::Subjects,
 };
@@ -134,8 +134,20 @@ impl Bus {
     /// Publishes a job and waits for the stream to store it.
     pub async fn publish_job(&self, job: &JobMessage) -> Result<(), BusError> {
         let JobMessage::RunPredictionV1 { prediction_id, model } = job;
-        let subject = self.subjects.job(model);
+        let subject = self.subjects.job(model, prediction_id);
         self.publish_stored(subject, prediction_id.to_string(), encode(job)).await
+    }
+
+    /// Whether the job of prediction `id` is still in the jobs stream (not yet acked).
+    pub async fn job_exists(&self, model: &ModelRef, id: &PredictionId) -> Result<bool, BusError> {
+        let stream = self.subjects.jobs_stream();
+        let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
+        let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
+        match handle.get_last_raw_message_by_subject(&self.subjects.job(model, id)).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(fail(e.into())),
+        }
     }
 
     /// Publishes a status event and waits for the stream to store it.

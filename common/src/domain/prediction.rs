@@ -90,6 +90,13 @@ pub struct Prediction {
     pub data_removed: bool,
     /// Grows by one with every change; the `webhook-sequence` of deliveries.
     pub seq: i64,
+    /// When the prediction fails with `PREDICTION_TIMEOUT` if it has not ended.
+    #[serde(default)]
+    pub deadline_at: Option<BsonDateTime>,
+    /// The stream sequence of the job message whose runner is running it: only a redelivery
+    /// of that message may take the prediction over.
+    #[serde(default)]
+    pub job_seq: Option<i64>,
 }
 
 /// The `urls` of a prediction.
@@ -158,6 +165,7 @@ impl Prediction {
         webhook: Option<WebhookUrl>,
         webhook_events_filter: Option<Vec<WebhookEvent>>,
     ) -> Self {
+        let created_at = BsonDateTime::now();
         Self {
             id: PredictionId::generate(),
             account_id,
@@ -172,14 +180,23 @@ impl Prediction {
             output: None,
             error: None,
             metrics: None,
-            created_at: BsonDateTime::now(),
+            created_at,
             started_at: None,
             completed_at: None,
             webhook,
             webhook_events_filter,
             data_removed: false,
             seq: 0,
+            deadline_at: None,
+            job_seq: None,
         }
+    }
+
+    /// Sets the deadline `limit` after creation.
+    pub fn with_deadline(mut self, limit: std::time::Duration) -> Self {
+        let millis = i64::try_from(limit.as_millis()).unwrap_or(i64::MAX);
+        self.deadline_at = Some(BsonDateTime::from_millis(self.created_at.timestamp_millis().saturating_add(millis)));
+        self
     }
 
     /// The client view, with links under `base_url` (no trailing slash).

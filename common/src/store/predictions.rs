@@ -106,6 +106,31 @@ impl Predictions {
         tokio::try_join!(page, self.coll.count_documents(filter.clone()).into_future())
     }
 
+    /// Predictions not yet ended whose deadline passed before `before` (at most `limit`).
+    pub async fn overdue(&self, before: bson::DateTime, limit: i64) -> Result<Vec<Prediction>, StoreError> {
+        let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);
+        self.coll
+            .find(doc! { "status": { "$in": open }, "deadline_at": { "$lt": before } })
+            .limit(limit)
+            .await?
+            .try_collect()
+            .await
+    }
+
+    /// Predictions still `starting` that were created before `before` (at most `limit`).
+    pub async fn starting_since_before(
+        &self,
+        before: bson::DateTime,
+        limit: i64,
+    ) -> Result<Vec<Prediction>, StoreError> {
+        self.coll
+            .find(doc! { "status": PredictionStatus::Starting.as_str(), "created_at": { "$lt": before } })
+            .limit(limit)
+            .await?
+            .try_collect()
+            .await
+    }
+
     /// Sets `changes` (logs, output) on a prediction that is still `processing`; returns it
     /// after the change, or `None` if it has left `processing` meanwhile.
     pub async fn update_while_processing(

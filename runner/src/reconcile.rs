@@ -1,0 +1,92 @@
+//! The reconciler: every `RUNNER_RECONCILE_SECONDS`, on every runner, it repairs what a crash
+//! or an outage can leave behind. Each repair is a conditional update or a de-duplicated
+//! publish, so any number of runners may reconcile at once.
+//!
+//! - A prediction not ended [`GRACE`] after its deadline fails with `PREDICTION_TIMEOUT`, and a
+//!   cancel is broadcast in case a runner still holds it. This is also what ends a prediction
+//!   whose job JetStream gave up on (a runner that died on its last delivery): no prediction
+//!   stays `processing` forever.
+//! - A prediction still `starting` [`ORPHAN_AFTER`] after creation whose job is not in the
+//!   jobs stream (the api stored it but could not publish) gets its job republished.
+
+use std::{sync::Arc, time::Duration};
+
+use bson::DateTime;
+use common::{bus::Bus, messages::JobMessage, store::Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::execute::{Executor, timeout_error};
+
+/// How long past its deadline a prediction may be before the reconciler fails it (the runner
+/// holding it normally does so itself, at the deadline).
+pub const GRACE: Duration = Duration::from_secs(5);
+/// How old a `starting` prediction must be before its job is looked for.
+pub const ORPHAN_AFTER: Duration = Duration::from_secs(30);
+/// The most predictions one pass repairs of each kind.
+const BATCH: i64 = 100;
+
+/// What one pass repaired.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Repairs {
+    /// Predictions failed with `PREDICTION_TIMEOUT`.
+    pub timed_out: usize,
+    /// Jobs republished.
+    pub republished: usize,
+}
+
+/// The reconciler of one runner.
+pub struct Reconciler {
+    store: Store,
+    bus: Bus,
+    executor: Arc<Executor>,
+    interval: Duration,
+}
+
+fn ago(d: Duration) -> DateTime {
+    DateTime::from_millis(DateTime::now().timestamp_millis() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Reconciler {
+    /// A reconciler running every `interval`.
+    pub fn new(store: Store, bus: Bus, executor: Arc<Executor>, interval: Duration) -> Self {
+        Self { store, bus, executor, interval }
+    }
+
+    /// Runs passes until `shutdown` fires.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(self.interval) => {}
+            }
+            match self.pass().await {
+                Ok(r) if r != Repairs::default() => tracing::info!(?r, "reconciler repaired predictions"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "reconciler pass failed; trying again next time"),
+            }
+        }
+    }
+
+    /// One pass over overdue and orphaned predictions.
+    pub async fn pass(&self) -> anyhow::Result<Repairs> {
+        let mut repairs = Repairs::default();
+        for p in self.store.predictions().overdue(ago(GRACE), BATCH).await? {
+            if self.executor.fail(&p, timeout_error()).await?.is_some() {
+                repairs.timed_out += 1;
+                if let Err(e) = self.bus.publish_cancel(&p.id).await {
+                    tracing::warn!(prediction_id = %p.id, error = %e, "cancel broadcast failed");
+                }
+            }
+        }
+        for p in self.store.predictions().starting_since_before(ago(ORPHAN_AFTER), BATCH).await? {
+            if !self.bus.job_exists(&p.model, &p.id).await? {
+                tracing::warn!(prediction_id = %p.id, "starting prediction without a job; republishing it");
+                self.bus
+                    .publish_job(&JobMessage::RunPredictionV1 { prediction_id: p.id.clone(), model: p.model.clone() })
+                    .await?;
+                repairs.republished += 1;
+            }
+        }
+        Ok(repairs)
+    }
+}

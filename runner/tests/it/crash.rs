@@ -1,0 +1,34 @@
+//! A runner killed with SIGKILL mid-job: another runner finishes the job.
+
+use std::{process::Stdio, time::Duration};
+
+use common::domain::PredictionStatus;
+use serde_json::json;
+
+use crate::fixture::Fixture;
+
+#[tokio::test]
+async fn a_job_of_a_runner_killed_mid_run_is_finished_by_another_runner() {
+    let fixture = Fixture::new(&[]).await;
+    let mut doomed = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .env_clear()
+        .envs(&fixture.vars)
+        .env("RUNNER_MODELS", "demo/sleep")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a runner process");
+
+    let p = fixture.create("demo/sleep", json!({"seconds": 3})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    doomed.kill().expect("SIGKILL the runner");
+    doomed.wait().expect("reap it");
+    assert_eq!(fixture.current(&p.id).await.status, PredictionStatus::Processing, "killed mid-run");
+
+    fixture.start_runner("demo/sleep");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded);
+    assert_eq!(done.output.as_deref(), Some("slept 3 s"));
+    assert!(done.logs.ends_with("slept 3 of 3 s\n"), "{:?}", done.logs);
+}

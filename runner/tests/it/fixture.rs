@@ -1,0 +1,105 @@
+//! A test's private database and NATS prefix, with helpers to create predictions and start
+//! runners in-process or as child processes.
+
+use std::{collections::HashMap, time::Duration};
+
+use common::{
+    bus::Bus,
+    config::Env,
+    domain::{AccountId, Prediction, PredictionId},
+    messages::JobMessage,
+    store::Store,
+    testkit::{TestContext, eventually},
+};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub struct Fixture {
+    pub store: Store,
+    pub bus: Bus,
+    pub vars: HashMap<String, String>,
+    shutdown: CancellationToken,
+}
+
+impl Fixture {
+    pub async fn new(extra: &[(&str, &str)]) -> Self {
+        let ctx = TestContext::new();
+        let mut settings = vec![
+            ("RUNNER_ACK_WAIT_SECONDS", "2"),
+            ("RUNNER_SHUTDOWN_GRACE_SECONDS", "1"),
+            ("RUNNER_RECONCILE_SECONDS", "0.2"),
+        ];
+        settings.extend_from_slice(extra);
+        let vars = ctx.env_vars(&settings);
+        let store = ctx.store().await;
+        store.ensure_indexes().await.expect("indexes");
+        let bus = ctx.bus().await;
+        Self { store, bus, vars, shutdown: CancellationToken::new() }
+    }
+
+    /// Starts a runner in this process serving `models`.
+    pub fn start_runner(&self, models: &str) -> CancellationToken {
+        let mut vars = self.vars.clone();
+        vars.insert("RUNNER_MODELS".into(), models.into());
+        let config = runner::config::RunnerConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("config");
+        let token = self.shutdown.child_token();
+        let stop = token.clone();
+        tokio::spawn(async move { runner::run(config, stop).await.expect("runner runs") });
+        token
+    }
+
+    /// Stores a `starting` prediction without publishing its job.
+    pub async fn store_prediction(&self, model: &str, input: Value, limit: Duration) -> Prediction {
+        let model = model.parse().expect("model");
+        let p = Prediction::new_starting(
+            AccountId::generate(),
+            model,
+            "v".into(),
+            "text-generation".into(),
+            input.clone(),
+            input,
+            None,
+            None,
+        )
+        .with_deadline(limit);
+        self.store.predictions().insert(&p).await.expect("insert");
+        p
+    }
+
+    /// Stores a prediction and publishes its job, as the api does.
+    pub async fn create(&self, model: &str, input: Value) -> Prediction {
+        let p = self.store_prediction(model, input, Duration::from_secs(1800)).await;
+        self.publish_job(&p).await;
+        p
+    }
+
+    pub async fn publish_job(&self, p: &Prediction) {
+        let job = JobMessage::RunPredictionV1 { prediction_id: p.id.clone(), model: p.model.clone() };
+        self.bus.publish_job(&job).await.expect("publish job");
+    }
+
+    /// Waits until the prediction satisfies `done`, at most `limit`.
+    pub async fn wait_until(
+        &self,
+        id: &PredictionId,
+        limit: Duration,
+        done: impl Fn(&Prediction) -> bool,
+    ) -> Prediction {
+        let found = eventually(limit, || async {
+            let p = self.store.predictions().get(id).await.ok().flatten()?;
+            done(&p).then_some(p)
+        })
+        .await;
+        found.unwrap_or_else(|| panic!("prediction {id} did not reach the expected state within {limit:?}"))
+    }
+
+    pub async fn current(&self, id: &PredictionId) -> Prediction {
+        self.store.predictions().get(id).await.expect("read").expect("exists")
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

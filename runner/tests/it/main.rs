@@ -1,0 +1,8 @@
+//! The runner's integration tests, against real NATS JetStream and MongoDB. Predictions are
+//! stored and their jobs published directly, as the api would.
+
+mod crash;
+mod deadlines;
+mod fixture;
+mod reconcile;
+mod selection;

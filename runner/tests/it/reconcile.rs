@@ -1,0 +1,44 @@
+//! The reconciler: lost jobs are republished, overdue predictions are failed.
+
+use std::time::Duration;
+
+use bson::{DateTime, doc};
+use common::domain::PredictionStatus;
+use serde_json::json;
+
+use crate::fixture::Fixture;
+
+#[tokio::test]
+async fn a_starting_prediction_whose_job_never_reached_the_stream_is_republished_and_run() {
+    let fixture = Fixture::new(&[]).await;
+    let p = fixture.store_prediction("demo/echo", json!({"prompt": "found"}), Duration::from_secs(1800)).await;
+    // As if the api stored it 40 s ago and its publish failed.
+    let long_ago = DateTime::from_millis(DateTime::now().timestamp_millis() - 40_000);
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(doc! {"_id": p.id.as_str()}, doc! {"$set": {"created_at": long_ago}}).await.expect("update");
+
+    fixture.start_runner("demo/echo");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(20), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded);
+    assert_eq!(done.output.as_deref(), Some("found"));
+}
+
+#[tokio::test]
+async fn a_processing_prediction_whose_runner_is_gone_fails_at_its_deadline() {
+    let fixture = Fixture::new(&[]).await;
+    let p = fixture.store_prediction("demo/sleep", json!({"seconds": 1}), Duration::from_secs(1)).await;
+    // Taken by a runner that died, its job given up by JetStream: nothing will run it again.
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(
+        doc! {"_id": p.id.as_str()},
+        doc! {"$set": {"status": "processing", "started_at": DateTime::now()}},
+    )
+    .await
+    .expect("update");
+
+    fixture.start_runner("demo/echo");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(20), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Failed);
+    assert_eq!(done.error.as_ref().map(|e| e.code.as_str()), Some("PREDICTION_TIMEOUT"));
+    assert!(done.completed_at.is_some() && done.metrics.is_some());
+}

@@ -1,0 +1,27 @@
+//! Runners serve only the models they are given.
+
+use std::time::Duration;
+
+use common::domain::PredictionStatus;
+use serde_json::json;
+
+use crate::fixture::Fixture;
+
+#[tokio::test]
+async fn runners_with_disjoint_model_sets_each_take_only_their_own_jobs() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/echo");
+    let sleep = fixture.create("demo/sleep", json!({"seconds": 0})).await;
+    let echo = fixture.create("demo/echo", json!({"prompt": "mine"})).await;
+
+    let done = fixture.wait_until(&echo.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.output.as_deref(), Some("mine"));
+    let jobs = fixture.bus.jetstream().get_stream(fixture.bus.subjects().jobs_stream()).await.expect("stream");
+    let mut jobs = jobs;
+    assert_eq!(jobs.info().await.expect("info").state.messages, 1, "the sleep job waits for its runner");
+    assert_eq!(fixture.current(&sleep.id).await.status, PredictionStatus::Starting);
+
+    fixture.start_runner("demo/sleep");
+    let done = fixture.wait_until(&sleep.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded);
+}
