@@ -8,6 +8,8 @@
 //! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
 //! | `RUNNER_RECONCILE_SECONDS` | `10` | how often the reconciler looks for stuck predictions |
+//! | `RETENTION_SECONDS` | `3600` | how long after completion a prediction's data is kept |
+//! | `RUNNER_RETENTION_SWEEP_SECONDS` | `60` | how often expired data is removed |
 
 use std::{fmt, time::Duration};
 
@@ -81,6 +83,10 @@ pub struct RunnerConfig {
     pub shutdown_grace: Duration,
     /// `RUNNER_RECONCILE_SECONDS`: how often the reconciler runs.
     pub reconcile_interval: Duration,
+    /// `RETENTION_SECONDS`: how long after completion input, output, logs and files are kept.
+    pub retention: Duration,
+    /// `RUNNER_RETENTION_SWEEP_SECONDS`: how often the retention sweeper runs.
+    pub retention_sweep_interval: Duration,
 }
 
 impl RunnerConfig {
@@ -107,6 +113,10 @@ impl RunnerConfig {
             ack_wait,
             max_deliver,
             shutdown_grace: env.seconds("RUNNER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(20))?,
+            retention: env.seconds("RETENTION_SECONDS", Duration::from_secs(3600))?,
+            retention_sweep_interval: env
+                .seconds("RUNNER_RETENTION_SWEEP_SECONDS", Duration::from_secs(60))?
+                .max(Duration::from_millis(100)),
             reconcile_interval: env
                 .seconds("RUNNER_RECONCILE_SECONDS", Duration::from_secs(10))?
                 .max(Duration::from_millis(100)),

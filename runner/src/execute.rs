@@ -26,14 +26,14 @@ use anyhow::Context;
 use bson::{Bson, DateTime, doc};
 use common::{
     bus::Bus,
-    domain::{Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
+    domain::{FileId, Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
     messages::PredictionChanged,
     store::Store,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    models::{Model, ModelError, Progress},
+    models::{Model, ModelError, ModelOutput, Progress},
     progress::Changes,
 };
 
@@ -286,7 +286,7 @@ impl Executor {
     async fn finish(
         &self,
         prediction: &Prediction,
-        result: Result<crate::models::ModelOutput, ModelError>,
+        result: Result<ModelOutput, ModelError>,
         progress: &Progress,
     ) -> anyhow::Result<()> {
         let completed_at = DateTime::now();
@@ -298,7 +298,7 @@ impl Executor {
         };
         let status = match result {
             Ok(output) => {
-                changes.insert("output", output.into_stored());
+                changes.insert("output", self.store_output(prediction, output).await?);
                 PredictionStatus::Succeeded
             }
             Err(e) => {
@@ -318,6 +318,25 @@ impl Executor {
             None => tracing::info!("prediction was canceled before its result was stored; result dropped"),
         }
         Ok(())
+    }
+
+    /// The stored form of an output (the contract's `output` string): text as it is, other
+    /// JSON as compact text, a file stored in GridFS as its absolute URL.
+    async fn store_output(&self, p: &Prediction, output: ModelOutput) -> anyhow::Result<String> {
+        Ok(match output {
+            ModelOutput::Text(text) => text,
+            ModelOutput::Json(value) => value.to_string(),
+            ModelOutput::File { content_type, extension, bytes } => {
+                let id = FileId::generate();
+                let name = format!("{}.{extension}", p.id);
+                self.store
+                    .files()
+                    .put(&id, &p.account_id, &p.id, &name, content_type, &bytes)
+                    .await
+                    .context("storing the output file")?;
+                format!("{}/v1/files/{id}", self.base_url)
+            }
+        })
     }
 
     async fn publish(&self, p: &Prediction, event: WebhookEvent) -> anyhow::Result<()> {

@@ -8,6 +8,7 @@
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms.
 //! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
 //! - [`reconcile`]: repairs predictions whose job was lost or that passed their deadline.
+//! - [`retention`]: removes the data of predictions that ended long enough ago.
 #![forbid(unsafe_code)]
 
 pub mod cancel;
@@ -18,6 +19,7 @@ pub mod models;
 pub mod progress;
 pub mod reconcile;
 pub mod registry;
+pub mod retention;
 
 use std::sync::Arc;
 
@@ -41,10 +43,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
     registry::register(&store, &served).await?;
 
+    let store_for_sweeper = store.clone();
     let executor =
         Arc::new(Executor::new(store.clone(), bus.clone(), common.public_base_url.clone(), common.prediction_deadline));
     cancel::listen(&bus, executor.clone(), shutdown.clone()).await?;
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
     tokio::spawn(reconciler.run(shutdown.clone()));
+    let sweeper = retention::Sweeper::new(store_for_sweeper, config.retention, config.retention_sweep_interval);
+    tokio::spawn(sweeper.run(shutdown.clone()));
     consumer::consume(&config, &bus, served, executor, shutdown).await
 }

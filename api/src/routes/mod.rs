@@ -10,12 +10,14 @@
 //! | `GET /v1/predictions/{id}` | [`predictions::get`] | read |
 //! | `POST /v1/predictions/{id}/cancel` | [`predictions::cancel`] | write |
 //! | `GET /v1/predictions/{id}/stream` | [`stream::stream`] | read |
+//! | `GET /v1/files/{id}` | [`files::get`] | read |
 //! | `GET /v1/account/webhooks/secret` (alias `GET /v1/webhooks/default/secret`) | [`webhook_secret::get`] | admin |
 //! | `POST /v1/account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
 //! | `GET /ready`, `GET /health` | [`health`] | none |
 //! | `GET /openapi.json` | [`crate::openapi::serve`] | none |
 
 pub mod api_keys;
+pub mod files;
 pub mod health;
 pub mod predictions;
 pub mod stream;
@@ -38,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/predictions/{id}", get(predictions::get))
         .route("/v1/predictions/{id}/cancel", post(predictions::cancel))
         .route("/v1/predictions/{id}/stream", get(stream::stream))
+        .route("/v1/files/{id}", get(files::get))
         .route("/v1/account/webhooks/secret", get(webhook_secret::get))
         .route("/v1/account/webhooks/secret/rotate", post(webhook_secret::rotate))
         .route("/v1/webhooks/default/secret", get(webhook_secret::get))

@@ -3,6 +3,7 @@
 
 mod api_keys;
 mod bad_input;
+mod builtin_models;
 mod cancel;
 mod end_to_end;
 mod fuzz;

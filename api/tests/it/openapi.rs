@@ -44,6 +44,7 @@ async fn the_document_describes_every_endpoint_and_matches_real_responses() {
         ("get", "/v1/predictions/{id}"),
         ("post", "/v1/predictions/{id}/cancel"),
         ("get", "/v1/predictions/{id}/stream"),
+        ("get", "/v1/files/{id}"),
         ("post", "/v1/account/api-keys"),
         ("get", "/v1/account/api-keys/{id}"),
         ("get", "/v1/account/webhooks/secret"),

@@ -83,6 +83,10 @@ random_id!(
     AccountId, kind = "account", prefix = "acct_", random_len = 20
 );
 random_id!(
+    /// A stored file's id (`file_` + 26 characters), also its GridFS `_id`.
+    FileId, kind = "file", prefix = "file_", random_len = 26
+);
+random_id!(
     /// An API key's id (`key_` + 20 characters); not the secret key value.
     ApiKeyId, kind = "API key", prefix = "key_", random_len = 20
 );

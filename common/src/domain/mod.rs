@@ -12,7 +12,7 @@ pub mod webhook_url;
 
 pub use api_key::{ApiKeyValue, KeyHash, Scope};
 pub use events::WebhookEvent;
-pub use ids::{AccountId, ApiKeyId, PredictionId};
+pub use ids::{AccountId, ApiKeyId, FileId, PredictionId};
 pub use model::ModelRef;
 pub use prediction::{Metrics, Prediction, PredictionError, PredictionView};
 pub use status::PredictionStatus;

@@ -8,12 +8,14 @@
 //! | `models` | [`models`] | runner (registration at start) |
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
+//! | `files.files`, `files.chunks` (GridFS) | [`files`] | runner (outputs), retention |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
 //! status is one conditional `findOneAndUpdate` (see [`predictions`]).
 
 pub mod accounts;
 pub mod api_keys;
+pub mod files;
 pub mod idempotency;
 pub mod models;
 pub mod predictions;
@@ -30,6 +32,7 @@ use mongodb::{
 
 pub use accounts::{Account, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
+pub use files::{Files, StoredFile};
 pub use idempotency::{Claim, IdempotencyKeys};
 pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;
@@ -87,6 +90,7 @@ impl Store {
         coll.create_index(plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 })).await?;
         coll.create_index(plain(doc! { "status": 1, "created_at": 1 })).await?;
         coll.create_index(plain(doc! { "status": 1, "deadline_at": 1 })).await?;
+        coll.create_index(plain(doc! { "data_removed": 1, "completed_at": 1 })).await?;
         let expiring = IndexModel::builder()
             .keys(doc! { "expires_at": 1 })
             .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
@@ -119,6 +123,11 @@ impl Store {
     /// The `idempotency_keys` collection.
     pub fn idempotency_keys(&self) -> IdempotencyKeys {
         IdempotencyKeys::new(&self.db)
+    }
+
+    /// The `files` GridFS bucket.
+    pub fn files(&self) -> Files {
+        Files::new(&self.db)
     }
 
     /// The `webhook_attempts` collection.

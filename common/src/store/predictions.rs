@@ -131,6 +131,27 @@ impl Predictions {
             .await
     }
 
+    /// Ended predictions whose data is still kept, completed before `before` (at most `limit`).
+    pub async fn data_expired(&self, before: bson::DateTime, limit: i64) -> Result<Vec<Prediction>, StoreError> {
+        self.coll
+            .find(doc! { "data_removed": false, "completed_at": { "$lt": before } })
+            .limit(limit)
+            .await?
+            .try_collect()
+            .await
+    }
+
+    /// Removes a prediction's input, output and logs and sets `data_removed`; returns whether
+    /// it did (false if another sweeper already had).
+    pub async fn remove_data(&self, id: &PredictionId) -> Result<bool, StoreError> {
+        let update = doc! {
+            "$set": { "input": {}, "model_input": {}, "output": null, "logs": "", "data_removed": true },
+            "$inc": { "seq": 1 },
+        };
+        let result = self.coll.update_one(doc! { "_id": id.as_str(), "data_removed": false }, update).await?;
+        Ok(result.modified_count == 1)
+    }
+
     /// Sets `changes` (logs, output) on a prediction that is still `processing`; returns it
     /// after the change, or `None` if it has left `processing` meanwhile.
     pub async fn update_while_processing(

@@ -30,16 +30,15 @@ pub enum ModelOutput {
     Text(String),
     /// Any other JSON value (stored as compact JSON text).
     Json(Value),
-}
-
-impl ModelOutput {
-    /// The stored form of the output (the contract's `output` string).
-    pub fn into_stored(self) -> String {
-        match self {
-            Self::Text(t) => t,
-            Self::Json(v) => v.to_string(),
-        }
-    }
+    /// A file, stored in GridFS; the output becomes its URL.
+    File {
+        /// Its media type, e.g. `image/png`.
+        content_type: &'static str,
+        /// Its file extension, e.g. `png`.
+        extension: &'static str,
+        /// Its contents.
+        bytes: Vec<u8>,
+    },
 }
 
 /// A model's failure: a code and a message, recorded on the prediction.

@@ -3,7 +3,11 @@
 //! runner knows they are built in.
 
 pub mod echo;
+pub mod fail;
+pub mod pattern;
 pub mod sleep;
+pub mod text_to_image;
+pub mod text_to_video;
 
 use std::sync::Arc;
 
@@ -11,5 +15,11 @@ use super::Model;
 
 /// Every built-in model.
 pub fn all() -> Vec<Arc<dyn Model>> {
-    vec![Arc::new(echo::Echo::new()), Arc::new(sleep::Sleep::new())]
+    vec![
+        Arc::new(echo::Echo::new()),
+        Arc::new(sleep::Sleep::new()),
+        Arc::new(fail::Fail::new()),
+        Arc::new(text_to_image::TextToImage::new()),
+        Arc::new(text_to_video::TextToVideo::new()),
+    ]
 }
