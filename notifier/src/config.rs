@@ -7,6 +7,8 @@
 //! | `NOTIFIER_CONCURRENCY` | `64` | deliveries in flight at once in this process |
 //! | `NOTIFIER_ALLOW_PRIVATE_TARGETS` | `false` | allow loopback/private targets (local use, tests) |
 //! | `NOTIFIER_SHUTDOWN_GRACE_SECONDS` | `15` | how long in-flight deliveries may finish on shutdown |
+//! | `NOTIFIER_PER_TARGET` | `8` | deliveries in flight at once to one `host:port` |
+//! | `NOTIFIER_SECRET_CACHE_SECONDS` | `5` | how long opened signing secrets are reused |
 
 use std::time::Duration;
 
@@ -29,6 +31,11 @@ pub struct NotifierConfig {
     pub allow_private_targets: bool,
     /// `NOTIFIER_SHUTDOWN_GRACE_SECONDS`: how long deliveries may finish on shutdown.
     pub shutdown_grace: Duration,
+    /// `NOTIFIER_PER_TARGET`: deliveries in flight at once to one target.
+    pub per_target: usize,
+    /// `NOTIFIER_SECRET_CACHE_SECONDS`: how long opened secrets are reused (a rotation takes
+    /// effect within this time).
+    pub secret_cache: Duration,
 }
 
 impl NotifierConfig {
@@ -49,6 +56,8 @@ impl NotifierConfig {
             concurrency,
             allow_private_targets: env.flag("NOTIFIER_ALLOW_PRIVATE_TARGETS", false)?,
             shutdown_grace: env.seconds("NOTIFIER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(15))?,
+            per_target: env.parse("NOTIFIER_PER_TARGET", 8usize)?.max(1),
+            secret_cache: env.seconds("NOTIFIER_SECRET_CACHE_SECONDS", Duration::from_secs(5))?,
         })
     }
 }

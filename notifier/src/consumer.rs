@@ -5,9 +5,11 @@
 //! event message is nak'd with the schedule's delay; JetStream keeps it and delivers it again
 //! after the delay, to whichever replica pulls next. Nothing about pending retries lives in a
 //! notifier's memory, so a notifier killed between attempts loses nothing: the message is
-//! simply delivered again (at the latest after `ack_wait`). The attempt number is the
-//! message's delivery count. After the last attempt the delivery is recorded as failed and
-//! the message terminated.
+//! simply delivered again (at the latest after `ack_wait`). The attempt number is one more
+//! than the attempts recorded for the event's `webhook-id`. After the last attempt the
+//! delivery is recorded as failed and the message terminated. Before sending, an event waits
+//! for its turn in its prediction's lane ([`crate::lanes`]) and for a slot at its target
+//! ([`crate::targets`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -36,12 +38,16 @@ use tracing::Instrument;
 use crate::{
     config::NotifierConfig,
     deliver::{AttemptResult, Deliverer, Webhook},
+    lanes::{Lanes, Verdict},
     retry::RetrySchedule,
     secrets::SecretCache,
+    targets::Targets,
 };
 
 /// How long to wait before retrying when a dependency (MongoDB) failed before sending.
 const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
+/// How long a delivery to a target at its concurrency limit waits before it is tried again.
+const TARGET_BUSY_RETRY: Duration = Duration::from_millis(500);
 
 /// What the notifier needs to deliver one event.
 pub struct Notifier {
@@ -53,6 +59,10 @@ pub struct Notifier {
     pub attempts: WebhookAttempts,
     /// When to retry.
     pub schedule: RetrySchedule,
+    /// Per-prediction order and throttling.
+    pub lanes: Lanes,
+    /// Per-target concurrency limits.
+    pub targets: Targets,
 }
 
 /// What to do with the event message.
@@ -117,8 +127,38 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permit: OwnedSemapho
         if !change.event.selected_by(change.webhook_events_filter.as_deref()) {
             return acknowledge(&message, AckKind::Ack).await;
         }
-        let attempt = message.info().map(|i| i.delivered.max(1) as u32).unwrap_or(1);
-        let kind = match notifier.attempt(&change, &url, attempt).await {
+        let Some(lane) = notifier.lanes.enter(&change.prediction_id, change.event, change.seq) else {
+            tracing::debug!("stale retry after the prediction's completed webhook; dropped");
+            return acknowledge(&message, AckKind::Ack).await;
+        };
+        let _turn = lane.turn().await;
+        match lane.verdict(change.event, change.seq) {
+            Verdict::Superseded => {
+                tracing::debug!("superseded by a newer state of the prediction; dropped");
+                return acknowledge(&message, AckKind::Ack).await;
+            }
+            Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
+        }
+        let Some(_slot) = notifier.targets.try_acquire(&url) else {
+            tracing::debug!("target at its concurrency limit; handed back for a moment");
+            return acknowledge(&message, AckKind::Nak(Some(TARGET_BUSY_RETRY))).await;
+        };
+        let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+        let attempt = match notifier.attempt_number(&change, delivered).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "attempt count unavailable; retrying");
+                return acknowledge(&message, AckKind::Nak(Some(DEPENDENCY_RETRY))).await;
+            }
+        };
+        let disposition = notifier.attempt(&change, &url, attempt).await;
+        if disposition == Disposition::Ack {
+            lane.delivered(change.event);
+            if change.event == common::domain::WebhookEvent::Completed {
+                notifier.lanes.finish(&change.prediction_id);
+            }
+        }
+        let kind = match disposition {
             Disposition::Ack => AckKind::Ack,
             Disposition::RetryAfter(delay) => AckKind::Nak(Some(delay)),
             Disposition::Terminate => AckKind::Term,
@@ -130,6 +170,20 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permit: OwnedSemapho
 }
 
 impl Notifier {
+    /// The number of this attempt: 1 on a first delivery, else one more than the attempts
+    /// recorded (handing a message back for a busy target is not an attempt).
+    async fn attempt_number(
+        &self,
+        change: &PredictionChanged,
+        delivered: i64,
+    ) -> Result<u32, common::store::StoreError> {
+        if delivered <= 1 {
+            return Ok(1);
+        }
+        let recorded = self.attempts.count_for_webhook(&change.message_id()).await?;
+        Ok(u32::try_from(recorded).unwrap_or(u32::MAX).saturating_add(1))
+    }
+
     async fn attempt(&self, change: &PredictionChanged, url: &WebhookUrl, attempt: u32) -> Disposition {
         let secrets = match self.secrets.get(&change.account_id).await {
             Ok(s) => s,

@@ -5,14 +5,18 @@
 //! - [`retry`]: the retry schedule with jitter.
 //! - [`secrets`]: the accounts' signing secrets, opened and cached briefly.
 //! - [`ssrf`]: which addresses a webhook may not reach.
+//! - [`lanes`]: one prediction's events in order, `output`/`logs` throttled, latest wins.
+//! - [`targets`]: a concurrency limit per receiver, so one cannot hold up the others.
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod consumer;
 pub mod deliver;
+pub mod lanes;
 pub mod retry;
 pub mod secrets;
 pub mod ssrf;
+pub mod targets;
 
 use std::sync::Arc;
 
@@ -20,7 +24,10 @@ use anyhow::Context;
 use common::{bus::Bus, store::Store};
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::NotifierConfig, consumer::Notifier, deliver::Deliverer, secrets::SecretCache};
+use crate::{
+    config::NotifierConfig, consumer::Notifier, deliver::Deliverer, lanes::Lanes, secrets::SecretCache,
+    targets::Targets,
+};
 
 /// Runs until `shutdown` fires.
 pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -33,7 +40,9 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
     bus.ensure_streams().await?;
     let notifier = Arc::new(Notifier {
         deliverer: Deliverer::new(&config)?,
-        secrets: SecretCache::new(store.accounts(), common.master_key.clone()),
+        secrets: SecretCache::new(store.accounts(), common.master_key.clone(), config.secret_cache),
+        lanes: Lanes::default(),
+        targets: Targets::new(config.per_target),
         attempts: store.webhook_attempts(),
         schedule: config.retry_schedule.clone(),
     });

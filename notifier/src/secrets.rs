@@ -1,5 +1,6 @@
 //! The accounts' signing secrets, read from MongoDB, opened with the master key and cached for
-//! [`SECRET_CACHE_TTL`]: a rotation takes effect on every replica within that time.
+//! `NOTIFIER_SECRET_CACHE_SECONDS` (5 s by default): a rotation, and the end of its transition
+//! window, take effect on every replica within that time.
 
 use std::{sync::Arc, time::Duration};
 
@@ -11,9 +12,6 @@ use common::{
     store::{Accounts, accounts::SigningSecrets},
 };
 
-/// How long opened secrets are trusted.
-pub const SECRET_CACHE_TTL: Duration = Duration::from_secs(5);
-
 /// Signing secrets by account.
 pub struct SecretCache {
     accounts: Accounts,
@@ -23,8 +21,8 @@ pub struct SecretCache {
 
 impl SecretCache {
     /// A cache over the `accounts` collection.
-    pub fn new(accounts: Accounts, master: MasterKey) -> Self {
-        Self { accounts, master, cache: TtlCache::new(SECRET_CACHE_TTL, 10_000) }
+    pub fn new(accounts: Accounts, master: MasterKey, ttl: Duration) -> Self {
+        Self { accounts, master, cache: TtlCache::new(ttl, 10_000) }
     }
 
     /// The secrets of `account`.

@@ -96,6 +96,7 @@ impl Store {
             .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
             .build();
         self.idempotency_keys().collection().create_index(expiring).await?;
+        self.webhook_attempts().collection().create_index(plain(doc! { "webhook_id": 1 })).await?;
         self.webhook_attempts().collection().create_index(plain(doc! { "prediction_id": 1, "at": 1 })).await?;
         Ok(())
     }

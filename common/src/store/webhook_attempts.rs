@@ -72,6 +72,11 @@ impl WebhookAttempts {
         self.coll.insert_one(attempt).await.map(|_| ())
     }
 
+    /// How many attempts of the delivery `webhook_id` are recorded.
+    pub async fn count_for_webhook(&self, webhook_id: &str) -> Result<u64, StoreError> {
+        self.coll.count_documents(doc! { "webhook_id": webhook_id }).await
+    }
+
     /// Every attempt for a prediction, oldest first.
     pub async fn for_prediction(&self, id: &PredictionId) -> Result<Vec<WebhookAttempt>, StoreError> {
         self.coll.find(doc! { "prediction_id": id.as_str() }).sort(doc! { "at": 1 }).await?.try_collect().await

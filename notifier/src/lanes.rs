@@ -1,0 +1,187 @@
+//! Per-prediction lanes: the events of one prediction are delivered one at a time, in the
+//! order the stream holds them, so `completed` goes out after every earlier event of that
+//! prediction still queued on this replica.
+//!
+//! Within a lane `output` and `logs` events are spaced at least [`THROTTLE`] apart, and an
+//! `output`/`logs` event is dropped when a newer event of the same kind, or the `completed`
+//! event, is already queued or delivered: the latest state wins (each payload is the whole
+//! prediction, so nothing is lost). Redelivered retries of such superseded events are
+//! dropped the same way. `start` and `completed` are never dropped.
+//!
+//! Lanes live in memory and only order work; nothing about delivery itself is kept here
+//! (that is JetStream's job), so losing them on a restart loses no event. Several replicas
+//! order per replica; across replicas the shared consumer hands out events in stream order,
+//! which keeps them in order in the normal case.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use common::{
+    cache::TtlCache,
+    domain::{PredictionId, WebhookEvent},
+};
+use tokio::time::Instant;
+
+/// The least time between two `output` or two `logs` deliveries of one prediction.
+pub const THROTTLE: Duration = Duration::from_millis(500);
+/// How long a finished prediction's lane summary is kept to drop stale retries.
+const FINISHED_MEMORY: Duration = Duration::from_secs(6 * 3600);
+
+/// What a lane knows of its prediction.
+#[derive(Debug, Default, Clone)]
+struct Known {
+    /// The newest sequence seen (queued or delivered) per throttled event kind.
+    newest_output: i64,
+    newest_logs: i64,
+    /// Whether `completed` has been seen.
+    completed: bool,
+    /// When each throttled kind was last delivered.
+    last_output: Option<Instant>,
+    last_logs: Option<Instant>,
+}
+
+/// One prediction's lane.
+#[derive(Default)]
+pub struct Lane {
+    turn: tokio::sync::Mutex<()>,
+    known: Mutex<Known>,
+}
+
+/// Every lane of this replica.
+pub struct Lanes {
+    lanes: Mutex<HashMap<PredictionId, Arc<Lane>>>,
+    finished: TtlCache<PredictionId, ()>,
+}
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Self { lanes: Mutex::new(HashMap::new()), finished: TtlCache::new(FINISHED_MEMORY, 100_000) }
+    }
+}
+
+/// Whether to deliver an event once its turn comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Deliver it (after waiting `wait` for the throttle).
+    Deliver {
+        /// How long to wait first.
+        wait: Duration,
+    },
+    /// A newer state is queued or delivered: drop it.
+    Superseded,
+}
+
+impl Lanes {
+    /// The lane of `id`, noting that an event of `kind` with `seq` is queued in it. Returns
+    /// `None` when the prediction's `completed` was already delivered (a stale retry).
+    pub fn enter(&self, id: &PredictionId, kind: WebhookEvent, seq: i64) -> Option<Arc<Lane>> {
+        if kind != WebhookEvent::Completed && self.finished.get(id).is_some() {
+            return None;
+        }
+        let lane = self.lanes.lock().unwrap_or_else(|p| p.into_inner()).entry(id.clone()).or_default().clone();
+        {
+            let mut known = lane.known.lock().unwrap_or_else(|p| p.into_inner());
+            match kind {
+                WebhookEvent::Output => known.newest_output = known.newest_output.max(seq),
+                WebhookEvent::Logs => known.newest_logs = known.newest_logs.max(seq),
+                WebhookEvent::Completed => known.completed = true,
+                WebhookEvent::Start => {}
+            }
+        }
+        Some(lane)
+    }
+
+    /// Forgets the lane of a prediction whose `completed` was delivered.
+    pub fn finish(&self, id: &PredictionId) {
+        self.lanes.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.finished.insert(id.clone(), ());
+    }
+}
+
+impl Lane {
+    /// Waits for this lane's turn (FIFO); the returned guard holds it.
+    pub async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.turn.lock().await
+    }
+
+    /// Whether (and when) the event of `kind` with `seq` should be delivered, in its turn.
+    pub fn verdict(&self, kind: WebhookEvent, seq: i64) -> Verdict {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let (newest, last) = match kind {
+            WebhookEvent::Output => (known.newest_output, known.last_output),
+            WebhookEvent::Logs => (known.newest_logs, known.last_logs),
+            WebhookEvent::Start | WebhookEvent::Completed => return Verdict::Deliver { wait: Duration::ZERO },
+        };
+        if known.completed || newest > seq {
+            return Verdict::Superseded;
+        }
+        let wait = last.map_or(Duration::ZERO, |at| THROTTLE.saturating_sub(at.elapsed()));
+        Verdict::Deliver { wait }
+    }
+
+    /// Records that an event of `kind` was just delivered.
+    pub fn delivered(&self, kind: WebhookEvent) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        match kind {
+            WebhookEvent::Output => known.last_output = Some(Instant::now()),
+            WebhookEvent::Logs => known.last_logs = Some(Instant::now()),
+            WebhookEvent::Start | WebhookEvent::Completed => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use WebhookEvent::*;
+
+    fn id() -> PredictionId {
+        PredictionId::generate()
+    }
+
+    #[test]
+    fn an_older_output_is_superseded_by_a_newer_queued_one() {
+        let lanes = Lanes::default();
+        let p = id();
+        let lane = lanes.enter(&p, Output, 2).expect("a lane");
+        lanes.enter(&p, Output, 5).expect("a lane");
+        assert_eq!(lane.verdict(Output, 2), Verdict::Superseded);
+        assert_eq!(lane.verdict(Output, 5), Verdict::Deliver { wait: Duration::ZERO });
+        assert_eq!(lane.verdict(Logs, 3), Verdict::Deliver { wait: Duration::ZERO }, "kinds are separate");
+    }
+
+    #[test]
+    fn a_queued_completed_supersedes_output_and_logs_but_not_start() {
+        let lanes = Lanes::default();
+        let p = id();
+        let lane = lanes.enter(&p, Output, 2).expect("a lane");
+        lanes.enter(&p, Completed, 9).expect("a lane");
+        assert_eq!(lane.verdict(Output, 2), Verdict::Superseded);
+        assert_eq!(lane.verdict(Start, 1), Verdict::Deliver { wait: Duration::ZERO });
+        assert_eq!(lane.verdict(Completed, 9), Verdict::Deliver { wait: Duration::ZERO });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deliveries_of_one_kind_are_spaced_by_the_throttle() {
+        let lanes = Lanes::default();
+        let p = id();
+        let lane = lanes.enter(&p, Output, 1).expect("a lane");
+        lane.delivered(Output);
+        lanes.enter(&p, Output, 2).expect("a lane");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert_eq!(lane.verdict(Output, 2), Verdict::Deliver { wait: Duration::from_millis(300) });
+    }
+
+    #[test]
+    fn retries_after_completed_was_delivered_are_dropped() {
+        let lanes = Lanes::default();
+        let p = id();
+        lanes.enter(&p, Completed, 3).expect("a lane");
+        lanes.finish(&p);
+        assert!(lanes.enter(&p, Output, 2).is_none());
+        assert!(lanes.enter(&p, Completed, 3).is_some(), "completed itself is never dropped");
+    }
+}
