@@ -46,6 +46,9 @@ use crate::{
 
 /// How long to wait before retrying when a dependency (MongoDB) failed before sending.
 const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
+/// How much longer than the delivery timeout an event may stay unacknowledged before
+/// JetStream hands it to another replica (a notifier that died mid-delivery).
+const ACK_MARGIN: Duration = Duration::from_secs(5);
 /// How long a delivery to a target at its concurrency limit waits before it is tried again.
 const TARGET_BUSY_RETRY: Duration = Duration::from_millis(500);
 
@@ -88,7 +91,7 @@ pub async fn consume(
             durable_name: Some(name.clone()),
             deliver_policy: DeliverPolicy::All,
             ack_policy: AckPolicy::Explicit,
-            ack_wait: config.timeout + Duration::from_secs(20),
+            ack_wait: config.timeout + ACK_MARGIN,
             ..Default::default()
         })
         .await

@@ -1,0 +1,95 @@
+//! A test's private database and NATS prefix, an account with a signing secret, and helpers
+//! to publish status events and start notifiers.
+
+use std::{collections::HashMap, time::Duration};
+
+use common::{
+    bus::Bus,
+    config::Env,
+    crypto::MasterKey,
+    domain::{Prediction, PredictionId, WebhookEvent, WebhookSecret, WebhookUrl},
+    messages::PredictionChanged,
+    store::{Account, Store, webhook_attempts::WebhookAttempt},
+    testkit::{TestContext, eventually},
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+pub struct Fixture {
+    pub store: Store,
+    pub bus: Bus,
+    pub vars: HashMap<String, String>,
+    pub account: Account,
+    pub secret: WebhookSecret,
+    pub master: MasterKey,
+    shutdown: CancellationToken,
+}
+
+impl Fixture {
+    pub async fn new(extra: &[(&str, &str)]) -> Self {
+        let ctx = TestContext::new();
+        let mut settings = vec![
+            ("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true"),
+            ("NOTIFIER_RETRY_SCHEDULE", "0.2,0.2,0.2"),
+            ("NOTIFIER_SHUTDOWN_GRACE_SECONDS", "1"),
+            ("NOTIFIER_SECRET_CACHE_SECONDS", "0.1"),
+        ];
+        settings.extend_from_slice(extra);
+        let vars = ctx.env_vars(&settings);
+        let store = ctx.store().await;
+        store.ensure_indexes().await.expect("indexes");
+        let master = MasterKey::from_base64(&ctx.master_key).expect("master key");
+        let (account, secret) = Account::new("test", &master);
+        store.accounts().insert(&account).await.expect("account");
+        let bus = ctx.bus().await;
+        Self { store, bus, vars, account, secret, master, shutdown: CancellationToken::new() }
+    }
+
+    pub fn start_notifier(&self) {
+        let config =
+            notifier::config::NotifierConfig::from_env(&Env::from_fn(|k| self.vars.get(k).cloned())).expect("config");
+        let token = self.shutdown.child_token();
+        tokio::spawn(async move { notifier::run(config, token).await.expect("notifier runs") });
+    }
+
+    /// A prediction of this account with its webhook at `url`.
+    pub fn prediction(&self, url: &str, filter: Option<Vec<WebhookEvent>>) -> Prediction {
+        Prediction::new_starting(
+            self.account.id.clone(),
+            "demo/echo".parse().expect("model"),
+            "v".into(),
+            "text-generation".into(),
+            json!({"prompt": "x"}),
+            json!({"prompt": "x"}),
+            Some(WebhookUrl::parse(url).expect("url")),
+            filter,
+        )
+    }
+
+    /// Publishes `event` for `p` as it stands, with its sequence set to `seq`.
+    pub async fn publish(&self, p: &Prediction, event: WebhookEvent, seq: i64) {
+        let mut p = p.clone();
+        p.seq = seq;
+        self.bus.publish_event(PredictionChanged::of(&p, event, "http://api.test")).await.expect("publish event");
+    }
+
+    pub async fn attempts_until(
+        &self,
+        id: &PredictionId,
+        limit: Duration,
+        done: impl Fn(&[WebhookAttempt]) -> bool,
+    ) -> Vec<WebhookAttempt> {
+        eventually(limit, || async {
+            let attempts = self.store.webhook_attempts().for_prediction(id).await.ok()?;
+            done(&attempts).then_some(attempts)
+        })
+        .await
+        .unwrap_or_else(|| panic!("the attempts for {id} did not reach the expected state within {limit:?}"))
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

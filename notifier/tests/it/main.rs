@@ -1,0 +1,8 @@
+//! The notifier's integration tests: real NATS and MongoDB, receivers on loopback. Status
+//! events are published directly, as a runner would.
+
+mod delivery;
+mod fixture;
+mod isolation;
+mod receiver;
+mod signatures;
