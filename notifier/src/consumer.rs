@@ -142,7 +142,7 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permit: OwnedSemapho
             }
             Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
         }
-        let Some(_slot) = notifier.targets.try_acquire(&url) else {
+        let Some(_slot) = notifier.targets.acquire(&url).await else {
             tracing::debug!("target at its concurrency limit; handed back for a moment");
             return acknowledge(&message, AckKind::Nak(Some(TARGET_BUSY_RETRY))).await;
         };

@@ -1,7 +1,8 @@
 //! Isolation between receivers: at most `NOTIFIER_PER_TARGET` deliveries in flight to one
-//! target (`host:port`). A delivery to a target at its limit is not waited for; its message
-//! is handed back for a moment instead, so a slow or dead receiver holds at most its own
-//! share of the global concurrency and never delays deliveries to other receivers.
+//! target (`host:port`). A delivery to a target at its limit waits at most [`SLOT_WAIT`] for
+//! a slot (a fast receiver frees one within milliseconds); after that its message is handed
+//! back for a moment, so a slow or dead receiver holds at most its own share of the global
+//! concurrency and never delays deliveries to other receivers for long.
 
 use std::{
     collections::HashMap,
@@ -9,7 +10,12 @@ use std::{
 };
 
 use common::domain::WebhookUrl;
+use std::time::Duration;
+
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The longest a delivery waits for a slot at its target.
+pub const SLOT_WAIT: Duration = Duration::from_millis(100);
 
 /// Concurrency limits per target.
 pub struct Targets {
@@ -29,17 +35,24 @@ impl Targets {
         Self { per_target: per_target.max(1), limits: Mutex::new(HashMap::new()) }
     }
 
+    /// A slot for a delivery to `url`'s target, waiting at most [`SLOT_WAIT`] for one.
+    pub async fn acquire(&self, url: &WebhookUrl) -> Option<OwnedSemaphorePermit> {
+        let semaphore = self.semaphore(url);
+        tokio::time::timeout(SLOT_WAIT, semaphore.acquire_owned()).await.ok()?.ok()
+    }
+
     /// A slot for a delivery to `url`'s target, unless it is at its limit.
     pub fn try_acquire(&self, url: &WebhookUrl) -> Option<OwnedSemaphorePermit> {
+        self.semaphore(url).try_acquire_owned().ok()
+    }
+
+    fn semaphore(&self, url: &WebhookUrl) -> Arc<Semaphore> {
         let mut limits = self.limits.lock().unwrap_or_else(|p| p.into_inner());
         if limits.len() > 10_000 {
             let full = self.per_target;
             limits.retain(|_, s| s.available_permits() < full);
         }
-        let semaphore =
-            limits.entry(target_of(url)).or_insert_with(|| Arc::new(Semaphore::new(self.per_target))).clone();
-        drop(limits);
-        semaphore.try_acquire_owned().ok()
+        limits.entry(target_of(url)).or_insert_with(|| Arc::new(Semaphore::new(self.per_target))).clone()
     }
 }
 

@@ -1,0 +1,52 @@
+//! `bench`: benchmarks of the prediction service against real NATS and MongoDB
+//! (`MONGODB_URI`, `NATS_URL`; `deploy/bench/run` starts the local stand-ins when unset).
+//! Each run uses its own database and NATS prefix, is bounded in time and traffic, sends only
+//! to loopback, and stops by itself.
+//!
+//! - `bench notifier`: webhook deliveries per second to a fast local receiver with one
+//!   notifier, and the latency from status event published to webhook received.
+#![forbid(unsafe_code)]
+
+mod notifier_bench;
+mod stats;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "bench", about = "Benchmarks of the prediction service")]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+    /// Where to write the results as JSON.
+    #[arg(long, global = true, default_value = "bench-results.json")]
+    out: String,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Notifier throughput and event-to-webhook latency.
+    Notifier(notifier_bench::Options),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    common::telemetry::init("bench");
+    let result = match cli.scenario {
+        Scenario::Notifier(options) => notifier_bench::run(options).await,
+    };
+    match result.and_then(|report| {
+        println!("{}", report.table());
+        std::fs::write(&cli.out, serde_json::to_vec_pretty(&report.json())?)?;
+        println!("results written to {}", cli.out);
+        Ok(())
+    }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
