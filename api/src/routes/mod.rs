@@ -11,6 +11,7 @@
 //! | `POST /v1/predictions/{id}/cancel` | [`predictions::cancel`] | write |
 //! | `GET /v1/predictions/{id}/stream` | [`stream::stream`] | read |
 //! | `GET /v1/files/{id}` | [`files::get`] | read |
+//! | `GET /predictions/{id}` (HTML) | [`web::get`] | read |
 //! | `GET /v1/account/webhooks/secret` (alias `GET /v1/webhooks/default/secret`) | [`webhook_secret::get`] | admin |
 //! | `POST /v1/account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
 //! | `GET /ready`, `GET /health` | [`health`] | none |
@@ -21,6 +22,7 @@ pub mod files;
 pub mod health;
 pub mod predictions;
 pub mod stream;
+pub mod web;
 pub mod webhook_secret;
 
 use axum::{
@@ -41,6 +43,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/predictions/{id}/cancel", post(predictions::cancel))
         .route("/v1/predictions/{id}/stream", get(stream::stream))
         .route("/v1/files/{id}", get(files::get))
+        .route("/predictions/{id}", get(web::get))
         .route("/v1/account/webhooks/secret", get(webhook_secret::get))
         .route("/v1/account/webhooks/secret/rotate", post(webhook_secret::rotate))
         .route("/v1/webhooks/default/secret", get(webhook_secret::get))
