@@ -9,10 +9,14 @@
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
 //! | `RUNNER_RECONCILE_SECONDS` | `10` | how often the reconciler looks for stuck predictions |
 //! | `RETENTION_SECONDS` | `3600` | how long after completion a prediction's data is kept |
+//! | `RUNNER_COG` | none | Cog models: `owner/name=[capability@]http://host:port`, comma-separated |
+//! | `RUNNER_COG_CALLBACK_BIND` | `127.0.0.1:0` | where the runner receives Cog webhooks |
+//! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it |
 //! | `RUNNER_RETENTION_SWEEP_SECONDS` | `60` | how often expired data is removed |
 
 use std::{fmt, time::Duration};
 
+use crate::models::cog::{CogTarget, parse_targets};
 use common::{
     config::{CommonConfig, ConfigError, Env},
     domain::{ModelRef, model::is_valid_segment},
@@ -87,6 +91,12 @@ pub struct RunnerConfig {
     pub retention: Duration,
     /// `RUNNER_RETENTION_SWEEP_SECONDS`: how often the retention sweeper runs.
     pub retention_sweep_interval: Duration,
+    /// `RUNNER_COG`: models served by Cog servers.
+    pub cog: Vec<CogTarget>,
+    /// `RUNNER_COG_CALLBACK_BIND`: where Cog webhooks are received.
+    pub cog_callback_bind: std::net::SocketAddr,
+    /// `RUNNER_COG_CALLBACK_URL`: the receiver's URL as Cog servers reach it.
+    pub cog_callback_url: Option<String>,
 }
 
 impl RunnerConfig {
@@ -114,6 +124,10 @@ impl RunnerConfig {
             max_deliver,
             shutdown_grace: env.seconds("RUNNER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(20))?,
             retention: env.seconds("RETENTION_SECONDS", Duration::from_secs(3600))?,
+            cog: parse_targets(&env.string("RUNNER_COG", "")).map_err(|e| bad("RUNNER_COG", e))?,
+            cog_callback_bind: env
+                .parse("RUNNER_COG_CALLBACK_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?,
+            cog_callback_url: env.get("RUNNER_COG_CALLBACK_URL"),
             retention_sweep_interval: env
                 .seconds("RUNNER_RETENTION_SWEEP_SECONDS", Duration::from_secs(60))?
                 .max(Duration::from_millis(100)),

@@ -331,7 +331,7 @@ impl Executor {
                 let name = format!("{}.{extension}", p.id);
                 self.store
                     .files()
-                    .put(&id, &p.account_id, &p.id, &name, content_type, &bytes)
+                    .put(&id, &p.account_id, &p.id, &name, &content_type, &bytes)
                     .await
                     .context("storing the output file")?;
                 format!("{}/v1/files/{id}", self.base_url)

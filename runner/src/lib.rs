@@ -27,7 +27,11 @@ use anyhow::Context;
 use common::{bus::Bus, store::Store};
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::RunnerConfig, execute::Executor};
+use crate::{
+    config::RunnerConfig,
+    execute::Executor,
+    models::cog::{CogModel, callbacks::Callbacks},
+};
 
 /// Runs until `shutdown` fires: registers the models, then consumes their jobs.
 pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -39,7 +43,19 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "runner").await?;
     bus.ensure_streams().await?;
 
-    let served = registry::select(&config.models, models::builtin::all());
+    let mut available = models::builtin::all();
+    if !config.cog.is_empty() {
+        let callbacks =
+            Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), shutdown.clone()).await?;
+        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
+        for target in &config.cog {
+            let model = CogModel::connect(target, http.clone(), callbacks.clone())
+                .await
+                .with_context(|| format!("connecting to the Cog server of {}", target.model))?;
+            available.push(Arc::new(model));
+        }
+    }
+    let served = registry::select(&config.models, available);
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
     registry::register(&store, &served).await?;
 

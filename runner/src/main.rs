@@ -15,6 +15,10 @@ struct Cli {
     /// How many predictions run at once (default: RUNNER_CONCURRENCY, else 4).
     #[arg(long)]
     concurrency: Option<usize>,
+    /// A model served by a Cog server: `owner/name=[capability@]http://host:port` (repeatable;
+    /// adds to RUNNER_COG).
+    #[arg(long)]
+    cog: Vec<String>,
 }
 
 #[tokio::main]
@@ -33,6 +37,15 @@ async fn main() -> ExitCode {
             Ok(s) => config.models = s,
             Err(e) => {
                 tracing::error!("--models: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    for target in &cli.cog {
+        match runner::models::cog::parse_targets(target) {
+            Ok(t) => config.cog.extend(t),
+            Err(e) => {
+                tracing::error!("--cog: {e}");
                 return ExitCode::from(2);
             }
         }

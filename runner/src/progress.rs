@@ -49,6 +49,26 @@ impl Progress {
         });
     }
 
+    /// Replaces the whole log text (models that report snapshots, like Cog servers).
+    pub fn set_logs(&self, logs: &str) {
+        self.with(|s| {
+            if s.logs != logs {
+                s.logs = logs.to_owned();
+                s.logs_changed = true;
+            }
+        });
+    }
+
+    /// Replaces the whole output so far.
+    pub fn set_output(&self, output: &str) {
+        self.with(|s| {
+            if s.output.as_deref() != Some(output) {
+                s.output = Some(output.to_owned());
+                s.output_changed = true;
+            }
+        });
+    }
+
     /// The changes since the last call, or `None` when nothing changed.
     pub fn take_changes(&self) -> Option<Changes> {
         self.with(|s| {

@@ -16,8 +16,8 @@ pub fn select(selectors: &[ModelSelector], available: Vec<Arc<dyn Model>>) -> Ve
 pub async fn register(store: &Store, models: &[Arc<dyn Model>]) -> Result<(), StoreError> {
     for model in models {
         let d = model.descriptor();
-        store.models().register(&ModelRecord::new(d.model.clone(), d.capability, &d.input_schema)).await?;
-        tracing::info!(model = %d.model, capability = d.capability, "model registered");
+        store.models().register(&ModelRecord::new(d.model.clone(), &d.capability, &d.input_schema)).await?;
+        tracing::info!(model = %d.model, capability = %d.capability, "model registered");
     }
     Ok(())
 }

@@ -12,6 +12,8 @@ mod containers;
 pub mod proxy;
 mod standins;
 
+pub use standins::installed;
+
 use std::{collections::HashMap, sync::OnceLock};
 
 use crate::{

@@ -18,8 +18,9 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("common/ sits in the workspace root").to_path_buf()
 }
 
-/// Runs `deploy/local/install` and returns the value of `KEY=` in its output.
-fn installed(key: &str) -> String {
+/// Runs `deploy/local/install` (idempotent) and returns the value of `KEY=` in its output:
+/// `NATS_SERVER`, `MONGO_STANDIN_CLASSPATH` or `COG_PYTHON`.
+pub fn installed(key: &str) -> String {
     let out = Command::new(repo_root().join("deploy/local/install"))
         .stderr(Stdio::inherit())
         .output()

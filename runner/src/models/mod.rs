@@ -4,6 +4,7 @@
 //! future, so a model needs no cancel handling of its own.
 
 pub mod builtin;
+pub mod cog;
 
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
@@ -18,7 +19,7 @@ pub struct ModelDescriptor {
     /// Its address.
     pub model: ModelRef,
     /// Its kind, e.g. `text-generation`.
-    pub capability: &'static str,
+    pub capability: String,
     /// Its input JSON Schema.
     pub input_schema: Value,
 }
@@ -33,9 +34,9 @@ pub enum ModelOutput {
     /// A file, stored in GridFS; the output becomes its URL.
     File {
         /// Its media type, e.g. `image/png`.
-        content_type: &'static str,
+        content_type: String,
         /// Its file extension, e.g. `png`.
-        extension: &'static str,
+        extension: String,
         /// Its contents.
         bytes: Vec<u8>,
     },

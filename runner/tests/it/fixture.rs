@@ -39,8 +39,14 @@ impl Fixture {
 
     /// Starts a runner in this process serving `models`.
     pub fn start_runner(&self, models: &str) -> CancellationToken {
+        self.start_runner_with(models, &[])
+    }
+
+    /// Starts a runner in this process serving `models`, with more settings.
+    pub fn start_runner_with(&self, models: &str, extra: &[(&str, &str)]) -> CancellationToken {
         let mut vars = self.vars.clone();
         vars.insert("RUNNER_MODELS".into(), models.into());
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let config = runner::config::RunnerConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("config");
         let token = self.shutdown.child_token();
         let stop = token.clone();

@@ -17,7 +17,7 @@ impl Echo {
         Self {
             descriptor: ModelDescriptor {
                 model: "demo/echo".parse().expect("a valid built-in model name"),
-                capability: "text-generation",
+                capability: "text-generation".into(),
                 input_schema: json!({
                     "type": "object",
                     "required": ["prompt"],

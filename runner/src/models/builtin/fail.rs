@@ -18,7 +18,7 @@ impl Fail {
         Self {
             descriptor: ModelDescriptor {
                 model: "demo/fail".parse().expect("a valid built-in model name"),
-                capability: "text-generation",
+                capability: "text-generation".into(),
                 input_schema: json!({
                     "type": "object",
                     "properties": {

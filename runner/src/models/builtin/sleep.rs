@@ -19,7 +19,7 @@ impl Sleep {
         Self {
             descriptor: ModelDescriptor {
                 model: "demo/sleep".parse().expect("a valid built-in model name"),
-                capability: "text-generation",
+                capability: "text-generation".into(),
                 input_schema: json!({
                     "type": "object",
                     "properties": {

@@ -18,7 +18,7 @@ impl TextToImage {
         Self {
             descriptor: ModelDescriptor {
                 model: "demo/text-to-image".parse().expect("a valid built-in model name"),
-                capability: "text-to-image",
+                capability: "text-to-image".into(),
                 input_schema: json!({
                     "type": "object",
                     "required": ["prompt"],
@@ -73,7 +73,7 @@ impl Model for TextToImage {
                 .await
                 .map_err(|e| ModelError::model(format!("drawing failed: {e}")))?
                 .map_err(|e| ModelError::model(format!("PNG encoding failed: {e}")))?;
-            Ok(ModelOutput::File { content_type: "image/png", extension: "png", bytes })
+            Ok(ModelOutput::File { content_type: "image/png".into(), extension: "png".into(), bytes })
         }
         .boxed()
     }

@@ -19,7 +19,7 @@ impl TextToVideo {
         Self {
             descriptor: ModelDescriptor {
                 model: "demo/text-to-video".parse().expect("a valid built-in model name"),
-                capability: "text-to-video",
+                capability: "text-to-video".into(),
                 input_schema: json!({
                     "type": "object",
                     "required": ["prompt"],
@@ -84,7 +84,7 @@ impl Model for TextToVideo {
                 .await
                 .map_err(|e| ModelError::model(format!("rendering failed: {e}")))?
                 .map_err(|e| ModelError::model(format!("GIF encoding failed: {e}")))?;
-            Ok(ModelOutput::File { content_type: "image/gif", extension: "gif", bytes })
+            Ok(ModelOutput::File { content_type: "image/gif".into(), extension: "gif".into(), bytes })
         }
         .boxed()
     }

@@ -1,0 +1,88 @@
+//! The runner's receiver of Cog webhooks: `POST /cog/{token}`. Each running Cog prediction
+//! registers an unguessable token and receives the snapshots posted to it through a channel.
+//! The server listens on `RUNNER_COG_CALLBACK_BIND` and is announced to Cog servers as
+//! `RUNNER_COG_CALLBACK_URL` (the address they can reach).
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    routing::post,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The registered runs.
+pub struct Callbacks {
+    public_url: String,
+    waiting: Mutex<HashMap<String, mpsc::UnboundedSender<Value>>>,
+}
+
+/// Removes a run's token when the run ends.
+pub struct Registration {
+    callbacks: Arc<Callbacks>,
+    token: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.callbacks.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.token);
+    }
+}
+
+impl Callbacks {
+    /// Starts the receiver on `bind`; `public_url` overrides the address announced to Cog
+    /// servers (default: the bound address).
+    pub async fn serve(
+        bind: SocketAddr,
+        public_url: Option<String>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Arc<Self>> {
+        let listener = tokio::net::TcpListener::bind(bind).await?;
+        let addr = listener.local_addr()?;
+        let public_url = public_url.unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
+        let callbacks = Arc::new(Self { public_url, waiting: Mutex::new(HashMap::new()) });
+        let app = Router::new().route("/cog/{token}", post(receive)).with_state(callbacks.clone());
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "Cog callback server failed");
+            }
+        });
+        tracing::info!(%addr, "Cog callback server listening");
+        Ok(callbacks)
+    }
+
+    /// Registers a run: its webhook URL (whose last segment is also its Cog prediction id),
+    /// the channel of its snapshots, and the registration that unregisters it on drop.
+    pub fn register(self: &Arc<Self>) -> (String, mpsc::UnboundedReceiver<Value>, Registration) {
+        let token = format!("ps{}", common::domain::PredictionId::generate());
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(token.clone(), tx);
+        let url = format!("{}/cog/{token}", self.public_url);
+        (url, rx, Registration { callbacks: self.clone(), token })
+    }
+}
+
+async fn receive(
+    State(callbacks): State<Arc<Callbacks>>,
+    Path(token): Path<String>,
+    Json(snapshot): Json<Value>,
+) -> StatusCode {
+    let sender = callbacks.waiting.lock().unwrap_or_else(|p| p.into_inner()).get(&token).cloned();
+    match sender {
+        Some(tx) => {
+            let _ = tx.send(snapshot);
+            StatusCode::OK
+        }
+        // A late or stale webhook: the run has ended. 200 stops Cog from retrying it.
+        None => StatusCode::OK,
+    }
+}

@@ -1,0 +1,159 @@
+//! Models served by real Cog servers (cog/coglet 0.23.1 from PyPI, no Docker), started from
+//! the predictors under `tests/fixtures/cog/`.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use bson::doc;
+use common::{
+    domain::PredictionStatus,
+    testkit::{eventually, installed},
+};
+use serde_json::{Value, json};
+
+use crate::fixture::Fixture;
+
+/// A Cog server running one fixture predictor; killed when dropped.
+struct CogServer {
+    child: Child,
+    port: u16,
+}
+
+impl CogServer {
+    fn start(fixture: &str) -> Self {
+        let python = PathBuf::from(installed("COG_PYTHON"));
+        let bin = python.parent().expect("the venv's bin").to_path_buf();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cog").join(fixture);
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let child = Command::new(&python)
+            .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
+            .current_dir(dir)
+            .env("PATH", path)
+            .env("PORT", port.to_string())
+            .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
+            .env("COG_MAX_CONCURRENCY", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start a Cog server");
+        Self { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn health(&self) -> Option<String> {
+        let text = tokio::process::Command::new("curl")
+            .args(["-s", "--max-time", "2", &format!("{}/health-check", self.url())])
+            .output()
+            .await
+            .ok()?
+            .stdout;
+        serde_json::from_slice::<Value>(&text).ok()?["status"].as_str().map(str::to_owned)
+    }
+}
+
+impl Drop for CogServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn runner_for(fixture: &Fixture, model: &str, server: &CogServer) {
+    let cog = format!("{model}={}", server.url());
+    fixture.start_runner_with("acme/*", &[("RUNNER_COG", &cog)]);
+    let model_ref = model.parse().expect("model");
+    let registered =
+        eventually(Duration::from_secs(60), || async { fixture.store.models().get(&model_ref).await.ok().flatten() })
+            .await;
+    assert!(registered.is_some(), "the runner registered {model}");
+}
+
+#[tokio::test]
+async fn a_cog_echo_model_registers_its_schema_and_runs() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start("echo");
+    runner_for(&fixture, "acme/echo", &server).await;
+    let record =
+        fixture.store.models().get(&"acme/echo".parse().expect("model")).await.expect("read").expect("registered");
+    let schema = record.input_schema().expect("json");
+    assert_eq!(schema["required"], json!(["prompt"]));
+    assert_eq!(schema["properties"]["repeat"]["maximum"], 10);
+
+    let p = fixture.create("acme/echo", json!({"prompt": "hi", "repeat": 2})).await;
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.output.as_deref(), Some("hi hi"));
+    assert!(done.logs.contains("echoing 'hi' x2"), "{:?}", done.logs);
+}
+
+#[tokio::test]
+async fn a_streaming_cog_model_updates_logs_and_output_while_it_runs() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start("slow");
+    runner_for(&fixture, "acme/slow", &server).await;
+    let p = fixture.create("acme/slow", json!({"seconds": 2.0, "fail": false})).await;
+    let midway = fixture
+        .wait_until(&p.id, Duration::from_secs(30), |p| {
+            p.status == PredictionStatus::Processing && !p.logs.is_empty() || p.status.is_terminal()
+        })
+        .await;
+    assert_eq!(midway.status, PredictionStatus::Processing, "logs were stored before the end");
+    assert!(midway.output.as_deref().is_some_and(|o| o.starts_with("tick0 ")), "{:?}", midway.output);
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.output.as_deref(), Some("tick0 tick1 tick2 tick3 tick4 tick5 tick6 tick7 tick8 tick9 done"));
+    assert!(done.logs.contains("log line 9"));
+}
+
+#[tokio::test]
+async fn a_failing_cog_model_keeps_its_logs_and_error() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start("slow");
+    runner_for(&fixture, "acme/slow", &server).await;
+    let p = fixture.create("acme/slow", json!({"seconds": 0.8, "fail": true})).await;
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Failed);
+    let error = done.error.expect("an error");
+    assert!(error.message.contains("asked to fail"), "{}", error.message);
+    assert!(done.logs.contains("log line 0"), "logs survive a failure: {:?}", done.logs);
+}
+
+#[tokio::test]
+async fn canceling_a_cog_prediction_stops_it_on_the_server() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start("slow");
+    runner_for(&fixture, "acme/slow", &server).await;
+    let p = fixture.create("acme/slow", json!({"seconds": 30.0, "fail": false})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    assert_eq!(server.health().await.as_deref(), Some("BUSY"));
+
+    // What the api does on cancel: mark it canceled, then broadcast.
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(doc! {"_id": p.id.as_str()}, doc! {"$set": {"status": "canceled"}}).await.expect("cancel");
+    fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
+    let idle = eventually(Duration::from_secs(5), || async {
+        (server.health().await.as_deref() == Some("READY")).then_some(())
+    })
+    .await;
+    assert!(idle.is_some(), "the Cog server stopped the prediction");
+}
+
+#[tokio::test]
+async fn a_cog_server_killed_mid_prediction_fails_it_with_a_clear_error() {
+    let fixture = Fixture::new(&[]).await;
+    let mut server = CogServer::start("slow");
+    runner_for(&fixture, "acme/slow", &server).await;
+    let p = fixture.create("acme/slow", json!({"seconds": 30.0, "fail": false})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    server.child.kill().expect("kill the Cog server");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(15), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Failed);
+    assert_eq!(done.error.map(|e| e.code).as_deref(), Some("MODEL_SERVER_UNAVAILABLE"));
+}
