@@ -22,7 +22,7 @@ use bson::DateTime;
 use common::{
     bus::{
         Bus,
-        pull::{acknowledge, pull_with_permits},
+        pull::{Permits, acknowledge, pull_with_permits},
     },
     domain::WebhookUrl,
     messages::{PredictionChanged, StatusEvent},
@@ -31,7 +31,7 @@ use common::{
         webhook_attempts::{AttemptOutcome, WebhookAttempt},
     },
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
@@ -66,6 +66,8 @@ pub struct Notifier {
     pub lanes: Lanes,
     /// Per-target concurrency limits.
     pub targets: Targets,
+    /// Where undecodable events are recorded.
+    pub dead_letters: common::store::dead_letters::DeadLetters,
 }
 
 /// What to do with the event message.
@@ -100,8 +102,8 @@ pub async fn consume(
 
     let tracker = TaskTracker::new();
     let permits = Arc::new(Semaphore::new(config.concurrency));
-    pull_with_permits(consumer, permits, tracker.clone(), shutdown, move |message, permit| {
-        handle(message, notifier.clone(), permit)
+    pull_with_permits(consumer, vec![permits], tracker.clone(), shutdown, move |message, permits| {
+        handle(message, notifier.clone(), permits)
     })
     .await;
     tracker.close();
@@ -112,11 +114,16 @@ pub async fn consume(
     Ok(())
 }
 
-async fn handle(message: Message, notifier: Arc<Notifier>, _permit: OwnedSemaphorePermit) {
+async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
     let change = match serde_json::from_slice::<StatusEvent>(&message.payload) {
         Ok(StatusEvent::PredictionChangedV1(change)) => change,
         Err(e) => {
-            tracing::error!(subject = %message.subject, error = %e, "undecodable status event terminated");
+            tracing::error!(subject = %message.subject, error = %e, "undecodable status event terminated and recorded");
+            let recorded =
+                notifier.dead_letters.record("notifier", &message.subject, &message.payload, &e.to_string()).await;
+            if let Err(e) = recorded {
+                tracing::warn!(error = %e, "dead letter not recorded");
+            }
             acknowledge(&message, AckKind::Term).await;
             return;
         }

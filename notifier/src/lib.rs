@@ -43,6 +43,7 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         secrets: SecretCache::new(store.accounts(), common.master_key.clone(), config.secret_cache),
         lanes: Lanes::default(),
         targets: Targets::new(config.per_target),
+        dead_letters: store.dead_letters(),
         attempts: store.webhook_attempts(),
         schedule: config.retry_schedule.clone(),
     });

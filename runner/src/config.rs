@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `RUNNER_MODELS` | `*` | models to serve: comma-separated `owner/name`, `owner/*`, `*` |
 //! | `RUNNER_CONCURRENCY` | `4` | predictions running at once in this process |
+//! | `RUNNER_MODEL_CONCURRENCY` | `RUNNER_CONCURRENCY` | predictions of one model running at once here |
 //! | `RUNNER_ACK_WAIT_SECONDS` | `30` | a job not acked or progressed for this long is redelivered |
 //! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
@@ -79,6 +80,8 @@ pub struct RunnerConfig {
     pub models: Vec<ModelSelector>,
     /// `RUNNER_CONCURRENCY`: predictions running at once.
     pub concurrency: usize,
+    /// `RUNNER_MODEL_CONCURRENCY`: predictions of one model running at once (default: all).
+    pub model_concurrency: Option<usize>,
     /// `RUNNER_ACK_WAIT_SECONDS`: redelivery after this long without an ack or progress.
     pub ack_wait: Duration,
     /// `RUNNER_MAX_DELIVER`: deliveries of one job before giving up.
@@ -120,6 +123,11 @@ impl RunnerConfig {
             common: CommonConfig::from_env(env)?,
             models,
             concurrency,
+            model_concurrency: env
+                .get("RUNNER_MODEL_CONCURRENCY")
+                .map(|_| env.parse("RUNNER_MODEL_CONCURRENCY", 1usize))
+                .transpose()?
+                .map(|n| n.max(1)),
             ack_wait,
             max_deliver,
             shutdown_grace: env.seconds("RUNNER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(20))?,

@@ -2,8 +2,9 @@
 //! `jobs.<owner>.<model>.*`), shared by every runner serving that model, so operators scale a
 //! model by starting more runners for it.
 //!
-//! A semaphore of `RUNNER_CONCURRENCY` permits bounds the jobs running in this process; the
-//! loops pull only as many messages as there are free permits
+//! A semaphore of `RUNNER_CONCURRENCY` permits bounds the jobs running in this process, and one
+//! of `RUNNER_MODEL_CONCURRENCY` permits per model bounds each model; the loops pull only as
+//! many messages as there are free permits of both
 //! ([`common::bus::pull::pull_with_permits`]). While a job runs it sends in-progress acks every third of
 //! `ack_wait`; a runner that dies stops them and the job is redelivered after `ack_wait`.
 //! A message that does not decode is terminated at once (never redelivered) and logged.
@@ -21,11 +22,12 @@ use async_nats::jetstream::{
 use common::{
     bus::{
         Bus,
-        pull::{acknowledge as ack, pull_with_permits},
+        pull::{Permits, acknowledge as ack, pull_with_permits},
     },
     messages::JobMessage,
+    store::dead_letters::DeadLetters,
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
@@ -43,6 +45,7 @@ struct Shared {
     handback: CancellationToken,
     ack_wait: Duration,
     max_deliver: i64,
+    dead_letters: DeadLetters,
 }
 
 /// Consumes the jobs of every served model until `shutdown` fires, then drains.
@@ -51,6 +54,7 @@ pub async fn consume(
     bus: &Bus,
     models: Vec<Arc<dyn Model>>,
     executor: Arc<Executor>,
+    dead_letters: DeadLetters,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let subjects = bus.subjects();
@@ -62,6 +66,7 @@ pub async fn consume(
         handback: CancellationToken::new(),
         ack_wait: config.ack_wait,
         max_deliver: config.max_deliver,
+        dead_letters,
     });
     let mut loops = tokio::task::JoinSet::new();
     for model in models {
@@ -78,9 +83,11 @@ pub async fn consume(
             .await
             .with_context(|| format!("creating consumer {name}"))?;
         tracing::info!(consumer = %name, model = %model.descriptor().model, "consuming jobs");
-        let (shared, permits, tracker) = (shared.clone(), shared.permits.clone(), shared.tracker.clone());
-        loops.spawn(pull_with_permits(consumer, permits, tracker, shutdown.clone(), move |message, permit| {
-            handle(message, model.clone(), shared.clone(), permit)
+        let model_limit = Arc::new(Semaphore::new(config.model_concurrency.unwrap_or(config.concurrency)));
+        let limits = vec![model_limit, shared.permits.clone()];
+        let (shared, tracker) = (shared.clone(), shared.tracker.clone());
+        loops.spawn(pull_with_permits(consumer, limits, tracker, shutdown.clone(), move |message, permits| {
+            handle(message, model.clone(), shared.clone(), permits)
         }));
     }
     while loops.join_next().await.is_some() {}
@@ -95,11 +102,16 @@ pub async fn consume(
     Ok(())
 }
 
-async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _permit: OwnedSemaphorePermit) {
+async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _permits: Permits) {
     let job: JobMessage = match serde_json::from_slice(&message.payload) {
         Ok(job) => job,
         Err(e) => {
-            tracing::error!(subject = %message.subject, error = %e, "undecodable job terminated");
+            tracing::error!(subject = %message.subject, error = %e, "undecodable job terminated and recorded");
+            let recorded =
+                shared.dead_letters.record("runner", &message.subject, &message.payload, &e.to_string()).await;
+            if let Err(e) = recorded {
+                tracing::warn!(error = %e, "dead letter not recorded");
+            }
             ack(&message, AckKind::Term).await;
             return;
         }

@@ -60,6 +60,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     registry::register(&store, &served).await?;
 
     let store_for_sweeper = store.clone();
+    let store_for_consumer = store.clone();
     let executor =
         Arc::new(Executor::new(store.clone(), bus.clone(), common.public_base_url.clone(), common.prediction_deadline));
     cancel::listen(&bus, executor.clone(), shutdown.clone()).await?;
@@ -67,5 +68,5 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     tokio::spawn(reconciler.run(shutdown.clone()));
     let sweeper = retention::Sweeper::new(store_for_sweeper, config.retention, config.retention_sweep_interval);
     tokio::spawn(sweeper.run(shutdown.clone()));
-    consumer::consume(&config, &bus, served, executor, shutdown).await
+    consumer::consume(&config, &bus, served, executor, store_for_consumer.dead_letters(), shutdown).await
 }

@@ -1,6 +1,7 @@
 //! The pull loop both consuming services share: pull only as many messages as there are free
 //! permits, so no message waits in a local buffer while its `ack_wait` runs out, and hand each
-//! message with its permit to a task in the caller's tracker. The loop stops pulling when
+//! message with its permits to a task in the caller's tracker. A message needs one permit of
+//! every semaphore given (e.g. the runner's and the model's). The loop stops pulling when
 //! `shutdown` fires; the caller then waits on its tracker.
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -15,30 +16,46 @@ const MAX_BATCH: usize = 64;
 /// How long one pull waits for messages before asking again.
 const PULL_EXPIRY: Duration = Duration::from_secs(2);
 
-/// Pulls messages from `consumer` and runs `handle` on each, at most `permits` at once.
+/// One permit of each semaphore: what one message needs to be handled.
+pub type Permits = Vec<OwnedSemaphorePermit>;
+
+async fn acquire_all(semaphores: &[Arc<Semaphore>]) -> Option<Permits> {
+    let mut permits = Vec::with_capacity(semaphores.len());
+    for s in semaphores {
+        permits.push(s.clone().acquire_owned().await.ok()?);
+    }
+    Some(permits)
+}
+
+fn try_acquire_all(semaphores: &[Arc<Semaphore>]) -> Option<Permits> {
+    semaphores.iter().map(|s| s.clone().try_acquire_owned().ok()).collect()
+}
+
+/// Pulls messages from `consumer` and runs `handle` on each, holding one permit of every
+/// semaphore in `limits` per message.
 pub async fn pull_with_permits<F, Fut>(
     consumer: PullConsumer,
-    permits: Arc<Semaphore>,
+    limits: Vec<Arc<Semaphore>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     handle: F,
 ) where
-    F: Fn(Message, OwnedSemaphorePermit) -> Fut,
+    F: Fn(Message, Permits) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
             () = shutdown.cancelled() => return,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => return,
+            permits = acquire_all(&limits) => match permits {
+                Some(p) => p,
+                None => return,
             },
         };
         let mut held = vec![first];
         while held.len() < MAX_BATCH {
-            match permits.clone().try_acquire_owned() {
-                Ok(p) => held.push(p),
-                Err(_) => break,
+            match try_acquire_all(&limits) {
+                Some(p) => held.push(p),
+                None => break,
             }
         }
         let mut batch = match consumer.batch().max_messages(held.len()).expires(PULL_EXPIRY).messages().await {

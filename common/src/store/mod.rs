@@ -8,6 +8,7 @@
 //! | `models` | [`models`] | runner (registration at start) |
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
+//! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
 //! | `files.files`, `files.chunks` (GridFS) | [`files`] | runner (outputs), retention |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
@@ -15,6 +16,7 @@
 
 pub mod accounts;
 pub mod api_keys;
+pub mod dead_letters;
 pub mod files;
 pub mod idempotency;
 pub mod models;
@@ -124,6 +126,11 @@ impl Store {
     /// The `idempotency_keys` collection.
     pub fn idempotency_keys(&self) -> IdempotencyKeys {
         IdempotencyKeys::new(&self.db)
+    }
+
+    /// The `dead_letters` collection.
+    pub fn dead_letters(&self) -> dead_letters::DeadLetters {
+        dead_letters::DeadLetters::new(&self.db)
     }
 
     /// The `files` GridFS bucket.

@@ -118,3 +118,25 @@ async fn output_is_throttled_the_latest_state_wins_and_completed_comes_last() {
     let seqs: Vec<i64> = received.iter().filter_map(|r| r.header("webhook-sequence").parse().ok()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "deliveries in order: {seqs:?}");
 }
+
+#[tokio::test]
+async fn an_undecodable_event_is_recorded_as_a_dead_letter() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_notifier();
+    let subject = format!("{}.bogus", fixture.bus.subjects().all_events().trim_end_matches(".>"));
+    fixture
+        .bus
+        .jetstream()
+        .publish(subject, "{\"kind\":\"mystery.v9\"}".into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+    let letters = eventually(Duration::from_secs(20), || async {
+        let found = fixture.store.dead_letters().of_service("notifier").await.ok()?;
+        (!found.is_empty()).then_some(found)
+    })
+    .await
+    .expect("a dead letter");
+    assert!(letters[0].error.contains("mystery.v9") || letters[0].error.contains("variant"), "{}", letters[0].error);
+}

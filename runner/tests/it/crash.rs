@@ -32,3 +32,24 @@ async fn a_job_of_a_runner_killed_mid_run_is_finished_by_another_runner() {
     assert_eq!(done.output.as_deref(), Some("slept 3 s"));
     assert!(done.logs.ends_with("slept 3 of 3 s\n"), "{:?}", done.logs);
 }
+
+#[tokio::test]
+async fn an_undecodable_job_is_recorded_and_never_redelivered() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/echo");
+    let subject = format!(
+        "{}.aaaaaaaaaaaaaaaaaaaaaaaaaa",
+        fixture.bus.subjects().model_jobs(&"demo/echo".parse().expect("model")).trim_end_matches(".*")
+    );
+    let ack = fixture.bus.jetstream().publish(subject, "not a job".into()).await.expect("publish");
+    ack.await.expect("stored");
+    let letters = common::testkit::eventually(Duration::from_secs(20), || async {
+        let found = fixture.store.dead_letters().of_service("runner").await.ok()?;
+        (!found.is_empty()).then_some(found)
+    })
+    .await
+    .expect("a dead letter");
+    assert_eq!(letters[0].payload, "not a job");
+    let mut jobs = fixture.bus.jetstream().get_stream(fixture.bus.subjects().jobs_stream()).await.expect("stream");
+    assert_eq!(jobs.info().await.expect("info").state.messages, 0, "terminated, not waiting for redelivery");
+}

@@ -25,3 +25,15 @@ async fn runners_with_disjoint_model_sets_each_take_only_their_own_jobs() {
     let done = fixture.wait_until(&sleep.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
     assert_eq!(done.status, PredictionStatus::Succeeded);
 }
+
+#[tokio::test]
+async fn a_model_limit_of_one_runs_that_models_predictions_one_at_a_time() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner_with("demo/sleep", &[("RUNNER_MODEL_CONCURRENCY", "1"), ("RUNNER_CONCURRENCY", "4")]);
+    let first = fixture.create("demo/sleep", json!({"seconds": 1})).await;
+    let second = fixture.create("demo/sleep", json!({"seconds": 1})).await;
+    let a = fixture.wait_until(&first.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    let b = fixture.wait_until(&second.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    let (earlier, later) = if a.started_at <= b.started_at { (a, b) } else { (b, a) };
+    assert!(later.started_at >= earlier.completed_at, "the second started only after the first completed");
+}
