@@ -5,9 +5,13 @@
 //!
 //! - `bench notifier`: webhook deliveries per second to a fast local receiver with one
 //!   notifier, and the latency from status event published to webhook received.
+//! - `bench runner`: demo/echo predictions per second through one runner.
+//! - `bench cog --url URL`: the latency a runner adds over calling a Cog server directly.
 #![forbid(unsafe_code)]
 
 mod notifier_bench;
+mod runner_bench;
+mod setup;
 mod stats;
 
 use std::process::ExitCode;
@@ -28,6 +32,10 @@ struct Cli {
 enum Scenario {
     /// Notifier throughput and event-to-webhook latency.
     Notifier(notifier_bench::Options),
+    /// demo/echo predictions per second through one runner.
+    Runner(runner_bench::RunnerOptions),
+    /// The latency a runner adds over a direct call to a Cog server.
+    Cog(runner_bench::CogOptions),
 }
 
 #[tokio::main]
@@ -35,11 +43,15 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     common::telemetry::init("bench");
     let result = match cli.scenario {
-        Scenario::Notifier(options) => notifier_bench::run(options).await,
+        Scenario::Notifier(options) => notifier_bench::run(options).await.map(|report| {
+            println!("{}", report.table());
+            report.json()
+        }),
+        Scenario::Runner(options) => runner_bench::run_runner(options).await,
+        Scenario::Cog(options) => runner_bench::run_cog(options).await,
     };
-    match result.and_then(|report| {
-        println!("{}", report.table());
-        std::fs::write(&cli.out, serde_json::to_vec_pretty(&report.json())?)?;
+    match result.and_then(|json| {
+        std::fs::write(&cli.out, serde_json::to_vec_pretty(&json)?)?;
         println!("results written to {}", cli.out);
         Ok(())
     }) {

@@ -17,18 +17,18 @@ use std::{
 use anyhow::Context;
 use axum::{Router, extract::State, http::HeaderMap, http::StatusCode, routing::post};
 use common::{
-    bus::Bus,
-    config::{CommonConfig, Env},
-    crypto::MasterKey,
     domain::{Prediction, WebhookEvent, WebhookUrl},
     messages::PredictionChanged,
-    store::{Account, Store},
+    store::Account,
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::stats::{Samples, ms};
+use crate::{
+    setup::Setup,
+    stats::{Samples, ms},
+};
 
 /// The scenario's options.
 #[derive(clap::Args)]
@@ -134,20 +134,9 @@ impl Arrivals {
 
 /// Runs the scenario.
 pub async fn run(options: Options) -> anyhow::Result<Report> {
-    let unique = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis());
-    let master = MasterKey::generate_base64();
-    let mut vars: HashMap<String, String> = std::env::vars().collect();
-    vars.insert("MONGODB_DATABASE".into(), format!("bench_{unique}"));
-    vars.insert("NATS_PREFIX".into(), format!("bench{unique}"));
-    vars.insert("MASTER_KEY".into(), master);
-    vars.insert("NOTIFIER_ALLOW_PRIVATE_TARGETS".into(), "true".into());
-    let env = Env::from_fn(|k| vars.get(k).cloned());
-    let common = CommonConfig::from_env(&env)?;
-    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "bench").await?;
-    store.ensure_indexes().await?;
-    let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "bench").await?;
-    bus.ensure_streams().await?;
-    let (account, _) = Account::new("bench", &common.master_key);
+    let setup = Setup::new(&[("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true")]).await?;
+    let (store, bus) = (&setup.store, setup.bus.clone());
+    let (account, _) = Account::new("bench", &setup.common.master_key);
     store.accounts().insert(&account).await?;
 
     let arrivals = Arc::new(Arrivals::default());
@@ -157,7 +146,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let shutdown = CancellationToken::new();
-    let config = notifier::config::NotifierConfig::from_env(&env)?;
+    let config = notifier::config::NotifierConfig::from_env(&setup.env())?;
     tokio::spawn(notifier::run(config, shutdown.clone()));
 
     let event = |url: &WebhookUrl| {

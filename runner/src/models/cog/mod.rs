@@ -113,7 +113,7 @@ impl CogModel {
     async fn start(&self, id: &str, input: &Map<String, Value>, webhook: &str) -> Result<(), ModelError> {
         let url = self.base.join(&format!("predictions/{id}")).map_err(|e| unavailable(&self.base, e))?;
         let body = json!({"id": id, "input": input, "webhook": webhook, "webhook_events_filter": ["start", "output", "logs", "completed"]});
-        let mut backoff = Duration::from_millis(5);
+        let mut backoff = Duration::from_millis(1);
         loop {
             let response = self
                 .http

@@ -1,0 +1,46 @@
+//! What every scenario starts from: its own database and NATS prefix on the servers named by
+//! `MONGODB_URI` / `NATS_URL`, a store, a bus, and the settings to start services with.
+
+use std::collections::HashMap;
+
+use common::{
+    bus::Bus,
+    config::{CommonConfig, Env},
+    crypto::MasterKey,
+    store::Store,
+};
+
+/// A scenario's environment.
+pub struct Setup {
+    /// The settings services of this run read.
+    pub vars: HashMap<String, String>,
+    /// Its database.
+    pub store: Store,
+    /// Its NATS prefix.
+    pub bus: Bus,
+    /// The shared settings.
+    pub common: CommonConfig,
+}
+
+impl Setup {
+    /// A fresh database and prefix, with `extra` settings.
+    pub async fn new(extra: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let unique = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis());
+        let mut vars: HashMap<String, String> = std::env::vars().collect();
+        vars.insert("MONGODB_DATABASE".into(), format!("bench_{unique}"));
+        vars.insert("NATS_PREFIX".into(), format!("bench{unique}"));
+        vars.insert("MASTER_KEY".into(), MasterKey::generate_base64());
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let common = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned()))?;
+        let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "bench").await?;
+        store.ensure_indexes().await?;
+        let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "bench").await?;
+        bus.ensure_streams().await?;
+        Ok(Self { vars, store, bus, common })
+    }
+
+    /// The settings as a configuration source.
+    pub fn env(&self) -> Env<'_> {
+        Env::from_fn(|k| self.vars.get(k).cloned())
+    }
+}
