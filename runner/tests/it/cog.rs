@@ -157,3 +157,21 @@ async fn a_cog_server_killed_mid_prediction_fails_it_with_a_clear_error() {
     assert_eq!(done.status, PredictionStatus::Failed);
     assert_eq!(done.error.map(|e| e.code).as_deref(), Some("MODEL_SERVER_UNAVAILABLE"));
 }
+
+#[tokio::test]
+async fn a_cog_file_output_becomes_a_stored_file_behind_a_url() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start("file");
+    runner_for(&fixture, "acme/file", &server).await;
+    let p = fixture.create("acme/file", json!({"size": 3})).await;
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    let url = done.output.expect("an output URL");
+    let file_id = url.rsplit('/').next().and_then(|id| common::domain::FileId::parse(id).ok()).expect("a file URL");
+    let info = fixture.store.files().info(&file_id).await.expect("read").expect("stored");
+    assert_eq!(info.content_type, "image/png");
+    assert_eq!(info.prediction_id, p.id);
+    let bytes = fixture.store.files().read(&file_id).await.expect("read");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]), 3, "IHDR width");
+}
