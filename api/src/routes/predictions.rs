@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    auth::{Authorized, Read, Write},
+    auth::{Authorized, Caller, Read, Write},
     deadline,
     error::ApiError,
     idempotency,
@@ -126,6 +126,14 @@ pub async fn create(
     Ok(response)
 }
 
+/// The prediction `id` of the caller's account; 404 for a malformed id, a missing prediction
+/// and another account's alike, so existence is never revealed.
+pub async fn owned_prediction(state: &AppState, caller: &Caller, id: &str) -> Result<Prediction, ApiError> {
+    let missing = || ApiError::not_found(format!("Prediction {id} not found."));
+    let prediction_id = PredictionId::parse(id).map_err(|_| missing())?;
+    state.store.predictions().get_for_account(&prediction_id, &caller.key.account_id).await?.ok_or_else(missing)
+}
+
 /// `GET /v1/predictions/{id}`
 #[utoipa::path(
     get,
@@ -141,14 +149,7 @@ pub async fn get(
     auth: Authorized<Read>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
-    let missing = || ApiError::not_found(format!("Prediction {id} not found."));
-    let prediction_id = PredictionId::parse(&id).map_err(|_| missing())?;
-    let prediction = state
-        .store
-        .predictions()
-        .get_for_account(&prediction_id, &auth.caller.key.account_id)
-        .await?
-        .ok_or_else(missing)?;
+    let prediction = owned_prediction(&state, &auth.caller, &id).await?;
     Ok(Json(prediction.view(state.base_url())))
 }
 
@@ -220,12 +221,10 @@ pub async fn cancel(
     auth: Authorized<Write>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
-    let missing = || ApiError::not_found(format!("Prediction {id} not found."));
-    let prediction_id = PredictionId::parse(&id).map_err(|_| missing())?;
     let predictions = state.store.predictions();
     for _ in 0..CANCEL_ATTEMPTS {
-        let current =
-            predictions.get_for_account(&prediction_id, &auth.caller.key.account_id).await?.ok_or_else(missing)?;
+        let current = owned_prediction(&state, &auth.caller, &id).await?;
+        let prediction_id = current.id.clone();
         if current.status.is_terminal() {
             return Err(ApiError::validation(
                 format!(

@@ -15,12 +15,13 @@ use axum::{
     response::sse::{Event, KeepAlive, Sse},
 };
 use common::{
-    domain::{PredictionId, PredictionView, WebhookEvent},
+    domain::{PredictionView, WebhookEvent},
     messages::StatusEvent,
 };
 use futures::{Stream, StreamExt, stream};
 use serde_json::json;
 
+use super::predictions::owned_prediction;
 use crate::{
     auth::{Authorized, Read},
     error::ApiError,
@@ -74,14 +75,7 @@ pub async fn stream(
     auth: Authorized<Read>,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let missing = || ApiError::not_found(format!("Prediction {id} not found."));
-    let prediction_id = PredictionId::parse(&id).map_err(|_| missing())?;
-    let prediction = state
-        .store
-        .predictions()
-        .get_for_account(&prediction_id, &auth.caller.key.account_id)
-        .await?
-        .ok_or_else(missing)?;
+    let prediction = owned_prediction(&state, &auth.caller, &id).await?;
 
     let events: stream::BoxStream<'static, Event> = if prediction.status.is_terminal() {
         let done = Sent::default().catch_up(&prediction.view(state.base_url()), true);
@@ -94,7 +88,7 @@ pub async fn stream(
             .get_stream_no_info(subjects.events_stream())
             .await?
             .create_consumer(OrderedConfig {
-                filter_subject: subjects.events(&prediction_id),
+                filter_subject: subjects.events(&prediction.id),
                 deliver_policy: DeliverPolicy::All,
                 ..Default::default()
             })

@@ -8,8 +8,9 @@ use axum::{
     http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
-use common::domain::{PredictionId, PredictionView};
+use common::domain::PredictionView;
 
+use super::predictions::owned_prediction;
 use crate::{
     auth::{Authorized, Read},
     error::ApiError,
@@ -86,14 +87,7 @@ pub async fn get(
     auth: Authorized<Read>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let missing = || ApiError::not_found(format!("Prediction {id} not found."));
-    let prediction_id = PredictionId::parse(&id).map_err(|_| missing())?;
-    let prediction = state
-        .store
-        .predictions()
-        .get_for_account(&prediction_id, &auth.caller.key.account_id)
-        .await?
-        .ok_or_else(missing)?;
+    let prediction = owned_prediction(&state, &auth.caller, &id).await?;
     let html = page(&prediction.view(state.base_url()), &format!("{}/v1/files/", state.base_url()));
     let mut response = html.into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));

@@ -11,15 +11,49 @@ pub mod text_to_video;
 
 use std::sync::Arc;
 
-use super::Model;
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+
+use super::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
+
+/// The function that runs a built-in model.
+pub type RunFn = for<'a> fn(Map<String, Value>, &'a Progress) -> BoxFuture<'a, Result<ModelOutput, ModelError>>;
+
+/// A built-in model: what it declares, and the function that runs it.
+pub struct Builtin {
+    descriptor: ModelDescriptor,
+    run: RunFn,
+}
+
+impl Builtin {
+    /// The model `name` (`owner/name`) of kind `capability` with its input schema.
+    pub fn new(name: &str, capability: &str, input_schema: Value, run: RunFn) -> Self {
+        let model = name.parse().expect("built-in model names are valid");
+        Self { descriptor: ModelDescriptor { model, capability: capability.to_owned(), input_schema }, run }
+    }
+}
+
+impl Model for Builtin {
+    fn descriptor(&self) -> &ModelDescriptor {
+        &self.descriptor
+    }
+
+    fn run<'a>(
+        &'a self,
+        input: Map<String, Value>,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
+        (self.run)(input, progress)
+    }
+}
 
 /// Every built-in model.
 pub fn all() -> Vec<Arc<dyn Model>> {
     vec![
-        Arc::new(echo::Echo::new()),
-        Arc::new(sleep::Sleep::new()),
-        Arc::new(fail::Fail::new()),
-        Arc::new(text_to_image::TextToImage::new()),
-        Arc::new(text_to_video::TextToVideo::new()),
+        Arc::new(echo::model()),
+        Arc::new(sleep::model()),
+        Arc::new(fail::model()),
+        Arc::new(text_to_image::model()),
+        Arc::new(text_to_video::model()),
     ]
 }

@@ -3,63 +3,33 @@
 
 use std::time::Duration;
 
-use futures::{FutureExt, future::BoxFuture};
+use futures::FutureExt;
 use serde_json::{Map, Value, json};
 
-use crate::models::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
+use super::Builtin;
+use crate::models::{ModelError, ModelOutput, Progress};
 
-/// The sleep model.
-pub struct Sleep {
-    descriptor: ModelDescriptor,
-}
-
-impl Sleep {
-    /// The model with its descriptor.
-    pub fn new() -> Self {
-        Self {
-            descriptor: ModelDescriptor {
-                model: "demo/sleep".parse().expect("a valid built-in model name"),
-                capability: "text-generation".into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {
-                        "seconds": {"type": "number", "default": 2, "minimum": 0, "maximum": 300,
-                                    "description": "How long to sleep"},
-                    }
-                }),
-            },
+/// The `demo/sleep` model.
+pub fn model() -> Builtin {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "seconds": {"type": "number", "default": 2, "minimum": 0, "maximum": 300,
+                        "description": "How long to sleep"},
         }
-    }
+    });
+    Builtin::new("demo/sleep", "text-generation", schema, |input, progress| run(input, progress).boxed())
 }
 
-impl Default for Sleep {
-    fn default() -> Self {
-        Self::new()
+async fn run(input: Map<String, Value>, progress: &Progress) -> Result<ModelOutput, ModelError> {
+    let seconds = input.get("seconds").and_then(Value::as_f64).unwrap_or(2.0).clamp(0.0, 300.0);
+    let whole = seconds.floor() as u64;
+    for i in 1..=whole {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        progress.log(&format!("slept {i} of {} s", fmt_seconds(seconds)));
     }
-}
-
-impl Model for Sleep {
-    fn descriptor(&self) -> &ModelDescriptor {
-        &self.descriptor
-    }
-
-    fn run<'a>(
-        &'a self,
-        input: Map<String, Value>,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
-        async move {
-            let seconds = input.get("seconds").and_then(Value::as_f64).unwrap_or(2.0).clamp(0.0, 300.0);
-            let whole = seconds.floor() as u64;
-            for i in 1..=whole {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                progress.log(&format!("slept {i} of {} s", fmt_seconds(seconds)));
-            }
-            tokio::time::sleep(Duration::from_secs_f64(seconds - whole as f64)).await;
-            Ok(ModelOutput::Text(format!("slept {} s", fmt_seconds(seconds))))
-        }
-        .boxed()
-    }
+    tokio::time::sleep(Duration::from_secs_f64(seconds - whole as f64)).await;
+    Ok(ModelOutput::Text(format!("slept {} s", fmt_seconds(seconds))))
 }
 
 fn fmt_seconds(s: f64) -> String {
@@ -69,12 +39,13 @@ fn fmt_seconds(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::Model;
 
     #[tokio::test(start_paused = true)]
     async fn sleep_logs_each_second_and_reports_the_duration() {
         let progress = Progress::default();
         let input = json!({"seconds": 2.5}).as_object().cloned().expect("object");
-        let out = Sleep::new().run(input, &progress).await;
+        let out = model().run(input, &progress).await;
         assert_eq!(out, Ok(ModelOutput::Text("slept 2.5 s".into())));
         assert_eq!(progress.logs(), "slept 1 of 2.5 s\nslept 2 of 2.5 s\n");
     }
@@ -83,7 +54,7 @@ mod tests {
     async fn zero_seconds_returns_at_once_without_logs() {
         let progress = Progress::default();
         let input = json!({"seconds": 0}).as_object().cloned().expect("object");
-        assert_eq!(Sleep::new().run(input, &progress).await, Ok(ModelOutput::Text("slept 0 s".into())));
+        assert_eq!(model().run(input, &progress).await, Ok(ModelOutput::Text("slept 0 s".into())));
         assert_eq!(progress.logs(), "");
     }
 }

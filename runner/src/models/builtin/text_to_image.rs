@@ -1,42 +1,24 @@
 //! `demo/text-to-image` (text-to-image): a real PNG of `width` × `height` (16 to 1024, default
 //! 256) drawn from the prompt (see [`super::pattern`]).
 
-use futures::{FutureExt, future::BoxFuture};
+use futures::FutureExt;
 use serde_json::{Map, Value, json};
 
-use super::pattern::Pattern;
-use crate::models::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
+use super::{Builtin, pattern::Pattern};
+use crate::models::{ModelError, ModelOutput, Progress};
 
-/// The image model.
-pub struct TextToImage {
-    descriptor: ModelDescriptor,
-}
-
-impl TextToImage {
-    /// The model with its descriptor.
-    pub fn new() -> Self {
-        Self {
-            descriptor: ModelDescriptor {
-                model: "demo/text-to-image".parse().expect("a valid built-in model name"),
-                capability: "text-to-image".into(),
-                input_schema: json!({
-                    "type": "object",
-                    "required": ["prompt"],
-                    "properties": {
-                        "prompt": {"type": "string", "minLength": 1, "description": "What to draw"},
-                        "width": {"type": "integer", "default": 256, "minimum": 16, "maximum": 1024},
-                        "height": {"type": "integer", "default": 256, "minimum": 16, "maximum": 1024},
-                    }
-                }),
-            },
+/// The `demo/text-to-image` model.
+pub fn model() -> Builtin {
+    let schema = json!({
+        "type": "object",
+        "required": ["prompt"],
+        "properties": {
+            "prompt": {"type": "string", "minLength": 1, "description": "What to draw"},
+            "width": {"type": "integer", "default": 256, "minimum": 16, "maximum": 1024},
+            "height": {"type": "integer", "default": 256, "minimum": 16, "maximum": 1024},
         }
-    }
-}
-
-impl Default for TextToImage {
-    fn default() -> Self {
-        Self::new()
-    }
+    });
+    Builtin::new("demo/text-to-image", "text-to-image", schema, |input, progress| run(input, progress).boxed())
 }
 
 /// A PNG of `prompt`'s pattern.
@@ -51,32 +33,19 @@ pub fn png(prompt: &str, width: u32, height: u32) -> Result<Vec<u8>, png::Encodi
     Ok(bytes)
 }
 
-fn dimension(input: &Map<String, Value>, key: &str, default: u64, max: u64) -> u32 {
-    input.get(key).and_then(Value::as_u64).unwrap_or(default).clamp(16, max) as u32
+fn dimension(input: &Map<String, Value>, key: &str) -> u32 {
+    input.get(key).and_then(Value::as_u64).unwrap_or(256).clamp(16, 1024) as u32
 }
 
-impl Model for TextToImage {
-    fn descriptor(&self) -> &ModelDescriptor {
-        &self.descriptor
-    }
-
-    fn run<'a>(
-        &'a self,
-        input: Map<String, Value>,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
-        async move {
-            let prompt = input.get("prompt").and_then(Value::as_str).unwrap_or_default().to_owned();
-            let (width, height) = (dimension(&input, "width", 256, 1024), dimension(&input, "height", 256, 1024));
-            progress.log(&format!("drawing {width}x{height}"));
-            let bytes = tokio::task::spawn_blocking(move || png(&prompt, width, height))
-                .await
-                .map_err(|e| ModelError::model(format!("drawing failed: {e}")))?
-                .map_err(|e| ModelError::model(format!("PNG encoding failed: {e}")))?;
-            Ok(ModelOutput::File { content_type: "image/png".into(), extension: "png".into(), bytes })
-        }
-        .boxed()
-    }
+async fn run(input: Map<String, Value>, progress: &Progress) -> Result<ModelOutput, ModelError> {
+    let prompt = input.get("prompt").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let (width, height) = (dimension(&input, "width"), dimension(&input, "height"));
+    progress.log(&format!("drawing {width}x{height}"));
+    let bytes = tokio::task::spawn_blocking(move || png(&prompt, width, height))
+        .await
+        .map_err(|e| ModelError::model(format!("drawing failed: {e}")))?
+        .map_err(|e| ModelError::model(format!("PNG encoding failed: {e}")))?;
+    Ok(ModelOutput::File { content_type: "image/png".into(), extension: "png".into(), bytes })
 }
 
 #[cfg(test)]

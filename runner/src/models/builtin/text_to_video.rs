@@ -2,44 +2,26 @@
 //! 12) of `width` × `height` (16 to 256, default 128) at `fps` (1 to 25, default 8), the
 //! prompt's pattern moving (see [`super::pattern`]).
 
-use futures::{FutureExt, future::BoxFuture};
+use futures::FutureExt;
 use serde_json::{Map, Value, json};
 
-use super::pattern::Pattern;
-use crate::models::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
+use super::{Builtin, pattern::Pattern};
+use crate::models::{ModelError, ModelOutput, Progress};
 
-/// The video model.
-pub struct TextToVideo {
-    descriptor: ModelDescriptor,
-}
-
-impl TextToVideo {
-    /// The model with its descriptor.
-    pub fn new() -> Self {
-        Self {
-            descriptor: ModelDescriptor {
-                model: "demo/text-to-video".parse().expect("a valid built-in model name"),
-                capability: "text-to-video".into(),
-                input_schema: json!({
-                    "type": "object",
-                    "required": ["prompt"],
-                    "properties": {
-                        "prompt": {"type": "string", "minLength": 1, "description": "What to animate"},
-                        "frames": {"type": "integer", "default": 12, "minimum": 1, "maximum": 60},
-                        "width": {"type": "integer", "default": 128, "minimum": 16, "maximum": 256},
-                        "height": {"type": "integer", "default": 128, "minimum": 16, "maximum": 256},
-                        "fps": {"type": "integer", "default": 8, "minimum": 1, "maximum": 25},
-                    }
-                }),
-            },
+/// The `demo/text-to-video` model.
+pub fn model() -> Builtin {
+    let schema = json!({
+        "type": "object",
+        "required": ["prompt"],
+        "properties": {
+            "prompt": {"type": "string", "minLength": 1, "description": "What to animate"},
+            "frames": {"type": "integer", "default": 12, "minimum": 1, "maximum": 60},
+            "width": {"type": "integer", "default": 128, "minimum": 16, "maximum": 256},
+            "height": {"type": "integer", "default": 128, "minimum": 16, "maximum": 256},
+            "fps": {"type": "integer", "default": 8, "minimum": 1, "maximum": 25},
         }
-    }
-}
-
-impl Default for TextToVideo {
-    fn default() -> Self {
-        Self::new()
-    }
+    });
+    Builtin::new("demo/text-to-video", "text-to-video", schema, |input, progress| run(input, progress).boxed())
 }
 
 /// An endlessly looping GIF of `prompt`'s pattern.
@@ -63,31 +45,18 @@ fn number(input: &Map<String, Value>, key: &str, default: u64, min: u64, max: u6
     input.get(key).and_then(Value::as_u64).unwrap_or(default).clamp(min, max)
 }
 
-impl Model for TextToVideo {
-    fn descriptor(&self) -> &ModelDescriptor {
-        &self.descriptor
-    }
-
-    fn run<'a>(
-        &'a self,
-        input: Map<String, Value>,
-        progress: &'a Progress,
-    ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
-        async move {
-            let prompt = input.get("prompt").and_then(Value::as_str).unwrap_or_default().to_owned();
-            let frames = number(&input, "frames", 12, 1, 60) as u32;
-            let width = number(&input, "width", 128, 16, 256) as u16;
-            let height = number(&input, "height", 128, 16, 256) as u16;
-            let fps = number(&input, "fps", 8, 1, 25) as u32;
-            progress.log(&format!("rendering {frames} frames of {width}x{height} at {fps} fps"));
-            let bytes = tokio::task::spawn_blocking(move || gif(&prompt, width, height, frames, fps))
-                .await
-                .map_err(|e| ModelError::model(format!("rendering failed: {e}")))?
-                .map_err(|e| ModelError::model(format!("GIF encoding failed: {e}")))?;
-            Ok(ModelOutput::File { content_type: "image/gif".into(), extension: "gif".into(), bytes })
-        }
-        .boxed()
-    }
+async fn run(input: Map<String, Value>, progress: &Progress) -> Result<ModelOutput, ModelError> {
+    let prompt = input.get("prompt").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let frames = number(&input, "frames", 12, 1, 60) as u32;
+    let width = number(&input, "width", 128, 16, 256) as u16;
+    let height = number(&input, "height", 128, 16, 256) as u16;
+    let fps = number(&input, "fps", 8, 1, 25) as u32;
+    progress.log(&format!("rendering {frames} frames of {width}x{height} at {fps} fps"));
+    let bytes = tokio::task::spawn_blocking(move || gif(&prompt, width, height, frames, fps))
+        .await
+        .map_err(|e| ModelError::model(format!("rendering failed: {e}")))?
+        .map_err(|e| ModelError::model(format!("GIF encoding failed: {e}")))?;
+    Ok(ModelOutput::File { content_type: "image/gif".into(), extension: "gif".into(), bytes })
 }
 
 #[cfg(test)]
