@@ -96,8 +96,12 @@ pub fn app(state: AppState) -> Router {
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
     let metrics = Arc::new(HttpMetrics::new());
+    let serve_metrics = {
+        let (metrics, store) = (metrics.clone(), state.store.clone());
+        get(move || metrics::serve(metrics.clone(), store.clone()))
+    };
     routes::router(state)
-        .route("/metrics", get(metrics::serve).with_state(metrics.clone()))
+        .route("/metrics", serve_metrics)
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
         .layer(middleware)
 }

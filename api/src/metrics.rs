@@ -2,12 +2,16 @@
 //! OpenMetrics text format (scrape it from inside the deployment's network):
 //!
 //! - `http_requests_total{method, route, status}`: requests answered;
-//! - `http_request_duration_seconds{method, route, status}`: their latency (histogram).
+//! - `http_request_duration_seconds{method, route, status}`: their latency (histogram);
+//! - `mongodb_commands_total{command}`: MongoDB commands this process sent (driver command
+//!   monitoring), to see what each request costs the database.
 //!
 //! `route` is the route template (`/v1/predictions/{id}`), never the raw path, so ids do not
 //! multiply the series; requests that match no route count as `unmatched`.
 
 use std::{sync::Arc, time::Instant};
+
+use common::store::Store;
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -83,9 +87,23 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
     response
 }
 
+/// The MongoDB command counts as an OpenMetrics counter family.
+fn mongodb_family(counts: &std::collections::BTreeMap<String, u64>) -> String {
+    let mut text = String::from(
+        "# HELP mongodb_commands MongoDB commands sent by this process.\n# TYPE mongodb_commands counter\n",
+    );
+    for (command, n) in counts {
+        text.push_str(&format!("mongodb_commands_total{{command=\"{command}\"}} {n}\n"));
+    }
+    text
+}
+
 /// `GET /metrics`
-pub async fn serve(State(metrics): State<Arc<HttpMetrics>>) -> Response {
-    let mut response = metrics.render().into_response();
+pub async fn serve(metrics: Arc<HttpMetrics>, store: Store) -> Response {
+    let mut text = metrics.render();
+    let end = text.rfind("# EOF").unwrap_or(text.len());
+    text.insert_str(end, &mongodb_family(&store.command_counts()));
+    let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),

@@ -48,4 +48,6 @@ async fn metrics_count_requests_by_route_template_and_status() {
     );
     assert!(!text.contains("aaaaaaaaaaaaaaaaaaaaaaaaaa"), "raw ids never become labels");
     assert!(text.contains("http_request_duration_seconds_bucket"));
+    assert!(text.contains(r#"mongodb_commands_total{command="find"}"#), "the key look-up was counted: {text}");
+    assert!(text.trim_end().ends_with("# EOF"));
 }

@@ -16,6 +16,7 @@
 
 pub mod accounts;
 pub mod api_keys;
+pub mod commands;
 pub mod dead_letters;
 pub mod files;
 pub mod idempotency;
@@ -59,6 +60,7 @@ pub fn is_duplicate_key(err: &StoreError) -> bool {
 #[derive(Clone, Debug)]
 pub struct Store {
     db: Database,
+    commands: commands::CommandCounts,
 }
 
 impl Store {
@@ -69,8 +71,10 @@ impl Store {
         options.app_name = Some(app_name.to_owned());
         options.connect_timeout = Some(Duration::from_secs(5));
         options.server_selection_timeout = Some(Duration::from_secs(5));
+        let commands = commands::CommandCounts::default();
+        options.command_event_handler = Some(commands.handler());
         let client = Client::with_options(options)?;
-        Ok(Self { db: client.database(database) })
+        Ok(Self { db: client.database(database), commands })
     }
 
     /// Answers when the server answers a `ping`.
@@ -141,6 +145,11 @@ impl Store {
     /// The `webhook_attempts` collection.
     pub fn webhook_attempts(&self) -> WebhookAttempts {
         WebhookAttempts::new(&self.db)
+    }
+
+    /// The MongoDB commands this store has sent, by name.
+    pub fn command_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        self.commands.snapshot()
     }
 
     /// The database itself (tests and tools).
