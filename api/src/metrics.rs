@@ -87,22 +87,11 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
     response
 }
 
-/// The MongoDB command counts as an OpenMetrics counter family.
-fn mongodb_family(counts: &std::collections::BTreeMap<String, u64>) -> String {
-    let mut text = String::from(
-        "# HELP mongodb_commands MongoDB commands sent by this process.\n# TYPE mongodb_commands counter\n",
-    );
-    for (command, n) in counts {
-        text.push_str(&format!("mongodb_commands_total{{command=\"{command}\"}} {n}\n"));
-    }
-    text
-}
-
 /// `GET /metrics`
 pub async fn serve(metrics: Arc<HttpMetrics>, store: Store) -> Response {
     let mut text = metrics.render();
     let end = text.rfind("# EOF").unwrap_or(text.len());
-    text.insert_str(end, &mongodb_family(&store.command_counts()));
+    text.insert_str(end, &store.command_counts().openmetrics());
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

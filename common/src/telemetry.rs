@@ -20,6 +20,32 @@ pub fn init(service: &'static str) {
     }
 }
 
+/// Serves `GET /metrics` (the OpenMetrics text `render` returns, ending in `# EOF`) and
+/// `GET /health` on `bind` until `shutdown` fires: how the runner and the notifier, which have
+/// no API of their own, are scraped and probed. Returns the bound address.
+pub async fn serve_metrics(
+    bind: std::net::SocketAddr,
+    render: impl Fn() -> String + Clone + Send + Sync + 'static,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<std::net::SocketAddr> {
+    use axum::{Router, http::header, routing::get};
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    let addr = listener.local_addr()?;
+    let metrics = move || {
+        let render = render.clone();
+        async move {
+            let text = format!("{}# EOF\n", render());
+            ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+        }
+    };
+    let app = Router::new().route("/metrics", get(metrics)).route("/health", get(|| async { "ok" }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+    });
+    tracing::info!(%addr, "metrics listening");
+    Ok(addr)
+}
+
 /// For tests: logs to the test harness's captured output, filtered by `RUST_LOG`.
 pub fn init_for_tests() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));

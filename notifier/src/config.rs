@@ -7,6 +7,7 @@
 //! | `NOTIFIER_CONCURRENCY` | `64` | deliveries in flight at once in this process |
 //! | `NOTIFIER_ALLOW_PRIVATE_TARGETS` | `false` | allow loopback/private targets (local use, tests) |
 //! | `NOTIFIER_SHUTDOWN_GRACE_SECONDS` | `15` | how long in-flight deliveries may finish on shutdown |
+//! | `NOTIFIER_METRICS_BIND` | none | where to serve `/metrics` and `/health` (off when unset) |
 //! | `NOTIFIER_PER_TARGET` | `8` | deliveries in flight at once to one `host:port` |
 //! | `NOTIFIER_SECRET_CACHE_SECONDS` | `5` | how long opened signing secrets are reused |
 
@@ -31,6 +32,8 @@ pub struct NotifierConfig {
     pub allow_private_targets: bool,
     /// `NOTIFIER_SHUTDOWN_GRACE_SECONDS`: how long deliveries may finish on shutdown.
     pub shutdown_grace: Duration,
+    /// `NOTIFIER_METRICS_BIND`: where to serve `/metrics` and `/health`, if anywhere.
+    pub metrics_bind: Option<std::net::SocketAddr>,
     /// `NOTIFIER_PER_TARGET`: deliveries in flight at once to one target.
     pub per_target: usize,
     /// `NOTIFIER_SECRET_CACHE_SECONDS`: how long opened secrets are reused (a rotation takes
@@ -57,6 +60,10 @@ impl NotifierConfig {
             allow_private_targets: env.flag("NOTIFIER_ALLOW_PRIVATE_TARGETS", false)?,
             shutdown_grace: env.seconds("NOTIFIER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(15))?,
             per_target: env.parse("NOTIFIER_PER_TARGET", 8usize)?.max(1),
+            metrics_bind: env
+                .get("NOTIFIER_METRICS_BIND")
+                .map(|_| env.parse("NOTIFIER_METRICS_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0))))
+                .transpose()?,
             secret_cache: env.seconds("NOTIFIER_SECRET_CACHE_SECONDS", Duration::from_secs(5))?,
         })
     }

@@ -10,6 +10,7 @@
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
 //! | `RUNNER_RECONCILE_SECONDS` | `10` | how often the reconciler looks for stuck predictions |
 //! | `RETENTION_SECONDS` | `3600` | how long after completion a prediction's data is kept |
+//! | `RUNNER_METRICS_BIND` | none | where to serve `/metrics` and `/health` (off when unset) |
 //! | `RUNNER_COG` | none | Cog models: `owner/name=[capability@]http://host:port`, comma-separated |
 //! | `RUNNER_COG_CALLBACK_BIND` | `127.0.0.1:0` | where the runner receives Cog webhooks |
 //! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it |
@@ -94,6 +95,8 @@ pub struct RunnerConfig {
     pub retention: Duration,
     /// `RUNNER_RETENTION_SWEEP_SECONDS`: how often the retention sweeper runs.
     pub retention_sweep_interval: Duration,
+    /// `RUNNER_METRICS_BIND`: where to serve `/metrics` and `/health`, if anywhere.
+    pub metrics_bind: Option<std::net::SocketAddr>,
     /// `RUNNER_COG`: models served by Cog servers.
     pub cog: Vec<CogTarget>,
     /// `RUNNER_COG_CALLBACK_BIND`: where Cog webhooks are received.
@@ -132,6 +135,10 @@ impl RunnerConfig {
             max_deliver,
             shutdown_grace: env.seconds("RUNNER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(20))?,
             retention: env.seconds("RETENTION_SECONDS", Duration::from_secs(3600))?,
+            metrics_bind: env
+                .get("RUNNER_METRICS_BIND")
+                .map(|_| env.parse("RUNNER_METRICS_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0))))
+                .transpose()?,
             cog: parse_targets(&env.string("RUNNER_COG", "")).map_err(|e| bad("RUNNER_COG", e))?,
             cog_callback_bind: env
                 .parse("RUNNER_COG_CALLBACK_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?,

@@ -40,6 +40,10 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
         .await
         .context("MongoDB connection string")?;
     store.ensure_indexes().await.context("creating MongoDB indexes")?;
+    if let Some(bind) = config.metrics_bind {
+        let counts = store.command_counts().clone();
+        common::telemetry::serve_metrics(bind, move || counts.openmetrics(), shutdown.clone()).await?;
+    }
     let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "runner").await?;
     bus.ensure_streams().await?;
 

@@ -24,6 +24,17 @@ impl CommandCounts {
         })
     }
 
+    /// The counts as an OpenMetrics counter family, `mongodb_commands_total{command}`.
+    pub fn openmetrics(&self) -> String {
+        let mut text = String::from(
+            "# HELP mongodb_commands MongoDB commands sent by this process.\n# TYPE mongodb_commands counter\n",
+        );
+        for (command, n) in self.snapshot() {
+            text.push_str(&format!("mongodb_commands_total{{command=\"{command}\"}} {n}\n"));
+        }
+        text
+    }
+
     /// The counts so far, by command name.
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -147,9 +147,9 @@ impl Store {
         WebhookAttempts::new(&self.db)
     }
 
-    /// The MongoDB commands this store has sent, by name.
-    pub fn command_counts(&self) -> std::collections::BTreeMap<String, u64> {
-        self.commands.snapshot()
+    /// The MongoDB commands this store has sent.
+    pub fn command_counts(&self) -> &commands::CommandCounts {
+        &self.commands
     }
 
     /// The database itself (tests and tools).

@@ -7,8 +7,10 @@
 //!   notifier, and the latency from status event published to webhook received.
 //! - `bench runner`: demo/echo predictions per second through one runner.
 //! - `bench cog --url URL`: the latency a runner adds over calling a Cog server directly.
+//! - `bench cost`: MongoDB commands per prediction, per service.
 #![forbid(unsafe_code)]
 
+mod cost_bench;
 mod notifier_bench;
 mod runner_bench;
 mod setup;
@@ -36,6 +38,8 @@ enum Scenario {
     Runner(runner_bench::RunnerOptions),
     /// The latency a runner adds over a direct call to a Cog server.
     Cog(runner_bench::CogOptions),
+    /// MongoDB commands per prediction, per service.
+    Cost(cost_bench::Options),
 }
 
 #[tokio::main]
@@ -49,6 +53,7 @@ async fn main() -> ExitCode {
         }),
         Scenario::Runner(options) => runner_bench::run_runner(options).await,
         Scenario::Cog(options) => runner_bench::run_cog(options).await,
+        Scenario::Cost(options) => cost_bench::run(options).await,
     };
     match result.and_then(|json| {
         std::fs::write(&cli.out, serde_json::to_vec_pretty(&json)?)?;

@@ -37,3 +37,21 @@ async fn a_model_limit_of_one_runs_that_models_predictions_one_at_a_time() {
     let (earlier, later) = if a.started_at <= b.started_at { (a, b) } else { (b, a) };
     assert!(later.started_at >= earlier.completed_at, "the second started only after the first completed");
 }
+
+#[tokio::test]
+async fn the_runner_serves_its_mongodb_command_counts_when_asked() {
+    let fixture = Fixture::new(&[]).await;
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+    fixture.start_runner_with("demo/echo", &[("RUNNER_METRICS_BIND", &addr.to_string())]);
+    let p = fixture.create("demo/echo", json!({"prompt": "counted"})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    let text = reqwest::get(format!("http://{addr}/metrics")).await.expect("scrape").text().await.expect("text");
+    let find_and_modify = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"mongodb_commands_total{command="findAndModify"} "#))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(find_and_modify.is_some_and(|n| n >= 2), "processing and succeeded were counted: {text}");
+    assert!(text.trim_end().ends_with("# EOF"));
+    let health = reqwest::get(format!("http://{addr}/health")).await.expect("probe");
+    assert_eq!(health.status(), 200);
+}
