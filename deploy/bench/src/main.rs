@@ -8,8 +8,12 @@
 //! - `bench runner`: demo/echo predictions per second through one runner.
 //! - `bench cog --url URL`: the latency a runner adds over calling a Cog server directly.
 //! - `bench cost`: MongoDB commands per prediction, per service.
+//! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
+//! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
 #![forbid(unsafe_code)]
 
+mod api_bench;
+mod baselines;
 mod cost_bench;
 mod notifier_bench;
 mod runner_bench;
@@ -40,6 +44,10 @@ enum Scenario {
     Cog(runner_bench::CogOptions),
     /// MongoDB commands per prediction, per service.
     Cost(cost_bench::Options),
+    /// Raw MongoDB and JetStream rates.
+    Baselines(baselines::Options),
+    /// The api's throughput and latency at several concurrency levels.
+    Api(api_bench::Options),
 }
 
 #[tokio::main]
@@ -54,6 +62,8 @@ async fn main() -> ExitCode {
         Scenario::Runner(options) => runner_bench::run_runner(options).await,
         Scenario::Cog(options) => runner_bench::run_cog(options).await,
         Scenario::Cost(options) => cost_bench::run(options).await,
+        Scenario::Baselines(options) => baselines::run(options).await,
+        Scenario::Api(options) => api_bench::run(options).await,
     };
     match result.and_then(|json| {
         std::fs::write(&cli.out, serde_json::to_vec_pretty(&json)?)?;
