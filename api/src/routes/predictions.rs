@@ -16,7 +16,7 @@ use axum::{
 use bson::{DateTime, doc};
 use bytes::Bytes;
 use common::{
-    domain::{Metrics, ModelRef, Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
+    domain::{AccountId, Metrics, ModelRef, Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
     messages::{JobMessage, PredictionChanged},
     problem::FieldError,
     store::Claim,
@@ -91,25 +91,14 @@ pub async fn create(
         Some(_) => Some(state.bus.client().subscribe(state.bus.subjects().events(&prediction.id)).await?),
         None => None,
     };
-    let account = &auth.caller.key.account_id;
-    if let Some(key) = &idempotency_key {
-        match state.store.idempotency_keys().claim(account, key, &prediction.id, DateTime::now()).await? {
-            Claim::New => {}
-            Claim::Existing(first) => return idempotency::replay(&state, account, &first).await,
-        }
-    }
-    if let Err(e) = state.store.predictions().insert(&prediction).await {
-        if let Some(key) = &idempotency_key
-            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
-        {
-            tracing::warn!(error = %release, "idempotency key not released");
-        }
-        return Err(e.into());
-    }
-
-    let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: model_ref };
-    if let Err(e) = state.bus.publish_job(&job).await {
-        tracing::error!(error = %e, "job not published; the reconciler will republish it");
+    let account = auth.caller.key.account_id.clone();
+    // The writes run in their own task: a client that disconnects cannot stop them halfway
+    // (a stored prediction without its job, or a claimed key without its prediction).
+    let writes =
+        tokio::spawn(store_and_publish(state.clone(), account.clone(), idempotency_key, prediction.clone(), model_ref));
+    match writes.await.map_err(|e| anyhow::anyhow!("the create task failed: {e}"))?? {
+        Claim::New => {}
+        Claim::Existing(first) => return idempotency::replay(&state, &account, &first).await,
     }
 
     let view = match (wait_for, events) {
@@ -124,6 +113,36 @@ pub async fn create(
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
+}
+
+/// Claims the idempotency key (if any), stores the prediction and publishes its job; returns
+/// the claim (an existing one means nothing was written).
+async fn store_and_publish(
+    state: AppState,
+    account: AccountId,
+    idempotency_key: Option<String>,
+    prediction: Prediction,
+    model: ModelRef,
+) -> Result<Claim, ApiError> {
+    if let Some(key) = &idempotency_key
+        && let Claim::Existing(first) =
+            state.store.idempotency_keys().claim(&account, key, &prediction.id, DateTime::now()).await?
+    {
+        return Ok(Claim::Existing(first));
+    }
+    if let Err(e) = state.store.predictions().insert(&prediction).await {
+        if let Some(key) = &idempotency_key
+            && let Err(release) = state.store.idempotency_keys().release(&account, key, &prediction.id).await
+        {
+            tracing::warn!(error = %release, "idempotency key not released");
+        }
+        return Err(e.into());
+    }
+    let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model };
+    if let Err(e) = state.bus.publish_job(&job).await {
+        tracing::error!(error = %e, "job not published; the reconciler will republish it");
+    }
+    Ok(Claim::New)
 }
 
 /// The prediction `id` of the caller's account; 404 for a malformed id, a missing prediction

@@ -85,6 +85,24 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
     );
     for (name, url) in [("create", create_url.as_str()), ("get", get_url.as_str()), ("list", list_url.as_str())] {
         for clients in LEVELS {
+            // A fresh client per level: the previous level ends by dropping requests still in
+            // flight, and their connections must not carry over.
+            let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+            let timed = |request: reqwest::RequestBuilder, expect: u16| async move {
+                let started = Instant::now();
+                let response = request.send().await?;
+                anyhow::ensure!(response.status().as_u16() == expect, "answered {}", response.status());
+                response.bytes().await?;
+                Ok(started.elapsed())
+            };
+            let create = || {
+                let request = http
+                    .post(&create_url)
+                    .bearer_auth(&key)
+                    .header("content-type", "application/json")
+                    .body(r#"{"input":{"prompt":"bench","repeat":2}}"#);
+                timed(request, 201)
+            };
             let (per_second, latency) = match name {
                 "create" => closed_loop(seconds, clients, create).await?,
                 _ => closed_loop(seconds, clients, || timed(http.get(url).bearer_auth(&key), 200)).await?,
