@@ -16,7 +16,6 @@ use axum::{
     middleware,
     routing::get,
 };
-use common::{bus::Bus, store::Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
@@ -67,13 +66,7 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
 
 /// Connects to MongoDB and NATS and prepares indexes and streams.
 pub async fn connect(config: ApiConfig) -> anyhow::Result<AppState> {
-    let common = &config.common;
-    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "api")
-        .await
-        .context("MongoDB connection string")?;
-    store.ensure_indexes().await.context("creating MongoDB indexes")?;
-    let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "api").await?;
-    bus.ensure_streams().await?;
+    let (store, bus) = common::connect::connect(&config.common, "api").await?;
     Ok(AppState::new(config, store, bus))
 }
 

@@ -9,13 +9,14 @@
 //! - [`bus`]: the JetStream streams and the publishing side of the messages.
 //! - [`problem`]: the problem+json error body every HTTP error uses.
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
-//! - [`config`], [`telemetry`], [`shutdown`]: what every `main` needs.
+//! - [`config`], [`connect`], [`telemetry`], [`shutdown`]: what every service needs at start.
 //! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
 #![forbid(unsafe_code)]
 
 pub mod bus;
 pub mod cache;
 pub mod config;
+pub mod connect;
 pub mod crypto;
 pub mod domain;
 pub mod messages;

@@ -20,8 +20,6 @@ pub mod targets;
 
 use std::sync::Arc;
 
-use anyhow::Context;
-use common::{bus::Bus, store::Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -32,16 +30,11 @@ use crate::{
 /// Runs until `shutdown` fires.
 pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let common = &config.common;
-    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "notifier")
-        .await
-        .context("MongoDB connection string")?;
-    store.ensure_indexes().await.context("creating MongoDB indexes")?;
+    let (store, bus) = common::connect::connect(common, "notifier").await?;
     if let Some(bind) = config.metrics_bind {
         let counts = store.command_counts().clone();
         common::telemetry::serve_metrics(bind, move || counts.openmetrics(), shutdown.clone()).await?;
     }
-    let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "notifier").await?;
-    bus.ensure_streams().await?;
     let notifier = Arc::new(Notifier {
         deliverer: Deliverer::new(&config)?,
         secrets: SecretCache::new(store.accounts(), common.master_key.clone(), config.secret_cache),

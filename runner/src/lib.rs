@@ -24,7 +24,6 @@ pub mod retention;
 use std::sync::Arc;
 
 use anyhow::Context;
-use common::{bus::Bus, store::Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -36,16 +35,11 @@ use crate::{
 /// Runs until `shutdown` fires: registers the models, then consumes their jobs.
 pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let common = &config.common;
-    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "runner")
-        .await
-        .context("MongoDB connection string")?;
-    store.ensure_indexes().await.context("creating MongoDB indexes")?;
+    let (store, bus) = common::connect::connect(common, "runner").await?;
     if let Some(bind) = config.metrics_bind {
         let counts = store.command_counts().clone();
         common::telemetry::serve_metrics(bind, move || counts.openmetrics(), shutdown.clone()).await?;
     }
-    let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "runner").await?;
-    bus.ensure_streams().await?;
 
     let mut available = models::builtin::all();
     if !config.cog.is_empty() {

@@ -45,7 +45,24 @@ where
     Ok((samples.len() as f64 / started.elapsed().as_secs_f64(), Samples::new(samples)))
 }
 
-/// The api measurements, also used by `bench standard`.
+/// Sends `request` and returns how long the answer took, which must have status `expect`.
+async fn timed(request: reqwest::RequestBuilder, expect: u16) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let response = request.send().await?;
+    anyhow::ensure!(response.status().as_u16() == expect, "answered {}", response.status());
+    response.bytes().await?;
+    Ok(started.elapsed())
+}
+
+/// A demo/echo create request.
+fn create_request(http: &reqwest::Client, url: &str, key: &str) -> reqwest::RequestBuilder {
+    http.post(url)
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(r#"{"input":{"prompt":"bench","repeat":2}}"#)
+}
+
+/// The api measurements (separate from [`run`] so a future `bench standard` can reuse them).
 pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -55,24 +72,9 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
     let key = api::admin::bootstrap(&config, "bench").await?.key.expose().to_owned();
     let stop = CancellationToken::new();
     tokio::spawn(api::serve(config, listener, stop.clone()));
-    let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
-    let timed = |request: reqwest::RequestBuilder, expect: u16| async move {
-        let started = Instant::now();
-        let response = request.send().await?;
-        anyhow::ensure!(response.status().as_u16() == expect, "answered {}", response.status());
-        response.bytes().await?;
-        Ok(started.elapsed())
-    };
+    let http = reqwest::Client::new();
     let create_url = format!("{base}/v1/models/demo/echo/predictions");
-    let create = || {
-        let request = http
-            .post(&create_url)
-            .bearer_auth(&key)
-            .header("content-type", "application/json")
-            .body(r#"{"input":{"prompt":"bench","repeat":2}}"#);
-        timed(request, 201)
-    };
-    create().await?;
+    timed(create_request(&http, &create_url, &key), 201).await?;
     let first: Value =
         http.get(format!("{base}/v1/predictions?limit=1")).bearer_auth(&key).send().await?.json().await?;
     let id = first["results"][0]["id"].as_str().unwrap_or_default().to_owned();
@@ -88,23 +90,10 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
             // A fresh client per level: the previous level ends by dropping requests still in
             // flight, and their connections must not carry over.
             let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
-            let timed = |request: reqwest::RequestBuilder, expect: u16| async move {
-                let started = Instant::now();
-                let response = request.send().await?;
-                anyhow::ensure!(response.status().as_u16() == expect, "answered {}", response.status());
-                response.bytes().await?;
-                Ok(started.elapsed())
-            };
-            let create = || {
-                let request = http
-                    .post(&create_url)
-                    .bearer_auth(&key)
-                    .header("content-type", "application/json")
-                    .body(r#"{"input":{"prompt":"bench","repeat":2}}"#);
-                timed(request, 201)
-            };
             let (per_second, latency) = match name {
-                "create" => closed_loop(seconds, clients, create).await?,
+                "create" => {
+                    closed_loop(seconds, clients, || timed(create_request(&http, &create_url, &key), 201)).await?
+                }
                 _ => closed_loop(seconds, clients, || timed(http.get(url).bearer_auth(&key), 200)).await?,
             };
             let (p50, p95, p99) =

@@ -41,7 +41,7 @@ where
     Ok(done as f64 / started.elapsed().as_secs_f64())
 }
 
-/// The baselines, also used by `bench standard`.
+/// The baselines (separate from [`run`] so a future `bench standard` can reuse them).
 pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
     let setup = Arc::new(Setup::new(&[]).await?);
     let coll = setup.store.database().collection::<bson::Document>("baseline");

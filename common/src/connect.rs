@@ -1,0 +1,28 @@
+//! What every service does first: connect to MongoDB and create its indexes, connect to NATS
+//! and create the streams. Both are idempotent, so every replica of every service may do it.
+
+use crate::{
+    bus::{Bus, BusError},
+    config::CommonConfig,
+    store::{Store, StoreError},
+};
+
+/// Why a service could not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// MongoDB: a bad connection string, or the indexes could not be created.
+    #[error("MongoDB: {0}")]
+    Store(#[from] StoreError),
+    /// NATS: unreachable, or the streams could not be created.
+    #[error("NATS: {0}")]
+    Bus(#[from] BusError),
+}
+
+/// MongoDB (indexes ensured) and NATS (streams ensured), as `service`.
+pub async fn connect(config: &CommonConfig, service: &str) -> Result<(Store, Bus), ConnectError> {
+    let store = Store::connect(&config.mongodb_uri, &config.mongodb_database, service).await?;
+    store.ensure_indexes().await?;
+    let bus = Bus::connect(&config.nats_url, config.subjects.clone(), service).await?;
+    bus.ensure_streams().await?;
+    Ok((store, bus))
+}
