@@ -47,6 +47,20 @@ impl Model for Builtin {
     }
 }
 
+/// Runs `encode` on a blocking thread (encoding images is CPU work that must not stall the
+/// async workers) and returns its bytes as a file output.
+pub async fn encode_file<E: std::fmt::Display + Send + 'static>(
+    content_type: &str,
+    extension: &str,
+    encode: impl FnOnce() -> Result<Vec<u8>, E> + Send + 'static,
+) -> Result<ModelOutput, ModelError> {
+    let bytes = tokio::task::spawn_blocking(encode)
+        .await
+        .map_err(|e| ModelError::model(format!("the {extension} encoder stopped: {e}")))?
+        .map_err(|e| ModelError::model(format!("{extension} encoding failed: {e}")))?;
+    Ok(ModelOutput::File { content_type: content_type.into(), extension: extension.into(), bytes })
+}
+
 /// Every built-in model.
 pub fn all() -> Vec<Arc<dyn Model>> {
     vec![

@@ -4,7 +4,7 @@
 use futures::FutureExt;
 use serde_json::{Map, Value, json};
 
-use super::{Builtin, pattern::Pattern};
+use super::{Builtin, encode_file, pattern::Pattern};
 use crate::models::{ModelError, ModelOutput, Progress};
 
 /// The `demo/text-to-image` model.
@@ -41,11 +41,7 @@ async fn run(input: Map<String, Value>, progress: &Progress) -> Result<ModelOutp
     let prompt = input.get("prompt").and_then(Value::as_str).unwrap_or_default().to_owned();
     let (width, height) = (dimension(&input, "width"), dimension(&input, "height"));
     progress.log(&format!("drawing {width}x{height}"));
-    let bytes = tokio::task::spawn_blocking(move || png(&prompt, width, height))
-        .await
-        .map_err(|e| ModelError::model(format!("drawing failed: {e}")))?
-        .map_err(|e| ModelError::model(format!("PNG encoding failed: {e}")))?;
-    Ok(ModelOutput::File { content_type: "image/png".into(), extension: "png".into(), bytes })
+    encode_file("image/png", "png", move || png(&prompt, width, height)).await
 }
 
 #[cfg(test)]

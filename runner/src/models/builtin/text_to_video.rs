@@ -5,7 +5,7 @@
 use futures::FutureExt;
 use serde_json::{Map, Value, json};
 
-use super::{Builtin, pattern::Pattern};
+use super::{Builtin, encode_file, pattern::Pattern};
 use crate::models::{ModelError, ModelOutput, Progress};
 
 /// The `demo/text-to-video` model.
@@ -52,11 +52,7 @@ async fn run(input: Map<String, Value>, progress: &Progress) -> Result<ModelOutp
     let height = number(&input, "height", 128, 16, 256) as u16;
     let fps = number(&input, "fps", 8, 1, 25) as u32;
     progress.log(&format!("rendering {frames} frames of {width}x{height} at {fps} fps"));
-    let bytes = tokio::task::spawn_blocking(move || gif(&prompt, width, height, frames, fps))
-        .await
-        .map_err(|e| ModelError::model(format!("rendering failed: {e}")))?
-        .map_err(|e| ModelError::model(format!("GIF encoding failed: {e}")))?;
-    Ok(ModelOutput::File { content_type: "image/gif".into(), extension: "gif".into(), bytes })
+    encode_file("image/gif", "gif", move || gif(&prompt, width, height, frames, fps)).await
 }
 
 #[cfg(test)]
