@@ -1,18 +1,20 @@
-//! `bench api`: the api alone (in this process; no runner, so created jobs wait in the
+//! `bench api`: the api alone (a release process; no runner, so created jobs wait in the
 //! stream) under a closed loop of 1, 8, 32 and 128 concurrent clients, `--seconds` per level:
-//! predictions created per second (`POST`, demo/echo, bearer auth, a rate limit too high to
-//! interfere), `GET /v1/predictions/{id}`, and a list page (`GET /v1/predictions?limit=20`),
-//! each with its latency percentiles.
+//! `GET /v1/predictions/{id}`, a list page (`GET /v1/predictions?limit=20`, on an account of
+//! 100 predictions) and predictions created per second (`POST`, demo/echo, bearer auth, a rate
+//! limit too high to interfere), each with its latency percentiles. Creates run last, so the
+//! reads see a small collection. Each level ends by letting requests in flight finish.
 
 use std::time::Duration;
 
-use futures::{StreamExt, stream};
+use anyhow::Context;
+use futures::future::try_join_all;
 use serde_json::{Value, json};
-use tokio::{net::TcpListener, time::Instant};
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
 
 use crate::{
-    setup::Setup,
+    baselines::{Baselines, LEVELS},
+    cluster::{Cluster, round},
     stats::{Samples, ms},
 };
 
@@ -24,9 +26,23 @@ pub struct Options {
     seconds: u64,
 }
 
-const LEVELS: [usize; 4] = [1, 8, 32, 128];
+/// Predictions in the account whose list is measured.
+const LISTED: usize = 100;
 
-/// Requests per second and latencies of `request` at `clients` concurrent clients.
+/// One endpoint at one level.
+pub struct Row {
+    /// `get`, `list` or `create`.
+    pub request: &'static str,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Answers per second.
+    pub per_second: f64,
+    /// Each answer's latency.
+    pub latency: Samples,
+}
+
+/// Requests per second and latencies of `request` sent by `clients` clients in a loop for
+/// `seconds`; requests in flight at the end are finished and counted.
 async fn closed_loop<F, Fut>(seconds: u64, clients: usize, request: F) -> anyhow::Result<(f64, Samples)>
 where
     F: Fn() -> Fut,
@@ -34,14 +50,14 @@ where
 {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
-    let mut samples = Vec::new();
-    let mut requests = stream::iter(std::iter::repeat(())).map(|()| request()).buffer_unordered(clients);
-    while let Some(r) = requests.next().await {
-        samples.push(r?);
-        if Instant::now() >= deadline {
-            break;
+    let client = || async {
+        let mut samples = Vec::new();
+        while Instant::now() < deadline {
+            samples.push(request().await?);
         }
-    }
+        anyhow::Ok(samples)
+    };
+    let samples: Vec<Duration> = try_join_all((0..clients).map(|_| client())).await?.into_iter().flatten().collect();
     Ok((samples.len() as f64 / started.elapsed().as_secs_f64(), Samples::new(samples)))
 }
 
@@ -62,52 +78,95 @@ fn create_request(http: &reqwest::Client, url: &str, key: &str) -> reqwest::Requ
         .body(r#"{"input":{"prompt":"bench","repeat":2}}"#)
 }
 
-/// The api measurements (separate from [`run`] so a future `bench standard` can reuse them).
-pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let setup = Setup::new(&[("PUBLIC_BASE_URL", &base), ("DEFAULT_RATE_LIMIT_RPM", "100000000")]).await?;
-    runner::registry::register(&setup.store, &runner::models::builtin::all()).await?;
-    let config = api::config::ApiConfig::from_env(&setup.env())?;
-    let key = api::admin::bootstrap(&config, "bench").await?.key.expose().to_owned();
-    let stop = CancellationToken::new();
-    tokio::spawn(api::serve(config, listener, stop.clone()));
+/// Measures the api of `cluster`.
+pub async fn measure(cluster: &Cluster, seconds: u64) -> anyhow::Result<Vec<Row>> {
+    let base = &cluster.base;
+    let config = api::config::ApiConfig::from_env(&cluster.setup.env())?;
+    let list_key = api::admin::bootstrap(&config, "bench-list").await?.key.expose().to_owned();
     let http = reqwest::Client::new();
     let create_url = format!("{base}/v1/models/demo/echo/predictions");
-    timed(create_request(&http, &create_url, &key), 201).await?;
+    for _ in 0..LISTED {
+        timed(create_request(&http, &create_url, &list_key), 201).await?;
+    }
     let first: Value =
-        http.get(format!("{base}/v1/predictions?limit=1")).bearer_auth(&key).send().await?.json().await?;
-    let id = first["results"][0]["id"].as_str().unwrap_or_default().to_owned();
+        http.get(format!("{base}/v1/predictions?limit=1")).bearer_auth(&list_key).send().await?.json().await?;
+    let id = first["results"][0]["id"].as_str().context("no prediction listed")?.to_owned();
     let get_url = format!("{base}/v1/predictions/{id}");
     let list_url = format!("{base}/v1/predictions?limit=20");
 
     let mut rows = Vec::new();
-    let mut table = String::from(
-        "api alone, closed loop\n| request | clients | per second | p50 | p95 | p99 |\n|---|---|---|---|---|---|\n",
-    );
-    for (name, url) in [("create", create_url.as_str()), ("get", get_url.as_str()), ("list", list_url.as_str())] {
+    for request in ["get", "list", "create"] {
         for clients in LEVELS {
-            // A fresh client per level: the previous level ends by dropping requests still in
-            // flight, and their connections must not carry over.
             let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
-            let (per_second, latency) = match name {
+            let (per_second, latency) = match request {
                 "create" => {
-                    closed_loop(seconds, clients, || timed(create_request(&http, &create_url, &key), 201)).await?
+                    let key = &cluster.key;
+                    closed_loop(seconds, clients, || timed(create_request(&http, &create_url, key), 201)).await?
                 }
-                _ => closed_loop(seconds, clients, || timed(http.get(url).bearer_auth(&key), 200)).await?,
+                "get" => {
+                    closed_loop(seconds, clients, || timed(http.get(&get_url).bearer_auth(&list_key), 200)).await?
+                }
+                _ => closed_loop(seconds, clients, || timed(http.get(&list_url).bearer_auth(&list_key), 200)).await?,
             };
-            let (p50, p95, p99) =
-                (ms(latency.percentile(50.0)), ms(latency.percentile(95.0)), ms(latency.percentile(99.0)));
-            table.push_str(&format!("| {name} | {clients} | {per_second:.0} | {p50} ms | {p95} ms | {p99} ms |\n"));
-            rows.push(json!({"request": name, "clients": clients, "per_second": per_second, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99}));
+            rows.push(Row { request, clients, per_second, latency });
         }
     }
-    stop.cancel();
-    println!("{}", table.trim_end());
-    Ok(json!({"scenario": "api", "seconds_per_level": seconds, "results": rows}))
+    Ok(rows)
+}
+
+/// The raw rate a row is compared with: inserts for creates, finds by id for reads, at the
+/// same number in flight.
+fn baseline_of(row: &Row, baselines: &Baselines) -> Option<f64> {
+    let rates = if row.request == "create" { &baselines.insert } else { &baselines.find };
+    rates.get(&row.clients).copied()
+}
+
+/// The rows as JSON, with their ratios to the baselines when given.
+pub fn json(rows: &[Row], baselines: Option<&Baselines>) -> Value {
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            let baseline = baselines.and_then(|b| baseline_of(row, b));
+            json!({"request": row.request, "clients": row.clients, "per_second": row.per_second.round(),
+                   "p50_ms": ms(row.latency.percentile(50.0)), "p95_ms": ms(row.latency.percentile(95.0)),
+                   "p99_ms": ms(row.latency.percentile(99.0)),
+                   "baseline": baseline.map(|_| if row.request == "create" { "mongodb_insert" } else { "mongodb_find_by_id" }),
+                   "baseline_per_second": baseline.map(f64::round),
+                   "ratio": baseline.map(|b| round(row.per_second / b, 3))})
+        })
+        .collect();
+    json!(rows)
+}
+
+/// The rows as a table, with their ratios to the baselines when given.
+pub fn table(rows: &[Row], baselines: Option<&Baselines>) -> String {
+    let mut table = String::from(
+        "| request | clients | per second | p50 | p95 | p99 | raw rate, same in flight | ratio |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for row in rows {
+        let (p50, p95, p99) =
+            (ms(row.latency.percentile(50.0)), ms(row.latency.percentile(95.0)), ms(row.latency.percentile(99.0)));
+        let (baseline, ratio) = match baselines.and_then(|b| baseline_of(row, b)) {
+            Some(b) => {
+                let name = if row.request == "create" { "insert" } else { "find" };
+                (format!("{b:.0} {name}/s"), format!("{:.2}", row.per_second / b))
+            }
+            None => ("-".into(), "-".into()),
+        };
+        table.push_str(&format!(
+            "| {} | {} | {:.0} | {p50} ms | {p95} ms | {p99} ms | {baseline} | {ratio} |\n",
+            row.request, row.clients, row.per_second
+        ));
+    }
+    table
 }
 
 /// `bench api`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
-    measure(options.seconds).await
+    let cluster = Cluster::start(&[], false).await?;
+    let rows = measure(&cluster, options.seconds).await;
+    cluster.stop().await?;
+    let rows = rows?;
+    println!("api alone, closed loop\n{}", table(&rows, None).trim_end());
+    Ok(json!({"scenario": "api", "seconds_per_level": options.seconds, "results": json(&rows, None)}))
 }

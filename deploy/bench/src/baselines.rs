@@ -1,13 +1,20 @@
 //! `bench baselines`: what the servers themselves sustain with the same clients the services
 //! use, so every figure can be read as a ratio on a noisy machine: MongoDB `insert_one` and
 //! `find_one` by `_id` per second, and JetStream publishes (stored and acknowledged) per
-//! second, each one at a time and 16 in flight, for `--seconds` each.
+//! second, each at 1, 8, 32 and 128 in flight, for `--seconds` each.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use async_nats::jetstream::stream::Config as StreamConfig;
 use bson::doc;
-use futures::{StreamExt, stream};
+use futures::future::try_join_all;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -21,40 +28,81 @@ pub struct Options {
     seconds: u64,
 }
 
-/// Operations per second of `op` run `in_flight` at a time for `seconds`.
+/// Operations per second of `op` run `in_flight` at a time for `seconds`. Operations in flight
+/// at the end are finished, not dropped: a dropped MongoDB operation costs its connection.
 async fn rate<F, Fut>(seconds: u64, in_flight: usize, op: F) -> anyhow::Result<f64>
 where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
-    let mut done = 0u64;
-    let mut ops = stream::iter(0..).map(&op).buffer_unordered(in_flight);
-    while let Some(r) = ops.next().await {
-        r?;
-        done += 1;
-        if Instant::now() >= deadline {
-            break;
+    let deadline = started + Duration::from_secs(seconds);
+    let next = AtomicU64::new(0);
+    let worker = || async {
+        while Instant::now() < deadline {
+            op(next.fetch_add(1, Ordering::Relaxed)).await?;
         }
-    }
-    Ok(done as f64 / started.elapsed().as_secs_f64())
+        anyhow::Ok(())
+    };
+    try_join_all((0..in_flight).map(|_| worker())).await?;
+    Ok(next.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
-/// The baselines (separate from [`run`] so a future `bench standard` can reuse them).
-pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
+/// The in-flight levels measured, the same as the api's client levels.
+pub const LEVELS: [usize; 4] = [1, 8, 32, 128];
+
+/// Raw operations per second by in-flight level.
+pub struct Baselines {
+    seconds: u64,
+    /// MongoDB `insert_one`.
+    pub insert: BTreeMap<usize, f64>,
+    /// MongoDB `find_one` by `_id`.
+    pub find: BTreeMap<usize, f64>,
+    /// JetStream publish, stored and acknowledged.
+    pub publish: BTreeMap<usize, f64>,
+}
+
+impl Baselines {
+    /// The figures as JSON.
+    pub fn json(&self) -> Value {
+        let by_level = |m: &BTreeMap<usize, f64>| {
+            m.iter().map(|(k, v)| (k.to_string(), json!(v.round()))).collect::<serde_json::Map<_, _>>()
+        };
+        json!({"seconds_each": self.seconds, "in_flight_levels": LEVELS,
+               "mongodb_insert_per_second": by_level(&self.insert),
+               "mongodb_find_by_id_per_second": by_level(&self.find),
+               "jetstream_publish_per_second": by_level(&self.publish)})
+    }
+
+    /// The figures as a table.
+    pub fn table(&self) -> String {
+        let mut table =
+            format!("baselines ({} s each)\n| operation | in flight | per second |\n|---|---|---|\n", self.seconds);
+        for (name, rates) in [
+            ("MongoDB insert_one", &self.insert),
+            ("MongoDB find_one by _id", &self.find),
+            ("JetStream publish (acked)", &self.publish),
+        ] {
+            for (level, rate) in rates {
+                table.push_str(&format!("| {name} | {level} | {rate:.0} |\n"));
+            }
+        }
+        table
+    }
+}
+
+/// Measures the baselines at every level of [`LEVELS`].
+pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
     let setup = Arc::new(Setup::new(&[]).await?);
     let coll = setup.store.database().collection::<bson::Document>("baseline");
-    let insert = |n: u64| {
-        let coll = coll.clone();
+    let next_id = Arc::new(AtomicI64::new(0));
+    let insert = |_: u64| {
+        let (coll, id) = (coll.clone(), next_id.fetch_add(1, Ordering::Relaxed));
         async move {
-            coll.insert_one(doc! { "_id": n as i64, "status": "starting", "input": { "prompt": "baseline" } }).await?;
+            coll.insert_one(doc! { "_id": id, "status": "starting", "input": { "prompt": "baseline" } }).await?;
             anyhow::Ok(())
         }
     };
-    let insert_1 = rate(seconds, 1, insert).await?;
-    let offset = 10_000_000u64;
-    let insert_16 = rate(seconds, 16, |n| insert(n + offset)).await?;
     let find = |n: u64| {
         let coll = coll.clone();
         async move {
@@ -62,9 +110,6 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
             anyhow::Ok(())
         }
     };
-    let find_1 = rate(seconds, 1, find).await?;
-    let find_16 = rate(seconds, 16, find).await?;
-
     let prefix = setup.vars.get("NATS_PREFIX").cloned().unwrap_or_default();
     let subject = format!("{prefix}.baseline");
     let js = setup.bus.jetstream().clone();
@@ -81,20 +126,20 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Value> {
             anyhow::Ok(())
         }
     };
-    let publish_1 = rate(seconds, 1, publish).await?;
-    let publish_16 = rate(seconds, 16, publish).await?;
-    println!(
-        "baselines ({seconds} s each)\n| operation | 1 at a time /s | 16 in flight /s |\n|---|---|---|\n\
-         | MongoDB insert_one | {insert_1:.0} | {insert_16:.0} |\n| MongoDB find_one by _id | {find_1:.0} | {find_16:.0} |\n\
-         | JetStream publish (acked) | {publish_1:.0} | {publish_16:.0} |"
-    );
-    Ok(json!({"scenario": "baselines", "seconds": seconds,
-              "mongodb_insert_per_second": {"1": insert_1, "16": insert_16},
-              "mongodb_find_by_id_per_second": {"1": find_1, "16": find_16},
-              "jetstream_publish_per_second": {"1": publish_1, "16": publish_16}}))
+    let mut baselines = Baselines { seconds, insert: BTreeMap::new(), find: BTreeMap::new(), publish: BTreeMap::new() };
+    for level in LEVELS {
+        baselines.insert.insert(level, rate(seconds, level, insert).await?);
+    }
+    for level in LEVELS {
+        baselines.find.insert(level, rate(seconds, level, find).await?);
+        baselines.publish.insert(level, rate(seconds, level, publish).await?);
+    }
+    Ok(baselines)
 }
 
 /// `bench baselines`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
-    measure(options.seconds).await
+    let baselines = measure(options.seconds).await?;
+    println!("{}", baselines.table().trim_end());
+    Ok(json!({"scenario": "baselines", "baselines": baselines.json()}))
 }

@@ -1,168 +1,119 @@
-//! `bench cost`: MongoDB commands per prediction, per service. The api, one runner and one
-//! notifier run in this process, each with its own MongoDB client and command counters
-//! (driver command monitoring, read from each service's `/metrics`). `--predictions`
-//! demo/echo predictions are created over HTTP, each with a webhook to a receiver on
-//! loopback (all events); the counters' growth over the run, divided by the number of
-//! predictions, is each service's cost.
+//! `bench cost`: MongoDB commands, CPU and memory per prediction, per service, with a webhook
+//! for every event (the most a prediction costs). The three services run as processes (one
+//! runner); `--predictions` demo/echo predictions are created over HTTP, 8 at a time, each with
+//! a webhook to a signed receiver on loopback, and the growth of each service's counters over
+//! the run, divided by the number of predictions, is its cost.
 
-use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
+use std::time::Duration;
 
-use anyhow::Context;
-use axum::{Router, http::StatusCode, routing::post};
 use futures::{StreamExt, stream};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use common::domain::PredictionStatus;
-
-use crate::setup::Setup;
+use crate::{
+    cluster::{Cluster, cost},
+    receiver::Receiver,
+};
 
 /// Options of `bench cost`.
 #[derive(clap::Args)]
 pub struct Options {
     /// Predictions to create.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 500)]
     predictions: usize,
 }
 
-fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
+/// How long the last webhooks may take to arrive.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `mongodb_commands_total` by command, from a `/metrics` page.
-async fn commands(http: &reqwest::Client, url: &str) -> anyhow::Result<BTreeMap<String, f64>> {
-    let text = http.get(url).send().await?.text().await?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.strip_prefix("mongodb_commands_total{command=\""))
-        .filter_map(|l| l.split_once("\"} "))
-        .filter_map(|(c, n)| n.trim().parse().ok().map(|n| (c.to_owned(), n)))
-        .collect())
-}
+/// Settings of the runner the cost runs use.
+pub const ECHO_RUNNER: [(&str, &str); 2] = [("RUNNER_MODELS", "demo/echo"), ("RUNNER_CONCURRENCY", "16")];
 
-/// Runs the scenario.
-pub async fn run(options: Options) -> anyhow::Result<Value> {
-    let (runner_metrics, notifier_metrics) = (free_addr()?, free_addr()?);
-    let api_listener = TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", api_listener.local_addr()?);
-    let setup = Setup::new(&[
-        ("PUBLIC_BASE_URL", &base),
-        ("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true"),
-        ("RUNNER_MODELS", "demo/echo"),
-        ("RUNNER_CONCURRENCY", "8"),
-        ("RUNNER_METRICS_BIND", &runner_metrics.to_string()),
-        ("NOTIFIER_METRICS_BIND", &notifier_metrics.to_string()),
-        ("DEFAULT_RATE_LIMIT_RPM", "1000000"),
-    ])
-    .await?;
-    let api_config = api::config::ApiConfig::from_env(&setup.env())?;
-    let key = api::admin::bootstrap(&api_config, "bench").await?.key.expose().to_owned();
-    let stop = CancellationToken::new();
-    tokio::spawn(api::serve(api_config, api_listener, stop.clone()));
-    tokio::spawn(runner::run(runner::config::RunnerConfig::from_env(&setup.env())?, stop.clone()));
-    tokio::spawn(notifier::run(notifier::config::NotifierConfig::from_env(&setup.env())?, stop.clone()));
-
-    let receiver = TcpListener::bind("127.0.0.1:0").await?;
-    let hook = format!("http://{}/hook", receiver.local_addr()?);
-    tokio::spawn(async move {
-        axum::serve(receiver, Router::new().route("/hook", post(|| async { StatusCode::NO_CONTENT }))).await
-    });
-
+/// Creates `predictions` (after a warm-up) on `cluster`, which runs demo/echo, and returns
+/// each service's cost per prediction.
+pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, predictions: usize) -> anyhow::Result<Value> {
     let http = reqwest::Client::new();
-    let model = "demo/echo".parse()?;
-    let ready = async {
-        while setup.store.models().get(&model).await.ok().flatten().is_none() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), ready).await.context("the runner did not register demo/echo")?;
-    let create = |n: usize| {
-        let (http, key, hook) = (http.clone(), key.clone(), hook.clone());
-        let url = format!("{base}/v1/models/demo/echo/predictions");
+    let url = format!("{}/v1/models/demo/echo/predictions", cluster.base);
+    let key = cluster.key.clone();
+    let run_batch = |count: usize| {
+        let body = json!({"input": {"prompt": "cost"}, "webhook": receiver.url}).to_string();
+        let (http, url, key) = (&http, &url, &key);
+        let target = receiver.completed_count() + count;
         async move {
-            let body = json!({"input": {"prompt": format!("p{n}")}, "webhook": hook});
-            let r = http
-                .post(url)
-                .bearer_auth(key)
-                .header("content-type", "application/json")
-                .body(body.to_string())
-                .send()
-                .await?;
-            anyhow::ensure!(r.status() == 201, "create answered {}", r.status());
+            let created: Vec<anyhow::Result<()>> = stream::iter(0..count)
+                .map(|_| {
+                    let request =
+                        http.post(url).bearer_auth(key).header("content-type", "application/json").body(body.clone());
+                    async move {
+                        let response = request.send().await?;
+                        anyhow::ensure!(response.status() == 201, "create answered {}", response.status());
+                        Ok(())
+                    }
+                })
+                .buffer_unordered(8)
+                .collect()
+                .await;
+            created.into_iter().collect::<anyhow::Result<()>>()?;
+            let deadline = Instant::now() + SETTLE_TIMEOUT;
+            while receiver.completed_count() < target {
+                anyhow::ensure!(Instant::now() < deadline, "webhooks still missing after {SETTLE_TIMEOUT:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // The notifier records each attempt right after its answer.
+            tokio::time::sleep(Duration::from_secs(1)).await;
             anyhow::Ok(())
         }
     };
-    let run_batch = |count: usize| stream::iter(0..count).map(create).buffer_unordered(8).collect::<Vec<_>>();
-    let account = api_account(&setup).await?;
-    let unfinished = || async {
-        let predictions = setup.store.predictions();
-        let mut open = 0;
-        for status in [PredictionStatus::Starting, PredictionStatus::Processing] {
-            open += predictions.list_for_account(&account, Some(status), 0, 1).await?.1;
-        }
-        anyhow::Ok(open)
-    };
-    let settle = || async {
-        // Done when nothing is left unfinished, plus time for the last webhooks to be recorded.
-        loop {
-            let open = unfinished().await?;
-            if open == 0 {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                return anyhow::Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
-    for r in run_batch(20).await {
-        r?;
-    }
-    settle().await?;
-    let pages = [
-        ("api", format!("{base}/metrics")),
-        ("runner", format!("http://{runner_metrics}/metrics")),
-        ("notifier", format!("http://{notifier_metrics}/metrics")),
-    ];
-    let mut before = BTreeMap::new();
-    for (service, url) in &pages {
-        before.insert(*service, commands(&http, url).await?);
-    }
-    for r in run_batch(options.predictions).await {
-        r?;
-    }
-    settle().await?;
-    let mut report = serde_json::Map::new();
-    let mut table = format!(
-        "MongoDB commands per prediction (demo/echo, webhook with all events, {} predictions)\n| service | command | per prediction |\n|---|---|---|\n",
-        options.predictions
-    );
-    let n = options.predictions as f64;
-    let (mut writes, mut reads) = (0.0, 0.0);
-    for (service, url) in &pages {
-        let after = commands(&http, url).await?;
-        let mut per = serde_json::Map::new();
-        for (command, total) in &after {
-            let delta = (total - before[service].get(command).copied().unwrap_or(0.0)) / n;
-            if delta > 0.0 {
-                table.push_str(&format!("| {service} | {command} | {delta:.2} |\n"));
-                per.insert(command.clone(), json!(delta));
-                match command.as_str() {
-                    "insert" | "update" | "delete" | "findAndModify" => writes += delta,
-                    "find" | "count" | "aggregate" | "getMore" => reads += delta,
-                    _ => {}
-                }
-            }
-        }
-        report.insert((*service).to_owned(), Value::Object(per));
-    }
-    table.push_str(&format!("| all | writes | {writes:.2} |\n| all | reads | {reads:.2} |"));
-    println!("{table}");
-    stop.cancel();
-    Ok(
-        json!({"scenario": "cost", "predictions": options.predictions, "per_prediction": report, "writes": writes, "reads": reads}),
-    )
+    run_batch(20).await?;
+    let before = cluster.snapshot().await?;
+    run_batch(predictions).await?;
+    Ok(cost(&before, &cluster.snapshot().await?, predictions))
 }
 
-async fn api_account(setup: &Setup) -> anyhow::Result<common::domain::AccountId> {
-    Ok(setup.store.accounts().find_by_name("bench").await?.context("the bench account")?.id)
+/// The cost as a table.
+pub fn table(cost: &Value) -> String {
+    let mut table = String::from(
+        "| service | CPU s per 1,000 | peak RSS | MongoDB writes | MongoDB reads | commands per prediction |\n|---|---|---|---|---|---|\n",
+    );
+    for (service, c) in cost["services"].as_object().into_iter().flatten() {
+        let commands: Vec<String> = c["mongodb_commands_per_prediction"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(command, n)| format!("{command} {n}"))
+            .collect();
+        table.push_str(&format!(
+            "| {service} | {} | {} MiB | {} | {} | {} |\n",
+            c["cpu_seconds_per_1000"],
+            c["peak_rss_mib"],
+            c["mongodb_writes_per_prediction"],
+            c["mongodb_reads_per_prediction"],
+            commands.join(", ")
+        ));
+    }
+    table.push_str(&format!(
+        "| all | {:.3} | | {} | {} | |\n",
+        cost["cpu_us_per_prediction"].as_f64().unwrap_or_default() / 1000.0,
+        cost["mongodb_writes_per_prediction"],
+        cost["mongodb_reads_per_prediction"]
+    ));
+    table
+}
+
+/// `bench cost`
+pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let mut cluster = Cluster::start(&[], true).await?;
+    let stop = CancellationToken::new();
+    let result = async {
+        cluster.add_runners(1, &ECHO_RUNNER).await?;
+        let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
+        measure(&mut cluster, &receiver, options.predictions).await
+    }
+    .await;
+    stop.cancel();
+    cluster.stop().await?;
+    let cost = result?;
+    println!("cost per prediction (demo/echo, webhook with all events)\n{}", table(&cost).trim_end());
+    Ok(json!({"scenario": "cost", "webhook_events": "all", "cost": cost}))
 }

@@ -7,17 +7,27 @@
 //!   notifier, and the latency from status event published to webhook received.
 //! - `bench runner`: demo/echo predictions per second through one runner.
 //! - `bench cog --url URL`: the latency a runner adds over calling a Cog server directly.
-//! - `bench cost`: MongoDB commands per prediction, per service.
+//! - `bench cost`: CPU, memory and MongoDB commands per prediction, per service process.
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
+//! - `bench scaling`: demo/sleep completions per second with 1, 2 and 4 runner processes.
+//! - `bench standard`: the standard set in one bounded run, with ratios and targets
+//!   (see [`standard`]); the tables also go to the `--out` file's name with `.md`.
 #![forbid(unsafe_code)]
 
 mod api_bench;
 mod baselines;
+mod cluster;
 mod cost_bench;
+mod e2e_bench;
 mod notifier_bench;
+mod processes;
+mod receiver;
 mod runner_bench;
+mod scaling_bench;
 mod setup;
+mod standard;
+mod standard_report;
 mod stats;
 
 use std::process::ExitCode;
@@ -48,6 +58,10 @@ enum Scenario {
     Baselines(baselines::Options),
     /// The api's throughput and latency at several concurrency levels.
     Api(api_bench::Options),
+    /// Runner scale-out with demo/sleep at 1, 2 and 4 runner processes.
+    Scaling(scaling_bench::Options),
+    /// The standard set: baselines, api, end to end, cost and runner scale-out.
+    Standard(standard::Options),
 }
 
 #[tokio::main]
@@ -64,6 +78,19 @@ async fn main() -> ExitCode {
         Scenario::Cost(options) => cost_bench::run(options).await,
         Scenario::Baselines(options) => baselines::run(options).await,
         Scenario::Api(options) => api_bench::run(options).await,
+        Scenario::Scaling(options) => scaling_bench::run(options).await,
+        Scenario::Standard(options) => {
+            let mut tables = String::new();
+            let results = standard::run(options, &mut tables).await;
+            if results.is_ok() {
+                println!("{tables}");
+                let md = std::path::Path::new(&cli.out).with_extension("md");
+                if let Err(e) = std::fs::write(&md, &tables) {
+                    eprintln!("could not write {}: {e}", md.display());
+                }
+            }
+            results
+        }
     };
     match result.and_then(|json| {
         std::fs::write(&cli.out, serde_json::to_vec_pretty(&json)?)?;

@@ -1,0 +1,237 @@
+//! The whole system as separate processes, as operators run it: one api, one notifier and any
+//! number of runners, on a scenario's own database and NATS prefix, each with a `/metrics`
+//! page (MongoDB commands counted by the driver) and its CPU time and peak memory in `/proc`.
+//! Logs go to files in a scratch directory that is removed when the run ends.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use common::domain::WebhookSecret;
+use serde_json::{Value, json};
+
+use crate::{
+    processes::{ServiceProcess, Usage},
+    setup::Setup,
+};
+
+/// How long a service may take to become ready, and to stop.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// A service process with the address of its metrics page.
+struct Member {
+    process: ServiceProcess,
+    metrics: String,
+}
+
+/// The running system.
+pub struct Cluster {
+    /// The scenario environment the processes were started with.
+    pub setup: Setup,
+    /// The api's base URL.
+    pub base: String,
+    /// An admin key of the account `bench`.
+    pub key: String,
+    /// The signing secret of the account `bench`.
+    pub secret: WebhookSecret,
+    api: Member,
+    notifier: Option<Member>,
+    runners: Vec<Member>,
+    logs: PathBuf,
+    http: reqwest::Client,
+}
+
+/// One service's resource use and MongoDB commands at a moment.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// CPU seconds and peak memory, by service (runners summed, their peak the largest).
+    pub usage: BTreeMap<&'static str, Usage>,
+    /// `mongodb_commands_total` by service and command.
+    pub commands: BTreeMap<&'static str, BTreeMap<String, f64>>,
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+impl Cluster {
+    /// Starts an api (and a notifier when `notifier` is set) on a fresh database and prefix
+    /// with `extra` settings, and creates the account `bench` with an admin key.
+    pub async fn start(extra: &[(&str, &str)], notifier: bool) -> anyhow::Result<Self> {
+        let api_addr = free_addr()?;
+        let base = format!("http://{api_addr}");
+        let mut vars = vec![
+            ("API_BIND", api_addr.to_string()),
+            ("PUBLIC_BASE_URL", base.clone()),
+            ("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true".into()),
+            ("DEFAULT_RATE_LIMIT_RPM", "100000000".into()),
+            ("RUST_LOG", std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".into())),
+        ];
+        vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        let setup = Setup::new(&vars.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await?;
+        runner::registry::register(&setup.store, &runner::models::builtin::all()).await?;
+        let config = api::config::ApiConfig::from_env(&setup.env())?;
+        let bootstrapped = api::admin::bootstrap(&config, "bench").await?;
+        let (key, secret) = (bootstrapped.key.expose().to_owned(), bootstrapped.secret);
+        let logs = std::env::temp_dir().join(format!("bench-logs-{}", setup.common.mongodb_database));
+        std::fs::create_dir_all(&logs)?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+        let api = Member {
+            process: ServiceProcess::spawn("api", &setup.vars, &logs.join("api.log"))?,
+            metrics: format!("{base}/metrics"),
+        };
+        let mut cluster = Self { setup, base, key, secret, api, notifier: None, runners: Vec::new(), logs, http };
+        cluster.await_ready(&format!("{}/ready", cluster.base)).await.context("the api did not become ready")?;
+        if notifier {
+            let member = cluster.spawn_with_metrics("notifier", "NOTIFIER_METRICS_BIND", &[])?;
+            cluster.await_ready(&member.metrics.replace("/metrics", "/health")).await?;
+            cluster.notifier = Some(member);
+        }
+        Ok(cluster)
+    }
+
+    /// Starts `count` more runners, each with `extra` settings, and waits until they serve.
+    pub async fn add_runners(&mut self, count: usize, extra: &[(&str, &str)]) -> anyhow::Result<()> {
+        for _ in 0..count {
+            let member = self.spawn_with_metrics("runner", "RUNNER_METRICS_BIND", extra)?;
+            self.await_ready(&member.metrics.replace("/metrics", "/health")).await.context("a runner did not start")?;
+            self.runners.push(member);
+        }
+        Ok(())
+    }
+
+    /// Stops every runner gracefully.
+    pub async fn stop_runners(&mut self) -> anyhow::Result<()> {
+        for member in self.runners.drain(..) {
+            member.process.stop(STOP_GRACE).await?;
+        }
+        Ok(())
+    }
+
+    /// How many runners are up.
+    pub fn runner_count(&self) -> usize {
+        self.runners.len()
+    }
+
+    fn spawn_with_metrics(&self, name: &'static str, bind_var: &str, extra: &[(&str, &str)]) -> anyhow::Result<Member> {
+        let bind = free_addr()?;
+        let mut vars = self.setup.vars.clone();
+        vars.insert(bind_var.into(), bind.to_string());
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let log = self.logs.join(format!("{name}-{}.log", self.runners.len()));
+        Ok(Member { process: ServiceProcess::spawn(name, &vars, &log)?, metrics: format!("http://{bind}/metrics") })
+    }
+
+    async fn await_ready(&self, url: &str) -> anyhow::Result<()> {
+        let poll = async {
+            loop {
+                if let Ok(r) = self.http.get(url).send().await
+                    && r.status().is_success()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(START_TIMEOUT, poll).await.with_context(|| format!("{url} did not answer 200"))
+    }
+
+    /// Resource use and MongoDB commands of every process now.
+    pub async fn snapshot(&mut self) -> anyhow::Result<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        let members = std::iter::once(&mut self.api).chain(self.notifier.as_mut()).chain(self.runners.iter_mut());
+        for member in members {
+            let name = member.process.name;
+            anyhow::ensure!(
+                !member.process.exited(),
+                "the {name} process exited; run with BENCH_KEEP_LOGS=1 for its log"
+            );
+            let usage = member.process.usage()?;
+            let total = snapshot.usage.entry(member.process.name).or_default();
+            total.cpu_seconds += usage.cpu_seconds;
+            total.peak_rss_kib = total.peak_rss_kib.max(usage.peak_rss_kib);
+            let counts = commands(&self.http, &member.metrics).await?;
+            let sums = snapshot.commands.entry(member.process.name).or_default();
+            for (command, n) in counts {
+                *sums.entry(command).or_default() += n;
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// Stops everything; keeps the logs only when `BENCH_KEEP_LOGS` is set.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.stop_runners().await?;
+        if let Some(member) = self.notifier.take() {
+            member.process.stop(STOP_GRACE).await?;
+        }
+        self.api.process.stop(STOP_GRACE).await?;
+        if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+            std::fs::remove_dir_all(&self.logs).ok();
+        } else {
+            println!("service logs kept in {}", self.logs.display());
+        }
+        Ok(())
+    }
+}
+
+/// `mongodb_commands_total` by command, from a `/metrics` page.
+pub async fn commands(http: &reqwest::Client, url: &str) -> anyhow::Result<BTreeMap<String, f64>> {
+    let text = http.get(url).send().await?.text().await?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("mongodb_commands_total{command=\""))
+        .filter_map(|l| l.split_once("\"} "))
+        .filter_map(|(c, n)| n.trim().parse().ok().map(|n| (c.to_owned(), n)))
+        .collect())
+}
+
+/// What each service used between two snapshots, per prediction: CPU microseconds, MongoDB
+/// writes and reads (and each command), and its peak memory at the end.
+pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
+    let n = predictions.max(1) as f64;
+    let mut services = serde_json::Map::new();
+    let (mut cpu_total, mut writes_total, mut reads_total) = (0.0, 0.0, 0.0);
+    for (service, usage) in &after.usage {
+        let cpu = usage.cpu_seconds - before.usage.get(service).map_or(0.0, |u| u.cpu_seconds);
+        let mut per_command = serde_json::Map::new();
+        let (mut writes, mut reads) = (0.0, 0.0);
+        for (command, total) in after.commands.get(service).into_iter().flatten() {
+            let delta = (total - before.commands.get(service).and_then(|c| c.get(command)).copied().unwrap_or(0.0)) / n;
+            if delta > 0.0 {
+                per_command.insert(command.clone(), json!(round(delta, 3)));
+                match command.as_str() {
+                    "insert" | "update" | "delete" | "findAndModify" => writes += delta,
+                    "find" | "count" | "aggregate" | "getMore" => reads += delta,
+                    _ => {}
+                }
+            }
+        }
+        cpu_total += cpu;
+        writes_total += writes;
+        reads_total += reads;
+        services.insert(
+            (*service).to_owned(),
+            json!({
+                "cpu_seconds_per_1000": round(cpu * 1000.0 / n, 3),
+                "peak_rss_mib": round(usage.peak_rss_kib as f64 / 1024.0, 1),
+                "mongodb_writes_per_prediction": round(writes, 3),
+                "mongodb_reads_per_prediction": round(reads, 3),
+                "mongodb_commands_per_prediction": per_command,
+            }),
+        );
+    }
+    json!({
+        "predictions": predictions,
+        "services": services,
+        "cpu_us_per_prediction": round(cpu_total * 1e6 / n, 1),
+        "mongodb_writes_per_prediction": round(writes_total, 3),
+        "mongodb_reads_per_prediction": round(reads_total, 3),
+    })
+}
+
+/// `x` rounded to `places` decimals.
+pub fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}

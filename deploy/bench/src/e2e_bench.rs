@@ -1,0 +1,204 @@
+//! End to end through the three services as processes, under an open loop: predictions of
+//! demo/echo are created at a fixed rate whatever the answers take (each with `Prefer: wait`
+//! and a webhook for `completed` only). Each sample is timed from the start of its create
+//! request to the client seeing `succeeded` (in the create answer, or by polling when the wait
+//! ran out) and to the signed `completed` webhook arriving at the local receiver.
+//!
+//! After the fixed rates, the rate doubles for shorter phases until p99 passes one second,
+//! anything fails, or `max_rate` is reached; the highest rate that held is the sustainable
+//! rate. Around each fixed phase the services' CPU, memory and MongoDB commands are read, so
+//! the same run yields the cost per prediction.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tokio::{task::JoinSet, time::Instant};
+
+use crate::{
+    cluster::{Cluster, cost},
+    receiver::Receiver,
+    stats::{Samples, ms},
+};
+
+/// How long a client waits in `Prefer`, and in all, for its prediction to finish.
+const PREFER_WAIT: &str = "wait=10";
+const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the webhooks of a phase may trail its last answer.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(15);
+/// The p99 above which a rate is not sustained.
+const SUSTAINED_P99: Duration = Duration::from_secs(1);
+
+/// The open-loop settings.
+pub struct Plan {
+    /// Fixed phases: (predictions per second, seconds); their costs are measured.
+    pub fixed: Vec<(u64, u64)>,
+    /// Seconds of each phase of the ramp after the fixed ones.
+    pub ramp_seconds: u64,
+    /// The ramp stops after this rate.
+    pub max_rate: u64,
+}
+
+/// One phase's outcome.
+pub struct Phase {
+    rate: u64,
+    seconds: u64,
+    offered: usize,
+    failed: usize,
+    first_error: Option<String>,
+    missing_webhooks: usize,
+    client: Samples,
+    webhook: Samples,
+    cost: Option<Value>,
+}
+
+impl Phase {
+    /// Whether every prediction succeeded and was announced within a p99 of one second.
+    pub fn sustained(&self) -> bool {
+        self.failed == 0
+            && self.missing_webhooks == 0
+            && self.client.percentile(99.0) <= SUSTAINED_P99
+            && self.webhook.percentile(99.0) <= SUSTAINED_P99
+    }
+
+    /// The phase as JSON.
+    pub fn json(&self) -> Value {
+        let p = |s: &Samples| json!({"p50_ms": ms(s.percentile(50.0)), "p95_ms": ms(s.percentile(95.0)), "p99_ms": ms(s.percentile(99.0))});
+        json!({
+            "rate_per_second": self.rate, "seconds": self.seconds, "offered": self.offered,
+            "failed": self.failed, "first_error": self.first_error, "missing_webhooks": self.missing_webhooks,
+            "create_to_succeeded": p(&self.client), "create_to_webhook": p(&self.webhook),
+            "sustained": self.sustained(), "cost": self.cost,
+        })
+    }
+
+    /// Offered rate, and the p50/p95/p99 of both latencies in milliseconds.
+    pub fn row(&self) -> (u64, [f64; 3], [f64; 3]) {
+        let p = |s: &Samples| [ms(s.percentile(50.0)), ms(s.percentile(95.0)), ms(s.percentile(99.0))];
+        (self.rate, p(&self.client), p(&self.webhook))
+    }
+
+    /// The measured cost, for fixed phases.
+    pub fn cost(&self) -> Option<&Value> {
+        self.cost.as_ref()
+    }
+
+    /// Predictions that failed or whose webhook did not arrive.
+    pub fn lost(&self) -> usize {
+        self.failed + self.missing_webhooks
+    }
+}
+
+/// Runs the plan against `cluster` (api, notifier and at least one runner of demo/echo).
+pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, plan: &Plan) -> anyhow::Result<Vec<Phase>> {
+    let http = reqwest::Client::builder().timeout(FINISH_TIMEOUT).build()?;
+    // Warm up connections, caches and the runner's consumer.
+    phase(cluster, &http, receiver, 20, 1).await?;
+    let mut phases = Vec::new();
+    for &(rate, seconds) in &plan.fixed {
+        let before = cluster.snapshot().await?;
+        let mut measured = phase(cluster, &http, receiver, rate, seconds).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await; // the last attempt records
+        measured.cost = Some(cost(&before, &cluster.snapshot().await?, measured.offered));
+        phases.push(measured);
+    }
+    let mut rate = plan.fixed.iter().map(|&(r, _)| r).max().unwrap_or(50);
+    while phases.last().is_some_and(Phase::sustained) && rate * 2 <= plan.max_rate {
+        rate *= 2;
+        phases.push(phase(cluster, &http, receiver, rate, plan.ramp_seconds).await?);
+    }
+    Ok(phases)
+}
+
+/// The highest rate that held, if any did.
+pub fn sustainable(phases: &[Phase]) -> Option<u64> {
+    phases.iter().filter(|p| p.sustained()).map(|p| p.rate).max()
+}
+
+async fn phase(
+    cluster: &Cluster,
+    http: &reqwest::Client,
+    receiver: &Receiver,
+    rate: u64,
+    seconds: u64,
+) -> anyhow::Result<Phase> {
+    let total = (rate * seconds) as usize;
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = JoinSet::new();
+    for n in 0..total {
+        ticker.tick().await;
+        let create = CreateRequest {
+            http: http.clone(),
+            base: cluster.base.clone(),
+            key: cluster.key.clone(),
+            hook: receiver.url.clone(),
+        };
+        tasks.spawn(create.run_to_completion(n));
+    }
+    let (mut succeeded, mut failed, mut first_error) = (Vec::new(), 0, None);
+    while let Some(outcome) = tasks.join_next().await {
+        match outcome? {
+            Ok(done) => succeeded.push(done),
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert_with(|| format!("{e:#}"));
+            }
+        }
+    }
+    let deadline = Instant::now() + WEBHOOK_TIMEOUT;
+    while Instant::now() < deadline && succeeded.iter().any(|(id, _, _)| receiver.completed_at(id).is_none()) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let webhooks: Vec<Duration> = succeeded
+        .iter()
+        .filter_map(|(id, started, _)| receiver.completed_at(id).map(|at| at.saturating_duration_since(*started)))
+        .collect();
+    Ok(Phase {
+        rate,
+        seconds,
+        offered: total,
+        failed,
+        first_error,
+        missing_webhooks: succeeded.len() - webhooks.len(),
+        client: Samples::new(succeeded.iter().map(|(_, _, latency)| *latency).collect()),
+        webhook: Samples::new(webhooks),
+        cost: None,
+    })
+}
+
+/// One client's create, then its wait for the outcome.
+struct CreateRequest {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    hook: String,
+}
+
+impl CreateRequest {
+    /// The prediction's id, when its request started, and how long until it was seen succeeded.
+    async fn run_to_completion(self, n: usize) -> anyhow::Result<(String, Instant, Duration)> {
+        let started = Instant::now();
+        let body = json!({"input": {"prompt": format!("e2e {n}")}, "webhook": self.hook, "webhook_events_filter": ["completed"]});
+        let response = self
+            .http
+            .post(format!("{}/v1/models/demo/echo/predictions", self.base))
+            .bearer_auth(&self.key)
+            .header("prefer", PREFER_WAIT)
+            .json(&body)
+            .send()
+            .await?;
+        anyhow::ensure!(response.status().is_success(), "create answered {}", response.status());
+        let mut prediction: Value = response.json().await?;
+        let id = prediction["id"].as_str().context("the answer has no id")?.to_owned();
+        while matches!(prediction["status"].as_str(), Some("starting" | "processing")) {
+            anyhow::ensure!(started.elapsed() < FINISH_TIMEOUT, "{id} did not finish within {FINISH_TIMEOUT:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let url = format!("{}/v1/predictions/{id}", self.base);
+            prediction = self.http.get(url).bearer_auth(&self.key).send().await?.error_for_status()?.json().await?;
+        }
+        let elapsed = started.elapsed();
+        anyhow::ensure!(prediction["status"] == "succeeded", "{id} ended {}", prediction["status"]);
+        Ok((id, started, elapsed))
+    }
+}

@@ -1,0 +1,133 @@
+//! Service processes of a benchmark run: the release binaries `api`, `runner` and `notifier`
+//! (built next to `bench` by `deploy/bench/run`) started with a scenario's settings, their
+//! CPU time and peak resident memory read from `/proc`, and a graceful stop (SIGTERM, then
+//! SIGKILL after a bounded wait) so no run leaves a process behind.
+
+use std::{collections::HashMap, path::PathBuf, process::Stdio, time::Duration};
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+/// One running service process.
+pub struct ServiceProcess {
+    /// `api`, `runner` or `notifier`.
+    pub name: &'static str,
+    child: Child,
+    pid: u32,
+}
+
+/// What a process has used so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// User plus system CPU seconds.
+    pub cpu_seconds: f64,
+    /// Peak resident set size (`VmHWM`), in KiB.
+    pub peak_rss_kib: u64,
+}
+
+impl ServiceProcess {
+    /// Starts the release binary `name` with exactly `vars` as its environment (plus `PATH`),
+    /// its output appended to `log`.
+    pub fn spawn(name: &'static str, vars: &HashMap<String, String>, log: &std::path::Path) -> anyhow::Result<Self> {
+        let binary = binary(name)?;
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let child = Command::new(&binary)
+            .env_clear()
+            .envs(vars)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let pid = child.id().context("the process has no pid")?;
+        Ok(Self { name, child, pid })
+    }
+
+    /// CPU time and peak memory so far.
+    pub fn usage(&self) -> anyhow::Result<Usage> {
+        usage_of(self.pid).with_context(|| format!("reading /proc for {} ({})", self.name, self.pid))
+    }
+
+    /// Whether the process has exited already (it should not have).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL. Returns its last usage.
+    pub async fn stop(mut self, grace: Duration) -> anyhow::Result<Usage> {
+        let last = self.usage().unwrap_or_default();
+        let status = Command::new("kill").args(["-TERM", &self.pid.to_string()]).status().await?;
+        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.pid);
+        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+            tracing::warn!(service = self.name, "did not stop within {grace:?}; killing it");
+            self.child.kill().await?;
+        }
+        Ok(last)
+    }
+}
+
+/// The path of a release binary built next to this one.
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name(name);
+    anyhow::ensure!(path.exists(), "{} is missing; build it with cargo build --release -p {name}", path.display());
+    Ok(path)
+}
+
+/// Clock ticks per second, the unit of CPU times in `/proc/<pid>/stat` (100 on Linux builds
+/// for every common architecture; `getconf` confirms it when available).
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn usage_of(pid: u32) -> anyhow::Result<Usage> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(Usage { cpu_seconds: cpu_ticks(&stat)? as f64 / clock_ticks(), peak_rss_kib: peak_rss_kib(&status)? })
+}
+
+/// `utime + stime` from a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces
+/// and parentheses, so fields are counted from the last `)`.
+fn cpu_ticks(stat: &str) -> anyhow::Result<u64> {
+    let rest = stat.rsplit_once(')').context("no ')' in stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name come field 3 (state) onwards; utime and stime are fields 14 and 15.
+    let field = |n: usize| -> anyhow::Result<u64> { Ok(fields.get(n - 3).context("short stat")?.parse()?) };
+    Ok(field(14)? + field(15)?)
+}
+
+/// `VmHWM` from `/proc/<pid>/status`, in KiB.
+fn peak_rss_kib(status: &str) -> anyhow::Result<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM in status")?;
+    Ok(line.trim_start_matches("VmHWM:").trim().trim_end_matches("kB").trim().parse()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_count_from_the_last_parenthesis() {
+        let stat = "4242 (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 1 0 0";
+        assert_eq!(cpu_ticks(stat).expect("parses"), 300);
+    }
+
+    #[test]
+    fn peak_rss_is_read_from_vmhwm() {
+        let status = "Name:\tapi\nVmPeak:\t  900 kB\nVmHWM:\t   12345 kB\nVmRSS:\t 1000 kB\n";
+        assert_eq!(peak_rss_kib(status).expect("parses"), 12345);
+    }
+
+    #[test]
+    fn this_process_has_used_some_cpu_and_memory() {
+        let usage = usage_of(std::process::id()).expect("readable");
+        assert!(usage.peak_rss_kib > 0);
+        assert!(usage.cpu_seconds >= 0.0);
+    }
+}

@@ -1,0 +1,145 @@
+//! Runner scale-out: `demo/sleep` predictions of `SLEEP_SECONDS` each, served by 1, 2 and then
+//! 4 runner processes with the same per-runner concurrency. Before each step a backlog larger
+//! than the runners can finish in the window is created, so the runners, not the client, set
+//! the pace; completions are counted from the status events (`completed`) on NATS over a fixed
+//! window after a short warm-up. The ideal is runners × concurrency / `SLEEP_SECONDS`.
+
+use std::{collections::HashSet, time::Duration};
+
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, stream};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::cluster::{Cluster, round};
+
+/// Seconds each prediction sleeps.
+pub const SLEEP_SECONDS: f64 = 0.5;
+const WARM_UP: Duration = Duration::from_secs(2);
+/// How long after the window events are still read.
+const EVENT_LAG: Duration = Duration::from_secs(2);
+
+/// One step's outcome.
+pub struct Step {
+    /// Runner processes.
+    pub runners: usize,
+    /// Completions per second measured.
+    pub per_second: f64,
+    /// Runners × concurrency / sleep.
+    pub ideal: f64,
+}
+
+/// Measures 1, 2 and 4 runners at `concurrency` each over `window`. Stops any runners of the
+/// cluster first, and leaves the sleep runners to be stopped with it.
+pub async fn measure(cluster: &mut Cluster, concurrency: usize, window: Duration) -> anyhow::Result<Vec<Step>> {
+    cluster.stop_runners().await?;
+    let concurrency_text = concurrency.to_string();
+    let runner_settings = [("RUNNER_MODELS", "demo/sleep"), ("RUNNER_CONCURRENCY", concurrency_text.as_str())];
+    let mut events = cluster.setup.bus.client().subscribe(cluster.setup.bus.subjects().all_events()).await?;
+    let mut steps = Vec::new();
+    for runners in [1, 2, 4] {
+        let ideal = (runners * concurrency) as f64 / SLEEP_SECONDS;
+        let backlog = (ideal * (WARM_UP + window + Duration::from_secs(2)).as_secs_f64()).ceil() as usize;
+        create_backlog(cluster, backlog).await?;
+        cluster.add_runners(runners - cluster.runner_count(), &runner_settings).await?;
+        tokio::time::sleep(WARM_UP).await;
+        // Completions are counted by their `completed_at`, so events that reach this process
+        // late still count in the right window; each prediction counts once (a republished
+        // event reaches plain subscribers twice).
+        let opened = Utc::now();
+        let closes = opened + chrono::Duration::from_std(window)?;
+        let read_until = Instant::now() + window + EVENT_LAG;
+        let mut completed = HashSet::new();
+        while let Ok(Some(message)) = tokio::time::timeout_at(read_until, events.next()).await {
+            let event: Value = serde_json::from_slice(&message.payload).unwrap_or_default();
+            let at = event["prediction"]["completed_at"].as_str().and_then(|t| t.parse::<DateTime<Utc>>().ok());
+            if event["event"] == "completed"
+                && let (Some(id), Some(at)) = (event["prediction_id"].as_str(), at)
+                && (opened..closes).contains(&at)
+            {
+                completed.insert(id.to_owned());
+            }
+        }
+        let per_second = completed.len() as f64 / window.as_secs_f64();
+        steps.push(Step { runners, per_second, ideal });
+    }
+    Ok(steps)
+}
+
+/// Creates `count` demo/sleep predictions as fast as the api takes them.
+async fn create_backlog(cluster: &Cluster, count: usize) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/models/demo/sleep/predictions", cluster.base);
+    let body = json!({"input": {"seconds": SLEEP_SECONDS}}).to_string();
+    let results: Vec<anyhow::Result<()>> = stream::iter(0..count)
+        .map(|_| {
+            let request = http.post(&url).bearer_auth(&cluster.key).header("content-type", "application/json");
+            let body = body.clone();
+            async move {
+                let response = request.body(body).send().await?;
+                anyhow::ensure!(response.status() == 201, "create answered {}", response.status());
+                Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// The steps as JSON.
+pub fn json(steps: &[Step], concurrency: usize, window: Duration) -> Value {
+    json!({
+        "model": "demo/sleep", "sleep_seconds": SLEEP_SECONDS, "concurrency_per_runner": concurrency,
+        "window_seconds": window.as_secs_f64(),
+        "steps": steps.iter().map(|s| json!({
+            "runners": s.runners, "completions_per_second": round(s.per_second, 2),
+            "ideal_per_second": s.ideal, "ratio_to_ideal": round(s.per_second / s.ideal, 3),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Options of `bench scaling`.
+#[derive(clap::Args)]
+pub struct Options {
+    /// Predictions running at once in each runner.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Seconds each step is measured.
+    #[arg(long, default_value_t = 8)]
+    seconds: u64,
+}
+
+/// `bench scaling`
+pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let mut cluster = Cluster::start(&[], false).await?;
+    let window = Duration::from_secs(options.seconds);
+    let steps = measure(&mut cluster, options.concurrency, window).await;
+    cluster.stop().await?;
+    let results = json(&steps?, options.concurrency, window);
+    println!("{}", table(&results).trim_end());
+    Ok(json!({"scenario": "scaling", "scaling": results}))
+}
+
+/// The results of [`json`] as a table.
+pub fn table(scaling: &Value) -> String {
+    let mut out = format!(
+        "runner scale-out (demo/sleep {} s, {} per runner)\n\n\
+         | runners | completions/s | ideal | ratio to ideal | ratio to 1 runner |\n|---|---|---|---|---|\n",
+        scaling["sleep_seconds"], scaling["concurrency_per_runner"]
+    );
+    let steps = scaling["steps"].as_array().cloned().unwrap_or_default();
+    let rate = |s: &Value| s["completions_per_second"].as_f64().unwrap_or(f64::NAN);
+    let one = steps.first().map_or(f64::NAN, rate);
+    for s in &steps {
+        out.push_str(&format!(
+            "| {} | {:.1} | {} | {} | {:.2} |\n",
+            s["runners"],
+            rate(s),
+            s["ideal_per_second"],
+            s["ratio_to_ideal"],
+            rate(s) / one
+        ));
+    }
+    out
+}

@@ -1,0 +1,168 @@
+//! How `bench standard` reports: its figures as JSON and as Markdown tables, every figure next
+//! to its baseline as a ratio, and the benchmark issue's targets checked against them.
+
+use serde_json::{Value, json};
+
+use crate::{
+    api_bench,
+    baselines::Baselines,
+    cluster::round,
+    cost_bench,
+    e2e_bench::{self, Phase},
+    scaling_bench,
+};
+
+/// Everything the standard set measured.
+pub struct Measured {
+    /// Raw server rates.
+    pub baselines: Baselines,
+    /// The api alone.
+    pub api: Vec<api_bench::Row>,
+    /// The end-to-end phases, fixed ones first.
+    pub e2e: Vec<Phase>,
+    /// The cost with a webhook for every event.
+    pub all_events: Value,
+    /// Runner scale-out.
+    pub scaling: Value,
+}
+
+/// A target of the benchmark issue, with what was measured against it.
+struct Target {
+    name: &'static str,
+    measured: String,
+    met: bool,
+}
+
+impl Measured {
+    /// Milliseconds one raw insert takes at one in flight.
+    fn raw_insert_ms(&self) -> f64 {
+        1000.0 / self.baselines.insert.get(&1).copied().unwrap_or(f64::NAN)
+    }
+
+    /// The cost of the fixed phase at `rate`.
+    fn cost_at(&self, rate: u64) -> Option<&Value> {
+        self.e2e.iter().find(|p| p.row().0 == rate).and_then(Phase::cost)
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        let mut targets = Vec::new();
+        if let Some(cost) = self.cost_at(200) {
+            let (writes, reads) =
+                (num(&cost["mongodb_writes_per_prediction"]), num(&cost["mongodb_reads_per_prediction"]));
+            targets.push(Target {
+                name: "at most 4 MongoDB writes and 1 read per prediction (200/s, webhook for completed)",
+                measured: format!("{writes:.2} writes, {reads:.2} reads"),
+                met: writes <= 4.0 && reads <= 1.0,
+            });
+            let cpu = num(&cost["cpu_us_per_prediction"]);
+            targets.push(Target {
+                name: "at most 300 µs of CPU per prediction over the three services (200/s)",
+                measured: format!("{cpu:.0} µs"),
+                met: cpu <= 300.0,
+            });
+        }
+        let (writes, reads) = (
+            num(&self.all_events["mongodb_writes_per_prediction"]),
+            num(&self.all_events["mongodb_reads_per_prediction"]),
+        );
+        targets.push(Target {
+            name: "the same with a webhook for every event",
+            measured: format!("{writes:.2} writes, {reads:.2} reads"),
+            met: writes <= 4.0 && reads <= 1.0,
+        });
+        if let Some(phase) = self.e2e.iter().find(|p| p.row().0 == 50) {
+            let p99 = phase.row().2[2];
+            targets.push(Target {
+                name: "create-to-webhook p99 under 100 ms at 50 predictions/s",
+                measured: format!("{p99:.1} ms"),
+                met: p99 < 100.0 && phase.lost() == 0,
+            });
+        }
+        let best =
+            |request: &str| self.api.iter().filter(|r| r.request == request).map(|r| r.per_second).fold(0.0, f64::max);
+        let best_insert = self.baselines.insert.values().copied().fold(0.0, f64::max);
+        let ratio = best("create") / best_insert;
+        targets.push(Target {
+            name: "api creates/s at least 70% of raw inserts/s (best level of each)",
+            measured: format!("{:.0} / {best_insert:.0} = {:.0}%", best("create"), ratio * 100.0),
+            met: ratio >= 0.7,
+        });
+        targets
+    }
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// The results as JSON.
+pub fn json(m: &Measured) -> Value {
+    let sustainable = e2e_bench::sustainable(&m.e2e);
+    let insert_32 = m.baselines.insert.get(&32).copied();
+    json!({
+        "baselines": m.baselines.json(),
+        "api": api_bench::json(&m.api, Some(&m.baselines)),
+        "end_to_end": {
+            "model": "demo/echo", "webhook_events_filter": ["completed"], "client": "Prefer: wait=10, then polling",
+            "raw_insert_ms_at_1": round(m.raw_insert_ms(), 3),
+            "phases": m.e2e.iter().map(Phase::json).collect::<Vec<_>>(),
+            "highest_sustained_rate_per_second": sustainable,
+            "sustained_rate_over_raw_inserts_at_32": sustainable.zip(insert_32).map(|(s, i)| round(s as f64 / i, 3)),
+        },
+        "cost_webhook_all_events": m.all_events,
+        "scaling": m.scaling,
+        "targets": m.targets().iter().map(|t| json!({"target": t.name, "measured": t.measured, "met": t.met})).collect::<Vec<_>>(),
+    })
+}
+
+/// The results as Markdown tables.
+pub fn tables(m: &Measured) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("## Baselines\n\n{}\n", m.baselines.table()));
+    out.push_str(&format!(
+        "## API alone (closed loop)\n\nratio = the api's rate / the raw rate at the same number in flight\n\n{}\n",
+        api_bench::table(&m.api, Some(&m.baselines))
+    ));
+    let raw = m.raw_insert_ms();
+    out.push_str(&format!(
+        "## End to end (open loop, demo/echo, webhook for `completed`)\n\n\
+         ratio = create-to-webhook p50 / one raw insert at 1 in flight ({raw:.3} ms)\n\n\
+         | offered /s | to succeeded p50 | p95 | p99 | to webhook p50 | p95 | p99 | lost | sustained | p50 ratio |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n"
+    ));
+    for phase in &m.e2e {
+        let (rate, c, w) = phase.row();
+        out.push_str(&format!(
+            "| {rate} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {} | {} | {:.1} |\n",
+            c[0],
+            c[1],
+            c[2],
+            w[0],
+            w[1],
+            w[2],
+            phase.lost(),
+            if phase.sustained() { "yes" } else { "no" },
+            w[0] / raw
+        ));
+    }
+    let insert_32 = m.baselines.insert.get(&32).copied().unwrap_or(f64::NAN);
+    match e2e_bench::sustainable(&m.e2e) {
+        Some(rate) => out.push_str(&format!(
+            "\nhighest sustained rate (p99 ≤ 1 s, nothing lost): {rate}/s = {:.2} × raw inserts/s at 32 in flight ({insert_32:.0})\n\n",
+            rate as f64 / insert_32
+        )),
+        None => out.push_str("\nno rate was sustained\n\n"),
+    }
+    for rate in [50, 200] {
+        if let Some(cost) = m.cost_at(rate) {
+            out.push_str(&format!("## Cost at {rate}/s (webhook for `completed`)\n\n{}\n", cost_bench::table(cost)));
+        }
+    }
+    out.push_str(&format!("## Cost with a webhook for every event\n\n{}\n", cost_bench::table(&m.all_events)));
+    out.push_str(&format!("## Runner scale-out\n\n{}", scaling_bench::table(&m.scaling)));
+    out.push_str("\n## Targets\n\n| target | measured | met |\n|---|---|---|\n");
+    for t in m.targets() {
+        out.push_str(&format!("| {} | {} | {} |\n", t.name, t.measured, if t.met { "yes" } else { "no" }));
+    }
+    out
+}
