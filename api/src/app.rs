@@ -4,7 +4,8 @@
 //!
 //! Middleware, outermost first (then, per route, request metrics — see [`crate::metrics`]): request id (set, or kept from the client's `X-Request-Id`) →
 //! tracing span per request → `X-Request-Id` copied to the response → problem+json rendering
-//! → rate-limit headers → panic catching → request timeout → body limit (1 MiB) → routes.
+//! → rate-limit headers → panic catching → request timeout → body limit (1 MiB) → the handler
+//! in its own task ([`crate::run_to_completion`]) → routes.
 
 use std::{future::IntoFuture, sync::Arc, time::Duration};
 
@@ -33,6 +34,7 @@ use crate::{
     metrics::{self, HttpMetrics},
     ratelimit::rate_limit_headers,
     routes,
+    run_to_completion::run_to_completion,
     state::AppState,
 };
 
@@ -87,7 +89,8 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn(rate_limit_headers))
         .layer(CatchPanicLayer::new())
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(run_to_completion));
     let metrics = Arc::new(HttpMetrics::new());
     let serve_metrics = {
         let (metrics, store) = (metrics.clone(), state.store.clone());

@@ -20,6 +20,7 @@ pub mod models;
 pub mod openapi;
 pub mod ratelimit;
 pub mod routes;
+pub mod run_to_completion;
 pub mod state;
 pub mod validate;
 pub mod wait;

@@ -40,14 +40,19 @@ pub struct Liveness {
     )
 )]
 pub async fn ready(State(state): State<AppState>) -> impl IntoResponse {
-    let (db, bus) = tokio::join!(tokio::time::timeout(CHECK_TIMEOUT, state.store.ping()), state.bus.ping());
+    // The ping runs in its own task: a timed-out ping left to finish, not dropped halfway
+    // (see `crate::run_to_completion` for what dropping a driver operation costs).
+    let store = state.store.clone();
+    let ping = tokio::spawn(async move { store.ping().await.map_err(|e| e.to_string()) });
+    let (db, bus) = tokio::join!(tokio::time::timeout(CHECK_TIMEOUT, ping), state.bus.ping());
+    let db = db.map(|joined| joined.map_err(|e| e.to_string()).and_then(|r| r));
     let db_ok = matches!(db, Ok(Ok(())));
     if db_ok && bus.is_ok() {
         return (StatusCode::OK, Json(Readiness { status: "ready", version: Some(common::VERSION) }));
     }
     let db_error = match db {
         Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e.to_string()),
+        Ok(Err(e)) => Some(e),
         Err(_) => Some("no answer within 2 s".to_owned()),
     };
     tracing::warn!(mongodb = ?db_error, nats = ?bus.err().map(|e| e.to_string()), "not ready");

@@ -5,6 +5,7 @@ mod api_keys;
 mod bad_input;
 mod builtin_models;
 mod cancel;
+mod disconnects;
 mod end_to_end;
 mod fuzz;
 mod harness;
