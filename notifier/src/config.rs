@@ -10,6 +10,7 @@
 //! | `NOTIFIER_METRICS_BIND` | none | where to serve `/metrics` and `/health` (off when unset) |
 //! | `NOTIFIER_PER_TARGET` | `8` | deliveries in flight at once to one `host:port` |
 //! | `NOTIFIER_SECRET_CACHE_SECONDS` | `5` | how long opened signing secrets are reused |
+//! | `NOTIFIER_RECORD_LINGER_SECONDS` | `0.02` | how long attempt records gather before one write stores them (acknowledgements wait for it, webhooks do not) |
 
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ pub struct NotifierConfig {
     /// `NOTIFIER_SECRET_CACHE_SECONDS`: how long opened secrets are reused (a rotation takes
     /// effect within this time).
     pub secret_cache: Duration,
+    /// `NOTIFIER_RECORD_LINGER_SECONDS`: how long attempt records gather for one write.
+    pub record_linger: Duration,
 }
 
 impl NotifierConfig {
@@ -51,6 +54,11 @@ impl NotifierConfig {
         let concurrency: usize = env.parse("NOTIFIER_CONCURRENCY", 64)?;
         if concurrency == 0 {
             return Err(bad("NOTIFIER_CONCURRENCY", "must be at least 1".into()));
+        }
+        let record_linger = env.seconds("NOTIFIER_RECORD_LINGER_SECONDS", Duration::from_millis(20))?;
+        if record_linger > Duration::from_secs(1) {
+            // Acknowledgements wait for the write; a long linger would only delay them.
+            return Err(bad("NOTIFIER_RECORD_LINGER_SECONDS", "must be at most 1 second".into()));
         }
         Ok(Self {
             common: CommonConfig::from_env(env)?,
@@ -65,6 +73,34 @@ impl NotifierConfig {
                 .map(|_| env.parse("NOTIFIER_METRICS_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0))))
                 .transpose()?,
             secret_cache: env.seconds("NOTIFIER_SECRET_CACHE_SECONDS", Duration::from_secs(5))?,
+            record_linger,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use common::crypto::MasterKey;
+
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<NotifierConfig, ConfigError> {
+        let mut map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        map.insert("MASTER_KEY".into(), MasterKey::generate_base64());
+        NotifierConfig::from_env(&Env::from_fn(|k| map.get(k).cloned()))
+    }
+
+    #[test]
+    fn attempt_records_linger_twenty_milliseconds_by_default() {
+        assert_eq!(config(&[]).expect("valid").record_linger, Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_record_linger_over_a_second_is_refused_by_name() {
+        let err = config(&[("NOTIFIER_RECORD_LINGER_SECONDS", "2")]).expect_err("too long");
+        assert_eq!(err.var, "NOTIFIER_RECORD_LINGER_SECONDS");
+        assert!(config(&[("NOTIFIER_RECORD_LINGER_SECONDS", "0")]).is_ok(), "zero writes at once");
     }
 }

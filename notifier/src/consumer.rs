@@ -6,7 +6,10 @@
 //! after the delay, to whichever replica pulls next. Nothing about pending retries lives in a
 //! notifier's memory, so a notifier killed between attempts loses nothing: the message is
 //! simply delivered again (at the latest after `ack_wait`). The attempt number is one more
-//! than the attempts recorded for the event's `webhook-id`. After the last attempt the
+//! than the attempts made before: known from this replica's [`crate::ledger`] when it handled
+//! every earlier delivery, else counted from the records of the event's `webhook-id`. Each
+//! attempt's record is stored ([`crate::recorder`], several per write) before its message is
+//! acknowledged or handed back. After the last attempt the
 //! delivery is recorded as failed and the message terminated. Before sending, an event waits
 //! for its turn in its prediction's lane ([`crate::lanes`]) and for a slot at its target
 //! ([`crate::targets`]).
@@ -39,6 +42,8 @@ use crate::{
     config::NotifierConfig,
     deliver::{AttemptResult, Deliverer, Webhook},
     lanes::{Lanes, Verdict},
+    ledger::DeliveryLedger,
+    recorder::AttemptRecorder,
     retry::RetrySchedule,
     secrets::SecretCache,
     targets::Targets,
@@ -58,8 +63,12 @@ pub struct Notifier {
     pub deliverer: Deliverer,
     /// Signing secrets by account.
     pub secrets: SecretCache,
-    /// Where attempts are recorded.
+    /// Where attempts are counted (when the ledger does not know).
     pub attempts: WebhookAttempts,
+    /// Stores attempt records, several per write.
+    pub recorder: AttemptRecorder,
+    /// This replica's memory of the deliveries it handed back.
+    pub ledger: DeliveryLedger,
     /// When to retry.
     pub schedule: RetrySchedule,
     /// Per-prediction order and throttling.
@@ -141,7 +150,7 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
             tracing::debug!("stale retry after the prediction's completed webhook; dropped");
             return acknowledge(&message, AckKind::Ack).await;
         };
-        let _turn = lane.turn().await;
+        let turn = lane.turn().await;
         match lane.verdict(change.event, change.seq) {
             Verdict::Superseded => {
                 tracing::debug!("superseded by a newer state of the prediction; dropped");
@@ -149,64 +158,94 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
             }
             Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
         }
-        let Some(_slot) = notifier.targets.acquire(&url).await else {
+        let webhook_id = change.message_id();
+        let delivery = message.info().map(|i| i.delivered).unwrap_or(1);
+        let Some(slot) = notifier.targets.acquire(&url).await else {
             tracing::debug!("target at its concurrency limit; handed back for a moment");
+            notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
             return acknowledge(&message, AckKind::Nak(Some(TARGET_BUSY_RETRY))).await;
         };
-        let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
-        let attempt = match notifier.attempt_number(&change, delivered).await {
+        let before = match notifier.attempts_before(&webhook_id, delivery).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "attempt count unavailable; retrying");
+                notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
                 return acknowledge(&message, AckKind::Nak(Some(DEPENDENCY_RETRY))).await;
             }
         };
-        let disposition = notifier.attempt(&change, &url, attempt).await;
+        let attempt = before.saturating_add(1);
+        let (record, disposition) = match notifier.attempt(&change, &url, attempt).await {
+            Outcome::Attempted { record, disposition } => (record, disposition),
+            Outcome::NotAttempted(disposition) => {
+                notifier.ledger.handed_back(&webhook_id, delivery, before);
+                return acknowledge(&message, disposition.ack_kind()).await;
+            }
+        };
+        drop(slot);
         if disposition == Disposition::Ack {
             lane.delivered(change.event);
             if change.event == common::domain::WebhookEvent::Completed {
                 notifier.lanes.finish(&change.prediction_id);
             }
         }
-        let kind = match disposition {
-            Disposition::Ack => AckKind::Ack,
-            Disposition::RetryAfter(delay) => AckKind::Nak(Some(delay)),
-            Disposition::Terminate => AckKind::Term,
-        };
-        acknowledge(&message, kind).await;
+        // The prediction's next event may go out while this record waits for its write.
+        drop(turn);
+        if let Err(e) = notifier.recorder.record(record).await {
+            tracing::warn!(error = %e, "attempt not recorded");
+        }
+        match disposition {
+            Disposition::RetryAfter(_) => notifier.ledger.handed_back(&webhook_id, delivery, attempt),
+            Disposition::Ack | Disposition::Terminate => notifier.ledger.finished(&webhook_id),
+        }
+        acknowledge(&message, disposition.ack_kind()).await;
     }
     .instrument(span)
     .await;
 }
 
-impl Notifier {
-    /// The number of this attempt: 1 on a first delivery, else one more than the attempts
-    /// recorded (handing a message back for a busy target is not an attempt).
-    async fn attempt_number(
-        &self,
-        change: &PredictionChanged,
-        delivered: i64,
-    ) -> Result<u32, common::store::StoreError> {
-        if delivered <= 1 {
-            return Ok(1);
+impl Disposition {
+    fn ack_kind(self) -> AckKind {
+        match self {
+            Disposition::Ack => AckKind::Ack,
+            Disposition::RetryAfter(delay) => AckKind::Nak(Some(delay)),
+            Disposition::Terminate => AckKind::Term,
         }
-        let recorded = self.attempts.count_for_webhook(&change.message_id()).await?;
-        Ok(u32::try_from(recorded).unwrap_or(u32::MAX).saturating_add(1))
+    }
+}
+
+/// What came of trying to deliver an event.
+enum Outcome {
+    /// A request was sent (or refused by policy): its record, and what to do with the message.
+    Attempted { record: WebhookAttempt, disposition: Disposition },
+    /// Nothing was sent (a dependency failed first).
+    NotAttempted(Disposition),
+}
+
+impl Notifier {
+    /// How many attempts of the event were made before delivery number `delivery` (handing a
+    /// message back for a busy target is not an attempt): from this replica's ledger when it
+    /// saw every earlier delivery, else counted from the records.
+    async fn attempts_before(&self, webhook_id: &str, delivery: i64) -> Result<u32, common::store::StoreError> {
+        if let Some(known) = self.ledger.attempts_before(webhook_id, delivery) {
+            return Ok(known);
+        }
+        let recorded = self.attempts.count_for_webhook(webhook_id).await?;
+        Ok(u32::try_from(recorded).unwrap_or(u32::MAX))
     }
 
-    async fn attempt(&self, change: &PredictionChanged, url: &WebhookUrl, attempt: u32) -> Disposition {
+    async fn attempt(&self, change: &PredictionChanged, url: &WebhookUrl, attempt: u32) -> Outcome {
         let secrets = match self.secrets.get(&change.account_id).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = format!("{e:#}"), "signing secret unavailable; retrying");
-                return Disposition::RetryAfter(DEPENDENCY_RETRY);
+                return Outcome::NotAttempted(Disposition::RetryAfter(DEPENDENCY_RETRY));
             }
         };
         let body = match serde_json::to_vec(&change.prediction) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(error = %e, "payload does not serialize; event dropped");
-                return Disposition::Terminate;
+                return Outcome::NotAttempted(Disposition::Terminate);
             }
         };
         let webhook_id = change.message_id();
@@ -260,9 +299,6 @@ impl Notifier {
             outcome,
             at: DateTime::now(),
         };
-        if let Err(e) = self.attempts.record(&record).await {
-            tracing::warn!(error = %e, "attempt not recorded");
-        }
-        disposition
+        Outcome::Attempted { record, disposition }
     }
 }

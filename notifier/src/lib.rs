@@ -7,12 +7,16 @@
 //! - [`ssrf`]: which addresses a webhook may not reach.
 //! - [`lanes`]: one prediction's events in order, `output`/`logs` throttled, latest wins.
 //! - [`targets`]: a concurrency limit per receiver, so one cannot hold up the others.
+//! - [`recorder`]: attempt records stored before acknowledging, several per write.
+//! - [`ledger`]: which earlier deliveries of an event this replica handled, to number attempts.
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod consumer;
 pub mod deliver;
 pub mod lanes;
+pub mod ledger;
+pub mod recorder;
 pub mod retry;
 pub mod secrets;
 pub mod ssrf;
@@ -23,9 +27,12 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::NotifierConfig, consumer::Notifier, deliver::Deliverer, lanes::Lanes, secrets::SecretCache,
-    targets::Targets,
+    config::NotifierConfig, consumer::Notifier, deliver::Deliverer, lanes::Lanes, ledger::DeliveryLedger,
+    recorder::AttemptRecorder, secrets::SecretCache, targets::Targets,
 };
+
+/// How much longer than the longest retry delay the ledger remembers a handed-back event.
+const LEDGER_MARGIN: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Runs until `shutdown` fires.
 pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -42,6 +49,8 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         targets: Targets::new(config.per_target),
         dead_letters: store.dead_letters(),
         attempts: store.webhook_attempts(),
+        recorder: AttemptRecorder::start(store.webhook_attempts(), config.record_linger),
+        ledger: DeliveryLedger::new(config.retry_schedule.longest() + LEDGER_MARGIN),
         schedule: config.retry_schedule.clone(),
     });
     consumer::consume(&config, &bus, notifier, shutdown).await

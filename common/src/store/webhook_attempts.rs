@@ -72,6 +72,15 @@ impl WebhookAttempts {
         self.coll.insert_one(attempt).await.map(|_| ())
     }
 
+    /// Records several attempts with one command (unordered: one failing document does not
+    /// stop the others; the error reports it).
+    pub async fn record_many(&self, attempts: &[WebhookAttempt]) -> Result<(), StoreError> {
+        if attempts.is_empty() {
+            return Ok(());
+        }
+        self.coll.insert_many(attempts).ordered(false).await.map(|_| ())
+    }
+
     /// How many attempts of the delivery `webhook_id` are recorded.
     pub async fn count_for_webhook(&self, webhook_id: &str) -> Result<u64, StoreError> {
         self.coll.count_documents(doc! { "webhook_id": webhook_id }).await

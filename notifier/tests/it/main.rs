@@ -5,4 +5,5 @@ mod delivery;
 mod fixture;
 mod isolation;
 mod receiver;
+mod recording;
 mod signatures;
