@@ -53,6 +53,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
 pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let grace = config.shutdown_grace;
     let state = connect(config).await?;
+    let background = state.background.clone();
     let app = app(state);
     tracing::info!(addr = %listener.local_addr()?, "api listening");
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future();
@@ -61,6 +62,10 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
         () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(?grace, "requests still in flight after the grace period; closing them");
         }
+    }
+    background.close();
+    if tokio::time::timeout(grace, background.wait()).await.is_err() {
+        tracing::warn!("job confirmations still pending after the grace period; the reconciler covers them");
     }
     tracing::info!("api stopped");
     Ok(())

@@ -3,6 +3,7 @@
 use std::{ops::Deref, sync::Arc};
 
 use common::{bus::Bus, store::Store};
+use tokio_util::task::TaskTracker;
 
 use crate::{auth::KeyDirectory, config::ApiConfig, models::ModelCatalog, ratelimit::RateLimiter};
 
@@ -24,6 +25,9 @@ pub struct Shared {
     pub models: ModelCatalog,
     /// The per-key rate limit.
     pub rate_limiter: RateLimiter,
+    /// Work that outlives its request (confirming that a job was stored); waited for on
+    /// shutdown.
+    pub background: TaskTracker,
 }
 
 impl AppState {
@@ -33,6 +37,7 @@ impl AppState {
             keys: KeyDirectory::new(store.api_keys()),
             models: ModelCatalog::new(store.models()),
             rate_limiter: RateLimiter::new(bus.clone()),
+            background: TaskTracker::new(),
             config,
             store,
             bus,

@@ -1,13 +1,14 @@
 //! The per-key rate limit, shared by every api replica: at most `rate_limit_rpm` requests in
 //! any 60 seconds, estimated with a sliding-window counter.
 //!
-//! Each request adds one to its key's counter for the current minute, an atomic increment on a
-//! JetStream counter stream (`Nats-Incr`) that returns the new total: one round trip, no
-//! compare-and-swap races, whatever the number of replicas. The estimate weighs the previous
-//! minute's total by the part of it still inside the last 60 seconds:
-//! `previous × (1 − elapsed/60) + current`. The previous minute's total no longer changes, so
-//! each replica reads it once per key and minute and caches it. Every authenticated request
-//! counts, refused ones too, so a client that keeps hammering stays refused.
+//! Each key has a counter per minute on a JetStream counter stream (`Nats-Incr`: atomic
+//! increments that return the new total, no compare-and-swap races, whatever the number of
+//! replicas). [`limiter`] adds requests to it: in batches while a key is far below its limit,
+//! one by one close to it. The estimate weighs the previous minute's total by the part of it
+//! still inside the last 60 seconds: `previous × (1 − elapsed/60) + current`. The previous
+//! minute's total no longer changes, so each replica reads it once per key and minute and
+//! caches it. Every authenticated request counts, refused ones too, so a client that keeps
+//! hammering stays refused.
 //!
 //! If NATS cannot be reached the request is let through (and logged): an outage of the
 //! limiter should not take the API down with it.
@@ -15,10 +16,9 @@
 //! Every authenticated response carries `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 //! `X-RateLimit-Reset` (Unix seconds when the current minute ends); a 429 also `Retry-After: 60`.
 
-use std::{
-    sync::{Arc, Mutex},
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+mod limiter;
+
+use std::sync::{Arc, Mutex};
 
 use axum::{
     extract::Request,
@@ -26,7 +26,8 @@ use axum::{
     middleware::Next,
     response::Response,
 };
-use common::{bus::Bus, cache::TtlCache, domain::ApiKeyId, store::ApiKeyRecord};
+
+pub use limiter::RateLimiter;
 
 /// The window of the limit.
 pub const WINDOW_SECS: i64 = 60;
@@ -66,51 +67,6 @@ pub fn decide(limit: u32, previous: i64, current: i64, elapsed: f64, minute: i64
         limit,
         remaining: (limit_f - estimate.ceil()).max(0.0) as u32,
         reset: (minute + 1) * WINDOW_SECS,
-    }
-}
-
-/// Counts requests per key on JetStream.
-pub struct RateLimiter {
-    bus: Bus,
-    previous: TtlCache<(ApiKeyId, i64), i64>,
-}
-
-impl RateLimiter {
-    /// A limiter counting on `bus`.
-    pub fn new(bus: Bus) -> Self {
-        Self { bus, previous: TtlCache::new(Duration::from_secs(WINDOW_SECS as u64), 100_000) }
-    }
-
-    /// Counts one request of `key` and decides whether it may proceed.
-    pub async fn check(&self, key: &ApiKeyRecord) -> Decision {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
-        let minute = (now / WINDOW_SECS as f64).floor() as i64;
-        let elapsed = (now - (minute * WINDOW_SECS) as f64) / WINDOW_SECS as f64;
-        let subjects = self.bus.subjects();
-        let current = self.bus.increment_counter(subjects.rate_limit(&key.id, minute), 1).await;
-        let previous = match self.previous.get(&(key.id.clone(), minute - 1)) {
-            Some(total) => Ok(total),
-            None => {
-                let subject = subjects.rate_limit(&key.id, minute - 1);
-                let total = self.bus.read_counter(&subjects.rate_limit_stream(), &subject).await;
-                if let Ok(t) = total {
-                    self.previous.insert((key.id.clone(), minute - 1), t);
-                }
-                total
-            }
-        };
-        match (previous, current) {
-            (Ok(previous), Ok(current)) => decide(key.rate_limit_rpm, previous, current, elapsed, minute),
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(error = %e, key_id = %key.id, "rate limit not checked (NATS unavailable); request let through");
-                Decision {
-                    allowed: true,
-                    limit: key.rate_limit_rpm,
-                    remaining: key.rate_limit_rpm,
-                    reset: (minute + 1) * WINDOW_SECS,
-                }
-            }
-        }
     }
 }
 

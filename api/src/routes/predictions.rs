@@ -3,7 +3,8 @@
 //! Create validates everything before writing anything (`Prefer: wait` holds the response
 //! until the prediction ends, see [`crate::wait`]; `Idempotency-Key` returns the first
 //! prediction of a key, see [`crate::idempotency`]), stores the `starting` prediction, then
-//! publishes its job (`Nats-Msg-Id` = the prediction id). If the publish fails the prediction
+//! sends its job (`Nats-Msg-Id` = the prediction id) and answers without waiting for the
+//! stream's confirmation, which a background task awaits. If the publish fails the prediction
 //! is still accepted: it is stored, and the runner's reconciler republishes `starting`
 //! predictions whose job never reached the stream.
 
@@ -23,6 +24,7 @@ use common::{
 };
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::{
     auth::{Authorized, Caller, Read, Write},
@@ -92,11 +94,9 @@ pub async fn create(
         None => None,
     };
     let account = auth.caller.key.account_id.clone();
-    // The writes run in their own task: a client that disconnects cannot stop them halfway
-    // (a stored prediction without its job, or a claimed key without its prediction).
-    let writes =
-        tokio::spawn(store_and_publish(state.clone(), account.clone(), idempotency_key, prediction.clone(), model_ref));
-    match writes.await.map_err(|e| anyhow::anyhow!("the create task failed: {e}"))?? {
+    // A client that disconnects cannot stop the writes halfway: the handler runs to
+    // completion (see `run_to_completion`).
+    match store_and_publish(&state, &account, idempotency_key, &prediction, model_ref).await? {
         Claim::New => {}
         Claim::Existing(first) => return idempotency::replay(&state, &account, &first).await,
     }
@@ -115,32 +115,42 @@ pub async fn create(
     Ok(response)
 }
 
-/// Claims the idempotency key (if any), stores the prediction and publishes its job; returns
-/// the claim (an existing one means nothing was written).
+/// Claims the idempotency key (if any), stores the prediction and sends its job; returns the
+/// claim (an existing one means nothing was written). The client is answered once the job is
+/// sent; the stream's confirmation is awaited in the background (a job the stream did not
+/// store is republished by the runner's reconciler, as after any failed publish).
 async fn store_and_publish(
-    state: AppState,
-    account: AccountId,
+    state: &AppState,
+    account: &AccountId,
     idempotency_key: Option<String>,
-    prediction: Prediction,
+    prediction: &Prediction,
     model: ModelRef,
 ) -> Result<Claim, ApiError> {
     if let Some(key) = &idempotency_key
         && let Claim::Existing(first) =
-            state.store.idempotency_keys().claim(&account, key, &prediction.id, DateTime::now()).await?
+            state.store.idempotency_keys().claim(account, key, &prediction.id, DateTime::now()).await?
     {
         return Ok(Claim::Existing(first));
     }
-    if let Err(e) = state.store.predictions().insert(&prediction).await {
+    if let Err(e) = state.store.predictions().insert(prediction).await {
         if let Some(key) = &idempotency_key
-            && let Err(release) = state.store.idempotency_keys().release(&account, key, &prediction.id).await
+            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
         {
             tracing::warn!(error = %release, "idempotency key not released");
         }
         return Err(e.into());
     }
     let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model };
-    if let Err(e) = state.bus.publish_job(&job).await {
-        tracing::error!(error = %e, "job not published; the reconciler will republish it");
+    match state.bus.send_job(&job).await {
+        Ok(stored) => {
+            let confirm = async move {
+                if let Err(e) = stored.await {
+                    tracing::error!(error = %e, "job not stored; the reconciler will republish it");
+                }
+            };
+            state.background.spawn(confirm.instrument(tracing::Span::current()));
+        }
+        Err(e) => tracing::error!(error = %e, "job not published; the reconciler will republish it"),
     }
     Ok(Claim::New)
 }

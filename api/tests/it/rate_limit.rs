@@ -47,6 +47,33 @@ async fn two_api_replicas_together_allow_no_more_than_the_limit() {
 }
 
 #[tokio::test]
+async fn one_replica_admits_exactly_its_limit_though_it_counts_far_below_it_in_batches() {
+    // 400 a minute: the first requests are admitted locally and added in batches, the last
+    // ones before the limit are each decided on the shared counter.
+    const BATCHED_LIMIT: usize = 400;
+    let system = System::start_with(Options {
+        runner: false,
+        notifier: false,
+        env: vec![("DEFAULT_RATE_LIMIT_RPM", BATCHED_LIMIT.to_string())],
+    })
+    .await;
+    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
+    let key = created["key"].as_str().expect("key").to_owned();
+
+    let statuses: Vec<u16> = stream::iter(0..BATCHED_LIMIT + 100)
+        .map(|_| {
+            let request = system.with_key(Method::GET, "/v1/predictions?limit=1", &key);
+            async move { request.send().await.expect("sent").status().as_u16() }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let allowed = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(allowed, BATCHED_LIMIT, "exactly the limit on one replica");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 100);
+}
+
+#[tokio::test]
 async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() {
     let system = System::start_with(Options {
         runner: false,

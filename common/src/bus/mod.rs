@@ -138,6 +138,16 @@ impl Bus {
         self.publish_stored(subject, prediction_id.to_string(), encode(job)).await
     }
 
+    /// Sends a job without waiting for the stream to confirm it; the returned future resolves
+    /// once the jobs stream has stored it (for callers that answer first and confirm after).
+    pub async fn send_job(
+        &self,
+        job: &JobMessage,
+    ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
+        let JobMessage::RunPredictionV1 { prediction_id, model } = job;
+        self.send_stored(self.subjects.job(model, prediction_id), prediction_id.to_string(), encode(job)).await
+    }
+
     /// Whether the job of prediction `id` is still in the jobs stream (not yet acked).
     pub async fn job_exists(&self, model: &ModelRef, id: &PredictionId) -> Result<bool, BusError> {
         let stream = self.subjects.jobs_stream();
@@ -169,14 +179,26 @@ impl Bus {
     }
 
     async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {
-        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
+        self.send_stored(subject, msg_id, payload).await?.await
+    }
+
+    /// Sends a message to a stream (`Nats-Msg-Id` = `msg_id`) and returns the future that
+    /// resolves once the stream has stored it.
+    async fn send_stored(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+    ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
         let ack = self
             .js
             .send_publish(subject.clone(), PublishMessage::build().payload(payload).message_id(msg_id))
             .await
-            .map_err(|e| fail(e.into()))?;
-        ack.await.map_err(|e| fail(e.into()))?;
-        Ok(())
+            .map_err(|e| BusError::Publish { subject: subject.clone(), source: e.into() })?;
+        Ok(async move {
+            ack.await.map_err(|e| BusError::Publish { subject, source: e.into() })?;
+            Ok(())
+        })
     }
 
     /// Adds `by` to the counter `subject` and returns its new total.

@@ -1,0 +1,275 @@
+//! Counting requests per key and minute on the shared JetStream counters, mostly without a
+//! round trip per request.
+//!
+//! While a key is far below its limit, a request is admitted on what this replica knows (the
+//! total the counter last returned plus the requests it has admitted since) and only counted
+//! locally as `pending`; every [`FLUSH_INTERVAL`] a background task adds each key's pending
+//! requests to its counter with one increment. Local admission stops while `pending` would
+//! exceed [`LOCAL_SHARE`] of the headroom this replica sees (and whenever fewer than
+//! `1 / LOCAL_SHARE` requests are left): from there on every request increments the counter
+//! itself, pending ones included, and is decided on the total that comes back, so the last
+//! requests before the limit are decided on the count shared by all replicas.
+//!
+//! On one replica the count is exact: a request decided on the counter carries every pending
+//! request with it and first waits for a flush in flight, so the total it gets back includes
+//! every request admitted before it; local admissions are decided on a view that counts all
+//! requests not yet confirmed (pending, flushing, sending), which can only over-count. Across
+//! replicas a decision can miss only the other replicas' unflushed requests: at most
+//! `LOCAL_SHARE` of their headroom each, for at most one flush interval. Requests admitted
+//! while NATS is unreachable stay pending and are added once it is back.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use common::{bus::Bus, cache::TtlCache, domain::ApiKeyId, store::ApiKeyRecord};
+
+use super::{Decision, WINDOW_SECS, decide};
+
+/// How often pending requests are added to the shared counters.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// The part of the headroom a replica may admit before the others hear of it.
+pub const LOCAL_SHARE: f64 = 0.05;
+
+/// What this replica knows of one key's count in one minute.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Tally {
+    /// The highest total the shared counter has returned.
+    total: i64,
+    /// Requests admitted here and not yet sent to the counter.
+    pending: i64,
+    /// Requests in an increment the flusher has sent and not yet seen confirmed.
+    flushing: i64,
+    /// Requests in increments sent by requests decided on the counter, not yet confirmed.
+    sending: i64,
+}
+
+impl Tally {
+    /// This replica's view of the count: every request it knows of, confirmed or not (an
+    /// unconfirmed one may already be in `total` too, so this can only over-count).
+    fn view(&self) -> i64 {
+        self.total + self.flushing + self.sending + self.pending
+    }
+
+    /// Admits one more request locally if the key is far enough below `limit`, returning the
+    /// count it is decided on.
+    fn admit_locally(&mut self, limit: u32, previous: i64, elapsed: f64) -> Option<i64> {
+        let current = self.view() + 1;
+        let estimate = previous.max(0) as f64 * (1.0 - elapsed) + current as f64;
+        let headroom = f64::from(limit) - estimate;
+        if (self.pending + 1) as f64 <= headroom * LOCAL_SHARE {
+            self.pending += 1;
+            Some(current)
+        } else {
+            None
+        }
+    }
+}
+
+/// The tallies, shared with the flusher.
+#[derive(Default)]
+struct Shared {
+    tallies: Mutex<HashMap<(ApiKeyId, i64), Tally>>,
+    /// Signalled after each flush round.
+    flushed: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ApiKeyId, i64), Tally>> {
+        self.tallies.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Counts requests per key on JetStream.
+pub struct RateLimiter {
+    bus: Bus,
+    previous: TtlCache<(ApiKeyId, i64), i64>,
+    shared: Arc<Shared>,
+}
+
+/// The current minute (Unix minutes) and how far into it we are (0.0 to 1.0).
+fn now_minute() -> (i64, f64) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    let minute = (now / WINDOW_SECS as f64).floor() as i64;
+    (minute, (now - (minute * WINDOW_SECS) as f64) / WINDOW_SECS as f64)
+}
+
+impl RateLimiter {
+    /// A limiter counting on `bus`; starts the flusher, which stops when the limiter is dropped.
+    pub fn new(bus: Bus) -> Self {
+        let shared = Arc::new(Shared::default());
+        tokio::spawn(flush_every_interval(bus.clone(), Arc::downgrade(&shared)));
+        Self { bus, previous: TtlCache::new(Duration::from_secs(WINDOW_SECS as u64), 100_000), shared }
+    }
+
+    /// Counts one request of `key` and decides whether it may proceed.
+    pub async fn check(&self, key: &ApiKeyRecord) -> Decision {
+        let (minute, elapsed) = now_minute();
+        let let_through = || Decision {
+            allowed: true,
+            limit: key.rate_limit_rpm,
+            remaining: key.rate_limit_rpm,
+            reset: (minute + 1) * WINDOW_SECS,
+        };
+        let previous = match self.previous_total(&key.id, minute).await {
+            Ok(total) => total,
+            Err(e) => {
+                tracing::warn!(error = %e, key_id = %key.id, "rate limit not checked (NATS unavailable); request let through");
+                self.shared.lock().entry((key.id.clone(), minute)).or_default().pending += 1;
+                return let_through();
+            }
+        };
+        let local = self.shared.lock().entry((key.id.clone(), minute)).or_default().admit_locally(
+            key.rate_limit_rpm,
+            previous,
+            elapsed,
+        );
+        let current = match local {
+            Some(current) => current,
+            None => match self.increment_now(&key.id, minute).await {
+                Ok(total) => total,
+                Err(e) => {
+                    tracing::warn!(error = %e, key_id = %key.id, "rate limit not checked (NATS unavailable); request let through");
+                    return let_through();
+                }
+            },
+        };
+        decide(key.rate_limit_rpm, previous, current, elapsed, minute)
+    }
+
+    /// Adds this request and the key's pending ones to its counter, returning the new total.
+    /// Waits for a flush of the key in flight first, so the total includes every request this
+    /// replica admitted before. If the increment fails they all stay pending (this request is
+    /// let through, so it counts).
+    async fn increment_now(&self, key: &ApiKeyId, minute: i64) -> Result<i64, common::bus::BusError> {
+        let slot = (key.clone(), minute);
+        let delta = loop {
+            let flushed = self.shared.flushed.notified();
+            tokio::pin!(flushed);
+            flushed.as_mut().enable();
+            {
+                let mut tallies = self.shared.lock();
+                let tally = tallies.entry(slot.clone()).or_default();
+                if tally.flushing == 0 {
+                    let delta = std::mem::take(&mut tally.pending) + 1;
+                    tally.sending += delta;
+                    break delta;
+                }
+            }
+            flushed.await;
+        };
+        let result = self.bus.increment_counter(self.bus.subjects().rate_limit(key, minute), delta).await;
+        let mut tallies = self.shared.lock();
+        let tally = tallies.entry(slot).or_default();
+        tally.sending -= delta;
+        match result {
+            Ok(total) => tally.total = tally.total.max(total),
+            Err(_) => tally.pending += delta,
+        }
+        result
+    }
+
+    /// The key's total of the minute before `minute`: read once from the counter, or what
+    /// this replica knows of it if that is more (its last requests may still be pending).
+    async fn previous_total(&self, key: &ApiKeyId, minute: i64) -> Result<i64, common::bus::BusError> {
+        let cache_key = (key.clone(), minute - 1);
+        let stored = match self.previous.get(&cache_key) {
+            Some(total) => total,
+            None => {
+                let subjects = self.bus.subjects();
+                let subject = subjects.rate_limit(key, minute - 1);
+                let total = self.bus.read_counter(&subjects.rate_limit_stream(), &subject).await?;
+                self.previous.insert(cache_key.clone(), total);
+                total
+            }
+        };
+        let known = self.shared.lock().get(&cache_key).map_or(0, Tally::view);
+        Ok(stored.max(known))
+    }
+}
+
+/// The flusher: adds every pending count to its counter each interval, and forgets minutes
+/// that no longer count.
+async fn flush_every_interval(bus: Bus, shared: Weak<Shared>) {
+    let mut ticks = tokio::time::interval(FLUSH_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(shared) = shared.upgrade() else { return };
+        let (minute, _) = now_minute();
+        let due: Vec<((ApiKeyId, i64), i64)> = {
+            let mut tallies = shared.lock();
+            tallies.retain(|(_, m), tally| *m >= minute - 1 || tally.view() > tally.total);
+            tallies
+                .iter_mut()
+                .filter(|(_, t)| t.pending > 0)
+                .map(|(slot, t)| {
+                    let delta = std::mem::take(&mut t.pending);
+                    t.flushing += delta;
+                    (slot.clone(), delta)
+                })
+                .collect()
+        };
+        if due.is_empty() {
+            continue;
+        }
+        let increments = due.into_iter().map(|((key, m), delta)| {
+            let bus = &bus;
+            async move {
+                let result = bus.increment_counter(bus.subjects().rate_limit(&key, m), delta).await;
+                ((key, m), delta, result)
+            }
+        });
+        for (slot, delta, result) in futures::future::join_all(increments).await {
+            let mut tallies = shared.lock();
+            let tally = tallies.entry(slot).or_default();
+            tally.flushing -= delta;
+            match result {
+                Ok(total) => tally.total = tally.total.max(total),
+                Err(e) => {
+                    tally.pending += delta;
+                    tracing::debug!(error = %e, "rate-limit counts not added yet; retrying");
+                }
+            }
+        }
+        shared.flushed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn far_below_the_limit_requests_are_admitted_locally_up_to_a_share_of_the_headroom() {
+        let mut tally = Tally::default();
+        let admitted = (0..100).filter_map(|_| tally.admit_locally(1000, 0, 0.0)).count();
+        // 1000 - n ≥ 20 (n + 1) holds up to n = 46.
+        assert_eq!(admitted, 47);
+        assert_eq!(tally.pending, 47);
+        assert_eq!(tally.admit_locally(1000, 0, 0.0), None);
+    }
+
+    #[test]
+    fn close_to_the_limit_nothing_is_admitted_locally() {
+        let mut tally = Tally { total: 985, ..Tally::default() };
+        assert_eq!(tally.admit_locally(1000, 0, 0.0), None, "15 left: fewer than 1 / LOCAL_SHARE");
+        let mut small = Tally::default();
+        assert_eq!(small.admit_locally(10, 0, 0.0), None, "a small limit is always counted on the spot");
+    }
+
+    #[test]
+    fn the_previous_minute_uses_up_headroom_too() {
+        let mut tally = Tally::default();
+        assert_eq!(tally.admit_locally(1000, 1000, 0.0), None);
+        assert_eq!(tally.admit_locally(1000, 1000, 0.5), Some(1), "half of it still counts: 500 left");
+    }
+
+    #[test]
+    fn the_count_decided_on_includes_every_unconfirmed_request() {
+        let mut tally = Tally { total: 100, pending: 3, flushing: 5, sending: 2 };
+        assert_eq!(tally.admit_locally(100_000, 0, 0.0), Some(111));
+    }
+}
