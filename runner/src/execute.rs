@@ -10,7 +10,8 @@
 //!    followed by `output`/`logs` events. The run stops at once when a cancel broadcast names
 //!    the prediction ([`Executor::cancel`]), and when a flush or a status check (every
 //!    [`STATUS_CHECK_INTERVAL`] without a flush, in case a broadcast was missed) finds it no
-//!    longer `processing`.
+//!    longer `processing`; the runner then publishes the ended prediction's `completed` event
+//!    as well (the api's copy of it is deduplicated; this one covers an api publish that failed).
 //! 3. `processing → succeeded | failed` (conditional) with output, logs, error, metrics and
 //!    `completed_at`, then the `completed` event. If that event cannot be published the job is
 //!    retried, which republishes it (step 1).
@@ -192,10 +193,12 @@ impl Executor {
             }
             () = running.canceled.cancelled() => {
                 tracing::info!("prediction canceled; model call aborted");
+                self.announce_ended_elsewhere(id).await?;
                 return Ok(Outcome::Done);
             }
             () = self.flush_while_running(id, &progress) => {
                 tracing::info!("prediction left processing while running (canceled); model stopped");
+                self.announce_ended_elsewhere(id).await?;
                 return Ok(Outcome::Done);
             }
             () = stop.cancelled() => {
@@ -337,6 +340,18 @@ impl Executor {
                 format!("{}/v1/files/{id}", self.base_url)
             }
         })
+    }
+
+    /// Publishes the `completed` event of a prediction that ended while this runner held it
+    /// (canceled through the api). The api publishes the same event; both copies carry one
+    /// message id, so the stream keeps one, and this copy covers an api whose publish failed.
+    /// If it cannot be published the error hands the job back, and its redelivery publishes
+    /// it from [`Self::begin`].
+    async fn announce_ended_elsewhere(&self, id: &PredictionId) -> anyhow::Result<()> {
+        match self.store.predictions().get(id).await.context("reading the ended prediction")? {
+            Some(p) if p.status.is_terminal() => self.publish(&p, WebhookEvent::Completed).await,
+            _ => Ok(()),
+        }
     }
 
     async fn publish(&self, p: &Prediction, event: WebhookEvent) -> anyhow::Result<()> {

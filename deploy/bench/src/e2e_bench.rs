@@ -5,8 +5,9 @@
 //! ran out) and to the signed `completed` webhook arriving at the local receiver.
 //!
 //! After the fixed rates, the rate doubles for shorter phases until p99 passes one second,
-//! anything fails, or `max_rate` is reached; the highest rate that held is the sustainable
-//! rate. Around each fixed phase the services' CPU, memory and MongoDB commands are read, so
+//! anything fails, or `max_rate` is reached; if the top fixed rate already failed, a few
+//! shorter phases bisect between the highest fixed rate that held and it. The highest rate
+//! that held is the sustainable rate (measured on the data the earlier phases left). Around each fixed phase the services' CPU, memory and MongoDB commands are read, so
 //! the same run yields the cost per prediction.
 
 use std::time::Duration;
@@ -26,6 +27,8 @@ const PREFER_WAIT: &str = "wait=10";
 const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the webhooks of a phase may trail its last answer.
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(15);
+/// How many rates are tried between the highest fixed rate that held and one that did not.
+const BISECT_STEPS: usize = 3;
 /// The p99 above which a rate is not sustained.
 const SUSTAINED_P99: Duration = Duration::from_secs(1);
 
@@ -103,11 +106,32 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, plan: &Plan) ->
         phases.push(measured);
     }
     let mut rate = plan.fixed.iter().map(|&(r, _)| r).max().unwrap_or(50);
-    while phases.last().is_some_and(Phase::sustained) && rate * 2 <= plan.max_rate {
-        rate *= 2;
-        phases.push(phase(cluster, &http, receiver, rate, plan.ramp_seconds).await?);
+    if phases.last().is_some_and(Phase::sustained) {
+        while phases.last().is_some_and(Phase::sustained) && rate * 2 <= plan.max_rate {
+            rate *= 2;
+            phases.push(phase(cluster, &http, receiver, rate, plan.ramp_seconds).await?);
+        }
+    } else if let Some(mut held) = sustainable(&phases) {
+        // The top fixed rate did not hold: narrow down between the highest that did and it.
+        let mut failed = rate;
+        for _ in 0..BISECT_STEPS {
+            let Some(middle) = between(held, failed) else { break };
+            let measured = phase(cluster, &http, receiver, middle, plan.ramp_seconds).await?;
+            if measured.sustained() {
+                held = middle;
+            } else {
+                failed = middle;
+            }
+            phases.push(measured);
+        }
     }
     Ok(phases)
+}
+
+/// The rate halfway between one that held and a higher one that did not, if there is one.
+fn between(held: u64, failed: u64) -> Option<u64> {
+    let middle = held + failed.saturating_sub(held) / 2;
+    (middle > held).then_some(middle)
 }
 
 /// The highest rate that held, if any did.
@@ -200,5 +224,18 @@ impl CreateRequest {
         let elapsed = started.elapsed();
         anyhow::ensure!(prediction["status"] == "succeeded", "{id} ended {}", prediction["status"]);
         Ok((id, started, elapsed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_tries_halfway_between_a_rate_that_held_and_one_that_did_not() {
+        assert_eq!(between(50, 200), Some(125));
+        assert_eq!(between(125, 200), Some(162));
+        assert_eq!(between(50, 51), None, "nothing left between them");
+        assert_eq!(between(200, 50), None, "a failed rate below the held one ends the search");
     }
 }

@@ -1,6 +1,7 @@
 //! The runner's integration tests, against real NATS JetStream and MongoDB. Predictions are
 //! stored and their jobs published directly, as the api would.
 
+mod cancel;
 mod cog;
 mod crash;
 mod deadlines;

@@ -1,0 +1,80 @@
+//! A prediction canceled through the api while a runner holds it: the model call stops, and
+//! the `completed` event goes out even when the api's own publish of it was lost.
+
+use std::time::Duration;
+
+use bson::{DateTime, doc};
+use common::{
+    domain::{Prediction, PredictionStatus, WebhookEvent},
+    messages::{PredictionChanged, StatusEvent},
+};
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::fixture::Fixture;
+
+/// Cancels `p` the way the api does (a conditional update from `processing`), but publishes
+/// no event, as if the api's publish had failed.
+async fn cancel_without_event(fixture: &Fixture, p: &Prediction) -> Prediction {
+    fixture
+        .store
+        .predictions()
+        .transition_from(
+            &p.id,
+            PredictionStatus::Processing,
+            PredictionStatus::Canceled,
+            doc! {
+                "completed_at": DateTime::now()
+            },
+        )
+        .await
+        .expect("update")
+        .expect("it was processing")
+}
+
+/// The next `completed` event of the subscription, waiting at most `limit`.
+async fn next_completed(events: &mut async_nats::Subscriber, limit: Duration) -> Option<PredictionChanged> {
+    let find = async {
+        while let Some(message) = events.next().await {
+            if let Ok(StatusEvent::PredictionChangedV1(change)) = serde_json::from_slice(&message.payload)
+                && change.event == WebhookEvent::Completed
+            {
+                return Some(change);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(limit, find).await.ok().flatten()
+}
+
+#[tokio::test]
+async fn a_running_prediction_canceled_by_broadcast_gets_its_completed_event_from_the_runner() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/sleep");
+    let p = fixture.create("demo/sleep", json!({"seconds": 30})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    let mut events = fixture.bus.client().subscribe(fixture.bus.subjects().events(&p.id)).await.expect("subscribe");
+
+    let canceled = cancel_without_event(&fixture, &p).await;
+    fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
+
+    let completed = next_completed(&mut events, Duration::from_secs(10)).await.expect("a completed event");
+    assert_eq!(completed.prediction.status, PredictionStatus::Canceled);
+    assert_eq!(completed.seq, canceled.seq, "the same change the api would have announced");
+}
+
+#[tokio::test]
+async fn a_cancel_noticed_by_the_status_check_also_gets_its_completed_event() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/sleep");
+    let p = fixture.create("demo/sleep", json!({"seconds": 30})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    let mut events = fixture.bus.client().subscribe(fixture.bus.subjects().events(&p.id)).await.expect("subscribe");
+
+    // No broadcast: the runner's next flush or status check finds it canceled.
+    let canceled = cancel_without_event(&fixture, &p).await;
+
+    let completed = next_completed(&mut events, Duration::from_secs(15)).await.expect("a completed event");
+    assert_eq!(completed.prediction.status, PredictionStatus::Canceled);
+    assert_eq!(completed.seq, canceled.seq);
+}
