@@ -150,6 +150,7 @@ impl Cluster {
             let total = snapshot.usage.entry(member.process.name).or_default();
             total.cpu_seconds += usage.cpu_seconds;
             total.peak_rss_kib = total.peak_rss_kib.max(usage.peak_rss_kib);
+            total.context_switches += usage.context_switches;
             let counts = commands(&self.http, &member.metrics).await?;
             let sums = snapshot.commands.entry(member.process.name).or_default();
             for (command, n) in counts {
@@ -187,13 +188,18 @@ pub async fn commands(http: &reqwest::Client, url: &str) -> anyhow::Result<BTree
 }
 
 /// What each service used between two snapshots, per prediction: CPU microseconds, MongoDB
-/// writes and reads (and each command), and its peak memory at the end.
+/// writes and reads (and each command), context switches, and its peak memory at the end.
 pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
     let n = predictions.max(1) as f64;
     let mut services = serde_json::Map::new();
     let (mut cpu_total, mut writes_total, mut reads_total) = (0.0, 0.0, 0.0);
+    let mut switches_total = 0.0;
     for (service, usage) in &after.usage {
-        let cpu = usage.cpu_seconds - before.usage.get(service).map_or(0.0, |u| u.cpu_seconds);
+        let earlier = before.usage.get(service).copied().unwrap_or_default();
+        let cpu = usage.cpu_seconds - earlier.cpu_seconds;
+        // Threads that exited take their counts with them: never below zero.
+        let switches = usage.context_switches.saturating_sub(earlier.context_switches) as f64 / n;
+        switches_total += switches;
         let mut per_command = serde_json::Map::new();
         let (mut writes, mut reads) = (0.0, 0.0);
         for (command, total) in after.commands.get(service).into_iter().flatten() {
@@ -218,6 +224,7 @@ pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
                 "mongodb_writes_per_prediction": round(writes, 3),
                 "mongodb_reads_per_prediction": round(reads, 3),
                 "mongodb_commands_per_prediction": per_command,
+                "context_switches_per_prediction": round(switches, 1),
             }),
         );
     }
@@ -227,6 +234,7 @@ pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
         "cpu_us_per_prediction": round(cpu_total * 1e6 / n, 1),
         "mongodb_writes_per_prediction": round(writes_total, 3),
         "mongodb_reads_per_prediction": round(reads_total, 3),
+        "context_switches_per_prediction": round(switches_total, 1),
     })
 }
 

@@ -74,7 +74,7 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, predictions: us
 /// The cost as a table.
 pub fn table(cost: &Value) -> String {
     let mut table = String::from(
-        "| service | CPU s per 1,000 | peak RSS | MongoDB writes | MongoDB reads | commands per prediction |\n|---|---|---|---|---|---|\n",
+        "| service | CPU s per 1,000 | peak RSS | MongoDB writes | MongoDB reads | commands per prediction | context switches |\n|---|---|---|---|---|---|---|\n",
     );
     for (service, c) in cost["services"].as_object().into_iter().flatten() {
         let commands: Vec<String> = c["mongodb_commands_per_prediction"]
@@ -84,19 +84,21 @@ pub fn table(cost: &Value) -> String {
             .map(|(command, n)| format!("{command} {n}"))
             .collect();
         table.push_str(&format!(
-            "| {service} | {} | {} MiB | {} | {} | {} |\n",
+            "| {service} | {} | {} MiB | {} | {} | {} | {} |\n",
             c["cpu_seconds_per_1000"],
             c["peak_rss_mib"],
             c["mongodb_writes_per_prediction"],
             c["mongodb_reads_per_prediction"],
-            commands.join(", ")
+            commands.join(", "),
+            c["context_switches_per_prediction"],
         ));
     }
     table.push_str(&format!(
-        "| all | {:.3} | | {} | {} | |\n",
+        "| all | {:.3} | | {} | {} | | {} |\n",
         cost["cpu_us_per_prediction"].as_f64().unwrap_or_default() / 1000.0,
         cost["mongodb_writes_per_prediction"],
-        cost["mongodb_reads_per_prediction"]
+        cost["mongodb_reads_per_prediction"],
+        cost["context_switches_per_prediction"],
     ));
     table
 }

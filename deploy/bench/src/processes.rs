@@ -1,6 +1,8 @@
 //! Service processes of a benchmark run: the release binaries `api`, `runner` and `notifier`
 //! (built next to `bench` by `deploy/bench/run`) started with a scenario's settings, their
-//! CPU time and peak resident memory read from `/proc`, and a graceful stop (SIGTERM, then
+//! CPU time, peak resident memory and context switches read from `/proc` (the switches show
+//! where CPU goes: a service that spends most of its time in the kernel pays per wake-up and
+//! per message, not per byte), and a graceful stop (SIGTERM, then
 //! SIGKILL after a bounded wait) so no run leaves a process behind.
 
 use std::{collections::HashMap, path::PathBuf, process::Stdio, time::Duration};
@@ -23,6 +25,8 @@ pub struct Usage {
     pub cpu_seconds: f64,
     /// Peak resident set size (`VmHWM`), in KiB.
     pub peak_rss_kib: u64,
+    /// Voluntary and involuntary context switches of the threads alive now.
+    pub context_switches: u64,
 }
 
 impl ServiceProcess {
@@ -89,7 +93,24 @@ fn clock_ticks() -> f64 {
 fn usage_of(pid: u32) -> anyhow::Result<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    Ok(Usage { cpu_seconds: cpu_ticks(&stat)? as f64 / clock_ticks(), peak_rss_kib: peak_rss_kib(&status)? })
+    let mut context_switches = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread may exit between listing and reading; it simply no longer counts.
+        if let Ok(status) = std::fs::read_to_string(task?.path().join("status")) {
+            context_switches += field_of(&status, "voluntary_ctxt_switches:").unwrap_or(0)
+                + field_of(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
+        }
+    }
+    Ok(Usage {
+        cpu_seconds: cpu_ticks(&stat)? as f64 / clock_ticks(),
+        peak_rss_kib: peak_rss_kib(&status)?,
+        context_switches,
+    })
+}
+
+/// The number after `name` on its line of a `/proc` key-value file.
+fn field_of(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
 }
 
 /// `utime + stime` from a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces
@@ -125,9 +146,21 @@ mod tests {
     }
 
     #[test]
-    fn this_process_has_used_some_cpu_and_memory() {
-        let usage = usage_of(std::process::id()).expect("readable");
-        assert!(usage.peak_rss_kib > 0);
-        assert!(usage.cpu_seconds >= 0.0);
+    fn key_value_fields_are_read_by_their_exact_name() {
+        let status = "voluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(field_of(status, "voluntary_ctxt_switches:"), Some(12));
+        assert_eq!(field_of(status, "nonvoluntary_ctxt_switches:"), Some(3));
+        assert_eq!(field_of(status, "ctxt:"), None);
+    }
+
+    #[test]
+    fn a_thread_that_sleeps_is_counted_as_switching() {
+        let before = usage_of(std::process::id()).expect("readable");
+        std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(5))).join().expect("joined");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let after = usage_of(std::process::id()).expect("readable");
+        assert!(after.peak_rss_kib > 0);
+        assert!(after.cpu_seconds >= 0.0);
+        assert!(after.context_switches > before.context_switches, "sleeping gives up the CPU");
     }
 }
