@@ -114,10 +114,10 @@ pub async fn measure(cluster: &Cluster, seconds: u64) -> anyhow::Result<Vec<Row>
     Ok(rows)
 }
 
-/// The raw rate a row is compared with: inserts for creates, finds by id for reads, at the
-/// same number in flight.
+/// The raw rate a row is compared with: inserts of a prediction for creates, finds by id for
+/// reads, at the same number in flight.
 fn baseline_of(row: &Row, baselines: &Baselines) -> Option<f64> {
-    let rates = if row.request == "create" { &baselines.insert } else { &baselines.find };
+    let rates = if row.request == "create" { &baselines.insert_prediction } else { &baselines.find };
     rates.get(&row.clients).copied()
 }
 
@@ -130,7 +130,7 @@ pub fn json(rows: &[Row], baselines: Option<&Baselines>) -> Value {
             json!({"request": row.request, "clients": row.clients, "per_second": row.per_second.round(),
                    "p50_ms": ms(row.latency.percentile(50.0)), "p95_ms": ms(row.latency.percentile(95.0)),
                    "p99_ms": ms(row.latency.percentile(99.0)),
-                   "baseline": baseline.map(|_| if row.request == "create" { "mongodb_insert" } else { "mongodb_find_by_id" }),
+                   "baseline": baseline.map(|_| if row.request == "create" { "mongodb_insert_prediction" } else { "mongodb_find_by_id" }),
                    "baseline_per_second": baseline.map(f64::round),
                    "ratio": baseline.map(|b| round(row.per_second / b, 3))})
         })
@@ -148,7 +148,7 @@ pub fn table(rows: &[Row], baselines: Option<&Baselines>) -> String {
             (ms(row.latency.percentile(50.0)), ms(row.latency.percentile(95.0)), ms(row.latency.percentile(99.0)));
         let (baseline, ratio) = match baselines.and_then(|b| baseline_of(row, b)) {
             Some(b) => {
-                let name = if row.request == "create" { "insert" } else { "find" };
+                let name = if row.request == "create" { "prediction insert" } else { "find" };
                 (format!("{b:.0} {name}/s"), format!("{:.2}", row.per_second / b))
             }
             None => ("-".into(), "-".into()),

@@ -1,7 +1,9 @@
 //! `bench baselines`: what the servers themselves sustain with the same clients the services
-//! use, so every figure can be read as a ratio on a noisy machine: MongoDB `insert_one` and
-//! `find_one` by `_id` per second, and JetStream publishes (stored and acknowledged) per
-//! second, each at 1, 8, 32 and 128 in flight, for `--seconds` each.
+//! use, so every figure can be read as a ratio on a noisy machine: MongoDB `insert_one` of a
+//! small document and of a whole `starting` prediction into the `predictions` collection with
+//! its indexes (the one write an api create must make), `find_one` by `_id` per second, and
+//! JetStream publishes (stored and acknowledged) per second, each at 1, 8, 32 and 128 in
+//! flight, for `--seconds` each.
 
 use std::{
     collections::BTreeMap,
@@ -17,6 +19,8 @@ use bson::doc;
 use futures::future::try_join_all;
 use serde_json::{Value, json};
 use tokio::time::Instant;
+
+use common::domain::{AccountId, ModelRef, Prediction};
 
 use crate::setup::Setup;
 
@@ -54,8 +58,11 @@ pub const LEVELS: [usize; 4] = [1, 8, 32, 128];
 /// Raw operations per second by in-flight level.
 pub struct Baselines {
     seconds: u64,
-    /// MongoDB `insert_one`.
+    /// MongoDB `insert_one` of a small document into a collection without indexes.
     pub insert: BTreeMap<usize, f64>,
+    /// MongoDB `insert_one` of a `starting` prediction through the store, into the
+    /// `predictions` collection with its indexes: the api's create without the api.
+    pub insert_prediction: BTreeMap<usize, f64>,
     /// MongoDB `find_one` by `_id`.
     pub find: BTreeMap<usize, f64>,
     /// JetStream publish, stored and acknowledged.
@@ -70,6 +77,7 @@ impl Baselines {
         };
         json!({"seconds_each": self.seconds, "in_flight_levels": LEVELS,
                "mongodb_insert_per_second": by_level(&self.insert),
+               "mongodb_insert_prediction_per_second": by_level(&self.insert_prediction),
                "mongodb_find_by_id_per_second": by_level(&self.find),
                "jetstream_publish_per_second": by_level(&self.publish)})
     }
@@ -80,6 +88,7 @@ impl Baselines {
             format!("baselines ({} s each)\n| operation | in flight | per second |\n|---|---|---|\n", self.seconds);
         for (name, rates) in [
             ("MongoDB insert_one", &self.insert),
+            ("MongoDB insert_one of a prediction (indexed collection)", &self.insert_prediction),
             ("MongoDB find_one by _id", &self.find),
             ("JetStream publish (acked)", &self.publish),
         ] {
@@ -100,6 +109,28 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
         let (coll, id) = (coll.clone(), next_id.fetch_add(1, Ordering::Relaxed));
         async move {
             coll.insert_one(doc! { "_id": id, "status": "starting", "input": { "prompt": "baseline" } }).await?;
+            anyhow::Ok(())
+        }
+    };
+    setup.store.ensure_indexes().await?;
+    let predictions = setup.store.predictions();
+    let account = AccountId::generate();
+    let model: ModelRef = "demo/echo".parse()?;
+    let insert_prediction = |_: u64| {
+        let predictions = predictions.clone();
+        let input = serde_json::json!({"prompt": "baseline"});
+        let prediction = Prediction::new_starting(
+            account.clone(),
+            model.clone(),
+            "v1".into(),
+            "text-generation".into(),
+            input.clone(),
+            input,
+            None,
+            None,
+        );
+        async move {
+            predictions.insert(&prediction).await?;
             anyhow::Ok(())
         }
     };
@@ -126,9 +157,16 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
             anyhow::Ok(())
         }
     };
-    let mut baselines = Baselines { seconds, insert: BTreeMap::new(), find: BTreeMap::new(), publish: BTreeMap::new() };
+    let mut baselines = Baselines {
+        seconds,
+        insert: BTreeMap::new(),
+        insert_prediction: BTreeMap::new(),
+        find: BTreeMap::new(),
+        publish: BTreeMap::new(),
+    };
     for level in LEVELS {
         baselines.insert.insert(level, rate(seconds, level, insert).await?);
+        baselines.insert_prediction.insert(level, rate(seconds, level, insert_prediction).await?);
     }
     for level in LEVELS {
         baselines.find.insert(level, rate(seconds, level, find).await?);

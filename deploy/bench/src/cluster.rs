@@ -67,6 +67,10 @@ impl Cluster {
             ("DEFAULT_RATE_LIMIT_RPM", "100000000".into()),
             ("RUST_LOG", std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".into())),
         ];
+        // Services start with a clean environment: their runtime size is passed on explicitly.
+        if let Ok(threads) = std::env::var("BENCH_SERVICE_WORKER_THREADS") {
+            vars.push(("TOKIO_WORKER_THREADS", threads));
+        }
         vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
         let setup = Setup::new(&vars.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await?;
         runner::registry::register(&setup.store, &runner::models::builtin::all()).await?;

@@ -43,7 +43,7 @@ pub struct Options {
 /// Runs the set and returns the JSON results; the tables are printed and kept in `tables`.
 pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value> {
     let started = Instant::now();
-    let step = |n: u32, what: &str| eprintln!("[{:>4.0} s] {n}/5 {what}", started.elapsed().as_secs_f64());
+    let step = |n: u32, what: &str| eprintln!("[{:>4.0} s] {n}/6 {what}", started.elapsed().as_secs_f64());
 
     step(1, "baselines");
     let baselines = baselines::measure(2).await?;
@@ -80,7 +80,10 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     cluster.stop().await?;
     let (e2e, all_events, scaling) = rest?;
 
-    let measured = Measured { baselines, api, e2e, all_events, scaling };
+    step(6, "cost with one worker thread per service");
+    let all_events_one_worker = one_worker_cost().await?;
+
+    let measured = Measured { baselines, api, e2e, all_events, all_events_one_worker, scaling };
     tables.push_str(&standard_report::tables(&measured));
     let mut results = standard_report::json(&measured);
     results["about"] = json!({
@@ -91,6 +94,23 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         "machine": machine(),
     });
     Ok(results)
+}
+
+/// The cost with a webhook for every event on a fresh system whose services each run one
+/// tokio worker thread: fewer cross-thread wake-ups, less CPU per prediction, one core each.
+async fn one_worker_cost() -> anyhow::Result<Value> {
+    let one_worker = [("TOKIO_WORKER_THREADS", "1")];
+    let mut cluster = Cluster::start(&one_worker, true).await?;
+    let stop = CancellationToken::new();
+    let cost = async {
+        cluster.add_runners(1, &cost_bench::ECHO_RUNNER).await?;
+        let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
+        cost_bench::measure(&mut cluster, &receiver, 500).await
+    }
+    .await;
+    stop.cancel();
+    cluster.stop().await?;
+    cost
 }
 
 /// The versions of the servers in use, as they report them, and what the run script said of
