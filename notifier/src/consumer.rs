@@ -41,7 +41,7 @@ use tracing::Instrument;
 use crate::{
     config::NotifierConfig,
     deliver::{AttemptResult, Deliverer, Webhook},
-    lanes::{Lanes, Verdict},
+    lanes::{Lane, Lanes, Verdict},
     ledger::DeliveryLedger,
     recorder::AttemptRecorder,
     retry::RetrySchedule,
@@ -139,68 +139,83 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
     };
     let span =
         tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
-    async {
-        let Some(url) = change.webhook.clone() else {
-            return acknowledge(&message, AckKind::Ack).await;
-        };
-        if !change.event.selected_by(change.webhook_events_filter.as_deref()) {
-            return acknowledge(&message, AckKind::Ack).await;
-        }
-        let Some(lane) = notifier.lanes.enter(&change.prediction_id, change.event, change.seq) else {
-            tracing::debug!("stale retry after the prediction's completed webhook; dropped");
-            return acknowledge(&message, AckKind::Ack).await;
-        };
-        let turn = lane.turn().await;
-        match lane.verdict(change.event, change.seq) {
-            Verdict::Superseded => {
-                tracing::debug!("superseded by a newer state of the prediction; dropped");
-                return acknowledge(&message, AckKind::Ack).await;
-            }
-            Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
-        }
-        let webhook_id = change.message_id();
-        let delivery = message.info().map(|i| i.delivered).unwrap_or(1);
-        let Some(slot) = notifier.targets.acquire(&url).await else {
-            tracing::debug!("target at its concurrency limit; handed back for a moment");
-            notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
-            return acknowledge(&message, AckKind::Nak(Some(TARGET_BUSY_RETRY))).await;
-        };
-        let before = match notifier.attempts_before(&webhook_id, delivery).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e, "attempt count unavailable; retrying");
-                notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
-                return acknowledge(&message, AckKind::Nak(Some(DEPENDENCY_RETRY))).await;
-            }
-        };
-        let attempt = before.saturating_add(1);
-        let (record, disposition) = match notifier.attempt(&change, &url, attempt).await {
-            Outcome::Attempted { record, disposition } => (record, disposition),
-            Outcome::NotAttempted(disposition) => {
-                notifier.ledger.handed_back(&webhook_id, delivery, before);
-                return acknowledge(&message, disposition.ack_kind()).await;
-            }
-        };
-        drop(slot);
-        if disposition == Disposition::Ack {
-            lane.delivered(change.event);
-            if change.event == common::domain::WebhookEvent::Completed {
-                notifier.lanes.finish(&change.prediction_id);
-            }
-        }
-        // The prediction's next event may go out while this record waits for its write.
-        drop(turn);
-        if let Err(e) = notifier.recorder.record(record).await {
-            tracing::warn!(error = %e, "attempt not recorded");
-        }
-        match disposition {
-            Disposition::RetryAfter(_) => notifier.ledger.handed_back(&webhook_id, delivery, attempt),
-            Disposition::Ack | Disposition::Terminate => notifier.ledger.finished(&webhook_id),
-        }
-        acknowledge(&message, disposition.ack_kind()).await;
+    route(&message, &notifier, change).instrument(span).await;
+}
+
+/// Drops what needs no webhook (none set, filtered out, stale, superseded), then delivers the
+/// event when its prediction's lane gives it its turn.
+async fn route(message: &Message, notifier: &Notifier, change: PredictionChanged) {
+    let Some(url) = change.webhook.clone() else {
+        return acknowledge(message, AckKind::Ack).await;
+    };
+    if !change.event.selected_by(change.webhook_events_filter.as_deref()) {
+        return acknowledge(message, AckKind::Ack).await;
     }
-    .instrument(span)
-    .await;
+    let Some(lane) = notifier.lanes.enter(&change.prediction_id, change.event, change.seq) else {
+        tracing::debug!("stale retry after the prediction's completed webhook; dropped");
+        return acknowledge(message, AckKind::Ack).await;
+    };
+    let turn = lane.turn().await;
+    match lane.verdict(change.event, change.seq) {
+        Verdict::Superseded => {
+            tracing::debug!("superseded by a newer state of the prediction; dropped");
+            return acknowledge(message, AckKind::Ack).await;
+        }
+        Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
+    }
+    deliver(message, notifier, &change, &url, &lane, turn).await;
+}
+
+/// In the event's turn: a slot at its target, its attempt number, the attempt. Then, with the
+/// turn released, the attempt's record is stored and only after that the message settled.
+async fn deliver(
+    message: &Message,
+    notifier: &Notifier,
+    change: &PredictionChanged,
+    url: &WebhookUrl,
+    lane: &Lane,
+    turn: tokio::sync::MutexGuard<'_, ()>,
+) {
+    let webhook_id = change.message_id();
+    let delivery = message.info().map(|i| i.delivered).unwrap_or(1);
+    let Some(slot) = notifier.targets.acquire(url).await else {
+        tracing::debug!("target at its concurrency limit; handed back for a moment");
+        notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
+        return acknowledge(message, AckKind::Nak(Some(TARGET_BUSY_RETRY))).await;
+    };
+    let before = match notifier.attempts_before(&webhook_id, delivery).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "attempt count unavailable; retrying");
+            notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
+            return acknowledge(message, AckKind::Nak(Some(DEPENDENCY_RETRY))).await;
+        }
+    };
+    let attempt = before.saturating_add(1);
+    let (record, disposition) = match notifier.attempt(change, url, attempt).await {
+        Outcome::Attempted { record, disposition } => (record, disposition),
+        Outcome::NotAttempted(disposition) => {
+            notifier.ledger.handed_back(&webhook_id, delivery, before);
+            return acknowledge(message, disposition.ack_kind()).await;
+        }
+    };
+    drop(slot);
+    if disposition == Disposition::Ack {
+        lane.delivered(change.event);
+        if change.event == common::domain::WebhookEvent::Completed {
+            notifier.lanes.finish(&change.prediction_id);
+        }
+    }
+    // The prediction's next event may go out while this record waits for its write.
+    drop(turn);
+    if let Err(e) = notifier.recorder.record(record).await {
+        tracing::warn!(error = %e, "attempt not recorded");
+    }
+    match disposition {
+        Disposition::RetryAfter(_) => notifier.ledger.handed_back(&webhook_id, delivery, attempt),
+        Disposition::Ack | Disposition::Terminate => notifier.ledger.finished(&webhook_id),
+    }
+    acknowledge(message, disposition.ack_kind()).await;
 }
 
 impl Disposition {
