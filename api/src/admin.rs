@@ -28,7 +28,8 @@ pub async fn bootstrap(config: &ApiConfig, name: &str) -> anyhow::Result<Bootstr
         bail!("the account name must be 1 to 100 characters");
     }
     let common = &config.common;
-    let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin").await?;
+    let store =
+        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
     store.ensure_indexes().await.context("creating MongoDB indexes")?;
     let (account, created) = accounts::ensure_account(&store, &common.master_key, name).await?;
     let secret = account

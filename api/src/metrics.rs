@@ -4,7 +4,8 @@
 //! - `http_requests_total{method, route, status}`: requests answered;
 //! - `http_request_duration_seconds{method, route, status}`: their latency (histogram);
 //! - `mongodb_commands_total{command}`: MongoDB commands this process sent (driver command
-//!   monitoring), to see what each request costs the database.
+//!   monitoring), to see what each request costs the database; only with
+//!   `MONGODB_COMMAND_METRICS=true`, as the monitoring costs CPU.
 //!
 //! `route` is the route template (`/v1/predictions/{id}`), never the raw path, so ids do not
 //! multiply the series; requests that match no route count as `unmatched`.

@@ -13,10 +13,11 @@
 //! | `PUBLIC_BASE_URL` | `http://localhost:8080` | the api's public address, used in links |
 //! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
 //! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
+//! | `MONGODB_COMMAND_METRICS` | `false` | count MongoDB commands for `/metrics` (driver command monitoring; costs CPU, see [`crate::store::commands`]) |
 
 use std::{fmt::Display, str::FromStr, time::Duration};
 
-use crate::{crypto::MasterKey, subjects::Subjects};
+use crate::{crypto::MasterKey, store::commands::Monitoring, subjects::Subjects};
 
 /// Why configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +115,8 @@ pub struct CommonConfig {
     pub master_key: MasterKey,
     /// `PREDICTION_DEADLINE_SECONDS`: the longest a prediction may take from creation.
     pub prediction_deadline: Duration,
+    /// `MONGODB_COMMAND_METRICS`: whether MongoDB commands are counted.
+    pub command_monitoring: Monitoring,
 }
 
 impl CommonConfig {
@@ -139,6 +142,11 @@ impl CommonConfig {
             public_base_url: public_base_url.trim_end_matches('/').to_owned(),
             master_key,
             prediction_deadline: env.seconds("PREDICTION_DEADLINE_SECONDS", Duration::from_secs(1800))?,
+            command_monitoring: if env.flag("MONGODB_COMMAND_METRICS", false)? {
+                Monitoring::Counted
+            } else {
+                Monitoring::Off
+            },
         })
     }
 }
@@ -158,6 +166,7 @@ mod tests {
         let cfg = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("valid");
         assert_eq!(cfg.mongodb_database, "predictions");
         assert_eq!(cfg.public_base_url, "http://localhost:8080");
+        assert_eq!(cfg.command_monitoring, Monitoring::Off, "command monitoring costs CPU: opt in");
         assert_eq!(cfg.subjects.jobs_stream(), "PS_JOBS");
     }
 

@@ -20,7 +20,8 @@ pub enum ConnectError {
 
 /// MongoDB (indexes ensured) and NATS (streams ensured), as `service`.
 pub async fn connect(config: &CommonConfig, service: &str) -> Result<(Store, Bus), ConnectError> {
-    let store = Store::connect(&config.mongodb_uri, &config.mongodb_database, service).await?;
+    let store =
+        Store::connect(&config.mongodb_uri, &config.mongodb_database, service, config.command_monitoring).await?;
     store.ensure_indexes().await?;
     let bus = Bus::connect(&config.nats_url, config.subjects.clone(), service).await?;
     bus.ensure_streams().await?;

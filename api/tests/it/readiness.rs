@@ -51,3 +51,13 @@ async fn metrics_count_requests_by_route_template_and_status() {
     assert!(text.contains(r#"mongodb_commands_total{command="find"}"#), "the key look-up was counted: {text}");
     assert!(text.trim_end().ends_with("# EOF"));
 }
+
+#[tokio::test]
+async fn mongodb_commands_are_not_counted_unless_asked_for() {
+    let env = vec![("MONGODB_COMMAND_METRICS", "false".to_string())];
+    let system = System::start_with(Options { runner: false, notifier: false, env }).await;
+    assert_eq!(system.get("/v1/predictions").await.status(), 200, "a request that reads MongoDB");
+    let text = system.anonymous(Method::GET, "/metrics").send().await.expect("sent").text().await.expect("text");
+    assert!(text.contains("http_requests_total"), "{text}");
+    assert!(!text.contains("mongodb_commands_total{"), "monitoring is off by default: {text}");
+}

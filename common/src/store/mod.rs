@@ -65,14 +65,22 @@ pub struct Store {
 
 impl Store {
     /// Connects (lazily: the driver connects on first use) with timeouts that make an
-    /// unreachable server fail a request in seconds rather than hang it.
-    pub async fn connect(uri: &str, database: &str, app_name: &str) -> Result<Self, StoreError> {
+    /// unreachable server fail a request in seconds rather than hang it; counts its commands
+    /// when `monitoring` asks for it.
+    pub async fn connect(
+        uri: &str,
+        database: &str,
+        app_name: &str,
+        monitoring: commands::Monitoring,
+    ) -> Result<Self, StoreError> {
         let mut options = ClientOptions::parse(uri).await?;
         options.app_name = Some(app_name.to_owned());
         options.connect_timeout = Some(Duration::from_secs(5));
         options.server_selection_timeout = Some(Duration::from_secs(5));
         let commands = commands::CommandCounts::default();
-        options.command_event_handler = Some(commands.handler());
+        if monitoring == commands::Monitoring::Counted {
+            options.command_event_handler = Some(commands.handler());
+        }
         let client = Client::with_options(options)?;
         Ok(Self { db: client.database(database), commands })
     }
@@ -147,7 +155,8 @@ impl Store {
         WebhookAttempts::new(&self.db)
     }
 
-    /// The MongoDB commands this store has sent.
+    /// The MongoDB commands this store has sent (none counted unless it was connected with
+    /// [`commands::Monitoring::Counted`]).
     pub fn command_counts(&self) -> &commands::CommandCounts {
         &self.commands
     }

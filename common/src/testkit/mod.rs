@@ -21,7 +21,7 @@ use crate::{
     config::{CommonConfig, Env},
     crypto::MasterKey,
     domain::ids::random_base32,
-    store::Store,
+    store::{Store, commands::Monitoring},
 };
 
 /// Where the servers of this test run are.
@@ -92,6 +92,8 @@ impl TestContext {
             ("NATS_URL", self.nats_url.as_str()),
             ("NATS_PREFIX", self.prefix.as_str()),
             ("MASTER_KEY", self.master_key.as_str()),
+            // Tests read the command counts (and pay for them).
+            ("MONGODB_COMMAND_METRICS", "true"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -108,7 +110,9 @@ impl TestContext {
 
     /// A store on this test's database.
     pub async fn store(&self) -> Store {
-        Store::connect(&self.mongodb_uri, &self.database, "testkit").await.expect("connect to MongoDB")
+        Store::connect(&self.mongodb_uri, &self.database, "testkit", Monitoring::Counted)
+            .await
+            .expect("connect to MongoDB")
     }
 
     /// A bus under this test's prefix, with the streams created.

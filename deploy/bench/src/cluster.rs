@@ -67,6 +67,12 @@ impl Cluster {
             ("DEFAULT_RATE_LIMIT_RPM", "100000000".into()),
             ("RUST_LOG", std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".into())),
         ];
+        // The cost tables need the services' MongoDB command counts (monitoring on; it costs
+        // CPU, which `BENCH_COMMAND_METRICS=false` leaves out to compare).
+        vars.push((
+            "MONGODB_COMMAND_METRICS",
+            std::env::var("BENCH_COMMAND_METRICS").unwrap_or_else(|_| "true".into()),
+        ));
         // Services start with a clean environment: their runtime size is passed on explicitly.
         if let Ok(threads) = std::env::var("BENCH_SERVICE_WORKER_THREADS") {
             vars.push(("TOKIO_WORKER_THREADS", threads));

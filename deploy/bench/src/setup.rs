@@ -7,7 +7,7 @@ use common::{
     bus::Bus,
     config::{CommonConfig, Env},
     crypto::MasterKey,
-    store::Store,
+    store::{Store, commands::Monitoring},
 };
 
 /// A scenario's environment.
@@ -32,7 +32,7 @@ impl Setup {
         vars.insert("MASTER_KEY".into(), MasterKey::generate_base64());
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let common = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned()))?;
-        let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "bench").await?;
+        let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "bench", Monitoring::Off).await?;
         store.ensure_indexes().await?;
         let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "bench").await?;
         bus.ensure_streams().await?;

@@ -8,6 +8,7 @@ use common::{
     domain::{Prediction, WebhookEvent},
     store::{
         Store,
+        commands::Monitoring,
         webhook_attempts::{AttemptOutcome, WebhookAttempt},
     },
 };
@@ -72,7 +73,9 @@ async fn a_failed_write_is_reported_to_every_waiting_attempt() {
     let fixture = Fixture::new(&[]).await;
     // Nothing listens on port 1: server selection fails after the store's 5 s timeout.
     let unreachable =
-        Store::connect("mongodb://127.0.0.1:1/?directConnection=true", "nowhere", "test").await.expect("a lazy client");
+        Store::connect("mongodb://127.0.0.1:1/?directConnection=true", "nowhere", "test", Monitoring::Off)
+            .await
+            .expect("a lazy client");
     let recorder = AttemptRecorder::start(unreachable.webhook_attempts(), Duration::from_millis(50));
     let p = fixture.prediction("http://127.0.0.1:9/hook", None);
 
