@@ -47,13 +47,19 @@ async fn next_completed(events: &mut async_nats::Subscriber, limit: Duration) ->
     tokio::time::timeout(limit, find).await.ok().flatten()
 }
 
-#[tokio::test]
-async fn a_running_prediction_canceled_by_broadcast_gets_its_completed_event_from_the_runner() {
+/// A runner, a 30 s demo/sleep prediction it is running, and a subscription to its events.
+async fn a_long_prediction_running() -> (Fixture, Prediction, async_nats::Subscriber) {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner("demo/sleep");
     let p = fixture.create("demo/sleep", json!({"seconds": 30})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
-    let mut events = fixture.bus.client().subscribe(fixture.bus.subjects().events(&p.id)).await.expect("subscribe");
+    let events = fixture.bus.client().subscribe(fixture.bus.subjects().events(&p.id)).await.expect("subscribe");
+    (fixture, p, events)
+}
+
+#[tokio::test]
+async fn a_running_prediction_canceled_by_broadcast_gets_its_completed_event_from_the_runner() {
+    let (fixture, p, mut events) = a_long_prediction_running().await;
 
     let canceled = cancel_without_event(&fixture, &p).await;
     fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
@@ -65,11 +71,7 @@ async fn a_running_prediction_canceled_by_broadcast_gets_its_completed_event_fro
 
 #[tokio::test]
 async fn a_cancel_noticed_by_the_status_check_also_gets_its_completed_event() {
-    let fixture = Fixture::new(&[]).await;
-    fixture.start_runner("demo/sleep");
-    let p = fixture.create("demo/sleep", json!({"seconds": 30})).await;
-    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
-    let mut events = fixture.bus.client().subscribe(fixture.bus.subjects().events(&p.id)).await.expect("subscribe");
+    let (fixture, p, mut events) = a_long_prediction_running().await;
 
     // No broadcast: the runner's next flush or status check finds it canceled.
     let canceled = cancel_without_event(&fixture, &p).await;
