@@ -2,10 +2,22 @@
 
 use std::{ops::Deref, sync::Arc};
 
-use common::{bus::Bus, store::Store};
+use std::time::Duration;
+
+use common::{
+    bus::Bus,
+    domain::Prediction,
+    store::{Batching, GroupCommit, Store},
+};
 use tokio_util::task::TaskTracker;
 
 use crate::{auth::KeyDirectory, config::ApiConfig, models::ModelCatalog, ratelimit::RateLimiter};
+
+/// How creates share writes: no waiting (a lone create is written at once), but creates that
+/// arrive while [`Batching::max_in_flight`] writes are running share the next one. Measured
+/// with the stand-in: 16 documents per `insert_many` store about twice as many per second as
+/// single inserts, and the driver's per-command work is paid once per batch.
+const NEW_PREDICTIONS: Batching = Batching { linger: Duration::ZERO, max_batch: 128, max_in_flight: 4 };
 
 /// Cheap to clone; everything lives behind one `Arc`.
 #[derive(Clone)]
@@ -23,6 +35,8 @@ pub struct Shared {
     pub keys: KeyDirectory,
     /// Registered models, cached briefly.
     pub models: ModelCatalog,
+    /// Stores new predictions, several per write when creates arrive together.
+    pub new_predictions: GroupCommit<Prediction>,
     /// The per-key rate limit.
     pub rate_limiter: RateLimiter,
     /// Work that outlives its request (confirming that a job was stored); waited for on
@@ -37,6 +51,7 @@ impl AppState {
             keys: KeyDirectory::new(store.api_keys()),
             models: ModelCatalog::new(store.models()),
             rate_limiter: RateLimiter::new(bus.clone()),
+            new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background: TaskTracker::new(),
             config,
             store,

@@ -2,7 +2,8 @@
 //!
 //! Create validates everything before writing anything (`Prefer: wait` holds the response
 //! until the prediction ends, see [`crate::wait`]; `Idempotency-Key` returns the first
-//! prediction of a key, see [`crate::idempotency`]), stores the `starting` prediction, then
+//! prediction of a key, see [`crate::idempotency`]), stores the `starting` prediction (creates
+//! that arrive together share one write: `AppState::new_predictions`), then
 //! sends its job (`Nats-Msg-Id` = the prediction id) and answers without waiting for the
 //! stream's confirmation, which a background task awaits. If the publish fails the prediction
 //! is still accepted: it is stored, and the runner's reconciler republishes `starting`
@@ -132,7 +133,7 @@ async fn store_and_publish(
     {
         return Ok(Claim::Existing(first));
     }
-    if let Err(e) = state.store.predictions().insert(prediction).await {
+    if let Err(e) = state.new_predictions.insert(prediction.clone()).await {
         if let Some(key) = &idempotency_key
             && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
         {

@@ -11,6 +11,7 @@ mod fuzz;
 mod harness;
 mod keys_lifecycle;
 mod list;
+mod new_predictions;
 mod openapi;
 mod rate_limit;
 mod readiness;

@@ -19,6 +19,7 @@ pub mod api_keys;
 pub mod commands;
 pub mod dead_letters;
 pub mod files;
+pub mod group_commit;
 pub mod idempotency;
 pub mod models;
 pub mod predictions;
@@ -36,6 +37,7 @@ use mongodb::{
 pub use accounts::{Account, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{Files, StoredFile};
+pub use group_commit::{Batching, GroupCommit, GroupCommitError};
 pub use idempotency::{Claim, IdempotencyKeys};
 pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;

@@ -9,7 +9,10 @@ use bson::{Bson, Document, doc};
 use futures::TryStreamExt;
 use mongodb::{Collection, Database, options::ReturnDocument};
 
-use super::StoreError;
+use super::{
+    StoreError,
+    group_commit::{Batching, GroupCommit},
+};
 use crate::domain::{AccountId, Prediction, PredictionId, PredictionStatus};
 
 /// Typed access to the `predictions` collection.
@@ -29,6 +32,12 @@ impl Predictions {
 
     pub(super) fn collection(&self) -> &Collection<Prediction> {
         &self.coll
+    }
+
+    /// A writer that stores new predictions several per `insert_many` under load (see
+    /// [`GroupCommit`]); each caller still waits for its own prediction to be stored.
+    pub fn group_commit(&self, batching: Batching) -> GroupCommit<Prediction> {
+        GroupCommit::start(self.coll.clone(), batching)
     }
 
     /// Stores a new prediction.

@@ -6,7 +6,10 @@ use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
+use super::{
+    StoreError,
+    group_commit::{Batching, GroupCommit},
+};
 use crate::domain::{AccountId, PredictionId, WebhookEvent};
 
 /// What became of an attempt.
@@ -72,13 +75,10 @@ impl WebhookAttempts {
         self.coll.insert_one(attempt).await.map(|_| ())
     }
 
-    /// Records several attempts with one command (unordered: one failing document does not
-    /// stop the others; the error reports it).
-    pub async fn record_many(&self, attempts: &[WebhookAttempt]) -> Result<(), StoreError> {
-        if attempts.is_empty() {
-            return Ok(());
-        }
-        self.coll.insert_many(attempts).ordered(false).await.map(|_| ())
+    /// A writer that records attempts several per `insert_many` (see [`GroupCommit`]); each
+    /// caller still waits for its own record to be stored.
+    pub fn group_commit(&self, batching: Batching) -> GroupCommit<WebhookAttempt> {
+        GroupCommit::start(self.coll.clone(), batching)
     }
 
     /// How many attempts of the delivery `webhook_id` are recorded.

@@ -7,7 +7,7 @@ use bson::DateTime;
 use common::{
     domain::{Prediction, WebhookEvent},
     store::{
-        Store,
+        GroupCommitError, Store,
         commands::Monitoring,
         webhook_attempts::{AttemptOutcome, WebhookAttempt},
     },
@@ -81,5 +81,5 @@ async fn a_failed_write_is_reported_to_every_waiting_attempt() {
 
     let results = join_all((1..=3).map(|n| recorder.record(attempt_of(&p, n)))).await;
 
-    assert!(results.iter().all(|r| matches!(r, Err(RecordError::Store(_)))), "{results:?}");
+    assert!(results.iter().all(|r| matches!(r, Err(RecordError(GroupCommitError::Write(_))))), "{results:?}");
 }
