@@ -68,7 +68,8 @@ impl Cluster {
             ("RUST_LOG", std::env::var("BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".into())),
         ];
         // The cost tables need the services' MongoDB command counts (monitoring on; it costs
-        // CPU, which `BENCH_COMMAND_METRICS=false` leaves out to compare).
+        // CPU, which `BENCH_COMMAND_METRICS=false` leaves out to compare; scenarios that report no
+        // counts turn it off in `extra`).
         vars.push((
             "MONGODB_COMMAND_METRICS",
             std::env::var("BENCH_COMMAND_METRICS").unwrap_or_else(|_| "true".into()),

@@ -49,7 +49,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     let baselines = baselines::measure(2).await?;
 
     step(2, "api alone");
-    let api_cluster = Cluster::start(&[], false).await?;
+    let api_cluster = Cluster::start(&api_bench::AS_DEPLOYED, false).await?;
     let servers = servers(&api_cluster).await;
     let api = api_bench::measure(&api_cluster, options.api_seconds).await;
     api_cluster.stop().await?;
