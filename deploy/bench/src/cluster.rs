@@ -75,7 +75,7 @@ impl Cluster {
             std::env::var("BENCH_COMMAND_METRICS").unwrap_or_else(|_| "true".into()),
         ));
         // Services start with a clean environment: their runtime size is passed on explicitly.
-        if let Ok(threads) = std::env::var("BENCH_SERVICE_WORKER_THREADS") {
+        if let Some(threads) = service_worker_threads() {
             vars.push(("TOKIO_WORKER_THREADS", threads));
         }
         vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
@@ -185,6 +185,21 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// The tokio worker threads of every service process: `BENCH_SERVICE_WORKER_THREADS`, by
+/// default 1, as `deploy/local/up` runs them; `default` leaves tokio's own (one per core).
+pub fn service_worker_threads() -> Option<String> {
+    match std::env::var("BENCH_SERVICE_WORKER_THREADS") {
+        Ok(threads) if threads == "default" => None,
+        Ok(threads) => Some(threads),
+        Err(_) => Some("1".into()),
+    }
+}
+
+/// The worker threads tokio gives a process by default here: one per core.
+pub fn cores() -> String {
+    std::thread::available_parallelism().map(usize::from).unwrap_or(1).to_string()
 }
 
 /// `mongodb_commands_total` by command, from a `/metrics` page.

@@ -1,4 +1,4 @@
-//! `bench standard`: the whole standard set in one bounded run (about five minutes here), each
+//! `bench standard`: the whole standard set in one bounded run (four to seven minutes here), each
 //! figure next to the baseline it is read against:
 //!
 //! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight);
@@ -8,7 +8,12 @@
 //!    predictions/s for 30 s, then doubling to find the highest sustained rate; the cost of
 //!    the fixed phases (CPU and peak memory per process, MongoDB commands per service);
 //! 4. cost with a webhook for every event;
-//! 5. runner scale-out with demo/sleep at 1, 2 and 4 runner processes.
+//! 5. runner scale-out with demo/sleep at 1, 2 and 4 runner processes;
+//! 6. cost with a webhook for every event and a tokio worker thread per core (tokio's default;
+//!    the other steps run each service with one, as `deploy/local/up` does, unless
+//!    `BENCH_SERVICE_WORKER_THREADS` says otherwise).
+//!
+//! Steps 3 to 6 each start a fresh system, so one step's load never shows in the next.
 //!
 //! The results go to the JSON file named by `--out` and, as the tables printed, to the same
 //! name with `.md`; the targets of the benchmark issue are checked at the end.
@@ -22,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     api_bench, baselines,
-    cluster::{Cluster, round},
+    cluster::{self, Cluster, round},
     cost_bench, e2e_bench,
     receiver::Receiver,
     scaling_bench,
@@ -55,35 +60,36 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     api_cluster.stop().await?;
     let api = api?;
 
-    let mut cluster = Cluster::start(&[], true).await?;
-    let stop = CancellationToken::new();
-    let rest = async {
-        cluster.add_runners(1, &cost_bench::ECHO_RUNNER).await?;
-        let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
-        step(3, "end to end, open loop");
-        let plan = e2e_bench::Plan {
-            fixed: vec![(50, options.e2e_seconds), (200, options.e2e_seconds)],
-            ramp_seconds: 10,
-            max_rate: 1600,
-        };
-        let e2e = e2e_bench::measure(&mut cluster, &receiver, &plan).await?;
-        step(4, "cost with a webhook for every event");
-        let all_events = cost_bench::measure(&mut cluster, &receiver, 500).await?;
-        anyhow::ensure!(receiver.bad_signatures() == 0, "{} webhooks had bad signatures", receiver.bad_signatures());
-        step(5, "runner scale-out");
-        let window = Duration::from_secs(8);
-        let scaling = scaling_bench::measure(&mut cluster, 8, window).await?;
-        anyhow::Ok((e2e, all_events, scaling_bench::json(&scaling, 8, window)))
-    }
-    .await;
-    stop.cancel();
-    cluster.stop().await?;
-    let (e2e, all_events, scaling) = rest?;
+    step(3, "end to end, open loop");
+    let plan = e2e_bench::Plan {
+        fixed: vec![(50, options.e2e_seconds), (200, options.e2e_seconds)],
+        ramp_seconds: 10,
+        max_rate: 1600,
+    };
+    let e2e =
+        on_fresh_system(&[], async |cluster, receiver| e2e_bench::measure(cluster, receiver, &plan).await).await?;
 
-    step(6, "cost with one worker thread per service");
-    let all_events_one_worker = one_worker_cost().await?;
+    // Each later step gets a fresh system, so an overload found by the ramp above does not
+    // linger in its peak memory or its queues.
+    step(4, "cost with a webhook for every event");
+    let all_events =
+        on_fresh_system(&[], async |cluster, receiver| cost_bench::measure(cluster, receiver, 500).await).await?;
 
-    let measured = Measured { baselines, api, e2e, all_events, all_events_one_worker, scaling };
+    step(5, "runner scale-out");
+    let window = Duration::from_secs(8);
+    let scaling = on_fresh_system(&[], async |cluster, _| scaling_bench::measure(cluster, 8, window).await).await?;
+    let scaling = scaling_bench::json(&scaling, 8, window);
+
+    // Against tokio's default: more threads to wake, more CPU per prediction on a small machine.
+    step(6, "cost with a worker thread per core (tokio's default)");
+    let cores = cluster::cores();
+    let all_events_per_core =
+        on_fresh_system(&[("TOKIO_WORKER_THREADS", cores.as_str())], async |cluster, receiver| {
+            cost_bench::measure(cluster, receiver, 500).await
+        })
+        .await?;
+
+    let measured = Measured { baselines, api, e2e, all_events, all_events_per_core, scaling };
     tables.push_str(&standard_report::tables(&measured));
     let mut results = standard_report::json(&measured);
     results["about"] = json!({
@@ -91,26 +97,33 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         "finished_at": chrono::Utc::now().to_rfc3339(),
         "duration_seconds": round(started.elapsed().as_secs_f64(), 1),
         "servers": servers,
+        "service_worker_threads": cluster::service_worker_threads().unwrap_or_else(|| "tokio's default".into()),
         "machine": machine(),
     });
     Ok(results)
 }
 
-/// The cost with a webhook for every event on a fresh system whose services each run one
-/// tokio worker thread: fewer cross-thread wake-ups, less CPU per prediction, one core each.
-async fn one_worker_cost() -> anyhow::Result<Value> {
-    let one_worker = [("TOKIO_WORKER_THREADS", "1")];
-    let mut cluster = Cluster::start(&one_worker, true).await?;
+/// Runs `measure` on a fresh system (api, notifier, one demo/echo runner and a webhook
+/// receiver, with `extra` settings), checks that every webhook it received was signed right,
+/// and stops it whatever the outcome.
+async fn on_fresh_system<T>(
+    extra: &[(&str, &str)],
+    measure: impl AsyncFnOnce(&mut Cluster, &Receiver) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut cluster = Cluster::start(extra, true).await?;
     let stop = CancellationToken::new();
-    let cost = async {
+    let outcome = async {
         cluster.add_runners(1, &cost_bench::ECHO_RUNNER).await?;
         let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
-        cost_bench::measure(&mut cluster, &receiver, 500).await
+        let measured = measure(&mut cluster, &receiver).await?;
+        let bad = receiver.bad_signatures();
+        anyhow::ensure!(bad == 0, "{bad} webhooks had bad signatures");
+        Ok(measured)
     }
     .await;
     stop.cancel();
     cluster.stop().await?;
-    cost
+    outcome
 }
 
 /// The versions of the servers in use, as they report them, and what the run script said of
