@@ -5,10 +5,11 @@
 //! ran out) and to the signed `completed` webhook arriving at the local receiver.
 //!
 //! After the fixed rates, the rate doubles for shorter phases until p99 passes one second,
-//! anything fails, or `max_rate` is reached; if the top fixed rate already failed, a few
-//! shorter phases bisect between the highest fixed rate that held and it. The highest rate
-//! that held is the sustainable rate (measured on the data the earlier phases left). Around each fixed phase the services' CPU, memory and MongoDB commands are read, so
-//! the same run yields the cost per prediction.
+//! anything fails, or `max_rate` is reached; then a few shorter phases bisect between the
+//! highest rate that held and the lowest above it that did not (a fixed rate or the last
+//! doubling). The highest rate that held is the sustainable rate (measured on the data the
+//! earlier phases left). Around each fixed phase the services' CPU, memory and MongoDB
+//! commands are read, so the same run yields the cost per prediction.
 
 use std::time::Duration;
 
@@ -106,14 +107,15 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, plan: &Plan) ->
         phases.push(measured);
     }
     let mut rate = plan.fixed.iter().map(|&(r, _)| r).max().unwrap_or(50);
-    if phases.last().is_some_and(Phase::sustained) {
-        while phases.last().is_some_and(Phase::sustained) && rate * 2 <= plan.max_rate {
-            rate *= 2;
-            phases.push(phase(cluster, &http, receiver, rate, plan.ramp_seconds).await?);
-        }
-    } else if let Some(mut held) = sustainable(&phases) {
-        // The top fixed rate did not hold: narrow down between the highest that did and it.
-        let mut failed = rate;
+    while phases.last().is_some_and(Phase::sustained) && rate * 2 <= plan.max_rate {
+        rate *= 2;
+        phases.push(phase(cluster, &http, receiver, rate, plan.ramp_seconds).await?);
+    }
+    // Narrow down between the highest rate that held and the lowest above it that did not
+    // (a fixed rate or the last of the doubling).
+    if let Some(mut held) = sustainable(&phases)
+        && let Some(mut failed) = lowest_failed_above(&phases, held)
+    {
         for _ in 0..BISECT_STEPS {
             let Some(middle) = between(held, failed) else { break };
             let measured = phase(cluster, &http, receiver, middle, plan.ramp_seconds).await?;
@@ -132,6 +134,11 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, plan: &Plan) ->
 fn between(held: u64, failed: u64) -> Option<u64> {
     let middle = held + failed.saturating_sub(held) / 2;
     (middle > held).then_some(middle)
+}
+
+/// The lowest rate above `held` that did not hold, if one was tried.
+fn lowest_failed_above(phases: &[Phase], held: u64) -> Option<u64> {
+    phases.iter().filter(|p| !p.sustained() && p.rate > held).map(|p| p.rate).min()
 }
 
 /// The highest rate that held, if any did.
@@ -237,5 +244,34 @@ mod tests {
         assert_eq!(between(125, 200), Some(162));
         assert_eq!(between(50, 51), None, "nothing left between them");
         assert_eq!(between(200, 50), None, "a failed rate below the held one ends the search");
+    }
+
+    fn phase_at(rate: u64, p99: Duration) -> Phase {
+        let samples = || Samples::new(vec![p99; 10]);
+        Phase {
+            rate,
+            seconds: 10,
+            offered: 10,
+            failed: 0,
+            first_error: None,
+            missing_webhooks: 0,
+            client: samples(),
+            webhook: samples(),
+            cost: None,
+        }
+    }
+
+    #[test]
+    fn the_search_narrows_below_the_lowest_failure_above_the_best_rate_that_held() {
+        let (fast, slow) = (Duration::from_millis(20), Duration::from_secs(3));
+        // 50 and 200 held, the doubling to 400 did not: bisect 200..400.
+        let ramp = [phase_at(50, fast), phase_at(200, fast), phase_at(400, slow)];
+        assert_eq!(sustainable(&ramp), Some(200));
+        assert_eq!(lowest_failed_above(&ramp, 200), Some(400));
+        // 200 failed at once: bisect 50..200, ignoring failures below what held.
+        let fixed = [phase_at(50, fast), phase_at(200, slow), phase_at(125, fast), phase_at(162, slow)];
+        assert_eq!(sustainable(&fixed), Some(125));
+        assert_eq!(lowest_failed_above(&fixed, 125), Some(162));
+        assert_eq!(lowest_failed_above(&[phase_at(50, fast)], 50), None, "nothing failed: no search");
     }
 }

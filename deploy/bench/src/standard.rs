@@ -1,11 +1,12 @@
-//! `bench standard`: the whole standard set in one bounded run (four to seven minutes here), each
+//! `bench standard`: the whole standard set in one bounded run (about five minutes here), each
 //! figure next to the baseline it is read against:
 //!
 //! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight);
 //! 2. api alone (a process): get, list and create at 1, 8, 32 and 128 clients, as ratios of
 //!    the raw find and insert rates at the same number in flight;
 //! 3. end to end (api, notifier and one runner as processes): open loop at 50 and 200
-//!    predictions/s for 30 s, then doubling to find the highest sustained rate; the cost of
+//!    predictions/s for 30 s, then doubling and bisecting to find the highest sustained rate
+//!    (see [`e2e_bench`]); the cost of
 //!    the fixed phases (CPU and peak memory per process, MongoDB commands per service);
 //! 4. cost with a webhook for every event;
 //! 5. runner scale-out with demo/sleep at 1, 2 and 4 runner processes;
