@@ -12,7 +12,9 @@
 //! | `files.files`, `files.chunks` (GridFS) | [`files`] | runner (outputs), retention |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
-//! status is one conditional `findOneAndUpdate` (see [`predictions`]).
+//! status is one conditional `findOneAndUpdate` (see [`predictions`]). New predictions and
+//! webhook attempt records are inserted through [`group_commit`]: several per `insert_many`
+//! under load, each caller still told whether its own document was stored.
 
 pub mod accounts;
 pub mod api_keys;
