@@ -11,6 +11,7 @@
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
 //! - [`config`], [`connect`], [`telemetry`], [`shutdown`]: what every service needs at start.
 //! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
+//! - `samples` (feature `samples`, part of `testkit`): sample predictions for tests and the load tool.
 #![forbid(unsafe_code)]
 
 pub mod bus;
@@ -21,6 +22,8 @@ pub mod crypto;
 pub mod domain;
 pub mod messages;
 pub mod problem;
+#[cfg(feature = "samples")]
+pub mod samples;
 pub mod shutdown;
 pub mod signing;
 pub mod store;

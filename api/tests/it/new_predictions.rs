@@ -6,6 +6,7 @@ use std::{collections::HashSet, time::Duration};
 
 use common::{
     domain::{AccountId, Prediction},
+    samples,
     store::{Batching, GroupCommitError, Store},
     testkit::TestContext,
 };
@@ -15,17 +16,7 @@ use serde_json::json;
 use crate::harness::{JsonBody, Options, System};
 
 fn a_prediction(account: &AccountId) -> Prediction {
-    let input = json!({"prompt": "batched"});
-    Prediction::new_starting(
-        account.clone(),
-        "demo/echo".parse().expect("model"),
-        "v1".into(),
-        "text-generation".into(),
-        input.clone(),
-        input,
-        None,
-        None,
-    )
+    samples::starting_prediction(account.clone(), "demo/echo".parse().expect("model"), json!({"prompt": "batched"}))
 }
 
 fn inserts(store: &Store) -> u64 {

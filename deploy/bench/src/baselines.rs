@@ -20,7 +20,10 @@ use futures::future::try_join_all;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use common::domain::{AccountId, ModelRef, Prediction};
+use common::{
+    domain::{AccountId, ModelRef},
+    samples::starting_prediction,
+};
 
 use crate::setup::Setup;
 
@@ -118,17 +121,7 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
     let model: ModelRef = "demo/echo".parse()?;
     let insert_prediction = |_: u64| {
         let predictions = predictions.clone();
-        let input = serde_json::json!({"prompt": "baseline"});
-        let prediction = Prediction::new_starting(
-            account.clone(),
-            model.clone(),
-            "v1".into(),
-            "text-generation".into(),
-            input.clone(),
-            input,
-            None,
-            None,
-        );
+        let prediction = starting_prediction(account.clone(), model.clone(), json!({"prompt": "baseline"}));
         async move {
             predictions.insert(&prediction).await?;
             anyhow::Ok(())

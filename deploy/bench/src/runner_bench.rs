@@ -14,6 +14,7 @@ use anyhow::Context;
 use common::{
     domain::{AccountId, Prediction, PredictionId, WebhookEvent},
     messages::{JobMessage, StatusEvent},
+    samples::starting_prediction,
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -48,16 +49,7 @@ pub struct CogOptions {
 }
 
 fn prediction(model: &str, input: Value) -> Prediction {
-    Prediction::new_starting(
-        AccountId::generate(),
-        model.parse().expect("a valid model"),
-        "v".into(),
-        "text-generation".into(),
-        input.clone(),
-        input,
-        None,
-        None,
-    )
+    starting_prediction(AccountId::generate(), model.parse().expect("a valid model"), input)
 }
 
 async fn submit(setup: &Setup, p: &Prediction) -> anyhow::Result<()> {

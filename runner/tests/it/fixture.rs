@@ -8,6 +8,7 @@ use common::{
     config::Env,
     domain::{AccountId, Prediction, PredictionId},
     messages::JobMessage,
+    samples,
     store::Store,
     testkit::{TestContext, eventually},
 };
@@ -57,17 +58,7 @@ impl Fixture {
     /// Stores a `starting` prediction without publishing its job.
     pub async fn store_prediction(&self, model: &str, input: Value, limit: Duration) -> Prediction {
         let model = model.parse().expect("model");
-        let p = Prediction::new_starting(
-            AccountId::generate(),
-            model,
-            "v".into(),
-            "text-generation".into(),
-            input.clone(),
-            input,
-            None,
-            None,
-        )
-        .with_deadline(limit);
+        let p = samples::starting_prediction(AccountId::generate(), model, input).with_deadline(limit);
         self.store.predictions().insert(&p).await.expect("insert");
         p
     }
