@@ -10,12 +10,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::try_join_all;
+use http::Method;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::{
     baselines::{Baselines, LEVELS},
     cluster::{Cluster, round},
+    load_client::{Connection, Template},
+    processes::own_usage,
     stats::{Samples, ms},
 };
 
@@ -44,76 +47,70 @@ pub struct Row {
     pub per_second: f64,
     /// Each answer's latency.
     pub latency: Samples,
+    /// CPU microseconds the load tool itself spent per request (the harness's share, which
+    /// the raw baselines' client pays too, for its own calls).
+    pub client_cpu_us: f64,
 }
 
-/// Requests per second and latencies of `request` sent by `clients` clients in a loop for
-/// `seconds`; requests in flight at the end are finished and counted.
-async fn closed_loop<F, Fut>(seconds: u64, clients: usize, request: F) -> anyhow::Result<(f64, Samples)>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Duration>>,
-{
+/// Requests per second, latencies and the load tool's CPU per request of `template` sent by
+/// `clients` clients, each on its own connection, in a loop for `seconds`; each answer must
+/// have status `expect`. Requests in flight at the end are finished and counted.
+async fn closed_loop(
+    seconds: u64,
+    clients: usize,
+    base: &str,
+    template: &Template,
+    expect: u16,
+) -> anyhow::Result<(f64, Samples, f64)> {
+    let connections = try_join_all((0..clients).map(|_| Connection::open(base))).await?;
+    let cpu_before = own_usage()?.cpu_seconds;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
-    let client = || async {
+    let client = |mut connection: Connection| async move {
         let mut samples = Vec::new();
         while Instant::now() < deadline {
-            samples.push(request().await?);
+            let sent = Instant::now();
+            let (status, _) = connection.send(template).await?;
+            anyhow::ensure!(status.as_u16() == expect, "answered {status}");
+            samples.push(sent.elapsed());
         }
         anyhow::Ok(samples)
     };
-    let samples: Vec<Duration> = try_join_all((0..clients).map(|_| client())).await?.into_iter().flatten().collect();
-    Ok((samples.len() as f64 / started.elapsed().as_secs_f64(), Samples::new(samples)))
+    let samples: Vec<Duration> =
+        try_join_all(connections.into_iter().map(client)).await?.into_iter().flatten().collect();
+    let per_second = samples.len() as f64 / started.elapsed().as_secs_f64();
+    let cpu_us = (own_usage()?.cpu_seconds - cpu_before) * 1e6 / samples.len().max(1) as f64;
+    Ok((per_second, Samples::new(samples), cpu_us))
 }
 
-/// Sends `request` and returns how long the answer took, which must have status `expect`.
-async fn timed(request: reqwest::RequestBuilder, expect: u16) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    let response = request.send().await?;
-    anyhow::ensure!(response.status().as_u16() == expect, "answered {}", response.status());
-    response.bytes().await?;
-    Ok(started.elapsed())
-}
-
-/// A demo/echo create request.
-fn create_request(http: &reqwest::Client, url: &str, key: &str) -> reqwest::RequestBuilder {
-    http.post(url)
-        .bearer_auth(key)
-        .header("content-type", "application/json")
-        .body(r#"{"input":{"prompt":"bench","repeat":2}}"#)
-}
+/// The body of every demo/echo create.
+const CREATE_BODY: &str = r#"{"input":{"prompt":"bench","repeat":2}}"#;
 
 /// Measures the api of `cluster`.
 pub async fn measure(cluster: &Cluster, seconds: u64) -> anyhow::Result<Vec<Row>> {
     let base = &cluster.base;
     let config = api::config::ApiConfig::from_env(&cluster.setup.env())?;
     let list_key = api::admin::bootstrap(&config, "bench-list").await?.key.expose().to_owned();
-    let http = reqwest::Client::new();
-    let create_url = format!("{base}/v1/models/demo/echo/predictions");
+    let create_path = "/v1/models/demo/echo/predictions";
+    let mut connection = Connection::open(base).await?;
+    let create_listed = Template::new(Method::POST, base, create_path, &list_key)?.json(CREATE_BODY);
     for _ in 0..LISTED {
-        timed(create_request(&http, &create_url, &list_key), 201).await?;
+        let (status, _) = connection.send(&create_listed).await?;
+        anyhow::ensure!(status == 201, "a create for the listed account answered {status}");
     }
-    let first: Value =
-        http.get(format!("{base}/v1/predictions?limit=1")).bearer_auth(&list_key).send().await?.json().await?;
-    let id = first["results"][0]["id"].as_str().context("no prediction listed")?.to_owned();
-    let get_url = format!("{base}/v1/predictions/{id}");
-    let list_url = format!("{base}/v1/predictions?limit=20");
-
+    let (_, first) = connection.send(&Template::new(Method::GET, base, "/v1/predictions?limit=1", &list_key)?).await?;
+    let first: Value = serde_json::from_slice(&first)?;
+    let id = first["results"][0]["id"].as_str().context("no prediction listed")?;
+    let requests = [
+        ("get", Template::new(Method::GET, base, &format!("/v1/predictions/{id}"), &list_key)?, 200),
+        ("list", Template::new(Method::GET, base, "/v1/predictions?limit=20", &list_key)?, 200),
+        ("create", Template::new(Method::POST, base, create_path, &cluster.key)?.json(CREATE_BODY), 201),
+    ];
     let mut rows = Vec::new();
-    for request in ["get", "list", "create"] {
+    for (request, template, expect) in &requests {
         for clients in LEVELS {
-            let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
-            let (per_second, latency) = match request {
-                "create" => {
-                    let key = &cluster.key;
-                    closed_loop(seconds, clients, || timed(create_request(&http, &create_url, key), 201)).await?
-                }
-                "get" => {
-                    closed_loop(seconds, clients, || timed(http.get(&get_url).bearer_auth(&list_key), 200)).await?
-                }
-                _ => closed_loop(seconds, clients, || timed(http.get(&list_url).bearer_auth(&list_key), 200)).await?,
-            };
-            rows.push(Row { request, clients, per_second, latency });
+            let (per_second, latency, client_cpu_us) = closed_loop(seconds, clients, base, template, *expect).await?;
+            rows.push(Row { request, clients, per_second, latency, client_cpu_us });
         }
     }
     Ok(rows)
@@ -135,6 +132,7 @@ pub fn json(rows: &[Row], baselines: Option<&Baselines>) -> Value {
             json!({"request": row.request, "clients": row.clients, "per_second": row.per_second.round(),
                    "p50_ms": ms(row.latency.percentile(50.0)), "p95_ms": ms(row.latency.percentile(95.0)),
                    "p99_ms": ms(row.latency.percentile(99.0)),
+                   "load_tool_cpu_us_per_request": row.client_cpu_us.round(),
                    "baseline": baseline.map(|_| if row.request == "create" { "mongodb_insert_prediction" } else { "mongodb_find_by_id" }),
                    "baseline_per_second": baseline.map(f64::round),
                    "ratio": baseline.map(|b| round(row.per_second / b, 3))})
@@ -146,7 +144,7 @@ pub fn json(rows: &[Row], baselines: Option<&Baselines>) -> Value {
 /// The rows as a table, with their ratios to the baselines when given.
 pub fn table(rows: &[Row], baselines: Option<&Baselines>) -> String {
     let mut table = String::from(
-        "| request | clients | per second | p50 | p95 | p99 | raw rate, same in flight | ratio |\n|---|---|---|---|---|---|---|---|\n",
+        "| request | clients | per second | p50 | p95 | p99 | load tool CPU per request | raw rate, same in flight | ratio |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for row in rows {
         let (p50, p95, p99) =
@@ -159,8 +157,8 @@ pub fn table(rows: &[Row], baselines: Option<&Baselines>) -> String {
             None => ("-".into(), "-".into()),
         };
         table.push_str(&format!(
-            "| {} | {} | {:.0} | {p50} ms | {p95} ms | {p99} ms | {baseline} | {ratio} |\n",
-            row.request, row.clients, row.per_second
+            "| {} | {} | {:.0} | {p50} ms | {p95} ms | {p99} ms | {:.0} µs | {baseline} | {ratio} |\n",
+            row.request, row.clients, row.per_second, row.client_cpu_us
         ));
     }
     table

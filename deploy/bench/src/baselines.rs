@@ -1,9 +1,14 @@
 //! `bench baselines`: what the servers themselves sustain with the same clients the services
 //! use, so every figure can be read as a ratio on a noisy machine: MongoDB `insert_one` of a
 //! small document and of a whole `starting` prediction into the `predictions` collection with
-//! its indexes (the one write an api create must make), `find_one` by `_id` per second, and
-//! JetStream publishes (stored and acknowledged) per second, each at 1, 8, 32 and 128 in
-//! flight, for `--seconds` each.
+//! its indexes (the one write an api create must make), `find_one` by `_id`, `findAndModify`
+//! returning a whole prediction (what each of the runner's state changes costs), and JetStream
+//! publishes (stored and acknowledged), each per second at 1, 8, 32 and 128 in flight, for
+//! `--seconds` each.
+//!
+//! Each figure comes with the CPU the load tool's own client spent per operation (user and
+//! kernel, from `/proc/self/stat`): the least a service pays for the same call, so a service's
+//! CPU per prediction can be set against the calls it must make.
 
 use std::{
     collections::BTreeMap,
@@ -14,18 +19,20 @@ use std::{
     time::Duration,
 };
 
+use anyhow::Context;
 use async_nats::jetstream::stream::Config as StreamConfig;
 use bson::doc;
 use futures::future::try_join_all;
+use mongodb::options::ReturnDocument;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use common::{
-    domain::{AccountId, ModelRef},
+    domain::{AccountId, ModelRef, Prediction},
     samples::starting_prediction,
 };
 
-use crate::setup::Setup;
+use crate::{processes::own_usage, setup::Setup};
 
 /// Options of `bench baselines`.
 #[derive(clap::Args)]
@@ -35,13 +42,24 @@ pub struct Options {
     seconds: u64,
 }
 
-/// Operations per second of `op` run `in_flight` at a time for `seconds`. Operations in flight
-/// at the end are finished, not dropped: a dropped MongoDB operation costs its connection.
-async fn rate<F, Fut>(seconds: u64, in_flight: usize, op: F) -> anyhow::Result<f64>
+/// One baseline at one in-flight level.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    /// Operations per second.
+    pub per_second: f64,
+    /// CPU microseconds the load tool spent per operation (its client's share of the cost).
+    pub client_cpu_us: f64,
+}
+
+/// Operations per second of `op` run `in_flight` at a time for `seconds`, and the load tool's
+/// CPU per operation. Operations in flight at the end are finished, not dropped: a dropped
+/// MongoDB operation costs its connection.
+async fn rate<F, Fut>(seconds: u64, in_flight: usize, op: F) -> anyhow::Result<Measured>
 where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
+    let cpu_before = own_usage()?.cpu_seconds;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
     let next = AtomicU64::new(0);
@@ -52,8 +70,15 @@ where
         anyhow::Ok(())
     };
     try_join_all((0..in_flight).map(|_| worker())).await?;
-    Ok(next.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    let ops = next.load(Ordering::Relaxed).max(1) as f64;
+    Ok(Measured {
+        per_second: ops / started.elapsed().as_secs_f64(),
+        client_cpu_us: (own_usage()?.cpu_seconds - cpu_before) * 1e6 / ops,
+    })
 }
+
+/// Predictions the `findAndModify` baseline cycles through.
+const FIND_AND_MODIFY_DOCUMENTS: usize = 1000;
 
 /// The in-flight levels measured, the same as the api's client levels.
 pub const LEVELS: [usize; 4] = [1, 8, 32, 128];
@@ -68,38 +93,88 @@ pub struct Baselines {
     pub insert_prediction: BTreeMap<usize, f64>,
     /// MongoDB `find_one` by `_id`.
     pub find: BTreeMap<usize, f64>,
+    /// MongoDB `findAndModify` by `_id` returning the whole prediction after the change.
+    pub find_and_modify: BTreeMap<usize, f64>,
     /// JetStream publish, stored and acknowledged.
     pub publish: BTreeMap<usize, f64>,
+    /// The load tool's CPU microseconds per operation, by operation (the JSON names) and level.
+    pub client_cpu_us: BTreeMap<&'static str, BTreeMap<usize, f64>>,
 }
 
+/// The operations, as (JSON name, table name).
+const OPERATIONS: [(&str, &str); 5] = [
+    ("mongodb_insert", "MongoDB insert_one"),
+    ("mongodb_insert_prediction", "MongoDB insert_one of a prediction (indexed collection)"),
+    ("mongodb_find_by_id", "MongoDB find_one by _id"),
+    ("mongodb_find_and_modify_prediction", "MongoDB findAndModify of a prediction, returning it"),
+    ("jetstream_publish", "JetStream publish (acked)"),
+];
+
 impl Baselines {
+    /// No figures yet, each to be measured for `seconds`.
+    pub fn empty(seconds: u64) -> Self {
+        Self {
+            seconds,
+            insert: BTreeMap::new(),
+            insert_prediction: BTreeMap::new(),
+            find: BTreeMap::new(),
+            find_and_modify: BTreeMap::new(),
+            publish: BTreeMap::new(),
+            client_cpu_us: BTreeMap::new(),
+        }
+    }
+
     /// The figures as JSON.
     pub fn json(&self) -> Value {
         let by_level = |m: &BTreeMap<usize, f64>| {
             m.iter().map(|(k, v)| (k.to_string(), json!(v.round()))).collect::<serde_json::Map<_, _>>()
         };
-        json!({"seconds_each": self.seconds, "in_flight_levels": LEVELS,
-               "mongodb_insert_per_second": by_level(&self.insert),
-               "mongodb_insert_prediction_per_second": by_level(&self.insert_prediction),
-               "mongodb_find_by_id_per_second": by_level(&self.find),
-               "jetstream_publish_per_second": by_level(&self.publish)})
+        let mut figures = json!({"seconds_each": self.seconds, "in_flight_levels": LEVELS});
+        for ((key, _), rates) in OPERATIONS.iter().zip(self.rates()) {
+            figures[format!("{key}_per_second")] = Value::Object(by_level(rates));
+            if let Some(cpu) = self.client_cpu_us.get(key) {
+                figures[format!("{key}_client_cpu_us")] = Value::Object(by_level(cpu));
+            }
+        }
+        figures
+    }
+
+    /// The rates in the order of [`OPERATIONS`].
+    fn rates(&self) -> [&BTreeMap<usize, f64>; 5] {
+        [&self.insert, &self.insert_prediction, &self.find, &self.find_and_modify, &self.publish]
+    }
+
+    /// The load tool's CPU per `operation` (a JSON name) at `level` in flight.
+    pub fn client_cpu_us(&self, operation: &str, level: usize) -> Option<f64> {
+        self.client_cpu_us.get(operation)?.get(&level).copied()
     }
 
     /// The figures as a table.
     pub fn table(&self) -> String {
-        let mut table =
-            format!("baselines ({} s each)\n| operation | in flight | per second |\n|---|---|---|\n", self.seconds);
-        for (name, rates) in [
-            ("MongoDB insert_one", &self.insert),
-            ("MongoDB insert_one of a prediction (indexed collection)", &self.insert_prediction),
-            ("MongoDB find_one by _id", &self.find),
-            ("JetStream publish (acked)", &self.publish),
-        ] {
+        let mut table = format!(
+            "baselines ({} s each)\n| operation | in flight | per second | load tool CPU per operation |\n|---|---|---|---|\n",
+            self.seconds
+        );
+        for ((key, name), rates) in OPERATIONS.iter().zip(self.rates()) {
             for (level, rate) in rates {
-                table.push_str(&format!("| {name} | {level} | {rate:.0} |\n"));
+                let cpu = self.client_cpu_us(key, *level).map_or("-".into(), |us| format!("{us:.0} µs"));
+                table.push_str(&format!("| {name} | {level} | {rate:.0} | {cpu} |\n"));
             }
         }
         table
+    }
+
+    /// Records `measured` for `operation` (a JSON name) at `level`.
+    pub fn record(&mut self, operation: &'static str, level: usize, measured: Measured) {
+        let rates = match operation {
+            "mongodb_insert" => &mut self.insert,
+            "mongodb_insert_prediction" => &mut self.insert_prediction,
+            "mongodb_find_by_id" => &mut self.find,
+            "mongodb_find_and_modify_prediction" => &mut self.find_and_modify,
+            _ => &mut self.publish,
+        };
+        rates.insert(level, measured.per_second);
+        self.client_cpu_us.entry(operation).or_default().insert(level, measured.client_cpu_us);
     }
 }
 
@@ -127,6 +202,26 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
             anyhow::Ok(())
         }
     };
+    // The runner's state change: a findAndModify by `_id` that returns the whole prediction.
+    // A collection of its own, so the stand-in's scans do not depend on the other baselines.
+    let changed = setup.store.database().collection::<Prediction>("baseline_predictions");
+    let fixtures: Vec<Prediction> = (0..FIND_AND_MODIFY_DOCUMENTS)
+        .map(|_| starting_prediction(account.clone(), model.clone(), json!({"prompt": "baseline"})))
+        .collect();
+    changed.insert_many(&fixtures).await?;
+    let ids: Arc<Vec<String>> = Arc::new(fixtures.iter().map(|p| p.id.as_str().to_owned()).collect());
+    let find_and_modify = |n: u64| {
+        let (changed, ids) = (changed.clone(), ids.clone());
+        async move {
+            let id = &ids[n as usize % ids.len()];
+            changed
+                .find_one_and_update(doc! { "_id": id }, doc! { "$inc": { "seq": 1 } })
+                .return_document(ReturnDocument::After)
+                .await?
+                .context("a baseline prediction is missing")?;
+            anyhow::Ok(())
+        }
+    };
     let find = |n: u64| {
         let coll = coll.clone();
         async move {
@@ -150,20 +245,15 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
             anyhow::Ok(())
         }
     };
-    let mut baselines = Baselines {
-        seconds,
-        insert: BTreeMap::new(),
-        insert_prediction: BTreeMap::new(),
-        find: BTreeMap::new(),
-        publish: BTreeMap::new(),
-    };
+    let mut baselines = Baselines::empty(seconds);
     for level in LEVELS {
-        baselines.insert.insert(level, rate(seconds, level, insert).await?);
-        baselines.insert_prediction.insert(level, rate(seconds, level, insert_prediction).await?);
+        baselines.record("mongodb_insert", level, rate(seconds, level, insert).await?);
+        baselines.record("mongodb_insert_prediction", level, rate(seconds, level, insert_prediction).await?);
     }
     for level in LEVELS {
-        baselines.find.insert(level, rate(seconds, level, find).await?);
-        baselines.publish.insert(level, rate(seconds, level, publish).await?);
+        baselines.record("mongodb_find_by_id", level, rate(seconds, level, find).await?);
+        baselines.record("mongodb_find_and_modify_prediction", level, rate(seconds, level, find_and_modify).await?);
+        baselines.record("jetstream_publish", level, rate(seconds, level, publish).await?);
     }
     Ok(baselines)
 }
@@ -173,4 +263,26 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let baselines = measure(options.seconds).await?;
     println!("{}", baselines.table().trim_end());
     Ok(json!({"scenario": "baselines", "baselines": baselines.json()}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_operation_keeps_its_rate_and_client_cpu() {
+        let mut baselines = Baselines::empty(2);
+        baselines.record("mongodb_find_and_modify_prediction", 8, Measured { per_second: 7000.0, client_cpu_us: 80.0 });
+        baselines.record("jetstream_publish", 8, Measured { per_second: 25000.0, client_cpu_us: 17.0 });
+        assert_eq!(baselines.find_and_modify.get(&8), Some(&7000.0));
+        assert_eq!(baselines.publish.get(&8), Some(&25000.0));
+        assert!(baselines.insert.is_empty());
+        assert_eq!(baselines.client_cpu_us("mongodb_find_and_modify_prediction", 8), Some(80.0));
+        assert_eq!(baselines.client_cpu_us("jetstream_publish", 1), None);
+        let json = baselines.json();
+        assert_eq!(json["mongodb_find_and_modify_prediction_client_cpu_us"]["8"], 80.0);
+        assert!(
+            baselines.table().contains("| MongoDB findAndModify of a prediction, returning it | 8 | 7000 | 80 µs |")
+        );
+    }
 }

@@ -160,6 +160,7 @@ impl Cluster {
             let usage = member.process.usage()?;
             let total = snapshot.usage.entry(member.process.name).or_default();
             total.cpu_seconds += usage.cpu_seconds;
+            total.kernel_seconds += usage.kernel_seconds;
             total.peak_rss_kib = total.peak_rss_kib.max(usage.peak_rss_kib);
             total.context_switches += usage.context_switches;
             let counts = commands(&self.http, &member.metrics).await?;
@@ -213,16 +214,18 @@ pub async fn commands(http: &reqwest::Client, url: &str) -> anyhow::Result<BTree
         .collect())
 }
 
-/// What each service used between two snapshots, per prediction: CPU microseconds, MongoDB
+/// What each service used between two snapshots, per prediction: CPU microseconds (and the
+/// kernel's share of them: the loopback TCP path is charged to the sending process), MongoDB
 /// writes and reads (and each command), context switches, and its peak memory at the end.
 pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
     let n = predictions.max(1) as f64;
     let mut services = serde_json::Map::new();
-    let (mut cpu_total, mut writes_total, mut reads_total) = (0.0, 0.0, 0.0);
+    let (mut cpu_total, mut kernel_total, mut writes_total, mut reads_total) = (0.0, 0.0, 0.0, 0.0);
     let mut switches_total = 0.0;
     for (service, usage) in &after.usage {
         let earlier = before.usage.get(service).copied().unwrap_or_default();
         let cpu = usage.cpu_seconds - earlier.cpu_seconds;
+        let kernel = usage.kernel_seconds - earlier.kernel_seconds;
         // Threads that exited take their counts with them: never below zero.
         let switches = usage.context_switches.saturating_sub(earlier.context_switches) as f64 / n;
         switches_total += switches;
@@ -240,12 +243,14 @@ pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
             }
         }
         cpu_total += cpu;
+        kernel_total += kernel;
         writes_total += writes;
         reads_total += reads;
         services.insert(
             (*service).to_owned(),
             json!({
                 "cpu_seconds_per_1000": round(cpu * 1000.0 / n, 3),
+                "kernel_share_of_cpu": round(kernel / cpu.max(f64::EPSILON), 2),
                 "peak_rss_mib": round(usage.peak_rss_kib as f64 / 1024.0, 1),
                 "mongodb_writes_per_prediction": round(writes, 3),
                 "mongodb_reads_per_prediction": round(reads, 3),
@@ -258,6 +263,7 @@ pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
         "predictions": predictions,
         "services": services,
         "cpu_us_per_prediction": round(cpu_total * 1e6 / n, 1),
+        "kernel_share_of_cpu": round(kernel_total / cpu_total.max(f64::EPSILON), 2),
         "mongodb_writes_per_prediction": round(writes_total, 3),
         "mongodb_reads_per_prediction": round(reads_total, 3),
         "context_switches_per_prediction": round(switches_total, 1),

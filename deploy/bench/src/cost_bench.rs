@@ -22,6 +22,9 @@ pub struct Options {
     /// Predictions to create.
     #[arg(long, default_value_t = 500)]
     predictions: usize,
+    /// Creates in flight at once.
+    #[arg(long, default_value_t = 8)]
+    in_flight: usize,
 }
 
 /// How long the last webhooks may take to arrive.
@@ -32,7 +35,12 @@ pub const ECHO_RUNNER: [(&str, &str); 2] = [("RUNNER_MODELS", "demo/echo"), ("RU
 
 /// Creates `predictions` (after a warm-up) on `cluster`, which runs demo/echo, and returns
 /// each service's cost per prediction.
-pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, predictions: usize) -> anyhow::Result<Value> {
+pub async fn measure(
+    cluster: &mut Cluster,
+    receiver: &Receiver,
+    predictions: usize,
+    in_flight: usize,
+) -> anyhow::Result<Value> {
     let http = reqwest::Client::new();
     let url = format!("{}/v1/models/demo/echo/predictions", cluster.base);
     let key = cluster.key.clone();
@@ -51,7 +59,7 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, predictions: us
                         Ok(())
                     }
                 })
-                .buffer_unordered(8)
+                .buffer_unordered(in_flight)
                 .collect()
                 .await;
             created.into_iter().collect::<anyhow::Result<()>>()?;
@@ -74,7 +82,7 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, predictions: us
 /// The cost as a table.
 pub fn table(cost: &Value) -> String {
     let mut table = String::from(
-        "| service | CPU s per 1,000 | peak RSS | MongoDB writes | MongoDB reads | commands per prediction | context switches |\n|---|---|---|---|---|---|---|\n",
+        "| service | CPU s per 1,000 | in the kernel | peak RSS | MongoDB writes | MongoDB reads | commands per prediction | context switches |\n|---|---|---|---|---|---|---|---|\n",
     );
     for (service, c) in cost["services"].as_object().into_iter().flatten() {
         let commands: Vec<String> = c["mongodb_commands_per_prediction"]
@@ -84,8 +92,9 @@ pub fn table(cost: &Value) -> String {
             .map(|(command, n)| format!("{command} {n}"))
             .collect();
         table.push_str(&format!(
-            "| {service} | {} | {} MiB | {} | {} | {} | {} |\n",
+            "| {service} | {} | {:.0} % | {} MiB | {} | {} | {} | {} |\n",
             c["cpu_seconds_per_1000"],
+            c["kernel_share_of_cpu"].as_f64().unwrap_or_default() * 100.0,
             c["peak_rss_mib"],
             c["mongodb_writes_per_prediction"],
             c["mongodb_reads_per_prediction"],
@@ -94,8 +103,9 @@ pub fn table(cost: &Value) -> String {
         ));
     }
     table.push_str(&format!(
-        "| all | {:.3} | | {} | {} | | {} |\n",
+        "| all | {:.3} | {:.0} % | | {} | {} | | {} |\n",
         cost["cpu_us_per_prediction"].as_f64().unwrap_or_default() / 1000.0,
+        cost["kernel_share_of_cpu"].as_f64().unwrap_or_default() * 100.0,
         cost["mongodb_writes_per_prediction"],
         cost["mongodb_reads_per_prediction"],
         cost["context_switches_per_prediction"],
@@ -110,7 +120,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let result = async {
         cluster.add_runners(1, &ECHO_RUNNER).await?;
         let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
-        measure(&mut cluster, &receiver, options.predictions).await
+        measure(&mut cluster, &receiver, options.predictions, options.in_flight).await
     }
     .await;
     stop.cancel();

@@ -23,6 +23,8 @@ pub struct ServiceProcess {
 pub struct Usage {
     /// User plus system CPU seconds.
     pub cpu_seconds: f64,
+    /// The system (kernel) part of `cpu_seconds`.
+    pub kernel_seconds: f64,
     /// Peak resident set size (`VmHWM`), in KiB.
     pub peak_rss_kib: u64,
     /// Voluntary and involuntary context switches of the threads alive now.
@@ -90,6 +92,11 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// What this process (the load tool) has used so far.
+pub fn own_usage() -> anyhow::Result<Usage> {
+    usage_of(std::process::id())
+}
+
 fn usage_of(pid: u32) -> anyhow::Result<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -101,8 +108,10 @@ fn usage_of(pid: u32) -> anyhow::Result<Usage> {
                 + field_of(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
         }
     }
+    let ticks = cpu_ticks(&stat)?;
     Ok(Usage {
-        cpu_seconds: cpu_ticks(&stat)? as f64 / clock_ticks(),
+        cpu_seconds: (ticks.user + ticks.system) as f64 / clock_ticks(),
+        kernel_seconds: ticks.system as f64 / clock_ticks(),
         peak_rss_kib: peak_rss_kib(&status)?,
         context_switches,
     })
@@ -113,14 +122,21 @@ fn field_of(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
 }
 
-/// `utime + stime` from a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces
-/// and parentheses, so fields are counted from the last `)`.
-fn cpu_ticks(stat: &str) -> anyhow::Result<u64> {
+/// CPU clock ticks of a process, in user space and in the kernel.
+#[derive(Debug, PartialEq)]
+struct Ticks {
+    user: u64,
+    system: u64,
+}
+
+/// `utime` and `stime` from a `/proc/<pid>/stat` line. The command name (field 2) may hold
+/// spaces and parentheses, so fields are counted from the last `)`.
+fn cpu_ticks(stat: &str) -> anyhow::Result<Ticks> {
     let rest = stat.rsplit_once(')').context("no ')' in stat")?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name come field 3 (state) onwards; utime and stime are fields 14 and 15.
     let field = |n: usize| -> anyhow::Result<u64> { Ok(fields.get(n - 3).context("short stat")?.parse()?) };
-    Ok(field(14)? + field(15)?)
+    Ok(Ticks { user: field(14)?, system: field(15)? })
 }
 
 /// `VmHWM` from `/proc/<pid>/status`, in KiB.
@@ -136,7 +152,7 @@ mod tests {
     #[test]
     fn cpu_ticks_count_from_the_last_parenthesis() {
         let stat = "4242 (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 1 0 0";
-        assert_eq!(cpu_ticks(stat).expect("parses"), 300);
+        assert_eq!(cpu_ticks(stat).expect("parses"), Ticks { user: 250, system: 50 });
     }
 
     #[test]
@@ -160,7 +176,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         let after = usage_of(std::process::id()).expect("readable");
         assert!(after.peak_rss_kib > 0);
-        assert!(after.cpu_seconds >= 0.0);
+        assert!(after.cpu_seconds >= after.kernel_seconds && after.kernel_seconds >= 0.0);
         assert!(after.context_switches > before.context_switches, "sleeping gives up the CPU");
     }
 }

@@ -74,7 +74,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     // linger in its peak memory or its queues.
     step(4, "cost with a webhook for every event");
     let all_events =
-        on_fresh_system(&[], async |cluster, receiver| cost_bench::measure(cluster, receiver, 500).await).await?;
+        on_fresh_system(&[], async |cluster, receiver| cost_bench::measure(cluster, receiver, 500, 8).await).await?;
 
     step(5, "runner scale-out");
     let window = Duration::from_secs(8);
@@ -86,7 +86,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     let cores = cluster::cores();
     let all_events_per_core =
         on_fresh_system(&[("TOKIO_WORKER_THREADS", cores.as_str())], async |cluster, receiver| {
-            cost_bench::measure(cluster, receiver, 500).await
+            cost_bench::measure(cluster, receiver, 500, 8).await
         })
         .await?;
 

@@ -46,6 +46,28 @@ impl Measured {
         self.e2e.iter().find(|p| p.row().0 == rate).and_then(Phase::cost)
     }
 
+    /// The least CPU per prediction the calls the CONTRACT requires can cost: each call priced
+    /// at what the load tool's own client spent on it in the baselines (8 in flight, as the
+    /// cost batches run). It leaves out every HTTP request (the create, each webhook), the
+    /// job's and the events' deliveries and acks, and all JSON work, so the true floor is higher.
+    fn cpu_floor(&self) -> Vec<(&'static str, &'static str, f64)> {
+        let at_8 = |operation: &str| self.baselines.client_cpu_us(operation, 8).unwrap_or(f64::NAN);
+        let (insert, find_and_modify, publish) =
+            (at_8("mongodb_insert_prediction"), at_8("mongodb_find_and_modify_prediction"), at_8("jetstream_publish"));
+        vec![
+            ("api", "insert the `starting` prediction, publish its job", insert + publish),
+            (
+                "runner",
+                "2 state changes (findAndModify returning the prediction), publish `start` and `completed`",
+                2.0 * (find_and_modify + publish),
+            ),
+        ]
+    }
+
+    fn cpu_floor_total(&self) -> f64 {
+        self.cpu_floor().iter().map(|(_, _, us)| us).sum()
+    }
+
     fn targets(&self) -> Vec<Target> {
         let mut targets = Vec::new();
         if let Some(cost) = self.cost_at(200) {
@@ -132,6 +154,11 @@ pub fn json(m: &Measured) -> Value {
         "cost_webhook_all_events": m.all_events,
         "cost_webhook_all_events_worker_thread_per_core": m.all_events_per_core,
         "scaling": m.scaling,
+        "cpu_floor_of_required_calls": {
+            "priced_at": "the load tool's client CPU per call in the baselines, 8 in flight",
+            "services": m.cpu_floor().iter().map(|(service, calls, us)| json!({"service": service, "calls": calls, "cpu_us": round(*us, 1)})).collect::<Vec<_>>(),
+            "cpu_us_per_prediction": round(m.cpu_floor_total(), 1),
+        },
         "targets": m.targets().iter().map(|t| json!({"target": t.name, "measured": t.measured, "met": t.met})).collect::<Vec<_>>(),
     })
 }
@@ -190,9 +217,49 @@ pub fn tables(m: &Measured) -> String {
         cost_bench::table(&m.all_events_per_core)
     ));
     out.push_str(&format!("## Runner scale-out\n\n{}", scaling_bench::table(&m.scaling)));
+    out.push_str(
+        "\n## The floor under the CPU target\n\nThe MongoDB and JetStream calls the CONTRACT requires of each prediction, each priced at \
+         what the load tool's own client spent on it in the baselines (8 in flight). HTTP, deliveries, acks and JSON are left \
+         out, so the real floor is higher.\n\n| service | calls | CPU |\n|---|---|---|\n",
+    );
+    for (service, calls, us) in m.cpu_floor() {
+        out.push_str(&format!("| {service} | {calls} | {us:.0} µs |\n"));
+    }
+    out.push_str(&format!("| all | | {:.0} µs |\n", m.cpu_floor_total()));
     out.push_str("\n## Targets\n\n| target | measured | met |\n|---|---|---|\n");
     for t in m.targets() {
         out.push_str(&format!("| {} | {} | {} |\n", t.name, t.measured, if t.met { "yes" } else { "no" }));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baselines::Measured as Rate;
+
+    #[test]
+    fn the_cpu_floor_prices_each_required_call_at_its_baseline() {
+        let mut baselines = Baselines::empty(2);
+        for (operation, client_cpu_us) in [
+            ("mongodb_insert_prediction", 50.0),
+            ("mongodb_find_and_modify_prediction", 80.0),
+            ("jetstream_publish", 20.0),
+        ] {
+            baselines.record(operation, 8, Rate { per_second: 1000.0, client_cpu_us });
+            baselines.record(operation, 1, Rate { per_second: 100.0, client_cpu_us: 1000.0 });
+        }
+        let measured = Measured {
+            baselines,
+            api: Vec::new(),
+            e2e: Vec::new(),
+            all_events: Value::Null,
+            all_events_per_core: Value::Null,
+            scaling: Value::Null,
+        };
+        let floor: Vec<f64> = measured.cpu_floor().iter().map(|(_, _, us)| *us).collect();
+        assert_eq!(floor, [50.0 + 20.0, 2.0 * (80.0 + 20.0)]);
+        assert_eq!(measured.cpu_floor_total(), 270.0);
+        assert!(tables(&measured).contains("| all | | 270 µs |"));
+    }
 }
