@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::{
     catch_panic::CatchPanicLayer,
-    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    request_id::{PropagateRequestIdLayer, SetRequestIdLayer},
     timeout::TimeoutLayer,
     trace::{DefaultOnResponse, TraceLayer},
 };
@@ -33,6 +33,7 @@ use crate::{
     error::render_problems,
     metrics::{self, HttpMetrics},
     ratelimit::rate_limit_headers,
+    request_id::MakeRandomRequestId,
     routes,
     run_to_completion::run_to_completion,
     state::AppState,
@@ -87,7 +88,7 @@ pub fn app(state: AppState) -> Router {
         })
         .on_response(DefaultOnResponse::new().level(Level::INFO));
     let middleware = ServiceBuilder::new()
-        .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(request_id.clone(), MakeRandomRequestId))
         .layer(trace)
         .layer(PropagateRequestIdLayer::new(request_id))
         .layer(middleware::from_fn_with_state(state.clone(), render_problems))

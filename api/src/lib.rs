@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod models;
 pub mod openapi;
 pub mod ratelimit;
+pub mod request_id;
 pub mod routes;
 pub mod run_to_completion;
 pub mod state;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::{
     baselines::{Baselines, LEVELS},
     cluster::{Cluster, round},
+    create_vs_insert,
     load_client::{Connection, Template},
     processes::own_usage,
     stats::{Samples, ms},
@@ -55,7 +56,7 @@ pub struct Row {
 /// Requests per second, latencies and the load tool's CPU per request of `template` sent by
 /// `clients` clients, each on its own connection, in a loop for `seconds`; each answer must
 /// have status `expect`. Requests in flight at the end are finished and counted.
-async fn closed_loop(
+pub async fn closed_loop(
     seconds: u64,
     clients: usize,
     base: &str,
@@ -84,7 +85,7 @@ async fn closed_loop(
 }
 
 /// The body of every demo/echo create.
-const CREATE_BODY: &str = r#"{"input":{"prompt":"bench","repeat":2}}"#;
+pub const CREATE_BODY: &str = r#"{"input":{"prompt":"bench","repeat":2}}"#;
 
 /// Measures the api of `cluster`.
 pub async fn measure(cluster: &Cluster, seconds: u64) -> anyhow::Result<Vec<Row>> {
@@ -167,9 +168,16 @@ pub fn table(rows: &[Row], baselines: Option<&Baselines>) -> String {
 /// `bench api`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
     let cluster = Cluster::start(&AS_DEPLOYED, false).await?;
-    let rows = measure(&cluster, options.seconds).await;
+    let measured = async {
+        let rows = measure(&cluster, options.seconds).await?;
+        let rounds = create_vs_insert::measure(&cluster, 3, 2).await?;
+        anyhow::Ok((rows, rounds))
+    }
+    .await;
     cluster.stop().await?;
-    let rows = rows?;
+    let (rows, rounds) = measured?;
     println!("api alone, closed loop\n{}", table(&rows, None).trim_end());
-    Ok(json!({"scenario": "api", "seconds_per_level": options.seconds, "results": json(&rows, None)}))
+    println!("\ncreates against raw inserts into the same collection\n{}", create_vs_insert::table(&rounds).trim_end());
+    Ok(json!({"scenario": "api", "seconds_per_level": options.seconds, "results": json(&rows, None),
+              "create_vs_insert_head_to_head": create_vs_insert::json(&rounds)}))
 }

@@ -54,7 +54,7 @@ pub struct Measured {
 /// Operations per second of `op` run `in_flight` at a time for `seconds`, and the load tool's
 /// CPU per operation. Operations in flight at the end are finished, not dropped: a dropped
 /// MongoDB operation costs its connection.
-async fn rate<F, Fut>(seconds: u64, in_flight: usize, op: F) -> anyhow::Result<Measured>
+pub async fn rate<F, Fut>(seconds: u64, in_flight: usize, op: F) -> anyhow::Result<Measured>
 where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,

@@ -19,6 +19,7 @@ mod api_bench;
 mod baselines;
 mod cluster;
 mod cost_bench;
+mod create_vs_insert;
 mod e2e_bench;
 mod load_client;
 mod notifier_bench;

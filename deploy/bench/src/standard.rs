@@ -3,7 +3,8 @@
 //!
 //! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight);
 //! 2. api alone (a process): get, list and create at 1, 8, 32 and 128 clients, as ratios of
-//!    the raw find and insert rates at the same number in flight;
+//!    the raw find and insert rates at the same number in flight; then creates against raw
+//!    inserts into the same collection in alternating rounds (see [`create_vs_insert`]);
 //! 3. end to end (api, notifier and one runner as processes): open loop at 50 and 200
 //!    predictions/s for 30 s, then doubling and bisecting to find the highest sustained rate
 //!    (see [`e2e_bench`]); the cost of
@@ -29,11 +30,14 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api_bench, baselines,
     cluster::{self, Cluster, round},
-    cost_bench, e2e_bench,
+    cost_bench, create_vs_insert, e2e_bench,
     receiver::Receiver,
     scaling_bench,
     standard_report::{self, Measured},
 };
+
+/// Rounds of the head-to-head create-throughput measurement ([`create_vs_insert`]).
+const HEAD_TO_HEAD_ROUNDS: usize = 3;
 
 /// Options of `bench standard`.
 #[derive(clap::Args)]
@@ -57,9 +61,14 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     step(2, "api alone");
     let api_cluster = Cluster::start(&api_bench::AS_DEPLOYED, false).await?;
     let servers = servers(&api_cluster).await;
-    let api = api_bench::measure(&api_cluster, options.api_seconds).await;
+    let api = async {
+        let levels = api_bench::measure(&api_cluster, options.api_seconds).await?;
+        let head_to_head = create_vs_insert::measure(&api_cluster, HEAD_TO_HEAD_ROUNDS, 2).await?;
+        anyhow::Ok((levels, head_to_head))
+    }
+    .await;
     api_cluster.stop().await?;
-    let api = api?;
+    let (api, create_vs_insert) = api?;
 
     step(3, "end to end, open loop");
     let plan = e2e_bench::Plan {
@@ -90,7 +99,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         })
         .await?;
 
-    let measured = Measured { baselines, api, e2e, all_events, all_events_per_core, scaling };
+    let measured = Measured { baselines, api, create_vs_insert, e2e, all_events, all_events_per_core, scaling };
     tables.push_str(&standard_report::tables(&measured));
     let mut results = standard_report::json(&measured);
     results["about"] = json!({
