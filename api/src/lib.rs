@@ -1,6 +1,6 @@
 //! The public HTTP API (axum).
 //!
-//! A request flows: request id and tracing ([`app`]) → problem rendering ([`error`]) →
+//! A request flows: request id ([`request_id`]) and tracing ([`app`]) → problem rendering ([`error`]) →
 //! authentication, scope and rate limit ([`auth`], [`ratelimit`]) → the route's handler ([`routes`]), which parses the
 //! body ([`validate`]), writes MongoDB and publishes to JetStream through [`common`].
 //!

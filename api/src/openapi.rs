@@ -1,7 +1,7 @@
 //! The OpenAPI 3.1 description served at `GET /openapi.json`, generated from the handlers'
 //! `#[utoipa::path]` annotations and the response types themselves.
 //!
-//! Error responses are added here rather than on each handler, from [`ERRORS`]: which problem
+//! Error responses are added here rather than on each handler, from `ERRORS`: which problem
 //! statuses each operation can answer. Every authenticated operation can also answer 401, 403,
 //! 429 and 500. All of them carry the `ProblemBody` schema as `application/problem+json`.
 

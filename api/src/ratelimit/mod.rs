@@ -3,7 +3,7 @@
 //!
 //! Each key has a counter per minute on a JetStream counter stream (`Nats-Incr`: atomic
 //! increments that return the new total, no compare-and-swap races, whatever the number of
-//! replicas). [`limiter`] adds requests to it: in batches while a key is far below its limit,
+//! replicas). `limiter` adds requests to it: in batches while a key is far below its limit,
 //! one by one close to it. The estimate weighs the previous minute's total by the part of it
 //! still inside the last 60 seconds: `previous × (1 − elapsed/60) + current`. The previous
 //! minute's total no longer changes, so each replica reads it once per key and minute and

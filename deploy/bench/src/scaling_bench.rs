@@ -121,7 +121,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     Ok(json!({"scenario": "scaling", "scaling": results}))
 }
 
-/// The results of [`json`] as a table.
+/// The results of [`json()`] as a table.
 pub fn table(scaling: &Value) -> String {
     let mut out = format!(
         "runner scale-out (demo/sleep {} s, {} per runner)\n\n\

@@ -1,4 +1,4 @@
-//! `bench standard`: the whole standard set in one bounded run (about five minutes here), each
+//! `bench standard`: the whole standard set in one bounded run (about six minutes here), each
 //! figure next to the baseline it is read against:
 //!
 //! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight);
@@ -14,6 +14,9 @@
 //! 6. cost with a webhook for every event and a tokio worker thread per core (tokio's default;
 //!    the other steps run each service with one, as `deploy/local/up` does, unless
 //!    `BENCH_SERVICE_WORKER_THREADS` says otherwise).
+//!
+//! The report adds the floor under the CPU target: the calls the CONTRACT requires of each
+//! prediction, priced at the load tool's own client cost per call (see [`standard_report`]).
 //!
 //! Steps 3 to 6 each start a fresh system, so one step's load never shows in the next.
 //!
