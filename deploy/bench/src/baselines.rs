@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use common::{
     domain::{AccountId, ModelRef, Prediction},
     samples::starting_prediction,
+    store::Predictions,
 };
 
 use crate::{processes::own_usage, setup::Setup};
@@ -75,6 +76,35 @@ where
         per_second: ops / started.elapsed().as_secs_f64(),
         client_cpu_us: (own_usage()?.cpu_seconds - cpu_before) * 1e6 / ops,
     })
+}
+
+/// Raw inserts of new `starting` demo/echo predictions through the store, as the api's create
+/// writes them (one account for all).
+pub struct PredictionInserts {
+    predictions: Predictions,
+    account: AccountId,
+    model: ModelRef,
+}
+
+impl PredictionInserts {
+    /// Inserts into `predictions`.
+    pub fn new(predictions: Predictions) -> anyhow::Result<Self> {
+        Ok(Self { predictions, account: AccountId::generate(), model: "demo/echo".parse()? })
+    }
+
+    /// A new `starting` prediction, not stored.
+    pub fn sample(&self) -> Prediction {
+        starting_prediction(self.account.clone(), self.model.clone(), json!({"prompt": "baseline"}))
+    }
+
+    /// Inserts one new prediction.
+    pub fn one(&self) -> impl Future<Output = anyhow::Result<()>> + 'static {
+        let (predictions, prediction) = (self.predictions.clone(), self.sample());
+        async move {
+            predictions.insert(&prediction).await?;
+            anyhow::Ok(())
+        }
+    }
 }
 
 /// Predictions the `findAndModify` baseline cycles through.
@@ -191,23 +221,12 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
         }
     };
     setup.store.ensure_indexes().await?;
-    let predictions = setup.store.predictions();
-    let account = AccountId::generate();
-    let model: ModelRef = "demo/echo".parse()?;
-    let insert_prediction = |_: u64| {
-        let predictions = predictions.clone();
-        let prediction = starting_prediction(account.clone(), model.clone(), json!({"prompt": "baseline"}));
-        async move {
-            predictions.insert(&prediction).await?;
-            anyhow::Ok(())
-        }
-    };
+    let prediction_inserts = PredictionInserts::new(setup.store.predictions())?;
+    let insert_prediction = |_: u64| prediction_inserts.one();
     // The runner's state change: a findAndModify by `_id` that returns the whole prediction.
     // A collection of its own, so the stand-in's scans do not depend on the other baselines.
     let changed = setup.store.database().collection::<Prediction>("baseline_predictions");
-    let fixtures: Vec<Prediction> = (0..FIND_AND_MODIFY_DOCUMENTS)
-        .map(|_| starting_prediction(account.clone(), model.clone(), json!({"prompt": "baseline"})))
-        .collect();
+    let fixtures: Vec<Prediction> = (0..FIND_AND_MODIFY_DOCUMENTS).map(|_| prediction_inserts.sample()).collect();
     changed.insert_many(&fixtures).await?;
     let ids: Arc<Vec<String>> = Arc::new(fixtures.iter().map(|p| p.id.as_str().to_owned()).collect());
     let find_and_modify = |n: u64| {

@@ -12,14 +12,9 @@
 use http::Method;
 use serde_json::{Value, json};
 
-use common::{
-    domain::{AccountId, ModelRef},
-    samples::starting_prediction,
-};
-
 use crate::{
     api_bench::{self, CREATE_BODY},
-    baselines,
+    baselines::{self, PredictionInserts},
     cluster::{Cluster, round},
     load_client::Template,
 };
@@ -47,17 +42,8 @@ pub const CREATE_CLIENTS: usize = 128;
 
 /// `rounds` rounds of `seconds` per measurement against the api of `cluster` and its database.
 pub async fn measure(cluster: &Cluster, rounds: usize, seconds: u64) -> anyhow::Result<Vec<Round>> {
-    let predictions = cluster.setup.store.predictions();
-    let account = AccountId::generate();
-    let model: ModelRef = "demo/echo".parse()?;
-    let insert = |_: u64| {
-        let predictions = predictions.clone();
-        let prediction = starting_prediction(account.clone(), model.clone(), json!({"prompt": "baseline"}));
-        async move {
-            predictions.insert(&prediction).await?;
-            anyhow::Ok(())
-        }
-    };
+    let inserts = PredictionInserts::new(cluster.setup.store.predictions())?;
+    let insert = |_: u64| inserts.one();
     let create =
         Template::new(Method::POST, &cluster.base, "/v1/models/demo/echo/predictions", &cluster.key)?.json(CREATE_BODY);
     let mut measured = Vec::with_capacity(rounds);
