@@ -12,7 +12,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use common::{
-    domain::{AccountId, PredictionId},
+    domain::{AccountId, ApiSurface, PredictionId},
     problem::{FieldError, Problem, ProblemKind},
 };
 
@@ -34,11 +34,16 @@ pub fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(text.to_owned()))
 }
 
-/// The answer to a repeated key: the first prediction as it stands now.
-pub async fn replay(state: &AppState, account: &AccountId, first: &PredictionId) -> Result<Response, ApiError> {
+/// The answer to a repeated key: the first prediction as it stands now, shown on `surface`.
+pub async fn replay(
+    state: &AppState,
+    account: &AccountId,
+    first: &PredictionId,
+    surface: ApiSurface,
+) -> Result<Response, ApiError> {
     for _ in 0..20 {
         if let Some(p) = state.store.predictions().get_for_account(first, account).await? {
-            let view = p.view(state.base_url());
+            let view = p.view(&state.links, surface);
             let mut response = (StatusCode::CREATED, Json(&view)).into_response();
             response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
             if let Ok(location) = HeaderValue::from_str(&view.urls.get) {

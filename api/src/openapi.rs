@@ -4,6 +4,10 @@
 //! Error responses are added here rather than on each handler, from `ERRORS`: which problem
 //! statuses each operation can answer. Every authenticated operation can also answer 401, 403,
 //! 429 and 500. All of them carry the `ProblemBody` schema as `application/problem+json`.
+//!
+//! The Replicate-compatible surface is described by a copy of every `/v1` operation under
+//! `/replicate/v1` (operation ids suffixed `Replicate`), as the router mounts it
+//! ([`crate::replicate`]); `error` is documented as either shape.
 
 use std::sync::OnceLock;
 
@@ -22,6 +26,11 @@ use crate::{routes, state::AppState};
 /// The problem statuses of each operation beyond those of every authenticated one.
 const ERRORS: &[(&str, &str, &[u16])] = &[
     ("post", "/v1/models/{owner}/{model}/predictions", &[400, 404, 413]),
+    ("post", "/v1/predictions", &[400, 404, 413]),
+    ("get", "/v1/models", &[400]),
+    ("get", "/v1/models/{owner}/{name}", &[404]),
+    ("get", "/v1/models/{owner}/{name}/versions", &[404]),
+    ("get", "/v1/models/{owner}/{name}/versions/{id}", &[404]),
     ("get", "/v1/predictions", &[400]),
     ("get", "/v1/predictions/{id}", &[404]),
     ("post", "/v1/predictions/{id}/cancel", &[400, 404]),
@@ -56,10 +65,15 @@ fn describe(status: u16) -> &'static str {
     ),
     paths(
         routes::predictions::create,
+        routes::predictions::create_by_version,
         routes::predictions::list,
         routes::predictions::get,
         routes::predictions::cancel,
         routes::stream::stream,
+        routes::models::list,
+        routes::models::get,
+        routes::models::versions,
+        routes::models::version,
         routes::files::get,
         routes::api_keys::create,
         routes::api_keys::get,
@@ -69,9 +83,10 @@ fn describe(status: u16) -> &'static str {
         routes::health::health,
     ),
     components(schemas(ProblemBody, FieldError, FieldErrorCode)),
-    modifiers(&Security, &ProblemResponses),
+    modifiers(&Security, &ProblemResponses, &ReplicateSurface),
     tags(
         (name = "predictions", description = "Create, read, list and cancel predictions"),
+        (name = "models", description = "Registered models and their versions"),
         (name = "account", description = "API keys and the webhook signing secret (scope `admin`)"),
         (name = "operations", description = "Readiness and liveness"),
     )
@@ -121,6 +136,35 @@ impl Modify for ProblemResponses {
     }
 }
 
+struct ReplicateSurface;
+
+impl Modify for ReplicateSurface {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let canonical: Vec<_> = openapi
+            .paths
+            .paths
+            .iter()
+            .filter(|(path, _)| path.starts_with("/v1/"))
+            .map(|(p, i)| (p.clone(), i.clone()))
+            .collect();
+        for (path, mut item) in canonical {
+            for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+                operation.operation_id = operation.operation_id.take().map(|id| format!("{id}Replicate"));
+                operation.tags = Some(vec!["replicate".into()]);
+            }
+            openapi.paths.paths.insert(format!("{}{}", crate::replicate::ROOT, &path["/v1".len()..]), item);
+        }
+        openapi.tags.get_or_insert_with(Vec::new).push(
+            utoipa::openapi::tag::TagBuilder::new()
+                .name("replicate")
+                .description(Some(
+                    "The same operations in Replicate's shapes (`error` a string, links inside `/replicate/v1`)",
+                ))
+                .build(),
+        );
+    }
+}
+
 /// The document, built once.
 pub fn document() -> &'static utoipa::openapi::OpenApi {
     static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
@@ -139,16 +183,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_listed_operation_exists_and_gets_its_problems() {
+    fn every_listed_operation_exists_and_gets_its_problems_on_both_surfaces() {
         let doc = document();
         assert_eq!(serde_json::to_value(doc).expect("json")["openapi"], "3.1.0");
         for (method, path, extra) in ERRORS {
-            let item = doc.paths.paths.get(*path).unwrap_or_else(|| panic!("{path} is documented"));
-            let op = if *method == "get" { item.get.as_ref() } else { item.post.as_ref() };
-            let op = op.unwrap_or_else(|| panic!("{method} {path} is documented"));
-            for status in extra.iter().chain(AUTHENTICATED) {
-                assert!(op.responses.responses.contains_key(&status.to_string()), "{method} {path} {status}");
+            let replicate = format!("/replicate{path}");
+            for path in [*path, replicate.as_str()] {
+                let item = doc.paths.paths.get(path).unwrap_or_else(|| panic!("{path} is documented"));
+                let op = if *method == "get" { item.get.as_ref() } else { item.post.as_ref() };
+                let op = op.unwrap_or_else(|| panic!("{method} {path} is documented"));
+                for status in extra.iter().chain(AUTHENTICATED) {
+                    assert!(op.responses.responses.contains_key(&status.to_string()), "{method} {path} {status}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = serde_json::to_value(document()).expect("json");
+        let mut ids: Vec<String> = doc["paths"]
+            .as_object()
+            .expect("paths")
+            .values()
+            .flat_map(|item| item.as_object().expect("item").values())
+            .filter_map(|op| op["operationId"].as_str().map(str::to_owned))
+            .collect();
+        let count = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), count);
+        assert!(ids.contains(&"getModelReplicate".to_owned()));
     }
 }

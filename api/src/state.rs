@@ -7,6 +7,7 @@ use std::time::Duration;
 use common::{
     bus::Bus,
     domain::Prediction,
+    links::Links,
     store::{Batching, GroupCommit, Store},
 };
 use tokio_util::task::TaskTracker;
@@ -31,6 +32,8 @@ pub struct Shared {
     pub store: Store,
     /// NATS JetStream.
     pub bus: Bus,
+    /// Builds every URL the api hands out (both surfaces, stream tokens).
+    pub links: Links,
     /// API keys, cached briefly.
     pub keys: KeyDirectory,
     /// Registered models, cached briefly.
@@ -53,6 +56,7 @@ impl AppState {
             rate_limiter: RateLimiter::new(bus.clone()),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background: TaskTracker::new(),
+            links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),
             config,
             store,
             bus,

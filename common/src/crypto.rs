@@ -4,6 +4,9 @@
 //! Sealed text is `v1.` + base64(nonce ‖ ciphertext ‖ tag) with a random 96-bit nonce. The
 //! associated data names what is sealed and for which record (e.g. `api_key:key_…`), so a
 //! sealed value copied onto another record does not open there.
+//!
+//! The same key, through a subkey derived from it, also authenticates short tokens
+//! ([`MasterKey::mac`]), such as the capability in a prediction's stream URL.
 
 use std::fmt;
 
@@ -12,14 +15,21 @@ use aes_gcm::{
     aead::{Aead, KeyInit, Payload},
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
+use hmac::{Hmac, Mac};
 use rand::RngCore;
+use sha2::Sha256;
 
 const SEALED_PREFIX: &str = "v1.";
 const NONCE_LEN: usize = 12;
 
 /// The master key. Its `Debug` never shows the key.
 #[derive(Clone)]
-pub struct MasterKey(Aes256Gcm);
+pub struct MasterKey {
+    cipher: Aes256Gcm,
+    /// HMAC-SHA256(master key, "mac-key.v1"): keys [`MasterKey::mac`], so no MAC is ever made
+    /// with the encryption key itself.
+    mac_key: [u8; 32],
+}
 
 /// Why a master key or a sealed value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,7 +47,14 @@ impl MasterKey {
     pub fn from_base64(text: &str) -> Result<Self, CryptoError> {
         let bytes = STANDARD.decode(text.trim()).map_err(|_| CryptoError::BadMasterKey)?;
         let cipher = Aes256Gcm::new_from_slice(&bytes).map_err(|_| CryptoError::BadMasterKey)?;
-        Ok(Self(cipher))
+        let mac_key = hmac_sha256(&bytes, &[b"mac-key.v1"]);
+        Ok(Self { cipher, mac_key })
+    }
+
+    /// HMAC-SHA256 of `message` under a subkey of this key, bound to `context` (what the MAC
+    /// vouches for, e.g. `stream_token.v1`), so a MAC made for one purpose is no use for another.
+    pub fn mac(&self, context: &str, message: &str) -> [u8; 32] {
+        hmac_sha256(&self.mac_key, &[context.as_bytes(), b"\0", message.as_bytes()])
     }
 
     /// A new random key, as base64 text (for `up` and tests).
@@ -53,8 +70,10 @@ impl MasterKey {
         rand::rng().fill_bytes(&mut nonce);
         let payload = Payload { msg: plaintext.as_bytes(), aad: context.as_bytes() };
         // Encryption fails only for plaintexts beyond AES-GCM's ~64 GiB limit.
-        let ciphertext =
-            self.0.encrypt(Nonce::from_slice(&nonce), payload).expect("AES-GCM encrypts any secret-sized plaintext");
+        let ciphertext = self
+            .cipher
+            .encrypt(Nonce::from_slice(&nonce), payload)
+            .expect("AES-GCM encrypts any secret-sized plaintext");
         let mut out = nonce.to_vec();
         out.extend_from_slice(&ciphertext);
         format!("{SEALED_PREFIX}{}", STANDARD.encode(out))
@@ -69,9 +88,18 @@ impl MasterKey {
             .ok_or(CryptoError::CannotOpen)?;
         let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
         let payload = Payload { msg: ciphertext, aad: context.as_bytes() };
-        let plain = self.0.decrypt(Nonce::from_slice(nonce), payload).map_err(|_| CryptoError::CannotOpen)?;
+        let plain = self.cipher.decrypt(Nonce::from_slice(nonce), payload).map_err(|_| CryptoError::CannotOpen)?;
         String::from_utf8(plain).map_err(|_| CryptoError::CannotOpen)
     }
+}
+
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    // HMAC accepts keys of any length.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
 }
 
 impl fmt::Debug for MasterKey {
@@ -112,6 +140,16 @@ mod tests {
     fn sealing_twice_gives_different_text() {
         let k = key();
         assert_ne!(k.seal("x", "c"), k.seal("x", "c"));
+    }
+
+    #[test]
+    fn a_mac_depends_on_the_key_the_context_and_the_message() {
+        let k = key();
+        assert_eq!(k.mac("c", "m"), k.mac("c", "m"));
+        assert_ne!(k.mac("c", "m"), key().mac("c", "m"));
+        assert_ne!(k.mac("c", "m"), k.mac("d", "m"));
+        assert_ne!(k.mac("c", "m"), k.mac("c", "n"));
+        assert_ne!(k.mac("c\0m", ""), k.mac("c", "\0m"), "context and message cannot be shifted");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`bus`]: the JetStream streams and the publishing side of the messages.
 //! - [`problem`]: the problem+json error body every HTTP error uses.
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
+//! - [`links`]: every URL handed out (both API surfaces, files, stream capability tokens).
 //! - [`config`], [`connect`], [`telemetry`], [`shutdown`]: what every service needs at start.
 //! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
 //! - `samples` (feature `samples`, part of `testkit`): sample predictions for tests and the load tool.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod connect;
 pub mod crypto;
 pub mod domain;
+pub mod links;
 pub mod messages;
 pub mod problem;
 #[cfg(feature = "samples")]

@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{AccountId, ModelRef, Prediction, PredictionId, PredictionView, WebhookEvent, WebhookUrl};
+use crate::{
+    domain::{AccountId, ModelRef, Prediction, PredictionId, PredictionView, WebhookEvent, WebhookUrl},
+    links::Links,
+};
 
 /// A job on the jobs stream: run this prediction. Published by the api (and by the runner's
 /// reconciler) with `Nats-Msg-Id` = the prediction id, so republishing is harmless.
@@ -44,13 +47,14 @@ pub struct PredictionChanged {
     pub webhook: Option<WebhookUrl>,
     /// Which events are delivered (absent = all).
     pub webhook_events_filter: Option<Vec<WebhookEvent>>,
-    /// The prediction as `GET` shows it right after the change.
+    /// The prediction as `GET` on the surface that created it shows it right after the change.
     pub prediction: PredictionView,
 }
 
 impl PredictionChanged {
-    /// The `event` of a stored change, with the prediction rendered under `base_url`.
-    pub fn of(prediction: &Prediction, event: WebhookEvent, base_url: &str) -> Self {
+    /// The `event` of a stored change, with the prediction rendered for the surface that
+    /// created it.
+    pub fn of(prediction: &Prediction, event: WebhookEvent, links: &Links) -> Self {
         Self {
             prediction_id: prediction.id.clone(),
             account_id: prediction.account_id.clone(),
@@ -58,7 +62,7 @@ impl PredictionChanged {
             seq: prediction.seq,
             webhook: prediction.webhook.clone(),
             webhook_events_filter: prediction.webhook_events_filter.clone(),
-            prediction: prediction.view(base_url),
+            prediction: prediction.view(links, prediction.surface),
         }
     }
 
@@ -85,6 +89,10 @@ pub enum CancelMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        crypto::MasterKey,
+        domain::{ApiSurface, NewPrediction, PredictionError},
+    };
     use serde_json::json;
 
     #[test]
@@ -101,19 +109,26 @@ mod tests {
 
     #[test]
     fn a_status_event_round_trips() {
-        let p = Prediction::new_starting(
-            AccountId::generate(),
-            "demo/echo".parse().expect("valid"),
-            "v".into(),
-            "text-generation".into(),
-            json!({}),
-            json!({}),
-            Some(WebhookUrl::parse("https://example.com/h").expect("valid")),
-            Some(vec![WebhookEvent::Completed]),
-        );
-        let event = StatusEvent::PredictionChangedV1(PredictionChanged::of(&p, WebhookEvent::Start, "http://h"));
-        let bytes = serde_json::to_vec(&event).expect("serializes");
-        assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
+        let links = Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"));
+        for surface in [ApiSurface::Canonical, ApiSurface::Replicate] {
+            let mut p = Prediction::new_starting(NewPrediction {
+                account_id: AccountId::generate(),
+                model: "demo/echo".parse().expect("valid"),
+                version: "v".into(),
+                capability: "text-generation".into(),
+                input: json!({}),
+                model_input: json!({}),
+                webhook: Some(WebhookUrl::parse("https://example.com/h").expect("valid")),
+                webhook_events_filter: Some(vec![WebhookEvent::Completed]),
+                surface,
+            });
+            p.error = Some(PredictionError { code: "MODEL_ERROR".into(), message: "boom".into() });
+            let event = StatusEvent::PredictionChangedV1(PredictionChanged::of(&p, WebhookEvent::Start, &links));
+            let StatusEvent::PredictionChangedV1(change) = &event;
+            assert!(change.prediction.urls.get.starts_with(&links.api(surface)), "rendered for its creator's surface");
+            let bytes = serde_json::to_vec(&event).expect("serializes");
+            assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
+        }
     }
 
     #[test]

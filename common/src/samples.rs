@@ -3,12 +3,22 @@
 
 use serde_json::Value;
 
-use crate::domain::{AccountId, ModelRef, Prediction};
+use crate::domain::{AccountId, ApiSurface, ModelRef, NewPrediction, Prediction};
 
 /// A `starting` prediction of `model` for `account`, with `input` already valid for the model
 /// (it is both the request's input and the validated one), version `v1`, no webhook.
 pub fn starting_prediction(account: AccountId, model: ModelRef, input: Value) -> Prediction {
-    Prediction::new_starting(account, model, "v1".into(), "text-generation".into(), input.clone(), input, None, None)
+    Prediction::new_starting(NewPrediction {
+        account_id: account,
+        model,
+        version: "v1".into(),
+        capability: "text-generation".into(),
+        input: input.clone(),
+        model_input: input,
+        webhook: None,
+        webhook_events_filter: None,
+        surface: ApiSurface::Canonical,
+    })
 }
 
 #[cfg(test)]

@@ -27,7 +27,8 @@ use anyhow::Context;
 use bson::{Bson, DateTime, doc};
 use common::{
     bus::Bus,
-    domain::{FileId, Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
+    domain::{ApiSurface, FileId, Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
+    links::Links,
     messages::PredictionChanged,
     store::Store,
 };
@@ -78,7 +79,8 @@ pub enum Outcome {
 pub struct Executor {
     store: Store,
     bus: Bus,
-    base_url: String,
+    /// Builds the links in status events and the URLs of output files.
+    links: Links,
     /// The deadline of predictions stored without one.
     default_deadline: Duration,
     /// The predictions running here, each with the token that aborts it.
@@ -107,9 +109,9 @@ impl Drop for Running<'_> {
 }
 
 impl Executor {
-    /// An executor writing to `store` and publishing on `bus`, with links under `base_url`.
-    pub fn new(store: Store, bus: Bus, base_url: String, default_deadline: Duration) -> Self {
-        Self { store, bus, base_url, default_deadline, running: Mutex::new(HashMap::new()) }
+    /// An executor writing to `store` and publishing on `bus`, with URLs from `links`.
+    pub fn new(store: Store, bus: Bus, links: Links, default_deadline: Duration) -> Self {
+        Self { store, bus, links, default_deadline, running: Mutex::new(HashMap::new()) }
     }
 
     /// The time left before the prediction's deadline (zero when it has passed).
@@ -337,7 +339,7 @@ impl Executor {
                     .put(&id, &p.account_id, &p.id, &name, &content_type, &bytes)
                     .await
                     .context("storing the output file")?;
-                format!("{}/v1/files/{id}", self.base_url)
+                self.links.file(&id, ApiSurface::Canonical)
             }
         })
     }
@@ -356,7 +358,7 @@ impl Executor {
 
     async fn publish(&self, p: &Prediction, event: WebhookEvent) -> anyhow::Result<()> {
         self.bus
-            .publish_event(PredictionChanged::of(p, event, &self.base_url))
+            .publish_event(PredictionChanged::of(p, event, &self.links))
             .await
             .with_context(|| format!("publishing the {event} event"))
     }

@@ -24,6 +24,7 @@ pub mod retention;
 use std::sync::Arc;
 
 use anyhow::Context;
+use common::links::Links;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -59,8 +60,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
 
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
-    let executor =
-        Arc::new(Executor::new(store.clone(), bus.clone(), common.public_base_url.clone(), common.prediction_deadline));
+    let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
+    let executor = Arc::new(Executor::new(store.clone(), bus.clone(), links, common.prediction_deadline));
     cancel::listen(&bus, executor.clone(), shutdown.clone()).await?;
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
     tokio::spawn(reconciler.run(shutdown.clone()));

@@ -1,5 +1,6 @@
 //! The served models: chosen by the configured selectors and registered in MongoDB (owner,
-//! name, capability, input schema, version), which is how the api learns a model exists.
+//! name, capability, input schema, version), which is how the api learns a model exists, and
+//! its version in the history of versions (`model_versions`).
 
 use std::sync::Arc;
 
@@ -16,7 +17,9 @@ pub fn select(selectors: &[ModelSelector], available: Vec<Arc<dyn Model>>) -> Ve
 pub async fn register(store: &Store, models: &[Arc<dyn Model>]) -> Result<(), StoreError> {
     for model in models {
         let d = model.descriptor();
-        store.models().register(&ModelRecord::new(d.model.clone(), &d.capability, &d.input_schema)).await?;
+        let record = ModelRecord::new(d.model.clone(), &d.capability, &d.input_schema);
+        store.model_versions().record(&record).await?;
+        store.models().register(&record).await?;
         tracing::info!(model = %d.model, capability = %d.capability, "model registered");
     }
     Ok(())

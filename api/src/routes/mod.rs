@@ -1,57 +1,83 @@
 //! The routes, one file per resource. Every handler states the scope it needs in its
 //! signature (see [`crate::auth`]).
 //!
+//! Every `/v1` route is also mounted under `/replicate/v1` (see [`crate::replicate`]); the
+//! handlers render for the request's [`crate::surface::Surface`].
+//!
+//! | route (under `/v1` and `/replicate/v1`) | handler | scope |
+//! |---|---|---|
+//! | `POST /account/api-keys` | [`api_keys::create`] | admin |
+//! | `GET /account/api-keys/{id}` | [`api_keys::get`] | admin |
+//! | `POST /models/{owner}/{model}/predictions` | [`predictions::create`] | write |
+//! | `POST /predictions` (by `version`) | [`predictions::create_by_version`] | write |
+//! | `GET /predictions` | [`predictions::list`] | read |
+//! | `GET /predictions/{id}` | [`predictions::get`] | read |
+//! | `POST /predictions/{id}/cancel` | [`predictions::cancel`] | write |
+//! | `GET /predictions/{id}/stream` | [`stream::stream`] | read, or the `token` of `urls.stream` |
+//! | `GET /models` | [`models::list`] | read |
+//! | `GET /models/{owner}/{name}` | [`models::get`] | read |
+//! | `GET /models/{owner}/{name}/versions` | [`models::versions`] | read |
+//! | `GET /models/{owner}/{name}/versions/{id}` | [`models::version`] | read |
+//! | `GET /files/{id}` | [`files::get`] | read |
+//! | `GET /account/webhooks/secret` (alias `GET /webhooks/default/secret`) | [`webhook_secret::get`] | admin |
+//! | `POST /account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
+//!
+//! Outside both surfaces:
+//!
 //! | route | handler | scope |
 //! |---|---|---|
-//! | `POST /v1/account/api-keys` | [`api_keys::create`] | admin |
-//! | `GET /v1/account/api-keys/{id}` | [`api_keys::get`] | admin |
-//! | `POST /v1/models/{owner}/{model}/predictions` | [`predictions::create`] | write |
-//! | `GET /v1/predictions` | [`predictions::list`] | read |
-//! | `GET /v1/predictions/{id}` | [`predictions::get`] | read |
-//! | `POST /v1/predictions/{id}/cancel` | [`predictions::cancel`] | write |
-//! | `GET /v1/predictions/{id}/stream` | [`stream::stream`] | read |
-//! | `GET /v1/files/{id}` | [`files::get`] | read |
 //! | `GET /predictions/{id}` (HTML) | [`web::get`] | read |
-//! | `GET /v1/account/webhooks/secret` (alias `GET /v1/webhooks/default/secret`) | [`webhook_secret::get`] | admin |
-//! | `POST /v1/account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
 //! | `GET /ready`, `GET /health` | [`health`] | none |
 //! | `GET /openapi.json` | [`crate::openapi::serve`] | none |
 
 pub mod api_keys;
 pub mod files;
 pub mod health;
+pub mod models;
 pub mod predictions;
 pub mod stream;
 pub mod web;
 pub mod webhook_secret;
 
 use axum::{
-    Router,
+    Extension, Router,
     routing::{get, post},
 };
+use common::domain::ApiSurface;
 
-use crate::{error::ApiError, state::AppState};
+use crate::{error::ApiError, replicate, state::AppState, surface::Surface};
 
 /// Every route, with unknown paths answered 404 problem+json.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/account/api-keys", post(api_keys::create))
-        .route("/v1/account/api-keys/{id}", get(api_keys::get))
-        .route("/v1/models/{owner}/{model}/predictions", post(predictions::create))
-        .route("/v1/predictions", get(predictions::list))
-        .route("/v1/predictions/{id}", get(predictions::get))
-        .route("/v1/predictions/{id}/cancel", post(predictions::cancel))
-        .route("/v1/predictions/{id}/stream", get(stream::stream))
-        .route("/v1/files/{id}", get(files::get))
+        .nest(ApiSurface::Canonical.root(), api().layer(Extension(Surface(ApiSurface::Canonical))))
+        .merge(replicate::mount(api()))
         .route("/predictions/{id}", get(web::get))
-        .route("/v1/account/webhooks/secret", get(webhook_secret::get))
-        .route("/v1/account/webhooks/secret/rotate", post(webhook_secret::rotate))
-        .route("/v1/webhooks/default/secret", get(webhook_secret::get))
         .route("/ready", get(health::ready))
         .route("/health", get(health::health))
         .route("/openapi.json", get(crate::openapi::serve))
         .fallback(unknown_route)
         .with_state(state)
+}
+
+/// The routes of an API surface, relative to its root.
+fn api() -> Router<AppState> {
+    Router::new()
+        .route("/account/api-keys", post(api_keys::create))
+        .route("/account/api-keys/{id}", get(api_keys::get))
+        .route("/models", get(models::list))
+        .route("/models/{owner}/{model}", get(models::get))
+        .route("/models/{owner}/{model}/versions", get(models::versions))
+        .route("/models/{owner}/{model}/versions/{id}", get(models::version))
+        .route("/models/{owner}/{model}/predictions", post(predictions::create))
+        .route("/predictions", get(predictions::list).post(predictions::create_by_version))
+        .route("/predictions/{id}", get(predictions::get))
+        .route("/predictions/{id}/cancel", post(predictions::cancel))
+        .route("/predictions/{id}/stream", get(stream::stream))
+        .route("/files/{id}", get(files::get))
+        .route("/account/webhooks/secret", get(webhook_secret::get))
+        .route("/account/webhooks/secret/rotate", post(webhook_secret::rotate))
+        .route("/webhooks/default/secret", get(webhook_secret::get))
 }
 
 async fn unknown_route() -> ApiError {

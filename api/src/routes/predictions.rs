@@ -1,4 +1,5 @@
-//! Predictions: create, get, list and cancel.
+//! Predictions: create (by model route, or by `version`), get, list and cancel, on either
+//! API surface (each handler renders for its [`Surface`]).
 //!
 //! Create validates everything before writing anything (`Prefer: wait` holds the response
 //! until the prediction ends, see [`crate::wait`]; `Idempotency-Key` returns the first
@@ -18,7 +19,10 @@ use axum::{
 use bson::{DateTime, doc};
 use bytes::Bytes;
 use common::{
-    domain::{AccountId, Metrics, ModelRef, Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
+    domain::{
+        AccountId, ApiSurface, Metrics, ModelRef, NewPrediction, Prediction, PredictionId, PredictionStatus,
+        PredictionView, WebhookEvent,
+    },
     messages::{JobMessage, PredictionChanged},
     problem::FieldError,
     store::Claim,
@@ -32,9 +36,11 @@ use crate::{
     deadline,
     error::ApiError,
     idempotency,
+    models::RegisteredModel,
     state::AppState,
+    surface::Surface,
     validate::{body, create_prediction, input, list_predictions},
-    wait,
+    versions, wait,
 };
 
 /// `POST /v1/models/{owner}/{model}/predictions`
@@ -51,6 +57,7 @@ use crate::{
 #[tracing::instrument(skip_all, fields(model = %format!("{owner}/{name}"), prediction_id))]
 pub async fn create(
     State(state): State<AppState>,
+    surface: Surface,
     auth: Authorized<Write>,
     Path((owner, name)): Path<(String, String)>,
     headers: HeaderMap,
@@ -59,11 +66,56 @@ pub async fn create(
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
     let model_ref = ModelRef::new(&owner, &name).map_err(|_| missing())?;
     let model = state.models.get(&model_ref).await?.ok_or_else(missing)?;
-
     let body = body::json_object(&headers, &body)?;
-    let wait_for = wait::requested(&headers)?;
-    let idempotency_key = idempotency::key(&headers)?;
-    let time_limit = deadline::limit(&headers, state.config.common.prediction_deadline)?;
+    create_for(&state, surface, &auth.caller, &model, &headers, body).await
+}
+
+/// `POST /v1/predictions`: create by `version` (`owner/name`, `owner/name:id` or a bare
+/// id; see [`versions::resolve`]), otherwise as the model route.
+#[utoipa::path(
+    post,
+    path = "/v1/predictions",
+    operation_id = "createPredictionByVersion",
+    tag = "predictions",
+    request_body(content = create_prediction::CreateByVersionBody, content_type = "application/json"),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView)),
+    security(("bearer" = []))
+)]
+#[tracing::instrument(skip_all, fields(model, prediction_id))]
+pub async fn create_by_version(
+    State(state): State<AppState>,
+    surface: Surface,
+    auth: Authorized<Write>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let body = body::json_object(&headers, &body)?;
+    let model = match versions::resolve(&state, body.get("version")).await {
+        Ok(model) => model,
+        Err(versions::Unresolved::Api(e)) => return Err(e),
+        Err(versions::Unresolved::Field(error)) => {
+            let mut errors = vec![error];
+            errors.extend(create_prediction::parse(&body).err().unwrap_or_default());
+            return Err(ApiError::validation("The request has invalid fields; see errors.", errors));
+        }
+    };
+    tracing::Span::current().record("model", model.record.model.to_string());
+    create_for(&state, surface, &auth.caller, &model, &headers, body).await
+}
+
+/// Validates the request for `model`, stores the prediction and sends its job; answers 201
+/// with the prediction as `surface` shows it (after its `Prefer: wait`, if any).
+async fn create_for(
+    state: &AppState,
+    Surface(surface): Surface,
+    caller: &Caller,
+    model: &RegisteredModel,
+    headers: &HeaderMap,
+    body: serde_json::Map<String, Value>,
+) -> Result<Response, ApiError> {
+    let wait_for = wait::requested(headers)?;
+    let idempotency_key = idempotency::key(headers)?;
+    let time_limit = deadline::limit(headers, state.config.common.prediction_deadline)?;
     let request = create_prediction::parse(&body);
     let model_input = match &request {
         Ok(req) => input::validate(&model.input_schema, &req.input),
@@ -78,42 +130,56 @@ pub async fn create(
         }
     };
 
-    let prediction = Prediction::new_starting(
-        auth.caller.key.account_id.clone(),
-        model_ref.clone(),
-        model.record.version.clone(),
-        model.record.capability.clone(),
-        Value::Object(request.input),
-        Value::Object(model_input),
-        request.webhook,
-        request.webhook_events_filter,
-    )
+    let account = caller.key.account_id.clone();
+    let prediction = Prediction::new_starting(NewPrediction {
+        account_id: account.clone(),
+        model: model.record.model.clone(),
+        version: model.record.version.clone(),
+        capability: model.record.capability.clone(),
+        input: Value::Object(request.input),
+        model_input: Value::Object(model_input),
+        webhook: request.webhook,
+        webhook_events_filter: request.webhook_events_filter,
+        surface,
+    })
     .with_deadline(time_limit);
     tracing::Span::current().record("prediction_id", prediction.id.as_str());
     let events = match wait_for {
         Some(_) => Some(state.bus.client().subscribe(state.bus.subjects().events(&prediction.id)).await?),
         None => None,
     };
-    let account = auth.caller.key.account_id.clone();
     // A client that disconnects cannot stop the writes halfway: the handler runs to
     // completion (see `run_to_completion`).
-    match store_and_publish(&state, &account, idempotency_key, &prediction, model_ref).await? {
+    match store_and_publish(state, &account, idempotency_key, &prediction).await? {
         Claim::New => {}
-        Claim::Existing(first) => return idempotency::replay(&state, &account, &first).await,
+        Claim::Existing(first) => return idempotency::replay(state, &account, &first, surface).await,
     }
 
     let view = match (wait_for, events) {
+        // The `completed` event shows the prediction as the surface that created it does: this one.
         (Some(limit), Some(events)) => match wait::completion(events, limit).await {
             Some(done) => done,
-            None => state.store.predictions().get(&prediction.id).await?.unwrap_or(prediction).view(state.base_url()),
+            None => still_running(state, prediction, surface).await?,
         },
-        _ => prediction.view(state.base_url()),
+        _ => prediction.view(&state.links, surface),
     };
     let mut response = (StatusCode::CREATED, Json(&view)).into_response();
     if let Ok(location) = HeaderValue::from_str(&view.urls.get) {
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
+}
+
+/// The answer to a create whose `Prefer: wait` ran out: the prediction as it stands. On the
+/// Replicate-compatible surface its status is `starting`, as Replicate answers: its clients
+/// take any other status in a create response as final and stop polling.
+async fn still_running(state: &AppState, created: Prediction, surface: ApiSurface) -> Result<PredictionView, ApiError> {
+    let current = state.store.predictions().get(&created.id).await?.unwrap_or(created);
+    let mut view = current.view(&state.links, surface);
+    if surface == ApiSurface::Replicate && !view.status.is_terminal() {
+        view.status = PredictionStatus::Starting;
+    }
+    Ok(view)
 }
 
 /// Claims the idempotency key (if any), stores the prediction and sends its job; returns the
@@ -125,7 +191,6 @@ async fn store_and_publish(
     account: &AccountId,
     idempotency_key: Option<String>,
     prediction: &Prediction,
-    model: ModelRef,
 ) -> Result<Claim, ApiError> {
     if let Some(key) = &idempotency_key
         && let Claim::Existing(first) =
@@ -141,7 +206,7 @@ async fn store_and_publish(
         }
         return Err(e.into());
     }
-    let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model };
+    let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: prediction.model.clone() };
     match state.bus.send_job(&job).await {
         Ok(stored) => {
             let confirm = async move {
@@ -176,11 +241,12 @@ pub async fn owned_prediction(state: &AppState, caller: &Caller, id: &str) -> Re
 )]
 pub async fn get(
     State(state): State<AppState>,
+    Surface(surface): Surface,
     auth: Authorized<Read>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
     let prediction = owned_prediction(&state, &auth.caller, &id).await?;
-    Ok(Json(prediction.view(state.base_url())))
+    Ok(Json(prediction.view(&state.links, surface)))
 }
 
 /// A page of predictions.
@@ -208,6 +274,7 @@ pub struct PredictionPage {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Surface(surface): Surface,
     auth: Authorized<Read>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<PredictionPage>, ApiError> {
@@ -218,10 +285,10 @@ pub async fn list(
         .predictions()
         .list_for_account(&auth.caller.key.account_id, query.status, query.offset, i64::from(query.limit))
         .await?;
-    let link = |offset: u64| format!("{}/v1/predictions?{}", state.base_url(), query.query_at(offset));
+    let link = |offset: u64| format!("{}/predictions?{}", state.links.api(surface), query.query_at(offset));
     let (next, previous) = query.neighbours(total_count);
     Ok(Json(PredictionPage {
-        results: predictions.iter().map(|p| p.view(state.base_url())).collect(),
+        results: predictions.iter().map(|p| p.view(&state.links, surface)).collect(),
         next: next.map(link),
         previous: previous.map(link),
         total_count,
@@ -248,6 +315,7 @@ const CANCEL_ATTEMPTS: usize = 3;
 #[tracing::instrument(skip_all, fields(prediction_id = %id))]
 pub async fn cancel(
     State(state): State<AppState>,
+    Surface(surface): Surface,
     auth: Authorized<Write>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
@@ -279,11 +347,11 @@ pub async fn cancel(
             tracing::warn!(error = %e, "cancel broadcast failed; the runner notices at its next status check");
         }
         if let Err(e) =
-            state.bus.publish_event(PredictionChanged::of(&canceled, WebhookEvent::Completed, state.base_url())).await
+            state.bus.publish_event(PredictionChanged::of(&canceled, WebhookEvent::Completed, &state.links)).await
         {
             tracing::error!(error = %e, "completed event of a canceled prediction not published");
         }
-        return Ok(Json(canceled.view(state.base_url())));
+        return Ok(Json(canceled.view(&state.links, surface)));
     }
     Err(anyhow::anyhow!("prediction {id} kept changing status during cancel").into())
 }

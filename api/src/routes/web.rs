@@ -8,7 +8,7 @@ use axum::{
     http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
-use common::domain::PredictionView;
+use common::domain::{ApiSurface, PredictionView};
 
 use super::predictions::owned_prediction;
 use crate::{
@@ -43,10 +43,8 @@ pub fn page(p: &PredictionView, files_base: &str) -> String {
         Some(o) if o.starts_with(files_base) => format!(r#"<a href="{0}">{0}</a>"#, e(o)),
         Some(o) => format!("<pre>{}</pre>", e(o)),
     };
-    let error = p
-        .error
-        .as_ref()
-        .map_or(String::new(), |err| format!("<tr><th>error</th><td>{}: {}</td></tr>", e(&err.code), e(&err.message)));
+    let error =
+        p.error.as_ref().map_or(String::new(), |err| format!("<tr><th>error</th><td>{}</td></tr>", e(err.message())));
     let metrics =
         p.metrics.map_or("—".to_owned(), |m| format!("predict {:.3} s, total {:.3} s", m.predict_time, m.total_time));
     let input = serde_json::to_string_pretty(&p.input).unwrap_or_default();
@@ -88,7 +86,10 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let prediction = owned_prediction(&state, &auth.caller, &id).await?;
-    let html = page(&prediction.view(state.base_url()), &format!("{}/v1/files/", state.base_url()));
+    let html = page(
+        &prediction.view(&state.links, ApiSurface::Canonical),
+        &format!("{}/files/", state.links.api(ApiSurface::Canonical)),
+    );
     let mut response = html.into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     Ok(response)

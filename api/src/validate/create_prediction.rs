@@ -23,6 +23,23 @@ pub struct CreatePredictionBody {
     webhook_events_filter: Option<Vec<WebhookEvent>>,
 }
 
+/// The body of `POST /v1/predictions` as the OpenAPI description shows it: a create by version.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CreateByVersionBody {
+    /// `owner/name`, `owner/name:<version id>` or a bare version id (the `version` of a
+    /// prediction, the `id` of a model's `latest_version`). Only a model's current version runs.
+    version: String,
+    /// Generation parameters, checked against the model's input schema.
+    #[schema(value_type = Object)]
+    input: Value,
+    /// An absolute http or https URL that receives the prediction's webhooks.
+    #[schema(format = "uri", max_length = 2048)]
+    webhook: Option<String>,
+    /// The events to deliver; all of them when absent.
+    webhook_events_filter: Option<Vec<WebhookEvent>>,
+}
+
 /// A well-formed create request (the input is not yet checked against the model).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatePrediction {

@@ -3,9 +3,11 @@
 //! - [`body`]: the JSON body itself (content type, syntax, an object at the top).
 //! - [`input`]: a prediction's `input` against the model's JSON Schema.
 //! - [`create_prediction`]: the create-prediction request as a whole.
+//! - [`paging`]: `limit` and `offset` of every list; [`list_predictions`] adds `status`.
 
 pub mod body;
 pub mod create_api_key;
 pub mod create_prediction;
 pub mod input;
 pub mod list_predictions;
+pub mod paging;

@@ -96,10 +96,13 @@ impl System {
         assert!(ready.is_some(), "the api did not become ready");
         if models {
             let store = self.ctx.store().await;
-            let echo: ModelRef = "demo/echo".parse().expect("valid");
-            let registered =
-                eventually(Duration::from_secs(30), || async { store.models().get(&echo).await.ok().flatten() }).await;
-            assert!(registered.is_some(), "the runner did not register its models");
+            for name in ["echo", "sleep", "fail", "text-to-image", "text-to-video"] {
+                let model: ModelRef = format!("demo/{name}").parse().expect("valid");
+                let registered =
+                    eventually(Duration::from_secs(30), || async { store.models().get(&model).await.ok().flatten() })
+                        .await;
+                assert!(registered.is_some(), "the runner did not register {model}");
+            }
         }
     }
 

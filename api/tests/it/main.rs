@@ -17,4 +17,6 @@ mod rate_limit;
 mod readiness;
 mod receiver;
 mod replicate_parity;
+mod replicate_surface;
 mod signing_secret;
+mod streaming;

@@ -1,4 +1,5 @@
-//! CONTRACT section 4 on the api: `Prefer: wait`, `Idempotency-Key` and the SSE stream.
+//! CONTRACT section 4 on the api: `Prefer: wait`, `Idempotency-Key` and `Cancel-After` (the
+//! stream has its own file, `streaming.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -7,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{JsonBody, Options, System};
 
-async fn create_with(system: &System, model: &str, body: Value, headers: &[(&str, &str)]) -> reqwest::Response {
+pub async fn create_with(system: &System, model: &str, body: Value, headers: &[(&str, &str)]) -> reqwest::Response {
     let mut request = system
         .request(Method::POST, &format!("/v1/models/{model}/predictions"))
         .header("content-type", "application/json")
@@ -77,55 +78,6 @@ async fn the_same_idempotency_key_returns_the_first_prediction_and_never_a_secon
     let too_long = "k".repeat(256);
     let response = create_with(&system, "demo/echo", body, &[("idempotency-key", &too_long)]).await;
     assert_eq!(response.status(), 400);
-}
-
-/// Reads a whole SSE body into (event, data) pairs.
-async fn sse_events(response: reqwest::Response) -> Vec<(String, String)> {
-    let text = response.text().await.expect("body");
-    text.split("\n\n")
-        .filter_map(|block| {
-            let mut event = None;
-            let mut data = Vec::new();
-            for line in block.lines() {
-                if let Some(e) = line.strip_prefix("event:") {
-                    event = Some(e.trim().to_owned());
-                } else if let Some(d) = line.strip_prefix("data:") {
-                    data.push(d.strip_prefix(' ').unwrap_or(d).to_owned());
-                }
-            }
-            event.map(|e| (e, data.join("\n")))
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn the_stream_follows_a_running_prediction_and_ends_with_done() {
-    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
-    let created = create_with(&system, "demo/sleep", json!({"input": {"seconds": 1.5}}), &[]).await.json_body().await;
-    let stream_url = created["urls"]["stream"].as_str().expect("stream url").to_owned();
-    let response = system.http().get(stream_url).bearer_auth(&system.admin_key).send().await.expect("sent");
-    assert_eq!(response.status(), 200);
-    assert!(response.headers()["content-type"].to_str().unwrap_or("").starts_with("text/event-stream"));
-    let events = sse_events(response).await;
-    let logs: String = events.iter().filter(|(e, _)| e == "logs").map(|(_, d)| d.as_str()).collect();
-    let output: String = events.iter().filter(|(e, _)| e == "output").map(|(_, d)| d.as_str()).collect();
-    assert_eq!(logs, "slept 1 of 1.5 s\n");
-    assert_eq!(output, "slept 1.5 s");
-    assert_eq!(events.last(), Some(&("done".to_owned(), r#"{"status":"succeeded"}"#.to_owned())));
-}
-
-#[tokio::test]
-async fn the_stream_of_a_finished_prediction_replays_it_and_ends() {
-    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
-    let done = create_with(&system, "demo/echo", json!({"input": {"prompt": "x y"}}), &[("prefer", "wait")]).await;
-    let id = done.json_body().await["id"].as_str().expect("id").to_owned();
-    let response = system.get(&format!("/v1/predictions/{id}/stream")).await;
-    let events = sse_events(response).await;
-    assert_eq!(
-        events,
-        vec![("output".to_owned(), "x y".to_owned()), ("done".to_owned(), r#"{"status":"succeeded"}"#.to_owned())]
-    );
-    assert_eq!(system.get("/v1/predictions/aaaaaaaaaaaaaaaaaaaaaaaaaa/stream").await.status(), 404);
 }
 
 #[tokio::test]

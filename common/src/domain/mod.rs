@@ -7,6 +7,7 @@ pub mod ids;
 pub mod model;
 pub mod prediction;
 pub mod status;
+pub mod surface;
 pub mod webhook_secret;
 pub mod webhook_url;
 
@@ -14,7 +15,8 @@ pub use api_key::{ApiKeyValue, KeyHash, Scope};
 pub use events::WebhookEvent;
 pub use ids::{AccountId, ApiKeyId, FileId, PredictionId};
 pub use model::ModelRef;
-pub use prediction::{Metrics, Prediction, PredictionError, PredictionView};
+pub use prediction::{ErrorView, Metrics, NewPrediction, Prediction, PredictionError, PredictionView};
 pub use status::PredictionStatus;
+pub use surface::ApiSurface;
 pub use webhook_secret::WebhookSecret;
 pub use webhook_url::WebhookUrl;

@@ -2,13 +2,19 @@
 //! creation and by the runner afterwards), [`PredictionView`] the object clients see, rendered
 //! the same way by the api (`GET`) and the runner (the snapshot in status events, which the
 //! notifier delivers as the webhook payload).
+//!
+//! A view is rendered for one [`ApiSurface`]: the canonical one shows `error` as
+//! `{code, message}`, the Replicate-compatible one as the message string; each links inside its
+//! own root (see [`crate::links`]). Status events carry the view of the surface that created
+//! the prediction, so its webhooks have the shape its creator reads.
 
 use bson::DateTime as BsonDateTime;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{AccountId, ModelRef, PredictionId, PredictionStatus, WebhookEvent, WebhookUrl};
+use super::{AccountId, ApiSurface, ModelRef, PredictionId, PredictionStatus, WebhookEvent, WebhookUrl};
+use crate::links::Links;
 
 /// The origin recorded for predictions made through the HTTP API.
 pub const SOURCE_API: &str = "api";
@@ -21,6 +27,28 @@ pub struct PredictionError {
     pub code: String,
     /// What went wrong.
     pub message: String,
+}
+
+/// `error` as a view shows it: `{code, message}` on the canonical surface, the message alone
+/// on the Replicate-compatible one.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ErrorView {
+    /// The canonical shape.
+    Detailed(PredictionError),
+    /// Replicate's shape: the message.
+    Message(String),
+}
+
+impl ErrorView {
+    /// What went wrong, for people.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Detailed(e) => &e.message,
+            Self::Message(m) => m,
+        }
+    }
 }
 
 /// Timings in seconds: `predict_time` = completed - started, `total_time` = completed - created.
@@ -97,9 +125,12 @@ pub struct Prediction {
     /// of that message may take the prediction over.
     #[serde(default)]
     pub job_seq: Option<i64>,
+    /// The API surface that created it: the shape of its webhooks.
+    #[serde(default)]
+    pub surface: ApiSurface,
 }
 
-/// The `urls` of a prediction.
+/// The `urls` of a prediction (built by [`Links::prediction`]).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictionUrls {
@@ -109,7 +140,8 @@ pub struct PredictionUrls {
     pub cancel: String,
     /// `{base}/predictions/{id}` (an HTML page)
     pub web: String,
-    /// `{base}/v1/predictions/{id}/stream` (Server-Sent Events)
+    /// `{base}/v1/predictions/{id}/stream?token=…` (Server-Sent Events; the token opens it
+    /// without `Authorization`)
     pub stream: String,
 }
 
@@ -134,8 +166,8 @@ pub struct PredictionView {
     pub output: Option<String>,
     /// Whether retention removed its data.
     pub data_removed: bool,
-    /// `{code, message}` once failed.
-    pub error: Option<PredictionError>,
+    /// Once failed: `{code, message}` (canonical), the message (Replicate-compatible).
+    pub error: Option<ErrorView>,
     /// Always `api` today.
     pub source: String,
     /// The status.
@@ -154,17 +186,18 @@ pub struct PredictionView {
 
 impl Prediction {
     /// A new `starting` prediction.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new_starting(
-        account_id: AccountId,
-        model: ModelRef,
-        version: String,
-        capability: String,
-        input: Value,
-        model_input: Value,
-        webhook: Option<WebhookUrl>,
-        webhook_events_filter: Option<Vec<WebhookEvent>>,
-    ) -> Self {
+    pub fn new_starting(new: NewPrediction) -> Self {
+        let NewPrediction {
+            account_id,
+            model,
+            version,
+            capability,
+            input,
+            model_input,
+            webhook,
+            webhook_events_filter,
+            surface,
+        } = new;
         let created_at = BsonDateTime::now();
         Self {
             id: PredictionId::generate(),
@@ -189,6 +222,7 @@ impl Prediction {
             seq: 0,
             deadline_at: None,
             job_seq: None,
+            surface,
         }
     }
 
@@ -199,9 +233,12 @@ impl Prediction {
         self
     }
 
-    /// The client view, with links under `base_url` (no trailing slash).
-    pub fn view(&self, base_url: &str) -> PredictionView {
-        let get = format!("{base_url}/v1/predictions/{}", self.id);
+    /// The client view on `surface`, with links from `links`.
+    pub fn view(&self, links: &Links, surface: ApiSurface) -> PredictionView {
+        let error = self.error.clone().map(|e| match surface {
+            ApiSurface::Canonical => ErrorView::Detailed(e),
+            ApiSurface::Replicate => ErrorView::Message(e.message),
+        });
         PredictionView {
             id: self.id.to_string(),
             model: self.model.to_string(),
@@ -209,23 +246,41 @@ impl Prediction {
             capability: self.capability.clone(),
             input: self.input.clone(),
             logs: self.logs.clone(),
-            output: self.output.clone(),
+            output: self.output.as_deref().map(|o| links.output(o, surface)),
             data_removed: self.data_removed,
-            error: self.error.clone(),
+            error,
             source: self.source.clone(),
             status: self.status,
             metrics: self.metrics,
             created_at: self.created_at.to_chrono(),
             started_at: self.started_at.map(BsonDateTime::to_chrono),
             completed_at: self.completed_at.map(BsonDateTime::to_chrono),
-            urls: PredictionUrls {
-                cancel: format!("{get}/cancel"),
-                stream: format!("{get}/stream"),
-                web: format!("{base_url}/predictions/{}", self.id),
-                get,
-            },
+            urls: links.prediction(&self.id, surface),
         }
     }
+}
+
+/// What a new prediction is made of ([`Prediction::new_starting`] fills in the rest).
+#[derive(Debug, Clone)]
+pub struct NewPrediction {
+    /// The account that owns it.
+    pub account_id: AccountId,
+    /// The model it runs on.
+    pub model: ModelRef,
+    /// The registered model version.
+    pub version: String,
+    /// The model's declared kind.
+    pub capability: String,
+    /// The input exactly as submitted.
+    pub input: Value,
+    /// The input the model receives.
+    pub model_input: Value,
+    /// Where its webhooks go.
+    pub webhook: Option<WebhookUrl>,
+    /// Which events are delivered (absent = all).
+    pub webhook_events_filter: Option<Vec<WebhookEvent>>,
+    /// The surface that creates it.
+    pub surface: ApiSurface,
 }
 
 #[cfg(test)]
@@ -234,22 +289,30 @@ mod tests {
     use serde_json::json;
 
     fn sample() -> Prediction {
-        Prediction::new_starting(
-            AccountId::generate(),
-            "demo/echo".parse().expect("valid"),
-            "v1".into(),
-            "text-generation".into(),
-            json!({"prompt": "hi", "extra": 1}),
-            json!({"prompt": "hi", "repeat": 1}),
-            None,
-            None,
+        Prediction::new_starting(NewPrediction {
+            account_id: AccountId::generate(),
+            model: "demo/echo".parse().expect("valid"),
+            version: "v1".into(),
+            capability: "text-generation".into(),
+            input: json!({"prompt": "hi", "extra": 1}),
+            model_input: json!({"prompt": "hi", "repeat": 1}),
+            webhook: None,
+            webhook_events_filter: None,
+            surface: ApiSurface::Canonical,
+        })
+    }
+
+    fn links() -> Links {
+        Links::new(
+            "http://h",
+            crate::crypto::MasterKey::from_base64(&crate::crypto::MasterKey::generate_base64()).expect("key"),
         )
     }
 
     #[test]
     fn a_new_prediction_renders_every_field_with_nulls_for_the_unknown() {
         let p = sample();
-        let v = serde_json::to_value(p.view("http://h")).expect("serializes");
+        let v = serde_json::to_value(p.view(&links(), ApiSurface::Canonical)).expect("serializes");
         for field in ["output", "error", "metrics", "started_at", "completed_at"] {
             assert_eq!(v[field], Value::Null, "{field}");
         }
@@ -262,6 +325,21 @@ mod tests {
         assert_eq!(v["urls"]["web"], format!("http://h/predictions/{}", p.id));
         assert!(v.get("model_input").is_none(), "internal fields stay internal");
         assert!(v.get("account_id").is_none());
+        assert!(v.get("surface").is_none());
+    }
+
+    #[test]
+    fn the_error_is_an_object_on_v1_and_the_message_on_the_replicate_surface() {
+        let mut p = sample();
+        p.error = Some(PredictionError { code: "MODEL_ERROR".into(), message: "boom".into() });
+        let l = links();
+        let v1 = serde_json::to_value(p.view(&l, ApiSurface::Canonical)).expect("serializes");
+        assert_eq!(v1["error"], json!({"code": "MODEL_ERROR", "message": "boom"}));
+        let replicate = p.view(&l, ApiSurface::Replicate);
+        assert_eq!(serde_json::to_value(&replicate).expect("serializes")["error"], json!("boom"));
+        let text = serde_json::to_vec(&replicate).expect("serializes");
+        let back: PredictionView = serde_json::from_slice(&text).expect("either shape decodes");
+        assert_eq!(back.error.as_ref().map(ErrorView::message), Some("boom"));
     }
 
     #[test]

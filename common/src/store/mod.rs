@@ -6,6 +6,7 @@
 //! | `api_keys` | [`api_keys`] | api |
 //! | `predictions` | [`predictions`] | api (create, cancel of `starting`), runner (every later change) |
 //! | `models` | [`models`] | runner (registration at start) |
+//! | `model_versions` | [`model_versions`] | runner (registration at start) |
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
@@ -23,6 +24,7 @@ pub mod dead_letters;
 pub mod files;
 pub mod group_commit;
 pub mod idempotency;
+pub mod model_versions;
 pub mod models;
 pub mod predictions;
 pub mod webhook_attempts;
@@ -41,6 +43,7 @@ pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{Files, StoredFile};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
 pub use idempotency::{Claim, IdempotencyKeys};
+pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;
 pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
@@ -116,6 +119,7 @@ impl Store {
         self.idempotency_keys().collection().create_index(expiring).await?;
         self.webhook_attempts().collection().create_index(plain(doc! { "webhook_id": 1 })).await?;
         self.webhook_attempts().collection().create_index(plain(doc! { "prediction_id": 1, "at": 1 })).await?;
+        self.model_versions().collection().create_index(plain(doc! { "model": 1, "created_at": -1 })).await?;
         Ok(())
     }
 
@@ -137,6 +141,11 @@ impl Store {
     /// The `models` collection.
     pub fn models(&self) -> Models {
         Models::new(&self.db)
+    }
+
+    /// The `model_versions` collection.
+    pub fn model_versions(&self) -> ModelVersions {
+        ModelVersions::new(&self.db)
     }
 
     /// The `idempotency_keys` collection.

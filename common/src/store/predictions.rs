@@ -13,7 +13,7 @@ use super::{
     StoreError,
     group_commit::{Batching, GroupCommit},
 };
-use crate::domain::{AccountId, Prediction, PredictionId, PredictionStatus};
+use crate::domain::{AccountId, ModelRef, Prediction, PredictionId, PredictionStatus};
 
 /// Typed access to the `predictions` collection.
 #[derive(Clone, Debug)]
@@ -113,6 +113,11 @@ impl Predictions {
                 .await
         };
         tokio::try_join!(page, self.coll.count_documents(filter.clone()).into_future())
+    }
+
+    /// How many predictions of `model` the account has made (a model's `run_count`).
+    pub async fn count_of_model(&self, account: &AccountId, model: &ModelRef) -> Result<u64, StoreError> {
+        self.coll.count_documents(doc! { "account_id": account.as_str(), "model": model.to_string() }).await
     }
 
     /// Predictions not yet ended whose deadline passed before `before` (at most `limit`).

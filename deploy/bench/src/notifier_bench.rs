@@ -17,7 +17,8 @@ use std::{
 use anyhow::Context;
 use axum::{Router, extract::State, http::HeaderMap, http::StatusCode, routing::post};
 use common::{
-    domain::{Prediction, WebhookEvent, WebhookUrl},
+    domain::{ApiSurface, NewPrediction, Prediction, WebhookEvent, WebhookUrl},
+    links::Links,
     messages::PredictionChanged,
     store::Account,
 };
@@ -149,18 +150,20 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let config = notifier::config::NotifierConfig::from_env(&setup.env())?;
     tokio::spawn(notifier::run(config, shutdown.clone()));
 
+    let links = Links::new("http://bench.local", setup.common.master_key.clone());
     let event = |url: &WebhookUrl| {
-        let p = Prediction::new_starting(
-            account.id.clone(),
-            "demo/echo".parse().expect("a valid model"),
-            "v".into(),
-            "text-generation".into(),
-            json!({"prompt": "bench"}),
-            json!({"prompt": "bench"}),
-            Some(url.clone()),
-            None,
-        );
-        PredictionChanged::of(&p, WebhookEvent::Completed, "http://bench.local")
+        let p = Prediction::new_starting(NewPrediction {
+            account_id: account.id.clone(),
+            model: "demo/echo".parse().expect("a valid model"),
+            version: "v".into(),
+            capability: "text-generation".into(),
+            input: json!({"prompt": "bench"}),
+            model_input: json!({"prompt": "bench"}),
+            webhook: Some(url.clone()),
+            webhook_events_filter: None,
+            surface: ApiSurface::Canonical,
+        });
+        PredictionChanged::of(&p, WebhookEvent::Completed, &links)
     };
 
     // Warm up connections and caches.

@@ -7,7 +7,8 @@ use common::{
     bus::Bus,
     config::Env,
     crypto::MasterKey,
-    domain::{Prediction, PredictionId, WebhookEvent, WebhookSecret, WebhookUrl},
+    domain::{ApiSurface, NewPrediction, Prediction, PredictionId, WebhookEvent, WebhookSecret, WebhookUrl},
+    links::Links,
     messages::PredictionChanged,
     store::{Account, Store, webhook_attempts::WebhookAttempt},
     testkit::{TestContext, eventually},
@@ -54,23 +55,25 @@ impl Fixture {
 
     /// A prediction of this account with its webhook at `url`.
     pub fn prediction(&self, url: &str, filter: Option<Vec<WebhookEvent>>) -> Prediction {
-        Prediction::new_starting(
-            self.account.id.clone(),
-            "demo/echo".parse().expect("model"),
-            "v".into(),
-            "text-generation".into(),
-            json!({"prompt": "x"}),
-            json!({"prompt": "x"}),
-            Some(WebhookUrl::parse(url).expect("url")),
-            filter,
-        )
+        Prediction::new_starting(NewPrediction {
+            account_id: self.account.id.clone(),
+            model: "demo/echo".parse().expect("model"),
+            version: "v".into(),
+            capability: "text-generation".into(),
+            input: json!({"prompt": "x"}),
+            model_input: json!({"prompt": "x"}),
+            webhook: Some(WebhookUrl::parse(url).expect("url")),
+            webhook_events_filter: filter,
+            surface: ApiSurface::Canonical,
+        })
     }
 
     /// Publishes `event` for `p` as it stands, with its sequence set to `seq`.
     pub async fn publish(&self, p: &Prediction, event: WebhookEvent, seq: i64) {
         let mut p = p.clone();
         p.seq = seq;
-        self.bus.publish_event(PredictionChanged::of(&p, event, "http://api.test")).await.expect("publish event");
+        let links = Links::new("http://api.test", self.master.clone());
+        self.bus.publish_event(PredictionChanged::of(&p, event, &links)).await.expect("publish event");
     }
 
     pub async fn attempts_until(

@@ -1,0 +1,289 @@
+//! Models and their versions (CONTRACT §6), in the shape Replicate's clients read:
+//! `GET /v1/models` (paginated), `GET /v1/models/{owner}/{name}`,
+//! `GET /v1/models/{owner}/{name}/versions` and `GET …/versions/{id}` (scope `read`).
+//!
+//! Every registered model is `public`: any account may run it. `run_count` counts the caller's
+//! own predictions of the model (other accounts' activity is not revealed). A version's
+//! `openapi_schema` has `components.schemas.Input` (the registered input schema) and `Output`
+//! (a string: text, a file URL or compact JSON, as the contract's `output`). `cog_version` is
+//! [`COG_VERSION`]: the registry does not record which Cog, if any, serves a model.
+
+use std::sync::Arc;
+
+use axum::{
+    Json,
+    extract::{Path, RawQuery, State},
+};
+use chrono::{DateTime, Utc};
+use common::{
+    domain::{ApiSurface, ModelRef},
+    store::ModelVersionRecord,
+};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::{
+    auth::{Authorized, Read},
+    error::ApiError,
+    models::RegisteredModel,
+    state::AppState,
+    surface::Surface,
+    validate::paging::{Paging, QueryPairs},
+};
+
+/// The `cog_version` of every version (never null: replicate-python requires a string).
+pub const COG_VERSION: &str = "unknown";
+
+/// A model version.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct VersionView {
+    /// The version id: the digest that predictions of it carry as `version`.
+    pub id: String,
+    /// When a runner first registered it.
+    pub created_at: DateTime<Utc>,
+    /// Always [`COG_VERSION`].
+    pub cog_version: String,
+    /// An OpenAPI document with `components.schemas.Input` and `Output`.
+    #[schema(value_type = Object)]
+    pub openapi_schema: Value,
+}
+
+/// A model.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ModelView {
+    /// This model on the API.
+    pub url: String,
+    /// The owner.
+    pub owner: String,
+    /// The name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Always `public`: every account may run it.
+    pub visibility: String,
+    /// Not recorded: `null`.
+    pub github_url: Option<String>,
+    /// Not recorded: `null`.
+    pub paper_url: Option<String>,
+    /// Not recorded: `null`.
+    pub license_url: Option<String>,
+    /// Not recorded: `null`.
+    pub cover_image_url: Option<String>,
+    /// Not recorded: `null`.
+    #[schema(value_type = Option<Object>)]
+    pub default_example: Option<Value>,
+    /// How many predictions of it the caller's account has made.
+    pub run_count: u64,
+    /// The version that runs.
+    pub latest_version: VersionView,
+}
+
+/// A page of models, by address.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ModelPage {
+    /// The models.
+    pub results: Vec<ModelView>,
+    /// The next page, `null` on the last.
+    pub next: Option<String>,
+    /// The previous page, `null` on the first.
+    pub previous: Option<String>,
+}
+
+/// A model's versions, newest first (one page holds them all).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct VersionPage {
+    /// The versions.
+    pub results: Vec<VersionView>,
+    /// Always `null`.
+    pub next: Option<String>,
+    /// Always `null`.
+    pub previous: Option<String>,
+}
+
+/// The version as clients see it.
+fn version_view(version: &ModelVersionRecord) -> Result<VersionView, ApiError> {
+    let mut input = version.input_schema()?;
+    if let Value::Object(schema) = &mut input {
+        schema.entry("title").or_insert_with(|| json!("Input"));
+    }
+    Ok(VersionView {
+        id: version.id.clone(),
+        created_at: version.created_at.to_chrono(),
+        cog_version: COG_VERSION.to_owned(),
+        openapi_schema: json!({
+            "openapi": "3.0.2",
+            "info": {"title": version.model.to_string(), "version": version.id},
+            "paths": {},
+            "components": {"schemas": {
+                "Input": input,
+                "Output": {"title": "Output", "type": "string", "description": "Text, a file URL, or compact JSON."},
+            }},
+        }),
+    })
+}
+
+async fn model_view(
+    state: &AppState,
+    surface: ApiSurface,
+    account: &common::domain::AccountId,
+    model: &RegisteredModel,
+) -> Result<ModelView, ApiError> {
+    let record = &model.record;
+    let run_count = state.store.predictions().count_of_model(account, &record.model).await?;
+    let latest = match state.store.model_versions().get(&record.version).await? {
+        Some(version) => version,
+        None => ModelVersionRecord::of(record),
+    };
+    Ok(ModelView {
+        url: format!("{}/models/{}", state.links.api(surface), record.model),
+        owner: record.model.owner().to_owned(),
+        name: record.model.name().to_owned(),
+        description: format!("A {} model served by this deployment.", record.capability),
+        visibility: "public".into(),
+        github_url: None,
+        paper_url: None,
+        license_url: None,
+        cover_image_url: None,
+        default_example: None,
+        run_count,
+        latest_version: version_view(&latest)?,
+    })
+}
+
+async fn registered(state: &AppState, owner: &str, name: &str) -> Result<Arc<RegisteredModel>, ApiError> {
+    let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
+    let model = ModelRef::new(owner, name).map_err(|_| missing())?;
+    state.models.get(&model).await?.ok_or_else(missing)
+}
+
+/// `GET /v1/models`
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    operation_id = "listModels",
+    tag = "models",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size (default 20)"),
+        ("offset" = Option<u64>, Query, minimum = 0, description = "Models to skip (default 0)"),
+    ),
+    responses((status = 200, description = "A page of the registered models, by address", body = ModelPage)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ModelPage>, ApiError> {
+    let mut errors = Vec::new();
+    let paging = Paging::parse(&QueryPairs::parse(query.as_deref()), &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::validation("The query has invalid parameters; see errors.", errors));
+    }
+    let (records, total) = state.store.models().list(paging.offset, i64::from(paging.limit)).await?;
+    let mut results = Vec::with_capacity(records.len());
+    for record in records {
+        let input_schema = record.input_schema()?;
+        let model = RegisteredModel { record, input_schema };
+        results.push(model_view(&state, surface, &auth.caller.key.account_id, &model).await?);
+    }
+    let link = |offset: u64| format!("{}/models?limit={}&offset={offset}", state.links.api(surface), paging.limit);
+    let (next, previous) = paging.neighbours(total);
+    Ok(Json(ModelPage { results, next: next.map(link), previous: previous.map(link) }))
+}
+
+/// `GET /v1/models/{owner}/{name}`
+#[utoipa::path(
+    get,
+    path = "/v1/models/{owner}/{name}",
+    operation_id = "getModel",
+    tag = "models",
+    params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
+    responses((status = 200, description = "The model and its current version", body = ModelView)),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    Path((owner, name)): Path<(String, String)>,
+) -> Result<Json<ModelView>, ApiError> {
+    let model = registered(&state, &owner, &name).await?;
+    Ok(Json(model_view(&state, surface, &auth.caller.key.account_id, &model).await?))
+}
+
+/// `GET /v1/models/{owner}/{name}/versions`
+#[utoipa::path(
+    get,
+    path = "/v1/models/{owner}/{name}/versions",
+    operation_id = "listModelVersions",
+    tag = "models",
+    params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
+    responses((status = 200, description = "Every version the model has had, newest first", body = VersionPage)),
+    security(("bearer" = []))
+)]
+pub async fn versions(
+    State(state): State<AppState>,
+    _auth: Authorized<Read>,
+    Path((owner, name)): Path<(String, String)>,
+) -> Result<Json<VersionPage>, ApiError> {
+    let model = registered(&state, &owner, &name).await?;
+    let mut versions = state.store.model_versions().list_for(&model.record.model).await?;
+    if !versions.iter().any(|v| v.id == model.record.version) {
+        versions.insert(0, ModelVersionRecord::of(&model.record));
+    }
+    let results = versions.iter().map(version_view).collect::<Result<_, _>>()?;
+    Ok(Json(VersionPage { results, next: None, previous: None }))
+}
+
+/// `GET /v1/models/{owner}/{name}/versions/{id}`
+#[utoipa::path(
+    get,
+    path = "/v1/models/{owner}/{name}/versions/{id}",
+    operation_id = "getModelVersion",
+    tag = "models",
+    params(
+        ("owner" = String, Path, description = "The model's owner"),
+        ("name" = String, Path, description = "The model's name"),
+        ("id" = String, Path, description = "The version id"),
+    ),
+    responses((status = 200, description = "The version", body = VersionView)),
+    security(("bearer" = []))
+)]
+pub async fn version(
+    State(state): State<AppState>,
+    _auth: Authorized<Read>,
+    Path((owner, name, id)): Path<(String, String, String)>,
+) -> Result<Json<VersionView>, ApiError> {
+    let model = registered(&state, &owner, &name).await?;
+    let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
+    let version = match state.store.model_versions().get(&id).await? {
+        Some(v) if v.model == model.record.model => v,
+        _ if id == model.record.version => ModelVersionRecord::of(&model.record),
+        _ => return Err(missing()),
+    };
+    Ok(Json(version_view(&version)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::store::ModelRecord;
+
+    #[test]
+    fn a_version_schema_has_input_and_output_and_nothing_is_null() {
+        let record = ModelRecord::new(
+            "demo/echo".parse().expect("model"),
+            "text-generation",
+            &json!({"type": "object", "properties": {"prompt": {"type": "string"}}}),
+        );
+        let view = version_view(&ModelVersionRecord::of(&record)).expect("renders");
+        let json = serde_json::to_value(&view).expect("json");
+        assert_eq!(json["id"], record.version.as_str());
+        assert_eq!(json["cog_version"], COG_VERSION);
+        let schemas = &json["openapi_schema"]["components"]["schemas"];
+        assert_eq!(schemas["Input"]["properties"]["prompt"]["type"], "string");
+        assert_eq!(schemas["Input"]["title"], "Input");
+        assert_eq!(schemas["Output"]["type"], "string");
+    }
+}

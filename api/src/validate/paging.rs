@@ -1,0 +1,109 @@
+//! `limit` (1 to 100, default 20) and `offset` (0 or more, default 0): the paging of every list
+//! (predictions, models), with the offsets of the neighbouring pages.
+
+use common::problem::FieldError;
+
+/// The default page size.
+pub const DEFAULT_LIMIT: u32 = 20;
+/// The largest page size.
+pub const MAX_LIMIT: u32 = 100;
+
+/// A page of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paging {
+    /// Page size.
+    pub limit: u32,
+    /// Matches to skip.
+    pub offset: u64,
+}
+
+impl Default for Paging {
+    fn default() -> Self {
+        Self { limit: DEFAULT_LIMIT, offset: 0 }
+    }
+}
+
+/// The query's parameters, each by its first occurrence (unknown ones are ignored).
+pub struct QueryPairs(Vec<(String, String)>);
+
+impl QueryPairs {
+    /// Splits a raw query string.
+    pub fn parse(query: Option<&str>) -> Self {
+        Self(
+            url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    /// The first value of `name`.
+    pub fn first(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+impl Paging {
+    /// Reads `limit` and `offset`, adding an error for each bad one.
+    pub fn parse(query: &QueryPairs, errors: &mut Vec<FieldError>) -> Self {
+        let limit = match query.first("limit") {
+            None => DEFAULT_LIMIT,
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+                _ => {
+                    errors.push(FieldError::invalid("limit", format!("Must be an integer from 1 to {MAX_LIMIT}.")));
+                    DEFAULT_LIMIT
+                }
+            },
+        };
+        let offset = match query.first("offset") {
+            None => 0,
+            Some(v) => v.parse::<u64>().unwrap_or_else(|_| {
+                errors.push(FieldError::invalid("offset", "Must be an integer of 0 or more."));
+                0
+            }),
+        };
+        Self { limit, offset }
+    }
+
+    /// The offsets of the next and previous pages, given the number of matches.
+    pub fn neighbours(&self, total: u64) -> (Option<u64>, Option<u64>) {
+        let next = self.offset + u64::from(self.limit);
+        let next = (next < total).then_some(next);
+        let previous = (self.offset > 0).then(|| self.offset.saturating_sub(u64::from(self.limit)));
+        (next, previous)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(q: &str) -> (Paging, Vec<String>) {
+        let mut errors = Vec::new();
+        let paging = Paging::parse(&QueryPairs::parse(Some(q)), &mut errors);
+        (paging, errors.into_iter().map(|e| e.field).collect())
+    }
+
+    #[test]
+    fn limits_hold_on_both_sides() {
+        assert_eq!(parse("").0, Paging::default());
+        assert_eq!(parse("limit=1").0.limit, 1);
+        assert_eq!(parse("limit=100").0.limit, 100);
+        assert_eq!(parse("limit=0").1, vec!["limit"]);
+        assert_eq!(parse("limit=101").1, vec!["limit"]);
+        assert_eq!(parse("offset=0").0.offset, 0);
+        assert_eq!(parse("offset=-1").1, vec!["offset"]);
+        assert_eq!(parse("limit=5&limit=7").0.limit, 5, "the first occurrence counts");
+    }
+
+    #[test]
+    fn neighbours_exist_only_where_there_are_pages() {
+        let q = Paging { limit: 10, offset: 0 };
+        assert_eq!(q.neighbours(25), (Some(10), None));
+        let q = Paging { offset: 20, ..q };
+        assert_eq!(q.neighbours(25), (None, Some(10)));
+        let q = Paging { offset: 5, ..q };
+        assert_eq!(q.neighbours(25), (Some(15), Some(0)));
+        assert_eq!(q.neighbours(0), (None, Some(0)));
+    }
+}

@@ -1,0 +1,126 @@
+//! Which registered model a create's `version` names (`POST /v1/predictions`, CONTRACT §6):
+//! `owner/name` (the model's current version), `owner/name:id` or a bare version id.
+//!
+//! Only a model's current version runs. The rule for any other version id:
+//!
+//! | `version` names | answer |
+//! |---|---|
+//! | the model's current version | created, as by the model's own route |
+//! | a version the model had before its schema changed | `400` at `version`, naming the current version |
+//! | a version nobody registered (or of another model) | `404` |
+//! | an unregistered model | `404` |
+//! | nothing, or not a string of that form | `400` at `version` |
+
+use std::sync::Arc;
+
+use common::{domain::ModelRef, problem::FieldError};
+use serde_json::Value;
+
+use crate::{error::ApiError, models::RegisteredModel, state::AppState};
+
+/// The longest version id accepted (ours are 64 hex digits).
+const MAX_ID_LEN: usize = 128;
+
+/// A parsed `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionRef {
+    /// `owner/name`: whatever version the model has now.
+    Model(ModelRef),
+    /// `owner/name:id`.
+    ModelAt(ModelRef, String),
+    /// A bare version id.
+    Id(String),
+}
+
+fn is_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_ID_LEN && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+impl VersionRef {
+    /// Parses `owner/name`, `owner/name:id` or `id`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.split_once(':') {
+            Some((model, id)) => Some(Self::ModelAt(model.parse().ok()?, is_id(id).then(|| id.to_owned())?)),
+            None if text.contains('/') => text.parse().ok().map(Self::Model),
+            None => is_id(text).then(|| Self::Id(text.to_owned())),
+        }
+    }
+}
+
+/// Why a `version` names no model that can run.
+#[derive(Debug)]
+pub enum Unresolved {
+    /// The field itself is wrong (reported with the body's other field errors).
+    Field(FieldError),
+    /// Any other answer (404, a superseded version, a failure).
+    Api(ApiError),
+}
+
+impl<E: Into<ApiError>> From<E> for Unresolved {
+    fn from(e: E) -> Self {
+        Self::Api(e.into())
+    }
+}
+
+/// The model a create's `version` field names, at its current version.
+pub async fn resolve(state: &AppState, version: Option<&Value>) -> Result<Arc<RegisteredModel>, Unresolved> {
+    let text = match version {
+        None | Some(Value::Null) => return Err(Unresolved::Field(FieldError::missing("version"))),
+        Some(Value::String(s)) => s,
+        Some(_) => return Err(Unresolved::Field(FieldError::invalid("version", FORM))),
+    };
+    let reference = VersionRef::parse(text).ok_or_else(|| Unresolved::Field(FieldError::invalid("version", FORM)))?;
+    let (model, id) = match reference {
+        VersionRef::Model(model) => (model, None),
+        VersionRef::ModelAt(model, id) => (model, Some(id)),
+        VersionRef::Id(id) => {
+            let known = state.store.model_versions().get(&id).await?;
+            let version = known.ok_or_else(|| ApiError::not_found(format!("Version {id} not found.")))?;
+            (version.model, Some(id))
+        }
+    };
+    let registered = state.models.get(&model).await?;
+    let registered = registered.ok_or_else(|| ApiError::not_found(format!("Model {model} not found.")))?;
+    match id {
+        Some(id) if id != registered.record.version => Err(not_current(state, &registered, &id).await?.into()),
+        _ => Ok(registered),
+    }
+}
+
+const FORM: &str = "Must be 'owner/name', 'owner/name:<version id>' or a version id.";
+
+/// The answer to a version id that is not `model`'s current one.
+async fn not_current(state: &AppState, model: &RegisteredModel, id: &str) -> Result<ApiError, ApiError> {
+    let name = &model.record.model;
+    let superseded = state.store.model_versions().get(id).await?.is_some_and(|v| &v.model == name);
+    if !superseded {
+        return Ok(ApiError::not_found(format!("Version {id} of {name} not found.")));
+    }
+    let current = &model.record.version;
+    Ok(ApiError::validation(
+        format!(
+            "Version {id} of {name} is no longer served: the model's schema changed. Its current version is {current}."
+        ),
+        vec![FieldError::invalid("version", format!("Superseded; use {current} or '{name}'."))],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_three_forms_parse() {
+        let m: ModelRef = "demo/echo".parse().expect("model");
+        assert_eq!(VersionRef::parse("demo/echo"), Some(VersionRef::Model(m.clone())));
+        assert_eq!(VersionRef::parse("demo/echo:abc123"), Some(VersionRef::ModelAt(m, "abc123".into())));
+        assert_eq!(VersionRef::parse("abc123"), Some(VersionRef::Id("abc123".into())));
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        for bad in ["", "demo/echo:", ":abc", "demo/ec.ho", "a b", "demo/echo:a:b", "Demo/echo", &"a".repeat(129)] {
+            assert_eq!(VersionRef::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The `model_versions` collection (written by runners at registration): every version a model
+//! has had, keyed by its digest, with the schema it had and when it was first registered.
+//!
+//! The `models` collection holds only a model's current version; this one keeps the history,
+//! so `GET …/versions` lists them and a create naming a superseded version is told so rather
+//! than told the version never existed. Only a model's current version runs.
+
+use bson::{DateTime, doc};
+use futures::TryStreamExt;
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::{ModelRecord, StoreError};
+use crate::domain::ModelRef;
+
+/// One version of a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelVersionRecord {
+    /// The version id: the digest of the registration ([`ModelRecord::version`]).
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// The model it is a version of.
+    pub model: ModelRef,
+    /// The declared kind at that version.
+    pub capability: String,
+    /// The input JSON Schema at that version, as JSON text.
+    pub input_schema_json: String,
+    /// When a runner first registered it.
+    pub created_at: DateTime,
+}
+
+impl ModelVersionRecord {
+    /// The version a registration describes, first seen now.
+    pub fn of(record: &ModelRecord) -> Self {
+        Self {
+            id: record.version.clone(),
+            model: record.model.clone(),
+            capability: record.capability.clone(),
+            input_schema_json: record.input_schema_json.clone(),
+            created_at: record.registered_at,
+        }
+    }
+
+    /// The input schema, parsed.
+    pub fn input_schema(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_str(&self.input_schema_json)
+    }
+}
+
+/// Typed access to the `model_versions` collection.
+#[derive(Clone, Debug)]
+pub struct ModelVersions {
+    coll: Collection<ModelVersionRecord>,
+}
+
+impl ModelVersions {
+    pub(super) fn new(db: &Database) -> Self {
+        Self { coll: db.collection("model_versions") }
+    }
+
+    /// The collection itself (indexes).
+    pub fn collection(&self) -> &Collection<ModelVersionRecord> {
+        &self.coll
+    }
+
+    /// Records the version of `record`; a version seen before keeps its first `created_at`.
+    pub async fn record(&self, record: &ModelRecord) -> Result<(), StoreError> {
+        let version = ModelVersionRecord::of(record);
+        let fields = bson::to_document(&version)?;
+        self.coll
+            .update_one(doc! { "_id": &version.id }, doc! { "$setOnInsert": fields })
+            .upsert(true)
+            .await
+            .map(|_| ())
+    }
+
+    /// A version by id.
+    pub async fn get(&self, id: &str) -> Result<Option<ModelVersionRecord>, StoreError> {
+        self.coll.find_one(doc! { "_id": id }).await
+    }
+
+    /// Every version of `model`, newest first.
+    pub async fn list_for(&self, model: &ModelRef) -> Result<Vec<ModelVersionRecord>, StoreError> {
+        self.coll
+            .find(doc! { "model": model.to_string() })
+            .sort(doc! { "created_at": -1, "_id": 1 })
+            .await?
+            .try_collect()
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_version_is_the_registration_it_comes_from() {
+        let record =
+            ModelRecord::new("demo/echo".parse().expect("valid"), "text-generation", &json!({"type": "object"}));
+        let version = ModelVersionRecord::of(&record);
+        assert_eq!(version.id, record.version);
+        assert_eq!(version.model, record.model);
+        assert_eq!(version.created_at, record.registered_at);
+        assert_eq!(version.input_schema().ok(), Some(json!({"type": "object"})));
+    }
+}
