@@ -1,0 +1,140 @@
+// The official Replicate JavaScript client (pinned in package-lock.json) against a live local
+// system, with only the base URL changed: new Replicate({ baseUrl: `${BASE}/replicate/v1` }).
+// Run by deploy/local/client-tests, which starts the system and sets BASE_URL and ADMIN_KEY.
+
+const test = require("node:test");
+const assert = require("node:assert/strict");
+const http = require("node:http");
+const Replicate = require("replicate");
+const { validateWebhook } = require("replicate");
+
+const BASE_URL = process.env.BASE_URL;
+const ROOT = `${BASE_URL}/replicate/v1`;
+const replicate = new Replicate({ auth: process.env.ADMIN_KEY, baseUrl: ROOT });
+
+test("run returns text output", async () => {
+  assert.equal(await replicate.run("demo/echo", { input: { prompt: "hello", repeat: 2 } }), "hello hello");
+});
+
+test("run returns a file URL inside the surface", async () => {
+  const output = await replicate.run("demo/text-to-image", { input: { prompt: "a fox", width: 32, height: 32 } });
+  assert.ok(String(output).startsWith(`${ROOT}/files/`), String(output));
+  const file = await fetch(String(output), { headers: { Authorization: `Bearer ${process.env.ADMIN_KEY}` } });
+  assert.equal(file.status, 200);
+  assert.equal(file.headers.get("content-type"), "image/png");
+});
+
+test("run of a model that outlasts its wait keeps polling", async () => {
+  const output = await replicate.run("demo/sleep", { input: { seconds: 2.5 }, wait: { mode: "block", timeout: 1 } });
+  assert.equal(output, "slept 2.5 s");
+});
+
+test("run of a failing model rejects with its message", async () => {
+  await assert.rejects(replicate.run("demo/fail", { input: { message: "boom" } }), /Prediction failed: boom/);
+});
+
+test("stream yields the output without an Authorization header, then done", async () => {
+  const events = [];
+  for await (const event of replicate.stream("demo/sleep", { input: { seconds: 1.5 } })) {
+    events.push(event);
+  }
+  assert.equal(events.filter((e) => e.event === "output").map(String).join(""), "slept 1.5 s");
+  assert.equal(events.at(-1).event, "done");
+  assert.ok(events.every((e) => e.id));
+});
+
+test("stream of a failing model rejects", async () => {
+  const consume = async () => {
+    for await (const _ of replicate.stream("demo/fail", { input: { message: "boom" } })) {
+      // drain
+    }
+  };
+  await assert.rejects(consume, /boom/);
+});
+
+test("wait follows a prediction to its end", async () => {
+  const created = await replicate.predictions.create({ model: "demo/sleep", input: { seconds: 1 } });
+  assert.equal(created.status, "starting");
+  const done = await replicate.wait(created, { interval: 200 });
+  assert.equal(done.status, "succeeded");
+  assert.equal(done.output, "slept 1 s");
+});
+
+test("cancel stops a running prediction", async () => {
+  const created = await replicate.predictions.create({ model: "demo/sleep", input: { seconds: 30 } });
+  const canceled = await replicate.predictions.cancel(created.id);
+  assert.equal(canceled.status, "canceled");
+  assert.equal((await replicate.predictions.get(created.id)).status, "canceled");
+});
+
+test("models.get and versions.list", async () => {
+  const model = await replicate.models.get("demo", "echo");
+  assert.equal(model.visibility, "public");
+  const version = model.latest_version;
+  assert.equal(version.openapi_schema.components.schemas.Input.properties.prompt.type, "string");
+  const versions = await replicate.models.versions.list("demo", "echo");
+  assert.ok(versions.results.some((v) => v.id === version.id));
+  assert.equal((await replicate.models.versions.get("demo", "echo", version.id)).id, version.id);
+  await assert.rejects(replicate.models.get("demo", "nothing"), /404/);
+});
+
+test("run by owner/name:version and create by version", async () => {
+  const { latest_version: version } = await replicate.models.get("demo", "echo");
+  assert.equal(await replicate.run(`demo/echo:${version.id}`, { input: { prompt: "pinned" } }), "pinned");
+  const created = await replicate.predictions.create({ version: version.id, input: { prompt: "v" }, wait: true });
+  assert.equal(created.output, "v");
+  assert.equal(created.version, version.id);
+});
+
+test("pagination of predictions and models", async () => {
+  for (let i = 0; i < 21; i++) {
+    // more than one page of the default 20
+    await replicate.predictions.create({ model: "demo/echo", input: { prompt: `p${i}` } });
+  }
+  const first = await replicate.predictions.list();
+  assert.ok(first.next.startsWith(`${ROOT}/predictions?`), first.next);
+  const ids = [];
+  for await (const page of replicate.paginate(replicate.predictions.list)) {
+    ids.push(...page.map((p) => p.id));
+  }
+  assert.ok(ids.length >= 21);
+  assert.equal(new Set(ids).size, ids.length);
+  const models = [];
+  for await (const page of replicate.paginate(replicate.models.list)) {
+    models.push(...page.map((m) => `${m.owner}/${m.name}`));
+  }
+  for (const name of ["demo/echo", "demo/sleep", "demo/fail"]) {
+    assert.ok(models.includes(name), name);
+  }
+});
+
+test("a Replicate-shaped webhook validates with the client's own check", async () => {
+  let deliver;
+  const delivered = new Promise((resolve) => (deliver = resolve));
+  const server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (chunk) => (body += chunk));
+    req.on("end", () => {
+      res.end("ok");
+      deliver({ headers: req.headers, body });
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const hook = `http://127.0.0.1:${server.address().port}/hook`;
+    const created = await replicate.predictions.create({
+      model: "demo/fail",
+      input: { message: "boom" },
+      webhook: hook,
+      webhook_events_filter: ["completed"],
+    });
+    const request = await delivered;
+    const secret = await replicate.webhooks.default.secret.get();
+    assert.ok(await validateWebhook(request, secret.key));
+    const payload = JSON.parse(request.body);
+    assert.equal(payload.id, created.id);
+    assert.equal(payload.error, "boom");
+  } finally {
+    server.close();
+  }
+});

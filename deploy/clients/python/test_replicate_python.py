@@ -1,0 +1,150 @@
+"""The official replicate-python client (pinned in requirements.txt) against a live local
+system, with only the base URL changed: `replicate.Client(base_url=f"{BASE}/replicate")`.
+
+Run by deploy/local/client-tests, which starts the system and sets BASE_URL and ADMIN_KEY.
+"""
+
+import http.server
+import json
+import os
+import queue
+import threading
+
+import pytest
+import replicate
+from replicate.exceptions import ModelError, ReplicateError
+from replicate.pagination import paginate
+
+BASE_URL = os.environ["BASE_URL"]
+ADMIN_KEY = os.environ["ADMIN_KEY"]
+
+
+@pytest.fixture(scope="module")
+def client():
+    return replicate.Client(api_token=ADMIN_KEY, base_url=f"{BASE_URL}/replicate")
+
+
+def test_run_returns_text_output(client):
+    assert client.run("demo/echo", input={"prompt": "hello", "repeat": 2}) == "hello hello"
+
+
+def test_run_returns_a_file_url_that_the_client_can_fetch(client):
+    output = client.run("demo/text-to-image", input={"prompt": "a fox", "width": 32, "height": 32})
+    url = str(output)
+    assert url.startswith(f"{BASE_URL}/replicate/v1/files/")
+    response = client._client.get(url)
+    assert response.status_code == 200
+    assert response.content.startswith(b"\x89PNG")
+
+
+def test_run_of_a_model_that_outlasts_its_wait_keeps_polling(client):
+    assert client.run("demo/sleep", input={"seconds": 2.5}, wait=1) == "slept 2.5 s"
+
+
+def test_run_of_a_failing_model_raises_model_error_with_its_message(client):
+    with pytest.raises(ModelError) as raised:
+        client.run("demo/fail", input={"message": "boom"})
+    assert raised.value.prediction.error == "boom"
+    assert raised.value.prediction.status == "failed"
+
+
+def test_stream_yields_the_output_and_ends(client):
+    events = list(client.stream("demo/sleep", input={"seconds": 1.5}))
+    assert "".join(str(e) for e in events) == "slept 1.5 s"
+    assert events[-1].event.value == "done"
+    assert all(e.id for e in events)
+
+
+def test_stream_of_a_failing_model_raises(client):
+    with pytest.raises(RuntimeError, match="boom"):
+        list(client.stream("demo/fail", input={"message": "boom"}))
+
+
+def test_wait_follows_a_prediction_to_its_end(client):
+    prediction = client.models.predictions.create(model="demo/sleep", input={"seconds": 1})
+    assert prediction.status == "starting"
+    prediction.wait()
+    assert (prediction.status, prediction.output) == ("succeeded", "slept 1 s")
+    assert prediction.urls["get"].startswith(f"{BASE_URL}/replicate/v1/")
+
+
+def test_cancel_stops_a_running_prediction(client):
+    prediction = client.models.predictions.create(model="demo/sleep", input={"seconds": 30})
+    prediction.cancel()
+    prediction.reload()
+    assert prediction.status == "canceled"
+    with pytest.raises(ReplicateError) as raised:
+        client.predictions.cancel(prediction.id)
+    assert raised.value.status == 400
+
+
+def test_models_get_and_versions_list(client):
+    model = client.models.get("demo/echo")
+    assert (model.owner, model.name, model.visibility) == ("demo", "echo", "public")
+    version = model.latest_version
+    assert version.openapi_schema["components"]["schemas"]["Input"]["properties"]["prompt"]["type"] == "string"
+    versions = model.versions.list()
+    assert version.id in [v.id for v in versions]
+    assert model.versions.get(version.id).id == version.id
+    with pytest.raises(ReplicateError) as raised:
+        client.models.get("demo/nothing")
+    assert raised.value.status == 404
+
+
+def test_run_by_owner_name_version(client):
+    version = client.models.get("demo/echo").latest_version.id
+    assert client.run(f"demo/echo:{version}", input={"prompt": "pinned"}) == "pinned"
+
+
+def test_predictions_create_by_version(client):
+    version = client.models.get("demo/echo").latest_version.id
+    prediction = client.predictions.create(version=version, input={"prompt": "v"}, wait=True)
+    assert (prediction.status, prediction.output, prediction.version) == ("succeeded", "v", version)
+
+
+def test_pagination_of_predictions_and_models(client):
+    for i in range(21):  # more than one page of the default 20
+        client.models.predictions.create(model="demo/echo", input={"prompt": f"p{i}"})
+    first = client.predictions.list()
+    assert first.next and first.next.startswith(f"{BASE_URL}/replicate/v1/")
+    pages = list(paginate(client.predictions.list))
+    ids = [p.id for page in pages for p in page]
+    assert len(ids) == len(set(ids)) >= 21
+    models = [m.id for page in paginate(client.models.list) for m in page]
+    assert {"demo/echo", "demo/sleep", "demo/fail"} <= set(models)
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    deliveries: "queue.Queue[tuple[dict, str]]" = queue.Queue()
+
+    def do_POST(self):  # noqa: N802 (the handler's name is http.server's)
+        body = self.rfile.read(int(self.headers["content-length"])).decode()
+        self.deliveries.put(({k.lower(): v for k, v in self.headers.items()}, body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_replicate_shaped_webhook_validates_with_the_clients_own_check(client):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hook = f"http://127.0.0.1:{server.server_port}/hook"
+        prediction = client.models.predictions.create(
+            model="demo/fail", input={"message": "boom"}, webhook=hook, webhook_events_filter=["completed"]
+        )
+        headers, body = _Receiver.deliveries.get(timeout=30)
+        secret = client.webhooks.default.secret()
+        assert secret.key.startswith("whsec_")
+        # Returns None when valid; raises InvalidSignatureError (or another WebhookValidationError) otherwise.
+        client.webhooks.validate(headers=headers, body=body, secret=secret, tolerance=300)
+        tampered = body.replace('"boom"', '"bang"')
+        with pytest.raises(replicate.webhook.InvalidSignatureError):
+            client.webhooks.validate(headers=headers, body=tampered, secret=secret, tolerance=300)
+        payload = json.loads(body)
+        assert (payload["id"], payload["status"], payload["error"]) == (prediction.id, "failed", "boom")
+        replicate.prediction.Prediction(**payload)  # the client's own model parses it
+    finally:
+        server.shutdown()
