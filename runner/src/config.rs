@@ -5,6 +5,7 @@
 //! | `RUNNER_MODELS` | `*` | models to serve: comma-separated `owner/name`, `owner/*`, `*` |
 //! | `RUNNER_CONCURRENCY` | `4` | predictions running at once in this process |
 //! | `RUNNER_MODEL_CONCURRENCY` | `RUNNER_CONCURRENCY` | predictions of one model running at once here |
+//! | `RUNNER_MODEL_WEIGHTS` | each 1 | shares of busy models: `owner/name=weight`, comma-separated (weights 1-1000) |
 //! | `RUNNER_ACK_WAIT_SECONDS` | `30` | a job not acked or progressed for this long is redelivered |
 //! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
@@ -16,7 +17,7 @@
 //! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it |
 //! | `RUNNER_RETENTION_SWEEP_SECONDS` | `60` | how often expired data is removed |
 
-use std::{fmt, time::Duration};
+use std::{collections::HashMap, fmt, time::Duration};
 
 use crate::models::cog::{CogTarget, parse_targets};
 use common::{
@@ -72,6 +73,21 @@ pub fn parse_selectors(text: &str) -> Result<Vec<ModelSelector>, String> {
         .and_then(|v| if v.is_empty() { Err("no model selected".into()) } else { Ok(v) })
 }
 
+/// Parses `demo/sleep=2,acme/up=5`.
+pub fn parse_weights(text: &str) -> Result<HashMap<ModelRef, u32>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            let bad = || format!("{pair:?} is not owner/name=weight with a weight from 1 to 1000");
+            let (model, weight) = pair.split_once('=').ok_or_else(bad)?;
+            let model: ModelRef = model.trim().parse().map_err(|_| bad())?;
+            let weight: u32 = weight.trim().parse().ok().filter(|w| (1..=1000).contains(w)).ok_or_else(bad)?;
+            Ok((model, weight))
+        })
+        .collect()
+}
+
 /// Everything the runner reads at start.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -83,6 +99,9 @@ pub struct RunnerConfig {
     pub concurrency: usize,
     /// `RUNNER_MODEL_CONCURRENCY`: predictions of one model running at once (default: all).
     pub model_concurrency: Option<usize>,
+    /// `RUNNER_MODEL_WEIGHTS`: each busy model's share of slots relative to the others (1 when
+    /// not named).
+    pub model_weights: HashMap<ModelRef, u32>,
     /// `RUNNER_ACK_WAIT_SECONDS`: redelivery after this long without an ack or progress.
     pub ack_wait: Duration,
     /// `RUNNER_MAX_DELIVER`: deliveries of one job before giving up.
@@ -131,6 +150,8 @@ impl RunnerConfig {
                 .map(|_| env.parse("RUNNER_MODEL_CONCURRENCY", 1usize))
                 .transpose()?
                 .map(|n| n.max(1)),
+            model_weights: parse_weights(&env.string("RUNNER_MODEL_WEIGHTS", ""))
+                .map_err(|e| bad("RUNNER_MODEL_WEIGHTS", e))?,
             ack_wait,
             max_deliver,
             shutdown_grace: env.seconds("RUNNER_SHUTDOWN_GRACE_SECONDS", Duration::from_secs(20))?,
@@ -167,6 +188,16 @@ mod tests {
         assert!(s.iter().any(|x| x.matches(&up)));
         assert!(!s.iter().any(|x| x.matches(&other)));
         assert_eq!(parse_selectors("*").expect("valid"), vec![ModelSelector::All]);
+    }
+
+    #[test]
+    fn weights_parse_and_bad_ones_are_refused() {
+        let w = parse_weights("demo/sleep=2, demo/echo=1").expect("valid");
+        assert_eq!(w.get(&"demo/sleep".parse().expect("model")), Some(&2));
+        assert!(parse_weights("").expect("none").is_empty());
+        for bad in ["demo/sleep", "demo/sleep=0", "demo/sleep=x", "sleep=2", "demo/sleep=1001"] {
+            assert!(parse_weights(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -2,12 +2,14 @@
 //! `jobs.<owner>.<model>.*`), shared by every runner serving that model, so operators scale a
 //! model by starting more runners for it.
 //!
-//! A semaphore of `RUNNER_CONCURRENCY` permits bounds the jobs running in this process, and one
-//! of `RUNNER_MODEL_CONCURRENCY` permits per model bounds each model; the loops pull only as
-//! many messages as there are free permits of both
-//! ([`common::bus::pull::pull_with_permits`]). While a job runs it sends in-progress acks every third of
-//! `ack_wait`; a runner that dies stops them and the job is redelivered after `ack_wait`.
-//! A message that does not decode is terminated at once (never redelivered) and logged.
+//! Which job starts when is the [`Scheduler`]'s choice: `RUNNER_CONCURRENCY` slots in this
+//! process, `RUNNER_MODEL_CONCURRENCY` per model, shared fairly between busy models, and taken
+//! only for a job that is there. Each consumer's job subjects are also subscribed to on core
+//! NATS, as the doorbell that tells the scheduler a model has new work.
+//!
+//! While a job runs it sends in-progress acks every third of `ack_wait`; a runner that dies
+//! stops them and the job is redelivered after `ack_wait`. A message that does not decode is
+//! terminated at once (never redelivered) and logged.
 //!
 //! On shutdown the loops stop pulling; running jobs get `RUNNER_SHUTDOWN_GRACE_SECONDS` to
 //! finish, then the rest are handed back (nak) for another runner.
@@ -20,14 +22,12 @@ use async_nats::jetstream::{
     consumer::{AckPolicy, PullConsumer, pull},
 };
 use common::{
-    bus::{
-        Bus,
-        pull::{Permits, acknowledge as ack, pull_with_permits},
-    },
+    bus::{Bus, pull::acknowledge as ack},
+    domain::ModelRef,
     messages::JobMessage,
     store::dead_letters::DeadLetters,
 };
-use tokio::sync::Semaphore;
+use futures::StreamExt;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
@@ -35,12 +35,12 @@ use crate::{
     config::RunnerConfig,
     execute::{Delivery, Executor, Outcome},
     models::{Model, ModelError},
+    scheduler::{Lane, Scheduler, Slots},
 };
 
-/// What every consumer loop of this runner shares.
+/// What every job of this runner shares.
 struct Shared {
     executor: Arc<Executor>,
-    permits: Arc<Semaphore>,
     tracker: TaskTracker,
     handback: CancellationToken,
     ack_wait: Duration,
@@ -61,14 +61,14 @@ pub async fn consume(
     let stream = bus.jetstream().get_stream(subjects.jobs_stream()).await.context("opening the jobs stream")?;
     let shared = Arc::new(Shared {
         executor,
-        permits: Arc::new(Semaphore::new(config.concurrency)),
         tracker: TaskTracker::new(),
         handback: CancellationToken::new(),
         ack_wait: config.ack_wait,
         max_deliver: config.max_deliver,
         dead_letters,
     });
-    let mut loops = tokio::task::JoinSet::new();
+    let mut lanes = Vec::with_capacity(models.len());
+    let mut served = std::collections::HashMap::new();
     for model in models {
         let name = subjects.runner_consumer(&model.descriptor().model);
         let consumer: PullConsumer = stream
@@ -83,14 +83,21 @@ pub async fn consume(
             .await
             .with_context(|| format!("creating consumer {name}"))?;
         tracing::info!(consumer = %name, model = %model.descriptor().model, "consuming jobs");
-        let model_limit = Arc::new(Semaphore::new(config.model_concurrency.unwrap_or(config.concurrency)));
-        let limits = vec![model_limit, shared.permits.clone()];
-        let (shared, tracker) = (shared.clone(), shared.tracker.clone());
-        loops.spawn(pull_with_permits(consumer, limits, tracker, shutdown.clone(), move |message, permits| {
-            handle(message, model.clone(), shared.clone(), permits)
-        }));
+        lanes.push(Lane { model: model.descriptor().model.clone(), consumer });
+        served.insert(model.descriptor().model.clone(), model);
     }
-    while loops.join_next().await.is_some() {}
+    let model_concurrency = config.model_concurrency.unwrap_or(config.concurrency);
+    let scheduler = Arc::new(Scheduler::new(config.concurrency, model_concurrency, &config.model_weights, lanes));
+    let mut doorbells =
+        ring_doorbells(bus, served.keys().cloned().collect(), scheduler.clone(), shutdown.clone()).await?;
+    scheduler
+        .run(shutdown.clone(), |message, model, slots| {
+            let model = served[model].clone();
+            shared.tracker.spawn(handle(message, model, shared.clone(), slots));
+        })
+        .await;
+    // The doorbells stop with `shutdown` too.
+    while doorbells.join_next().await.is_some() {}
 
     shared.tracker.close();
     if tokio::time::timeout(config.shutdown_grace, shared.tracker.wait()).await.is_err() {
@@ -102,7 +109,38 @@ pub async fn consume(
     Ok(())
 }
 
-async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _permits: Permits) {
+/// Subscribes to the job subjects of `models` (core NATS) and rings each model's lane in the
+/// scheduler when a job is published, until `shutdown` fires.
+async fn ring_doorbells(
+    bus: &Bus,
+    models: Vec<ModelRef>,
+    scheduler: Arc<Scheduler>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinSet<()>> {
+    let mut doorbells = tokio::task::JoinSet::new();
+    for model in models {
+        let mut jobs = bus
+            .client()
+            .subscribe(bus.subjects().model_jobs(&model))
+            .await
+            .with_context(|| format!("subscribing to the jobs of {model}"))?;
+        let (scheduler, shutdown) = (scheduler.clone(), shutdown.clone());
+        doorbells.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    job = jobs.next() => match job {
+                        Some(_) => scheduler.ring(&model),
+                        None => return,
+                    },
+                }
+            }
+        });
+    }
+    Ok(doorbells)
+}
+
+async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _slots: Slots) {
     let job: JobMessage = match serde_json::from_slice(&message.payload) {
         Ok(job) => job,
         Err(e) => {

@@ -3,7 +3,8 @@
 //! - [`config`]: what to serve and how much at once.
 //! - [`models`]: the [`models::Model`] trait and the built-in models.
 //! - [`registry`]: registers the served models in MongoDB so the api accepts them.
-//! - [`consumer`]: one durable pull consumer per served model, bounded by a semaphore.
+//! - [`consumer`]: one durable pull consumer per served model; [`scheduler`] decides which
+//!   job starts next (no idle slot while work waits, fair share between models).
 //! - [`execute`]: one job through the status machine: `starting → processing → terminal`.
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms.
 //! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
@@ -20,6 +21,7 @@ pub mod progress;
 pub mod reconcile;
 pub mod registry;
 pub mod retention;
+pub mod scheduler;
 
 use std::sync::Arc;
 

@@ -1,8 +1,10 @@
-//! The pull loop both consuming services share: pull only as many messages as there are free
+//! The notifier's pull loop (one consumer): pull only as many messages as there are free
 //! permits, so no message waits in a local buffer while its `ack_wait` runs out, and hand each
 //! message with its permits to a task in the caller's tracker. A message needs one permit of
-//! every semaphore given (e.g. the runner's and the model's). The loop stops pulling when
-//! `shutdown` fires; the caller then waits on its tracker.
+//! every semaphore given. The loop stops pulling when `shutdown` fires; the caller then waits
+//! on its tracker. (It holds its permits through a long poll, which is right for one consumer;
+//! the runner, with a consumer per model, uses its own scheduler so that no idle consumer
+//! holds a slot.)
 
 use std::{future::Future, sync::Arc, time::Duration};
 

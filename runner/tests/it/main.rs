@@ -7,4 +7,5 @@ mod crash;
 mod deadlines;
 mod fixture;
 mod reconcile;
+mod scheduling;
 mod selection;
