@@ -3,14 +3,15 @@
 //!
 //! | what | name (prefix `ps`) |
 //! |---|---|
-//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<prediction id>` |
+//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<account id>.<prediction id>` |
 //! | status events stream | `PS_EVENTS`, subjects `ps.events.<prediction id>` |
 //! | cancel broadcast (core NATS) | `ps.cancel.<prediction id>` |
-//! | runner consumer of one model | `ps_runner_<len(owner)>_<owner>_<model>` |
+//! | runner consumer of one model and account (a lane) | `ps_runner_<len(owner)>_<owner>_<model>_<account id>` |
+//! | runner consumer of one model's jobs from before accounts had lanes | `ps_runner_<len(owner)>_<owner>_<model>` |
 //! | notifier consumer | `ps_notifier` |
 //! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
 
-use crate::domain::{ApiKeyId, ModelRef, PredictionId};
+use crate::domain::{AccountId, ApiKeyId, ModelRef, PredictionId};
 
 /// The names of one deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,21 +43,47 @@ impl Subjects {
         format!("{}.jobs.>", self.prefix)
     }
 
-    /// The subject of one prediction's job. Carrying the id lets anyone ask the work queue
-    /// whether that job is still waiting (the reconciler does).
-    pub fn job(&self, model: &ModelRef, id: &PredictionId) -> String {
-        format!("{}.jobs.{}.{}.{id}", self.prefix, model.owner(), model.name())
+    /// The subject of one prediction's job. The account gives each account of a model its own
+    /// lane (consumer), so one account's backlog cannot hold up another's jobs; the id lets
+    /// anyone ask the work queue whether that job is still waiting (the reconciler does).
+    pub fn job(&self, model: &ModelRef, account: &AccountId, id: &PredictionId) -> String {
+        format!("{}.jobs.{}.{}.{account}.{id}", self.prefix, model.owner(), model.name())
     }
 
-    /// Every job subject of one model: the filter of its runner consumer.
+    /// Every job subject of one model, of every account (the runners' doorbell, and the
+    /// filter that finds the accounts with jobs waiting).
     pub fn model_jobs(&self, model: &ModelRef) -> String {
+        format!("{}.jobs.{}.{}.>", self.prefix, model.owner(), model.name())
+    }
+
+    /// The job subjects of one model and account: the filter of that lane's consumer.
+    pub fn lane_jobs(&self, model: &ModelRef, account: &AccountId) -> String {
+        format!("{}.jobs.{}.{}.{account}.*", self.prefix, model.owner(), model.name())
+    }
+
+    /// The account of a job subject of `model` (`None` for any other subject).
+    pub fn account_of_job(&self, model: &ModelRef, subject: &str) -> Option<AccountId> {
+        let rest = subject.strip_prefix(&format!("{}.jobs.{}.{}.", self.prefix, model.owner(), model.name()))?;
+        let (account, _id) = rest.split_once('.')?;
+        AccountId::parse(account).ok()
+    }
+
+    /// The job subjects of one model from before accounts had lanes (one token after the
+    /// model): the filter of the model's legacy consumer, which drains them after an upgrade.
+    pub fn legacy_model_jobs(&self, model: &ModelRef) -> String {
         format!("{}.jobs.{}.{}.*", self.prefix, model.owner(), model.name())
     }
 
-    /// The durable consumer that every runner serving `model` shares.
+    /// The durable consumer of `model`'s legacy jobs (see [`Self::legacy_model_jobs`]).
     pub fn runner_consumer(&self, model: &ModelRef) -> String {
         // The owner's length makes the name unambiguous although '_' may occur in both parts.
         format!("{}_runner_{}_{}_{}", self.prefix, model.owner().len(), model.owner(), model.name())
+    }
+
+    /// The durable consumer of one model and account (a lane), which every runner serving
+    /// `model` shares.
+    pub fn lane_consumer(&self, model: &ModelRef, account: &AccountId) -> String {
+        format!("{}_{account}", self.runner_consumer(model))
     }
 
     /// The stream of status events.
@@ -115,9 +142,19 @@ mod tests {
         let m: ModelRef = "demo/echo".parse().expect("valid");
         assert_eq!(s.jobs_stream(), "PS_JOBS");
         let id = PredictionId::parse("aaaaaaaaaaaaaaaaaaaaaaaaaa").expect("id");
-        assert_eq!(s.job(&m, &id), "ps.jobs.demo.echo.aaaaaaaaaaaaaaaaaaaaaaaaaa");
-        assert_eq!(s.model_jobs(&m), "ps.jobs.demo.echo.*");
+        let account = AccountId::generate();
+        assert_eq!(s.job(&m, &account, &id), format!("ps.jobs.demo.echo.{account}.aaaaaaaaaaaaaaaaaaaaaaaaaa"));
+        assert_eq!(s.model_jobs(&m), "ps.jobs.demo.echo.>");
+        assert_eq!(s.lane_jobs(&m, &account), format!("ps.jobs.demo.echo.{account}.*"));
+        assert_eq!(s.legacy_model_jobs(&m), "ps.jobs.demo.echo.*");
         assert_eq!(s.runner_consumer(&m), "ps_runner_4_demo_echo");
+        assert_eq!(s.lane_consumer(&m, &account), format!("ps_runner_4_demo_echo_{account}"));
+        assert_eq!(s.account_of_job(&m, &s.job(&m, &account, &id)), Some(account));
+        assert_eq!(s.account_of_job(&m, "ps.jobs.demo.echo.aaaaaaaaaaaaaaaaaaaaaaaaaa"), None, "a legacy job");
+        assert_eq!(
+            s.account_of_job(&"demo/sleep".parse().expect("valid"), &s.job(&m, &AccountId::generate(), &id)),
+            None
+        );
         assert_eq!(s.events_stream(), "PS_EVENTS");
     }
 

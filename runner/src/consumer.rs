@@ -1,11 +1,10 @@
-//! Consuming jobs: one durable pull consumer per served model (`<P>_runner_<model>`, filter
-//! `jobs.<owner>.<model>.*`), shared by every runner serving that model, so operators scale a
-//! model by starting more runners for it.
+//! Consuming jobs: every lane (one durable consumer per model and account, see
+//! [`crate::lanes`]) of every served model, shared by every runner serving that model, so
+//! operators scale a model by starting more runners for it.
 //!
 //! Which job starts when is the [`Scheduler`]'s choice: `RUNNER_CONCURRENCY` slots in this
-//! process, `RUNNER_MODEL_CONCURRENCY` per model, shared fairly between busy models, and taken
-//! only for a job that is there. Each consumer's job subjects are also subscribed to on core
-//! NATS, as the doorbell that tells the scheduler a model has new work.
+//! process, `RUNNER_MODEL_CONCURRENCY` per model, shared fairly between busy models and the
+//! accounts of a model, and taken only for a job that is there.
 //!
 //! While a job runs it sends in-progress acks every third of `ack_wait`; a runner that dies
 //! stops them and the job is redelivered after `ack_wait`. A message that does not decode is
@@ -14,28 +13,25 @@
 //! On shutdown the loops stop pulling; running jobs get `RUNNER_SHUTDOWN_GRACE_SECONDS` to
 //! finish, then the rest are handed back (nak) for another runner.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use async_nats::jetstream::{
-    AckKind, Message,
-    consumer::{AckPolicy, PullConsumer, pull},
-};
+use async_nats::jetstream::{AckKind, Message};
 use common::{
     bus::{Bus, pull::acknowledge as ack},
     domain::ModelRef,
     messages::JobMessage,
     store::dead_letters::DeadLetters,
 };
-use futures::StreamExt;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
 use crate::{
     config::RunnerConfig,
     execute::{Delivery, Executor, Outcome},
+    lanes::{self, Lanes},
     models::{Model, ModelError},
-    scheduler::{Lane, Scheduler, Slots},
+    scheduler::{Scheduler, Slots},
 };
 
 /// What every job of this runner shares.
@@ -67,37 +63,25 @@ pub async fn consume(
         max_deliver: config.max_deliver,
         dead_letters,
     });
-    let mut lanes = Vec::with_capacity(models.len());
-    let mut served = std::collections::HashMap::new();
-    for model in models {
-        let name = subjects.runner_consumer(&model.descriptor().model);
-        let consumer: PullConsumer = stream
-            .create_consumer(pull::Config {
-                durable_name: Some(name.clone()),
-                filter_subject: subjects.model_jobs(&model.descriptor().model),
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: config.ack_wait,
-                max_deliver: config.max_deliver,
-                ..Default::default()
-            })
-            .await
-            .with_context(|| format!("creating consumer {name}"))?;
-        tracing::info!(consumer = %name, model = %model.descriptor().model, "consuming jobs");
-        lanes.push(Lane { model: model.descriptor().model.clone(), consumer });
-        served.insert(model.descriptor().model.clone(), model);
-    }
+    let served: HashMap<ModelRef, Arc<dyn Model>> =
+        models.into_iter().map(|m| (m.descriptor().model.clone(), m)).collect();
+    let names: Vec<ModelRef> = served.keys().cloned().collect();
+    let lanes = Arc::new(Lanes::new(stream, subjects.clone(), config.ack_wait, config.max_deliver));
     let model_concurrency = config.model_concurrency.unwrap_or(config.concurrency);
-    let scheduler = Arc::new(Scheduler::new(config.concurrency, model_concurrency, &config.model_weights, lanes));
-    let mut doorbells =
-        ring_doorbells(bus, served.keys().cloned().collect(), scheduler.clone(), shutdown.clone()).await?;
+    let scheduler =
+        Arc::new(Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone()));
+    for model in &names {
+        tracing::info!(%model, "consuming jobs");
+    }
+    let mut announcers = lanes::announce(bus, names, scheduler.clone(), lanes, shutdown.clone()).await?;
     scheduler
         .run(shutdown.clone(), |message, model, slots| {
             let model = served[model].clone();
             shared.tracker.spawn(handle(message, model, shared.clone(), slots));
         })
         .await;
-    // The doorbells stop with `shutdown` too.
-    while doorbells.join_next().await.is_some() {}
+    // The doorbells and the scan stop with `shutdown` too.
+    while announcers.join_next().await.is_some() {}
 
     shared.tracker.close();
     if tokio::time::timeout(config.shutdown_grace, shared.tracker.wait()).await.is_err() {
@@ -107,37 +91,6 @@ pub async fn consume(
     }
     tracing::info!("runner stopped");
     Ok(())
-}
-
-/// Subscribes to the job subjects of `models` (core NATS) and rings each model's lane in the
-/// scheduler when a job is published, until `shutdown` fires.
-async fn ring_doorbells(
-    bus: &Bus,
-    models: Vec<ModelRef>,
-    scheduler: Arc<Scheduler>,
-    shutdown: CancellationToken,
-) -> anyhow::Result<tokio::task::JoinSet<()>> {
-    let mut doorbells = tokio::task::JoinSet::new();
-    for model in models {
-        let mut jobs = bus
-            .client()
-            .subscribe(bus.subjects().model_jobs(&model))
-            .await
-            .with_context(|| format!("subscribing to the jobs of {model}"))?;
-        let (scheduler, shutdown) = (scheduler.clone(), shutdown.clone());
-        doorbells.spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    job = jobs.next() => match job {
-                        Some(_) => scheduler.ring(&model),
-                        None => return,
-                    },
-                }
-            }
-        });
-    }
-    Ok(doorbells)
 }
 
 async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _slots: Slots) {

@@ -12,7 +12,7 @@
 use std::{sync::Arc, time::Duration};
 
 use bson::DateTime;
-use common::{bus::Bus, messages::JobMessage, store::Store};
+use common::{bus::Bus, store::Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::execute::{Executor, timeout_error};
@@ -79,11 +79,9 @@ impl Reconciler {
             }
         }
         for p in self.store.predictions().starting_since_before(ago(ORPHAN_AFTER), BATCH).await? {
-            if !self.bus.job_exists(&p.model, &p.id).await? {
+            if !self.bus.job_exists(&p).await? {
                 tracing::warn!(prediction_id = %p.id, "starting prediction without a job; republishing it");
-                self.bus
-                    .publish_job(&JobMessage::RunPredictionV1 { prediction_id: p.id.clone(), model: p.model.clone() })
-                    .await?;
+                self.bus.publish_job(&p).await?;
                 repairs.republished += 1;
             }
         }

@@ -1,35 +1,36 @@
 //! Which job this runner starts next, and when: the one loop that turns free slots into
-//! running jobs for every served model.
+//! running jobs, over every lane of every served model (a lane is one model's jobs of one
+//! account, a durable consumer of its own: see [`crate::lanes`]).
 //!
 //! **No idle slot while work waits.** Slots are taken only to start a job that is there: the
-//! scheduler holds one free runner slot, picks a lane (a durable consumer: one per served
-//! model) that may have work and whose model has a free slot, and *fetches* from it, a request
-//! that answers at once with what is pending (never a long poll). Each message fetched starts
-//! at once with its slots; an empty answer marks the lane empty and the next lane is tried.
-//! Nothing is pulled ahead into a local buffer, so no job's ack wait runs out on this runner
-//! while another runner has a free slot.
+//! scheduler holds one free runner slot, picks a lane that may have work and whose model has a
+//! free slot, and *fetches* from it, a request that answers at once with what is pending
+//! (never a long poll). Each message fetched starts at once with its slots; an empty answer
+//! marks the lane empty and the next lane is tried. Nothing is pulled ahead into a local
+//! buffer, so no job's ack wait runs out on this runner while another runner has a free slot.
 //!
 //! (Before, each model's loop took every free slot it could and then held them through a 2 s
 //! long poll: the loops of idle models sat on the runner's slots while the busy model waited.
 //! Eight one-second `demo/sleep` jobs on the default model set started 1.0, 3.0, 4.0, 5.0,
 //! 6.0, 7.0, 8.0 and 9.0 s after creation: one at a time.)
 //!
-//! **Knowing there is work** costs no polling while jobs flow: every runner subscribes (core
-//! NATS, nothing stored) to the job subjects of the models it serves, so a published job rings
-//! its lane's doorbell. A lane found empty is asked again when its doorbell rings, or after
-//! [`RECHECK_EMPTY`] (jobs handed back with a delay, or left by a runner that died, come back
-//! without a doorbell).
+//! **Knowing there is work** costs no polling while jobs flow: a published job rings its
+//! lane's doorbell ([`Scheduler::ring`]). A lane found empty is asked again when its doorbell
+//! rings, or after a back-off from 1 s to [`MAX_RECHECK`] (jobs handed back with a delay, or
+//! left by a runner that died, come back without a doorbell); a lane empty for [`FORGET_AFTER`]
+//! is dropped until a job rings it again.
 //!
-//! **Fair share across models.** Of the lanes that may have work, the one whose model holds
-//! the smallest share of slots for its weight (`running / weight`, `RUNNER_MODEL_WEIGHTS`,
-//! default 1 each) goes first; ties go to the lane served least recently. A flood of one model
-//! therefore cannot keep another from its next free slot. `RUNNER_MODEL_CONCURRENCY` still
-//! bounds each model.
+//! **Fair share.** Of the lanes that may have work, the one whose model holds the smallest
+//! share of slots for its weight (`running / weight`, `RUNNER_MODEL_WEIGHTS`, default 1 each)
+//! goes first, so a flood of one model cannot keep another from its next free slot. Among the
+//! lanes of that model, the one served least recently goes first, and while several lanes of a
+//! model have work a fetch takes one job, so one account's backlog gets one turn in as many as
+//! there are accounts waiting. `RUNNER_MODEL_CONCURRENCY` still bounds each model.
 
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -40,21 +41,29 @@ use futures::StreamExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use common::domain::ModelRef;
+use common::domain::{AccountId, ModelRef};
 
-/// How long a lane found empty is left alone unless its doorbell rings.
-pub const RECHECK_EMPTY: Duration = Duration::from_secs(1);
+use crate::lanes::Lanes;
+
+/// The longest a lane found empty is left alone unless its doorbell rings.
+pub const MAX_RECHECK: Duration = Duration::from_secs(8);
+/// How long a lane found empty waits first; each empty answer in a row doubles it.
+const FIRST_RECHECK: Duration = Duration::from_secs(1);
+/// A lane found empty for this long is dropped (until its doorbell rings again).
+pub const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// The most jobs one fetch asks for (each needs a free slot of the runner and of its model).
 const MAX_FETCH: usize = 8;
-/// How long to wait before trying a lane again after its fetch failed.
+/// How long to wait before trying again after a fetch failed.
 const FETCH_RETRY: Duration = Duration::from_millis(500);
 
-/// A lane: one durable consumer of jobs, and the model its jobs run on.
-pub struct Lane {
+/// Which jobs a lane holds: one model's, of one account (`None`: jobs published before
+/// accounts had lanes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LaneKey {
     /// The model.
     pub model: ModelRef,
-    /// Its consumer.
-    pub consumer: PullConsumer,
+    /// The account.
+    pub account: Option<AccountId>,
 }
 
 /// The slots of one model on this runner.
@@ -71,16 +80,151 @@ impl ModelSlots {
 }
 
 /// What the scheduler knows of one lane.
+#[derive(Debug, Clone, Copy)]
 struct LaneState {
     /// When it was last found empty; `None` while it may have work.
+    checked_empty: Option<Instant>,
+    /// When the current run of empty answers began.
     empty_since: Option<Instant>,
+    /// Empty answers in a row.
+    empty_streak: u32,
     /// When a job of it last started (ties go to the least recent).
     last_served: u64,
 }
 
 impl LaneState {
+    fn new() -> Self {
+        Self { checked_empty: None, empty_since: None, empty_streak: 0, last_served: 0 }
+    }
+
+    fn recheck_after(&self) -> Duration {
+        FIRST_RECHECK.saturating_mul(1 << self.empty_streak.saturating_sub(1).min(8)).min(MAX_RECHECK)
+    }
+
     fn may_have_work(&self, now: Instant) -> bool {
-        self.empty_since.is_none_or(|since| now.duration_since(since) >= RECHECK_EMPTY)
+        self.checked_empty.is_none_or(|at| now.duration_since(at) >= self.recheck_after())
+    }
+
+    fn has_work(&mut self) {
+        self.checked_empty = None;
+        self.empty_since = None;
+        self.empty_streak = 0;
+    }
+}
+
+struct Entry<T> {
+    key: LaneKey,
+    state: LaneState,
+    lane: T,
+}
+
+/// The fair choice of the next lane, over lanes of any payload `T` (a consumer, in the
+/// runner), so the policy can be tested on its own.
+pub struct FairPick<T> {
+    models: HashMap<ModelRef, ModelSlots>,
+    lanes: Mutex<Vec<Entry<T>>>,
+    served: AtomicU64,
+}
+
+impl<T: Clone> FairPick<T> {
+    /// No lanes yet; each of `models` bounded by `model_concurrency` and weighted by `weights`
+    /// (1 when absent).
+    pub fn new(models: &[ModelRef], model_concurrency: usize, weights: &HashMap<ModelRef, u32>) -> Self {
+        let models = models
+            .iter()
+            .map(|model| {
+                let weight = weights.get(model).copied().unwrap_or(1).max(1);
+                let free = Arc::new(Semaphore::new(model_concurrency));
+                (model.clone(), ModelSlots { limit: model_concurrency, free, weight })
+            })
+            .collect();
+        Self { models, lanes: Mutex::new(Vec::new()), served: AtomicU64::new(0) }
+    }
+
+    fn lanes(&self) -> MutexGuard<'_, Vec<Entry<T>>> {
+        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `model` is one of the models picked for.
+    pub fn serves(&self, model: &ModelRef) -> bool {
+        self.models.contains_key(model)
+    }
+
+    /// Adds a lane (one that may have work); `false` if it is known already.
+    pub fn add(&self, key: LaneKey, lane: T) -> bool {
+        let mut lanes = self.lanes();
+        if lanes.iter().any(|e| e.key == key) {
+            return false;
+        }
+        lanes.push(Entry { key, state: LaneState::new(), lane });
+        true
+    }
+
+    /// Marks a known lane as having work; `false` if the lane is not known.
+    pub fn ring(&self, key: &LaneKey) -> bool {
+        let mut lanes = self.lanes();
+        match lanes.iter_mut().find(|e| &e.key == key) {
+            Some(entry) => {
+                entry.state.has_work();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn share(&self, model: &ModelRef) -> f64 {
+        let slots = &self.models[model];
+        slots.running() as f64 / f64::from(slots.weight)
+    }
+
+    /// The lane to fetch from next, if any may have work and its model has a free slot, with
+    /// how many jobs to fetch at most (one while other lanes of its model may have work).
+    pub fn pick(&self, now: Instant) -> Option<(LaneKey, T, usize)> {
+        let lanes = self.lanes();
+        let ready =
+            |e: &&Entry<T>| e.state.may_have_work(now) && self.models[&e.key.model].free.available_permits() > 0;
+        let best = lanes.iter().filter(ready).min_by(|a, b| {
+            let (sa, sb) = (self.share(&a.key.model), self.share(&b.key.model));
+            sa.total_cmp(&sb).then(a.state.last_served.cmp(&b.state.last_served))
+        })?;
+        let others = lanes.iter().filter(ready).any(|e| e.key.model == best.key.model && e.key != best.key);
+        Some((best.key.clone(), best.lane.clone(), if others { 1 } else { MAX_FETCH }))
+    }
+
+    /// How long until a lane found empty may be asked again.
+    fn next_recheck(&self, now: Instant) -> Duration {
+        self.lanes()
+            .iter()
+            .filter_map(|e| e.state.checked_empty.map(|at| e.state.recheck_after().saturating_sub(now - at)))
+            .min()
+            .unwrap_or(MAX_RECHECK)
+            .max(Duration::from_millis(10))
+    }
+
+    /// Records what a fetch from `key` found.
+    pub fn mark(&self, key: &LaneKey, found_work: bool, now: Instant) {
+        let mut lanes = self.lanes();
+        let Some(entry) = lanes.iter_mut().find(|e| &e.key == key) else { return };
+        if found_work {
+            entry.state.has_work();
+            entry.state.last_served = self.served.fetch_add(1, Ordering::Relaxed) + 1;
+        } else {
+            entry.state.checked_empty = Some(now);
+            entry.state.empty_since.get_or_insert(now);
+            entry.state.empty_streak += 1;
+        }
+    }
+
+    /// Drops `key` (its consumer is gone) and lanes empty for [`FORGET_AFTER`].
+    pub fn forget(&self, key: Option<&LaneKey>, now: Instant) {
+        self.lanes().retain(|e| {
+            Some(&e.key) != key && e.state.empty_since.is_none_or(|since| now.duration_since(since) < FORGET_AFTER)
+        });
+    }
+
+    /// A free slot of `model`.
+    fn model_slot(&self, model: &ModelRef) -> Option<OwnedSemaphorePermit> {
+        self.models[model].free.clone().try_acquire_owned().ok()
     }
 }
 
@@ -98,121 +242,51 @@ impl Drop for Slots {
     }
 }
 
-/// The fair choice of the next lane: which lanes may have work, and each model's share of
-/// slots. Kept apart from the consumers so the policy can be tested on its own.
-pub struct FairPick {
-    models: HashMap<ModelRef, ModelSlots>,
-    lanes: Vec<ModelRef>,
-    state: Mutex<Vec<LaneState>>,
-    served: AtomicU64,
-}
-
-impl FairPick {
-    /// Lanes of `lanes` (the model of each), each model bounded by `model_concurrency` and
-    /// weighted by `weights` (1 when absent).
-    pub fn new(lanes: Vec<ModelRef>, model_concurrency: usize, weights: &HashMap<ModelRef, u32>) -> Self {
-        let models = lanes
-            .iter()
-            .map(|model| {
-                let weight = weights.get(model).copied().unwrap_or(1).max(1);
-                let free = Arc::new(Semaphore::new(model_concurrency));
-                (model.clone(), ModelSlots { limit: model_concurrency, free, weight })
-            })
-            .collect();
-        let state = lanes.iter().map(|_| LaneState { empty_since: None, last_served: 0 }).collect();
-        Self { models, lanes, state: Mutex::new(state), served: AtomicU64::new(0) }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, Vec<LaneState>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Marks the lanes of `model` as having work.
-    pub fn ring(&self, model: &ModelRef) {
-        let mut state = self.state();
-        for (lane, s) in self.lanes.iter().zip(state.iter_mut()) {
-            if lane == model {
-                s.empty_since = None;
-            }
-        }
-    }
-
-    /// The lane to fetch from next, if any may have work and its model has a free slot: the
-    /// one whose model holds the smallest share of slots for its weight, then the one served
-    /// least recently.
-    pub fn pick(&self, now: Instant) -> Option<usize> {
-        let state = self.state();
-        let share = |model: &ModelRef| {
-            let slots = &self.models[model];
-            slots.running() as f64 / f64::from(slots.weight)
-        };
-        self.lanes
-            .iter()
-            .zip(state.iter())
-            .enumerate()
-            .filter(|(_, (model, s))| s.may_have_work(now) && self.models[*model].free.available_permits() > 0)
-            .min_by(|(_, (a, sa)), (_, (b, sb))| {
-                share(a).total_cmp(&share(b)).then(sa.last_served.cmp(&sb.last_served))
-            })
-            .map(|(i, _)| i)
-    }
-
-    /// How long until a lane found empty may be asked again.
-    fn next_recheck(&self, now: Instant) -> Duration {
-        self.state()
-            .iter()
-            .filter_map(|s| s.empty_since.map(|since| RECHECK_EMPTY.saturating_sub(now.duration_since(since))))
-            .min()
-            .unwrap_or(RECHECK_EMPTY)
-            .max(Duration::from_millis(10))
-    }
-
-    /// Records what a fetch from `lane` found.
-    pub fn mark(&self, lane: usize, found_work: bool, now: Instant) {
-        let mut state = self.state();
-        if found_work {
-            state[lane].empty_since = None;
-            state[lane].last_served = self.served.fetch_add(1, Ordering::Relaxed) + 1;
-        } else {
-            state[lane].empty_since = Some(now);
-        }
-    }
-
-    /// A free slot of `lane`'s model.
-    fn model_slot(&self, lane: usize) -> Option<OwnedSemaphorePermit> {
-        self.models[&self.lanes[lane]].free.clone().try_acquire_owned().ok()
-    }
-}
-
-/// The scheduler of one runner: its slots, the fair pick, and the lanes' consumers.
+/// The scheduler of one runner: its slots, the fair pick over its lanes, and the opening of
+/// lanes as their doorbells ring.
 pub struct Scheduler {
     runner: Arc<Semaphore>,
-    pick: FairPick,
-    consumers: Vec<PullConsumer>,
+    pick: FairPick<PullConsumer>,
+    lanes: Arc<Lanes>,
     wake: Arc<Notify>,
 }
 
 impl Scheduler {
-    /// A scheduler of `concurrency` slots over `lanes`, each model bounded by
-    /// `model_concurrency` and weighted by `weights` (1 when absent).
+    /// A scheduler of `concurrency` slots for `models`, each bounded by `model_concurrency`
+    /// and weighted by `weights`, opening lanes through `lanes`.
     pub fn new(
         concurrency: usize,
+        models: &[ModelRef],
         model_concurrency: usize,
         weights: &HashMap<ModelRef, u32>,
-        lanes: Vec<Lane>,
+        lanes: Arc<Lanes>,
     ) -> Self {
-        let (models, consumers) = lanes.into_iter().map(|l| (l.model, l.consumer)).unzip();
         Self {
             runner: Arc::new(Semaphore::new(concurrency)),
             pick: FairPick::new(models, model_concurrency, weights),
-            consumers,
+            lanes,
             wake: Arc::new(Notify::new()),
         }
     }
 
-    /// Marks the lanes of `model` as having work (its doorbell rang) and wakes the loop.
-    pub fn ring(&self, model: &ModelRef) {
-        self.pick.ring(model);
+    /// A job of `key` is waiting: opens its lane if it is new, marks it, and wakes the loop.
+    pub async fn ring(&self, key: LaneKey) {
+        if !self.pick.serves(&key.model) {
+            return;
+        }
+        if !self.pick.ring(&key) {
+            match self.lanes.open(&key).await {
+                Ok(consumer) => {
+                    if self.pick.add(key.clone(), consumer) {
+                        tracing::debug!(model = %key.model, account = ?key.account, "lane opened");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(model = %key.model, error = %e, "lane not opened; the next scan retries");
+                    return;
+                }
+            }
+        }
         self.wake.notify_one();
     }
 
@@ -227,22 +301,22 @@ impl Scheduler {
                     Err(_) => return,
                 },
             };
-            let Some(lane) = self.pick.pick(Instant::now()) else {
+            let now = Instant::now();
+            let Some((key, consumer, most)) = self.pick.pick(now) else {
                 drop(held);
-                let recheck = self.pick.next_recheck(Instant::now());
+                self.pick.forget(None, now);
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = self.wake.notified() => {}
-                    () = tokio::time::sleep(recheck) => {}
+                    () = tokio::time::sleep(self.pick.next_recheck(now)) => {}
                 }
                 continue;
             };
-            match self.fetch(lane, held, &start).await {
-                Ok(started) => self.pick.mark(lane, started > 0, Instant::now()),
+            match self.fetch(&key, &consumer, most, held, &start).await {
+                Ok(started) => self.pick.mark(&key, started > 0, Instant::now()),
                 Err(e) => {
-                    let model = &self.pick.lanes[lane];
-                    tracing::warn!(%model, error = %e, "fetching jobs failed; retrying shortly");
-                    self.pick.mark(lane, false, Instant::now());
+                    tracing::warn!(model = %key.model, account = ?key.account, error = %e, "fetching jobs failed; the lane is reopened when a job rings it");
+                    self.pick.forget(Some(&key), Instant::now());
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         () = tokio::time::sleep(FETCH_RETRY) => {}
@@ -252,32 +326,34 @@ impl Scheduler {
         }
     }
 
-    /// Fetches as many jobs of `lane` as there are free slots (at most [`MAX_FETCH`]) and
-    /// starts each; returns how many there were.
+    /// Fetches up to `most` jobs of `key`, as many as there are free slots, and starts each;
+    /// returns how many there were.
     async fn fetch(
         &self,
-        lane: usize,
+        key: &LaneKey,
+        consumer: &PullConsumer,
+        most: usize,
         held: OwnedSemaphorePermit,
         start: &impl Fn(Message, &ModelRef, Slots),
     ) -> Result<usize, async_nats::Error> {
         let mut slots = Vec::new();
         let mut runner_permit = Some(held);
-        while slots.len() < MAX_FETCH {
+        while slots.len() < most {
             let Some(runner) = runner_permit.take().or_else(|| self.runner.clone().try_acquire_owned().ok()) else {
                 break;
             };
-            let Some(model) = self.pick.model_slot(lane) else { break };
+            let Some(model) = self.pick.model_slot(&key.model) else { break };
             slots.push(Slots { _runner: runner, _model: model, wake: self.wake.clone() });
         }
         if slots.is_empty() {
             return Ok(0);
         }
-        let mut batch = self.consumers[lane].fetch().max_messages(slots.len()).messages().await?;
+        let mut batch = consumer.fetch().max_messages(slots.len()).messages().await?;
         let mut started = 0;
         while let Some(message) = batch.next().await {
             let message = message?;
             let Some(slot) = slots.pop() else { break };
-            start(message, &self.pick.lanes[lane], slot);
+            start(message, &key.model, slot);
             started += 1;
         }
         Ok(started)
@@ -292,64 +368,90 @@ mod tests {
         format!("demo/{name}").parse().expect("model")
     }
 
-    /// Occupies `n` slots of `lane`'s model.
-    fn run_jobs(pick: &FairPick, lane: usize, n: usize) -> Vec<OwnedSemaphorePermit> {
-        (0..n).map(|_| pick.model_slot(lane).expect("a free slot")).collect()
+    fn key(name: &str, account: Option<&AccountId>) -> LaneKey {
+        LaneKey { model: model(name), account: account.cloned() }
+    }
+
+    fn pick_of(names: &[&str], limit: usize, weights: &HashMap<ModelRef, u32>) -> FairPick<()> {
+        let models: Vec<ModelRef> = names.iter().map(|n| model(n)).collect();
+        let pick = FairPick::new(&models, limit, weights);
+        for n in names {
+            pick.add(key(n, None), ());
+        }
+        pick
+    }
+
+    /// Occupies `n` slots of `name`.
+    fn run_jobs(pick: &FairPick<()>, name: &str, n: usize) -> Vec<OwnedSemaphorePermit> {
+        (0..n).map(|_| pick.model_slot(&model(name)).expect("a free slot")).collect()
+    }
+
+    fn picked(pick: &FairPick<()>, now: Instant) -> Option<LaneKey> {
+        pick.pick(now).map(|(k, _, _)| k)
     }
 
     #[test]
     fn the_model_with_the_smallest_share_goes_first() {
-        let pick = FairPick::new(vec![model("a"), model("b")], 4, &HashMap::new());
+        let pick = pick_of(&["a", "b"], 4, &HashMap::new());
         let now = Instant::now();
-        let _a = run_jobs(&pick, 0, 2);
-        let _b = run_jobs(&pick, 1, 1);
-        assert_eq!(pick.pick(now), Some(1), "b runs fewer");
-        let _b2 = run_jobs(&pick, 1, 2);
-        assert_eq!(pick.pick(now), Some(0), "now a runs fewer");
+        let _a = run_jobs(&pick, "a", 2);
+        let _b = run_jobs(&pick, "b", 1);
+        assert_eq!(picked(&pick, now), Some(key("b", None)), "b runs fewer");
+        let _b2 = run_jobs(&pick, "b", 2);
+        assert_eq!(picked(&pick, now), Some(key("a", None)), "now a runs fewer");
     }
 
     #[test]
     fn weights_scale_the_share() {
-        let weights = HashMap::from([(model("a"), 3)]);
-        let pick = FairPick::new(vec![model("a"), model("b")], 8, &weights);
+        let pick = pick_of(&["a", "b"], 8, &HashMap::from([(model("a"), 3)]));
         let now = Instant::now();
-        let _a = run_jobs(&pick, 0, 2);
-        let _b = run_jobs(&pick, 1, 1);
-        assert_eq!(pick.pick(now), Some(0), "a's 2 of weight 3 is a smaller share than b's 1 of weight 1");
-        let _a2 = run_jobs(&pick, 0, 2);
-        assert_eq!(pick.pick(now), Some(1), "4/3 > 1/1");
+        let _a = run_jobs(&pick, "a", 2);
+        let _b = run_jobs(&pick, "b", 1);
+        assert_eq!(picked(&pick, now), Some(key("a", None)), "a's 2 of weight 3 is less than b's 1 of 1");
+        let _a2 = run_jobs(&pick, "a", 2);
+        assert_eq!(picked(&pick, now), Some(key("b", None)), "4/3 > 1/1");
     }
 
     #[test]
-    fn ties_go_to_the_lane_served_least_recently() {
-        let pick = FairPick::new(vec![model("a"), model("b"), model("c")], 4, &HashMap::new());
+    fn the_lanes_of_a_model_take_turns_one_job_at_a_time() {
+        let pick = pick_of(&["a"], 4, &HashMap::new());
+        let (heavy, light) = (AccountId::generate(), AccountId::generate());
         let now = Instant::now();
-        pick.mark(0, true, now);
-        pick.mark(1, true, now);
-        assert_eq!(pick.pick(now), Some(2));
-        pick.mark(2, true, now);
-        assert_eq!(pick.pick(now), Some(0));
+        pick.add(key("a", Some(&heavy)), ());
+        pick.mark(&key("a", None), false, now);
+        assert_eq!(pick.pick(now), Some((key("a", Some(&heavy)), (), MAX_FETCH)), "alone, it may fetch a batch");
+        pick.mark(&key("a", Some(&heavy)), true, now);
+        pick.add(key("a", Some(&light)), ());
+        assert_eq!(pick.pick(now), Some((key("a", Some(&light)), (), 1)), "the lane served least recently, one job");
+        pick.mark(&key("a", Some(&light)), true, now);
+        assert_eq!(picked(&pick, now), Some(key("a", Some(&heavy))));
     }
 
     #[test]
     fn empty_lanes_and_full_models_are_skipped_until_their_doorbell_or_the_recheck() {
-        let pick = FairPick::new(vec![model("a"), model("b")], 1, &HashMap::new());
+        let pick = pick_of(&["a", "b"], 1, &HashMap::new());
         let now = Instant::now();
-        pick.mark(0, false, now);
-        let _b = run_jobs(&pick, 1, 1);
-        assert_eq!(pick.pick(now), None, "a is empty and b has no free slot");
-        assert!(pick.next_recheck(now) <= RECHECK_EMPTY);
-        assert_eq!(pick.pick(now + RECHECK_EMPTY), Some(0), "asked again after the recheck interval");
-        pick.ring(&model("a"));
-        assert_eq!(pick.pick(now), Some(0), "or at once when its doorbell rings");
+        pick.mark(&key("a", None), false, now);
+        let _b = run_jobs(&pick, "b", 1);
+        assert_eq!(picked(&pick, now), None, "a is empty and b has no free slot");
+        assert!(pick.next_recheck(now) <= FIRST_RECHECK);
+        assert_eq!(picked(&pick, now + FIRST_RECHECK), Some(key("a", None)), "asked again after the recheck");
+        assert!(pick.ring(&key("a", None)));
+        assert_eq!(picked(&pick, now), Some(key("a", None)), "or at once when its doorbell rings");
+        assert!(!pick.ring(&key("c", None)), "an unknown lane must be opened first");
     }
 
     #[test]
-    fn a_lane_found_empty_is_asked_again_after_the_recheck_interval() {
-        let now = Instant::now();
-        assert!(LaneState { empty_since: None, last_served: 0 }.may_have_work(now));
-        let just_emptied = LaneState { empty_since: Some(now), last_served: 0 };
-        assert!(!just_emptied.may_have_work(now));
-        assert!(just_emptied.may_have_work(now + RECHECK_EMPTY));
+    fn an_empty_lane_backs_off_and_is_forgotten_after_a_while() {
+        let pick = pick_of(&["a"], 1, &HashMap::new());
+        let start = Instant::now();
+        for _ in 0..10 {
+            pick.mark(&key("a", None), false, start);
+        }
+        assert_eq!(picked(&pick, start + FIRST_RECHECK), None, "backed off");
+        assert_eq!(picked(&pick, start + MAX_RECHECK), Some(key("a", None)), "but never beyond the longest recheck");
+        pick.forget(None, start + FORGET_AFTER);
+        assert_eq!(picked(&pick, start + FORGET_AFTER), None, "forgotten");
+        assert!(pick.add(key("a", None), ()), "and opened again when its doorbell rings");
     }
 }

@@ -23,7 +23,7 @@ use common::{
         AccountId, ApiSurface, Metrics, ModelRef, NewPrediction, Prediction, PredictionId, PredictionStatus,
         PredictionView, WebhookEvent,
     },
-    messages::{JobMessage, PredictionChanged},
+    messages::PredictionChanged,
     problem::FieldError,
     store::Claim,
 };
@@ -206,8 +206,7 @@ async fn store_and_publish(
         }
         return Err(e.into());
     }
-    let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: prediction.model.clone() };
-    match state.bus.send_job(&job).await {
+    match state.bus.send_job(prediction).await {
         Ok(stored) => {
             let confirm = async move {
                 if let Err(e) = stored.await {

@@ -65,7 +65,9 @@ async fn a_processing_prediction_is_canceled_and_its_runner_stops_within_a_secon
     // The runner acks the job once it has aborted the model call: no job stays pending.
     let bus = system.ctx.bus().await;
     let stream = bus.jetstream().get_stream(bus.subjects().jobs_stream()).await.expect("jobs stream");
-    let consumer_name = bus.subjects().runner_consumer(&"demo/sleep".parse().expect("model"));
+    let prediction_id = common::domain::PredictionId::parse(&id).expect("id");
+    let record = system.ctx.store().await.predictions().get(&prediction_id).await.expect("read").expect("exists");
+    let consumer_name = bus.subjects().lane_consumer(&record.model, &record.account_id);
     let released = eventually(Duration::from_secs(1), || {
         let (stream, name) = (stream.clone(), consumer_name.clone());
         async move {

@@ -1,8 +1,10 @@
 //! NATS JetStream: the two streams and the publishing side of every message.
 //!
-//! - **Jobs** (`<P>_JOBS`, work-queue retention): one message per prediction to run, published
-//!   with `Nats-Msg-Id` = the prediction id, so a republish within the duplicate window (2 min)
-//!   is dropped by the server. Each message is removed once a runner acks it.
+//! - **Jobs** (`<P>_JOBS`, work-queue retention): one message per prediction to run, on a
+//!   subject of its model and account (each account of a model is a lane of its own for the
+//!   runners), published with `Nats-Msg-Id` = the prediction id, so a republish within the
+//!   duplicate window (2 min) is dropped by the server. Each message is removed once a runner
+//!   acks it.
 //! - **Events** (`<P>_EVENTS`, limits retention, kept 24 h): one message per stored change of a
 //!   prediction, with `Nats-Msg-Id` = `<id>.<seq>.<event>`. The notifier reads them through its durable
 //!   consumer; anyone may read one prediction's events by subject.
@@ -30,7 +32,7 @@ use async_nats::{
 use bytes::Bytes;
 
 use crate::{
-    domain::{ModelRef, PredictionId},
+    domain::{Prediction, PredictionId},
     messages::{CancelMessage, JobMessage, PredictionChanged, StatusEvent},
     subjects::Subjects,
 };
@@ -131,29 +133,30 @@ impl Bus {
         Ok(())
     }
 
-    /// Publishes a job and waits for the stream to store it.
-    pub async fn publish_job(&self, job: &JobMessage) -> Result<(), BusError> {
-        let JobMessage::RunPredictionV1 { prediction_id, model } = job;
-        let subject = self.subjects.job(model, prediction_id);
-        self.publish_stored(subject, prediction_id.to_string(), encode(job)).await
+    /// Publishes the job of `prediction` and waits for the stream to store it.
+    pub async fn publish_job(&self, prediction: &Prediction) -> Result<(), BusError> {
+        self.send_job(prediction).await?.await
     }
 
-    /// Sends a job without waiting for the stream to confirm it; the returned future resolves
-    /// once the jobs stream has stored it (for callers that answer first and confirm after).
+    /// Sends the job of `prediction` without waiting for the stream to confirm it; the returned
+    /// future resolves once the jobs stream has stored it (for callers that answer first and
+    /// confirm after).
     pub async fn send_job(
         &self,
-        job: &JobMessage,
+        prediction: &Prediction,
     ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
-        let JobMessage::RunPredictionV1 { prediction_id, model } = job;
-        self.send_stored(self.subjects.job(model, prediction_id), prediction_id.to_string(), encode(job)).await
+        let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: prediction.model.clone() };
+        let subject = self.subjects.job(&prediction.model, &prediction.account_id, &prediction.id);
+        self.send_stored(subject, prediction.id.to_string(), encode(&job)).await
     }
 
-    /// Whether the job of prediction `id` is still in the jobs stream (not yet acked).
-    pub async fn job_exists(&self, model: &ModelRef, id: &PredictionId) -> Result<bool, BusError> {
+    /// Whether the job of `prediction` is still in the jobs stream (not yet acked).
+    pub async fn job_exists(&self, prediction: &Prediction) -> Result<bool, BusError> {
         let stream = self.subjects.jobs_stream();
         let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
         let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
-        match handle.get_last_raw_message_by_subject(&self.subjects.job(model, id)).await {
+        let subject = self.subjects.job(&prediction.model, &prediction.account_id, &prediction.id);
+        match handle.get_last_raw_message_by_subject(&subject).await {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
             Err(e) => Err(fail(e.into())),

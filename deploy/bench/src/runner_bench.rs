@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use common::{
     domain::{AccountId, Prediction, PredictionId, WebhookEvent},
-    messages::{JobMessage, StatusEvent},
+    messages::StatusEvent,
     samples::starting_prediction,
 };
 use futures::StreamExt;
@@ -54,7 +54,7 @@ fn prediction(model: &str, input: Value) -> Prediction {
 
 async fn submit(setup: &Setup, p: &Prediction) -> anyhow::Result<()> {
     setup.store.predictions().insert(p).await?;
-    setup.bus.publish_job(&JobMessage::RunPredictionV1 { prediction_id: p.id.clone(), model: p.model.clone() }).await?;
+    setup.bus.publish_job(p).await?;
     Ok(())
 }
 

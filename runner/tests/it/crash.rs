@@ -37,10 +37,9 @@ async fn a_job_of_a_runner_killed_mid_run_is_finished_by_another_runner() {
 async fn an_undecodable_job_is_recorded_and_never_redelivered() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner("demo/echo");
-    let subject = format!(
-        "{}.aaaaaaaaaaaaaaaaaaaaaaaaaa",
-        fixture.bus.subjects().model_jobs(&"demo/echo".parse().expect("model")).trim_end_matches(".*")
-    );
+    let id = common::domain::PredictionId::parse("aaaaaaaaaaaaaaaaaaaaaaaaaa").expect("id");
+    let subject =
+        fixture.bus.subjects().job(&"demo/echo".parse().expect("model"), &common::domain::AccountId::generate(), &id);
     let ack = fixture.bus.jetstream().publish(subject, "not a job".into()).await.expect("publish");
     ack.await.expect("stored");
     let letters = common::testkit::eventually(Duration::from_secs(20), || async {

@@ -7,7 +7,6 @@ use common::{
     bus::Bus,
     config::Env,
     domain::{AccountId, Prediction, PredictionId},
-    messages::JobMessage,
     samples,
     store::Store,
     testkit::{TestContext, eventually},
@@ -55,11 +54,29 @@ impl Fixture {
         token
     }
 
-    /// Stores a `starting` prediction without publishing its job.
+    /// Stores a `starting` prediction (of a new account) without publishing its job.
     pub async fn store_prediction(&self, model: &str, input: Value, limit: Duration) -> Prediction {
+        self.store_prediction_of(&AccountId::generate(), model, input, limit).await
+    }
+
+    /// Stores a `starting` prediction of `account` without publishing its job.
+    pub async fn store_prediction_of(
+        &self,
+        account: &AccountId,
+        model: &str,
+        input: Value,
+        limit: Duration,
+    ) -> Prediction {
         let model = model.parse().expect("model");
-        let p = samples::starting_prediction(AccountId::generate(), model, input).with_deadline(limit);
+        let p = samples::starting_prediction(account.clone(), model, input).with_deadline(limit);
         self.store.predictions().insert(&p).await.expect("insert");
+        p
+    }
+
+    /// Stores a prediction of `account` and publishes its job, as the api does.
+    pub async fn create_of(&self, account: &AccountId, model: &str, input: Value) -> Prediction {
+        let p = self.store_prediction_of(account, model, input, Duration::from_secs(1800)).await;
+        self.publish_job(&p).await;
         p
     }
 
@@ -71,8 +88,7 @@ impl Fixture {
     }
 
     pub async fn publish_job(&self, p: &Prediction) {
-        let job = JobMessage::RunPredictionV1 { prediction_id: p.id.clone(), model: p.model.clone() };
-        self.bus.publish_job(&job).await.expect("publish job");
+        self.bus.publish_job(p).await.expect("publish job");
     }
 
     /// Waits until the prediction satisfies `done`, at most `limit`.

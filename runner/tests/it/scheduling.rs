@@ -1,9 +1,13 @@
 //! Scheduling: a runner serving any number of models starts a waiting job as soon as it has a
-//! free slot, and shares its slots fairly between busy models.
+//! free slot, and shares its slots fairly between busy models and between the accounts of a
+//! model.
 
 use std::time::Duration;
 
-use common::domain::{Prediction, PredictionStatus};
+use common::{
+    domain::{AccountId, Prediction, PredictionStatus},
+    messages::JobMessage,
+};
 use serde_json::json;
 
 use crate::fixture::Fixture;
@@ -65,4 +69,48 @@ async fn a_busy_model_does_not_block_another() {
     let flood = finished(&fixture, &flood).await;
     let after_echo = flood.iter().filter(|p| p.started_at > echo.started_at).count();
     assert!(after_echo >= 6, "the echo did not wait behind the flood ({after_echo} of 10 started after it)");
+}
+
+#[tokio::test]
+async fn a_heavy_account_does_not_starve_a_light_one() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "2")]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (heavy, light) = (AccountId::generate(), AccountId::generate());
+    let mut backlog = Vec::new();
+    for _ in 0..30 {
+        backlog.push(fixture.create_of(&heavy, "demo/sleep", json!({"seconds": 1})).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // the heavy account holds both slots
+    let single = fixture.create_of(&light, "demo/sleep", json!({"seconds": 1})).await;
+    let single = fixture.wait_until(&single.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    let delay = start_delay(&single);
+    eprintln!("the light account's start delay behind a backlog of 30: {delay} ms");
+    assert!(delay < 2_000, "under two model run times, whatever the backlog: {delay} ms");
+    let mut waiting = 0;
+    for p in &backlog {
+        let p = fixture.current(&p.id).await;
+        if p.started_at.is_none_or(|s| s > single.started_at.expect("started")) {
+            waiting += 1;
+        }
+    }
+    assert!(waiting >= 20, "most of the backlog was still waiting ({waiting} of 30)");
+}
+
+#[tokio::test]
+async fn a_job_published_before_lanes_existed_still_runs() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/echo");
+    let p = fixture.store_prediction("demo/echo", json!({"prompt": "old"}), Duration::from_secs(1800)).await;
+    let job = JobMessage::RunPredictionV1 { prediction_id: p.id.clone(), model: p.model.clone() };
+    let legacy_subject = fixture.bus.subjects().legacy_model_jobs(&p.model).replace('*', p.id.as_str());
+    let ack = fixture
+        .bus
+        .jetstream()
+        .publish(legacy_subject, serde_json::to_vec(&job).expect("json").into())
+        .await
+        .expect("publish");
+    ack.await.expect("stored");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.output.as_deref(), Some("old"), "drained through the model's former consumer");
 }
