@@ -274,6 +274,7 @@ impl Scheduler {
         if !self.pick.serves(&key.model) {
             return;
         }
+        tracing::trace!(model = %key.model, account = ?key.account, "doorbell");
         if !self.pick.ring(&key) {
             match self.lanes.open(&key).await {
                 Ok(consumer) => {
@@ -313,7 +314,10 @@ impl Scheduler {
                 continue;
             };
             match self.fetch(&key, &consumer, most, held, &start).await {
-                Ok(started) => self.pick.mark(&key, started > 0, Instant::now()),
+                Ok(started) => {
+                    tracing::trace!(model = %key.model, account = ?key.account, started, "fetched");
+                    self.pick.mark(&key, started > 0, Instant::now());
+                }
                 Err(e) => {
                     tracing::warn!(model = %key.model, account = ?key.account, error = %e, "fetching jobs failed; the lane is reopened when a job rings it");
                     self.pick.forget(Some(&key), Instant::now());

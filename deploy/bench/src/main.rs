@@ -11,6 +11,7 @@
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
 //! - `bench scaling`: demo/sleep completions per second with 1, 2 and 4 runner processes.
+//! - `bench scheduling`: start delays on the default model set, and of a light account.
 //! - `bench standard`: the standard set in one bounded run, with ratios and targets
 //!   (see [`standard`]); the tables also go to the `--out` file's name with `.md`.
 #![forbid(unsafe_code)]
@@ -27,6 +28,7 @@ mod processes;
 mod receiver;
 mod runner_bench;
 mod scaling_bench;
+mod scheduling_bench;
 mod setup;
 mod standard;
 mod standard_report;
@@ -62,6 +64,8 @@ enum Scenario {
     Api(api_bench::Options),
     /// Runner scale-out with demo/sleep at 1, 2 and 4 runner processes.
     Scaling(scaling_bench::Options),
+    /// Start delays on the default model set, and a light account behind a heavy backlog.
+    Scheduling(scheduling_bench::Options),
     /// The standard set: baselines, api, end to end, cost and runner scale-out.
     Standard(standard::Options),
 }
@@ -97,6 +101,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Baselines(options) => baselines::run(options).await,
         Scenario::Api(options) => api_bench::run(options).await,
         Scenario::Scaling(options) => scaling_bench::run(options).await,
+        Scenario::Scheduling(options) => scheduling_bench::run(options).await,
         Scenario::Standard(options) => {
             let mut tables = String::new();
             let results = standard::run(options, &mut tables).await;

@@ -13,12 +13,15 @@
 //! 5. runner scale-out with demo/sleep at 1, 2 and 4 runner processes;
 //! 6. cost with a webhook for every event and a tokio worker thread per core (tokio's default;
 //!    the other steps run each service with one, as `deploy/local/up` does, unless
-//!    `BENCH_SERVICE_WORKER_THREADS` says otherwise).
+//!    `BENCH_SERVICE_WORKER_THREADS` says otherwise);
+//! 7. scheduling: start delays on a runner serving the default model set at 50 % and 90 % of
+//!    its slot capacity, and a light account's start delay behind a heavy backlog (see
+//!    [`scheduling_bench`]).
 //!
 //! The report adds the floor under the CPU target: the calls the CONTRACT requires of each
 //! prediction, priced at the load tool's own client cost per call (see [`standard_report`]).
 //!
-//! Steps 3 to 6 each start a fresh system, so one step's load never shows in the next.
+//! Steps 3 to 7 each start a fresh system, so one step's load never shows in the next.
 //!
 //! The results go to the JSON file named by `--out` and, as the tables printed, to the same
 //! name with `.md`; the targets of the benchmark issue are checked at the end.
@@ -35,7 +38,7 @@ use crate::{
     cluster::{self, Cluster, round},
     cost_bench, create_vs_insert, e2e_bench,
     receiver::Receiver,
-    scaling_bench,
+    scaling_bench, scheduling_bench,
     standard_report::{self, Measured},
 };
 
@@ -51,12 +54,15 @@ pub struct Options {
     /// Seconds per api level.
     #[arg(long, default_value_t = 3)]
     api_seconds: u64,
+    /// Seconds of each scheduling load phase.
+    #[arg(long, default_value_t = 15)]
+    scheduling_seconds: u64,
 }
 
 /// Runs the set and returns the JSON results; the tables are printed and kept in `tables`.
 pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value> {
     let started = Instant::now();
-    let step = |n: u32, what: &str| eprintln!("[{:>4.0} s] {n}/6 {what}", started.elapsed().as_secs_f64());
+    let step = |n: u32, what: &str| eprintln!("[{:>4.0} s] {n}/7 {what}", started.elapsed().as_secs_f64());
 
     step(1, "baselines");
     let baselines = baselines::measure(2).await?;
@@ -102,7 +108,14 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         })
         .await?;
 
-    let measured = Measured { baselines, api, create_vs_insert, e2e, all_events, all_events_per_core, scaling };
+    step(7, "scheduling");
+    let scheduling = on_fresh_system(&[], async |cluster, _| {
+        scheduling_bench::measure(cluster, Duration::from_secs(options.scheduling_seconds)).await
+    })
+    .await?;
+
+    let measured =
+        Measured { baselines, api, create_vs_insert, e2e, all_events, all_events_per_core, scaling, scheduling };
     tables.push_str(&standard_report::tables(&measured));
     let mut results = standard_report::json(&measured);
     results["about"] = json!({

@@ -9,7 +9,7 @@ use crate::{
     cluster::round,
     cost_bench, create_vs_insert,
     e2e_bench::{self, Phase},
-    scaling_bench,
+    scaling_bench, scheduling_bench,
 };
 
 /// Everything the standard set measured.
@@ -28,6 +28,8 @@ pub struct Measured {
     pub all_events_per_core: Value,
     /// Runner scale-out.
     pub scaling: Value,
+    /// Start delays on the default model set, and of a light account behind a heavy one.
+    pub scheduling: Value,
 }
 
 /// A target of the benchmark issue, with what was measured against it.
@@ -119,6 +121,27 @@ impl Measured {
                 met: p99 < 100.0 && phase.lost() == 0,
             });
         }
+        for load in self.scheduling["loads"].as_array().into_iter().flatten() {
+            let p99 = num(&load["start_delay_p99_ms"]);
+            targets.push(Target {
+                name: if num(&load["share_of_capacity"]) < 0.7 {
+                    "start delay p99 under 50 ms at 50 % of slot capacity (default model set)"
+                } else {
+                    "start delay p99 under 50 ms at 90 % of slot capacity (default model set)"
+                },
+                measured: format!("{p99:.1} ms"),
+                met: p99 < 50.0,
+            });
+        }
+        if !self.scheduling.is_null() {
+            let light = &self.scheduling["light_account"];
+            let run_times = num(&light["start_delay_in_run_times"]);
+            targets.push(Target {
+                name: "a light account's start delay behind a heavy backlog under two model run times",
+                measured: format!("{:.0} ms = {run_times:.2} run times", num(&light["start_delay_ms"])),
+                met: run_times < 2.0,
+            });
+        }
         if let Some(median) = create_vs_insert::median_ratio(&self.create_vs_insert) {
             targets.push(Target {
                 name: "api creates/s at least 70% of raw inserts/s of a prediction into the same collection (median of alternating rounds)",
@@ -172,6 +195,7 @@ pub fn json(m: &Measured) -> Value {
         "cost_webhook_all_events": m.all_events,
         "cost_webhook_all_events_worker_thread_per_core": m.all_events_per_core,
         "scaling": m.scaling,
+        "scheduling": m.scheduling,
         "cpu_floor_of_required_calls": {
             "priced_at": "the load tool's client CPU per call in the baselines, 8 in flight",
             "services": m.cpu_floor().iter().map(|(service, calls, us)| json!({"service": service, "calls": calls, "cpu_us": round(*us, 1)})).collect::<Vec<_>>(),
@@ -239,6 +263,9 @@ pub fn tables(m: &Measured) -> String {
         cost_bench::table(&m.all_events_per_core)
     ));
     out.push_str(&format!("## Runner scale-out\n\n{}", scaling_bench::table(&m.scaling)));
+    if !m.scheduling.is_null() {
+        out.push_str(&format!("\n## Scheduling\n\n{}", scheduling_bench::table(&m.scheduling)));
+    }
     out.push_str(
         "\n## The floor under the CPU target\n\nThe calls the CONTRACT requires of each prediction, each priced at what the load \
          tool's own client spent on the same call (8 in flight): MongoDB and JetStream calls in the baselines, a webhook POST as \
@@ -286,6 +313,7 @@ mod tests {
             all_events: Value::Null,
             all_events_per_core: Value::Null,
             scaling: Value::Null,
+            scheduling: Value::Null,
         };
         let floor: Vec<f64> = measured.cpu_floor().iter().map(|(_, _, us)| *us).collect();
         assert_eq!(floor, [50.0 + 20.0, 20.0 + 2.0 * (80.0 + 20.0), 2.0 * 20.0 + 60.0]);

@@ -114,3 +114,22 @@ async fn a_job_published_before_lanes_existed_still_runs() {
     let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
     assert_eq!(done.output.as_deref(), Some("old"), "drained through the model's former consumer");
 }
+
+#[tokio::test]
+async fn steady_arrivals_start_at_once_while_slots_are_free() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner_with("*", &[("RUNNER_CONCURRENCY", "8")]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let account = AccountId::generate();
+    let mut created = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(125));
+    for _ in 0..40 {
+        tick.tick().await;
+        created.push(fixture.create_of(&account, "demo/sleep", json!({"seconds": 0.5})).await);
+    }
+    let done = finished(&fixture, &created).await;
+    let mut delays: Vec<i64> = done.iter().map(start_delay).collect();
+    eprintln!("start delays at half of capacity (ms): {delays:?}");
+    delays.sort_unstable();
+    assert!(delays[delays.len() * 99 / 100] < 250, "{delays:?}");
+}
