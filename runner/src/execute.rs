@@ -247,23 +247,33 @@ impl Executor {
         }
     }
 
-    /// Step 2: stores progress every [`FLUSH_INTERVAL`]; returns when the prediction is no
-    /// longer `processing`.
+    /// Step 2: stores progress every [`FLUSH_INTERVAL`], and reads the status when nothing was
+    /// stored for [`STATUS_CHECK_INTERVAL`] (a model that stays silent still notices a cancel
+    /// whose broadcast it missed); returns when the prediction is no longer `processing`.
     async fn flush_while_running(&self, id: &PredictionId, progress: &Progress) {
         let mut tick = tokio::time::interval(FLUSH_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        let mut known_processing = tokio::time::Instant::now();
         loop {
             tick.tick().await;
-            let Some(changes) = progress.take_changes() else { continue };
-            match self.store_progress(id, changes).await {
-                Ok(true) => {}
+            let still_processing = match progress.take_changes() {
+                Some(changes) => self.store_progress(id, changes).await,
+                None if known_processing.elapsed() >= STATUS_CHECK_INTERVAL => self.is_processing(id).await,
+                None => continue,
+            };
+            match still_processing {
+                Ok(true) => known_processing = tokio::time::Instant::now(),
                 Ok(false) => return,
-                Err(e) => {
-                    tracing::warn!(error = format!("{e:#}"), "progress not stored; will try with the next change")
-                }
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "progress or status not read; trying again"),
             }
         }
+    }
+
+    /// Whether the prediction is still `processing` (the status check).
+    async fn is_processing(&self, id: &PredictionId) -> anyhow::Result<bool> {
+        let status = self.store.predictions().status(id).await.context("reading the status")?;
+        Ok(status == Some(PredictionStatus::Processing))
     }
 
     /// Stores one batch of progress; `false` when the prediction is no longer `processing`.

@@ -115,6 +115,21 @@ impl Predictions {
         tokio::try_join!(page, self.coll.count_documents(filter.clone()).into_future())
     }
 
+    /// The current status of a prediction (reads the status alone).
+    pub async fn status(&self, id: &PredictionId) -> Result<Option<PredictionStatus>, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Status {
+            status: PredictionStatus,
+        }
+        let found = self
+            .coll
+            .clone_with_type::<Status>()
+            .find_one(doc! { "_id": id.as_str() })
+            .projection(doc! { "status": 1, "_id": 0 })
+            .await?;
+        Ok(found.map(|s| s.status))
+    }
+
     /// How many predictions of `model` the account has made (a model's `run_count`).
     pub async fn count_of_model(&self, account: &AccountId, model: &ModelRef) -> Result<u64, StoreError> {
         self.coll.count_documents(doc! { "account_id": account.as_str(), "model": model.to_string() }).await

@@ -47,11 +47,14 @@ async fn next_completed(events: &mut async_nats::Subscriber, limit: Duration) ->
     tokio::time::timeout(limit, find).await.ok().flatten()
 }
 
-/// A runner, a 30 s demo/sleep prediction it is running, and a subscription to its events.
-async fn a_long_prediction_running() -> (Fixture, Prediction, async_nats::Subscriber) {
+/// A runner, a 30 s demo/sleep prediction it is running (`input` added), and a subscription to
+/// its events.
+async fn a_long_prediction_running(input: serde_json::Value) -> (Fixture, Prediction, async_nats::Subscriber) {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner("demo/sleep");
-    let p = fixture.create("demo/sleep", json!({"seconds": 30})).await;
+    let mut full = json!({"seconds": 30});
+    full.as_object_mut().expect("object").extend(input.as_object().cloned().unwrap_or_default());
+    let p = fixture.create("demo/sleep", full).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
     let events = fixture.bus.client().subscribe(fixture.bus.subjects().events(&p.id)).await.expect("subscribe");
     (fixture, p, events)
@@ -59,7 +62,7 @@ async fn a_long_prediction_running() -> (Fixture, Prediction, async_nats::Subscr
 
 #[tokio::test]
 async fn a_running_prediction_canceled_by_broadcast_gets_its_completed_event_from_the_runner() {
-    let (fixture, p, mut events) = a_long_prediction_running().await;
+    let (fixture, p, mut events) = a_long_prediction_running(json!({})).await;
 
     let canceled = cancel_without_event(&fixture, &p).await;
     fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
@@ -71,7 +74,7 @@ async fn a_running_prediction_canceled_by_broadcast_gets_its_completed_event_fro
 
 #[tokio::test]
 async fn a_cancel_noticed_by_the_status_check_also_gets_its_completed_event() {
-    let (fixture, p, mut events) = a_long_prediction_running().await;
+    let (fixture, p, mut events) = a_long_prediction_running(json!({})).await;
 
     // No broadcast: the runner's next flush or status check finds it canceled.
     let canceled = cancel_without_event(&fixture, &p).await;
@@ -79,4 +82,18 @@ async fn a_cancel_noticed_by_the_status_check_also_gets_its_completed_event() {
     let completed = next_completed(&mut events, Duration::from_secs(15)).await.expect("a completed event");
     assert_eq!(completed.prediction.status, PredictionStatus::Canceled);
     assert_eq!(completed.seq, canceled.seq);
+}
+
+#[tokio::test]
+async fn a_silent_model_whose_cancel_broadcast_was_lost_stops_within_three_seconds() {
+    let (fixture, p, mut events) = a_long_prediction_running(json!({"quiet": true})).await;
+
+    // No broadcast and no logs to flush: only the status check can find it canceled.
+    let started = tokio::time::Instant::now();
+    cancel_without_event(&fixture, &p).await;
+
+    let completed = next_completed(&mut events, Duration::from_secs(10)).await.expect("a completed event");
+    assert_eq!(completed.prediction.status, PredictionStatus::Canceled);
+    assert!(started.elapsed() < Duration::from_secs(3), "noticed after {:?}", started.elapsed());
+    assert_eq!(fixture.current(&p.id).await.logs, "", "the model stayed silent");
 }
