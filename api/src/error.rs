@@ -12,7 +12,11 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use common::problem::{FieldError, PROBLEM_CONTENT_TYPE, Problem, ProblemKind};
+use common::{
+    bus::BusError,
+    problem::{FieldError, PROBLEM_CONTENT_TYPE, Problem, ProblemKind},
+    store::{GroupCommitError, StoreError},
+};
 
 use crate::state::AppState;
 
@@ -68,6 +72,19 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = match self {
             Self::Problem(p) => p,
+            Self::Internal(e) if dependency_unreachable(&e) => {
+                tracing::warn!(error = format!("{e:#}"), "a dependency is unreachable; answered 503");
+                let problem = Problem::new(
+                    ProblemKind::Unavailable,
+                    format!(
+                        "The service cannot reach its database or message bus right now; retry in {RETRY_AFTER_SECONDS} seconds."
+                    ),
+                );
+                let mut response = StatusCode::SERVICE_UNAVAILABLE.into_response();
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+                response.extensions_mut().insert(problem);
+                return response;
+            }
             Self::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "internal error");
                 Problem::new(ProblemKind::Internal, "The service failed to handle this request; it has been logged.")
@@ -78,6 +95,21 @@ impl IntoResponse for ApiError {
         response.extensions_mut().insert(problem);
         response
     }
+}
+
+/// The `Retry-After` of a 503 answered while a dependency is unreachable.
+pub const RETRY_AFTER_SECONDS: u32 = 5;
+
+/// Whether a failure comes from MongoDB or NATS being out of reach (a restart, a partition):
+/// the client is told to retry (503), not that the service is broken (500).
+fn dependency_unreachable(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.downcast_ref::<StoreError>().is_some_and(common::store::is_unreachable)
+            || cause.downcast_ref::<GroupCommitError>().is_some_and(GroupCommitError::is_unavailable)
+            || cause
+                .downcast_ref::<BusError>()
+                .is_some_and(|b| matches!(b, BusError::Unreachable(_) | BusError::Connect { .. }))
+    })
 }
 
 /// The trace id of a request: from a W3C `traceparent` header, else derived from the request id.
@@ -141,6 +173,21 @@ fn default_detail(status: StatusCode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreachable_dependency_is_503_with_retry_after_and_other_failures_500() {
+        let down = ApiError::from(BusError::Unreachable("connection refused".into())).into_response();
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(down.headers()[header::RETRY_AFTER], "5");
+        assert_eq!(down.extensions().get::<Problem>().map(|p| p.kind), Some(ProblemKind::Unavailable));
+        let stopping = ApiError::from(GroupCommitError::Stopped).into_response();
+        assert_eq!(stopping.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let refused = GroupCommitError::Refused { code: 2, message: "bad".into() };
+        assert_eq!(ApiError::from(refused).into_response().status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let broken = ApiError::from(anyhow::anyhow!("a bug")).into_response();
+        assert_eq!(broken.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(broken.headers().get(header::RETRY_AFTER).is_none());
+    }
 
     #[test]
     fn the_trace_id_comes_from_traceparent_when_present() {

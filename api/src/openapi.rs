@@ -3,7 +3,7 @@
 //!
 //! Error responses are added here rather than on each handler, from `ERRORS`: which problem
 //! statuses each operation can answer. Every authenticated operation can also answer 401, 403,
-//! 429 and 500. All of them carry the `ProblemBody` schema as `application/problem+json`.
+//! 429, 500 and 503. All of them carry the `ProblemBody` schema as `application/problem+json`.
 //!
 //! The Replicate-compatible surface is described by a copy of every `/v1` operation under
 //! `/replicate/v1` (operation ids suffixed `Replicate`), as the router mounts it
@@ -43,7 +43,7 @@ const ERRORS: &[(&str, &str, &[u16])] = &[
 ];
 
 /// What every authenticated operation may answer.
-const AUTHENTICATED: &[u16] = &[401, 403, 429, 500];
+const AUTHENTICATED: &[u16] = &[401, 403, 429, 500, 503];
 
 fn describe(status: u16) -> &'static str {
     match status {
@@ -53,6 +53,7 @@ fn describe(status: u16) -> &'static str {
         404 => "No such resource in the caller's account (`RESOURCE_NOT_FOUND`)",
         413 => "The body is over 1 MiB",
         429 => "Rate limit exceeded; `Retry-After: 60` and `X-RateLimit-*` headers",
+        503 => "MongoDB or NATS is out of reach for now (`SERVICE_UNAVAILABLE`); retry after `Retry-After` seconds",
         _ => "Internal error (`INTERNAL`)",
     }
 }

@@ -50,6 +50,16 @@ impl GroupCommitError {
     pub fn is_duplicate_key(&self) -> bool {
         matches!(self, Self::Refused { code, .. } if *code == DUPLICATE_KEY)
     }
+
+    /// Whether the write failed because the database could not be reached, or the writer is
+    /// shutting down: worth retrying shortly (see [`super::is_unreachable`]).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Write(e) => super::is_unreachable(e),
+            Self::Stopped => true,
+            Self::Refused { .. } => false,
+        }
+    }
 }
 
 /// How a [`GroupCommit`] gathers documents.

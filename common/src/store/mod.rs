@@ -63,6 +63,17 @@ pub fn is_duplicate_key(err: &StoreError) -> bool {
     }
 }
 
+/// Whether `err` means the database could not be reached (no server selected, a broken
+/// connection, a pool cleared after a failure, or an error the server marks as worth
+/// retrying): a condition that passes, unlike a refused or malformed command.
+pub fn is_unreachable(err: &StoreError) -> bool {
+    matches!(
+        err.kind.as_ref(),
+        ErrorKind::ServerSelection { .. } | ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. }
+    ) || err.contains_label("RetryableWriteError")
+        || err.contains_label("TransientTransactionError")
+}
+
 /// A connected database with typed access to each collection.
 #[derive(Clone, Debug)]
 pub struct Store {
