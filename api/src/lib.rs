@@ -31,5 +31,6 @@ pub mod surface;
 pub mod validate;
 pub mod versions;
 pub mod wait;
+pub mod wait_slots;
 
 pub use app::{run, serve};

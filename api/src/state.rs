@@ -12,7 +12,9 @@ use common::{
 };
 use tokio_util::task::TaskTracker;
 
-use crate::{auth::KeyDirectory, config::ApiConfig, models::ModelCatalog, ratelimit::RateLimiter};
+use crate::{
+    auth::KeyDirectory, config::ApiConfig, models::ModelCatalog, ratelimit::RateLimiter, wait_slots::WaitSlots,
+};
 
 /// How creates share writes: no waiting (a lone create is written at once), but creates that
 /// arrive while [`Batching::max_in_flight`] writes are running share the next one. Measured
@@ -42,6 +44,8 @@ pub struct Shared {
     pub new_predictions: GroupCommit<Prediction>,
     /// The per-key rate limit.
     pub rate_limiter: RateLimiter,
+    /// The cap on held `Prefer: wait` creates.
+    pub wait_slots: WaitSlots,
     /// Work that outlives its request (confirming that a job was stored); waited for on
     /// shutdown.
     pub background: TaskTracker,
@@ -54,6 +58,7 @@ impl AppState {
             keys: KeyDirectory::new(store.api_keys()),
             models: ModelCatalog::new(store.models()),
             rate_limiter: RateLimiter::new(bus.clone()),
+            wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background: TaskTracker::new(),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),

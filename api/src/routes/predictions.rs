@@ -113,7 +113,9 @@ async fn create_for(
     headers: &HeaderMap,
     body: serde_json::Map<String, Value>,
 ) -> Result<Response, ApiError> {
-    let wait_for = wait::requested(headers)?;
+    // A wait past the replica's or the key's cap is not held: answered at once (see `wait_slots`).
+    let wait_for =
+        wait::requested(headers)?.and_then(|limit| state.wait_slots.try_take(&caller.key.id).map(|slot| (limit, slot)));
     let idempotency_key = idempotency::key(headers)?;
     let time_limit = deadline::limit(headers, state.config.common.prediction_deadline)?;
     let request = create_prediction::parse(&body);
@@ -155,15 +157,20 @@ async fn create_for(
         Claim::Existing(first) => return idempotency::replay(state, &account, &first, surface).await,
     }
 
+    let waited = wait_for.as_ref().map(|(limit, _)| *limit);
     let view = match (wait_for, events) {
         // The `completed` event shows the prediction as the surface that created it does: this one.
-        (Some(limit), Some(events)) => match wait::completion(events, limit).await {
+        (Some((limit, _slot)), Some(events)) => match wait::completion(events, limit).await {
             Some(done) => done,
             None => still_running(state, prediction, surface).await?,
         },
         _ => prediction.view(&state.links, surface),
     };
     let mut response = (StatusCode::CREATED, Json(&view)).into_response();
+    if let Some(limit) = waited {
+        let applied = HeaderValue::from_str(&format!("wait={}", limit.as_secs())).map_err(anyhow::Error::from)?;
+        response.headers_mut().insert("preference-applied", applied);
+    }
     if let Ok(location) = HeaderValue::from_str(&view.urls.get) {
         response.headers_mut().insert(header::LOCATION, location);
     }

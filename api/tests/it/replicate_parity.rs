@@ -95,3 +95,24 @@ async fn cancel_after_sets_a_shorter_deadline_and_a_bad_one_is_400() {
     assert_eq!(bad.status(), 400);
     assert_eq!(bad.json_body().await["errors"][0]["field"], "Cancel-After");
 }
+
+#[tokio::test]
+async fn a_wait_past_the_cap_is_answered_at_once_as_created() {
+    let options = Options { notifier: false, env: vec![("API_MAX_WAITS_PER_KEY", "1".into())], ..Options::default() };
+    let system = System::start_with(options).await;
+    let body = json!({"input": {"seconds": 2}});
+    let started = Instant::now();
+    let (held, capped) =
+        tokio::join!(create_with(&system, "demo/sleep", body.clone(), &[("prefer", "wait=10")]), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let response = create_with(&system, "demo/sleep", body.clone(), &[("prefer", "wait=10")]).await;
+            (response, started.elapsed())
+        });
+    let (capped, capped_after) = capped;
+    assert_eq!(capped.status(), 201);
+    assert!(capped.headers().get("preference-applied").is_none(), "the wait was not honoured");
+    assert!(capped_after < Duration::from_millis(1500), "answered at once: {capped_after:?}");
+    assert_eq!(capped.json_body().await["status"], "starting");
+    assert_eq!(held.headers()["preference-applied"], "wait=10");
+    assert_eq!(held.json_body().await["status"], "succeeded", "the first wait was held to the end");
+}
