@@ -86,6 +86,19 @@ pub enum CancelMessage {
     },
 }
 
+/// An account's signing secret was rotated: whoever caches it drops it (core NATS, sent by
+/// the api before it answers the rotation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum SecretMessage {
+    /// Version 1.
+    #[serde(rename = "secret_rotated.v1")]
+    SecretRotatedV1 {
+        /// The account whose secret changed.
+        account_id: AccountId,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +148,13 @@ mod tests {
     fn an_unknown_message_kind_does_not_decode() {
         let bad = json!({"kind": "run_prediction.v9", "prediction_id": "x"});
         assert!(serde_json::from_value::<JobMessage>(bad).is_err());
+    }
+
+    #[test]
+    fn a_secret_rotation_round_trips() {
+        let msg = SecretMessage::SecretRotatedV1 { account_id: AccountId::generate() };
+        let bytes = serde_json::to_vec(&msg).expect("serializes");
+        assert_eq!(serde_json::from_slice::<SecretMessage>(&bytes).ok(), Some(msg));
     }
 
     #[test]

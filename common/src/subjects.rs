@@ -10,6 +10,7 @@
 //! | runner consumer of one model's jobs from before accounts had lanes | `ps_runner_<len(owner)>_<owner>_<model>` |
 //! | notifier consumer | `ps_notifier` |
 //! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
+//! | signing secret rotated (core NATS) | `ps.secrets.rotated` |
 
 use crate::domain::{AccountId, ApiKeyId, ModelRef, PredictionId};
 
@@ -124,6 +125,12 @@ impl Subjects {
     /// The core-NATS subject on which a cancel of one prediction is broadcast to runners.
     pub fn cancel(&self, id: &PredictionId) -> String {
         format!("{}.cancel.{id}", self.prefix)
+    }
+
+    /// The core-NATS subject on which a rotation of an account's signing secret is announced
+    /// to every notifier.
+    pub fn secret_rotations(&self) -> String {
+        format!("{}.secrets.rotated", self.prefix)
     }
 
     /// Every cancel subject.

@@ -42,9 +42,11 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         let counts = store.command_counts().clone();
         common::telemetry::serve_metrics(bind, move || counts.openmetrics(), shutdown.clone()).await?;
     }
+    // Subscribed before the first event is taken, so no rotation can slip past the cache.
+    let rotations = bus.client().subscribe(bus.subjects().secret_rotations()).await?;
     let notifier = Arc::new(Notifier {
         deliverer: Deliverer::new(&config)?,
-        secrets: SecretCache::new(store.accounts(), common.master_key.clone(), config.secret_cache),
+        secrets: SecretCache::new(store.accounts(), common.master_key.clone(), config.secret_cache, rotations),
         lanes: Lanes::default(),
         targets: Targets::new(config.per_target),
         dead_letters: store.dead_letters(),

@@ -109,7 +109,8 @@ const ROTATE_ATTEMPTS: usize = 3;
     responses((status = 200, description = "The new secret; `previous_key_expires_at` ends the transition", body = SecretView)),
     security(("bearer" = []))
 )]
-/// `POST /v1/account/webhooks/secret/rotate`: a new secret now; the old one keeps signing
+/// `POST /v1/account/webhooks/secret/rotate`: a new secret now (every notifier is told before
+/// the answer, see [`common::bus::Bus::publish_secret_rotated`]); the old one keeps signing
 /// (beside the new one) for `transition_hours`.
 pub async fn rotate(
     State(state): State<AppState>,
@@ -130,6 +131,10 @@ pub async fn rotate(
         let (sealed, _) = account.rotated(master, now, hours * 3_600_000);
         if accounts.replace_secrets(account_id, &account.webhook_secret.current, &sealed).await? {
             tracing::info!(account_id = %account_id, hours, "webhook signing secret rotated");
+            // Every notifier drops its cached secrets before this answer can cause a delivery.
+            if let Err(e) = state.bus.publish_secret_rotated(account_id).await {
+                tracing::warn!(error = %e, "rotation not announced; notifiers pick it up when their cache expires");
+            }
             let rotated = Account { webhook_secret: sealed, ..account };
             return Ok(Json(SecretView::of(&rotated.signing_secrets(master)?, now)));
         }

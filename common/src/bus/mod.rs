@@ -13,6 +13,8 @@
 //!   replica (needs nats-server 2.12 or later).
 //! - **Cancels** (core NATS, not stored): a broadcast that the runner holding a prediction
 //!   aborts it. Runners also check the stored status, so a missed broadcast only delays a cancel.
+//! - **Secret rotations** (core NATS, not stored): every notifier drops its cached copy of the
+//!   account's signing secrets. Sent and flushed before the api answers the rotation.
 //!
 //! Streams are created idempotently by every service at start.
 
@@ -32,8 +34,8 @@ use async_nats::{
 use bytes::Bytes;
 
 use crate::{
-    domain::{Prediction, PredictionId},
-    messages::{CancelMessage, JobMessage, PredictionChanged, StatusEvent},
+    domain::{AccountId, Prediction, PredictionId},
+    messages::{CancelMessage, JobMessage, PredictionChanged, SecretMessage, StatusEvent},
     subjects::Subjects,
 };
 
@@ -179,6 +181,16 @@ impl Bus {
             .publish(subject.clone(), encode(&msg))
             .await
             .map_err(|e| BusError::Publish { subject, source: e.into() })
+    }
+
+    /// Tells every notifier that `account`'s signing secret changed, and waits until the
+    /// server has it (so it reaches the notifiers before anything caused by the answer).
+    pub async fn publish_secret_rotated(&self, account: &AccountId) -> Result<(), BusError> {
+        let subject = self.subjects.secret_rotations();
+        let msg = SecretMessage::SecretRotatedV1 { account_id: account.clone() };
+        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
+        self.client.publish(subject.clone(), encode(&msg)).await.map_err(|e| fail(e.into()))?;
+        self.client.flush().await.map_err(|e| fail(e.into()))
     }
 
     async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {
