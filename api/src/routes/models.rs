@@ -164,7 +164,7 @@ async fn registered(state: &AppState, owner: &str, name: &str) -> Result<Arc<Reg
     tag = "models",
     params(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size (default 20)"),
-        ("offset" = Option<u64>, Query, minimum = 0, description = "Models to skip (default 0)"),
+        ("offset" = Option<u64>, Query, minimum = 0, maximum = 9223372036854775807_u64, description = "Models to skip (default 0)"),
     ),
     responses((status = 200, description = "A page of the registered models, by address", body = ModelPage)),
     security(("bearer" = []))

@@ -17,7 +17,7 @@ pub struct ListPredictionsParams {
     #[param(minimum = 1, maximum = 100)]
     limit: Option<u32>,
     /// Matches to skip (default 0).
-    #[param(minimum = 0)]
+    #[param(minimum = 0, maximum = 9223372036854775807_u64)]
     offset: Option<u64>,
 }
 

@@ -1,4 +1,4 @@
-//! `limit` (1 to 100, default 20) and `offset` (0 or more, default 0): the paging of every list
+//! `limit` (1 to 100, default 20) and `offset` (0 to 2^63-1, default 0): the paging of every list
 //! (predictions, models), with the offsets of the neighbouring pages.
 
 use common::problem::FieldError;
@@ -7,6 +7,8 @@ use common::problem::FieldError;
 pub const DEFAULT_LIMIT: u32 = 20;
 /// The largest page size.
 pub const MAX_LIMIT: u32 = 100;
+/// The largest offset: MongoDB's `skip` is a signed 64-bit integer.
+pub const MAX_OFFSET: u64 = i64::MAX as u64;
 
 /// A page of a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +59,13 @@ impl Paging {
         };
         let offset = match query.first("offset") {
             None => 0,
-            Some(v) => v.parse::<u64>().unwrap_or_else(|_| {
-                errors.push(FieldError::invalid("offset", "Must be an integer of 0 or more."));
-                0
-            }),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n <= MAX_OFFSET => n,
+                _ => {
+                    errors.push(FieldError::invalid("offset", format!("Must be an integer from 0 to {MAX_OFFSET}.")));
+                    0
+                }
+            },
         };
         Self { limit, offset }
     }
@@ -93,6 +98,8 @@ mod tests {
         assert_eq!(parse("limit=101").1, vec!["limit"]);
         assert_eq!(parse("offset=0").0.offset, 0);
         assert_eq!(parse("offset=-1").1, vec!["offset"]);
+        assert_eq!(parse("offset=9223372036854775807").0.offset, MAX_OFFSET);
+        assert_eq!(parse("offset=9223372036854775808").1, vec!["offset"], "beyond what MongoDB can skip");
         assert_eq!(parse("limit=5&limit=7").0.limit, 5, "the first occurrence counts");
     }
 

@@ -51,9 +51,13 @@ async fn pages_run_newest_first_with_links_that_keep_the_query() {
 #[tokio::test]
 async fn bad_list_parameters_are_400_at_their_name() {
     let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
-    for (query, field) in
-        [("limit=0", "limit"), ("limit=101", "limit"), ("offset=-1", "offset"), ("status=done", "status")]
-    {
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("offset=-1", "offset"),
+        ("offset=9223372036854775808", "offset"),
+        ("status=done", "status"),
+    ] {
         let response = system.get(&format!("/v1/predictions?{query}")).await;
         assert_eq!(response.status(), 400, "{query}");
         assert_eq!(response.json_body().await["errors"][0]["field"], field);
