@@ -117,3 +117,31 @@ async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() 
     assert_eq!(body["type"], system.url("/errors/rate-limit"));
     assert_eq!(body["status"], 429);
 }
+
+#[tokio::test]
+async fn rate_limits_hold_again_once_their_lost_stream_is_found_missing() {
+    const SMALL: usize = 10;
+    let system = System::start_with(Options {
+        runner: false,
+        notifier: false,
+        env: vec![("DEFAULT_RATE_LIMIT_RPM", SMALL.to_string())],
+    })
+    .await;
+    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
+    let key = created["key"].as_str().expect("key").to_owned();
+    // As after a NATS restart: the memory-stored counter stream is gone.
+    let bus = system.ctx.bus().await;
+    bus.jetstream().delete_stream(bus.subjects().rate_limit_stream()).await.expect("deleted");
+
+    let mut allowed = 0;
+    for _ in 0..SMALL + 5 {
+        let url = format!("{}/v1/predictions?limit=1", system.base_url);
+        let status = system.http().get(url).bearer_auth(&key).send().await.expect("sent").status().as_u16();
+        assert!(status == 200 || status == 429, "{status}");
+        allowed += usize::from(status == 200);
+    }
+    // One more may pass where the window crosses a minute boundary.
+    assert!(allowed <= SMALL + 1, "{allowed} of {} allowed with a limit of {SMALL}", SMALL + 5);
+    let mut stream = bus.jetstream().get_stream(bus.subjects().rate_limit_stream()).await.expect("created again");
+    assert!(stream.info().await.expect("info").state.messages > 0, "counting again");
+}

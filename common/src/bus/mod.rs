@@ -16,7 +16,9 @@
 //! - **Secret rotations** (core NATS, not stored): every notifier drops its cached copy of the
 //!   account's signing secrets. Sent and flushed before the api answers the rotation.
 //!
-//! Streams are created idempotently by every service at start.
+//! Streams are created idempotently by every service at start, and again whenever a publish
+//! finds its stream missing (a NATS restart loses the memory-stored rate-limit stream; an
+//! operator may delete one): the publish is then retried once.
 
 pub mod pull;
 
@@ -76,6 +78,22 @@ pub enum BusError {
     /// The server does not answer.
     #[error("NATS is not reachable: {0}")]
     Unreachable(String),
+    /// No stream takes messages on this subject (it was lost or deleted).
+    #[error("no stream takes messages on {subject}")]
+    StreamMissing {
+        /// The subject.
+        subject: String,
+    },
+}
+
+/// The error of a publish whose ack failed: a missing stream is told apart.
+fn publish_failed(subject: &str, e: async_nats::jetstream::context::PublishError) -> BusError {
+    match e.kind() {
+        async_nats::jetstream::context::PublishErrorKind::StreamNotFound => {
+            BusError::StreamMissing { subject: subject.to_owned() }
+        }
+        _ => BusError::Publish { subject: subject.to_owned(), source: e.into() },
+    }
 }
 
 /// A connection to NATS with JetStream.
@@ -84,6 +102,9 @@ pub struct Bus {
     client: Client,
     js: jetstream::Context,
     subjects: Subjects,
+    /// Held while the streams are recreated, so concurrent publishes that found them missing
+    /// recreate them once.
+    recreating: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Bus {
@@ -97,7 +118,7 @@ impl Bus {
             .await
             .map_err(|e| BusError::Connect { url: url.to_owned(), source: e.into() })?;
         let js = jetstream::new(client.clone());
-        Ok(Self { client, js, subjects })
+        Ok(Self { client, js, subjects, recreating: Default::default() })
     }
 
     /// Creates both streams, or updates them to this configuration.
@@ -133,6 +154,14 @@ impl Bus {
             self.js.create_or_update_stream(config).await.map_err(|e| BusError::Stream { stream, source: e.into() })?;
         }
         Ok(())
+    }
+
+    /// Recreates the streams after a publish found one missing (once, however many publishes
+    /// found it so at the same time).
+    async fn recreate_streams(&self) -> Result<(), BusError> {
+        let _once = self.recreating.lock().await;
+        tracing::warn!("a stream was missing; creating the streams again");
+        self.ensure_streams().await
     }
 
     /// Publishes the job of `prediction` and waits for the stream to store it.
@@ -194,7 +223,13 @@ impl Bus {
     }
 
     async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {
-        self.send_stored(subject, msg_id, payload).await?.await
+        match self.send_stored(subject.clone(), msg_id.clone(), payload.clone()).await?.await {
+            Err(BusError::StreamMissing { .. }) => {
+                self.recreate_streams().await?;
+                self.send_stored(subject, msg_id, payload).await?.await
+            }
+            result => result,
+        }
     }
 
     /// Sends a message to a stream (`Nats-Msg-Id` = `msg_id`) and returns the future that
@@ -211,17 +246,27 @@ impl Bus {
             .await
             .map_err(|e| BusError::Publish { subject: subject.clone(), source: e.into() })?;
         Ok(async move {
-            ack.await.map_err(|e| BusError::Publish { subject, source: e.into() })?;
+            ack.await.map_err(|e| publish_failed(&subject, e))?;
             Ok(())
         })
     }
 
     /// Adds `by` to the counter `subject` and returns its new total.
     pub async fn increment_counter(&self, subject: String, by: i64) -> Result<i64, BusError> {
-        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
+        match self.try_increment_counter(&subject, by).await {
+            Err(BusError::StreamMissing { .. }) => {
+                self.recreate_streams().await?;
+                self.try_increment_counter(&subject, by).await
+            }
+            result => result,
+        }
+    }
+
+    async fn try_increment_counter(&self, subject: &str, by: i64) -> Result<i64, BusError> {
+        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.to_owned(), source: e };
         let publish = PublishMessage::build().header("Nats-Incr", by.to_string());
-        let ack = self.js.send_publish(subject.clone(), publish).await.map_err(|e| fail(e.into()))?;
-        let ack = ack.await.map_err(|e| fail(e.into()))?;
+        let ack = self.js.send_publish(subject.to_owned(), publish).await.map_err(|e| fail(e.into()))?;
+        let ack = ack.await.map_err(|e| publish_failed(subject, e))?;
         ack.value
             .as_deref()
             .and_then(|v| v.parse().ok())
@@ -242,7 +287,21 @@ impl Bus {
                 counter.val.parse().map_err(|e: std::num::ParseIntError| fail(e.into()))
             }
             Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            // A stream that is gone holds no count; it is created again for the next increment.
+            Err(_) if self.stream_missing(stream).await => self.recreate_streams().await.map(|()| 0),
             Err(e) => Err(fail(e.into())),
+        }
+    }
+
+    /// Whether the server says `stream` does not exist (not merely that it did not answer).
+    async fn stream_missing(&self, stream: &str) -> bool {
+        match self.js.get_stream(stream).await {
+            Err(e) => matches!(
+                e.kind(),
+                async_nats::jetstream::context::GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND
+            ),
+            Ok(_) => false,
         }
     }
 
