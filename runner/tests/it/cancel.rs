@@ -97,3 +97,29 @@ async fn a_silent_model_whose_cancel_broadcast_was_lost_stops_within_three_secon
     assert!(started.elapsed() < Duration::from_secs(3), "noticed after {:?}", started.elapsed());
     assert_eq!(fixture.current(&p.id).await.logs, "", "the model stayed silent");
 }
+
+#[tokio::test]
+async fn a_starting_prediction_canceled_without_its_event_gets_it_from_the_runner_that_takes_its_job() {
+    let fixture = Fixture::new(&[]).await;
+    let p = fixture.create("demo/sleep", json!({"seconds": 30})).await;
+    let mut events = fixture.bus.client().subscribe(fixture.bus.subjects().events(&p.id)).await.expect("subscribe");
+    // The api's cancel of a `starting` prediction, its publish of the event lost.
+    let canceled = fixture
+        .store
+        .predictions()
+        .transition_from(
+            &p.id,
+            PredictionStatus::Starting,
+            PredictionStatus::Canceled,
+            doc! { "completed_at": DateTime::now() },
+        )
+        .await
+        .expect("update")
+        .expect("it was starting");
+
+    fixture.start_runner("demo/sleep");
+    let completed = next_completed(&mut events, Duration::from_secs(15)).await.expect("a completed event");
+    assert_eq!(completed.prediction.status, PredictionStatus::Canceled);
+    assert_eq!(completed.seq, canceled.seq);
+    assert_eq!(fixture.current(&p.id).await.started_at, None, "the model never ran");
+}
