@@ -25,7 +25,8 @@ use bson::DateTime;
 use common::{
     bus::{
         Bus,
-        pull::{Permits, acknowledge, pull_with_permits},
+        held::HeldMessage,
+        pull::{Permits, pull_with_permits},
     },
     domain::WebhookUrl,
     messages::{PredictionChanged, StatusEvent},
@@ -52,8 +53,9 @@ use crate::{
 /// How long to wait before retrying when a dependency (MongoDB) failed before sending.
 const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
 /// How much longer than the delivery timeout an event may stay unacknowledged before
-/// JetStream hands it to another replica (a notifier that died mid-delivery).
-const ACK_MARGIN: Duration = Duration::from_secs(5);
+/// JetStream hands it to another replica (a notifier that died mid-delivery); a held event
+/// sends in-progress acks every third of that, however long it waits for its turn.
+pub const ACK_MARGIN: Duration = Duration::from_secs(5);
 /// How long a delivery to a target at its concurrency limit waits before it is tried again.
 const TARGET_BUSY_RETRY: Duration = Duration::from_millis(500);
 
@@ -77,6 +79,8 @@ pub struct Notifier {
     pub targets: Targets,
     /// Where undecodable events are recorded.
     pub dead_letters: common::store::dead_letters::DeadLetters,
+    /// How often a held event's message gets an in-progress ack (a third of its ack wait).
+    pub progress_every: Duration,
 }
 
 /// What to do with the event message.
@@ -124,71 +128,64 @@ pub async fn consume(
 }
 
 async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
-    let change = match serde_json::from_slice::<StatusEvent>(&message.payload) {
-        Ok(StatusEvent::PredictionChangedV1(change)) => change,
-        Err(e) => {
-            tracing::error!(subject = %message.subject, error = %e, "undecodable status event terminated and recorded");
-            let recorded =
-                notifier.dead_letters.record("notifier", &message.subject, &message.payload, &e.to_string()).await;
-            if let Err(e) = recorded {
-                tracing::warn!(error = %e, "dead letter not recorded");
-            }
-            acknowledge(&message, AckKind::Term).await;
-            return;
-        }
-    };
+    let held = HeldMessage::<StatusEvent>::take(message, "notifier", &notifier.dead_letters, notifier.progress_every);
+    let Some(event) = held.await else { return };
+    let StatusEvent::PredictionChangedV1(change) = event.payload().clone();
+    let (delivery, _) = event.delivery();
     let span =
         tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
-    route(&message, &notifier, change).instrument(span).await;
+    let settle = route(delivery, &notifier, change).instrument(span).await;
+    event.settle(settle).await;
 }
 
 /// Drops what needs no webhook (none set, filtered out, stale, superseded), then delivers the
-/// event when its prediction's lane gives it its turn.
-async fn route(message: &Message, notifier: &Notifier, change: PredictionChanged) {
+/// event when its prediction's lane gives it its turn; returns how to settle its message.
+async fn route(delivery: i64, notifier: &Notifier, change: PredictionChanged) -> AckKind {
     let Some(url) = change.webhook.clone() else {
-        return acknowledge(message, AckKind::Ack).await;
+        return AckKind::Ack;
     };
     if !change.event.selected_by(change.webhook_events_filter.as_deref()) {
-        return acknowledge(message, AckKind::Ack).await;
+        return AckKind::Ack;
     }
     let Some(lane) = notifier.lanes.enter(&change.prediction_id, change.event, change.seq) else {
         tracing::debug!("stale retry after the prediction's completed webhook; dropped");
-        return acknowledge(message, AckKind::Ack).await;
+        return AckKind::Ack;
     };
     let turn = lane.turn().await;
     match lane.verdict(change.event, change.seq) {
         Verdict::Superseded => {
             tracing::debug!("superseded by a newer state of the prediction; dropped");
-            return acknowledge(message, AckKind::Ack).await;
+            return AckKind::Ack;
         }
         Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
     }
-    deliver(message, notifier, &change, &url, &lane, turn).await;
+    deliver(delivery, notifier, &change, &url, &lane, turn).await
 }
 
 /// In the event's turn: a slot at its target, its attempt number, the attempt. Then, with the
-/// turn released, the attempt's record is stored and only after that the message settled.
+/// turn released, the attempt's record is stored; only then is the message acked (or handed
+/// back for its retry). An attempt whose record could not be stored is handed back to be
+/// made again, so no attempt goes unrecorded.
 async fn deliver(
-    message: &Message,
+    delivery: i64,
     notifier: &Notifier,
     change: &PredictionChanged,
     url: &WebhookUrl,
     lane: &Lane,
     turn: tokio::sync::MutexGuard<'_, ()>,
-) {
+) -> AckKind {
     let webhook_id = change.message_id();
-    let delivery = message.info().map(|i| i.delivered).unwrap_or(1);
     let Some(slot) = notifier.targets.acquire(url).await else {
         tracing::debug!("target at its concurrency limit; handed back for a moment");
         notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
-        return acknowledge(message, AckKind::Nak(Some(TARGET_BUSY_RETRY))).await;
+        return AckKind::Nak(Some(TARGET_BUSY_RETRY));
     };
     let before = match notifier.attempts_before(&webhook_id, delivery).await {
         Ok(n) => n,
         Err(e) => {
             tracing::warn!(error = %e, "attempt count unavailable; retrying");
             notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
-            return acknowledge(message, AckKind::Nak(Some(DEPENDENCY_RETRY))).await;
+            return AckKind::Nak(Some(DEPENDENCY_RETRY));
         }
     };
     let attempt = before.saturating_add(1);
@@ -196,7 +193,7 @@ async fn deliver(
         Outcome::Attempted { record, disposition } => (record, disposition),
         Outcome::NotAttempted(disposition) => {
             notifier.ledger.handed_back(&webhook_id, delivery, before);
-            return acknowledge(message, disposition.ack_kind()).await;
+            return disposition.ack_kind();
         }
     };
     drop(slot);
@@ -209,13 +206,15 @@ async fn deliver(
     // The prediction's next event may go out while this record waits for its write.
     drop(turn);
     if let Err(e) = notifier.recorder.record(record).await {
-        tracing::warn!(error = %e, "attempt not recorded");
+        tracing::warn!(error = %e, "attempt not recorded; the event is handed back to be attempted again");
+        notifier.ledger.handed_back(&webhook_id, delivery, before);
+        return AckKind::Nak(Some(DEPENDENCY_RETRY));
     }
     match disposition {
         Disposition::RetryAfter(_) => notifier.ledger.handed_back(&webhook_id, delivery, attempt),
         Disposition::Ack | Disposition::Terminate => notifier.ledger.finished(&webhook_id),
     }
-    acknowledge(message, disposition.ack_kind()).await;
+    disposition.ack_kind()
 }
 
 impl Disposition {

@@ -54,6 +54,7 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         recorder: AttemptRecorder::start(store.webhook_attempts(), config.record_linger),
         ledger: DeliveryLedger::new(config.retry_schedule.longest() + LEDGER_MARGIN),
         schedule: config.retry_schedule.clone(),
+        progress_every: (config.timeout + consumer::ACK_MARGIN) / 3,
     });
     consumer::consume(&config, &bus, notifier, shutdown).await
 }

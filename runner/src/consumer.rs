@@ -6,9 +6,10 @@
 //! process, `RUNNER_MODEL_CONCURRENCY` per model, shared fairly between busy models and the
 //! accounts of a model, and taken only for a job that is there.
 //!
-//! While a job runs it sends in-progress acks every third of `ack_wait`; a runner that dies
-//! stops them and the job is redelivered after `ack_wait`. A message that does not decode is
-//! terminated at once (never redelivered) and logged.
+//! A job is held as a [`HeldMessage`]: while it runs it sends in-progress acks every third of
+//! `ack_wait` (a runner that dies stops them and the job is redelivered after `ack_wait`), it is
+//! settled only once its outcome is stored, and a message that does not decode is recorded and
+//! terminated at once (never redelivered).
 //!
 //! On shutdown the loops stop pulling; running jobs get `RUNNER_SHUTDOWN_GRACE_SECONDS` to
 //! finish, then the rest are handed back (nak) for another runner.
@@ -18,7 +19,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use anyhow::Context;
 use async_nats::jetstream::{AckKind, Message};
 use common::{
-    bus::{Bus, pull::acknowledge as ack},
+    bus::{Bus, held::HeldMessage},
     domain::ModelRef,
     messages::JobMessage,
     store::dead_letters::DeadLetters,
@@ -94,55 +95,39 @@ pub async fn consume(
 }
 
 async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _slots: Slots) {
-    let job: JobMessage = match serde_json::from_slice(&message.payload) {
-        Ok(job) => job,
-        Err(e) => {
-            tracing::error!(subject = %message.subject, error = %e, "undecodable job terminated and recorded");
-            let recorded =
-                shared.dead_letters.record("runner", &message.subject, &message.payload, &e.to_string()).await;
-            if let Err(e) = recorded {
-                tracing::warn!(error = %e, "dead letter not recorded");
-            }
-            ack(&message, AckKind::Term).await;
-            return;
-        }
+    let progress_every = shared.ack_wait / 3;
+    let Some(job) = HeldMessage::<JobMessage>::take(message, "runner", &shared.dead_letters, progress_every).await
+    else {
+        return;
     };
-    let JobMessage::RunPredictionV1 { prediction_id, model: job_model } = job;
-    let (stream_seq, delivered) = message.info().map(|i| (i.stream_sequence, i.delivered)).unwrap_or((0, 1));
+    let JobMessage::RunPredictionV1 { prediction_id, model: job_model } = job.payload().clone();
+    let (delivered, stream_seq) = job.delivery();
     let span = tracing::info_span!("job", prediction_id = %prediction_id, model = %job_model);
     async {
         if job_model != model.descriptor().model {
             tracing::error!(served = %model.descriptor().model, "job for another model terminated");
-            ack(&message, AckKind::Term).await;
-            return;
+            return job.settle(AckKind::Term).await;
         }
-        let heartbeat = async {
-            let mut tick = tokio::time::interval(shared.ack_wait / 3);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                ack(&message, AckKind::Progress).await;
-            }
-        };
-        let outcome = tokio::select! {
-            outcome = shared.executor.execute(model.as_ref(), &prediction_id, Delivery { stream_seq }, &shared.handback) => outcome,
-            () = heartbeat => unreachable!("the heartbeat never ends"),
-        };
-        match outcome {
-            Outcome::Done => ack(&message, AckKind::Ack).await,
+        let delivery = Delivery { stream_seq };
+        let settle = match shared.executor.execute(model.as_ref(), &prediction_id, delivery, &shared.handback).await {
+            Outcome::Done => AckKind::Ack,
             Outcome::Retry { .. } if delivered >= shared.max_deliver => {
                 let error = ModelError {
                     code: "JOB_RETRIES_EXHAUSTED".into(),
                     message: format!("The job failed {delivered} times on storage or messaging errors."),
                 };
                 if let Err(e) = shared.executor.give_up(&prediction_id, error).await {
-                    tracing::error!(error = format!("{e:#}"), "could not record the failure; the reconciler will time it out");
+                    tracing::error!(
+                        error = format!("{e:#}"),
+                        "could not record the failure; the reconciler will time it out"
+                    );
                 }
-                ack(&message, AckKind::Term).await
+                AckKind::Term
             }
-            Outcome::Retry { after } => ack(&message, AckKind::Nak(Some(after))).await,
-            Outcome::HandBack => ack(&message, AckKind::Nak(None)).await,
-        }
+            Outcome::Retry { after } => AckKind::Nak(Some(after)),
+            Outcome::HandBack => AckKind::Nak(None),
+        };
+        job.settle(settle).await;
     }
     .instrument(span)
     .await;

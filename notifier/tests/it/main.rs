@@ -3,6 +3,7 @@
 
 mod delivery;
 mod fixture;
+mod held;
 mod isolation;
 mod receiver;
 mod recording;

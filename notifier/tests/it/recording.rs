@@ -83,3 +83,40 @@ async fn a_failed_write_is_reported_to_every_waiting_attempt() {
 
     assert!(results.iter().all(|r| matches!(r, Err(RecordError(GroupCommitError::Write(_))))), "{results:?}");
 }
+
+#[tokio::test]
+async fn an_attempt_whose_record_cannot_be_stored_is_not_acked_but_made_again() {
+    let fixture = Fixture::new(&[]).await;
+    let receiver = crate::receiver::Receiver::always(crate::receiver::Answer::Status(200)).await;
+    let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Completed]));
+    let mut published = p.clone();
+    published.seq = 1;
+    let webhook_id = common::messages::PredictionChanged::of(
+        &published,
+        WebhookEvent::Completed,
+        &common::links::Links::new("http://api.test", fixture.master.clone()),
+    )
+    .message_id();
+    // Records of this event are refused: a unique index on (webhook id, attempt) ...
+    let attempts = fixture.store.database().collection::<WebhookAttempt>("webhook_attempts");
+    let unique = mongodb::IndexModel::builder()
+        .keys(bson::doc! { "webhook_id": 1, "attempt": 1 })
+        .options(mongodb::options::IndexOptions::builder().unique(true).name("refuse_test".to_owned()).build())
+        .build();
+    attempts.create_index(unique).await.expect("index");
+    // A first delivery is attempt 1, and a record of attempt 1 is there already: each new
+    // record of it is refused, as a write to a failing database would be.
+    let mut blocker = attempt_of(&p, 1);
+    blocker.webhook_id = webhook_id.clone();
+    attempts.insert_one(&blocker).await.expect("blocker");
+
+    fixture.start_notifier();
+    fixture.publish(&p, WebhookEvent::Completed, 1).await;
+    let copies = common::testkit::eventually(Duration::from_secs(15), || async {
+        let received = receiver.received();
+        (received.len() >= 2).then_some(received)
+    })
+    .await
+    .expect("the event was sent again after its record was refused");
+    assert!(copies.iter().all(|r| r.header("webhook-id") == webhook_id), "the same webhook-id each time");
+}

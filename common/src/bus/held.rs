@@ -1,0 +1,99 @@
+//! One JetStream message while a service acts on it: the runner's jobs and the notifier's
+//! status events are both taken through [`HeldMessage`], so the rules below cannot be
+//! forgotten by either:
+//!
+//! - **decode or dead-letter**: a payload that does not decode is recorded in `dead_letters`
+//!   and terminated at once, never redelivered forever;
+//! - **held means heartbeat**: while the message is held, an in-progress ack goes out every
+//!   interval given (a third of the consumer's ack wait), so JetStream does not hand it to
+//!   another replica in the middle of the work, however long the work waits or runs;
+//! - **acked only on purpose**: the message is settled by an explicit [`HeldMessage::settle`],
+//!   which the caller makes after the effect is stored; one dropped unsettled (a panic, a task
+//!   dropped at shutdown) is handed back at once (nak) instead of after its ack wait.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use serde::de::DeserializeOwned;
+
+use super::pull::acknowledge;
+use crate::store::dead_letters::DeadLetters;
+
+/// A decoded message held by its handler.
+pub struct HeldMessage<T> {
+    message: Option<Message>,
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    payload: T,
+}
+
+impl<T: DeserializeOwned> HeldMessage<T> {
+    /// Decodes `message` and starts its heartbeat (an in-progress ack every `progress_every`);
+    /// an undecodable one is recorded as `service`'s dead letter and terminated (`None`).
+    pub async fn take(
+        message: Message,
+        service: &str,
+        dead_letters: &DeadLetters,
+        progress_every: Duration,
+    ) -> Option<Self> {
+        match serde_json::from_slice::<T>(&message.payload) {
+            Ok(payload) => {
+                let beating = message.clone();
+                let heartbeat = tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(progress_every.max(Duration::from_millis(100)));
+                    tick.tick().await;
+                    loop {
+                        tick.tick().await;
+                        acknowledge(&beating, AckKind::Progress).await;
+                    }
+                });
+                Some(Self { message: Some(message), heartbeat: Some(heartbeat), payload })
+            }
+            Err(e) => {
+                tracing::error!(subject = %message.subject, error = %e, "undecodable message terminated and recorded");
+                if let Err(e) = dead_letters.record(service, &message.subject, &message.payload, &e.to_string()).await {
+                    tracing::warn!(error = %e, "dead letter not recorded");
+                }
+                acknowledge(&message, AckKind::Term).await;
+                None
+            }
+        }
+    }
+}
+
+impl<T> HeldMessage<T> {
+    /// The decoded payload.
+    pub fn payload(&self) -> &T {
+        &self.payload
+    }
+
+    /// How many times JetStream has delivered the message (1 the first time) and its
+    /// sequence in the stream.
+    pub fn delivery(&self) -> (i64, u64) {
+        self.message.as_ref().and_then(|m| m.info().ok()).map_or((1, 0), |i| (i.delivered, i.stream_sequence))
+    }
+
+    /// Settles the message as `kind` (ack, nak with a delay, term), ending its heartbeat.
+    pub async fn settle(mut self, kind: AckKind) {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.abort();
+        }
+        if let Some(message) = self.message.take() {
+            acknowledge(&message, kind).await;
+        }
+    }
+}
+
+impl<T> Drop for HeldMessage<T> {
+    fn drop(&mut self) {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.abort();
+        }
+        if let Some(message) = self.message.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // Not settled: hand it back now. Best effort (a drop cannot wait); if this process
+            // is going away, the ack wait redelivers it anyway.
+            runtime.spawn(async move { acknowledge(&message, AckKind::Nak(None)).await });
+        }
+    }
+}

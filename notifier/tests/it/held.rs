@@ -1,0 +1,52 @@
+//! A held message (`common::bus::held`, how the notifier and the runner hold theirs) is not
+//! handed to anyone else while it is held, however long past its ack wait, and is settled
+//! only by its holder.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{
+    AckKind,
+    consumer::{AckPolicy, PullConsumer, pull},
+    stream::Config as StreamConfig,
+};
+use common::{bus::held::HeldMessage, testkit::TestContext};
+use futures::StreamExt;
+
+async fn next(consumer: &PullConsumer) -> Option<async_nats::jetstream::Message> {
+    consumer.fetch().max_messages(1).messages().await.expect("fetch").next().await.map(|m| m.expect("message"))
+}
+
+#[tokio::test]
+async fn a_held_message_is_not_redelivered_past_its_ack_wait_and_leaves_when_settled() {
+    let ctx = TestContext::new();
+    let bus = ctx.bus().await;
+    let store = ctx.store().await;
+    let name = format!("{}_HELD", ctx.prefix.to_uppercase());
+    let subject = format!("{}.held.one", ctx.prefix);
+    let stream = bus
+        .jetstream()
+        .create_stream(StreamConfig { name, subjects: vec![subject.clone()], ..Default::default() })
+        .await
+        .expect("stream");
+    let ack_wait = Duration::from_secs(1);
+    let consumer: PullConsumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some("held".into()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait,
+            ..Default::default()
+        })
+        .await
+        .expect("consumer");
+    bus.jetstream().publish(subject, "\"work\"".into()).await.expect("publish").await.expect("stored");
+
+    let message = next(&consumer).await.expect("the message");
+    let held =
+        HeldMessage::<String>::take(message, "test", &store.dead_letters(), ack_wait / 3).await.expect("decodes");
+    assert_eq!(held.payload(), "work");
+    tokio::time::sleep(ack_wait * 3).await;
+    assert!(next(&consumer).await.is_none(), "held three ack waits long, and not handed out again");
+    held.settle(AckKind::Ack).await;
+    tokio::time::sleep(ack_wait * 2).await;
+    assert!(next(&consumer).await.is_none(), "acked: gone");
+}
