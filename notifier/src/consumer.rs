@@ -28,7 +28,7 @@ use common::{
         held::HeldMessage,
         pull::{Permits, pull_with_permits},
     },
-    domain::WebhookUrl,
+    domain::{WebhookEvent, WebhookUrl},
     messages::{PredictionChanged, StatusEvent},
     store::{
         WebhookAttempts,
@@ -175,6 +175,22 @@ async fn deliver(
     turn: tokio::sync::MutexGuard<'_, ()>,
 ) -> AckKind {
     let webhook_id = change.message_id();
+    if change.event == WebhookEvent::Completed && delivery == 1 {
+        // A first delivery of a `completed` event that was attempted before is a copy
+        // republished after JetStream's duplicate window (a runner announcing an ended
+        // prediction again): the records in MongoDB, not a window, make it exactly once.
+        match notifier.attempts.count_for_webhook(&webhook_id).await {
+            Ok(0) => {}
+            Ok(_) => {
+                tracing::info!("a copy of an already attempted completed event; not sent again");
+                return AckKind::Ack;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "earlier attempts unknown; retrying");
+                return AckKind::Nak(Some(DEPENDENCY_RETRY));
+            }
+        }
+    }
     let Some(slot) = notifier.targets.acquire(url).await else {
         tracing::debug!("target at its concurrency limit; handed back for a moment");
         notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
@@ -199,7 +215,7 @@ async fn deliver(
     drop(slot);
     if disposition == Disposition::Ack {
         lane.delivered(change.event);
-        if change.event == common::domain::WebhookEvent::Completed {
+        if change.event == WebhookEvent::Completed {
             notifier.lanes.finish(&change.prediction_id);
         }
     }

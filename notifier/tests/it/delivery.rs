@@ -140,3 +140,43 @@ async fn an_undecodable_event_is_recorded_as_a_dead_letter() {
     .expect("a dead letter");
     assert!(letters[0].error.contains("mystery.v9") || letters[0].error.contains("variant"), "{}", letters[0].error);
 }
+
+#[tokio::test]
+async fn a_completed_event_republished_after_the_duplicate_window_is_not_delivered_again() {
+    let fixture = Fixture::new(&[]).await;
+    let receiver = Receiver::always(Answer::Status(200)).await;
+    let (stop, first) = fixture.start_stoppable_notifier();
+    let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Completed]));
+    fixture.publish(&p, WebhookEvent::Completed, 2).await;
+    fixture.attempts_until(&p.id, Duration::from_secs(20), |a| a.len() == 1).await;
+    stop.cancel();
+    first.await.expect("stopped");
+
+    // The same event again, as a runner republishes it once JetStream's window forgot the first.
+    let mut again = p.clone();
+    again.seq = 2;
+    let links = common::links::Links::new("http://api.test", fixture.master.clone());
+    let copy = common::messages::StatusEvent::PredictionChangedV1(common::messages::PredictionChanged::of(
+        &again,
+        WebhookEvent::Completed,
+        &links,
+    ));
+    let subject = fixture.bus.subjects().events(&p.id);
+    let payload = serde_json::to_vec(&copy).expect("json");
+    fixture.bus.jetstream().publish(subject, payload.into()).await.expect("publish").await.expect("stored");
+    fixture.start_notifier(); // a replica that never saw the first
+
+    let consumer_name = fixture.bus.subjects().notifier_consumer();
+    let stream = fixture.bus.jetstream().get_stream(fixture.bus.subjects().events_stream()).await.expect("stream");
+    let settled = eventually(Duration::from_secs(20), || {
+        let (stream, name) = (stream.clone(), consumer_name.clone());
+        async move {
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream.get_consumer(&name).await.ok()?;
+            let info = consumer.info().await.ok()?;
+            (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
+        }
+    })
+    .await;
+    assert!(settled.is_some(), "the copy was taken and settled");
+    assert_eq!(receiver.received().len(), 1, "one completed webhook, not two");
+}

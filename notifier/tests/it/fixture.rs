@@ -47,10 +47,17 @@ impl Fixture {
     }
 
     pub fn start_notifier(&self) {
+        self.start_stoppable_notifier();
+    }
+
+    /// Starts a notifier; returns what stops it and its task.
+    pub fn start_stoppable_notifier(&self) -> (CancellationToken, tokio::task::JoinHandle<()>) {
         let config =
             notifier::config::NotifierConfig::from_env(&Env::from_fn(|k| self.vars.get(k).cloned())).expect("config");
         let token = self.shutdown.child_token();
-        tokio::spawn(async move { notifier::run(config, token).await.expect("notifier runs") });
+        let stop = token.clone();
+        let task = tokio::spawn(async move { notifier::run(config, token).await.expect("notifier runs") });
+        (stop, task)
     }
 
     /// A prediction of this account with its webhook at `url`.

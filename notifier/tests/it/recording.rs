@@ -88,12 +88,13 @@ async fn a_failed_write_is_reported_to_every_waiting_attempt() {
 async fn an_attempt_whose_record_cannot_be_stored_is_not_acked_but_made_again() {
     let fixture = Fixture::new(&[]).await;
     let receiver = crate::receiver::Receiver::always(crate::receiver::Answer::Status(200)).await;
-    let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Completed]));
+    // A `start` event: a `completed` one with a record already would be taken for a copy.
+    let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Start]));
     let mut published = p.clone();
     published.seq = 1;
     let webhook_id = common::messages::PredictionChanged::of(
         &published,
-        WebhookEvent::Completed,
+        WebhookEvent::Start,
         &common::links::Links::new("http://api.test", fixture.master.clone()),
     )
     .message_id();
@@ -111,7 +112,7 @@ async fn an_attempt_whose_record_cannot_be_stored_is_not_acked_but_made_again() 
     attempts.insert_one(&blocker).await.expect("blocker");
 
     fixture.start_notifier();
-    fixture.publish(&p, WebhookEvent::Completed, 1).await;
+    fixture.publish(&p, WebhookEvent::Start, 1).await;
     let copies = common::testkit::eventually(Duration::from_secs(15), || async {
         let received = receiver.received();
         (received.len() >= 2).then_some(received)
