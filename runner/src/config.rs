@@ -6,7 +6,7 @@
 //! | `RUNNER_CONCURRENCY` | `4` | predictions running at once in this process |
 //! | `RUNNER_MODEL_CONCURRENCY` | `RUNNER_CONCURRENCY` | predictions of one model running at once here |
 //! | `RUNNER_MODEL_WEIGHTS` | each 1 | shares of busy models: `owner/name=weight`, comma-separated (weights 1-1000) |
-//! | `RUNNER_ACK_WAIT_SECONDS` | `30` | a job not acked or progressed for this long is redelivered |
+//! | `RUNNER_ACK_WAIT_SECONDS` | `6` | a job not acked or progressed for this long is redelivered (a running job sends progress every third of it; a killed runner's jobs resume elsewhere within about this plus 4 s) |
 //! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
 //! | `RUNNER_RECONCILE_SECONDS` | `10` | how often the reconciler looks for stuck predictions |
@@ -137,7 +137,7 @@ impl RunnerConfig {
         if max_deliver < 1 {
             return Err(bad("RUNNER_MAX_DELIVER", "must be at least 1".into()));
         }
-        let ack_wait = env.seconds("RUNNER_ACK_WAIT_SECONDS", Duration::from_secs(30))?;
+        let ack_wait = env.seconds("RUNNER_ACK_WAIT_SECONDS", Duration::from_secs(6))?;
         if ack_wait < Duration::from_secs(1) {
             return Err(bad("RUNNER_ACK_WAIT_SECONDS", "must be at least 1".into()));
         }

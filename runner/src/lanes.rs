@@ -12,7 +12,8 @@
 //! - **a scan** at start and every [`SCAN_INTERVAL`]: the jobs stream's subjects of each
 //!   served model, which name every lane with a job waiting or running (a work queue keeps a
 //!   message until it is acked). This finds what no doorbell announced: jobs queued while no
-//!   runner was up, or handed back by a runner that died.
+//!   runner was up, or handed back by a runner that died; lanes it sees empty stop being
+//!   asked until a job rings them.
 //!
 //! Lanes are opened idempotently (`create_consumer` with the same configuration); the server
 //! deletes a lane's consumer after [`LANE_INACTIVE_THRESHOLD`] without pulls. Jobs published
@@ -130,8 +131,10 @@ pub async fn announce(
                 _ = tick.tick() => {}
             }
             for model in &models {
+                let scanned_at = std::time::Instant::now();
                 match lanes.with_jobs(model).await {
                     Ok(found) => {
+                        scheduler.scanned(model, &found, scanned_at);
                         for key in found {
                             scheduler.ring(key).await;
                         }

@@ -17,8 +17,9 @@
 //! **Knowing there is work** costs no polling while jobs flow: a published job rings its
 //! lane's doorbell ([`Scheduler::ring`]). A lane found empty is asked again when its doorbell
 //! rings, or after a back-off from 1 s to [`MAX_RECHECK`] (jobs handed back with a delay, or
-//! left by a runner that died, come back without a doorbell); a lane empty for [`FORGET_AFTER`]
-//! is dropped until a job rings it again.
+//! left by a runner that died, come back without a doorbell) while the scan of the jobs stream
+//! ([`crate::lanes`]) still sees jobs in it; a lane the scan sees empty is left dormant until a
+//! job rings it, and one empty for [`FORGET_AFTER`] is dropped.
 //!
 //! **Fair share.** Of the lanes that may have work, the one whose model holds the smallest
 //! share of slots for its weight (`running / weight`, `RUNNER_MODEL_WEIGHTS`, default 1 each)
@@ -45,8 +46,9 @@ use common::domain::{AccountId, ModelRef};
 
 use crate::lanes::Lanes;
 
-/// The longest a lane found empty is left alone unless its doorbell rings.
-pub const MAX_RECHECK: Duration = Duration::from_secs(8);
+/// The longest a lane found empty is left alone unless its doorbell rings (while the last
+/// scan saw jobs in it: they run elsewhere, and come back here if their runner dies).
+pub const MAX_RECHECK: Duration = Duration::from_secs(4);
 /// How long a lane found empty waits first; each empty answer in a row doubles it.
 const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// A lane found empty for this long is dropped (until its doorbell rings again).
@@ -82,6 +84,11 @@ impl ModelSlots {
 /// What the scheduler knows of one lane.
 #[derive(Debug, Clone, Copy)]
 struct LaneState {
+    /// The last scan saw no job in it, and nothing rang it since: asked again only when its
+    /// doorbell rings or a scan sees a job.
+    dormant: bool,
+    /// When its doorbell last rang.
+    rung_at: Option<Instant>,
     /// When it was last found empty; `None` while it may have work.
     checked_empty: Option<Instant>,
     /// When the current run of empty answers began.
@@ -94,7 +101,7 @@ struct LaneState {
 
 impl LaneState {
     fn new() -> Self {
-        Self { checked_empty: None, empty_since: None, empty_streak: 0, last_served: 0 }
+        Self { dormant: false, rung_at: None, checked_empty: None, empty_since: None, empty_streak: 0, last_served: 0 }
     }
 
     fn recheck_after(&self) -> Duration {
@@ -102,10 +109,11 @@ impl LaneState {
     }
 
     fn may_have_work(&self, now: Instant) -> bool {
-        self.checked_empty.is_none_or(|at| now.duration_since(at) >= self.recheck_after())
+        !self.dormant && self.checked_empty.is_none_or(|at| now.duration_since(at) >= self.recheck_after())
     }
 
     fn has_work(&mut self) {
+        self.dormant = false;
         self.checked_empty = None;
         self.empty_since = None;
         self.empty_streak = 0;
@@ -166,6 +174,7 @@ impl<T: Clone> FairPick<T> {
         match lanes.iter_mut().find(|e| &e.key == key) {
             Some(entry) => {
                 entry.state.has_work();
+                entry.state.rung_at = Some(Instant::now());
                 true
             }
             None => false,
@@ -212,6 +221,19 @@ impl<T: Clone> FairPick<T> {
             entry.state.checked_empty = Some(now);
             entry.state.empty_since.get_or_insert(now);
             entry.state.empty_streak += 1;
+        }
+    }
+
+    /// A scan begun at `scanned_at` saw jobs in `with_jobs` of `model` (which are rung
+    /// separately): its other lanes go dormant, unless their doorbell rang since.
+    pub fn scanned(&self, model: &ModelRef, with_jobs: &[LaneKey], scanned_at: Instant) {
+        for entry in self.lanes().iter_mut() {
+            if &entry.key.model == model
+                && !with_jobs.contains(&entry.key)
+                && entry.state.rung_at.is_none_or(|rung| rung < scanned_at)
+            {
+                entry.state.dormant = true;
+            }
         }
     }
 
@@ -267,6 +289,12 @@ impl Scheduler {
             lanes,
             wake: Arc::new(Notify::new()),
         }
+    }
+
+    /// Records what a scan begun at `scanned_at` found in `model`'s lanes (see
+    /// [`FairPick::scanned`]).
+    pub fn scanned(&self, model: &ModelRef, with_jobs: &[LaneKey], scanned_at: Instant) {
+        self.pick.scanned(model, with_jobs, scanned_at);
     }
 
     /// A job of `key` is waiting: opens its lane if it is new, marks it, and wakes the loop.
@@ -443,6 +471,22 @@ mod tests {
         assert!(pick.ring(&key("a", None)));
         assert_eq!(picked(&pick, now), Some(key("a", None)), "or at once when its doorbell rings");
         assert!(!pick.ring(&key("c", None)), "an unknown lane must be opened first");
+    }
+
+    #[test]
+    fn a_lane_the_scan_saw_empty_sleeps_until_rung_unless_it_was_rung_after_the_scan_began() {
+        let pick = pick_of(&["a", "b"], 1, &HashMap::new());
+        let scan_began = Instant::now();
+        pick.scanned(&model("a"), &[], scan_began);
+        pick.scanned(&model("b"), &[key("b", None)], scan_began);
+        let later = scan_began + MAX_RECHECK * 10;
+        assert_eq!(picked(&pick, later), Some(key("b", None)), "a is dormant, b has jobs");
+        let _b = run_jobs(&pick, "b", 1);
+        assert_eq!(picked(&pick, later), None);
+        assert!(pick.ring(&key("a", None)));
+        assert_eq!(picked(&pick, later), Some(key("a", None)), "rung awake");
+        pick.scanned(&model("a"), &[], scan_began);
+        assert_eq!(picked(&pick, later), Some(key("a", None)), "a scan older than the doorbell changes nothing");
     }
 
     #[test]

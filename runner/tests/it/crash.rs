@@ -52,3 +52,32 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
     let mut jobs = fixture.bus.jetstream().get_stream(fixture.bus.subjects().jobs_stream()).await.expect("stream");
     assert_eq!(jobs.info().await.expect("info").state.messages, 0, "terminated, not waiting for redelivery");
 }
+
+#[tokio::test]
+async fn with_the_default_ack_wait_a_killed_runners_prediction_resumes_elsewhere_within_ten_seconds() {
+    let fixture = Fixture::new(&[]).await;
+    let default_ack_wait = [("RUNNER_ACK_WAIT_SECONDS", "6")];
+    let mut doomed = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .env_clear()
+        .envs(&fixture.vars)
+        .envs(default_ack_wait)
+        .env("RUNNER_MODELS", "demo/sleep")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a runner process");
+    let p = fixture.create("demo/sleep", json!({"seconds": 3})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    fixture.start_runner_with("demo/sleep", &default_ack_wait);
+    tokio::time::sleep(Duration::from_secs(1)).await; // the other runner is up
+
+    doomed.kill().expect("SIGKILL the runner");
+    let killed_at = bson::DateTime::now();
+    doomed.wait().expect("reap it");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded);
+    let resumed_after = done.completed_at.expect("ended").timestamp_millis() - killed_at.timestamp_millis() - 3_000;
+    eprintln!("resumed about {resumed_after} ms after the kill");
+    assert!(resumed_after < 10_000, "resumed {resumed_after} ms after the kill (the 3 s run subtracted)");
+}
