@@ -16,17 +16,22 @@
 //! requests not yet confirmed (pending, flushing, sending), which can only over-count. Across
 //! replicas a decision can miss only the other replicas' unflushed requests: at most
 //! `LOCAL_SHARE` of their headroom each, for at most one flush interval. Requests admitted
-//! while NATS is unreachable stay pending and are added once it is back.
+//! while NATS is unreachable stay pending and are added once it is back; after a failed or
+//! slow check the [`super::breaker`] lets requests through without asking for a few seconds.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, Weak},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use common::{bus::Bus, cache::TtlCache, domain::ApiKeyId, store::ApiKeyRecord};
 
-use super::{Decision, WINDOW_SECS, decide};
+use super::{
+    Decision, WINDOW_SECS,
+    breaker::{Breaker, CHECK_TIMEOUT, OPEN_FOR},
+    decide,
+};
 
 /// How often pending requests are added to the shared counters.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
@@ -87,6 +92,7 @@ pub struct RateLimiter {
     bus: Bus,
     previous: TtlCache<(ApiKeyId, i64), i64>,
     shared: Arc<Shared>,
+    breaker: Breaker,
 }
 
 /// The current minute (Unix minutes) and how far into it we are (0.0 to 1.0).
@@ -101,7 +107,12 @@ impl RateLimiter {
     pub fn new(bus: Bus) -> Self {
         let shared = Arc::new(Shared::default());
         tokio::spawn(flush_every_interval(bus.clone(), Arc::downgrade(&shared)));
-        Self { bus, previous: TtlCache::new(Duration::from_secs(WINDOW_SECS as u64), 100_000), shared }
+        Self {
+            bus,
+            previous: TtlCache::new(Duration::from_secs(WINDOW_SECS as u64), 100_000),
+            shared,
+            breaker: Breaker::default(),
+        }
     }
 
     /// Counts one request of `key` and decides whether it may proceed.
@@ -113,10 +124,21 @@ impl RateLimiter {
             remaining: key.rate_limit_rpm,
             reset: (minute + 1) * WINDOW_SECS,
         };
-        let previous = match self.previous_total(&key.id, minute).await {
-            Ok(total) => total,
-            Err(e) => {
-                tracing::warn!(error = %e, key_id = %key.id, "rate limit not checked (NATS unavailable); request let through");
+        let skip = |reason: String| {
+            if self.breaker.trip(Instant::now()) {
+                tracing::warn!(error = %reason, key_id = %key.id, "rate limits not checked for {OPEN_FOR:?} (NATS unavailable); requests let through");
+            }
+        };
+        if self.breaker.is_open(Instant::now()) {
+            self.shared.lock().entry((key.id.clone(), minute)).or_default().pending += 1;
+            return let_through();
+        }
+        let previous = match tokio::time::timeout(CHECK_TIMEOUT, self.previous_total(&key.id, minute)).await {
+            Ok(Ok(total)) => total,
+            failed => {
+                skip(
+                    failed.map_or_else(|_| format!("no answer within {CHECK_TIMEOUT:?}"), |r| format!("{:?}", r.err())),
+                );
                 self.shared.lock().entry((key.id.clone(), minute)).or_default().pending += 1;
                 return let_through();
             }
@@ -131,7 +153,7 @@ impl RateLimiter {
             None => match self.increment_now(&key.id, minute).await {
                 Ok(total) => total,
                 Err(e) => {
-                    tracing::warn!(error = %e, key_id = %key.id, "rate limit not checked (NATS unavailable); request let through");
+                    skip(e.to_string());
                     return let_through();
                 }
             },

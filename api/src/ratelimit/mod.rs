@@ -10,12 +10,15 @@
 //! caches it. Every authenticated request counts, refused ones too, so a client that keeps
 //! hammering stays refused.
 //!
-//! If NATS cannot be reached the request is let through (and logged): an outage of the
-//! limiter should not take the API down with it.
+//! If NATS cannot be reached, or the counter does not answer within half a second, the
+//! request is let through (and logged), and so are the next 5 seconds of requests without
+//! asking ([`breaker`]): an outage of the limiter should not take the API down with it, nor
+//! slow every request by a timeout.
 //!
 //! Every authenticated response carries `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 //! `X-RateLimit-Reset` (Unix seconds when the current minute ends); a 429 also `Retry-After: 60`.
 
+pub mod breaker;
 mod limiter;
 
 use std::sync::{Arc, Mutex};
