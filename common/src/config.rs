@@ -10,6 +10,7 @@
 //! | `MONGODB_DATABASE` | `predictions` | database name |
 //! | `NATS_URL` | `nats://127.0.0.1:4222` | NATS server(s), comma separated |
 //! | `NATS_PREFIX` | `ps` | prefix of every stream, subject and consumer |
+//! | `NATS_STREAM_REPLICAS` | `1` | copies of each JetStream stream (3 on a three-node cluster) |
 //! | `PUBLIC_BASE_URL` | `http://localhost:8080` | the api's public address, used in links |
 //! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
 //! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
@@ -109,6 +110,8 @@ pub struct CommonConfig {
     pub nats_url: String,
     /// `NATS_PREFIX`: the names of streams, subjects and consumers.
     pub subjects: Subjects,
+    /// `NATS_STREAM_REPLICAS`: copies of each stream (1 to 5).
+    pub nats_stream_replicas: usize,
     /// `PUBLIC_BASE_URL`: the api's public address, without a trailing slash.
     pub public_base_url: String,
     /// `MASTER_KEY`: seals API keys and webhook signing secrets at rest.
@@ -139,6 +142,15 @@ impl CommonConfig {
             mongodb_database: env.string("MONGODB_DATABASE", "predictions"),
             nats_url: env.string("NATS_URL", "nats://127.0.0.1:4222"),
             subjects,
+            nats_stream_replicas: match env.parse("NATS_STREAM_REPLICAS", 1usize)? {
+                n @ 1..=5 => n,
+                _ => {
+                    return Err(ConfigError {
+                        var: "NATS_STREAM_REPLICAS".into(),
+                        reason: "must be from 1 to 5".into(),
+                    });
+                }
+            },
             public_base_url: public_base_url.trim_end_matches('/').to_owned(),
             master_key,
             prediction_deadline: env.seconds("PREDICTION_DEADLINE_SECONDS", Duration::from_secs(1800))?,

@@ -23,7 +23,9 @@ pub async fn connect(config: &CommonConfig, service: &str) -> Result<(Store, Bus
     let store =
         Store::connect(&config.mongodb_uri, &config.mongodb_database, service, config.command_monitoring).await?;
     store.ensure_indexes().await?;
-    let bus = Bus::connect(&config.nats_url, config.subjects.clone(), service).await?;
+    let bus = Bus::connect(&config.nats_url, config.subjects.clone(), service)
+        .await?
+        .with_stream_replicas(config.nats_stream_replicas);
     bus.ensure_streams().await?;
     Ok((store, bus))
 }

@@ -61,3 +61,29 @@ async fn mongodb_commands_are_not_counted_unless_asked_for() {
     assert!(text.contains("http_requests_total"), "{text}");
     assert!(!text.contains("mongodb_commands_total{"), "monitoring is off by default: {text}");
 }
+
+#[tokio::test]
+async fn nats_url_takes_a_comma_separated_server_list_and_ready_checks_the_streams() {
+    let dead = format!("nats://127.0.0.1:{}", closed_port());
+    let system = System::start_with(Options {
+        runner: false,
+        notifier: false,
+        env: vec![("NATS_URL", format!("{dead}, {}", infra().nats_url))],
+    })
+    .await;
+    let ready = system.anonymous(Method::GET, "/ready").send().await.expect("sent");
+    assert_eq!(ready.status(), 200, "connected through the live server of the list");
+
+    // A stream lost (the memory-stored rate-limit stream after a NATS restart) is made again,
+    // not reported as not ready.
+    let bus = system.ctx.bus().await;
+    bus.jetstream().delete_stream(bus.subjects().rate_limit_stream()).await.expect("deleted");
+    let ready = system.anonymous(Method::GET, "/ready").send().await.expect("sent");
+    assert_eq!(ready.status(), 200);
+    assert!(bus.jetstream().get_stream(bus.subjects().rate_limit_stream()).await.is_ok(), "created again");
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}

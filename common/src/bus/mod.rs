@@ -106,20 +106,56 @@ pub struct Bus {
     /// Held while the streams are recreated, so concurrent publishes that found them missing
     /// recreate them once.
     recreating: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Copies of each stream (`NATS_STREAM_REPLICAS`).
+    replicas: usize,
+}
+
+/// Whether a stream look-up failed because the server has no such stream.
+fn is_stream_not_found(e: &async_nats::jetstream::context::GetStreamError) -> bool {
+    matches!(
+        e.kind(),
+        async_nats::jetstream::context::GetStreamErrorKind::JetStream(js)
+            if js.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND
+    )
+}
+
+/// The servers of `url`: one address or a comma-separated list.
+fn server_list(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    let servers: Vec<async_nats::ServerAddr> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|e| format!("{s:?} is not a NATS server address: {e}")))
+        .collect::<Result<_, _>>()?;
+    if servers.is_empty() {
+        return Err("no NATS server given".into());
+    }
+    Ok(servers)
 }
 
 impl Bus {
-    /// Connects as `name`. The client reconnects by itself after a connection loss.
+    /// Connects as `name` to `url`, one server or a comma-separated list of them (the
+    /// servers of one cluster, as NATS clients conventionally take them). The client
+    /// reconnects by itself after a connection loss, to any server of the cluster.
     pub async fn connect(url: &str, subjects: Subjects, name: &str) -> Result<Self, BusError> {
+        let fail = |e: async_nats::Error| BusError::Connect { url: url.to_owned(), source: e };
+        let servers = server_list(url).map_err(|e| fail(e.into()))?;
         let client = ConnectOptions::new()
             .name(name)
             .connection_timeout(REQUEST_TIMEOUT)
             .request_timeout(Some(REQUEST_TIMEOUT))
-            .connect(url)
+            .connect(servers)
             .await
-            .map_err(|e| BusError::Connect { url: url.to_owned(), source: e.into() })?;
+            .map_err(|e| fail(e.into()))?;
         let js = jetstream::new(client.clone());
-        Ok(Self { client, js, subjects, recreating: Default::default() })
+        Ok(Self { client, js, subjects, recreating: Default::default(), replicas: 1 })
+    }
+
+    /// Streams created with `replicas` copies (3 on a three-node cluster, so losing a node
+    /// loses nothing and stalls nothing; 1 on a single server).
+    pub fn with_stream_replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas.max(1);
+        self
     }
 
     /// Creates both streams, or updates them to this configuration.
@@ -130,6 +166,7 @@ impl Bus {
             retention: RetentionPolicy::WorkQueue,
             storage: StorageType::File,
             duplicate_window: DUPLICATE_WINDOW,
+            num_replicas: self.replicas,
             ..Default::default()
         };
         let events = StreamConfig {
@@ -139,6 +176,7 @@ impl Bus {
             storage: StorageType::File,
             duplicate_window: DUPLICATE_WINDOW,
             max_age: EVENTS_MAX_AGE,
+            num_replicas: self.replicas,
             ..Default::default()
         };
         let rate_limits = StreamConfig {
@@ -148,6 +186,7 @@ impl Bus {
             storage: StorageType::Memory,
             max_age: Duration::from_secs(180),
             allow_message_counter: true,
+            num_replicas: self.replicas,
             ..Default::default()
         };
         for config in [jobs, events, rate_limits] {
@@ -296,25 +335,30 @@ impl Bus {
 
     /// Whether the server says `stream` does not exist (not merely that it did not answer).
     async fn stream_missing(&self, stream: &str) -> bool {
-        match self.js.get_stream(stream).await {
-            Err(e) => matches!(
-                e.kind(),
-                async_nats::jetstream::context::GetStreamErrorKind::JetStream(js)
-                    if js.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND
-            ),
-            Ok(_) => false,
-        }
+        self.js.get_stream(stream).await.err().is_some_and(|e| is_stream_not_found(&e))
     }
 
-    /// Answers when the connection is up and JetStream responds.
+    /// Answers when the connection is up and JetStream answers for every stream of this
+    /// deployment (on a cluster, a stream whose nodes are lost stops answering).
     pub async fn ping(&self) -> Result<(), BusError> {
         if self.client.connection_state() != State::Connected {
             return Err(BusError::Unreachable("not connected".into()));
         }
-        match tokio::time::timeout(Duration::from_secs(2), self.js.query_account()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(BusError::Unreachable(e.to_string())),
-            Err(_) => Err(BusError::Unreachable("JetStream did not answer within 2 s".into())),
+        let streams = [self.subjects.jobs_stream(), self.subjects.events_stream(), self.subjects.rate_limit_stream()];
+        let check = async {
+            for stream in &streams {
+                match self.js.get_stream(stream).await {
+                    Ok(_) => {}
+                    // Lost (the memory-stored rate-limit stream after a NATS restart): made again.
+                    Err(e) if is_stream_not_found(&e) => self.recreate_streams().await?,
+                    Err(e) => return Err(BusError::Unreachable(format!("stream {stream}: {e}"))),
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(Duration::from_secs(2), check).await {
+            Ok(result) => result,
+            Err(_) => Err(BusError::Unreachable("JetStream did not answer for the streams within 2 s".into())),
         }
     }
 
@@ -337,4 +381,17 @@ impl Bus {
 fn encode<T: serde::Serialize>(msg: &T) -> Bytes {
     // The message types are plain data (strings, numbers, JSON values): serializing cannot fail.
     Bytes::from(serde_json::to_vec(msg).expect("wire messages always serialize"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_list_is_one_address_or_several_separated_by_commas() {
+        assert_eq!(server_list("nats://127.0.0.1:4222").map(|s| s.len()), Ok(1));
+        assert_eq!(server_list("nats://a:4222, nats://b:4222,nats://c:4222").map(|s| s.len()), Ok(3));
+        assert!(server_list("").is_err());
+        assert!(server_list("nats://a:4222,http://[bad").is_err());
+    }
 }
