@@ -8,16 +8,22 @@ use std::sync::Arc;
 use anyhow::Context;
 use common::{bus::Bus, messages::CancelMessage};
 use futures::StreamExt;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::execute::Executor;
 
-/// Subscribes to cancels and hands them to `executor` until `shutdown` fires.
-pub async fn listen(bus: &Bus, executor: Arc<Executor>, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// Subscribes to cancels and hands them to `executor` until `shutdown` fires, in a task of
+/// `tracker`.
+pub async fn listen(
+    bus: &Bus,
+    executor: Arc<Executor>,
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let subject = bus.subjects().all_cancels();
     let mut subscription =
         bus.client().subscribe(subject.clone()).await.with_context(|| format!("subscribing to {subject}"))?;
-    tokio::spawn(async move {
+    tracker.spawn(async move {
         loop {
             let message = tokio::select! {
                 () = shutdown.cancelled() => return,

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use common::links::Links;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     config::RunnerConfig,
@@ -66,10 +66,18 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let store_for_consumer = store.clone();
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let executor = Arc::new(Executor::new(store.clone(), bus.clone(), links, common.prediction_deadline));
-    cancel::listen(&bus, executor.clone(), shutdown.clone()).await?;
+    // The loops beside the consumer, waited for on shutdown like the jobs.
+    let background = TaskTracker::new();
+    cancel::listen(&bus, executor.clone(), &background, shutdown.clone()).await?;
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
-    tokio::spawn(reconciler.run(shutdown.clone()));
+    background.spawn(reconciler.run(shutdown.clone()));
     let sweeper = retention::Sweeper::new(store_for_sweeper, config.retention, config.retention_sweep_interval);
-    tokio::spawn(sweeper.run(shutdown.clone()));
-    consumer::consume(&config, &bus, served, executor, store_for_consumer.dead_letters(), shutdown).await
+    background.spawn(sweeper.run(shutdown.clone()));
+    let consumed =
+        consumer::consume(&config, &bus, served, executor, store_for_consumer.dead_letters(), shutdown).await;
+    background.close();
+    if tokio::time::timeout(config.shutdown_grace, background.wait()).await.is_err() {
+        tracing::warn!("the reconciler or the retention sweep did not stop within the grace period");
+    }
+    consumed
 }
