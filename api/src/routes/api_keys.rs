@@ -82,7 +82,7 @@ const DAY_MS: i64 = 24 * 3600 * 1000;
     path = "/v1/account/api-keys",
     operation_id = "createApiKey",
     tag = "account",
-    request_body(content = create_api_key::CreateApiKeyBody, content_type = "application/json"),
+    request_body(content = Option<create_api_key::CreateApiKeyBody>, content_type = "application/json", description = "Optional: every field has a default"),
     responses((status = 201, description = "Created; `key` is the full value", body = ApiKeyView)),
     security(("bearer" = []))
 )]

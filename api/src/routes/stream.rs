@@ -137,6 +137,21 @@ impl Sent {
     }
 }
 
+/// One Server-Sent Event of the stream, as the OpenAPI description shows it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct StreamEvent {
+    /// Grows with every event of the prediction (`4 × seq + kind`); send it back as
+    /// `Last-Event-ID` to resume after it.
+    id: String,
+    /// `output` and `logs` carry the text added; `error` `{"detail": message}`; `done` `{}`,
+    /// `{"reason":"canceled"}` or `{"reason":"error"}`.
+    #[schema(pattern = "^(output|logs|error|done)$")]
+    event: String,
+    /// The event's data.
+    data: String,
+}
+
 /// The `Last-Event-ID` a reconnecting client sends, if it is one of ours.
 fn last_event_id(headers: &HeaderMap) -> Option<u64> {
     headers.get("last-event-id")?.to_str().ok()?.trim().parse().ok()
@@ -158,7 +173,7 @@ fn token(query: Option<&str>) -> Option<String> {
         ("token" = Option<String>, Query, description = "The capability token of `urls.stream`; opens the stream without `Authorization`"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
     ),
-    responses((status = 200, description = "Server-Sent Events `output`, `logs`, `error`, then `done`; each with an `id`", content_type = "text/event-stream", body = String)),
+    responses((status = 200, description = "Server-Sent Events `output`, `logs`, `error`, then `done`; each with an `id`", content_type = "text/event-stream", body = StreamEvent)),
     security((), ("bearer" = []))
 )]
 pub async fn stream(

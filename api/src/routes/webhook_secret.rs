@@ -83,7 +83,7 @@ pub struct RotateSecretBody {
 fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result<i64, ApiError> {
     match body.get("transition_hours") {
         None | Some(serde_json::Value::Null) => Ok(DEFAULT_TRANSITION_HOURS),
-        Some(v) => v.as_i64().filter(|h| TRANSITION_HOURS.contains(h)).ok_or_else(|| {
+        Some(v) => body::integer(v).filter(|h| TRANSITION_HOURS.contains(h)).ok_or_else(|| {
             ApiError::validation(
                 "The request has invalid fields; see errors.",
                 vec![FieldError::invalid("transition_hours", "Must be an integer from 1 to 168.")],
@@ -105,7 +105,7 @@ const ROTATE_ATTEMPTS: usize = 3;
     path = "/v1/account/webhooks/secret/rotate",
     operation_id = "rotateWebhookSecret",
     tag = "account",
-    request_body(content = RotateSecretBody, content_type = "application/json"),
+    request_body(content = Option<RotateSecretBody>, content_type = "application/json", description = "Optional: `transition_hours` defaults to 24"),
     responses((status = 200, description = "The new secret; `previous_key_expires_at` ends the transition", body = SecretView)),
     security(("bearer" = []))
 )]

@@ -19,6 +19,17 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
     essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
+/// A JSON number that is an integer in JSON Schema's sense: `3` and `3.0` alike (as a
+/// signed 64-bit integer; fractions, and numbers beyond what a double holds exactly, are not).
+pub fn integer(value: &Value) -> Option<i64> {
+    let n = value.as_number()?;
+    if let Some(i) = n.as_i64() {
+        return Some(i);
+    }
+    let f = n.as_f64()?;
+    (f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
+}
+
 /// The body as a JSON object.
 pub fn json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     if !is_json_content_type(headers) {
@@ -42,9 +53,11 @@ pub fn json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Valu
     }
 }
 
-/// An optional body for endpoints whose fields are all optional: empty means `{}`.
+/// An optional body for endpoints whose fields are all optional: empty (or JSON `null`) means `{}`.
 pub fn optional_json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Value>, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    // No body, or JSON `null` (what a client that serializes "no options" sends), means defaults.
+    let text = body.trim_ascii();
+    if text.is_empty() || (text == b"null" && is_json_content_type(headers)) {
         return Ok(Map::new());
     }
     json_object(headers, body)
@@ -90,5 +103,9 @@ mod tests {
     #[test]
     fn an_empty_optional_body_is_an_empty_object() {
         assert!(optional_json_object(&HeaderMap::new(), &Bytes::new()).expect("empty ok").is_empty());
+        let null = optional_json_object(&headers("application/json"), &Bytes::from_static(b" null "));
+        assert!(null.expect("null ok").is_empty(), "JSON null is no options");
+        assert_eq!(integer(&serde_json::json!(164.0)), Some(164), "JSON Schema integers include 164.0");
+        assert_eq!(integer(&serde_json::json!(1.5)), None);
     }
 }

@@ -75,7 +75,7 @@ pub fn parse(body: &Map<String, Value>) -> Result<CreateApiKey, Vec<FieldError>>
     };
     let expires_in_days = match body.get("expires_in_days") {
         None | Some(Value::Null) => None,
-        Some(v) => match v.as_i64() {
+        Some(v) => match super::body::integer(v) {
             Some(days) if EXPIRES_IN_DAYS.contains(&days) => Some(days),
             _ => {
                 errors.push(FieldError::invalid("expires_in_days", "Must be an integer from 1 to 365."));

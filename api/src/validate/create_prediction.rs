@@ -13,7 +13,8 @@ use serde_json::{Map, Value};
 #[allow(dead_code)]
 pub struct CreatePredictionBody {
     /// Generation parameters, checked against the model's input schema. Parameters the model
-    /// does not declare are kept in the stored `input` and not passed to the model.
+    /// does not declare are kept in the stored `input` and not passed to the model. No name, at
+    /// any depth, may contain the NUL character.
     #[schema(value_type = Object)]
     input: Value,
     /// An absolute http or https URL that receives the prediction's webhooks.
@@ -29,8 +30,12 @@ pub struct CreatePredictionBody {
 pub struct CreateByVersionBody {
     /// `owner/name`, `owner/name:<version id>` or a bare version id (the `version` of a
     /// prediction, the `id` of a model's `latest_version`). Only a model's current version runs.
+    #[schema(
+        pattern = r"^([a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}(:[A-Za-z0-9]{1,128})?|[A-Za-z0-9]{1,128})$"
+    )]
     version: String,
-    /// Generation parameters, checked against the model's input schema.
+    /// Generation parameters, checked against the model's input schema. No name, at any
+    /// depth, may contain the NUL character.
     #[schema(value_type = Object)]
     input: Value,
     /// An absolute http or https URL that receives the prediction's webhooks.
@@ -57,6 +62,10 @@ pub fn parse(body: &Map<String, Value>) -> Result<CreatePrediction, Vec<FieldErr
     let input = match body.get("input") {
         None | Some(Value::Null) => {
             errors.push(FieldError::missing("input"));
+            None
+        }
+        Some(Value::Object(map)) if has_nul_key(map) => {
+            errors.push(FieldError::invalid("input", "Names of parameters may not contain the NUL character."));
             None
         }
         Some(Value::Object(map)) => Some(map.clone()),
@@ -90,6 +99,19 @@ pub fn parse(body: &Map<String, Value>) -> Result<CreatePrediction, Vec<FieldErr
         Some(input) if errors.is_empty() => Ok(CreatePrediction { input, webhook, webhook_events_filter }),
         _ => Err(errors),
     }
+}
+
+/// Whether a name in `map`, at any depth, holds a NUL character (the input is stored as it
+/// came, and a stored document's names cannot hold one).
+fn has_nul_key(map: &Map<String, Value>) -> bool {
+    fn nested(value: &Value) -> bool {
+        match value {
+            Value::Object(map) => has_nul_key(map),
+            Value::Array(items) => items.iter().any(nested),
+            _ => false,
+        }
+    }
+    map.iter().any(|(k, v)| k.contains('\0') || nested(v))
 }
 
 fn events(items: &[Value], errors: &mut Vec<FieldError>) -> Vec<WebhookEvent> {
@@ -134,6 +156,15 @@ mod tests {
         .expect("valid");
         assert_eq!(req.webhook.map(|w| w.to_string()).as_deref(), Some("https://example.com/h"));
         assert_eq!(req.webhook_events_filter, Some(vec![WebhookEvent::Completed, WebhookEvent::Start]));
+    }
+
+    #[test]
+    fn a_nul_character_in_a_parameter_name_at_any_depth_is_refused() {
+        for input in [json!({"a\0b": 1}), json!({"ok": [{"deep\0": 1}]}), json!({"ok": {"x": {"\0": 1}}})] {
+            let errors = parse_json(json!({ "input": input })).expect_err("refused");
+            assert_eq!(errors[0].field, "input");
+        }
+        assert!(parse_json(json!({"input": {"ok": "a\0b"}})).is_ok(), "in values it is fine");
     }
 
     #[test]

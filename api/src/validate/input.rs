@@ -130,12 +130,10 @@ fn matches_type(value: &Value, kind: &str) -> Option<Value> {
 }
 
 fn integer(value: &Value) -> Option<Value> {
-    let n = value.as_number()?;
-    if n.is_i64() || n.is_u64() {
+    if value.as_number().is_some_and(|n| n.is_i64() || n.is_u64()) {
         return Some(value.clone());
     }
-    let f = n.as_f64()?;
-    (f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e15).then(|| Value::Number(Number::from(f as i64)))
+    super::body::integer(value).map(|i| Value::Number(Number::from(i)))
 }
 
 fn check_type(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldError>) -> Option<Value> {
