@@ -7,18 +7,24 @@ use serde_json::json;
 
 use crate::fixture::Fixture;
 
-#[tokio::test]
-async fn a_job_of_a_runner_killed_mid_run_is_finished_by_another_runner() {
-    let fixture = Fixture::new(&[]).await;
-    let mut doomed = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+/// A runner process serving demo/sleep, with the fixture's settings and `extra`.
+fn runner_process(fixture: &Fixture, extra: &[(&str, &str)]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
         .env_clear()
         .envs(&fixture.vars)
+        .envs(extra.iter().copied())
         .env("RUNNER_MODELS", "demo/sleep")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start a runner process");
+        .expect("start a runner process")
+}
+
+#[tokio::test]
+async fn a_job_of_a_runner_killed_mid_run_is_finished_by_another_runner() {
+    let fixture = Fixture::new(&[]).await;
+    let mut doomed = runner_process(&fixture, &[]);
 
     let p = fixture.create("demo/sleep", json!({"seconds": 3})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
@@ -57,16 +63,7 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
 async fn with_the_default_ack_wait_a_killed_runners_prediction_resumes_elsewhere_within_ten_seconds() {
     let fixture = Fixture::new(&[]).await;
     let default_ack_wait = [("RUNNER_ACK_WAIT_SECONDS", "6")];
-    let mut doomed = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
-        .env_clear()
-        .envs(&fixture.vars)
-        .envs(default_ack_wait)
-        .env("RUNNER_MODELS", "demo/sleep")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a runner process");
+    let mut doomed = runner_process(&fixture, &default_ack_wait);
     let p = fixture.create("demo/sleep", json!({"seconds": 3})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
     fixture.start_runner_with("demo/sleep", &default_ack_wait);
