@@ -123,6 +123,7 @@ pub async fn announce(
             }
         });
     }
+    let bus = bus.clone();
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(SCAN_INTERVAL);
         loop {
@@ -139,7 +140,12 @@ pub async fn announce(
                             scheduler.ring(key).await;
                         }
                     }
-                    Err(e) => tracing::warn!(%model, error = format!("{e:#}"), "scanning for lanes failed"),
+                    Err(e) => {
+                        tracing::warn!(%model, error = format!("{e:#}"), "scanning for lanes failed; making sure the streams exist");
+                        if let Err(e) = bus.ensure_streams().await {
+                            tracing::warn!(error = %e, "streams not created");
+                        }
+                    }
                 }
             }
         }

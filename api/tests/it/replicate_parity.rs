@@ -116,3 +116,15 @@ async fn a_wait_past_the_cap_is_answered_at_once_as_created() {
     assert_eq!(held.headers()["preference-applied"], "wait=10");
     assert_eq!(held.json_body().await["status"], "succeeded", "the first wait was held to the end");
 }
+
+#[tokio::test]
+async fn a_create_finding_its_jobs_stream_gone_makes_it_again_and_the_prediction_runs() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let bus = system.ctx.bus().await;
+    bus.jetstream().delete_stream(bus.subjects().jobs_stream()).await.expect("deleted");
+
+    let done = create_with(&system, "demo/echo", json!({"input": {"prompt": "again"}}), &[("prefer", "wait=15")]).await;
+    let done = done.json_body().await;
+    assert_eq!(done["status"], "succeeded", "run without waiting for the reconciler: {done}");
+    assert_eq!(done["output"], "again");
+}

@@ -218,7 +218,16 @@ impl Bus {
     ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
         let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: prediction.model.clone() };
         let subject = self.subjects.job(&prediction.model, &prediction.account_id, &prediction.id);
-        self.send_stored(subject, prediction.id.to_string(), encode(&job)).await
+        let (msg_id, payload) = (prediction.id.to_string(), encode(&job));
+        let stored = self.send_stored(subject.clone(), msg_id.clone(), payload.clone()).await?;
+        let bus = self.clone();
+        Ok(async move {
+            match stored.await {
+                // The stream was lost: made again, and the job sent once more.
+                Err(e) if bus.remade_after(&e).await => bus.send_stored(subject, msg_id, payload).await?.await,
+                result => result,
+            }
+        })
     }
 
     /// Whether the job of `prediction` is still in the jobs stream (not yet acked).
@@ -264,12 +273,29 @@ impl Bus {
 
     async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {
         match self.send_stored(subject.clone(), msg_id.clone(), payload.clone()).await?.await {
-            Err(BusError::StreamMissing { .. }) => {
-                self.recreate_streams().await?;
-                self.send_stored(subject, msg_id, payload).await?.await
-            }
+            Err(e) if self.remade_after(&e).await => self.send_stored(subject, msg_id, payload).await?.await,
             result => result,
         }
+    }
+
+    /// After a failed publish: whether a stream was missing and has been made again (then the
+    /// publish is worth one more try). A publish to a subject that core-NATS subscribers also
+    /// hear (the runners' doorbells) times out rather than failing with "no stream", so a
+    /// failure other than a missing stream has the streams looked up as well.
+    async fn remade_after(&self, error: &BusError) -> bool {
+        let missing = match error {
+            BusError::StreamMissing { .. } => true,
+            BusError::Publish { .. } => {
+                let streams = [self.subjects.jobs_stream(), self.subjects.events_stream()];
+                let mut any = false;
+                for stream in &streams {
+                    any |= self.stream_missing(stream).await;
+                }
+                any
+            }
+            _ => false,
+        };
+        missing && self.recreate_streams().await.is_ok()
     }
 
     /// Sends a message to a stream (`Nats-Msg-Id` = `msg_id`) and returns the future that
