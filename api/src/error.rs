@@ -40,6 +40,11 @@ impl ApiError {
         Self::Problem(Problem::validation(detail, errors))
     }
 
+    /// 400 for a query string with invalid parameters, listing them.
+    pub fn invalid_query(errors: Vec<FieldError>) -> Self {
+        Self::validation("The query has invalid parameters; see errors.", errors)
+    }
+
     /// 401, the same for every kind of bad key.
     pub fn unauthorized() -> Self {
         Self::Problem(Problem::new(

@@ -28,7 +28,7 @@ use crate::{
     models::RegisteredModel,
     state::AppState,
     surface::Surface,
-    validate::paging::{Paging, QueryPairs},
+    validate::paging::{Paging, PagingParams},
 };
 
 /// The `cog_version` of every version (never null: replicate-python requires a string).
@@ -162,10 +162,7 @@ async fn registered(state: &AppState, owner: &str, name: &str) -> Result<Arc<Reg
     path = "/v1/models",
     operation_id = "listModels",
     tag = "models",
-    params(
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size (default 20)"),
-        ("offset" = Option<u64>, Query, minimum = 0, maximum = 9223372036854775807_u64, description = "Models to skip (default 0)"),
-    ),
+    params(PagingParams),
     responses((status = 200, description = "A page of the registered models, by address", body = ModelPage)),
     security(("bearer" = []))
 )]
@@ -175,11 +172,7 @@ pub async fn list(
     auth: Authorized<Read>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<ModelPage>, ApiError> {
-    let mut errors = Vec::new();
-    let paging = Paging::parse(&QueryPairs::parse(query.as_deref()), &mut errors);
-    if !errors.is_empty() {
-        return Err(ApiError::validation("The query has invalid parameters; see errors.", errors));
-    }
+    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
     let (records, total) = state.store.models().list(paging.offset, i64::from(paging.limit)).await?;
     let mut results = Vec::with_capacity(records.len());
     for record in records {

@@ -39,7 +39,7 @@ use crate::{
     models::RegisteredModel,
     state::AppState,
     surface::Surface,
-    validate::{body, create_prediction, input, list_predictions},
+    validate::{body, create_prediction, input, list_predictions, paging},
     versions, wait,
 };
 
@@ -274,7 +274,7 @@ pub struct PredictionPage {
     path = "/v1/predictions",
     operation_id = "listPredictions",
     tag = "predictions",
-    params(list_predictions::ListPredictionsParams),
+    params(list_predictions::StatusParams, paging::PagingParams),
     responses((status = 200, description = "A page of the account's predictions, newest first", body = PredictionPage)),
     security(("bearer" = []))
 )]
@@ -284,8 +284,7 @@ pub async fn list(
     auth: Authorized<Read>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<PredictionPage>, ApiError> {
-    let query = list_predictions::parse(query.as_deref())
-        .map_err(|errors| ApiError::validation("The query has invalid parameters; see errors.", errors))?;
+    let query = list_predictions::parse(query.as_deref()).map_err(ApiError::invalid_query)?;
     let (predictions, total_count) = state
         .store
         .predictions()

@@ -6,19 +6,14 @@ use common::{domain::PredictionStatus, problem::FieldError};
 
 use super::paging::{Paging, QueryPairs};
 
-/// The query parameters as the OpenAPI description shows them; [`parse`] reads them.
+/// The status filter as the OpenAPI description shows it (beside
+/// [`super::paging::PagingParams`]); [`parse`] reads it.
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
-pub struct ListPredictionsParams {
+pub struct StatusParams {
     /// Only predictions in this status.
     status: Option<PredictionStatus>,
-    /// Page size (default 20).
-    #[param(minimum = 1, maximum = 100)]
-    limit: Option<u32>,
-    /// Matches to skip (default 0).
-    #[param(minimum = 0, maximum = 9223372036854775807_u64)]
-    offset: Option<u64>,
 }
 
 /// A well-formed list query.

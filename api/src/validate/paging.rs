@@ -10,6 +10,19 @@ pub const MAX_LIMIT: u32 = 100;
 /// The largest offset: MongoDB's `skip` is a signed 64-bit integer.
 pub const MAX_OFFSET: u64 = i64::MAX as u64;
 
+/// `limit` and `offset` as the OpenAPI description shows them; [`Paging::parse`] reads them.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct PagingParams {
+    /// Page size (default 20).
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<u32>,
+    /// Matches to skip (default 0).
+    #[param(minimum = 0, maximum = 9223372036854775807_u64)]
+    offset: Option<u64>,
+}
+
 /// A page of a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Paging {
@@ -68,6 +81,13 @@ impl Paging {
             },
         };
         Self { limit, offset }
+    }
+
+    /// Reads a query of `limit` and `offset` alone; on failure returns every field error.
+    pub fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let paging = Self::parse(&QueryPairs::parse(query), &mut errors);
+        if errors.is_empty() { Ok(paging) } else { Err(errors) }
     }
 
     /// The offsets of the next and previous pages, given the number of matches.

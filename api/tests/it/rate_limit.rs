@@ -8,14 +8,25 @@ use crate::harness::{JsonBody, Options, System};
 
 const LIMIT: usize = 100;
 
-#[tokio::test]
-async fn two_api_replicas_together_allow_no_more_than_the_limit() {
-    let system = System::start_with(Options {
+/// A system whose new keys allow `limit` requests a minute (no runner, no notifier).
+async fn limited_system(limit: usize) -> System {
+    System::start_with(Options {
         runner: false,
         notifier: false,
-        env: vec![("DEFAULT_RATE_LIMIT_RPM", LIMIT.to_string())],
+        env: vec![("DEFAULT_RATE_LIMIT_RPM", limit.to_string())],
     })
-    .await;
+    .await
+}
+
+/// A new key of the system's account, with the deployment's default limit.
+async fn new_key(system: &System) -> String {
+    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
+    created["key"].as_str().expect("key").to_owned()
+}
+
+#[tokio::test]
+async fn two_api_replicas_together_allow_no_more_than_the_limit() {
+    let system = limited_system(LIMIT).await;
     let second = system.start_another_api().await;
     let created = system
         .request(Method::POST, "/v1/account/api-keys")
@@ -51,14 +62,8 @@ async fn one_replica_admits_exactly_its_limit_though_it_counts_far_below_it_in_b
     // 400 a minute: the first requests are admitted locally and added in batches, the last
     // ones before the limit are each decided on the shared counter.
     const BATCHED_LIMIT: usize = 400;
-    let system = System::start_with(Options {
-        runner: false,
-        notifier: false,
-        env: vec![("DEFAULT_RATE_LIMIT_RPM", BATCHED_LIMIT.to_string())],
-    })
-    .await;
-    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
-    let key = created["key"].as_str().expect("key").to_owned();
+    let system = limited_system(BATCHED_LIMIT).await;
+    let key = new_key(&system).await;
     // The window slides: right after a minute ends, the previous minute's count starts to
     // weigh less and a few more requests are rightly admitted. Exactness is checked inside
     // one minute.
@@ -89,14 +94,8 @@ async fn wait_until_a_minute_has_at_least_seconds_left(seconds: u64) {
 
 #[tokio::test]
 async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() {
-    let system = System::start_with(Options {
-        runner: false,
-        notifier: false,
-        env: vec![("DEFAULT_RATE_LIMIT_RPM", "3".into())],
-    })
-    .await;
-    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
-    let key = created["key"].as_str().expect("key").to_owned();
+    let system = limited_system(3).await;
+    let key = new_key(&system).await;
     let get = || system.with_key(Method::GET, "/v1/predictions", &key).send();
 
     let first = get().await.expect("sent");
@@ -121,14 +120,8 @@ async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() 
 #[tokio::test]
 async fn rate_limits_hold_again_once_their_lost_stream_is_found_missing() {
     const SMALL: usize = 10;
-    let system = System::start_with(Options {
-        runner: false,
-        notifier: false,
-        env: vec![("DEFAULT_RATE_LIMIT_RPM", SMALL.to_string())],
-    })
-    .await;
-    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
-    let key = created["key"].as_str().expect("key").to_owned();
+    let system = limited_system(SMALL).await;
+    let key = new_key(&system).await;
     // As after a NATS restart: the memory-stored counter stream is gone.
     let bus = system.ctx.bus().await;
     bus.jetstream().delete_stream(bus.subjects().rate_limit_stream()).await.expect("deleted");
