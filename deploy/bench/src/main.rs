@@ -12,6 +12,7 @@
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
 //! - `bench scaling`: demo/sleep completions per second with 1, 2 and 4 runner processes.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
+//! - `bench faults`: the fault-injection suite (see [`faults`]).
 //! - `bench standard`: the standard set in one bounded run, with ratios and targets
 //!   (see [`standard`]); the tables also go to the `--out` file's name with `.md`.
 #![forbid(unsafe_code)]
@@ -22,6 +23,7 @@ mod cluster;
 mod cost_bench;
 mod create_vs_insert;
 mod e2e_bench;
+mod faults;
 mod load_client;
 mod notifier_bench;
 mod processes;
@@ -68,6 +70,8 @@ enum Scenario {
     Scheduling(scheduling_bench::Options),
     /// The standard set: baselines, api, end to end, cost and runner scale-out.
     Standard(standard::Options),
+    /// The fault-injection suite: kills, restarts and bad receivers under steady load.
+    Faults(faults::Options),
 }
 
 /// The load tool's tokio worker threads: `BENCH_LOAD_TOOL_THREADS`, by default 1. On two
@@ -75,6 +79,14 @@ enum Scenario {
 /// the api's creates cost the tool 34 µs of CPU each with one worker and 43–46 µs with two.
 fn load_tool_threads() -> usize {
     std::env::var("BENCH_LOAD_TOOL_THREADS").ok().and_then(|n| n.parse().ok()).filter(|n| *n > 0).unwrap_or(1)
+}
+
+/// Writes a run's Markdown tables next to its JSON (`out` with the extension `.md`).
+fn write_table(out: &str, tables: &str) {
+    let md = std::path::Path::new(out).with_extension("md");
+    if let Err(e) = std::fs::write(&md, tables) {
+        eprintln!("could not write {}: {e}", md.display());
+    }
 }
 
 fn main() -> ExitCode {
@@ -102,15 +114,21 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Api(options) => api_bench::run(options).await,
         Scenario::Scaling(options) => scaling_bench::run(options).await,
         Scenario::Scheduling(options) => scheduling_bench::run(options).await,
+        Scenario::Faults(options) => {
+            let mut table = String::new();
+            let results = faults::run(options, &mut table).await;
+            if results.is_ok() {
+                println!("{table}");
+                write_table(&cli.out, &table);
+            }
+            results
+        }
         Scenario::Standard(options) => {
             let mut tables = String::new();
             let results = standard::run(options, &mut tables).await;
             if results.is_ok() {
                 println!("{tables}");
-                let md = std::path::Path::new(&cli.out).with_extension("md");
-                if let Err(e) = std::fs::write(&md, &tables) {
-                    eprintln!("could not write {}: {e}", md.display());
-                }
+                write_table(&cli.out, &tables);
             }
             results
         }

@@ -60,6 +60,11 @@ impl ServiceProcess {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// SIGKILL, as a crash or the kernel's OOM killer would end it: no shutdown code runs.
+    pub async fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().await.with_context(|| format!("killing {} ({})", self.name, self.pid))
+    }
+
     /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL. Returns its last usage.
     pub async fn stop(mut self, grace: Duration) -> anyhow::Result<Usage> {
         let last = self.usage().unwrap_or_default();

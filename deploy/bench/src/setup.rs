@@ -34,7 +34,9 @@ impl Setup {
         let common = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned()))?;
         let store = Store::connect(&common.mongodb_uri, &common.mongodb_database, "bench", Monitoring::Off).await?;
         store.ensure_indexes().await?;
-        let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "bench").await?;
+        let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "bench")
+            .await?
+            .with_stream_replicas(common.nats_stream_replicas);
         bus.ensure_streams().await?;
         Ok(Self { vars, store, bus, common })
     }

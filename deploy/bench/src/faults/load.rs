@@ -1,0 +1,85 @@
+//! Steady load for a fault run: predictions of `demo/sleep` (1 s, each with a webhook for
+//! `start` and `completed`) created at a fixed rate whatever the answers take, round-robin over
+//! the api replicas, and each accepted one read back once. Every answer is kept with its time,
+//! so the report can tell 5xx inside a fault's window from 5xx outside it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::{task::JoinSet, time::Instant};
+
+/// The body of every create.
+fn create_body(webhook: &str) -> Value {
+    json!({
+        "input": {"seconds": 1},
+        "webhook": webhook,
+        "webhook_events_filter": ["start", "completed"],
+    })
+}
+
+/// What one create got.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// 201, with the prediction's id.
+    Accepted(String),
+    /// Another status code.
+    Status(u16),
+    /// No answer: refused, reset or timed out.
+    Unanswered,
+}
+
+/// One create and its read-back.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    /// When the create was sent.
+    pub at: Instant,
+    /// What it got.
+    pub answer: Answer,
+    /// How long the create took.
+    pub create: Duration,
+    /// The read-back's status and time, for an accepted create.
+    pub get: Option<(u16, Duration)>,
+}
+
+/// Sends `rate` creates a second for `seconds` seconds.
+pub async fn run(apis: &[String], key: &str, webhook: &str, rate: u64, seconds: u64) -> anyhow::Result<Vec<Attempt>> {
+    let http =
+        reqwest::Client::builder().timeout(Duration::from_secs(10)).connect_timeout(Duration::from_secs(2)).build()?;
+    let body = create_body(webhook);
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = JoinSet::new();
+    for n in 0..(rate * seconds) as usize {
+        ticker.tick().await;
+        let base = apis[n % apis.len()].clone();
+        let (http, key, body) = (http.clone(), key.to_owned(), body.clone());
+        tasks.spawn(async move { attempt(&http, &base, &key, &body).await });
+    }
+    let mut attempts = Vec::new();
+    while let Some(attempt) = tasks.join_next().await {
+        attempts.push(attempt?);
+    }
+    attempts.sort_by_key(|a| a.at);
+    Ok(attempts)
+}
+
+async fn attempt(http: &reqwest::Client, base: &str, key: &str, body: &Value) -> Attempt {
+    let at = Instant::now();
+    let sent = http.post(format!("{base}/v1/models/demo/sleep/predictions")).bearer_auth(key).json(body).send().await;
+    let create = at.elapsed();
+    let answer = match sent {
+        Ok(response) if response.status().as_u16() == 201 => match response.json::<Value>().await {
+            Ok(prediction) => Answer::Accepted(prediction["id"].as_str().unwrap_or_default().to_owned()),
+            Err(_) => Answer::Unanswered,
+        },
+        Ok(response) => Answer::Status(response.status().as_u16()),
+        Err(_) => Answer::Unanswered,
+    };
+    let mut get = None;
+    if let Answer::Accepted(id) = &answer {
+        let started = Instant::now();
+        let read = http.get(format!("{base}/v1/predictions/{id}")).bearer_auth(key).send().await;
+        get = Some((read.map_or(0, |r| r.status().as_u16()), started.elapsed()));
+    }
+    Attempt { at, answer, create, get }
+}

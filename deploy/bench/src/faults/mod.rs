@@ -1,0 +1,402 @@
+//! `bench faults`: the fault-injection suite. Each scenario starts the three services as
+//! separate processes on real servers this run owns (nats-server, and the MongoDB stand-in on
+//! its H2 file backend so data survives its restart), puts them under steady load (20
+//! predictions a second of `demo/sleep` 1 s, each with a webhook to a local [`recorder`]),
+//! injects one fault a few seconds in, drains, and reports what [`report`] checks: nothing
+//! stuck, no `completed` webhook missing, no duplicates where none are allowed, no 5xx outside
+//! the fault.
+//!
+//! Scenarios ([`SCENARIOS`]): no fault; SIGKILL of the runner, the notifier and the api, each
+//! restarted after a few seconds; nats-server restarted; the stand-in restarted; a receiver
+//! that hangs past the delivery timeout on each event's first attempt; one that answers 503
+//! with `Retry-After`; a secret rotation under load; two api, three runner and two notifier
+//! replicas; a three-node JetStream cluster (streams R3) losing the node that leads the jobs
+//! stream.
+//!
+//! Run by `deploy/local/fault-tests` (which `deploy/local/test` calls): the table goes to
+//! stdout and to the `--out` file's name with `.md`; any failing scenario fails the run.
+
+mod infra;
+mod load;
+mod recorder;
+mod report;
+mod topology;
+
+use std::{collections::HashMap, path::Path, time::Duration};
+
+use anyhow::Context;
+use common::domain::WebhookSecret;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use self::{
+    infra::{MongoStandin, Nats},
+    recorder::{Behaviour, Recorder},
+    report::{Evidence, Outcome, SETTLE, Window},
+    topology::{Role, Shape, Topology},
+};
+
+/// The fault suite's settings.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Options {
+    /// Predictions created per second in each scenario.
+    #[arg(long, default_value_t = 20)]
+    rate: u64,
+    /// Seconds of load in each scenario.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Seconds into the load at which the fault begins.
+    #[arg(long, default_value_t = 3)]
+    fault_at: u64,
+    /// Seconds a killed or stopped part stays down.
+    #[arg(long, default_value_t = 3)]
+    down: u64,
+    /// Run only the scenarios whose name contains this text (all when unset).
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// What a scenario does to the system.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Nothing.
+    None,
+    /// SIGKILL of the first replica of a role, restarted after `down`.
+    Kill(Role),
+    /// nats-server stopped, started again after `down`.
+    RestartNats,
+    /// The MongoDB stand-in stopped, started again after `down`.
+    RestartMongo,
+    /// SIGKILL of the cluster node that leads the jobs stream; it stays down.
+    KillStreamLeader,
+    /// The webhook secret rotated.
+    Rotate,
+}
+
+impl Fault {
+    /// Whether a part dies or restarts, so a delivery may be made twice (at least once).
+    fn may_duplicate(self) -> bool {
+        !matches!(self, Self::None | Self::Rotate)
+    }
+}
+
+/// One scenario.
+struct Scenario {
+    name: &'static str,
+    shape: Shape,
+    nats_nodes: usize,
+    behaviour: Behaviour,
+    fault: Fault,
+    /// The p99 that creates and read-backs must stay under, where the scenario has one.
+    latency_bound: Option<Duration>,
+}
+
+const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
+/// The p99 of creates and reads in scenarios where nothing the api needs goes away for long
+/// (on a three-node cluster, losing one node must not slow them past it either).
+const LATENCY_BOUND: Duration = Duration::from_millis(100);
+/// The notifier's timeout in these runs: the hanging receiver holds each first attempt past it.
+const DELIVERY_TIMEOUT_SECONDS: u64 = 2;
+
+/// Every scenario, in the order they run.
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "no fault",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::None,
+        latency_bound: Some(LATENCY_BOUND),
+    },
+    Scenario {
+        name: "runner killed (SIGKILL)",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Runner),
+        latency_bound: None,
+    },
+    Scenario {
+        name: "notifier killed (SIGKILL)",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Notifier),
+        latency_bound: None,
+    },
+    Scenario {
+        name: "api killed (SIGKILL)",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Api),
+        latency_bound: None,
+    },
+    Scenario {
+        name: "nats-server restarted",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::RestartNats,
+        latency_bound: None,
+    },
+    Scenario {
+        name: "MongoDB stand-in restarted",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::RestartMongo,
+        latency_bound: None,
+    },
+    Scenario {
+        name: "receiver hangs on first attempts",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::HangFirst(Duration::from_secs(DELIVERY_TIMEOUT_SECONDS + 1)),
+        fault: Fault::None,
+        latency_bound: None,
+    },
+    Scenario {
+        name: "receiver answers 503 + Retry-After: 2",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::UnavailableFirst(2),
+        fault: Fault::None,
+        latency_bound: None,
+    },
+    Scenario {
+        name: "secret rotated under load",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Rotate,
+        latency_bound: Some(LATENCY_BOUND),
+    },
+    Scenario {
+        name: "2 api, 3 runner, 2 notifier replicas",
+        shape: Shape { apis: 2, runners: 3, notifiers: 2 },
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::None,
+        latency_bound: Some(LATENCY_BOUND),
+    },
+    Scenario {
+        name: "3-node NATS cluster (R3), stream leader killed",
+        shape: Shape { apis: 2, runners: 2, notifiers: 2 },
+        nats_nodes: 3,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::KillStreamLeader,
+        latency_bound: Some(LATENCY_BOUND),
+    },
+];
+
+/// How long predictions and webhooks may take to settle after the load, and how long the
+/// deliveries must stay quiet before duplicates are counted.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+const QUIET: Duration = Duration::from_secs(3);
+
+/// Runs the scenarios; fails when any fails. Writes the table to `table`.
+pub async fn run(options: Options, table: &mut String) -> anyhow::Result<Value> {
+    let dir = std::env::temp_dir().join(format!("faults-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut mongo = MongoStandin::start(&dir).await?;
+    let mut nats = Nats::single(&dir.join("single")).await?;
+    let mut outcomes = Vec::new();
+    let chosen = SCENARIOS.iter().filter(|s| options.only.as_ref().is_none_or(|only| s.name.contains(only.as_str())));
+    for scenario in chosen {
+        println!("scenario: {}", scenario.name);
+        let logs = dir.join(slug(scenario.name));
+        let outcome = if scenario.nats_nodes > 1 {
+            let mut cluster = Nats::cluster(&logs, scenario.nats_nodes).await?;
+            let outcome = run_scenario(scenario, &options, &mut mongo, &mut cluster, &logs).await;
+            cluster.shutdown().await?;
+            outcome
+        } else {
+            run_scenario(scenario, &options, &mut mongo, &mut nats, &logs).await
+        }
+        .with_context(|| format!("scenario {:?} (logs in {})", scenario.name, logs.display()))?;
+        println!("  {}", outcome.json());
+        outcomes.push(outcome);
+    }
+    nats.shutdown().await?;
+    mongo.stop(false).await?;
+    table.push_str(&report::table(&outcomes));
+    let failed: Vec<&str> = outcomes.iter().filter(|o| !o.failures().is_empty()).map(|o| o.scenario.as_str()).collect();
+    if failed.is_empty() {
+        std::fs::remove_dir_all(&dir).ok();
+    } else {
+        println!("{table}");
+        anyhow::bail!("failing scenarios: {} (service logs kept in {})", failed.join(", "), dir.display());
+    }
+    Ok(
+        json!({"rate_per_second": options.rate, "seconds": options.seconds, "scenarios": outcomes.iter().map(Outcome::json).collect::<Vec<_>>()}),
+    )
+}
+
+fn slug(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect()
+}
+
+/// The settings of every service in a scenario.
+fn service_vars(mongo: &MongoStandin, nats: &Nats, replicas: usize) -> Vec<(&'static str, String)> {
+    vec![
+        ("MONGODB_URI", mongo.uri()),
+        ("NATS_URL", nats.url()),
+        ("NATS_STREAM_REPLICAS", replicas.to_string()),
+        ("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true".into()),
+        ("NOTIFIER_RETRY_SCHEDULE", "1,2,4,8,15,30".into()),
+        ("NOTIFIER_TIMEOUT_SECONDS", DELIVERY_TIMEOUT_SECONDS.to_string()),
+        ("RUNNER_CONCURRENCY", "48".into()),
+        ("DEFAULT_RATE_LIMIT_RPM", "1000000".into()),
+        ("MONGODB_COMMAND_METRICS", "false".into()),
+        ("TOKIO_WORKER_THREADS", "1".into()),
+        ("RUST_LOG", std::env::var("FAULTS_SERVICE_LOG").unwrap_or_else(|_| "info".into())),
+    ]
+}
+
+async fn run_scenario(
+    scenario: &Scenario,
+    options: &Options,
+    mongo: &mut MongoStandin,
+    nats: &mut Nats,
+    logs: &Path,
+) -> anyhow::Result<Outcome> {
+    let vars = service_vars(mongo, nats, scenario.nats_nodes);
+    let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
+    let stop = CancellationToken::new();
+    let recorder = Recorder::start(topology.secret.clone(), scenario.behaviour, stop.clone()).await?;
+    let load = tokio::spawn({
+        let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
+        let (rate, seconds) = (options.rate, options.seconds);
+        async move { load::run(&apis, &key, &url, rate, seconds).await }
+    });
+    tokio::time::sleep(Duration::from_secs(options.fault_at)).await;
+    let window = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder).await?;
+    let attempts = load.await??;
+    let statuses = drain(&topology, &recorder).await?;
+    let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &recorder.deliveries(), window };
+    let mut outcome = Outcome::of(scenario.name, &evidence, recorder.tally(), scenario.fault.may_duplicate());
+    outcome.latency_bound = scenario.latency_bound;
+    outcome.crashed = topology.crashed();
+    topology.stop().await?;
+    stop.cancel();
+    Ok(outcome)
+}
+
+/// Does `fault`; returns its window.
+async fn inject(
+    fault: Fault,
+    options: &Options,
+    topology: &mut Topology,
+    mongo: &mut MongoStandin,
+    nats: &mut Nats,
+    recorder: &Recorder,
+) -> anyhow::Result<Option<Window>> {
+    let down = Duration::from_secs(options.down);
+    let from = Instant::now();
+    match fault {
+        Fault::None => return Ok(None),
+        Fault::Rotate => {
+            rotate(topology, recorder).await?;
+            return Ok(None);
+        }
+        Fault::Kill(role) => {
+            topology.kill(role, 0).await?;
+            tokio::time::sleep(down).await;
+            topology.restart(role, 0).await?;
+        }
+        Fault::RestartNats => {
+            nats.stop(0, false).await?;
+            tokio::time::sleep(down).await;
+            nats.start(0).await?;
+        }
+        Fault::RestartMongo => {
+            mongo.stop(false).await?;
+            tokio::time::sleep(down).await;
+            mongo.restart().await?;
+        }
+        Fault::KillStreamLeader => {
+            let leader = jobs_stream_leader(topology).await?;
+            println!("  killing {leader}, the jobs stream's leader");
+            let node: usize = leader.trim_start_matches("node-").parse().context("a node name")?;
+            nats.stop(node, true).await?;
+        }
+    }
+    Ok(Some(Window { from, until: Instant::now() + SETTLE }))
+}
+
+/// The cluster node (`node-N`) that leads the jobs stream.
+async fn jobs_stream_leader(topology: &Topology) -> anyhow::Result<String> {
+    let bus = &topology.setup.bus;
+    let mut stream = bus.jetstream().get_stream(bus.subjects().jobs_stream()).await?;
+    let info = stream.info().await?;
+    info.cluster.as_ref().and_then(|c| c.leader.clone()).context("the jobs stream has no leader")
+}
+
+/// Rotates the account's secret through the api, and tells the recorder.
+async fn rotate(topology: &Topology, recorder: &Recorder) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let answer: Value = http
+        .post(format!("{}/v1/account/webhooks/secret/rotate", topology.apis[0]))
+        .bearer_auth(&topology.key)
+        .json(&json!({"transition_hours": 1}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let key = answer["key"].as_str().context("the rotation answered no key")?;
+    recorder.rotated(WebhookSecret::parse(key).context("the new secret")?);
+    Ok(())
+}
+
+/// Waits until every accepted prediction has ended and has its `completed` webhook (or the
+/// drain times out), then until deliveries stay quiet; returns each prediction's last status.
+async fn drain(topology: &Topology, recorder: &Recorder) -> anyhow::Result<HashMap<String, String>> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    let mut statuses: HashMap<String, String> = HashMap::new();
+    let ids = accepted_ids(topology).await?;
+    loop {
+        for id in &ids {
+            if statuses.get(id).is_some_and(|s| matches!(s.as_str(), "succeeded" | "failed" | "canceled")) {
+                continue;
+            }
+            let url = format!("{}/v1/predictions/{id}", topology.apis[0]);
+            if let Ok(response) = http.get(url).bearer_auth(&topology.key).send().await
+                && let Ok(prediction) = response.json::<Value>().await
+                && let Some(status) = prediction["status"].as_str()
+            {
+                statuses.insert(id.clone(), status.to_owned());
+            }
+        }
+        let completed: std::collections::HashSet<String> = recorder
+            .deliveries()
+            .into_iter()
+            .filter(|d| d.accepted && d.event == "completed")
+            .map(|d| d.prediction)
+            .collect();
+        let settled = ids.iter().all(|id| {
+            statuses.get(id).is_some_and(|s| matches!(s.as_str(), "succeeded" | "failed" | "canceled"))
+                && completed.contains(id)
+        });
+        if settled || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let quiet_deadline = Instant::now() + DRAIN_TIMEOUT / 4;
+    while recorder.tally().quiet_for < QUIET && Instant::now() < quiet_deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(statuses)
+}
+
+/// Every prediction of the scenario's account, from the database: the drain checks them all,
+/// including any a create stored but whose answer was lost.
+async fn accepted_ids(topology: &Topology) -> anyhow::Result<Vec<String>> {
+    let predictions = topology.setup.store.database().collection::<bson::Document>("predictions");
+    let ids = predictions.distinct("_id", bson::doc! {}).await.context("listing the predictions")?;
+    Ok(ids.into_iter().filter_map(|id| id.as_str().map(str::to_owned)).collect())
+}

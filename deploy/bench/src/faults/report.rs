@@ -1,0 +1,319 @@
+//! What a fault scenario shows, and whether it passes: from the creates' answers, the
+//! predictions' last statuses and the webhook deliveries the recorder saw.
+//!
+//! - every create answered 201 ends in a terminal state (`stuck` counts those that did not);
+//! - every prediction gets an accepted `completed` webhook (`missing`);
+//! - `duplicated` counts predictions whose `completed` webhook was accepted more than once;
+//!   it must be zero unless the scenario kills or restarts a part, and every copy of one event
+//!   must carry the same `webhook-id` in any scenario;
+//! - no 5xx answer outside the fault's window (from the fault until the part is back and has
+//!   had [`SETTLE`] to reconnect);
+//! - every signature verifies (with the new secret after a rotation), and no retry comes
+//!   before the `Retry-After` it was given.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::{
+    faults::{
+        load::{Answer, Attempt},
+        recorder::{Delivery, Tally},
+    },
+    stats::{Samples, ms},
+};
+
+/// How long after a part is back its clients may still fail while they reconnect.
+pub const SETTLE: Duration = Duration::from_secs(5);
+
+/// When a fault was on: from its start until the part was back plus [`SETTLE`].
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    /// When the fault began.
+    pub from: Instant,
+    /// When the part was back, plus the settle time.
+    pub until: Instant,
+}
+
+impl Window {
+    fn contains(&self, at: Instant, took: Duration) -> bool {
+        // A request that was in flight while the fault began is inside it too.
+        at + took >= self.from && at <= self.until
+    }
+}
+
+/// What one scenario showed.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// The scenario's name.
+    pub scenario: String,
+    /// Creates answered 201.
+    pub accepted: usize,
+    /// Of those, predictions in a terminal state at the end.
+    pub terminal: usize,
+    /// Of those, predictions that ended `failed` or `canceled`.
+    pub unsuccessful: usize,
+    /// Accepted predictions not terminal at the end.
+    pub stuck: usize,
+    /// Terminal predictions without an accepted `completed` webhook.
+    pub missing: usize,
+    /// Predictions whose `completed` webhook was accepted more than once.
+    pub duplicated: usize,
+    /// Predictions whose `completed` copies carried different `webhook-id`s.
+    pub ids_differ: usize,
+    /// 5xx answers outside the fault's window.
+    pub server_errors: usize,
+    /// Creates not answered 201 inside the fault's window (5xx, refused, timed out).
+    pub refused_in_fault: usize,
+    /// Creates not answered 201 outside the window (refused or timed out; 5xx are above).
+    pub refused_outside: usize,
+    /// p99 of creates and of read-backs, in ms.
+    pub create_p99_ms: f64,
+    /// p99 of the read-backs, in ms.
+    pub get_p99_ms: f64,
+    /// The recorder's counts.
+    pub tally: Tally,
+    /// Whether duplicates are allowed (the scenario kills or restarts a part).
+    pub duplicates_allowed: bool,
+    /// Service replicas that exited without being killed.
+    pub crashed: Vec<&'static str>,
+    /// The p99 that creates and read-backs must stay under, where the scenario has one.
+    pub latency_bound: Option<Duration>,
+}
+
+/// The inputs of an outcome.
+pub struct Evidence<'a> {
+    /// The creates.
+    pub attempts: &'a [Attempt],
+    /// The last status of each accepted prediction.
+    pub statuses: &'a HashMap<String, String>,
+    /// Every delivery.
+    pub deliveries: &'a [Delivery],
+    /// The fault's window, if the scenario has one.
+    pub window: Option<Window>,
+}
+
+fn terminal(status: &str) -> bool {
+    matches!(status, "succeeded" | "failed" | "canceled")
+}
+
+impl Outcome {
+    /// Sums up `evidence`.
+    pub fn of(scenario: &str, evidence: &Evidence<'_>, tally: Tally, duplicates_allowed: bool) -> Self {
+        let inside = |a: &Attempt| evidence.window.is_some_and(|w| w.contains(a.at, a.create));
+        let accepted: Vec<&str> = evidence
+            .attempts
+            .iter()
+            .filter_map(|a| match &a.answer {
+                Answer::Accepted(id) => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let status_of = |id: &str| evidence.statuses.get(id).map(String::as_str).unwrap_or("unknown");
+        let ended: Vec<&str> = accepted.iter().copied().filter(|id| terminal(status_of(id))).collect();
+        let mut completed: HashMap<&str, Vec<&str>> = HashMap::new();
+        for d in evidence.deliveries.iter().filter(|d| d.accepted && d.event == "completed") {
+            completed.entry(d.prediction.as_str()).or_default().push(d.webhook_id.as_str());
+        }
+        let server_error = |code: u16| (500..600).contains(&code);
+        let server_errors = evidence
+            .attempts
+            .iter()
+            .filter(|a| !inside(a))
+            .filter(|a| {
+                matches!(a.answer, Answer::Status(code) if server_error(code))
+                    || a.get.is_some_and(|(code, _)| server_error(code))
+            })
+            .count();
+        let not_accepted = |a: &&Attempt| !matches!(a.answer, Answer::Accepted(_));
+        let refused_outside = evidence
+            .attempts
+            .iter()
+            .filter(not_accepted)
+            .filter(|a| !inside(a) && matches!(a.answer, Answer::Unanswered))
+            .count();
+        let p99 = |samples: Vec<Duration>| ms(Samples::new(samples).percentile(99.0));
+        Self {
+            scenario: scenario.to_owned(),
+            accepted: accepted.len(),
+            terminal: ended.len(),
+            unsuccessful: ended.iter().filter(|id| status_of(id) != "succeeded").count(),
+            stuck: accepted.len() - ended.len(),
+            missing: ended.iter().filter(|id| !completed.contains_key(*id)).count(),
+            duplicated: completed.values().filter(|ids| ids.len() > 1).count(),
+            ids_differ: completed.values().filter(|ids| ids.iter().collect::<BTreeSet<_>>().len() > 1).count(),
+            server_errors,
+            refused_in_fault: evidence.attempts.iter().filter(not_accepted).filter(|a| inside(a)).count(),
+            refused_outside,
+            create_p99_ms: p99(evidence.attempts.iter().filter(|a| !not_accepted(a)).map(|a| a.create).collect()),
+            get_p99_ms: p99(evidence.attempts.iter().filter_map(|a| a.get.map(|(_, took)| took)).collect()),
+            tally,
+            duplicates_allowed,
+            crashed: Vec::new(),
+            latency_bound: None,
+        }
+    }
+
+    /// Why the scenario fails, if it does.
+    pub fn failures(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        let mut fail = |bad: bool, text: String| {
+            if bad {
+                why.push(text);
+            }
+        };
+        fail(self.accepted == 0, "no create was accepted".into());
+        fail(self.stuck > 0, format!("{} predictions did not end", self.stuck));
+        fail(self.missing > 0, format!("{} completed webhooks missing", self.missing));
+        fail(!self.duplicates_allowed && self.duplicated > 0, format!("{} completed duplicates", self.duplicated));
+        fail(self.ids_differ > 0, format!("{} duplicates with another webhook-id", self.ids_differ));
+        fail(self.server_errors > 0, format!("{} 5xx outside the fault", self.server_errors));
+        fail(self.refused_outside > 0, format!("{} creates unanswered outside the fault", self.refused_outside));
+        fail(self.tally.bad_signatures > 0, format!("{} bad signatures", self.tally.bad_signatures));
+        fail(self.tally.old_signatures > 0, format!("{} signed with the old secret", self.tally.old_signatures));
+        fail(self.tally.early_retries > 0, format!("{} retries before Retry-After", self.tally.early_retries));
+        if let Some(bound) = self.latency_bound {
+            let worst = self.create_p99_ms.max(self.get_p99_ms);
+            fail(worst > ms(bound), format!("p99 {worst:.1} ms over {} ms", ms(bound)));
+        }
+        fail(!self.crashed.is_empty(), format!("exited by themselves: {}", self.crashed.join(", ")));
+        why
+    }
+
+    /// The outcome as JSON.
+    pub fn json(&self) -> Value {
+        json!({
+            "scenario": self.scenario, "accepted": self.accepted, "terminal": self.terminal,
+            "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
+            "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
+            "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
+            "not_accepted_in_fault": self.refused_in_fault, "unanswered_outside_fault": self.refused_outside,
+            "create_p99_ms": self.create_p99_ms, "get_p99_ms": self.get_p99_ms,
+            "bad_signatures": self.tally.bad_signatures, "old_signatures": self.tally.old_signatures,
+            "early_retries": self.tally.early_retries, "failures": self.failures(),
+        })
+    }
+}
+
+/// The table of outcomes, in Markdown.
+pub fn table(outcomes: &[Outcome]) -> String {
+    let mut out = String::from(
+        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | create p99 ms | get p99 ms | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for o in outcomes {
+        let failures = o.failures();
+        let result = if failures.is_empty() { "pass".to_owned() } else { format!("FAIL: {}", failures.join("; ")) };
+        let duplicated =
+            if o.duplicates_allowed { format!("{} (allowed)", o.duplicated) } else { o.duplicated.to_string() };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            o.scenario,
+            o.accepted,
+            o.terminal,
+            o.stuck,
+            o.missing,
+            duplicated,
+            o.server_errors,
+            o.refused_in_fault,
+            o.create_p99_ms,
+            o.get_p99_ms,
+            result
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepted(id: &str, at: Instant) -> Attempt {
+        Attempt {
+            at,
+            answer: Answer::Accepted(id.into()),
+            create: Duration::from_millis(5),
+            get: Some((200, Duration::from_millis(2))),
+        }
+    }
+
+    fn completed(prediction: &str, webhook_id: &str) -> Delivery {
+        Delivery {
+            prediction: prediction.into(),
+            event: "completed".into(),
+            webhook_id: webhook_id.into(),
+            at: Instant::now(),
+            accepted: true,
+        }
+    }
+
+    #[test]
+    fn lost_stuck_and_duplicated_predictions_are_counted_apart() {
+        let now = Instant::now();
+        let attempts = [accepted("a", now), accepted("b", now), accepted("c", now), accepted("d", now)];
+        let statuses: HashMap<String, String> =
+            [("a", "succeeded"), ("b", "failed"), ("c", "processing"), ("d", "succeeded")]
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect();
+        let deliveries = [completed("a", "msg_a"), completed("a", "msg_a"), completed("b", "msg_b")];
+        let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &deliveries, window: None };
+        let outcome = Outcome::of("t", &evidence, Tally::default(), false);
+        assert_eq!((outcome.accepted, outcome.terminal, outcome.unsuccessful), (4, 3, 1));
+        assert_eq!((outcome.stuck, outcome.missing, outcome.duplicated, outcome.ids_differ), (1, 1, 1, 0));
+        let failures = outcome.failures();
+        assert_eq!(failures.len(), 3, "stuck, missing, duplicated: {failures:?}");
+        let allowed = Outcome::of("t", &evidence, Tally::default(), true);
+        assert_eq!(allowed.failures().len(), 2, "duplicates allowed in a kill run");
+    }
+
+    #[test]
+    fn copies_with_different_webhook_ids_fail_even_where_duplicates_are_allowed() {
+        let attempts = [accepted("a", Instant::now())];
+        let statuses = HashMap::from([("a".to_owned(), "succeeded".to_owned())]);
+        let deliveries = [completed("a", "msg_1"), completed("a", "msg_2")];
+        let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &deliveries, window: None };
+        let outcome = Outcome::of("t", &evidence, Tally::default(), true);
+        assert_eq!(outcome.ids_differ, 1);
+        assert!(!outcome.failures().is_empty());
+    }
+
+    #[test]
+    fn server_errors_count_only_outside_the_fault_window() {
+        let start = Instant::now();
+        let error =
+            |at: Instant| Attempt { at, answer: Answer::Status(503), create: Duration::from_millis(1), get: None };
+        let attempts = [error(start), error(start + Duration::from_secs(2)), error(start + Duration::from_secs(9))];
+        let window = Window { from: start + Duration::from_secs(1), until: start + Duration::from_secs(5) };
+        let statuses = HashMap::new();
+        let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &[], window: Some(window) };
+        let outcome = Outcome::of("t", &evidence, Tally::default(), false);
+        assert_eq!((outcome.server_errors, outcome.refused_in_fault), (2, 1));
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_scenario_with_its_verdict() {
+        let passing = Outcome { scenario: "steady".into(), accepted: 10, terminal: 10, ..Outcome::default() };
+        let failing = Outcome { scenario: "broken".into(), accepted: 10, terminal: 9, stuck: 1, ..Outcome::default() };
+        let table = table(&[passing, failing]);
+        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 0.0 | 0.0 | pass |"), "{table}");
+        assert!(table.contains("FAIL: 1 predictions did not end"), "{table}");
+    }
+
+    #[test]
+    fn a_scenario_with_a_latency_bound_fails_past_it() {
+        let bounded = |create_p99_ms| Outcome {
+            accepted: 1,
+            terminal: 1,
+            create_p99_ms,
+            latency_bound: Some(Duration::from_millis(100)),
+            ..Outcome::default()
+        };
+        assert!(bounded(99.0).failures().is_empty());
+        assert_eq!(bounded(140.0).failures(), ["p99 140.0 ms over 100 ms"]);
+    }
+}

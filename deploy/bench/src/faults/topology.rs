@@ -1,0 +1,197 @@
+//! The services of one fault scenario as separate processes: any number of api, runner and
+//! notifier replicas on the scenario's own database and NATS prefix, each on fixed ports, so a
+//! replica killed with SIGKILL comes back as the same member (same address, same settings).
+//! Logs go to one file per replica in the run's directory, appended across restarts.
+
+use std::{collections::HashMap, path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use common::domain::WebhookSecret;
+
+use crate::{faults::infra::free_port, processes::ServiceProcess, setup::Setup};
+
+/// How long a replica may take to serve, and to stop.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// A service role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The HTTP API.
+    Api,
+    /// Runs the models.
+    Runner,
+    /// Delivers the webhooks.
+    Notifier,
+}
+
+impl Role {
+    fn binary(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Runner => "runner",
+            Self::Notifier => "notifier",
+        }
+    }
+}
+
+/// How many replicas of each role.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// api replicas.
+    pub apis: usize,
+    /// runner replicas.
+    pub runners: usize,
+    /// notifier replicas.
+    pub notifiers: usize,
+}
+
+struct Replica {
+    role: Role,
+    vars: HashMap<String, String>,
+    log: PathBuf,
+    health: String,
+    process: Option<ServiceProcess>,
+}
+
+/// The running services.
+pub struct Topology {
+    /// The scenario's database, prefix and settings.
+    pub setup: Setup,
+    /// Every api replica's base URL.
+    pub apis: Vec<String>,
+    /// An admin key of the account `faults`.
+    pub key: String,
+    /// Its webhook signing secret.
+    pub secret: WebhookSecret,
+    replicas: Vec<Replica>,
+    http: reqwest::Client,
+}
+
+impl Topology {
+    /// Creates the account `faults` on a fresh database and prefix with `vars` (the servers
+    /// and service settings), then starts `shape`'s replicas and waits until each serves.
+    pub async fn start(shape: Shape, vars: &[(&str, String)], logs: PathBuf) -> anyhow::Result<Self> {
+        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        // A cluster just started elects its JetStream leader first: until then streams
+        // cannot be created.
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        let setup = loop {
+            match Setup::new(&pairs).await {
+                Ok(setup) => break setup,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::info!("servers not ready yet ({e:#}); trying again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e.context("the servers did not become ready")),
+            }
+        };
+        let config = api::config::ApiConfig::from_env(&setup.env())?;
+        let bootstrapped = api::admin::bootstrap(&config, "faults").await?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        let mut topology = Self {
+            setup,
+            apis: Vec::new(),
+            key: bootstrapped.key.expose().to_owned(),
+            secret: bootstrapped.secret,
+            replicas: Vec::new(),
+            http,
+        };
+        std::fs::create_dir_all(&logs)?;
+        for (role, count) in [(Role::Api, shape.apis), (Role::Runner, shape.runners), (Role::Notifier, shape.notifiers)]
+        {
+            for i in 0..count {
+                topology.add(role, logs.join(format!("{}-{i}.log", role.binary())))?;
+            }
+        }
+        for i in 0..topology.replicas.len() {
+            topology.start_replica(i).await?;
+        }
+        Ok(topology)
+    }
+
+    fn add(&mut self, role: Role, log: PathBuf) -> anyhow::Result<()> {
+        let address = format!("127.0.0.1:{}", free_port()?);
+        let mut vars = self.setup.vars.clone();
+        let health = match role {
+            Role::Api => {
+                let base = format!("http://{address}");
+                vars.insert("API_BIND".into(), address);
+                vars.insert("PUBLIC_BASE_URL".into(), base.clone());
+                self.apis.push(base.clone());
+                format!("{base}/health")
+            }
+            Role::Runner => {
+                vars.insert("RUNNER_METRICS_BIND".into(), address.clone());
+                format!("http://{address}/health")
+            }
+            Role::Notifier => {
+                vars.insert("NOTIFIER_METRICS_BIND".into(), address.clone());
+                format!("http://{address}/health")
+            }
+        };
+        self.replicas.push(Replica { role, vars, log, health, process: None });
+        Ok(())
+    }
+
+    /// The position of the `n`-th replica of `role`.
+    fn find(&self, role: Role, n: usize) -> anyhow::Result<usize> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.role == role)
+            .nth(n)
+            .map(|(i, _)| i)
+            .with_context(|| format!("no {} replica {n}", role.binary()))
+    }
+
+    async fn start_replica(&mut self, i: usize) -> anyhow::Result<()> {
+        let replica = &mut self.replicas[i];
+        replica.process = Some(ServiceProcess::spawn(replica.role.binary(), &replica.vars, &replica.log)?);
+        let (url, http) = (replica.health.clone(), self.http.clone());
+        let poll = async {
+            while !http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(START_TIMEOUT, poll).await.with_context(|| format!("{url} did not answer 200"))
+    }
+
+    /// SIGKILL of the `n`-th replica of `role`.
+    pub async fn kill(&mut self, role: Role, n: usize) -> anyhow::Result<()> {
+        let i = self.find(role, n)?;
+        match self.replicas[i].process.take() {
+            Some(process) => process.kill().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the `n`-th replica of `role` again and waits until it serves.
+    pub async fn restart(&mut self, role: Role, n: usize) -> anyhow::Result<()> {
+        let i = self.find(role, n)?;
+        self.start_replica(i).await
+    }
+
+    /// Whether a replica exited that no fault killed.
+    pub fn crashed(&mut self) -> Vec<&'static str> {
+        let mut exited = Vec::new();
+        for replica in &mut self.replicas {
+            if replica.process.as_mut().is_some_and(ServiceProcess::exited) {
+                exited.push(replica.role.binary());
+            }
+        }
+        exited
+    }
+
+    /// Stops every replica: notifiers last, so the last events still go out.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        for role in [Role::Api, Role::Runner, Role::Notifier] {
+            for replica in self.replicas.iter_mut().filter(|r| r.role == role) {
+                if let Some(process) = replica.process.take() {
+                    process.stop(STOP_GRACE).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
