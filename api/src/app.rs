@@ -57,6 +57,7 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
     let background = state.background.clone();
     let app = app(state);
     tracing::info!(addr = %listener.local_addr()?, "api listening");
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future();
     tokio::select! {
         result = server => result.context("server failed")?,
@@ -75,7 +76,7 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
 /// Connects to MongoDB and NATS and prepares indexes and streams.
 pub async fn connect(config: ApiConfig) -> anyhow::Result<AppState> {
     let (store, bus) = common::connect::connect(&config.common, "api").await?;
-    Ok(AppState::new(config, store, bus))
+    Ok(AppState::new(config, store, bus).await?)
 }
 
 /// The routes wrapped in the middleware stack.

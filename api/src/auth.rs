@@ -1,81 +1,21 @@
 //! Authentication and scopes, as extractors: a handler that takes [`Authorized<Write>`] cannot
 //! run without a valid key holding `write`, so no route can forget the check.
 //!
-//! Keys are looked up by the SHA-256 of the presented value through [`KeyDirectory`], which
-//! caches each answer (found or not) for [`KEY_CACHE_TTL`]: **a deactivated or deleted key can
-//! still pass for up to 5 seconds on each api replica**, the price of not reading MongoDB on every
-//! request. Expiry is checked on every request against the clock, so an expired key fails at
+//! Keys are looked up by the SHA-256 of the presented value through
+//! [`crate::keys::KeyDirectory`] (cached briefly; a deactivation empties every replica's cache
+//! at once). Expiry is checked on every request against the clock, so an expired key fails at
 //! once. Missing, malformed, unknown, inactive and expired keys all get the same 401.
 
-use std::{
-    collections::HashMap,
-    marker::PhantomData,
-    sync::Mutex,
-    time::{Duration, Instant},
-};
+use std::marker::PhantomData;
 
 use axum::{extract::FromRequestParts, http::request::Parts};
 use bson::DateTime;
 use common::{
-    cache::TtlCache,
-    domain::{ApiKeyId, ApiKeyValue, KeyHash, Scope},
-    store::{ApiKeyRecord, ApiKeys, api_keys::LAST_USED_RESOLUTION_MS},
+    domain::{ApiKeyValue, Scope},
+    store::ApiKeyRecord,
 };
 
 use crate::{error::ApiError, ratelimit::DecisionSlot, state::AppState};
-
-/// How long a key look-up is trusted.
-pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
-const KEY_CACHE_CAPACITY: usize = 10_000;
-
-/// API keys by hash, cached briefly; also keeps `last_used_at` to one write a minute per key.
-pub struct KeyDirectory {
-    keys: ApiKeys,
-    cache: TtlCache<KeyHash, Option<ApiKeyRecord>>,
-    last_touched: Mutex<HashMap<ApiKeyId, Instant>>,
-}
-
-impl KeyDirectory {
-    /// A directory over the `api_keys` collection.
-    pub fn new(keys: ApiKeys) -> Self {
-        Self { keys, cache: TtlCache::new(KEY_CACHE_TTL, KEY_CACHE_CAPACITY), last_touched: Mutex::new(HashMap::new()) }
-    }
-
-    /// The key record for a presented value, if it exists (usable or not).
-    async fn lookup(&self, value: &ApiKeyValue) -> Result<Option<ApiKeyRecord>, ApiError> {
-        let hash = value.hash();
-        if let Some(cached) = self.cache.get(&hash) {
-            return Ok(cached);
-        }
-        let found = self.keys.find_by_hash(&hash).await?;
-        self.cache.insert(hash, found.clone());
-        Ok(found)
-    }
-
-    /// Records a use of `key`, writing `last_used_at` at most once a minute per key and
-    /// replica; the store's conditional update keeps it to once a minute across replicas.
-    fn note_use(&self, key: &ApiKeyRecord) {
-        let resolution = Duration::from_millis(LAST_USED_RESOLUTION_MS as u64);
-        {
-            let mut touched = self.last_touched.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            if touched.get(&key.id).is_some_and(|at| now.duration_since(*at) < resolution) {
-                return;
-            }
-            if touched.len() >= KEY_CACHE_CAPACITY {
-                touched.retain(|_, at| now.duration_since(*at) < resolution);
-            }
-            touched.insert(key.id.clone(), now);
-        }
-        let keys = self.keys.clone();
-        let id = key.id.clone();
-        tokio::spawn(async move {
-            if let Err(e) = keys.touch_last_used(&id, DateTime::now()).await {
-                tracing::warn!(key_id = %id, error = %e, "could not record last_used_at");
-            }
-        });
-    }
-}
 
 /// The caller: a valid, active, unexpired key within its rate limit (see [`crate::ratelimit`]).
 #[derive(Debug, Clone)]

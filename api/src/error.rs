@@ -141,14 +141,15 @@ pub async fn render_problems(State(state): State<AppState>, request: Request, ne
     let problem = match response.extensions_mut().remove::<Problem>() {
         Some(p) => p,
         None if status.is_client_error() || status.is_server_error() => {
-            // A handler's own JSON (problem+json, or e.g. /ready's 503 body) is left alone;
-            // only bodies the framework made (none, or plain text) are replaced.
-            let handler_json = response
+            // A handler's own JSON (problem+json, or e.g. /ready's 503 body) and the console's
+            // error pages are left alone; only bodies the framework made (none, or plain text)
+            // are replaced.
+            let handler_body = response
                 .headers()
                 .get(header::CONTENT_TYPE)
                 .and_then(|ct| ct.to_str().ok())
-                .is_some_and(|ct| ct.contains("json"));
-            if handler_json {
+                .is_some_and(|ct| ct.contains("json") || ct.starts_with("text/html"));
+            if handler_body {
                 return response;
             }
             let kind = ProblemKind::from_status(status.as_u16());

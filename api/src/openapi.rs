@@ -38,6 +38,10 @@ const ERRORS: &[(&str, &str, &[u16])] = &[
     ("get", "/v1/files/{id}", &[404]),
     ("post", "/v1/account/api-keys", &[400, 413]),
     ("get", "/v1/account/api-keys/{id}", &[404]),
+    ("get", "/v1/account/api-keys", &[400]),
+    ("patch", "/v1/account/api-keys/{id}", &[400, 404, 413]),
+    ("get", "/v1/predictions/{id}/webhook-deliveries", &[404]),
+    ("post", "/v1/predictions/{id}/webhook-deliveries/{webhook_id}/resend", &[404, 409]),
     ("get", "/v1/account/webhooks/secret", &[]),
     ("post", "/v1/account/webhooks/secret/rotate", &[400, 413]),
 ];
@@ -51,6 +55,7 @@ fn describe(status: u16) -> &'static str {
         401 => "Missing, malformed, unknown, inactive or expired key (`AUTH_INVALID_TOKEN`)",
         403 => "The key lacks the scope this operation needs (`AUTH_INSUFFICIENT_SCOPE`)",
         404 => "No such resource in the caller's account (`RESOURCE_NOT_FOUND`)",
+        409 => "The request conflicts with the resource's state (`CONFLICT`)",
         413 => "The body is over 1 MiB",
         429 => "Rate limit exceeded; `Retry-After: 60` and `X-RateLimit-*` headers",
         503 => "MongoDB or NATS is out of reach for now (`SERVICE_UNAVAILABLE`); retry after `Retry-After` seconds",
@@ -77,7 +82,11 @@ fn describe(status: u16) -> &'static str {
         routes::models::version,
         routes::files::get,
         routes::api_keys::create,
+        routes::api_keys::list,
         routes::api_keys::get,
+        routes::api_keys::update,
+        routes::webhook_deliveries::list,
+        routes::webhook_deliveries::resend,
         routes::webhook_secret::get,
         routes::webhook_secret::rotate,
         routes::health::ready,
@@ -120,6 +129,7 @@ impl Modify for ProblemResponses {
             let Some(item) = openapi.paths.paths.get_mut(*path) else { continue };
             let operation = match *method {
                 "get" => item.get.as_mut(),
+                "patch" => item.patch.as_mut(),
                 _ => item.post.as_mut(),
             };
             let Some(operation) = operation else { continue };
@@ -149,7 +159,7 @@ impl Modify for ReplicateSurface {
             .map(|(p, i)| (p.clone(), i.clone()))
             .collect();
         for (path, mut item) in canonical {
-            for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+            for operation in [&mut item.get, &mut item.post, &mut item.patch].into_iter().flatten() {
                 operation.operation_id = operation.operation_id.take().map(|id| format!("{id}Replicate"));
                 operation.tags = Some(vec!["replicate".into()]);
             }
@@ -191,7 +201,11 @@ mod tests {
             let replicate = format!("/replicate{path}");
             for path in [*path, replicate.as_str()] {
                 let item = doc.paths.paths.get(path).unwrap_or_else(|| panic!("{path} is documented"));
-                let op = if *method == "get" { item.get.as_ref() } else { item.post.as_ref() };
+                let op = match *method {
+                    "get" => item.get.as_ref(),
+                    "patch" => item.patch.as_ref(),
+                    _ => item.post.as_ref(),
+                };
                 let op = op.unwrap_or_else(|| panic!("{method} {path} is documented"));
                 for status in extra.iter().chain(AUTHENTICATED) {
                     assert!(op.responses.responses.contains_key(&status.to_string()), "{method} {path} {status}");

@@ -13,7 +13,7 @@ use common::{
 use tokio_util::task::TaskTracker;
 
 use crate::{
-    auth::KeyDirectory, config::ApiConfig, models::ModelCatalog, ratelimit::RateLimiter, wait_slots::WaitSlots,
+    config::ApiConfig, keys::KeyDirectory, models::ModelCatalog, ratelimit::RateLimiter, wait_slots::WaitSlots,
 };
 
 /// How creates share writes: no waiting (a lone create is written at once), but creates that
@@ -52,10 +52,11 @@ pub struct Shared {
 }
 
 impl AppState {
-    /// Builds the state around connected clients.
-    pub fn new(config: ApiConfig, store: Store, bus: Bus) -> Self {
-        Self(Arc::new(Shared {
-            keys: KeyDirectory::new(store.api_keys()),
+    /// Builds the state around connected clients (and subscribes to key deactivations).
+    pub async fn new(config: ApiConfig, store: Store, bus: Bus) -> Result<Self, common::bus::BusError> {
+        let deactivations = bus.subscribe_key_deactivations().await?;
+        Ok(Self(Arc::new(Shared {
+            keys: KeyDirectory::new(store.api_keys(), deactivations),
             models: ModelCatalog::new(store.models()),
             rate_limiter: RateLimiter::new(bus.clone()),
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
@@ -65,7 +66,7 @@ impl AppState {
             config,
             store,
             bus,
-        }))
+        })))
     }
 
     /// The public base URL (no trailing slash).

@@ -44,6 +44,11 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         entries.insert(key, (value, Instant::now()));
     }
 
+    /// Forgets every entry (after a change whose entries cannot be named).
+    pub fn clear(&self) {
+        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
+    }
+
     /// Forgets an entry (after a change made by this process).
     pub fn remove(&self, key: &K) {
         let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    domain::{AccountId, ModelRef, Prediction, PredictionId, PredictionView, WebhookEvent, WebhookUrl},
+    domain::{AccountId, ApiKeyId, ModelRef, Prediction, PredictionId, PredictionView, WebhookEvent, WebhookUrl},
     links::Links,
 };
 
@@ -30,6 +30,12 @@ pub enum StatusEvent {
     /// Version 1.
     #[serde(rename = "prediction_changed.v1")]
     PredictionChangedV1(PredictionChanged),
+    /// A person asked for one more attempt of an event's webhook (a resend): the notifier
+    /// makes exactly one attempt, with the event's own `webhook-id`, whatever came before.
+    /// Published by the api on [`crate::subjects::Subjects::resends`], never on a
+    /// prediction's own events subject, so streams and waits never see it.
+    #[serde(rename = "webhook_resend.v1")]
+    WebhookResendV1(PredictionChanged),
 }
 
 /// What changed, and the prediction as clients see it right after the change.
@@ -99,6 +105,21 @@ pub enum SecretMessage {
     },
 }
 
+/// An API key was deactivated: every api replica drops its cached key look-ups (core NATS,
+/// sent by the api before it answers the deactivation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum KeyMessage {
+    /// Version 1.
+    #[serde(rename = "key_deactivated.v1")]
+    KeyDeactivatedV1 {
+        /// The key's account.
+        account_id: AccountId,
+        /// The key.
+        key_id: ApiKeyId,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,11 +157,12 @@ mod tests {
                 surface,
             });
             p.error = Some(PredictionError { code: "MODEL_ERROR".into(), message: "boom".into() });
-            let event = StatusEvent::PredictionChangedV1(PredictionChanged::of(&p, WebhookEvent::Start, &links));
-            let StatusEvent::PredictionChangedV1(change) = &event;
+            let change = PredictionChanged::of(&p, WebhookEvent::Start, &links);
             assert!(change.prediction.urls.get.starts_with(&links.api(surface)), "rendered for its creator's surface");
-            let bytes = serde_json::to_vec(&event).expect("serializes");
-            assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
+            for event in [StatusEvent::PredictionChangedV1(change.clone()), StatusEvent::WebhookResendV1(change)] {
+                let bytes = serde_json::to_vec(&event).expect("serializes");
+                assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
+            }
         }
     }
 
@@ -155,6 +177,14 @@ mod tests {
         let msg = SecretMessage::SecretRotatedV1 { account_id: AccountId::generate() };
         let bytes = serde_json::to_vec(&msg).expect("serializes");
         assert_eq!(serde_json::from_slice::<SecretMessage>(&bytes).ok(), Some(msg));
+    }
+
+    #[test]
+    fn a_key_deactivation_round_trips() {
+        let msg = KeyMessage::KeyDeactivatedV1 { account_id: AccountId::generate(), key_id: ApiKeyId::generate() };
+        let text = serde_json::to_value(&msg).expect("serializes");
+        assert_eq!(text["kind"], "key_deactivated.v1");
+        assert_eq!(serde_json::from_value::<KeyMessage>(text).ok(), Some(msg));
     }
 
     #[test]

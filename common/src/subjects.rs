@@ -12,7 +12,7 @@
 //! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
 //! | signing secret rotated (core NATS) | `ps.secrets.rotated` |
 
-use crate::domain::{AccountId, ApiKeyId, ModelRef, PredictionId};
+use crate::domain::{AccountId, ModelRef, PredictionId};
 
 /// The names of one deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,9 +117,11 @@ impl Subjects {
         format!("{}.ratelimit.>", self.prefix)
     }
 
-    /// The counter of one key's requests in one minute (minutes since the Unix epoch).
-    pub fn rate_limit(&self, key: &ApiKeyId, minute: i64) -> String {
-        format!("{}.ratelimit.{key}.{minute}", self.prefix)
+    /// A rate counter in one minute (minutes since the Unix epoch): `counter` is an API key's
+    /// id (its requests) or another counter's name (failed console sign-ins of a client), one
+    /// subject token.
+    pub fn rate_limit(&self, counter: &str, minute: i64) -> String {
+        format!("{}.ratelimit.{counter}.{minute}", self.prefix)
     }
 
     /// The core-NATS subject on which a cancel of one prediction is broadcast to runners.
@@ -131,6 +133,17 @@ impl Subjects {
     /// to every notifier.
     pub fn secret_rotations(&self) -> String {
         format!("{}.secrets.rotated", self.prefix)
+    }
+
+    /// The core-NATS subject on which a deactivated API key is announced to every api replica.
+    pub fn key_deactivations(&self) -> String {
+        format!("{}.keys.deactivated", self.prefix)
+    }
+
+    /// The events-stream subject of webhook resends (inside [`Self::all_events`], outside
+    /// every prediction's own [`Self::events`]).
+    pub fn resends(&self, id: &PredictionId) -> String {
+        format!("{}.events.resend.{id}", self.prefix)
     }
 
     /// Every cancel subject.

@@ -130,12 +130,57 @@ pub async fn consume(
 async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
     let held = HeldMessage::<StatusEvent>::take(message, "notifier", &notifier.dead_letters, notifier.progress_every);
     let Some(event) = held.await else { return };
-    let StatusEvent::PredictionChangedV1(change) = event.payload().clone();
     let (delivery, _) = event.delivery();
-    let span =
-        tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
-    let settle = route(delivery, &notifier, change).instrument(span).await;
+    let settle = match event.payload().clone() {
+        StatusEvent::PredictionChangedV1(change) => {
+            let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
+            route(delivery, &notifier, change).instrument(span).await
+        }
+        StatusEvent::WebhookResendV1(change) => {
+            let span = tracing::info_span!("webhook_resend", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
+            resend(&notifier, change).instrument(span).await
+        }
+    };
     event.settle(settle).await;
+}
+
+/// A resend: exactly one more attempt of the event, with its `webhook-id` and the next attempt
+/// number, outside the prediction's lane (its order was kept the first time) and without
+/// retries. Its record is stored before the message is acked.
+async fn resend(notifier: &Notifier, change: PredictionChanged) -> AckKind {
+    let Some(url) = change.webhook.clone() else {
+        return AckKind::Ack;
+    };
+    let Some(_slot) = notifier.targets.acquire(&url).await else {
+        return AckKind::Nak(Some(TARGET_BUSY_RETRY));
+    };
+    let before = match notifier.attempts.count_for_webhook(&change.message_id()).await {
+        Ok(n) => u32::try_from(n).unwrap_or(u32::MAX),
+        Err(e) => {
+            tracing::warn!(error = %e, "attempt count unavailable; retrying");
+            return AckKind::Nak(Some(DEPENDENCY_RETRY));
+        }
+    };
+    let record = match notifier.attempt(&change, &url, before.saturating_add(1), Retries::None).await {
+        Outcome::Attempted { record, .. } => record,
+        Outcome::NotAttempted(disposition) => return disposition.ack_kind(),
+    };
+    match notifier.recorder.record(record).await {
+        Ok(()) => AckKind::Ack,
+        Err(e) => {
+            tracing::warn!(error = %e, "resend attempt not recorded; handed back to be made again");
+            AckKind::Nak(Some(DEPENDENCY_RETRY))
+        }
+    }
+}
+
+/// Whether a failed attempt is retried on the schedule.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retries {
+    /// On the schedule (an event's own deliveries).
+    Scheduled,
+    /// Never (a resend).
+    None,
 }
 
 /// Drops what needs no webhook (none set, filtered out, stale, superseded), then delivers the
@@ -205,7 +250,7 @@ async fn deliver(
         }
     };
     let attempt = before.saturating_add(1);
-    let (record, disposition) = match notifier.attempt(change, url, attempt).await {
+    let (record, disposition) = match notifier.attempt(change, url, attempt, Retries::Scheduled).await {
         Outcome::Attempted { record, disposition } => (record, disposition),
         Outcome::NotAttempted(disposition) => {
             notifier.ledger.handed_back(&webhook_id, delivery, before);
@@ -263,7 +308,7 @@ impl Notifier {
         Ok(u32::try_from(recorded).unwrap_or(u32::MAX))
     }
 
-    async fn attempt(&self, change: &PredictionChanged, url: &WebhookUrl, attempt: u32) -> Outcome {
+    async fn attempt(&self, change: &PredictionChanged, url: &WebhookUrl, attempt: u32, retries: Retries) -> Outcome {
         let secrets = match self.secrets.get(&change.account_id).await {
             Ok(s) => s,
             Err(e) => {
@@ -285,6 +330,7 @@ impl Notifier {
         let retry = |retry_after: Option<Duration>| {
             self.schedule
                 .delay_after(attempt)
+                .filter(|_| retries == Retries::Scheduled)
                 .map(|d| d.max(retry_after.unwrap_or_default().min(self.schedule.longest())))
         };
         let (status_code, error, outcome, disposition) = match &result {

@@ -25,7 +25,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::{bus::Bus, cache::TtlCache, domain::ApiKeyId, store::ApiKeyRecord};
+use common::{bus::Bus, cache::TtlCache, store::ApiKeyRecord};
 
 use super::{
     Decision, WINDOW_SECS,
@@ -76,13 +76,13 @@ impl Tally {
 /// The tallies, shared with the flusher.
 #[derive(Default)]
 struct Shared {
-    tallies: Mutex<HashMap<(ApiKeyId, i64), Tally>>,
+    tallies: Mutex<HashMap<(String, i64), Tally>>,
     /// Signalled after each flush round.
     flushed: tokio::sync::Notify,
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ApiKeyId, i64), Tally>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i64), Tally>> {
         self.tallies.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -90,7 +90,7 @@ impl Shared {
 /// Counts requests per key on JetStream.
 pub struct RateLimiter {
     bus: Bus,
-    previous: TtlCache<(ApiKeyId, i64), i64>,
+    previous: TtlCache<(String, i64), i64>,
     shared: Arc<Shared>,
     breaker: Breaker,
 }
@@ -117,40 +117,38 @@ impl RateLimiter {
 
     /// Counts one request of `key` and decides whether it may proceed.
     pub async fn check(&self, key: &ApiKeyRecord) -> Decision {
+        self.check_counter(key.id.as_str(), key.rate_limit_rpm).await
+    }
+
+    /// Counts one event on `counter` (an API key's id, or another counter's name: one token
+    /// of letters, digits and `_`) and decides whether it is within `limit` a minute.
+    pub async fn check_counter(&self, counter: &str, limit: u32) -> Decision {
         let (minute, elapsed) = now_minute();
-        let let_through = || Decision {
-            allowed: true,
-            limit: key.rate_limit_rpm,
-            remaining: key.rate_limit_rpm,
-            reset: (minute + 1) * WINDOW_SECS,
-        };
+        let let_through = || Decision { allowed: true, limit, remaining: limit, reset: (minute + 1) * WINDOW_SECS };
         let skip = |reason: String| {
             if self.breaker.trip(Instant::now()) {
-                tracing::warn!(error = %reason, key_id = %key.id, "rate limits not checked for {OPEN_FOR:?} (NATS unavailable); requests let through");
+                tracing::warn!(error = %reason, counter, "rate limits not checked for {OPEN_FOR:?} (NATS unavailable); requests let through");
             }
         };
         if self.breaker.is_open(Instant::now()) {
-            self.shared.lock().entry((key.id.clone(), minute)).or_default().pending += 1;
+            self.shared.lock().entry((counter.to_owned(), minute)).or_default().pending += 1;
             return let_through();
         }
-        let previous = match tokio::time::timeout(CHECK_TIMEOUT, self.previous_total(&key.id, minute)).await {
+        let previous = match tokio::time::timeout(CHECK_TIMEOUT, self.previous_total(counter, minute)).await {
             Ok(Ok(total)) => total,
             failed => {
                 skip(
                     failed.map_or_else(|_| format!("no answer within {CHECK_TIMEOUT:?}"), |r| format!("{:?}", r.err())),
                 );
-                self.shared.lock().entry((key.id.clone(), minute)).or_default().pending += 1;
+                self.shared.lock().entry((counter.to_owned(), minute)).or_default().pending += 1;
                 return let_through();
             }
         };
-        let local = self.shared.lock().entry((key.id.clone(), minute)).or_default().admit_locally(
-            key.rate_limit_rpm,
-            previous,
-            elapsed,
-        );
+        let local =
+            self.shared.lock().entry((counter.to_owned(), minute)).or_default().admit_locally(limit, previous, elapsed);
         let current = match local {
             Some(current) => current,
-            None => match self.increment_now(&key.id, minute).await {
+            None => match self.increment_now(counter, minute).await {
                 Ok(total) => total,
                 Err(e) => {
                     skip(e.to_string());
@@ -158,15 +156,15 @@ impl RateLimiter {
                 }
             },
         };
-        decide(key.rate_limit_rpm, previous, current, elapsed, minute)
+        decide(limit, previous, current, elapsed, minute)
     }
 
     /// Adds this request and the key's pending ones to its counter, returning the new total.
     /// Waits for a flush of the key in flight first, so the total includes every request this
     /// replica admitted before. If the increment fails they all stay pending (this request is
     /// let through, so it counts).
-    async fn increment_now(&self, key: &ApiKeyId, minute: i64) -> Result<i64, common::bus::BusError> {
-        let slot = (key.clone(), minute);
+    async fn increment_now(&self, key: &str, minute: i64) -> Result<i64, common::bus::BusError> {
+        let slot = (key.to_owned(), minute);
         let delta = loop {
             let flushed = self.shared.flushed.notified();
             tokio::pin!(flushed);
@@ -195,8 +193,8 @@ impl RateLimiter {
 
     /// The key's total of the minute before `minute`: read once from the counter, or what
     /// this replica knows of it if that is more (its last requests may still be pending).
-    async fn previous_total(&self, key: &ApiKeyId, minute: i64) -> Result<i64, common::bus::BusError> {
-        let cache_key = (key.clone(), minute - 1);
+    async fn previous_total(&self, key: &str, minute: i64) -> Result<i64, common::bus::BusError> {
+        let cache_key = (key.to_owned(), minute - 1);
         let stored = match self.previous.get(&cache_key) {
             Some(total) => total,
             None => {
@@ -221,7 +219,7 @@ async fn flush_every_interval(bus: Bus, shared: Weak<Shared>) {
         ticks.tick().await;
         let Some(shared) = shared.upgrade() else { return };
         let (minute, _) = now_minute();
-        let due: Vec<((ApiKeyId, i64), i64)> = {
+        let due: Vec<((String, i64), i64)> = {
             let mut tallies = shared.lock();
             tallies.retain(|(_, m), tally| *m >= minute - 1 || tally.view() > tally.total);
             tallies

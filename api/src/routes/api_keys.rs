@@ -1,10 +1,13 @@
-//! API keys of the caller's account (scope `admin`): create, and get one by id. A key may only
-//! grant scopes its creator holds. The full key value is returned on create and, to admins of
-//! the same account, on get (it is kept sealed with the master key).
+//! API keys of the caller's account (scope `admin`): create, list, get one by id, and
+//! deactivate one. A key may only grant scopes its creator holds. The full key value is
+//! returned on create and, to admins of the same account, on get (it is kept sealed with the
+//! master key); the list shows only each key's prefix. A deactivation is announced to every
+//! api replica before it is answered, so the key stops working everywhere at once
+//! ([`crate::keys`]); it cannot be undone (create a new key instead).
 
 use axum::{
     Json,
-    extract::{Path, State},
+    extract::{Path, RawQuery, State},
     http::{HeaderMap, StatusCode},
 };
 use bson::DateTime;
@@ -18,11 +21,14 @@ use common::{
 use serde::Serialize;
 
 use crate::{
-    accounts,
     auth::{Admin, Authorized},
     error::ApiError,
+    keys,
     state::AppState,
-    validate::{body, create_api_key},
+    validate::{
+        body, create_api_key,
+        paging::{Paging, PagingParams},
+    },
 };
 
 /// An API key as the create response shows it.
@@ -74,8 +80,6 @@ impl ApiKeyView {
     }
 }
 
-const DAY_MS: i64 = 24 * 3600 * 1000;
-
 /// `POST /v1/account/api-keys`
 #[utoipa::path(
     post,
@@ -95,25 +99,7 @@ pub async fn create(
     let body = body::optional_json_object(&headers, &body)?;
     let request = create_api_key::parse(&body)
         .map_err(|errors| ApiError::validation("The request has invalid fields; see errors.", errors))?;
-    let caller = &auth.caller.key;
-    if let Some(extra) = request.scopes.iter().find(|s| !caller.has_scope(**s)) {
-        return Err(ApiError::validation(
-            "A key cannot grant a scope its creator lacks.",
-            vec![FieldError::invalid("scopes", format!("The calling key lacks the '{extra}' scope."))],
-        ));
-    }
-    let expires_at =
-        request.expires_in_days.map(|days| DateTime::from_millis(DateTime::now().timestamp_millis() + days * DAY_MS));
-    let (record, value) = accounts::issue_key(
-        &state.store,
-        &state.config.common.master_key,
-        caller.account_id.clone(),
-        request.name,
-        request.scopes,
-        state.config.default_rate_limit_rpm,
-        expires_at,
-    )
-    .await?;
+    let (record, value) = keys::create(&state, &auth.caller.key, request).await?;
     Ok((StatusCode::CREATED, Json(ApiKeyView::of(&record, value.expose().to_owned()))))
 }
 
@@ -141,4 +127,136 @@ pub async fn get(
         key: ApiKeyView::of(&record, value),
         last_used_at: record.last_used_at.map(DateTime::to_chrono),
     }))
+}
+
+/// An API key in a list: everything but its value.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApiKeySummary {
+    /// The key id.
+    pub id: String,
+    /// Its first 8 characters.
+    pub key_prefix: String,
+    /// Its name.
+    pub name: String,
+    /// Its scopes.
+    pub scopes: Vec<Scope>,
+    /// Requests per minute allowed.
+    pub rate_limit_rpm: u32,
+    /// Whether it works.
+    pub is_active: bool,
+    /// When it was created.
+    pub created_at: chrono::DateTime<Utc>,
+    /// When it stops working, `null` if never.
+    pub expires_at: Option<chrono::DateTime<Utc>>,
+    /// When it was last used (at most a minute stale), `null` if never.
+    pub last_used_at: Option<chrono::DateTime<Utc>>,
+}
+
+impl ApiKeySummary {
+    /// The summary of a stored key.
+    pub fn of(record: &ApiKeyRecord) -> Self {
+        Self {
+            id: record.id.to_string(),
+            key_prefix: record.key_prefix.clone(),
+            name: record.name.clone(),
+            scopes: record.scopes.clone(),
+            rate_limit_rpm: record.rate_limit_rpm,
+            is_active: record.is_active,
+            created_at: record.created_at.to_chrono(),
+            expires_at: record.expires_at.map(DateTime::to_chrono),
+            last_used_at: record.last_used_at.map(DateTime::to_chrono),
+        }
+    }
+}
+
+/// A page of API keys.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApiKeyPage {
+    /// The keys, newest first.
+    pub results: Vec<ApiKeySummary>,
+    /// The next page, `null` on the last.
+    pub next: Option<String>,
+    /// The previous page, `null` on the first.
+    pub previous: Option<String>,
+    /// How many keys the account has.
+    pub total_count: u64,
+}
+
+/// `GET /v1/account/api-keys`
+#[utoipa::path(
+    get,
+    path = "/v1/account/api-keys",
+    operation_id = "listApiKeys",
+    tag = "account",
+    params(PagingParams),
+    responses((status = 200, description = "A page of the account's keys, newest first, without their values", body = ApiKeyPage)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ApiKeyPage>, ApiError> {
+    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
+    let account = &auth.caller.key.account_id;
+    let (keys, total_count) =
+        state.store.api_keys().list_for_account(account, paging.offset, i64::from(paging.limit)).await?;
+    let link = |offset: u64| format!("{}/v1/account/api-keys?limit={}&offset={offset}", state.base_url(), paging.limit);
+    let (next, previous) = paging.neighbours(total_count);
+    Ok(Json(ApiKeyPage {
+        results: keys.iter().map(ApiKeySummary::of).collect(),
+        next: next.map(link),
+        previous: previous.map(link),
+        total_count,
+    }))
+}
+
+/// The body of `PATCH /v1/account/api-keys/{id}`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct UpdateApiKeyBody {
+    /// `false` deactivates the key, at once on every replica; a key cannot be reactivated.
+    is_active: bool,
+}
+
+/// `PATCH /v1/account/api-keys/{id}`: `{"is_active": false}` deactivates the key.
+#[utoipa::path(
+    patch,
+    path = "/v1/account/api-keys/{id}",
+    operation_id = "updateApiKey",
+    tag = "account",
+    params(("id" = String, Path, description = "The key id")),
+    request_body(content = UpdateApiKeyBody, content_type = "application/json"),
+    responses((status = 200, description = "The key as it is now", body = ApiKeySummary)),
+    security(("bearer" = []))
+)]
+pub async fn update(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<ApiKeySummary>, ApiError> {
+    let body = body::json_object(&headers, &body)?;
+    let invalid = |detail: &str| {
+        ApiError::validation(
+            "The request has invalid fields; see errors.",
+            vec![FieldError::invalid("is_active", detail)],
+        )
+    };
+    match body.get("is_active") {
+        Some(serde_json::Value::Bool(false)) => {}
+        Some(serde_json::Value::Bool(true)) => {
+            return Err(invalid("A deactivated key cannot be reactivated; create a new key instead."));
+        }
+        _ => return Err(invalid("Must be false.")),
+    }
+    if let Some(unknown) = body.keys().find(|k| k.as_str() != "is_active") {
+        return Err(ApiError::validation(
+            "The request has invalid fields; see errors.",
+            vec![FieldError::invalid(unknown.clone(), "Unknown field; only is_active may be changed.")],
+        ));
+    }
+    let record = keys::deactivate(&state, &auth.caller.key.account_id, &id).await?;
+    Ok(Json(ApiKeySummary::of(&record)))
 }

@@ -7,13 +7,17 @@
 //! | route (under `/v1` and `/replicate/v1`) | handler | scope |
 //! |---|---|---|
 //! | `POST /account/api-keys` | [`api_keys::create`] | admin |
+//! | `GET /account/api-keys` | [`api_keys::list`] | admin |
 //! | `GET /account/api-keys/{id}` | [`api_keys::get`] | admin |
+//! | `PATCH /account/api-keys/{id}` (deactivate) | [`api_keys::update`] | admin |
 //! | `POST /models/{owner}/{model}/predictions` | [`predictions::create`] | write |
 //! | `POST /predictions` (by `version`) | [`predictions::create_by_version`] | write |
 //! | `GET /predictions` | [`predictions::list`] | read |
 //! | `GET /predictions/{id}` | [`predictions::get`] | read |
 //! | `POST /predictions/{id}/cancel` | [`predictions::cancel`] | write |
 //! | `GET /predictions/{id}/stream` | [`stream::stream`] | read, or the `token` of `urls.stream` |
+//! | `GET /predictions/{id}/webhook-deliveries` | [`webhook_deliveries::list`] | read |
+//! | `POST /predictions/{id}/webhook-deliveries/{webhook_id}/resend` | [`webhook_deliveries::resend`] | write |
 //! | `GET /models` | [`models::list`] | read |
 //! | `GET /models/{owner}/{name}` | [`models::get`] | read |
 //! | `GET /models/{owner}/{name}/versions` | [`models::versions`] | read |
@@ -26,9 +30,9 @@
 //!
 //! | route | handler | scope |
 //! |---|---|---|
-//! | `GET /predictions/{id}` (HTML) | [`web::get`] | read |
 //! | `GET /ready`, `GET /health` | [`health`] | none |
 //! | `GET /openapi.json` | [`crate::openapi::serve`] | none |
+//! | the console's pages (`/`, `/login`, `/predictions/{id}`, …) | [`crate::console`] | a session |
 
 pub mod api_keys;
 pub mod files;
@@ -36,7 +40,7 @@ pub mod health;
 pub mod models;
 pub mod predictions;
 pub mod stream;
-pub mod web;
+pub mod webhook_deliveries;
 pub mod webhook_secret;
 
 use axum::{
@@ -52,7 +56,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest(ApiSurface::Canonical.root(), api().layer(Extension(Surface(ApiSurface::Canonical))))
         .merge(replicate::mount(api()))
-        .route("/predictions/{id}", get(web::get))
+        .merge(crate::console::router())
         .route("/ready", get(health::ready))
         .route("/health", get(health::health))
         .route("/openapi.json", get(crate::openapi::serve))
@@ -63,8 +67,8 @@ pub fn router(state: AppState) -> Router {
 /// The routes of an API surface, relative to its root.
 fn api() -> Router<AppState> {
     Router::new()
-        .route("/account/api-keys", post(api_keys::create))
-        .route("/account/api-keys/{id}", get(api_keys::get))
+        .route("/account/api-keys", post(api_keys::create).get(api_keys::list))
+        .route("/account/api-keys/{id}", get(api_keys::get).patch(api_keys::update))
         .route("/models", get(models::list))
         .route("/models/{owner}/{model}", get(models::get))
         .route("/models/{owner}/{model}/versions", get(models::versions))
@@ -74,12 +78,22 @@ fn api() -> Router<AppState> {
         .route("/predictions/{id}", get(predictions::get))
         .route("/predictions/{id}/cancel", post(predictions::cancel))
         .route("/predictions/{id}/stream", get(stream::stream))
+        .route("/predictions/{id}/webhook-deliveries", get(webhook_deliveries::list))
+        .route("/predictions/{id}/webhook-deliveries/{webhook_id}/resend", post(webhook_deliveries::resend))
         .route("/files/{id}", get(files::get))
         .route("/account/webhooks/secret", get(webhook_secret::get))
         .route("/account/webhooks/secret/rotate", post(webhook_secret::rotate))
         .route("/webhooks/default/secret", get(webhook_secret::get))
 }
 
-async fn unknown_route() -> ApiError {
-    ApiError::not_found("No such route.")
+/// An unknown path: a 404 page for a browser outside the APIs, problem+json otherwise.
+async fn unknown_route(uri: axum::http::Uri, headers: axum::http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let api = uri.path().starts_with(ApiSurface::Canonical.root()) || uri.path().starts_with(replicate::ROOT);
+    let browser =
+        headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"));
+    if browser && !api {
+        return crate::console::not_found().into_response();
+    }
+    ApiError::not_found("No such route.").into_response()
 }

@@ -1,14 +1,11 @@
 //! Predictions: create (by model route, or by `version`), get, list and cancel, on either
 //! API surface (each handler renders for its [`Surface`]).
 //!
-//! Create validates everything before writing anything (`Prefer: wait` holds the response
-//! until the prediction ends, see [`crate::wait`]; `Idempotency-Key` returns the first
-//! prediction of a key, see [`crate::idempotency`]), stores the `starting` prediction (creates
-//! that arrive together share one write: `AppState::new_predictions`), then
-//! sends its job (`Nats-Msg-Id` = the prediction id) and answers without waiting for the
-//! stream's confirmation, which a background task awaits. If the publish fails the prediction
-//! is still accepted: it is stored, and the runner's reconciler republishes `starting`
-//! predictions whose job never reached the stream.
+//! Create validates everything before writing anything, then stores the prediction and sends
+//! its job ([`crate::submit`]; creates that arrive together share one write:
+//! `AppState::new_predictions`). `Prefer: wait` holds the response until the prediction ends
+//! (see [`crate::wait`]); `Idempotency-Key` returns the first prediction of a key (see
+//! [`crate::idempotency`]). Cancel is [`crate::cancel`].
 
 use axum::{
     Json,
@@ -16,20 +13,14 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use bson::{DateTime, doc};
+use bson::doc;
 use bytes::Bytes;
 use common::{
-    domain::{
-        AccountId, ApiSurface, Metrics, ModelRef, NewPrediction, Prediction, PredictionId, PredictionStatus,
-        PredictionView, WebhookEvent,
-    },
-    messages::PredictionChanged,
-    problem::FieldError,
+    domain::{ApiSurface, ModelRef, Prediction, PredictionStatus, PredictionView},
     store::Claim,
 };
 use serde::Serialize;
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::{
     auth::{Authorized, Caller, Read, Write},
@@ -38,8 +29,9 @@ use crate::{
     idempotency,
     models::RegisteredModel,
     state::AppState,
+    submit,
     surface::Surface,
-    validate::{body, create_prediction, input, list_predictions, paging},
+    validate::{body, create_prediction, list_predictions, paging},
     versions, wait,
 };
 
@@ -118,33 +110,8 @@ async fn create_for(
         wait::requested(headers)?.and_then(|limit| state.wait_slots.try_take(&caller.key.id).map(|slot| (limit, slot)));
     let idempotency_key = idempotency::key(headers)?;
     let time_limit = deadline::limit(headers, state.config.common.prediction_deadline)?;
-    let request = create_prediction::parse(&body);
-    let model_input = match &request {
-        Ok(req) => input::validate(&model.input_schema, &req.input),
-        Err(_) => Ok(Default::default()),
-    };
-    let (request, model_input) = match (request, model_input) {
-        (Ok(r), Ok(i)) => (r, i),
-        (r, i) => {
-            let mut errors = r.err().unwrap_or_default();
-            errors.extend(i.err().unwrap_or_default());
-            return Err(ApiError::validation("The request has invalid fields; see errors.", errors));
-        }
-    };
-
     let account = caller.key.account_id.clone();
-    let prediction = Prediction::new_starting(NewPrediction {
-        account_id: account.clone(),
-        model: model.record.model.clone(),
-        version: model.record.version.clone(),
-        capability: model.record.capability.clone(),
-        input: Value::Object(request.input),
-        model_input: Value::Object(model_input),
-        webhook: request.webhook,
-        webhook_events_filter: request.webhook_events_filter,
-        surface,
-    })
-    .with_deadline(time_limit);
+    let prediction = submit::validated(caller, model, &body, surface)?.with_deadline(time_limit);
     tracing::Span::current().record("prediction_id", prediction.id.as_str());
     let events = match wait_for {
         Some(_) => Some(state.bus.client().subscribe(state.bus.subjects().events(&prediction.id)).await?),
@@ -152,7 +119,7 @@ async fn create_for(
     };
     // A client that disconnects cannot stop the writes halfway: the handler runs to
     // completion (see `run_to_completion`).
-    match store_and_publish(state, &account, idempotency_key, &prediction).await? {
+    match submit::store_and_publish(state, &account, idempotency_key, &prediction).await? {
         Claim::New => {}
         Claim::Existing(first) => return idempotency::replay(state, &account, &first, surface).await,
     }
@@ -189,51 +156,7 @@ async fn still_running(state: &AppState, created: Prediction, surface: ApiSurfac
     Ok(view)
 }
 
-/// Claims the idempotency key (if any), stores the prediction and sends its job; returns the
-/// claim (an existing one means nothing was written). The client is answered once the job is
-/// sent; the stream's confirmation is awaited in the background (a job the stream did not
-/// store is republished by the runner's reconciler, as after any failed publish).
-async fn store_and_publish(
-    state: &AppState,
-    account: &AccountId,
-    idempotency_key: Option<String>,
-    prediction: &Prediction,
-) -> Result<Claim, ApiError> {
-    if let Some(key) = &idempotency_key
-        && let Claim::Existing(first) =
-            state.store.idempotency_keys().claim(account, key, &prediction.id, DateTime::now()).await?
-    {
-        return Ok(Claim::Existing(first));
-    }
-    if let Err(e) = state.new_predictions.insert(prediction.clone()).await {
-        if let Some(key) = &idempotency_key
-            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
-        {
-            tracing::warn!(error = %release, "idempotency key not released");
-        }
-        return Err(e.into());
-    }
-    match state.bus.send_job(prediction).await {
-        Ok(stored) => {
-            let confirm = async move {
-                if let Err(e) = stored.await {
-                    tracing::error!(error = %e, "job not stored; the reconciler will republish it");
-                }
-            };
-            state.background.spawn(confirm.instrument(tracing::Span::current()));
-        }
-        Err(e) => tracing::error!(error = %e, "job not published; the reconciler will republish it"),
-    }
-    Ok(Claim::New)
-}
-
-/// The prediction `id` of the caller's account; 404 for a malformed id, a missing prediction
-/// and another account's alike, so existence is never revealed.
-pub async fn owned_prediction(state: &AppState, caller: &Caller, id: &str) -> Result<Prediction, ApiError> {
-    let missing = || ApiError::not_found(format!("Prediction {id} not found."));
-    let prediction_id = PredictionId::parse(id).map_err(|_| missing())?;
-    state.store.predictions().get_for_account(&prediction_id, &caller.key.account_id).await?.ok_or_else(missing)
-}
+pub use crate::owned::owned_prediction;
 
 /// `GET /v1/predictions/{id}`
 #[utoipa::path(
@@ -300,9 +223,6 @@ pub async fn list(
     }))
 }
 
-/// How often cancel re-reads a prediction whose status changed under it.
-const CANCEL_ATTEMPTS: usize = 3;
-
 /// `POST /v1/predictions/{id}/cancel`: `starting` or `processing` → `canceled`, at once.
 ///
 /// The change is a conditional update on the status just read (so the metrics computed from
@@ -324,39 +244,6 @@ pub async fn cancel(
     auth: Authorized<Write>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
-    let predictions = state.store.predictions();
-    for _ in 0..CANCEL_ATTEMPTS {
-        let current = owned_prediction(&state, &auth.caller, &id).await?;
-        let prediction_id = current.id.clone();
-        if current.status.is_terminal() {
-            return Err(ApiError::validation(
-                format!(
-                    "Prediction {id} is already {}; only starting or processing predictions can be canceled.",
-                    current.status
-                ),
-                vec![FieldError::invalid("status", format!("The prediction is {}.", current.status))],
-            ));
-        }
-        let now = DateTime::now();
-        let metrics = Metrics::at_completion(current.created_at, current.started_at, now);
-        let changes = doc! { "completed_at": now, "metrics": bson::to_bson(&metrics)? };
-        let Some(canceled) =
-            predictions.transition_from(&prediction_id, current.status, PredictionStatus::Canceled, changes).await?
-        else {
-            continue;
-        };
-        tracing::info!(was = %current.status, "prediction canceled");
-        if current.status == PredictionStatus::Processing
-            && let Err(e) = state.bus.publish_cancel(&prediction_id).await
-        {
-            tracing::warn!(error = %e, "cancel broadcast failed; the runner notices at its next status check");
-        }
-        if let Err(e) =
-            state.bus.publish_event(PredictionChanged::of(&canceled, WebhookEvent::Completed, &state.links)).await
-        {
-            tracing::error!(error = %e, "completed event of a canceled prediction not published");
-        }
-        return Ok(Json(canceled.view(&state.links, surface)));
-    }
-    Err(anyhow::anyhow!("prediction {id} kept changing status during cancel").into())
+    let canceled = crate::cancel::cancel(&state, &auth.caller, &id).await?;
+    Ok(Json(canceled.view(&state.links, surface)))
 }

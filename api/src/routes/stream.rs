@@ -249,6 +249,7 @@ async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxSt
         let message = m.ok()?;
         match serde_json::from_slice::<StatusEvent>(&message.payload).ok()? {
             StatusEvent::PredictionChangedV1(change) => Some(change),
+            StatusEvent::WebhookResendV1(_) => None,
         }
     });
     // Ends right after the `completed` step, without waiting for another event.

@@ -6,15 +6,13 @@ use axum::{Json, extract::State, http::HeaderMap};
 use bson::DateTime;
 use bytes::Bytes;
 use chrono::Utc;
-use common::{
-    problem::FieldError,
-    store::{Account, accounts::SigningSecrets},
-};
+use common::{problem::FieldError, store::accounts::SigningSecrets};
 use serde::Serialize;
 
 use crate::{
     auth::{Admin, Authorized},
     error::ApiError,
+    signing_secret,
     state::AppState,
     validate::body,
 };
@@ -59,14 +57,7 @@ impl SecretView {
     security(("bearer" = []))
 )]
 pub async fn get(State(state): State<AppState>, auth: Authorized<Admin>) -> Result<Json<SecretView>, ApiError> {
-    let account_id = &auth.caller.key.account_id;
-    let account = state
-        .store
-        .accounts()
-        .get(account_id)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("account {account_id} of a valid key does not exist"))?;
-    let secrets = account.signing_secrets(&state.config.common.master_key)?;
+    let secrets = signing_secret::current(&state, &auth.caller.key.account_id).await?;
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
 }
 
@@ -82,8 +73,8 @@ pub struct RotateSecretBody {
 /// The body of the rotate request: `transition_hours`, an integer from 1 to 168 (default 24).
 fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result<i64, ApiError> {
     match body.get("transition_hours") {
-        None | Some(serde_json::Value::Null) => Ok(DEFAULT_TRANSITION_HOURS),
-        Some(v) => body::integer(v).filter(|h| TRANSITION_HOURS.contains(h)).ok_or_else(|| {
+        None | Some(serde_json::Value::Null) => Ok(signing_secret::DEFAULT_TRANSITION_HOURS),
+        Some(v) => body::integer(v).filter(|h| signing_secret::TRANSITION_HOURS.contains(h)).ok_or_else(|| {
             ApiError::validation(
                 "The request has invalid fields; see errors.",
                 vec![FieldError::invalid("transition_hours", "Must be an integer from 1 to 168.")],
@@ -91,14 +82,6 @@ fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result
         }),
     }
 }
-
-/// The default transition window of a rotation, in hours.
-pub const DEFAULT_TRANSITION_HOURS: i64 = 24;
-/// The allowed transition windows, in hours.
-pub const TRANSITION_HOURS: std::ops::RangeInclusive<i64> = 1..=168;
-
-/// How often a rotation retries when another rotation of the same account won the race.
-const ROTATE_ATTEMPTS: usize = 3;
 
 #[utoipa::path(
     post,
@@ -119,25 +102,6 @@ pub async fn rotate(
     body: Bytes,
 ) -> Result<Json<SecretView>, ApiError> {
     let hours = transition_hours(&body::optional_json_object(&headers, &body)?)?;
-    let account_id = &auth.caller.key.account_id;
-    let accounts = state.store.accounts();
-    let master = &state.config.common.master_key;
-    for _ in 0..ROTATE_ATTEMPTS {
-        let account = accounts
-            .get(account_id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("account {account_id} of a valid key does not exist"))?;
-        let now = DateTime::now();
-        let (sealed, _) = account.rotated(master, now, hours * 3_600_000);
-        if accounts.replace_secrets(account_id, &account.webhook_secret.current, &sealed).await? {
-            tracing::info!(account_id = %account_id, hours, "webhook signing secret rotated");
-            // Every notifier drops its cached secrets before this answer can cause a delivery.
-            if let Err(e) = state.bus.publish_secret_rotated(account_id).await {
-                tracing::warn!(error = %e, "rotation not announced; notifiers pick it up when their cache expires");
-            }
-            let rotated = Account { webhook_secret: sealed, ..account };
-            return Ok(Json(SecretView::of(&rotated.signing_secrets(master)?, now)));
-        }
-    }
-    Err(anyhow::anyhow!("concurrent rotations of account {account_id} kept conflicting").into())
+    let secrets = signing_secret::rotate(&state, &auth.caller.key.account_id, hours).await?;
+    Ok(Json(SecretView::of(&secrets, DateTime::now())))
 }

@@ -1,6 +1,7 @@
 //! The body of `POST /v1/account/api-keys`: every field optional. `name` at most 100
 //! characters (default empty); `scopes` known scope names (default `["read","write"]`, not
-//! empty, duplicates dropped); `expires_in_days` an integer from 1 to 365.
+//! empty, duplicates dropped); `expires_in_days` an integer from 1 to 365; `rate_limit_rpm`
+//! an integer from 1 to 1,000,000 (default: the deployment's `DEFAULT_RATE_LIMIT_RPM`).
 
 use common::{domain::Scope, problem::FieldError};
 use serde_json::{Map, Value};
@@ -9,6 +10,8 @@ use serde_json::{Map, Value};
 pub const MAX_NAME_CHARS: usize = 100;
 /// The shortest and longest lifetimes of a key, in days.
 pub const EXPIRES_IN_DAYS: std::ops::RangeInclusive<i64> = 1..=365;
+/// The requests per minute a key may be given.
+pub const RATE_LIMIT_RPM: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 
 /// The request body as the OpenAPI description shows it; [`parse`] reads it.
 #[derive(utoipa::ToSchema)]
@@ -23,6 +26,9 @@ pub struct CreateApiKeyBody {
     /// Days until the key stops working; never when absent.
     #[schema(minimum = 1, maximum = 365)]
     expires_in_days: Option<i64>,
+    /// Requests per minute the key may make (default: the deployment's default, 600).
+    #[schema(minimum = 1, maximum = 1000000)]
+    rate_limit_rpm: Option<i64>,
 }
 
 /// A well-formed create-key request.
@@ -34,6 +40,8 @@ pub struct CreateApiKey {
     pub scopes: Vec<Scope>,
     /// Its lifetime in days, if it expires.
     pub expires_in_days: Option<i64>,
+    /// Its rate limit, if not the deployment's default.
+    pub rate_limit_rpm: Option<u32>,
 }
 
 /// Parses the body; on failure returns every field error.
@@ -83,7 +91,17 @@ pub fn parse(body: &Map<String, Value>) -> Result<CreateApiKey, Vec<FieldError>>
             }
         },
     };
-    if errors.is_empty() { Ok(CreateApiKey { name, scopes, expires_in_days }) } else { Err(errors) }
+    let rate_limit_rpm = match body.get("rate_limit_rpm") {
+        None | Some(Value::Null) => None,
+        Some(v) => match super::body::integer(v) {
+            Some(rpm) if RATE_LIMIT_RPM.contains(&rpm) => u32::try_from(rpm).ok(),
+            _ => {
+                errors.push(FieldError::invalid("rate_limit_rpm", "Must be an integer from 1 to 1000000."));
+                None
+            }
+        },
+    };
+    if errors.is_empty() { Ok(CreateApiKey { name, scopes, expires_in_days, rate_limit_rpm }) } else { Err(errors) }
 }
 
 #[cfg(test)]
@@ -104,7 +122,12 @@ mod tests {
         let req = parse_json(json!({})).expect("valid");
         assert_eq!(
             req,
-            CreateApiKey { name: String::new(), scopes: vec![Scope::Read, Scope::Write], expires_in_days: None }
+            CreateApiKey {
+                name: String::new(),
+                scopes: vec![Scope::Read, Scope::Write],
+                expires_in_days: None,
+                rate_limit_rpm: None
+            }
         );
     }
 
@@ -115,6 +138,10 @@ mod tests {
         for (days, ok) in [(0, false), (1, true), (365, true), (366, false)] {
             assert_eq!(parse_json(json!({"expires_in_days": days})).is_ok(), ok, "{days}");
         }
+        for (rpm, ok) in [(0, false), (1, true), (1_000_000, true), (1_000_001, false)] {
+            assert_eq!(parse_json(json!({"rate_limit_rpm": rpm})).is_ok(), ok, "{rpm}");
+        }
+        assert_eq!(parse_json(json!({"rate_limit_rpm": 60})).expect("valid").rate_limit_rpm, Some(60));
     }
 
     #[test]

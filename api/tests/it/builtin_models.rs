@@ -101,19 +101,3 @@ async fn after_retention_input_output_logs_and_files_are_gone() {
     assert_eq!(removed["status"], "succeeded", "the outcome itself is kept");
     assert_eq!(file(&system, &url, &system.admin_key).await.status(), 404);
 }
-
-#[tokio::test]
-async fn the_web_url_is_an_html_page_with_escaped_values_for_the_owner_only() {
-    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
-    let done = run(&system, "demo/echo", json!({"prompt": "<b>bold</b>"})).await;
-    let web = done["urls"]["web"].as_str().expect("web url");
-    let response = system.http().get(web).bearer_auth(&system.admin_key).send().await.expect("sent");
-    assert_eq!(response.status(), 200);
-    assert!(response.headers()["content-type"].to_str().unwrap_or("").starts_with("text/html"));
-    let html = response.text().await.expect("html");
-    assert!(html.contains("&lt;b&gt;bold&lt;/b&gt;"), "values are escaped");
-    assert!(!html.contains("<b>bold</b>"));
-    assert!(html.contains("succeeded"));
-    let other = system.bootstrap_account("other").await;
-    assert_eq!(system.http().get(web).bearer_auth(other).send().await.expect("sent").status(), 404);
-}

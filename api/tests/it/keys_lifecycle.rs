@@ -60,3 +60,67 @@ async fn each_account_sees_only_its_own_signing_secret() {
     assert_ne!(mine["key"], theirs["key"]);
     assert_eq!(mine["key"], system.secret.expose());
 }
+
+#[tokio::test]
+async fn a_deactivated_key_is_refused_at_once_on_every_replica() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let other = system.start_another_api().await;
+    let (id, key) = fresh_key(&system).await;
+    // Both replicas have the key in their caches.
+    let use_on = |base: String| {
+        let request = system.http().get(format!("{base}/v1/predictions")).bearer_auth(&key);
+        async move { request.send().await.expect("sent").status() }
+    };
+    assert_eq!(use_on(system.base_url.clone()).await, 200);
+    assert_eq!(use_on(other.clone()).await, 200);
+
+    let path = format!("/v1/account/api-keys/{id}");
+    let deactivated = system.request(Method::PATCH, &path).json(&serde_json::json!({"is_active": false})).send().await;
+    let deactivated = deactivated.expect("sent");
+    assert_eq!(deactivated.status(), 200);
+    assert_eq!(deactivated.json_body().await["is_active"], false);
+    assert_eq!(use_on(other).await, 401, "the other replica's cached look-up is dropped at once");
+    assert_eq!(use_on(system.base_url.clone()).await, 401);
+}
+
+#[tokio::test]
+async fn a_key_cannot_be_reactivated_and_only_is_active_may_change() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let (id, _) = fresh_key(&system).await;
+    let path = format!("/v1/account/api-keys/{id}");
+    for (body, field) in [
+        (serde_json::json!({"is_active": true}), "is_active"),
+        (serde_json::json!({"is_active": "no"}), "is_active"),
+        (serde_json::json!({"is_active": false, "name": "x"}), "name"),
+    ] {
+        let r = system.request(Method::PATCH, &path).json(&body).send().await.expect("sent");
+        assert_eq!(r.status(), 400, "{body}");
+        assert_eq!(r.json_body().await["errors"][0]["field"], field, "{body}");
+    }
+    let unknown = format!("/v1/account/api-keys/{}", ApiKeyId::generate());
+    let r = system.request(Method::PATCH, &unknown).json(&serde_json::json!({"is_active": false})).send().await;
+    assert_eq!(r.expect("sent").status(), 404);
+}
+
+#[tokio::test]
+async fn keys_are_listed_newest_first_without_their_values() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let created = system
+        .request(Method::POST, "/v1/account/api-keys")
+        .json(&serde_json::json!({"name": "newest", "rate_limit_rpm": 42}))
+        .send()
+        .await
+        .expect("sent")
+        .json_body()
+        .await;
+    assert_eq!(created["rate_limit_rpm"], 42);
+    let page = system.get("/v1/account/api-keys?limit=1").await.json_body().await;
+    assert_eq!(page["total_count"], 2, "the bootstrap key and the new one");
+    let first = &page["results"][0];
+    assert_eq!(first["id"], created["id"]);
+    assert_eq!(first["name"], "newest");
+    assert!(first.get("key").is_none(), "no key value in a list: {first}");
+    assert!(page["next"].as_str().is_some_and(|n| n.ends_with("/v1/account/api-keys?limit=1&offset=1")));
+    let r = system.get("/v1/account/api-keys?limit=0").await;
+    assert_eq!(r.status(), 400);
+}

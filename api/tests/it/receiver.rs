@@ -1,11 +1,21 @@
-//! A webhook receiver on loopback that records every delivery.
+//! A webhook receiver on loopback that records every delivery, answering 200 or, while told
+//! to fail, another status.
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU16, Ordering},
+    },
 };
 
-use axum::{Router, body::Bytes, extract::State, http::HeaderMap, routing::post};
+use axum::{
+    Router,
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    routing::post,
+};
 use tokio::net::TcpListener;
 
 /// One delivery as received.
@@ -28,17 +38,33 @@ impl Delivery {
 /// A running receiver.
 pub struct Receiver {
     addr: SocketAddr,
+    shared: Shared,
+}
+
+#[derive(Clone)]
+struct Shared {
     deliveries: Arc<Mutex<Vec<Delivery>>>,
+    status: Arc<AtomicU16>,
 }
 
 impl Receiver {
     pub async fn start() -> Self {
-        let deliveries = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new().route("/hook", post(record)).with_state(deliveries.clone());
+        Self::answering(200).await
+    }
+
+    /// A receiver that answers every delivery with `status` until [`Self::answer`] changes it.
+    pub async fn answering(status: u16) -> Self {
+        let shared = Shared { deliveries: Arc::default(), status: Arc::new(AtomicU16::new(status)) };
+        let app = Router::new().route("/hook", post(record)).with_state(shared.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
         let addr = listener.local_addr().expect("receiver address");
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { addr, deliveries }
+        Self { addr, shared }
+    }
+
+    /// Answers `status` from now on.
+    pub fn answer(&self, status: u16) {
+        self.shared.status.store(status, Ordering::SeqCst);
     }
 
     pub fn url(&self) -> String {
@@ -46,7 +72,7 @@ impl Receiver {
     }
 
     pub fn deliveries(&self) -> Vec<Delivery> {
-        self.deliveries.lock().expect("lock").clone()
+        self.shared.deliveries.lock().expect("lock").clone()
     }
 
     pub fn of_event(&self, event: &str) -> Vec<Delivery> {
@@ -54,7 +80,7 @@ impl Receiver {
     }
 }
 
-async fn record(State(deliveries): State<Arc<Mutex<Vec<Delivery>>>>, headers: HeaderMap, body: Bytes) -> &'static str {
-    deliveries.lock().expect("lock").push(Delivery { headers, body });
-    "ok"
+async fn record(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    shared.deliveries.lock().expect("lock").push(Delivery { headers, body });
+    StatusCode::from_u16(shared.status.load(Ordering::SeqCst)).unwrap_or(StatusCode::OK)
 }

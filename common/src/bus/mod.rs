@@ -15,6 +15,9 @@
 //!   aborts it. Runners also check the stored status, so a missed broadcast only delays a cancel.
 //! - **Secret rotations** (core NATS, not stored): every notifier drops its cached copy of the
 //!   account's signing secrets. Sent and flushed before the api answers the rotation.
+//! - **Key deactivations** (core NATS, not stored): every api replica drops its cached key
+//!   look-ups. Sent and flushed before the api answers the deactivation.
+//! - **Webhook resends** ([`resend`]): on the events stream, beside the predictions' events.
 //!
 //! Streams are created idempotently by every service at start, and again whenever a publish
 //! finds its stream missing (a NATS restart loses the memory-stored rate-limit stream; an
@@ -22,6 +25,7 @@
 
 pub mod held;
 pub mod pull;
+pub mod resend;
 
 use std::time::Duration;
 
@@ -37,8 +41,9 @@ use async_nats::{
 use bytes::Bytes;
 
 use crate::{
+    domain::ApiKeyId,
     domain::{AccountId, Prediction, PredictionId},
-    messages::{CancelMessage, JobMessage, PredictionChanged, SecretMessage, StatusEvent},
+    messages::{CancelMessage, JobMessage, KeyMessage, PredictionChanged, SecretMessage, StatusEvent},
     subjects::Subjects,
 };
 
@@ -269,6 +274,21 @@ impl Bus {
         let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
         self.client.publish(subject.clone(), encode(&msg)).await.map_err(|e| fail(e.into()))?;
         self.client.flush().await.map_err(|e| fail(e.into()))
+    }
+
+    /// Tells every api replica that `key` no longer works, and waits until the server has it.
+    pub async fn publish_key_deactivated(&self, account: &AccountId, key: &ApiKeyId) -> Result<(), BusError> {
+        let subject = self.subjects.key_deactivations();
+        let msg = KeyMessage::KeyDeactivatedV1 { account_id: account.clone(), key_id: key.clone() };
+        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
+        self.client.publish(subject.clone(), encode(&msg)).await.map_err(|e| fail(e.into()))?;
+        self.client.flush().await.map_err(|e| fail(e.into()))
+    }
+
+    /// Subscribes to the key deactivations announced from now on.
+    pub async fn subscribe_key_deactivations(&self) -> Result<async_nats::Subscriber, BusError> {
+        let subject = self.subjects.key_deactivations();
+        self.client.subscribe(subject.clone()).await.map_err(|e| BusError::Publish { subject, source: e.into() })
     }
 
     async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {

@@ -3,6 +3,7 @@
 //! admins can read it back. `last_used_at` is written at most once a minute per key.
 
 use bson::{DateTime, doc};
+use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
@@ -127,6 +128,38 @@ impl ApiKeys {
     ) -> Result<Option<ApiKeyRecord>, StoreError> {
         let key = self.coll.find_one(doc! { "_id": id.as_str() }).await?;
         Ok(key.filter(|k| &k.account_id == account))
+    }
+
+    /// A page of `account`'s keys, newest first, and how many it has in all.
+    pub async fn list_for_account(
+        &self,
+        account: &AccountId,
+        offset: u64,
+        limit: i64,
+    ) -> Result<(Vec<ApiKeyRecord>, u64), StoreError> {
+        let filter = doc! { "account_id": account.as_str() };
+        let page = self
+            .coll
+            .find(filter.clone())
+            .sort(doc! { "created_at": -1, "_id": -1 })
+            .skip(offset)
+            .limit(limit)
+            .await?
+            .try_collect()
+            .await?;
+        Ok((page, self.coll.count_documents(filter).await?))
+    }
+
+    /// Deactivates key `id` of `account`; returns it as it is now, `None` if `account` has no
+    /// such key. Deactivating an inactive key changes nothing.
+    pub async fn deactivate(&self, id: &ApiKeyId, account: &AccountId) -> Result<Option<ApiKeyRecord>, StoreError> {
+        self.coll
+            .find_one_and_update(
+                doc! { "_id": id.as_str(), "account_id": account.as_str() },
+                doc! { "$set": { "is_active": false } },
+            )
+            .return_document(mongodb::options::ReturnDocument::After)
+            .await
     }
 
     /// Records a use at `now` unless one was recorded within the last minute; returns whether

@@ -9,6 +9,7 @@
 //! | `model_versions` | [`model_versions`] | runner (registration at start) |
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
+//! | `console_sessions` | [`console_sessions`] | api (console sign-in, sign-out) |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
 //! | `files.files`, `files.chunks` (GridFS) | [`files`] | runner (outputs), retention |
 //!
@@ -20,6 +21,7 @@
 pub mod accounts;
 pub mod api_keys;
 pub mod commands;
+pub mod console_sessions;
 pub mod dead_letters;
 pub mod files;
 pub mod group_commit;
@@ -127,11 +129,17 @@ impl Store {
             .keys(doc! { "expires_at": 1 })
             .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
             .build();
-        self.idempotency_keys().collection().create_index(expiring).await?;
+        self.idempotency_keys().collection().create_index(expiring.clone()).await?;
+        self.console_sessions().collection().create_index(expiring).await?;
         self.webhook_attempts().collection().create_index(plain(doc! { "webhook_id": 1 })).await?;
         self.webhook_attempts().collection().create_index(plain(doc! { "prediction_id": 1, "at": 1 })).await?;
         self.model_versions().collection().create_index(plain(doc! { "model": 1, "created_at": -1 })).await?;
         Ok(())
+    }
+
+    /// The `console_sessions` collection.
+    pub fn console_sessions(&self) -> console_sessions::ConsoleSessions {
+        console_sessions::ConsoleSessions::new(&self.db)
     }
 
     /// The `predictions` collection.

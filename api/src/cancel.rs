@@ -1,0 +1,58 @@
+//! Canceling a prediction, shared by the API's cancel route and the console's Cancel button:
+//! `starting` or `processing` becomes `canceled` at once.
+//!
+//! The change is a conditional update on the status just read (so the metrics computed from
+//! it are right), followed by the `completed` event and, for a `processing` prediction, the
+//! cancel broadcast that makes the runner holding it abort the model call.
+
+use bson::{DateTime, doc};
+use common::{
+    domain::{Metrics, Prediction, PredictionStatus, WebhookEvent},
+    messages::PredictionChanged,
+    problem::FieldError,
+};
+
+use crate::{auth::Caller, error::ApiError, owned::owned_prediction, state::AppState};
+
+/// How often cancel re-reads a prediction whose status changed under it.
+const CANCEL_ATTEMPTS: usize = 3;
+
+/// Cancels prediction `id` of the caller's account; returns it canceled. 400 when it has
+/// ended already, 404 when the account has no such prediction.
+pub async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Result<Prediction, ApiError> {
+    let predictions = state.store.predictions();
+    for _ in 0..CANCEL_ATTEMPTS {
+        let current = owned_prediction(state, caller, id).await?;
+        let prediction_id = current.id.clone();
+        if current.status.is_terminal() {
+            return Err(ApiError::validation(
+                format!(
+                    "Prediction {id} is already {}; only starting or processing predictions can be canceled.",
+                    current.status
+                ),
+                vec![FieldError::invalid("status", format!("The prediction is {}.", current.status))],
+            ));
+        }
+        let now = DateTime::now();
+        let metrics = Metrics::at_completion(current.created_at, current.started_at, now);
+        let changes = doc! { "completed_at": now, "metrics": bson::to_bson(&metrics)? };
+        let Some(canceled) =
+            predictions.transition_from(&prediction_id, current.status, PredictionStatus::Canceled, changes).await?
+        else {
+            continue;
+        };
+        tracing::info!(was = %current.status, "prediction canceled");
+        if current.status == PredictionStatus::Processing
+            && let Err(e) = state.bus.publish_cancel(&prediction_id).await
+        {
+            tracing::warn!(error = %e, "cancel broadcast failed; the runner notices at its next status check");
+        }
+        if let Err(e) =
+            state.bus.publish_event(PredictionChanged::of(&canceled, WebhookEvent::Completed, &state.links)).await
+        {
+            tracing::error!(error = %e, "completed event of a canceled prediction not published");
+        }
+        return Ok(canceled);
+    }
+    Err(anyhow::anyhow!("prediction {id} kept changing status during cancel").into())
+}

@@ -1,0 +1,64 @@
+//! The web console: pages for people, served by the api on its own port.
+//!
+//! - [`login`]: sign in with an API key, sign out; [`session`]: the cookie and the signed-in
+//!   person every page proves it is ([`session::Signed`]); [`csrf`]: the checks of every form
+//!   post ([`csrf::ConsoleAction`]).
+//! - Pages, one file each: [`predictions`] (the list at `/`, a prediction at its `urls.web`,
+//!   Cancel, Resend), [`models`] (list and run form), [`keys`], [`secret`]; [`files`] serves
+//!   file outputs to the pages.
+//! - [`page`]: rendering (askama templates in `templates/`, escaped by default) and the
+//!   security headers (a Content-Security-Policy without inline script); [`assets`]: the one
+//!   stylesheet and the one script; [`error`]: every failure as a page, never JSON.
+//!
+//! Pages call the same domain functions as the JSON routes (`submit`, `cancel`,
+//! `deliveries`, `keys`, `signing_secret`), never a route handler. The cookie is read here only:
+//! the `/v1` and `/replicate/v1` APIs authenticate with bearer keys alone.
+
+mod assets;
+mod csrf;
+mod error;
+mod files;
+mod keys;
+mod login;
+mod models;
+mod page;
+mod predictions;
+mod secret;
+mod session;
+
+use axum::{
+    Router, middleware,
+    routing::{get, post},
+};
+
+pub use error::ConsoleError;
+pub use page::CONTENT_SECURITY_POLICY;
+
+use crate::state::AppState;
+
+/// The console's routes, each answered with the console's security headers.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(predictions::list))
+        .route("/login", get(login::form).post(login::submit))
+        .route("/logout", post(login::logout))
+        .route("/predictions/{id}", get(predictions::page))
+        .route("/predictions/{id}/cancel", post(predictions::cancel))
+        .route("/predictions/{id}/deliveries/{webhook_id}/resend", post(predictions::resend))
+        .route("/files/{id}", get(files::get))
+        .route("/models", get(models::list))
+        .route("/models/{owner}/{name}", get(models::form).post(models::run))
+        .route("/keys", get(keys::list).post(keys::create))
+        .route("/keys/{id}/deactivate", post(keys::deactivate))
+        .route("/secret", get(secret::show))
+        .route("/secret/reveal", post(secret::reveal))
+        .route("/secret/rotate", post(secret::rotate))
+        .route("/static/console.css", get(assets::css))
+        .route("/static/console.js", get(assets::js))
+        .layer(middleware::from_fn(page::security_headers))
+}
+
+/// The page for a path nothing serves, for browsers (API clients get problem+json).
+pub fn not_found() -> ConsoleError {
+    ConsoleError::NotFound("There is no page at this address.".into())
+}

@@ -1,0 +1,281 @@
+//! The predictions pages: the list (`/`, newest first, a status filter, 20 a page) and one
+//! prediction (`/predictions/{id}`, its `urls.web`), with the Cancel and Resend actions.
+//!
+//! The prediction page renders everything the API holds: status (`#status`), input, timings,
+//! logs (`#logs`), output (`#output`: text, JSON, `<img>` for images, `<video>` for videos,
+//! through the console's own file route so the session loads them), the error of a failed
+//! prediction, and its webhook deliveries. While it runs, `/static/console.js` follows the
+//! prediction's SSE stream (`urls.stream`, whose token opens it) and updates the page without
+//! a reload; when the stream says `done`, it reloads once to show the final state.
+
+use std::collections::HashMap;
+
+use askama::Template;
+use axum::{
+    extract::{Path, Query, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use bson::DateTime;
+use common::{
+    domain::{ApiSurface, FileId, Prediction, PredictionStatus, Scope},
+    store::webhook_attempts::{AttemptOutcome, WebhookAttempt},
+};
+
+use super::{
+    csrf::ConsoleAction,
+    error::ConsoleError,
+    page::{Chrome, ago, html},
+    session::Signed,
+};
+use crate::{cancel, deliveries, owned::owned_prediction, state::AppState};
+
+/// Predictions on one page of the list.
+const PAGE_SIZE: u64 = 20;
+
+/// One row of the list.
+struct Row {
+    id: String,
+    model: String,
+    status: &'static str,
+    created: String,
+    age: String,
+    duration: String,
+}
+
+#[derive(Template)]
+#[template(path = "predictions.html")]
+struct ListPage {
+    chrome: Chrome,
+    rows: Vec<Row>,
+    statuses: Vec<&'static str>,
+    status_filter: String,
+    shown: usize,
+    total: u64,
+    previous: Option<String>,
+    next: Option<String>,
+}
+
+fn seconds_between(from: DateTime, to: DateTime) -> f64 {
+    (to.timestamp_millis() - from.timestamp_millis()) as f64 / 1000.0
+}
+
+fn duration(p: &Prediction) -> String {
+    match (p.started_at, p.completed_at) {
+        (Some(s), Some(c)) => format!("{:.1} s", seconds_between(s, c)),
+        (Some(s), None) => format!("{:.0} s so far", seconds_between(s, DateTime::now())),
+        _ => "—".into(),
+    }
+}
+
+/// `GET /`
+pub async fn list(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
+    let filter = query.get("status").map(String::as_str).unwrap_or_default();
+    let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
+    let page: u64 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000);
+    let (predictions, total) = state
+        .store
+        .predictions()
+        .list_for_account(&signed.key.account_id, status, page * PAGE_SIZE, PAGE_SIZE as i64)
+        .await
+        .map_err(anyhow::Error::from)?;
+    let now = DateTime::now();
+    let rows: Vec<Row> = predictions
+        .iter()
+        .map(|p| Row {
+            id: p.id.to_string(),
+            model: p.model.to_string(),
+            status: p.status.as_str(),
+            created: p.created_at.to_chrono().to_rfc3339(),
+            age: ago(seconds_between(p.created_at, now) as i64),
+            duration: duration(p),
+        })
+        .collect();
+    let status_query = status.map_or(String::new(), |s| format!("status={}&", s.as_str()));
+    let link = |n: u64| format!("/?{status_query}page={n}");
+    let list = ListPage {
+        chrome: Chrome::of(&signed, "predictions"),
+        shown: rows.len(),
+        rows,
+        statuses: PredictionStatus::ALL.iter().map(|s| s.as_str()).collect(),
+        status_filter: status.map_or(String::new(), |s| s.as_str().to_owned()),
+        total,
+        previous: (page > 0).then(|| link(page - 1)),
+        next: ((page + 1) * PAGE_SIZE < total).then(|| link(page + 1)),
+    };
+    Ok(html(&list))
+}
+
+/// A file output as the page shows it.
+struct FileView {
+    url: String,
+    kind: &'static str,
+    name: String,
+}
+
+/// One delivery attempt as the page shows it.
+struct DeliveryRow {
+    webhook_id: String,
+    event: String,
+    attempt: u32,
+    status_code: String,
+    latency_ms: u64,
+    outcome: &'static str,
+    error: String,
+    resendable: bool,
+}
+
+impl DeliveryRow {
+    fn of(a: &WebhookAttempt) -> Self {
+        let outcome = match a.outcome {
+            AttemptOutcome::Delivered => "delivered",
+            AttemptOutcome::WillRetry => "will_retry",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Refused => "refused",
+        };
+        Self {
+            webhook_id: a.webhook_id.clone(),
+            event: a.event.to_string(),
+            attempt: a.attempt,
+            status_code: a.status_code.map_or("—".into(), |c| c.to_string()),
+            latency_ms: a.latency_ms,
+            outcome,
+            error: a.error.clone().unwrap_or_default(),
+            resendable: matches!(a.outcome, AttemptOutcome::Failed | AttemptOutcome::Delivered),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "prediction.html")]
+struct PredictionPage {
+    chrome: Chrome,
+    id: String,
+    model: String,
+    status: &'static str,
+    running: bool,
+    can_cancel: bool,
+    can_write: bool,
+    stream_url: String,
+    error: Option<String>,
+    output_text: Option<String>,
+    output_json: Option<String>,
+    output_files: Vec<FileView>,
+    output_empty: bool,
+    logs: String,
+    input: String,
+    created: String,
+    started: String,
+    completed: String,
+    predict_time: String,
+    total_time: String,
+    has_webhook: bool,
+    deliveries: Vec<DeliveryRow>,
+}
+
+/// The stored output split for the page: text, pretty JSON, or the files it names.
+async fn output_parts(
+    state: &AppState,
+    output: Option<&str>,
+) -> Result<(Option<String>, Option<String>, Vec<FileView>), ConsoleError> {
+    let Some(output) = output else { return Ok((None, None, Vec::new())) };
+    let prefix = format!("{}/files/", state.links.api(ApiSurface::Canonical));
+    let file_ids: Vec<String> = match serde_json::from_str::<serde_json::Value>(output) {
+        Ok(serde_json::Value::Array(items))
+            if !items.is_empty() && items.iter().all(|i| i.as_str().is_some_and(|s| s.starts_with(&prefix))) =>
+        {
+            items.iter().filter_map(|i| i.as_str().map(|s| s[prefix.len()..].to_owned())).collect()
+        }
+        _ if output.starts_with(&prefix) => vec![output[prefix.len()..].to_owned()],
+        Ok(json @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
+            return Ok((None, Some(serde_json::to_string_pretty(&json).unwrap_or_default()), Vec::new()));
+        }
+        _ => return Ok((Some(output.to_owned()), None, Vec::new())),
+    };
+    let mut files = Vec::new();
+    for id in file_ids {
+        let Ok(file_id) = FileId::parse(&id) else { continue };
+        let info = state.store.files().info(&file_id).await.map_err(anyhow::Error::from)?;
+        let (kind, name) = match &info {
+            Some(f) if f.content_type.starts_with("image/") => ("image", f.filename.clone()),
+            Some(f) if f.content_type.starts_with("video/") => ("video", f.filename.clone()),
+            Some(f) => ("other", f.filename.clone()),
+            None => ("other", format!("{id} (removed)")),
+        };
+        files.push(FileView { url: format!("/files/{id}"), kind, name });
+    }
+    Ok((None, None, files))
+}
+
+fn time(t: Option<DateTime>) -> String {
+    t.map_or("—".into(), |t| t.to_chrono().format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
+}
+
+/// `GET /predictions/{id}`: another account's prediction is a 404 page.
+pub async fn page(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+) -> Result<Response, ConsoleError> {
+    let p = owned_prediction(&state, &signed.caller(), &id).await?;
+    let (output_text, output_json, output_files) = output_parts(&state, p.output.as_deref()).await?;
+    let attempts = state.store.webhook_attempts().for_prediction(&p.id).await.map_err(anyhow::Error::from)?;
+    let running = !p.status.is_terminal();
+    let can_write = signed.key.has_scope(Scope::Write);
+    let view = p.view(&state.links, ApiSurface::Canonical);
+    let page = PredictionPage {
+        chrome: Chrome::of(&signed, "predictions"),
+        id: p.id.to_string(),
+        model: p.model.to_string(),
+        status: p.status.as_str(),
+        running,
+        can_cancel: running && can_write,
+        can_write,
+        stream_url: view.urls.stream,
+        error: p.error.as_ref().map(|e| e.message.clone()),
+        output_empty: output_text.is_none() && output_json.is_none() && output_files.is_empty(),
+        output_text,
+        output_json,
+        output_files,
+        logs: p.logs.clone(),
+        input: serde_json::to_string_pretty(&p.input).unwrap_or_default(),
+        created: time(Some(p.created_at)),
+        started: time(p.started_at),
+        completed: time(p.completed_at),
+        predict_time: p.metrics.map_or("—".into(), |m| format!("{:.3} s", m.predict_time)),
+        total_time: p.metrics.map_or("—".into(), |m| format!("{:.3} s", m.total_time)),
+        has_webhook: p.webhook.is_some(),
+        deliveries: attempts.iter().map(DeliveryRow::of).collect(),
+    };
+    Ok(html(&page))
+}
+
+fn back_to(id: &str) -> Response {
+    (StatusCode::SEE_OTHER, [(header::LOCATION, format!("/predictions/{id}"))]).into_response()
+}
+
+/// `POST /predictions/{id}/cancel` (scope `write`).
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    action: ConsoleAction,
+) -> Result<Response, ConsoleError> {
+    action.signed.require(Scope::Write)?;
+    cancel::cancel(&state, &action.signed.caller(), &id).await?;
+    Ok(back_to(&id))
+}
+
+/// `POST /predictions/{id}/deliveries/{webhook_id}/resend` (scope `write`).
+pub async fn resend(
+    State(state): State<AppState>,
+    Path((id, webhook_id)): Path<(String, String)>,
+    action: ConsoleAction,
+) -> Result<Response, ConsoleError> {
+    action.signed.require(Scope::Write)?;
+    deliveries::resend(&state, &action.signed.caller(), &id, &webhook_id).await?;
+    Ok(back_to(&id))
+}

@@ -1,0 +1,97 @@
+//! Submitting a prediction, shared by the API's create routes and the console's run form:
+//! [`validated`] checks a create body against the model's input schema and builds the
+//! `starting` prediction; [`store_and_publish`] claims the idempotency key (if any), stores
+//! the prediction and sends its job.
+//!
+//! Nothing is written before everything is validated. The job is sent without waiting for the
+//! stream's confirmation, which a background task awaits: if the publish fails the prediction
+//! is still accepted, and the runner's reconciler republishes `starting` predictions whose job
+//! never reached the stream.
+
+use bson::DateTime;
+use common::{
+    domain::{AccountId, ApiSurface, NewPrediction, Prediction},
+    store::Claim,
+};
+use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use crate::{
+    auth::Caller,
+    error::ApiError,
+    models::RegisteredModel,
+    state::AppState,
+    validate::{create_prediction, input},
+};
+
+/// The `starting` prediction a create body asks for, or every field error of the body and of
+/// its input against `model`'s schema.
+pub fn validated(
+    caller: &Caller,
+    model: &RegisteredModel,
+    body: &Map<String, Value>,
+    surface: ApiSurface,
+) -> Result<Prediction, ApiError> {
+    let request = create_prediction::parse(body);
+    let model_input = match &request {
+        Ok(req) => input::validate(&model.input_schema, &req.input),
+        Err(_) => Ok(Default::default()),
+    };
+    let (request, model_input) = match (request, model_input) {
+        (Ok(r), Ok(i)) => (r, i),
+        (r, i) => {
+            let mut errors = r.err().unwrap_or_default();
+            errors.extend(i.err().unwrap_or_default());
+            return Err(ApiError::validation("The request has invalid fields; see errors.", errors));
+        }
+    };
+    Ok(Prediction::new_starting(NewPrediction {
+        account_id: caller.key.account_id.clone(),
+        model: model.record.model.clone(),
+        version: model.record.version.clone(),
+        capability: model.record.capability.clone(),
+        input: Value::Object(request.input),
+        model_input: Value::Object(model_input),
+        webhook: request.webhook,
+        webhook_events_filter: request.webhook_events_filter,
+        surface,
+    }))
+}
+
+/// Claims the idempotency key (if any), stores the prediction and sends its job; returns the
+/// claim (an existing one means nothing was written). The client is answered once the job is
+/// sent; the stream's confirmation is awaited in the background (a job the stream did not
+/// store is republished by the runner's reconciler, as after any failed publish).
+pub async fn store_and_publish(
+    state: &AppState,
+    account: &AccountId,
+    idempotency_key: Option<String>,
+    prediction: &Prediction,
+) -> Result<Claim, ApiError> {
+    if let Some(key) = &idempotency_key
+        && let Claim::Existing(first) =
+            state.store.idempotency_keys().claim(account, key, &prediction.id, DateTime::now()).await?
+    {
+        return Ok(Claim::Existing(first));
+    }
+    if let Err(e) = state.new_predictions.insert(prediction.clone()).await {
+        if let Some(key) = &idempotency_key
+            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
+        {
+            tracing::warn!(error = %release, "idempotency key not released");
+        }
+        return Err(e.into());
+    }
+    match state.bus.send_job(prediction).await {
+        Ok(stored) => {
+            let confirm = async move {
+                if let Err(e) = stored.await {
+                    tracing::error!(error = %e, "job not stored; the reconciler will republish it");
+                }
+            };
+            state.background.spawn(confirm.instrument(tracing::Span::current()));
+        }
+        Err(e) => tracing::error!(error = %e, "job not published; the reconciler will republish it"),
+    }
+    Ok(Claim::New)
+}

@@ -1,0 +1,237 @@
+//! The web console over HTTP: sign-in and sessions, the cookie's limits, CSRF and origin
+//! checks, and pages for people (escaped values, 404 pages). The browser suite
+//! (deploy/clients/browser) drives the same pages in Chromium.
+
+use reqwest::{Method, StatusCode, redirect::Policy};
+use serde_json::json;
+
+use crate::harness::{JsonBody, Options, System};
+
+/// A browser's view of the console: its session cookie and the session's form token.
+struct Browser<'a> {
+    system: &'a System,
+    http: reqwest::Client,
+    cookie: String,
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(Policy::none()).build().expect("client")
+}
+
+/// Posts the sign-in form as the login page would.
+async fn sign_in_response(system: &System, key: &str, next: &str) -> reqwest::Response {
+    no_redirects()
+        .post(system.url("/login"))
+        .header("origin", &system.base_url)
+        .form(&[("api_key", key), ("next", next)])
+        .send()
+        .await
+        .expect("sent")
+}
+
+impl<'a> Browser<'a> {
+    async fn sign_in(system: &'a System, key: &str) -> Self {
+        let response = sign_in_response(system, key, "/").await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        let set_cookie = response.headers()["set-cookie"].to_str().expect("ascii").to_owned();
+        let cookie = set_cookie.split(';').next().expect("a pair").to_owned();
+        Self { system, http: no_redirects(), cookie }
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.system.url(path)).header("cookie", &self.cookie).send().await.expect("sent")
+    }
+
+    async fn page(&self, path: &str) -> String {
+        let response = self.get(path).await;
+        assert_eq!(response.status(), 200, "{path}");
+        response.text().await.expect("html")
+    }
+
+    /// The session's form token, as every page carries it.
+    async fn csrf(&self) -> String {
+        let html = self.page("/").await;
+        let at = html.find(r#"name="csrf" value=""#).expect("a form token") + r#"name="csrf" value=""#.len();
+        html[at..].split('"').next().expect("token").to_owned()
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)], origin: Option<&str>) -> reqwest::Response {
+        let mut request = self.http.post(self.system.url(path)).header("cookie", &self.cookie).form(form);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send().await.expect("sent")
+    }
+}
+
+async fn created(system: &System, model: &str, input: serde_json::Value) -> String {
+    system.register_models_only().await;
+    let p =
+        system.post_json(&format!("/v1/models/{model}/predictions"), &json!({"input": input})).await.json_body().await;
+    p["id"].as_str().expect("id").to_owned()
+}
+
+#[tokio::test]
+async fn a_page_without_a_session_sends_the_browser_to_sign_in_and_back() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let page = no_redirects().get(system.url("/predictions/p_x?tab=logs")).send().await.expect("sent");
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    assert_eq!(page.headers()["location"], "/login?next=/predictions/p_x%3Ftab%3Dlogs");
+    let form = system.http().get(system.url("/login?next=/models")).send().await.expect("sent");
+    assert_eq!(form.status(), 200);
+    let html = form.text().await.expect("html");
+    assert!(html.contains(r#"name="api_key""#) && html.contains(r#"value="/models""#), "{html}");
+
+    let signed_in = sign_in_response(&system, &system.admin_key, "/models").await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(signed_in.headers()["location"], "/models");
+    let open_redirect = sign_in_response(&system, &system.admin_key, "//evil.example/x").await;
+    assert_eq!(open_redirect.headers()["location"], "/", "next only names a local path");
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_http_only_lax_and_never_holds_the_key() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let response = sign_in_response(&system, &system.admin_key, "/").await;
+    let cookie = response.headers()["set-cookie"].to_str().expect("ascii").to_owned();
+    assert!(cookie.starts_with("console_session="), "{cookie}");
+    for flag in ["HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(cookie.contains(flag), "{flag} in {cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http: no Secure flag ({cookie})");
+    assert!(!cookie.contains(&system.admin_key) && !cookie.contains("psk_"), "{cookie}");
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    assert!(!browser.page("/").await.contains(&system.admin_key), "the key is never put in a page");
+}
+
+#[tokio::test]
+async fn a_bad_key_gets_a_page_not_json_and_no_session() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let response = sign_in_response(&system, "psk_not_a_key", "/").await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(response.headers().get("set-cookie").is_none());
+    assert!(response.headers()["content-type"].to_str().expect("ascii").starts_with("text/html"));
+    assert!(response.text().await.expect("html").contains("That key is not valid"));
+}
+
+#[tokio::test]
+async fn the_prediction_page_escapes_values_and_another_accounts_is_a_404_page() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let id = created(&system, "demo/echo", json!({"prompt": "<b>bold</b>"})).await;
+    system.wait_for_terminal(&id, std::time::Duration::from_secs(20)).await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let response = browser.get(&format!("/predictions/{id}")).await;
+    assert_eq!(response.status(), 200);
+    let csp = response.headers()["content-security-policy"].to_str().expect("ascii").to_owned();
+    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+    let html = response.text().await.expect("html");
+    let escaped = ["&lt;b&gt;bold&lt;/b&gt;", "&#60;b&#62;bold&#60;/b&#62;"];
+    assert!(escaped.iter().any(|e| html.contains(e)) && !html.contains("<b>bold</b>"), "values are escaped");
+    assert!(html.contains(r#"id="status""#) && html.contains("succeeded"));
+    assert!(!html.contains("<script>"), "no inline script");
+
+    let other = system.bootstrap_account("other").await;
+    let stranger = Browser::sign_in(&system, &other).await;
+    let theirs = stranger.get(&format!("/predictions/{id}")).await;
+    assert_eq!(theirs.status(), 404);
+    assert!(theirs.text().await.expect("html").contains("<h1>Not found</h1>"));
+    let unknown = system.http().get(system.url("/no/such/page")).header("accept", "text/html").send().await;
+    assert_eq!(unknown.expect("sent").status(), 404);
+}
+
+#[tokio::test]
+async fn the_cookie_alone_never_authenticates_the_api() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let id = created(&system, "demo/sleep", json!({"seconds": 30})).await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let path = format!("/v1/predictions/{id}/cancel");
+    let api = browser.post(&path, &[], Some(&system.base_url)).await;
+    assert_eq!(api.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(browser.get("/v1/predictions").await.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(system.get(&format!("/v1/predictions/{id}")).await.json_body().await["status"], "starting");
+}
+
+#[tokio::test]
+async fn a_console_post_without_its_token_or_from_elsewhere_is_403_and_does_nothing() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let id = created(&system, "demo/sleep", json!({"seconds": 30})).await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let csrf = browser.csrf().await;
+    let path = format!("/predictions/{id}/cancel");
+    let ours = system.base_url.clone();
+    for (form, origin) in [
+        (vec![], Some(ours.as_str())),
+        (vec![("csrf", "forged")], Some(ours.as_str())),
+        (vec![("csrf", csrf.as_str())], Some("http://evil.example")),
+        (vec![("csrf", csrf.as_str())], None),
+    ] {
+        let response = browser.post(&path, &form, origin).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{form:?} from {origin:?}");
+        assert!(response.text().await.expect("html").contains("Not allowed"));
+    }
+    assert_eq!(system.get(&format!("/v1/predictions/{id}")).await.json_body().await["status"], "starting");
+    let canceled = browser.post(&path, &[("csrf", csrf.as_str())], Some(&ours)).await;
+    assert_eq!(canceled.status(), StatusCode::SEE_OTHER);
+    assert_eq!(system.get(&format!("/v1/predictions/{id}")).await.json_body().await["status"], "canceled");
+}
+
+#[tokio::test]
+async fn a_read_only_key_sees_but_cannot_cancel_or_administer() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let id = created(&system, "demo/sleep", json!({"seconds": 30})).await;
+    let reader = system
+        .request(Method::POST, "/v1/account/api-keys")
+        .json(&json!({"scopes": ["read"]}))
+        .send()
+        .await
+        .expect("sent")
+        .json_body()
+        .await;
+    let browser = Browser::sign_in(&system, reader["key"].as_str().expect("key")).await;
+    let html = browser.page(&format!("/predictions/{id}")).await;
+    assert!(!html.contains(r#"id="cancel""#), "no Cancel button without write");
+    let csrf = browser.csrf().await;
+    let cancel = browser.post(&format!("/predictions/{id}/cancel"), &[("csrf", &csrf)], Some(&system.base_url)).await;
+    assert_eq!(cancel.status(), StatusCode::FORBIDDEN);
+    assert_eq!(browser.get("/keys").await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(browser.get("/secret").await.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn signing_out_or_deactivating_the_key_ends_the_session() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let key = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
+    let (key_id, value) = (key["id"].as_str().expect("id"), key["key"].as_str().expect("key"));
+    let first = Browser::sign_in(&system, value).await;
+    let second = Browser::sign_in(&system, value).await;
+    let csrf = first.csrf().await;
+    let out = first.post("/logout", &[("csrf", &csrf)], Some(&system.base_url)).await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert!(out.headers()["set-cookie"].to_str().expect("ascii").contains("Max-Age=0"));
+    assert_eq!(first.get("/").await.status(), StatusCode::SEE_OTHER, "signed out");
+    assert_eq!(second.get("/").await.status(), 200, "another session of the key lives on");
+
+    let path = format!("/v1/account/api-keys/{key_id}");
+    let r = system.request(Method::PATCH, &path).json(&json!({"is_active": false})).send().await.expect("sent");
+    assert_eq!(r.status(), 200);
+    assert_eq!(second.get("/").await.status(), StatusCode::SEE_OTHER, "the key's sessions end with it");
+}
+
+#[tokio::test]
+async fn the_run_form_creates_a_prediction_or_shows_the_fields_error() {
+    let system = System::start().await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let form = browser.page("/models/demo/sleep").await;
+    assert!(form.contains(r#"name="seconds""#) && form.contains(r#"max="300""#), "from the schema");
+    let csrf = browser.csrf().await;
+    let bad = browser.post("/models/demo/sleep", &[("csrf", &csrf), ("seconds", "301")], Some(&system.base_url)).await;
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let html = bad.text().await.expect("html");
+    assert!(html.contains(r#"id="error-seconds""#), "{html}");
+    let good = browser.post("/models/demo/sleep", &[("csrf", &csrf), ("seconds", "0.1")], Some(&system.base_url)).await;
+    assert_eq!(good.status(), StatusCode::SEE_OTHER);
+    let location = good.headers()["location"].to_str().expect("ascii").to_owned();
+    let id = location.trim_start_matches("/predictions/");
+    let done = system.wait_for_terminal(id, std::time::Duration::from_secs(20)).await;
+    assert_eq!(done["input"], json!({"seconds": 0.1, "quiet": false}), "an unchecked box is false");
+}
