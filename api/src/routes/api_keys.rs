@@ -211,12 +211,23 @@ pub async fn list(
     }))
 }
 
-/// The body of `PATCH /v1/account/api-keys/{id}`.
-#[derive(utoipa::ToSchema)]
+/// The body of `PATCH /v1/account/api-keys/{id}` (no other field is accepted).
+#[derive(utoipa::ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub struct UpdateApiKeyBody {
     /// `false` deactivates the key, at once on every replica; a key cannot be reactivated.
+    #[schema(schema_with = false_only)]
     is_active: bool,
+}
+
+/// The schema of a boolean that may only be `false`.
+fn false_only() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Boolean)
+        .enum_values(Some([false]))
+        .description(Some("Only `false`: deactivates the key."))
+        .build()
 }
 
 /// `PATCH /v1/account/api-keys/{id}`: `{"is_active": false}` deactivates the key.

@@ -1,0 +1,173 @@
+"""The web console in headless Chromium: what a person does with it, end to end."""
+
+import os
+import time
+
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.common.by import By
+
+from conftest import ADMIN_KEY, BASE_URL, Api, sign_in, wait_for
+
+
+def text_of(driver, element_id):
+    return driver.find_element(By.ID, element_id).text
+
+
+def key_row_text(driver, name):
+    """The text of the keys table's row of key `name`, empty while the page changes."""
+    try:
+        return driver.find_element(By.XPATH, f"//table[@id='keys']//tr[td[contains(., '{name}')]]").text
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def open_prediction(driver, prediction_id):
+    driver.get(f"{BASE_URL}/predictions/{prediction_id}")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "status"))
+
+
+def fetch(driver, path, method, body=None, content_type=None):
+    """A same-origin fetch from the page, with the browser's cookies; returns the status."""
+    return driver.execute_async_script(
+        """
+        const [path, method, body, contentType, done] = arguments;
+        const headers = contentType ? {"Content-Type": contentType} : {};
+        fetch(path, {method, body, headers, credentials: "include", redirect: "manual"})
+          .then(r => done(r.status)).catch(e => done(String(e)));
+        """,
+        path, method, body, content_type,
+    )
+
+
+def test_signing_in_returns_to_the_page_asked_for(fresh_browser):
+    fresh_browser.get(BASE_URL + "/models")
+    wait_for(fresh_browser, lambda d: "/login" in d.current_url)
+    assert "next=/models" in fresh_browser.current_url
+    fresh_browser.find_element(By.NAME, "api_key").send_keys("psk_wrong")
+    fresh_browser.find_element(By.ID, "sign-in").click()
+    wait_for(fresh_browser, lambda d: d.find_elements(By.ID, "login-error"))
+    fresh_browser.find_element(By.NAME, "api_key").send_keys(ADMIN_KEY)
+    fresh_browser.find_element(By.ID, "sign-in").click()
+    wait_for(fresh_browser, lambda d: d.current_url == BASE_URL + "/models")
+    assert "demo/sleep" in fresh_browser.find_element(By.ID, "models").text
+
+
+def test_the_session_cookie_is_http_only_lax_and_path_wide(browser):
+    cookie = browser.get_cookie("console_session")
+    assert cookie is not None
+    assert cookie["httpOnly"] is True
+    assert cookie["sameSite"] == "Lax"
+    assert cookie["path"] == "/"
+    assert cookie["secure"] is False, "plain http here; Secure only under an https PUBLIC_BASE_URL"
+    assert ADMIN_KEY not in cookie["value"]
+    assert browser.execute_script("return document.cookie") == "", "not readable by scripts"
+
+
+def test_the_list_shows_the_newest_predictions(browser, api):
+    created = api.create("demo/echo", {"prompt": "listed"})
+    browser.get(BASE_URL + "/")
+    table = wait_for(browser, lambda d: d.find_element(By.ID, "predictions"))
+    assert created["id"] in table.text
+    assert "demo/echo" in table.text
+
+
+def test_text_and_image_outputs_are_rendered(browser, api):
+    echo = api.wait_terminal(api.create("demo/echo", {"prompt": "hello console"})["id"])
+    open_prediction(browser, echo["id"])
+    assert "hello console" in text_of(browser, "output")
+    assert text_of(browser, "status") == "succeeded"
+
+    image = api.wait_terminal(api.create("demo/text-to-image", {"prompt": "a red square"})["id"])
+    open_prediction(browser, image["id"])
+    img = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#output img"))
+    wait_for(browser, lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img) > 0)
+    if os.environ.get("SCREENSHOT_DIR"):
+        browser.save_screenshot(os.path.join(os.environ["SCREENSHOT_DIR"], "console-prediction.png"))
+
+
+def test_status_and_logs_update_live_without_a_reload(browser, api):
+    created = api.create("demo/sleep", {"seconds": 3})
+    open_prediction(browser, created["id"])
+    browser.execute_script("window.__same_page = true")
+    wait_for(browser, lambda d: text_of(d, "status") == "processing")
+    wait_for(browser, lambda d: "slept 1" in text_of(d, "logs"))
+    assert browser.execute_script("return window.__same_page === true"), "updated in place, not reloaded"
+    wait_for(browser, lambda d: text_of(d, "status") == "succeeded", seconds=20)
+    wait_for(browser, lambda d: "slept 3 s" in text_of(d, "output"))
+
+
+def test_a_running_prediction_is_canceled_from_its_page(browser, api):
+    created = api.create("demo/sleep", {"seconds": 60})
+    open_prediction(browser, created["id"])
+    browser.find_element(By.ID, "cancel").click()
+    wait_for(browser, lambda d: text_of(d, "status") == "canceled")
+    assert api.get(created["id"])["status"] == "canceled"
+    assert not browser.find_elements(By.ID, "cancel"), "no Cancel button once ended"
+
+
+def test_the_run_form_shows_a_bad_fields_error_then_runs(browser):
+    browser.get(BASE_URL + "/models/demo/sleep")
+    seconds = wait_for(browser, lambda d: d.find_element(By.ID, "input-seconds"))
+    seconds.clear()
+    seconds.send_keys("301")
+    browser.find_element(By.ID, "run").click()
+    error = wait_for(browser, lambda d: d.find_element(By.ID, "error-seconds"))
+    assert "300" in error.text
+    seconds = browser.find_element(By.ID, "input-seconds")
+    seconds.clear()
+    seconds.send_keys("0.2")
+    browser.find_element(By.ID, "run").click()
+    wait_for(browser, lambda d: "/predictions/" in d.current_url)
+    wait_for(browser, lambda d: text_of(d, "status") == "succeeded", seconds=20)
+
+
+def test_a_key_is_created_shown_once_deactivated_and_then_refused(browser):
+    browser.get(BASE_URL + "/keys")
+    name = f"browser-{time.time_ns()}"
+    wait_for(browser, lambda d: d.find_element(By.ID, "key-name")).send_keys(name)
+    browser.find_element(By.ID, "key-rpm").send_keys("120")
+    browser.find_element(By.ID, "create-key-button").click()
+    value = wait_for(browser, lambda d: d.find_element(By.ID, "new-key-value")).text
+    assert value.startswith("psk_")
+    assert Api(value).call("GET", "/v1/predictions?limit=1")[0] == 200
+    row = browser.find_element(By.XPATH, f"//table[@id='keys']//tr[td[contains(., '{name}')]]")
+    assert "120" in row.text
+    row.find_element(By.CSS_SELECTOR, "button.deactivate").click()
+    wait_for(browser, lambda d: "inactive" in key_row_text(d, name))
+    assert Api(value).call("GET", "/v1/predictions?limit=1")[0] == 401
+    browser.get(BASE_URL + "/keys")
+    assert not browser.find_elements(By.ID, "new-key-value"), "the key is shown once"
+
+
+def test_the_secret_is_masked_revealed_and_rotated(browser, api):
+    browser.get(BASE_URL + "/secret")
+    masked = wait_for(browser, lambda d: d.find_element(By.ID, "secret-masked")).text
+    assert "*" in masked
+    browser.find_element(By.ID, "reveal").click()
+    before = wait_for(browser, lambda d: d.find_element(By.ID, "secret-value")).text
+    assert before == api.call("GET", "/v1/account/webhooks/secret")[1]["key"]
+    browser.get(BASE_URL + "/secret")
+    hours = wait_for(browser, lambda d: d.find_element(By.ID, "transition-hours"))
+    hours.clear()
+    hours.send_keys("1")
+    browser.find_element(By.ID, "rotate").click()
+    after = wait_for(browser, lambda d: d.find_element(By.ID, "secret-value")).text
+    assert after != before
+    assert after == api.call("GET", "/v1/account/webhooks/secret")[1]["key"]
+
+
+def test_the_cookie_alone_cannot_write_through_the_api(browser, api):
+    created = api.create("demo/sleep", {"seconds": 30})
+    browser.get(BASE_URL + "/")
+    assert fetch(browser, f"/v1/predictions/{created['id']}/cancel", "POST") == 401
+    assert api.get(created["id"])["status"] in ("starting", "processing")
+    api.call("POST", f"/v1/predictions/{created['id']}/cancel")
+
+
+def test_a_console_post_without_its_csrf_token_is_refused(browser, api):
+    created = api.create("demo/sleep", {"seconds": 30})
+    browser.get(BASE_URL + "/")
+    status = fetch(browser, f"/predictions/{created['id']}/cancel", "POST", "", "application/x-www-form-urlencoded")
+    assert status == 403
+    assert api.get(created["id"])["status"] in ("starting", "processing")
+    api.call("POST", f"/v1/predictions/{created['id']}/cancel")
