@@ -7,7 +7,7 @@
 //! → rate-limit headers → panic catching → request timeout → body limit (1 MiB) → the handler
 //! in its own task ([`crate::run_to_completion`]) → routes.
 
-use std::{future::IntoFuture, sync::Arc, time::Duration};
+use std::{future::IntoFuture, time::Duration};
 
 use anyhow::Context;
 use axum::{
@@ -29,14 +29,8 @@ use tower_http::{
 use tracing::Level;
 
 use crate::{
-    config::ApiConfig,
-    error::render_problems,
-    metrics::{self, HttpMetrics},
-    ratelimit::rate_limit_headers,
-    request_id::MakeRandomRequestId,
-    routes,
-    run_to_completion::run_to_completion,
-    state::AppState,
+    config::ApiConfig, error::render_problems, metrics, ratelimit::rate_limit_headers, request_id::MakeRandomRequestId,
+    routes, run_to_completion::run_to_completion, state::AppState,
 };
 
 /// The largest request body accepted.
@@ -98,10 +92,10 @@ pub fn app(state: AppState) -> Router {
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(run_to_completion));
-    let metrics = Arc::new(HttpMetrics::new());
+    let metrics = state.metrics.clone();
     let serve_metrics = {
-        let (metrics, store) = (metrics.clone(), state.store.clone());
-        get(move || metrics::serve(metrics.clone(), store.clone()))
+        let state = state.clone();
+        get(move || metrics::serve(state.clone()))
     };
     routes::router(state)
         .route("/metrics", serve_metrics)

@@ -3,6 +3,8 @@
 //!
 //! - `http_requests_total{method, route, status}`: requests answered;
 //! - `http_request_duration_seconds{method, route, status}`: their latency (histogram);
+//! - `api_predictions_created_total{model}`: predictions stored by this replica;
+//! - `api_prefer_wait_held`: `Prefer: wait` creates held open now (see [`crate::wait_slots`]);
 //! - `mongodb_commands_total{command}`: MongoDB commands this process sent (driver command
 //!   monitoring), to see what each request costs the database; only with
 //!   `MONGODB_COMMAND_METRICS=true`, as the monitoring costs CPU.
@@ -12,7 +14,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use common::store::Store;
+use crate::state::AppState;
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -25,6 +27,7 @@ use prometheus_client::{
     metrics::{
         counter::Counter,
         family::Family,
+        gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
     registry::Registry,
@@ -38,11 +41,19 @@ struct RequestLabels {
     status: String,
 }
 
+/// A model label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+}
+
 /// The api's metrics.
 pub struct HttpMetrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram>,
+    created: Family<ModelLabel, Counter>,
+    waits_held: Gauge,
 }
 
 impl Default for HttpMetrics {
@@ -57,10 +68,19 @@ impl HttpMetrics {
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: Family<RequestLabels, Histogram> =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
+        let created = Family::<ModelLabel, Counter>::default();
+        let waits_held = Gauge::default();
         let mut registry = Registry::default();
         registry.register("http_requests", "HTTP requests answered", requests.clone());
         registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
-        Self { registry, requests, latency }
+        registry.register("api_predictions_created", "Predictions stored by this replica", created.clone());
+        registry.register("api_prefer_wait_held", "Prefer: wait creates held open now", waits_held.clone());
+        Self { registry, requests, latency, created, waits_held }
+    }
+
+    /// A prediction of `model` was stored.
+    pub fn created(&self, model: &str) {
+        self.created.get_or_create(&ModelLabel { model: model.to_owned() }).inc();
     }
 
     fn observe(&self, labels: RequestLabels, seconds: f64) {
@@ -89,10 +109,11 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
 }
 
 /// `GET /metrics`
-pub async fn serve(metrics: Arc<HttpMetrics>, store: Store) -> Response {
-    let mut text = metrics.render();
+pub async fn serve(state: AppState) -> Response {
+    state.metrics.waits_held.set(i64::try_from(state.wait_slots.held()).unwrap_or(i64::MAX));
+    let mut text = state.metrics.render();
     let end = text.rfind("# EOF").unwrap_or(text.len());
-    text.insert_str(end, &store.command_counts().openmetrics());
+    text.insert_str(end, &state.store.command_counts().openmetrics());
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -117,5 +138,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("http_request_duration_seconds_count"), "{text}");
+    }
+
+    #[test]
+    fn creates_are_counted_by_model() {
+        let m = HttpMetrics::new();
+        m.created("demo/echo");
+        m.waits_held.set(3);
+        let text = m.render();
+        assert!(text.contains(r#"api_predictions_created_total{model="demo/echo"} 1"#), "{text}");
+        assert!(text.contains("api_prefer_wait_held 3"), "{text}");
     }
 }

@@ -13,7 +13,8 @@ use common::{
 use tokio_util::task::TaskTracker;
 
 use crate::{
-    config::ApiConfig, keys::KeyDirectory, models::ModelCatalog, ratelimit::RateLimiter, wait_slots::WaitSlots,
+    config::ApiConfig, keys::KeyDirectory, metrics::HttpMetrics, models::ModelCatalog, ratelimit::RateLimiter,
+    wait_slots::WaitSlots,
 };
 
 /// How creates share writes: no waiting (a lone create is written at once), but creates that
@@ -46,6 +47,8 @@ pub struct Shared {
     pub rate_limiter: RateLimiter,
     /// The cap on held `Prefer: wait` creates.
     pub wait_slots: WaitSlots,
+    /// What `/metrics` shows.
+    pub metrics: Arc<HttpMetrics>,
     /// Work that outlives its request (confirming that a job was stored); waited for on
     /// shutdown.
     pub background: TaskTracker,
@@ -62,6 +65,7 @@ impl AppState {
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background: TaskTracker::new(),
+            metrics: Arc::new(HttpMetrics::new()),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),
             config,
             store,

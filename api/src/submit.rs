@@ -82,6 +82,7 @@ pub async fn store_and_publish(
         }
         return Err(e.into());
     }
+    state.metrics.created(&prediction.model.to_string());
     match state.bus.send_job(prediction).await {
         Ok(stored) => {
             let confirm = async move {

@@ -10,7 +10,8 @@
 //! - [`problem`]: the problem+json error body every HTTP error uses.
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
 //! - [`links`]: every URL handed out (both API surfaces, files, stream capability tokens).
-//! - [`config`], [`connect`], [`telemetry`], [`shutdown`]: what every service needs at start.
+//! - [`config`], [`connect`], [`telemetry`], [`readiness`], [`shutdown`]: what every service
+//!   needs at start and while it runs.
 //! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
 //! - `samples` (feature `samples`, part of `testkit`): sample predictions for tests and the load tool.
 #![forbid(unsafe_code)]
@@ -24,6 +25,7 @@ pub mod domain;
 pub mod links;
 pub mod messages;
 pub mod problem;
+pub mod readiness;
 #[cfg(feature = "samples")]
 pub mod samples;
 pub mod shutdown;

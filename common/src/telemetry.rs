@@ -20,15 +20,19 @@ pub fn init(service: &'static str) {
     }
 }
 
-/// Serves `GET /metrics` (the OpenMetrics text `render` returns, ending in `# EOF`) and
-/// `GET /health` on `bind` until `shutdown` fires: how the runner and the notifier, which have
-/// no API of their own, are scraped and probed. Returns the bound address.
-pub async fn serve_metrics(
+/// Serves the operations endpoints of a service without an API of its own (the runner and
+/// the notifier) on `bind` until `shutdown` fires: `GET /metrics` (the OpenMetrics text
+/// `render` returns, ending in `# EOF`), `GET /health` (the process serves) and `GET /ready`
+/// (MongoDB and NATS answer: 200, else 503 with what failed; see [`crate::readiness`]).
+/// Returns the bound address.
+pub async fn serve_operations(
     bind: std::net::SocketAddr,
     render: impl Fn() -> String + Clone + Send + Sync + 'static,
+    store: crate::store::Store,
+    bus: crate::bus::Bus,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<std::net::SocketAddr> {
-    use axum::{Router, http::header, routing::get};
+    use axum::{Json, Router, http::StatusCode, http::header, routing::get};
     let listener = tokio::net::TcpListener::bind(bind).await?;
     let addr = listener.local_addr()?;
     let metrics = move || {
@@ -38,11 +42,27 @@ pub async fn serve_metrics(
             ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         }
     };
-    let app = Router::new().route("/metrics", get(metrics)).route("/health", get(|| async { "ok" }));
+    let ready = move || {
+        let (store, bus) = (store.clone(), bus.clone());
+        async move {
+            match crate::readiness::check(&store, &bus).await {
+                Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready", "version": crate::VERSION}))),
+                Err(not_ready) => {
+                    tracing::warn!(mongodb = ?not_ready.mongodb, nats = ?not_ready.nats, "not ready");
+                    let body = serde_json::json!({"status": "not_ready", "mongodb": not_ready.mongodb, "nats": not_ready.nats});
+                    (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+                }
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health", get(|| async { "ok" }))
+        .route("/ready", get(ready));
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
     });
-    tracing::info!(%addr, "metrics listening");
+    tracing::info!(%addr, "metrics, health and readiness listening");
     Ok(addr)
 }
 

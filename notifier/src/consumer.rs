@@ -44,6 +44,7 @@ use crate::{
     deliver::{AttemptResult, Deliverer, Webhook},
     lanes::{Lane, Lanes, Verdict},
     ledger::DeliveryLedger,
+    metrics::{BACKLOG_REFRESH, NotifierMetrics},
     recorder::AttemptRecorder,
     retry::RetrySchedule,
     secrets::SecretCache,
@@ -81,6 +82,8 @@ pub struct Notifier {
     pub dead_letters: common::store::dead_letters::DeadLetters,
     /// How often a held event's message gets an in-progress ack (a third of its ack wait).
     pub progress_every: Duration,
+    /// What `/metrics` shows.
+    pub metrics: NotifierMetrics,
 }
 
 /// What to do with the event message.
@@ -114,6 +117,7 @@ pub async fn consume(
     tracing::info!(consumer = %name, "consuming status events");
 
     let tracker = TaskTracker::new();
+    tracker.spawn(report_backlog(consumer.clone(), notifier.metrics.clone(), shutdown.clone()));
     let permits = Arc::new(Semaphore::new(config.concurrency));
     pull_with_permits(consumer, vec![permits], tracker.clone(), shutdown, move |message, permits| {
         handle(message, notifier.clone(), permits)
@@ -125,6 +129,21 @@ pub async fn consume(
     }
     tracing::info!("notifier stopped");
     Ok(())
+}
+
+/// Reads the consumer's backlog into the metrics every [`BACKLOG_REFRESH`] until `shutdown`.
+async fn report_backlog(mut consumer: PullConsumer, metrics: NotifierMetrics, shutdown: CancellationToken) {
+    loop {
+        match tokio::time::timeout(BACKLOG_REFRESH, consumer.info()).await {
+            Ok(Ok(info)) => metrics.set_backlog(info.num_pending, info.num_ack_pending, info.num_redelivered),
+            Ok(Err(e)) => tracing::debug!(error = %e, "consumer info unavailable; backlog not updated"),
+            Err(_) => tracing::debug!("consumer info did not answer; backlog not updated"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(BACKLOG_REFRESH) => {}
+        }
+    }
 }
 
 async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
@@ -326,6 +345,7 @@ impl Notifier {
         let webhook_id = change.message_id();
         let hook = Webhook { id: &webhook_id, event: change.event, seq: change.seq, url, body: &body };
         let (result, latency) = self.deliverer.send(&hook, &secrets.signing_at(DateTime::now())).await;
+        self.metrics.attempted(&result, latency);
 
         let retry = |retry_after: Option<Duration>| {
             self.schedule
@@ -346,11 +366,14 @@ impl Notifier {
                     None => (Some(*status), error, AttemptOutcome::Failed, Disposition::Terminate),
                 }
             }
-            AttemptResult::Failed { error } => match retry(None) {
+            AttemptResult::Failed { error, .. } => match retry(None) {
                 Some(d) => (None, Some(error.clone()), AttemptOutcome::WillRetry, Disposition::RetryAfter(d)),
                 None => (None, Some(error.clone()), AttemptOutcome::Failed, Disposition::Terminate),
             },
         };
+        if outcome == AttemptOutcome::Failed {
+            self.metrics.failed_permanently();
+        }
         match outcome {
             AttemptOutcome::Delivered => tracing::info!(attempt, ?latency, "webhook delivered"),
             _ => tracing::warn!(

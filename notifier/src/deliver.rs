@@ -53,6 +53,8 @@ pub enum AttemptResult {
     Failed {
         /// What went wrong.
         error: String,
+        /// Whether the timeout ran out (rather than the connection failing).
+        timed_out: bool,
     },
     /// Not sent: the target is a private or reserved address.
     Refused {
@@ -115,7 +117,7 @@ impl Deliverer {
                     .map(Duration::from_secs),
             },
             Err(e) if is_private_target(&e) => AttemptResult::Refused { reason: error_chain(&e) },
-            Err(e) => AttemptResult::Failed { error: error_chain(&e) },
+            Err(e) => AttemptResult::Failed { error: error_chain(&e), timed_out: e.is_timeout() },
         };
         (result, started.elapsed())
     }

@@ -9,6 +9,7 @@
 //! - [`targets`]: a concurrency limit per receiver, so one cannot hold up the others.
 //! - [`recorder`]: attempt records stored before acknowledging, several per write.
 //! - [`ledger`]: which earlier deliveries of an event this replica handled, to number attempts.
+//! - [`metrics`]: what `/metrics` shows (deliveries by outcome, latency, retry backlog).
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -16,6 +17,7 @@ pub mod consumer;
 pub mod deliver;
 pub mod lanes;
 pub mod ledger;
+pub mod metrics;
 pub mod recorder;
 pub mod retry;
 pub mod secrets;
@@ -38,9 +40,11 @@ const LEDGER_MARGIN: std::time::Duration = std::time::Duration::from_secs(3600);
 pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let common = &config.common;
     let (store, bus) = common::connect::connect(common, "notifier").await?;
+    let metrics = metrics::NotifierMetrics::new();
     if let Some(bind) = config.metrics_bind {
-        let counts = store.command_counts().clone();
-        common::telemetry::serve_metrics(bind, move || counts.openmetrics(), shutdown.clone()).await?;
+        let (counts, shown) = (store.command_counts().clone(), metrics.clone());
+        let render = move || format!("{}{}", shown.render(), counts.openmetrics());
+        common::telemetry::serve_operations(bind, render, store.clone(), bus.clone(), shutdown.clone()).await?;
     }
     // Subscribed before the first event is taken, so no rotation can slip past the cache.
     let rotations = bus.client().subscribe(bus.subjects().secret_rotations()).await?;
@@ -55,6 +59,7 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         ledger: DeliveryLedger::new(config.retry_schedule.longest() + LEDGER_MARGIN),
         schedule: config.retry_schedule.clone(),
         progress_every: (config.timeout + consumer::ACK_MARGIN) / 3,
+        metrics,
     });
     consumer::consume(&config, &bus, notifier, shutdown).await
 }

@@ -74,7 +74,8 @@ pub async fn consume(
     for model in &names {
         tracing::info!(%model, "consuming jobs");
     }
-    let mut announcers = lanes::announce(bus, names, scheduler.clone(), lanes, shutdown.clone()).await?;
+    let metrics = shared.executor.metrics().clone();
+    let mut announcers = lanes::announce(bus, names, scheduler.clone(), lanes, metrics, shutdown.clone()).await?;
     scheduler
         .run(shutdown.clone(), |message, model, slots| {
             let model = served[model].clone();

@@ -35,6 +35,7 @@ use common::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    metrics::RunnerMetrics,
     models::{Model, ModelError, ModelOutput, Progress},
     progress::Changes,
 };
@@ -85,6 +86,8 @@ pub struct Executor {
     default_deadline: Duration,
     /// The predictions running here, each with the token that aborts it.
     running: Mutex<HashMap<PredictionId, CancellationToken>>,
+    /// What `/metrics` shows of the runs.
+    metrics: RunnerMetrics,
 }
 
 /// Keeps a prediction in [`Executor::running`] while it runs.
@@ -111,7 +114,18 @@ impl Drop for Running<'_> {
 impl Executor {
     /// An executor writing to `store` and publishing on `bus`, with URLs from `links`.
     pub fn new(store: Store, bus: Bus, links: Links, default_deadline: Duration) -> Self {
-        Self { store, bus, links, default_deadline, running: Mutex::new(HashMap::new()) }
+        let running = Mutex::new(HashMap::new());
+        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new() }
+    }
+
+    /// Its metrics.
+    pub fn metrics(&self) -> &RunnerMetrics {
+        &self.metrics
+    }
+
+    /// The links its events carry.
+    pub fn links(&self) -> &Links {
+        &self.links
     }
 
     /// The time left before the prediction's deadline (zero when it has passed).
@@ -187,6 +201,9 @@ impl Executor {
         let input = prediction.model_input.as_object().cloned().unwrap_or_default();
         let progress = Progress::default();
         let running = Running::register(self, id);
+        let model_name = prediction.model.to_string();
+        let flight = self.metrics.started(&model_name);
+        let ran = |outcome: &str| self.metrics.ran(&model_name, outcome, flight.started);
         let result = tokio::select! {
             result = model.run(input, &progress) => result,
             () = tokio::time::sleep(time_left) => {
@@ -195,20 +212,29 @@ impl Executor {
             }
             () = running.canceled.cancelled() => {
                 tracing::info!("prediction canceled; model call aborted");
+                ran("canceled");
                 self.announce_ended_elsewhere(id).await?;
                 return Ok(Outcome::Done);
             }
             () = self.flush_while_running(id, &progress) => {
                 tracing::info!("prediction left processing while running (canceled); model stopped");
+                ran("canceled");
                 self.announce_ended_elsewhere(id).await?;
                 return Ok(Outcome::Done);
             }
             () = stop.cancelled() => {
                 tracing::info!("shutting down; job handed back");
+                ran("handed_back");
                 return Ok(Outcome::HandBack);
             }
         };
+        ran(match &result {
+            Ok(_) => "succeeded",
+            Err(e) if e.code == timeout_error().code => "timeout",
+            Err(_) => "failed",
+        });
         self.finish(&prediction, result, &progress).await?;
+        drop(flight);
         Ok(Outcome::Done)
     }
 
@@ -216,10 +242,12 @@ impl Executor {
     async fn begin(&self, id: &PredictionId, delivery: Delivery) -> anyhow::Result<Option<Prediction>> {
         let predictions = self.store.predictions();
         let job_seq = i64::try_from(delivery.stream_seq).unwrap_or(i64::MAX);
+        let writing = std::time::Instant::now();
         let started = predictions
             .transition(id, PredictionStatus::Processing, doc! { "started_at": DateTime::now(), "job_seq": job_seq })
             .await
             .context("marking the prediction processing")?;
+        self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
         if let Some(p) = started {
             if let Err(e) = self.publish(&p, WebhookEvent::Start).await {
                 tracing::warn!(error = %e, "start event not published");
@@ -323,8 +351,10 @@ impl Executor {
                 PredictionStatus::Failed
             }
         };
+        let writing = std::time::Instant::now();
         let done =
             self.store.predictions().transition(&prediction.id, status, changes).await.context("storing the result")?;
+        self.metrics.state_written(status.as_str(), writing.elapsed().as_secs_f64());
         match done {
             Some(p) => {
                 tracing::info!(status = %p.status, "prediction completed");

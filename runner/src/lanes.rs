@@ -78,14 +78,15 @@ impl Lanes {
         self.stream.create_consumer(config).await.with_context(|| format!("creating consumer {name}"))
     }
 
-    /// The lanes of `model` that hold a job (waiting or running).
-    pub async fn with_jobs(&self, model: &ModelRef) -> anyhow::Result<Vec<LaneKey>> {
+    /// The lanes of `model` that hold a job (waiting or running), and how many jobs they hold.
+    pub async fn with_jobs(&self, model: &ModelRef) -> anyhow::Result<(Vec<LaneKey>, usize)> {
         let subjects = self.stream.info_with_subjects(self.subjects.model_jobs(model)).await?;
         let subjects: Vec<(String, usize)> = subjects.try_collect().await?;
+        let jobs = subjects.iter().map(|(_, count)| count).sum();
         let mut lanes: Vec<LaneKey> = subjects.iter().map(|(subject, _)| self.lane_of(model, subject)).collect();
         lanes.sort_by(|a, b| a.account.cmp(&b.account));
         lanes.dedup();
-        Ok(lanes)
+        Ok((lanes, jobs))
     }
 
     /// The lane a job subject of `model` belongs to.
@@ -95,12 +96,14 @@ impl Lanes {
 }
 
 /// Rings the scheduler for every job published for `models` (core NATS), and scans for lanes
-/// at start and every [`SCAN_INTERVAL`], until `shutdown` fires.
+/// at start and every [`SCAN_INTERVAL`] (reporting each model's unfinished jobs to `metrics`),
+/// until `shutdown` fires.
 pub async fn announce(
     bus: &Bus,
     models: Vec<ModelRef>,
     scheduler: Arc<Scheduler>,
     lanes: Arc<Lanes>,
+    metrics: crate::metrics::RunnerMetrics,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinSet<()>> {
     let mut tasks = tokio::task::JoinSet::new();
@@ -134,7 +137,8 @@ pub async fn announce(
             for model in &models {
                 let scanned_at = std::time::Instant::now();
                 match lanes.with_jobs(model).await {
-                    Ok(found) => {
+                    Ok((found, jobs)) => {
+                        metrics.set_pending(&model.to_string(), i64::try_from(jobs).unwrap_or(i64::MAX));
                         scheduler.scanned(model, &found, scanned_at);
                         for key in found {
                             scheduler.ring(key).await;

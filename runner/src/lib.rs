@@ -11,6 +11,7 @@
 //! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
 //! - [`reconcile`]: repairs predictions whose job was lost or that passed their deadline.
 //! - [`retention`]: removes the data of predictions that ended long enough ago.
+//! - [`metrics`]: what `/metrics` shows (jobs in flight and pending, run and write times).
 #![forbid(unsafe_code)]
 
 pub mod cancel;
@@ -18,6 +19,7 @@ pub mod config;
 pub mod consumer;
 pub mod execute;
 pub mod lanes;
+pub mod metrics;
 pub mod models;
 pub mod progress;
 pub mod reconcile;
@@ -41,10 +43,6 @@ use crate::{
 pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let common = &config.common;
     let (store, bus) = common::connect::connect(common, "runner").await?;
-    if let Some(bind) = config.metrics_bind {
-        let counts = store.command_counts().clone();
-        common::telemetry::serve_metrics(bind, move || counts.openmetrics(), shutdown.clone()).await?;
-    }
 
     let mut available = models::builtin::all();
     if !config.cog.is_empty() {
@@ -66,6 +64,11 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let store_for_consumer = store.clone();
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let executor = Arc::new(Executor::new(store.clone(), bus.clone(), links, common.prediction_deadline));
+    if let Some(bind) = config.metrics_bind {
+        let (counts, metrics) = (store.command_counts().clone(), executor.metrics().clone());
+        let render = move || format!("{}{}", metrics.render(), counts.openmetrics());
+        common::telemetry::serve_operations(bind, render, store.clone(), bus.clone(), shutdown.clone()).await?;
+    }
     // The loops beside the consumer, waited for on shutdown like the jobs.
     let background = TaskTracker::new();
     cancel::listen(&bus, executor.clone(), &background, shutdown.clone()).await?;

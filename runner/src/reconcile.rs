@@ -8,11 +8,15 @@
 //!   stays `processing` forever.
 //! - A prediction still `starting` [`ORPHAN_AFTER`] after creation whose job is not in the
 //!   jobs stream (the api stored it but could not publish) gets its job republished.
+//! - A prediction canceled through the api between [`ANNOUNCE_WITHIN`] and [`ORPHAN_AFTER`] ago
+//!   whose `completed` event is not in the events stream (the api's publish failed, and no
+//!   runner held its job to announce it) gets the event published: every terminal state
+//!   produces its event, so its `completed` webhook goes out.
 
 use std::{sync::Arc, time::Duration};
 
 use bson::DateTime;
-use common::{bus::Bus, store::Store};
+use common::{bus::Bus, domain::WebhookEvent, messages::PredictionChanged, store::Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::execute::{Executor, timeout_error};
@@ -22,6 +26,8 @@ use crate::execute::{Executor, timeout_error};
 pub const GRACE: Duration = Duration::from_secs(5);
 /// How old a `starting` prediction must be before its job is looked for.
 pub const ORPHAN_AFTER: Duration = Duration::from_secs(30);
+/// How far back canceled predictions are checked for their `completed` event.
+pub const ANNOUNCE_WITHIN: Duration = Duration::from_secs(15 * 60);
 /// The most predictions one pass repairs of each kind.
 const BATCH: i64 = 100;
 
@@ -32,6 +38,8 @@ pub struct Repairs {
     pub timed_out: usize,
     /// Jobs republished.
     pub republished: usize,
+    /// `completed` events of canceled predictions published.
+    pub announced: usize,
 }
 
 /// The reconciler of one runner.
@@ -83,6 +91,16 @@ impl Reconciler {
                 tracing::warn!(prediction_id = %p.id, "starting prediction without a job; republishing it");
                 self.bus.publish_job(&p).await?;
                 repairs.republished += 1;
+            }
+        }
+        let predictions = self.store.predictions();
+        for p in predictions.canceled_between(ago(ANNOUNCE_WITHIN), ago(ORPHAN_AFTER), BATCH).await? {
+            if !self.bus.completed_event_exists(&p).await? {
+                tracing::warn!(prediction_id = %p.id, "canceled prediction without its completed event; publishing it");
+                self.bus
+                    .publish_event(PredictionChanged::of(&p, WebhookEvent::Completed, self.executor.links()))
+                    .await?;
+                repairs.announced += 1;
             }
         }
         Ok(repairs)

@@ -1,15 +1,12 @@
 //! Liveness and readiness. `/health` answers 200 while the process serves; `/ready` answers
 //! 200 only when MongoDB and NATS both answer (within 2 s), else 503 `{"status":"not_ready"}`,
-//! so a load balancer stops sending traffic to a replica that cannot do its work.
-
-use std::time::Duration;
+//! so a load balancer stops sending traffic to a replica that cannot do its work (see
+//! [`common::readiness`], which the runner and the notifier answer from too).
 
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
 use serde::Serialize;
 
 use crate::state::AppState;
-
-const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The readiness answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -40,22 +37,10 @@ pub struct Liveness {
     )
 )]
 pub async fn ready(State(state): State<AppState>) -> impl IntoResponse {
-    // The ping runs in its own task: a timed-out ping left to finish, not dropped halfway
-    // (see `crate::run_to_completion` for what dropping a driver operation costs).
-    let store = state.store.clone();
-    let ping = tokio::spawn(async move { store.ping().await.map_err(|e| e.to_string()) });
-    let (db, bus) = tokio::join!(tokio::time::timeout(CHECK_TIMEOUT, ping), state.bus.ping());
-    let db = db.map(|joined| joined.map_err(|e| e.to_string()).and_then(|r| r));
-    let db_ok = matches!(db, Ok(Ok(())));
-    if db_ok && bus.is_ok() {
-        return (StatusCode::OK, Json(Readiness { status: "ready", version: Some(common::VERSION) }));
+    match common::readiness::check(&state.store, &state.bus).await {
+        Ok(()) => return (StatusCode::OK, Json(Readiness { status: "ready", version: Some(common::VERSION) })),
+        Err(not_ready) => tracing::warn!(mongodb = ?not_ready.mongodb, nats = ?not_ready.nats, "not ready"),
     }
-    let db_error = match db {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e),
-        Err(_) => Some("no answer within 2 s".to_owned()),
-    };
-    tracing::warn!(mongodb = ?db_error, nats = ?bus.err().map(|e| e.to_string()), "not ready");
     (StatusCode::SERVICE_UNAVAILABLE, Json(Readiness { status: "not_ready", version: None }))
 }
 

@@ -87,3 +87,65 @@ async fn nats_url_takes_a_comma_separated_server_list_and_ready_checks_the_strea
 fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
+
+fn free_bind() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").to_string()
+}
+
+#[tokio::test]
+async fn the_runner_and_notifier_serve_their_metrics_and_answer_ready_only_with_nats() {
+    let proxy = TcpProxy::start(host_port(&infra().nats_url)).await.expect("proxy");
+    let (runner, notifier) = (free_bind(), free_bind());
+    let system = System::start_with(Options {
+        env: vec![
+            ("NATS_URL", format!("nats://{}", proxy.addr())),
+            ("RUNNER_METRICS_BIND", runner.clone()),
+            ("NOTIFIER_METRICS_BIND", notifier.clone()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let receiver = crate::receiver::Receiver::start().await;
+    let body = json!({"input": {"prompt": "x"}, "webhook": receiver.url(), "webhook_events_filter": ["completed"]});
+    let created = system.post_json("/v1/models/demo/echo/predictions", &body).await.json_body().await;
+    system.wait_for_terminal(created["id"].as_str().expect("id"), Duration::from_secs(20)).await;
+    let page = |bind: &str, path: &str| {
+        let url = format!("http://{bind}{path}");
+        let http = system.http().clone();
+        async move { http.get(url).send().await.ok() }
+    };
+    let runner_metrics = eventually(Duration::from_secs(10), || async {
+        let text = page(&runner, "/metrics").await?.text().await.ok()?;
+        text.contains(r#"runner_model_run_duration_seconds_count{model="demo/echo",outcome="succeeded"} 1"#)
+            .then_some(text)
+    })
+    .await
+    .expect("the run is counted");
+    for family in ["runner_jobs_in_flight", "runner_state_write_duration_seconds", "runner_jobs_pending"] {
+        assert!(runner_metrics.contains(&format!("# TYPE {family} ")), "{family} in {runner_metrics}");
+    }
+    let notifier_metrics = eventually(Duration::from_secs(10), || async {
+        let text = page(&notifier, "/metrics").await?.text().await.ok()?;
+        text.contains(r#"notifier_deliveries_total{outcome="2xx"} 1"#).then_some(text)
+    })
+    .await
+    .expect("the delivery is counted");
+    assert!(notifier_metrics.contains(r#"notifier_retry_backlog{kind="pending"}"#), "{notifier_metrics}");
+    let api_metrics = system.anonymous(Method::GET, "/metrics").send().await.expect("sent").text().await.expect("text");
+    assert!(api_metrics.contains(r#"api_predictions_created_total{model="demo/echo"} 1"#), "{api_metrics}");
+
+    for bind in [&runner, &notifier] {
+        assert_eq!(page(bind, "/ready").await.expect("answers").status(), 200, "{bind}");
+    }
+    proxy.stop();
+    for bind in [&runner, &notifier] {
+        let not_ready = eventually(Duration::from_secs(15), || async {
+            let r = page(bind, "/ready").await?;
+            (r.status() == 503).then_some(r)
+        })
+        .await;
+        assert!(not_ready.is_some(), "{bind}/ready turns 503 once NATS is gone");
+        assert_eq!(page(bind, "/health").await.expect("answers").status(), 200, "liveness does not need NATS");
+    }
+}

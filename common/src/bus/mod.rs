@@ -248,6 +248,21 @@ impl Bus {
         }
     }
 
+    /// Whether the events stream holds `prediction`'s `completed` event (its last event).
+    pub async fn completed_event_exists(&self, prediction: &Prediction) -> Result<bool, BusError> {
+        let stream = self.subjects.events_stream();
+        let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
+        let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
+        match handle.get_last_raw_message_by_subject(&self.subjects.events(&prediction.id)).await {
+            Ok(message) => Ok(matches!(
+                serde_json::from_slice::<StatusEvent>(&message.payload),
+                Ok(StatusEvent::PredictionChangedV1(change)) if change.event == crate::domain::WebhookEvent::Completed
+            )),
+            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(fail(e.into())),
+        }
+    }
+
     /// Publishes a status event and waits for the stream to store it.
     pub async fn publish_event(&self, change: PredictionChanged) -> Result<(), BusError> {
         let id = change.message_id();

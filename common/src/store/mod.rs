@@ -124,6 +124,7 @@ impl Store {
         coll.create_index(plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 })).await?;
         coll.create_index(plain(doc! { "status": 1, "created_at": 1 })).await?;
         coll.create_index(plain(doc! { "status": 1, "deadline_at": 1 })).await?;
+        coll.create_index(plain(doc! { "status": 1, "completed_at": 1 })).await?;
         coll.create_index(plain(doc! { "data_removed": 1, "completed_at": 1 })).await?;
         let expiring = IndexModel::builder()
             .keys(doc! { "expires_at": 1 })

@@ -160,6 +160,25 @@ impl Predictions {
             .await
     }
 
+    /// Predictions canceled between `after` and `before` (at most `limit`, oldest first).
+    pub async fn canceled_between(
+        &self,
+        after: bson::DateTime,
+        before: bson::DateTime,
+        limit: i64,
+    ) -> Result<Vec<Prediction>, StoreError> {
+        self.coll
+            .find(doc! {
+                "status": PredictionStatus::Canceled.as_str(),
+                "completed_at": { "$gt": after, "$lt": before },
+            })
+            .sort(doc! { "completed_at": 1 })
+            .limit(limit)
+            .await?
+            .try_collect()
+            .await
+    }
+
     /// Ended predictions whose data is still kept, completed before `before` (at most `limit`).
     pub async fn data_expired(&self, before: bson::DateTime, limit: i64) -> Result<Vec<Prediction>, StoreError> {
         self.coll

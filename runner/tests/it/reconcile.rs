@@ -42,3 +42,28 @@ async fn a_processing_prediction_whose_runner_is_gone_fails_at_its_deadline() {
     assert_eq!(done.error.as_ref().map(|e| e.code.as_str()), Some("PREDICTION_TIMEOUT"));
     assert!(done.completed_at.is_some() && done.metrics.is_some());
 }
+
+#[tokio::test]
+async fn a_canceled_prediction_whose_completed_event_was_lost_gets_it_published() {
+    let fixture = Fixture::new(&[]).await;
+    let p = fixture.store_prediction("demo/echo", json!({"prompt": "x"}), Duration::from_secs(1800)).await;
+    // As if the api canceled it a minute ago and then failed to publish its event, and its
+    // job never reached the stream: nothing else would ever announce it.
+    let a_minute_ago = DateTime::from_millis(DateTime::now().timestamp_millis() - 60_000);
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(
+        doc! {"_id": p.id.as_str()},
+        doc! {"$set": {"status": "canceled", "completed_at": a_minute_ago, "created_at": a_minute_ago}},
+    )
+    .await
+    .expect("update");
+    let canceled = fixture.current(&p.id).await;
+    assert!(!fixture.bus.completed_event_exists(&canceled).await.expect("readable"));
+
+    fixture.start_runner_with("demo/echo", &[("RUNNER_RECONCILE_SECONDS", "0.2")]);
+    let announced = common::testkit::eventually(Duration::from_secs(20), || async {
+        fixture.bus.completed_event_exists(&canceled).await.ok().filter(|found| *found)
+    })
+    .await;
+    assert_eq!(announced, Some(true), "the reconciler published the completed event");
+}

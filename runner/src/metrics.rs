@@ -1,0 +1,166 @@
+//! The runner's Prometheus metrics, served at `GET /metrics` on `RUNNER_METRICS_BIND` (with
+//! `GET /health` and `GET /ready`):
+//!
+//! - `runner_jobs_in_flight{model}`: predictions running in this process now;
+//! - `runner_model_run_duration_seconds{model, outcome}`: how long model calls took, by how
+//!   they ended (`succeeded`, `failed`, `timeout`, `canceled`, `handed_back`);
+//! - `runner_state_write_duration_seconds{status}`: the latency of the MongoDB write of each
+//!   status change (`processing`, `succeeded`, `failed`);
+//! - `runner_jobs_pending{model}`: the model's jobs in the jobs stream not yet finished
+//!   (waiting or running on any runner), as JetStream counts them at each lane scan;
+//! - `mongodb_commands_total{command}` with `MONGODB_COMMAND_METRICS=true`.
+
+use std::time::Instant;
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+/// A model label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabel {
+    model: String,
+}
+
+/// A model run's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    model: String,
+    outcome: String,
+}
+
+/// A status change's label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+/// The runner's metrics (cheap to share: every family is an `Arc` inside).
+#[derive(Clone)]
+pub struct RunnerMetrics {
+    registry: std::sync::Arc<Registry>,
+    in_flight: Family<ModelLabel, Gauge>,
+    run_duration: Family<RunLabels, Histogram>,
+    state_write: Family<StatusLabel, Histogram>,
+    pending: Family<ModelLabel, Gauge>,
+    jobs_taken: Family<ModelLabel, Counter>,
+}
+
+impl Default for RunnerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunnerMetrics {
+    /// Empty metrics, registered.
+    pub fn new() -> Self {
+        let in_flight = Family::<ModelLabel, Gauge>::default();
+        let run_duration: Family<RunLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 20)));
+        let state_write: Family<StatusLabel, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 16)));
+        let pending = Family::<ModelLabel, Gauge>::default();
+        let jobs_taken = Family::<ModelLabel, Counter>::default();
+        let mut registry = Registry::default();
+        registry.register("runner_jobs_in_flight", "Predictions running in this process", in_flight.clone());
+        registry.register("runner_model_run_duration_seconds", "Model call duration by outcome", run_duration.clone());
+        registry.register(
+            "runner_state_write_duration_seconds",
+            "MongoDB write latency of a status change",
+            state_write.clone(),
+        );
+        registry.register(
+            "runner_jobs_pending",
+            "Jobs of the model in the jobs stream, not yet finished",
+            pending.clone(),
+        );
+        registry.register("runner_jobs_started", "Predictions this process started", jobs_taken.clone());
+        Self { registry: std::sync::Arc::new(registry), in_flight, run_duration, state_write, pending, jobs_taken }
+    }
+
+    /// A prediction of `model` starts running here; it counts as in flight until the guard
+    /// is dropped.
+    pub fn started(&self, model: &str) -> InFlight {
+        let label = ModelLabel { model: model.to_owned() };
+        self.in_flight.get_or_create(&label).inc();
+        self.jobs_taken.get_or_create(&label).inc();
+        InFlight { gauge: self.in_flight.get_or_create(&label).clone(), started: Instant::now() }
+    }
+
+    /// A model call of `model` that took `since` until now ended with `outcome`.
+    pub fn ran(&self, model: &str, outcome: &str, since: Instant) {
+        let labels = RunLabels { model: model.to_owned(), outcome: outcome.to_owned() };
+        self.run_duration.get_or_create(&labels).observe(since.elapsed().as_secs_f64());
+    }
+
+    /// A status change to `status` was written in `seconds`.
+    pub fn state_written(&self, status: &str, seconds: f64) {
+        self.state_write.get_or_create(&StatusLabel { status: status.to_owned() }).observe(seconds);
+    }
+
+    /// `model` has `jobs` unfinished jobs in the stream.
+    pub fn set_pending(&self, model: &str, jobs: i64) {
+        self.pending.get_or_create(&ModelLabel { model: model.to_owned() }).set(jobs);
+    }
+
+    /// The metrics in the OpenMetrics text format (without the closing `# EOF`).
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text.trim_end_matches("# EOF\n").to_owned()
+    }
+}
+
+/// A prediction counted as in flight; stops counting when dropped.
+pub struct InFlight {
+    gauge: Gauge,
+    /// When it started.
+    pub started: Instant,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_in_flight_until_its_guard_drops_and_then_timed() {
+        let metrics = RunnerMetrics::new();
+        let guard = metrics.started("demo/echo");
+        assert!(metrics.render().contains(r#"runner_jobs_in_flight{model="demo/echo"} 1"#), "{}", metrics.render());
+        metrics.ran("demo/echo", "succeeded", guard.started);
+        drop(guard);
+        let text = metrics.render();
+        assert!(text.contains(r#"runner_jobs_in_flight{model="demo/echo"} 0"#), "{text}");
+        assert!(
+            text.contains(r#"runner_model_run_duration_seconds_count{model="demo/echo",outcome="succeeded"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"runner_jobs_started_total{model="demo/echo"} 1"#), "{text}");
+        assert!(!text.contains("# EOF"), "the server adds the end marker once");
+    }
+
+    #[test]
+    fn pending_jobs_and_state_writes_are_reported_per_label() {
+        let metrics = RunnerMetrics::new();
+        metrics.set_pending("demo/sleep", 7);
+        metrics.state_written("processing", 0.002);
+        let text = metrics.render();
+        assert!(text.contains(r#"runner_jobs_pending{model="demo/sleep"} 7"#), "{text}");
+        assert!(text.contains(r#"runner_state_write_duration_seconds_count{status="processing"} 1"#), "{text}");
+    }
+}
