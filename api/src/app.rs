@@ -79,7 +79,9 @@ pub fn app(state: AppState) -> Router {
     let trace = TraceLayer::new_for_http()
         .make_span_with(|req: &Request| {
             let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
-            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id);
+            common::trace_context::continue_trace(&span, common::trace_context::extract_http(req.headers()));
+            span
         })
         .on_response(DefaultOnResponse::new().level(Level::INFO));
     let middleware = ServiceBuilder::new()

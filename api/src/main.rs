@@ -37,7 +37,7 @@ enum AdminCommand {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    common::telemetry::init("api");
+    let _telemetry = common::telemetry::init("api");
     let config = match api::config::ApiConfig::from_env(&Env::process()) {
         Ok(c) => c,
         Err(e) => {

@@ -8,16 +8,19 @@
 //! waited ~0.5 s per abandoned waiter: measured 28–55 s. Running handlers to completion also
 //! keeps multi-step writes whole (a stored prediction always gets its job).
 
+use tracing::Instrument;
+
 use axum::{
     extract::Request,
     middleware::Next,
     response::{IntoResponse, Response},
 };
 
-/// Middleware: runs the rest of the stack for `request` in a spawned task and awaits it.
+/// Middleware: runs the rest of the stack for `request` in a spawned task (inside the
+/// request's span, so the handler's spans and logs stay in its trace) and awaits it.
 /// A panic in the handler is resumed here, so the panic layer outside still answers 500.
 pub async fn run_to_completion(request: Request, next: Next) -> Response {
-    match tokio::spawn(next.run(request)).await {
+    match tokio::spawn(next.run(request).instrument(tracing::Span::current())).await {
         Ok(response) => response,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => {

@@ -32,6 +32,7 @@ pub mod shutdown;
 pub mod signing;
 pub mod store;
 pub mod subjects;
+pub mod trace_context;
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;

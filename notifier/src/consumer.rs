@@ -153,10 +153,12 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
     let settle = match event.payload().clone() {
         StatusEvent::PredictionChangedV1(change) => {
             let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
+            common::trace_context::continue_trace(&span, event.trace_context());
             route(delivery, &notifier, change).instrument(span).await
         }
         StatusEvent::WebhookResendV1(change) => {
             let span = tracing::info_span!("webhook_resend", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
+            common::trace_context::continue_trace(&span, event.trace_context());
             resend(&notifier, change).instrument(span).await
         }
     };
@@ -344,7 +346,9 @@ impl Notifier {
         };
         let webhook_id = change.message_id();
         let hook = Webhook { id: &webhook_id, event: change.event, seq: change.seq, url, body: &body };
-        let (result, latency) = self.deliverer.send(&hook, &secrets.signing_at(DateTime::now())).await;
+        let attempt_span = tracing::info_span!("webhook_attempt", attempt, url = %url);
+        let signing = secrets.signing_at(DateTime::now());
+        let (result, latency) = self.deliverer.send(&hook, &signing).instrument(attempt_span).await;
         self.metrics.attempted(&result, latency);
 
         let retry = |retry_after: Option<Duration>| {

@@ -93,9 +93,12 @@ impl Deliverer {
         }
         let timestamp = chrono::Utc::now().timestamp();
         let signature = signing::signature_header(secrets, hook.id, timestamp, hook.body);
+        let mut trace = reqwest::header::HeaderMap::new();
+        common::trace_context::inject_http(&mut trace);
         let request = self
             .client
             .post(hook.url.url().clone())
+            .headers(trace)
             .header(CONTENT_TYPE, "application/json")
             .header("webhook-id", hook.id)
             .header("webhook-timestamp", timestamp.to_string())

@@ -12,7 +12,7 @@ struct Cli {}
 #[tokio::main]
 async fn main() -> ExitCode {
     let _ = Cli::parse();
-    common::telemetry::init("notifier");
+    let _telemetry = common::telemetry::init("notifier");
     let config = match notifier::config::NotifierConfig::from_env(&Env::process()) {
         Ok(c) => c,
         Err(e) => {

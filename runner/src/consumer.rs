@@ -104,6 +104,7 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _s
     let JobMessage::RunPredictionV1 { prediction_id, model: job_model } = job.payload().clone();
     let (delivered, stream_seq) = job.delivery();
     let span = tracing::info_span!("job", prediction_id = %prediction_id, model = %job_model);
+    common::trace_context::continue_trace(&span, job.trace_context());
     async {
         if job_model != model.descriptor().model {
             tracing::error!(served = %model.descriptor().model, "job for another model terminated");

@@ -33,6 +33,7 @@ use common::{
     store::Store,
 };
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{
     metrics::RunnerMetrics,
@@ -205,7 +206,7 @@ impl Executor {
         let flight = self.metrics.started(&model_name);
         let ran = |outcome: &str| self.metrics.ran(&model_name, outcome, flight.started);
         let result = tokio::select! {
-            result = model.run(input, &progress) => result,
+            result = model.run(input, &progress).instrument(tracing::info_span!("model_call", model = %model_name)) => result,
             () = tokio::time::sleep(time_left) => {
                 tracing::info!("deadline reached; model call dropped");
                 Err(timeout_error())

@@ -24,7 +24,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    common::telemetry::init("runner");
+    let _telemetry = common::telemetry::init("runner");
     let mut config = match runner::config::RunnerConfig::from_env(&Env::process()) {
         Ok(c) => c,
         Err(e) => {

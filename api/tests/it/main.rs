@@ -21,4 +21,5 @@ mod replicate_parity;
 mod replicate_surface;
 mod signing_secret;
 mod streaming;
+mod tracing;
 mod webhook_deliveries;

@@ -66,6 +66,11 @@ impl<T> HeldMessage<T> {
         &self.payload
     }
 
+    /// The trace context the message's headers carry (see [`crate::trace_context`]).
+    pub fn trace_context(&self) -> opentelemetry::Context {
+        crate::trace_context::extract_nats(self.message.as_ref().and_then(|m| m.headers.as_ref()))
+    }
+
     /// How many times JetStream has delivered the message (1 the first time) and its
     /// sequence in the stream.
     pub fn delivery(&self) -> (i64, u64) {

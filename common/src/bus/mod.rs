@@ -341,9 +341,12 @@ impl Bus {
         msg_id: String,
         payload: Bytes,
     ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
+        let mut headers = async_nats::HeaderMap::new();
+        crate::trace_context::inject_nats(&mut headers);
+        let message = PublishMessage::build().payload(payload).message_id(msg_id).headers(headers);
         let ack = self
             .js
-            .send_publish(subject.clone(), PublishMessage::build().payload(payload).message_id(msg_id))
+            .send_publish(subject.clone(), message)
             .await
             .map_err(|e| BusError::Publish { subject: subject.clone(), source: e.into() })?;
         Ok(async move {

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     cluster::{Cluster, cost},
+    otlp_sink::OtlpSink,
     receiver::Receiver,
 };
 
@@ -25,6 +26,10 @@ pub struct Options {
     /// Creates in flight at once.
     #[arg(long, default_value_t = 8)]
     in_flight: usize,
+    /// Export every service's spans over OTLP/HTTP to a sink on loopback (the cost of tracing
+    /// export); without it no exporter runs, as in a deployment without an endpoint.
+    #[arg(long)]
+    traces: bool,
 }
 
 /// How long the last webhooks may take to arrive.
@@ -115,8 +120,14 @@ pub fn table(cost: &Value) -> String {
 
 /// `bench cost`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
-    let mut cluster = Cluster::start(&[], true).await?;
     let stop = CancellationToken::new();
+    let sink = if options.traces { Some(OtlpSink::start(stop.clone()).await?) } else { None };
+    let mut extra = Vec::new();
+    if let Some(sink) = &sink {
+        // Exported promptly, so the spans of the run are sent (and paid for) within it.
+        extra.extend([("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "200")]);
+    }
+    let mut cluster = Cluster::start(&extra, true).await?;
     let result = async {
         cluster.add_runners(1, &ECHO_RUNNER).await?;
         let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
@@ -126,6 +137,8 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     stop.cancel();
     cluster.stop().await?;
     let cost = result?;
-    println!("cost per prediction (demo/echo, webhook with all events)\n{}", table(&cost).trim_end());
-    Ok(json!({"scenario": "cost", "webhook_events": "all", "cost": cost}))
+    let traces = sink.map(|s| s.received()).map(|(exports, bytes)| json!({"exports": exports, "bytes": bytes}));
+    let export = if traces.is_some() { "exported over OTLP" } else { "not exported" };
+    println!("cost per prediction (demo/echo, webhook with all events, spans {export})\n{}", table(&cost).trim_end());
+    Ok(json!({"scenario": "cost", "webhook_events": "all", "traces_exported": traces, "cost": cost}))
 }

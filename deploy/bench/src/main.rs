@@ -7,7 +7,8 @@
 //!   notifier, and the latency from status event published to webhook received.
 //! - `bench runner`: demo/echo predictions per second through one runner.
 //! - `bench cog --url URL`: the latency a runner adds over calling a Cog server directly.
-//! - `bench cost`: CPU, memory and MongoDB commands per prediction, per service process.
+//! - `bench cost [--traces]`: CPU, memory and MongoDB commands per prediction, per service
+//!   process (with `--traces`, every span exported over OTLP to a sink on loopback).
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
 //! - `bench scaling`: demo/sleep completions per second with 1, 2 and 4 runner processes.
@@ -26,6 +27,7 @@ mod e2e_bench;
 mod faults;
 mod load_client;
 mod notifier_bench;
+mod otlp_sink;
 mod processes;
 mod receiver;
 mod runner_bench;
@@ -101,7 +103,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> ExitCode {
-    common::telemetry::init("bench");
+    let _telemetry = common::telemetry::init("bench");
     let result = match cli.scenario {
         Scenario::Notifier(options) => notifier_bench::run(options).await.map(|report| {
             println!("{}", report.table());

@@ -115,9 +115,12 @@ impl CogModel {
         let body = json!({"id": id, "input": input, "webhook": webhook, "webhook_events_filter": ["start", "output", "logs", "completed"]});
         let mut backoff = Duration::from_millis(1);
         loop {
+            let mut trace = reqwest::header::HeaderMap::new();
+            common::trace_context::inject_http(&mut trace);
             let response = self
                 .http
                 .put(url.clone())
+                .headers(trace)
                 .header("prefer", "respond-async")
                 .json(&body)
                 .send()
