@@ -29,8 +29,14 @@ use tower_http::{
 use tracing::Level;
 
 use crate::{
-    config::ApiConfig, error::render_problems, metrics, ratelimit::rate_limit_headers, request_id::MakeRandomRequestId,
-    routes, run_to_completion::run_to_completion, state::AppState,
+    config::ApiConfig,
+    error::{BaseUrl, render_problems},
+    metrics,
+    ratelimit::rate_limit_headers,
+    request_id::MakeRandomRequestId,
+    routes,
+    run_to_completion::run_to_completion,
+    state::AppState,
 };
 
 /// The largest request body accepted.
@@ -79,7 +85,8 @@ pub fn app(state: AppState) -> Router {
     let trace = TraceLayer::new_for_http()
         .make_span_with(|req: &Request| {
             let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
-            let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id);
+            let span =
+                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id);
             common::trace_context::continue_trace(&span, common::trace_context::extract_http(req.headers()));
             span
         })
@@ -88,19 +95,21 @@ pub fn app(state: AppState) -> Router {
         .layer(SetRequestIdLayer::new(request_id.clone(), MakeRandomRequestId))
         .layer(trace)
         .layer(PropagateRequestIdLayer::new(request_id))
-        .layer(middleware::from_fn_with_state(state.clone(), render_problems))
+        .layer(middleware::from_fn_with_state(BaseUrl(state.base_url().into()), render_problems))
         .layer(middleware::from_fn(rate_limit_headers))
         .layer(CatchPanicLayer::new())
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(run_to_completion));
     let metrics = state.metrics.clone();
+    let base_url = state.base_url().to_owned();
     let serve_metrics = {
         let state = state.clone();
-        get(move || metrics::serve(state.clone()))
+        get(move || std::future::ready(metrics::serve(&state.metrics, &state.store, state.wait_slots.held())))
     };
     routes::router(state)
         .route("/metrics", serve_metrics)
+        .route("/openapi.json", get(move || std::future::ready(crate::openapi::serve(&base_url))))
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
         .layer(middleware)
 }

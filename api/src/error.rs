@@ -18,7 +18,9 @@ use common::{
     store::{GroupCommitError, StoreError},
 };
 
-use crate::state::AppState;
+/// The public base URL problem types are built from (`{base}/errors/<kind>`).
+#[derive(Clone, Debug)]
+pub struct BaseUrl(pub std::sync::Arc<str>);
 
 /// An error a handler answers with.
 #[derive(Debug)]
@@ -132,7 +134,7 @@ fn trace_id(headers: &HeaderMap, request_id: Option<&str>) -> Option<String> {
 }
 
 /// Renders every error response as problem+json (see the module doc).
-pub async fn render_problems(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn render_problems(State(base_url): State<BaseUrl>, request: Request, next: Next) -> Response {
     let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let trace = trace_id(request.headers(), request_id.as_deref());
     let mut response = next.run(request).await;
@@ -157,7 +159,7 @@ pub async fn render_problems(State(state): State<AppState>, request: Request, ne
         }
         None => return response,
     };
-    let body = problem.body(state.base_url(), request_id.as_deref(), trace.as_deref());
+    let body = problem.body(&base_url.0, request_id.as_deref(), trace.as_deref());
     let json = serde_json::to_vec(&body).unwrap_or_default();
     let (mut parts, _) = response.into_parts();
     parts.status = StatusCode::from_u16(problem.kind.status()).unwrap_or(status);

@@ -18,16 +18,15 @@ use async_nats::Subscriber;
 use bson::DateTime;
 use common::{
     cache::TtlCache,
-    domain::{AccountId, ApiKeyId, ApiKeyValue, KeyHash},
+    domain::{ApiKeyId, ApiKeyValue, KeyHash},
     messages::KeyMessage,
-    problem::FieldError,
     store::{ApiKeyRecord, ApiKeys, api_keys::LAST_USED_RESOLUTION_MS},
 };
 use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::{error::ApiError, state::AppState, validate::create_api_key::CreateApiKey};
+use crate::error::ApiError;
 
 /// How long a key look-up is trusted when no deactivation is announced.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
@@ -64,8 +63,13 @@ impl KeyDirectory {
         Self { keys, cache, last_touched: Mutex::new(HashMap::new()), announced, _listener: stop.drop_guard() }
     }
 
+    /// Forgets every cached look-up (after a deactivation made by this replica).
+    pub fn forget_all(&self) {
+        self.cache.clear();
+    }
+
     /// Waits (a bounded time) until this replica has heard `key`'s deactivation announced.
-    async fn heard(&self, key: &ApiKeyId) -> bool {
+    pub async fn heard(&self, key: &ApiKeyId) -> bool {
         let wait = async {
             loop {
                 let heard = self.announced.heard.notified();
@@ -148,53 +152,4 @@ async fn listen(
             Err(e) => tracing::warn!(error = %e, "undecodable key announcement ignored"),
         }
     }
-}
-
-/// Deactivates key `id` of `account`; answers once every replica has been told (see the
-/// module's documentation).
-pub async fn deactivate(state: &AppState, account: &AccountId, id: &str) -> Result<ApiKeyRecord, ApiError> {
-    let missing = || ApiError::not_found(format!("API key {id} not found."));
-    let key_id = ApiKeyId::parse(id).map_err(|_| missing())?;
-    let record = state.store.api_keys().deactivate(&key_id, account).await?.ok_or_else(missing)?;
-    state.keys.cache.clear();
-    match state.bus.publish_key_deactivated(account, &key_id).await {
-        Ok(()) if state.keys.heard(&key_id).await => {}
-        Ok(()) => {
-            tracing::warn!(%key_id, "deactivation announced but not heard back; other replicas' caches expire within {KEY_CACHE_TTL:?}")
-        }
-        Err(e) => {
-            tracing::warn!(%key_id, error = %e, "deactivation not announced; other replicas' caches expire within {KEY_CACHE_TTL:?}")
-        }
-    }
-    tracing::info!(key_id = %key_id, "API key deactivated");
-    Ok(record)
-}
-
-const DAY_MS: i64 = 24 * 3600 * 1000;
-
-/// Issues a key of `creator`'s account as `request` asks; a key may only grant scopes its
-/// creator holds. Returns the record and the value (shown once).
-pub async fn create(
-    state: &AppState,
-    creator: &ApiKeyRecord,
-    request: CreateApiKey,
-) -> Result<(ApiKeyRecord, ApiKeyValue), ApiError> {
-    if let Some(extra) = request.scopes.iter().find(|s| !creator.has_scope(**s)) {
-        return Err(ApiError::validation(
-            "A key cannot grant a scope its creator lacks.",
-            vec![FieldError::invalid("scopes", format!("The calling key lacks the '{extra}' scope."))],
-        ));
-    }
-    let expires_at =
-        request.expires_in_days.map(|days| DateTime::from_millis(DateTime::now().timestamp_millis() + days * DAY_MS));
-    Ok(crate::accounts::issue_key(
-        &state.store,
-        &state.config.common.master_key,
-        creator.account_id.clone(),
-        request.name,
-        request.scopes,
-        request.rate_limit_rpm.unwrap_or(state.config.default_rate_limit_rpm),
-        expires_at,
-    )
-    .await?)
 }

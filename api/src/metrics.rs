@@ -14,7 +14,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use crate::state::AppState;
+use common::store::Store;
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -108,12 +108,12 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
     response
 }
 
-/// `GET /metrics`
-pub async fn serve(state: AppState) -> Response {
-    state.metrics.waits_held.set(i64::try_from(state.wait_slots.held()).unwrap_or(i64::MAX));
-    let mut text = state.metrics.render();
+/// `GET /metrics`, with `waits_held` as the held `Prefer: wait` creates now.
+pub fn serve(metrics: &HttpMetrics, store: &Store, waits_held: usize) -> Response {
+    metrics.waits_held.set(i64::try_from(waits_held).unwrap_or(i64::MAX));
+    let mut text = metrics.render();
     let end = text.rfind("# EOF").unwrap_or(text.len());
-    text.insert_str(end, &state.store.command_counts().openmetrics());
+    text.insert_str(end, &store.command_counts().openmetrics());
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

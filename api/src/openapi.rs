@@ -11,7 +11,7 @@
 
 use std::sync::OnceLock;
 
-use axum::{Json, extract::State};
+use axum::Json;
 use common::problem::{FieldError, FieldErrorCode, ProblemBody};
 use utoipa::{
     Modify, OpenApi,
@@ -21,7 +21,7 @@ use utoipa::{
     },
 };
 
-use crate::{routes, state::AppState};
+use crate::routes;
 
 /// The problem statuses of each operation beyond those of every authenticated one.
 const ERRORS: &[(&str, &str, &[u16])] = &[
@@ -182,10 +182,10 @@ pub fn document() -> &'static utoipa::openapi::OpenApi {
     DOC.get_or_init(ApiDoc::openapi)
 }
 
-/// `GET /openapi.json`, with this deployment's base URL as its server.
-pub async fn serve(State(state): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
+/// `GET /openapi.json`: the document with this deployment's base URL as its server.
+pub fn serve(base_url: &str) -> Json<utoipa::openapi::OpenApi> {
     let mut doc = document().clone();
-    doc.servers = Some(vec![Server::new(state.base_url())]);
+    doc.servers = Some(vec![Server::new(base_url)]);
     Json(doc)
 }
 

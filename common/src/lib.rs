@@ -32,10 +32,10 @@ pub mod shutdown;
 pub mod signing;
 pub mod store;
 pub mod subjects;
-pub mod trace_context;
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod trace_context;
 
 /// The release version every service reports (`/ready`, logs).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

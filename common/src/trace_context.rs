@@ -41,7 +41,8 @@ struct HttpHeaders<'a>(&'a mut http::HeaderMap);
 
 impl Injector for HttpHeaders<'_> {
     fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(key.as_bytes()), http::HeaderValue::from_str(&value))
+        if let (Ok(name), Ok(value)) =
+            (http::HeaderName::from_bytes(key.as_bytes()), http::HeaderValue::from_str(&value))
         {
             self.0.insert(name, value);
         }

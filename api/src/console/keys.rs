@@ -18,7 +18,7 @@ use super::{
     page::{Chrome, html},
     session::Signed,
 };
-use crate::{error::ApiError, keys, state::AppState, validate::create_api_key};
+use crate::{accounts, error::ApiError, state::AppState, validate::create_api_key};
 
 /// One key in the list.
 struct KeyRow {
@@ -70,7 +70,7 @@ async fn render(
         })
         .collect();
     let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
-    Ok((status, html(&KeysPage { chrome: Chrome::of(signed, "keys"), keys, new_key, error })).into_response())
+    Ok((status, html(&KeysPage { chrome: signed.chrome("keys"), keys, new_key, error })).into_response())
 }
 
 /// `GET /keys`
@@ -105,7 +105,7 @@ pub async fn create(State(state): State<AppState>, action: ConsoleAction) -> Res
             return render(&state, &action.signed, None, Some(message)).await;
         }
     };
-    match keys::create(&state, &action.signed.key, request).await {
+    match accounts::create_key(&state, &action.signed.key, request).await {
         Ok((_, value)) => render(&state, &action.signed, Some(value.expose().to_owned()), None).await,
         Err(ApiError::Problem(p)) => {
             let detail = p.errors.iter().map(|e| e.message.clone()).next().unwrap_or(p.detail);
@@ -122,6 +122,6 @@ pub async fn deactivate(
     action: ConsoleAction,
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Admin)?;
-    keys::deactivate(&state, &action.signed.key.account_id, &id).await?;
+    accounts::deactivate_key(&state, &action.signed.key.account_id, &id).await?;
     Ok((StatusCode::SEE_OTHER, [(header::LOCATION, "/keys")]).into_response())
 }

@@ -11,7 +11,7 @@
 //!   stylesheet and the one script; [`error`]: every failure as a page, never JSON.
 //!
 //! Pages call the same domain functions as the JSON routes (`submit`, `cancel`,
-//! `deliveries`, `keys`, `signing_secret`), never a route handler. The cookie is read here only:
+//! `deliveries`, `accounts`, `signing_secret`), never a route handler. The cookie is read here only:
 //! the `/v1` and `/replicate/v1` APIs authenticate with bearer keys alone.
 
 mod assets;

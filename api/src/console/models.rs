@@ -42,7 +42,7 @@ pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Respo
     let (records, _) = state.store.models().list(0, 100).await.map_err(anyhow::Error::from)?;
     let models =
         records.iter().map(|r| ModelRow { name: r.model.to_string(), capability: r.capability.clone() }).collect();
-    Ok(html(&ListPage { chrome: Chrome::of(&signed, "models"), models }))
+    Ok(html(&ListPage { chrome: signed.chrome("models"), models }))
 }
 
 /// One input of the run form.
@@ -156,7 +156,7 @@ pub async fn form(
 ) -> Result<Response, ConsoleError> {
     let model = model(&state, &owner, &name).await?;
     Ok(html(&RunPage {
-        chrome: Chrome::of(&signed, "models"),
+        chrome: signed.chrome("models"),
         name: model.record.model.to_string(),
         capability: model.record.capability.clone(),
         can_run: signed.key.has_scope(Scope::Write),
@@ -186,7 +186,7 @@ pub async fn run(
                 field.error = problem.errors.iter().find(|e| e.field == path).map(|e| e.message.clone());
             }
             let page = RunPage {
-                chrome: Chrome::of(&action.signed, "models"),
+                chrome: action.signed.chrome("models"),
                 name: model.record.model.to_string(),
                 capability: model.record.capability.clone(),
                 can_run: true,

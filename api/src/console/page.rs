@@ -52,14 +52,6 @@ pub struct Chrome {
     pub key_name: String,
 }
 
-impl Chrome {
-    /// The chrome of a page in `section` for `signed`.
-    pub fn of(signed: &super::session::Signed, section: &'static str) -> Self {
-        let name = if signed.key.name.is_empty() { signed.key.key_prefix.clone() } else { signed.key.name.clone() };
-        Self { csrf: signed.csrf().to_owned(), section, key_name: name }
-    }
-}
-
 /// A relative time for people: "12 s ago", "3 min ago", "5 h ago", "2 d ago".
 pub fn ago(seconds: i64) -> String {
     match seconds.max(0) {

@@ -98,7 +98,7 @@ pub async fn list(
     let status_query = status.map_or(String::new(), |s| format!("status={}&", s.as_str()));
     let link = |n: u64| format!("/?{status_query}page={n}");
     let list = ListPage {
-        chrome: Chrome::of(&signed, "predictions"),
+        chrome: signed.chrome("predictions"),
         shown: rows.len(),
         rows,
         statuses: PredictionStatus::ALL.iter().map(|s| s.as_str()).collect(),
@@ -228,7 +228,7 @@ pub async fn page(
     let can_write = signed.key.has_scope(Scope::Write);
     let view = p.view(&state.links, ApiSurface::Canonical);
     let page = PredictionPage {
-        chrome: Chrome::of(&signed, "predictions"),
+        chrome: signed.chrome("predictions"),
         id: p.id.to_string(),
         model: p.model.to_string(),
         status: p.status.as_str(),

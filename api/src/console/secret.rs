@@ -40,7 +40,7 @@ fn page(
 ) -> SecretPage {
     let now = DateTime::now();
     SecretPage {
-        chrome: Chrome::of(signed, "secret"),
+        chrome: signed.chrome("secret"),
         masked: secrets.current.masked(),
         revealed: reveal.then(|| secrets.current.expose().to_owned()),
         created: secrets.created_at.to_chrono().format("%Y-%m-%d %H:%M UTC").to_string(),

@@ -21,7 +21,7 @@ use common::{
 };
 use sha2::{Digest, Sha256};
 
-use super::error::ConsoleError;
+use super::{error::ConsoleError, page::Chrome};
 use crate::{auth::Caller, state::AppState};
 
 /// The session cookie's name.
@@ -120,6 +120,12 @@ impl Signed {
     /// The form token of this session.
     pub fn csrf(&self) -> &str {
         &self.session.csrf_token
+    }
+
+    /// What a page in `section` shows around its content for this person.
+    pub fn chrome(&self, section: &'static str) -> Chrome {
+        let name = if self.key.name.is_empty() { self.key.key_prefix.clone() } else { self.key.name.clone() };
+        Chrome { csrf: self.csrf().to_owned(), section, key_name: name }
     }
 }
 

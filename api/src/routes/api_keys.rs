@@ -21,9 +21,9 @@ use common::{
 use serde::Serialize;
 
 use crate::{
+    accounts,
     auth::{Admin, Authorized},
     error::ApiError,
-    keys,
     state::AppState,
     validate::{
         body, create_api_key,
@@ -99,7 +99,7 @@ pub async fn create(
     let body = body::optional_json_object(&headers, &body)?;
     let request = create_api_key::parse(&body)
         .map_err(|errors| ApiError::validation("The request has invalid fields; see errors.", errors))?;
-    let (record, value) = keys::create(&state, &auth.caller.key, request).await?;
+    let (record, value) = accounts::create_key(&state, &auth.caller.key, request).await?;
     Ok((StatusCode::CREATED, Json(ApiKeyView::of(&record, value.expose().to_owned()))))
 }
 
@@ -268,6 +268,6 @@ pub async fn update(
             vec![FieldError::invalid(unknown.clone(), "Unknown field; only is_active may be changed.")],
         ));
     }
-    let record = keys::deactivate(&state, &auth.caller.key.account_id, &id).await?;
+    let record = accounts::deactivate_key(&state, &auth.caller.key.account_id, &id).await?;
     Ok(Json(ApiKeySummary::of(&record)))
 }

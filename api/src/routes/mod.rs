@@ -31,7 +31,7 @@
 //! | route | handler | scope |
 //! |---|---|---|
 //! | `GET /ready`, `GET /health` | [`health`] | none |
-//! | `GET /openapi.json` | [`crate::openapi::serve`] | none |
+//! | `GET /openapi.json` (mounted by [`crate::app`]) | [`crate::openapi::serve`] | none |
 //! | the console's pages (`/`, `/login`, `/predictions/{id}`, …) | [`crate::console`] | a session |
 
 pub mod api_keys;
@@ -59,7 +59,6 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::console::router())
         .route("/ready", get(health::ready))
         .route("/health", get(health::health))
-        .route("/openapi.json", get(crate::openapi::serve))
         .fallback(unknown_route)
         .with_state(state)
 }

@@ -235,3 +235,18 @@ async fn the_run_form_creates_a_prediction_or_shows_the_fields_error() {
     let done = system.wait_for_terminal(id, std::time::Duration::from_secs(20)).await;
     assert_eq!(done["input"], json!({"seconds": 0.1, "quiet": false}), "an unchecked box is false");
 }
+
+#[tokio::test]
+async fn failed_sign_ins_are_rate_limited_per_client() {
+    let env = vec![("DEFAULT_RATE_LIMIT_RPM", "3".to_owned())];
+    let system = System::start_with(Options { runner: false, notifier: false, env }).await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(sign_in_response(&system, "psk_wrong", "/").await.status().as_u16());
+    }
+    assert_eq!(&statuses[..3], [401, 401, 401], "{statuses:?}");
+    assert_eq!(statuses[4], 429, "past the limit: {statuses:?}");
+    let limited = sign_in_response(&system, "psk_wrong", "/").await;
+    assert_eq!(limited.headers()["retry-after"], "60");
+    assert!(limited.text().await.expect("html").contains("Too many failed sign-ins"));
+}

@@ -19,7 +19,8 @@ async fn one_trace_runs_from_the_create_request_through_the_job_to_the_webhook_a
     let system = System::start().await;
     let receiver = Receiver::start().await;
     let (trace, caller) = (random_hex(16), random_hex(8));
-    let body = json!({"input": {"prompt": "traced"}, "webhook": receiver.url(), "webhook_events_filter": ["completed"]});
+    let body =
+        json!({"input": {"prompt": "traced"}, "webhook": receiver.url(), "webhook_events_filter": ["completed"]});
     let created = system
         .http()
         .post(system.url("/v1/models/demo/echo/predictions"))
@@ -41,7 +42,11 @@ async fn one_trace_runs_from_the_create_request_through_the_job_to_the_webhook_a
     let spans = eventually(Duration::from_secs(10), || async {
         let spans: Vec<_> =
             common::telemetry::captured_spans().into_iter().filter(|s| s.span_context.trace_id() == trace_id).collect();
-        names.iter().all(|n| spans.iter().any(|s| s.name == *n)).then_some(spans)
+        let all_named = names.iter().all(|n| spans.iter().any(|s| s.name == *n));
+        // The attempt's webhook span ends after it (once the attempt is recorded).
+        let attempt_parent = spans.iter().find(|s| s.name == "webhook_attempt").map(|s| s.parent_span_id);
+        let parent_ended = spans.iter().any(|s| Some(s.span_context.span_id()) == attempt_parent);
+        (all_named && parent_ended).then_some(spans)
     })
     .await
     .unwrap_or_else(|| panic!("spans named {names:?} in trace {trace}"));

@@ -11,11 +11,7 @@ use std::{
 
 use opentelemetry::trace::TraceContextExt;
 use serde_json::{Map, Value};
-use tracing::{
-    Dispatch, Event, Subscriber,
-    dispatcher::WeakDispatch,
-    field::Field,
-};
+use tracing::{Dispatch, Event, Subscriber, dispatcher::WeakDispatch, field::Field};
 use tracing_subscriber::{
     fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields, format::Writer},
     registry::LookupSpan,
@@ -77,7 +73,10 @@ where
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
         let mut line = Map::new();
-        line.insert("timestamp".into(), Value::from(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)));
+        line.insert(
+            "timestamp".into(),
+            Value::from(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        );
         line.insert("level".into(), Value::from(event.metadata().level().as_str()));
         line.insert("target".into(), Value::from(event.metadata().target()));
         if let Some((trace_id, span_id)) = ctx.lookup_current().and_then(|span| self.ids_of(&span.id())) {

@@ -145,8 +145,7 @@ pub fn init_for_tests() {
         return;
     }
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let provider =
-        SdkTracerProvider::builder().with_span_processor(SimpleSpanProcessor::new(exporter.clone())).build();
+    let provider = SdkTracerProvider::builder().with_span_processor(SimpleSpanProcessor::new(exporter.clone())).build();
     // Only the services' own spans: the in-memory exporter keeps every span it gets.
     let ours = tracing_subscriber::filter::Targets::new()
         .with_target("api", tracing::Level::TRACE)
