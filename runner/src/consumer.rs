@@ -29,8 +29,9 @@ use tracing::Instrument;
 
 use crate::{
     config::RunnerConfig,
+    doorbell,
     execute::{Delivery, Executor, Outcome},
-    lanes::{self, Lanes},
+    lanes::Lanes,
     models::{Model, ModelError},
     scheduler::{Scheduler, Slots},
 };
@@ -75,7 +76,7 @@ pub async fn consume(
         tracing::info!(%model, "consuming jobs");
     }
     let metrics = shared.executor.metrics().clone();
-    let mut announcers = lanes::announce(bus, names, scheduler.clone(), lanes, metrics, shutdown.clone()).await?;
+    let mut announcers = doorbell::announce(bus, names, scheduler.clone(), lanes, metrics, shutdown.clone()).await?;
     scheduler
         .run(shutdown.clone(), |message, model, slots| {
             let model = served[model].clone();

@@ -6,32 +6,36 @@
 //! by more than about one slot turnover, and the queue itself stays in JetStream: nothing a
 //! restart could lose.
 //!
-//! How a runner learns about lanes:
-//! - **doorbells**: a core-NATS subscription to each served model's job subjects; a published
-//!   job names its lane in its subject, and rings it (opening it first if it is new);
-//! - **a scan** at start and every [`SCAN_INTERVAL`]: the jobs stream's subjects of each
-//!   served model, which name every lane with a job waiting or running (a work queue keeps a
-//!   message until it is acked). This finds what no doorbell announced: jobs queued while no
-//!   runner was up, or handed back by a runner that died; lanes it sees empty stop being
-//!   asked until a job rings them.
+//! How a runner learns about lanes: see [`crate::doorbell`] (a doorbell per published job, and
+//! a scan of the jobs stream's subjects every [`SCAN_INTERVAL`]).
 //!
 //! Lanes are opened idempotently (`create_consumer` with the same configuration); the server
 //! deletes a lane's consumer after [`LANE_INACTIVE_THRESHOLD`] without pulls. Jobs published
 //! before lanes existed (one subject token after the model) drain through the model's former
 //! consumer, which the scan opens as the lane of no account.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context;
 use async_nats::jetstream::{
     consumer::{AckPolicy, PullConsumer, pull},
     stream::Stream,
 };
-use common::{bus::Bus, domain::ModelRef, subjects::Subjects};
-use futures::{StreamExt, TryStreamExt};
-use tokio_util::sync::CancellationToken;
+use common::{
+    domain::{AccountId, ModelRef},
+    subjects::Subjects,
+};
+use futures::TryStreamExt;
 
-use crate::scheduler::{LaneKey, Scheduler};
+/// Which jobs a lane holds: one model's, of one account (`None`: jobs published before
+/// accounts had lanes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LaneKey {
+    /// The model.
+    pub model: ModelRef,
+    /// The account.
+    pub account: Option<AccountId>,
+}
 
 /// How often the jobs stream is scanned for lanes no doorbell announced.
 pub const SCAN_INTERVAL: Duration = Duration::from_secs(10);
@@ -90,69 +94,7 @@ impl Lanes {
     }
 
     /// The lane a job subject of `model` belongs to.
-    fn lane_of(&self, model: &ModelRef, subject: &str) -> LaneKey {
+    pub fn lane_of(&self, model: &ModelRef, subject: &str) -> LaneKey {
         LaneKey { model: model.clone(), account: self.subjects.account_of_job(model, subject) }
     }
-}
-
-/// Rings the scheduler for every job published for `models` (core NATS), and scans for lanes
-/// at start and every [`SCAN_INTERVAL`] (reporting each model's unfinished jobs to `metrics`),
-/// until `shutdown` fires.
-pub async fn announce(
-    bus: &Bus,
-    models: Vec<ModelRef>,
-    scheduler: Arc<Scheduler>,
-    lanes: Arc<Lanes>,
-    metrics: crate::metrics::RunnerMetrics,
-    shutdown: CancellationToken,
-) -> anyhow::Result<tokio::task::JoinSet<()>> {
-    let mut tasks = tokio::task::JoinSet::new();
-    for model in &models {
-        let mut jobs = bus
-            .client()
-            .subscribe(bus.subjects().model_jobs(model))
-            .await
-            .with_context(|| format!("subscribing to the jobs of {model}"))?;
-        let (scheduler, lanes, shutdown, model) = (scheduler.clone(), lanes.clone(), shutdown.clone(), model.clone());
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    job = jobs.next() => match job {
-                        Some(job) => scheduler.ring(lanes.lane_of(&model, &job.subject)).await,
-                        None => return,
-                    },
-                }
-            }
-        });
-    }
-    let bus = bus.clone();
-    tasks.spawn(async move {
-        let mut tick = tokio::time::interval(SCAN_INTERVAL);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            for model in &models {
-                let scanned_at = std::time::Instant::now();
-                match lanes.with_jobs(model).await {
-                    Ok((found, jobs)) => {
-                        metrics.set_pending(&model.to_string(), i64::try_from(jobs).unwrap_or(i64::MAX));
-                        scheduler.scanned(model, &found, scanned_at);
-                        for key in found {
-                            scheduler.ring(key).await;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(%model, error = format!("{e:#}"), "scanning for lanes failed; making sure the streams exist");
-                        if let Err(e) = bus.ensure_streams().await {
-                            tracing::warn!(error = %e, "streams not created");
-                        }
-                    }
-                }
-            }
-        }
-    });
-    Ok(tasks)
 }

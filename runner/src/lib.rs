@@ -4,7 +4,7 @@
 //! - [`models`]: the [`models::Model`] trait and the built-in models.
 //! - [`registry`]: registers the served models in MongoDB so the api accepts them.
 //! - [`consumer`]: takes the jobs of every served model; [`lanes`]: one durable consumer per
-//!   model and account; [`scheduler`]: which job starts next (no idle slot while work waits,
+//!   model and account; [`doorbell`]: which lanes have work; [`scheduler`]: which job starts next (no idle slot while work waits,
 //!   fair share between models and between the accounts of a model).
 //! - [`execute`]: one job through the status machine: `starting → processing → terminal`.
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms.
@@ -17,6 +17,7 @@
 pub mod cancel;
 pub mod config;
 pub mod consumer;
+pub mod doorbell;
 pub mod execute;
 pub mod lanes;
 pub mod metrics;

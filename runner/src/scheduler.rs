@@ -42,9 +42,9 @@ use futures::StreamExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use common::domain::{AccountId, ModelRef};
+use common::domain::ModelRef;
 
-use crate::lanes::Lanes;
+use crate::lanes::{LaneKey, Lanes};
 
 /// The longest a lane found empty is left alone unless its doorbell rings (while the last
 /// scan saw jobs in it: they run elsewhere, and come back here if their runner dies).
@@ -57,16 +57,6 @@ pub const FORGET_AFTER: Duration = Duration::from_secs(600);
 const MAX_FETCH: usize = 8;
 /// How long to wait before trying again after a fetch failed.
 const FETCH_RETRY: Duration = Duration::from_millis(500);
-
-/// Which jobs a lane holds: one model's, of one account (`None`: jobs published before
-/// accounts had lanes).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LaneKey {
-    /// The model.
-    pub model: ModelRef,
-    /// The account.
-    pub account: Option<AccountId>,
-}
 
 /// The slots of one model on this runner.
 struct ModelSlots {
@@ -395,6 +385,7 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::domain::AccountId;
 
     fn model(name: &str) -> ModelRef {
         format!("demo/{name}").parse().expect("model")

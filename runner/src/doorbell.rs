@@ -1,0 +1,84 @@
+//! How a runner learns that a lane has work ([`crate::lanes`]):
+//! - **doorbells**: a core-NATS subscription to each served model's job subjects; a published
+//!   job names its lane in its subject, and rings it (opening it first if it is new);
+//! - **a scan** at start and every [`SCAN_INTERVAL`]: the jobs stream's subjects of each
+//!   served model, which name every lane with a job waiting or running (a work queue keeps a
+//!   message until it is acked). This finds what no doorbell announced: jobs queued while no
+//!   runner was up, or handed back by a runner that died; lanes it sees empty stop being
+//!   asked until a job rings them. The scan also reports each model's unfinished jobs to the
+//!   metrics (`runner_jobs_pending`).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use common::{bus::Bus, domain::ModelRef};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    lanes::{Lanes, SCAN_INTERVAL},
+    metrics::RunnerMetrics,
+    scheduler::Scheduler,
+};
+
+/// Rings the scheduler for every job published for `models` (core NATS), and scans for lanes
+/// at start and every [`SCAN_INTERVAL`] (reporting each model's unfinished jobs to `metrics`),
+/// until `shutdown` fires.
+pub async fn announce(
+    bus: &Bus,
+    models: Vec<ModelRef>,
+    scheduler: Arc<Scheduler>,
+    lanes: Arc<Lanes>,
+    metrics: RunnerMetrics,
+    shutdown: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinSet<()>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for model in &models {
+        let mut jobs = bus
+            .client()
+            .subscribe(bus.subjects().model_jobs(model))
+            .await
+            .with_context(|| format!("subscribing to the jobs of {model}"))?;
+        let (scheduler, lanes, shutdown, model) = (scheduler.clone(), lanes.clone(), shutdown.clone(), model.clone());
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    job = jobs.next() => match job {
+                        Some(job) => scheduler.ring(lanes.lane_of(&model, &job.subject)).await,
+                        None => return,
+                    },
+                }
+            }
+        });
+    }
+    let bus = bus.clone();
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(SCAN_INTERVAL);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            for model in &models {
+                let scanned_at = std::time::Instant::now();
+                match lanes.with_jobs(model).await {
+                    Ok((found, jobs)) => {
+                        metrics.set_pending(&model.to_string(), i64::try_from(jobs).unwrap_or(i64::MAX));
+                        scheduler.scanned(model, &found, scanned_at);
+                        for key in found {
+                            scheduler.ring(key).await;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(%model, error = format!("{e:#}"), "scanning for lanes failed; making sure the streams exist");
+                        if let Err(e) = bus.ensure_streams().await {
+                            tracing::warn!(error = %e, "streams not created");
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(tasks)
+}
