@@ -10,8 +10,9 @@
 //!   `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set and
 //!   `OTEL_SDK_DISABLED` is not `true`; the standard `OTEL_*` variables apply (endpoint,
 //!   headers, timeout, `OTEL_TRACES_SAMPLER`, `OTEL_SERVICE_NAME`, which defaults to the
-//!   binary's name). Without an endpoint no exporter runs: spans still get ids, so log lines
-//!   of one prediction share a `trace_id`, but nothing leaves the process.
+//!   binary's name). Without an endpoint the OpenTelemetry layer is not installed at all, so
+//!   tracing costs nothing: log lines then carry no trace ids, and no `traceparent` goes out
+//!   (an incoming one is not continued).
 //! - [`serve_operations`]: `/metrics`, `/health` and `/ready` of the runner and the notifier.
 
 pub mod json_log;
@@ -22,12 +23,12 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 /// Keeps the trace exporter running; flushes what it holds when dropped (at the end of `main`).
 pub struct Telemetry {
-    provider: SdkTracerProvider,
+    provider: Option<SdkTracerProvider>,
 }
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
-        if let Err(e) = self.provider.shutdown() {
+        if let Some(Err(e)) = self.provider.take().map(|p| p.shutdown()) {
             eprintln!("traces not flushed: {e}");
         }
     }
@@ -40,18 +41,19 @@ fn export_requested() -> bool {
     !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 }
 
-/// The tracer provider of `service`: with a batching OTLP exporter when asked for, else none.
-fn tracer_provider(service: &'static str) -> SdkTracerProvider {
+/// The tracer provider of `service`, with a batching OTLP exporter, when export is asked for
+/// and the exporter can be built.
+fn tracer_provider(service: &'static str) -> Option<SdkTracerProvider> {
+    if !export_requested() {
+        return None;
+    }
     let name = std::env::var("OTEL_SERVICE_NAME").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| service.to_owned());
     let builder = SdkTracerProvider::builder().with_resource(Resource::builder().with_service_name(name).build());
-    if !export_requested() {
-        return builder.build();
-    }
     match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
-        Ok(exporter) => builder.with_batch_exporter(exporter).build(),
+        Ok(exporter) => Some(builder.with_batch_exporter(exporter).build()),
         Err(e) => {
             eprintln!("OTLP trace exporter not started ({e}); spans are not exported");
-            builder.build()
+            None
         }
     }
 }
@@ -61,11 +63,13 @@ fn tracer_provider(service: &'static str) -> SdkTracerProvider {
 pub fn init(service: &'static str) -> Telemetry {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let provider = tracer_provider(service);
-    let otel = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer(service))
-        .with_location(false)
-        .with_threads(false)
-        .with_target(false);
+    let otel = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer(service))
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+    });
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     let registry = tracing_subscriber::registry().with(filter).with(otel);
@@ -79,7 +83,7 @@ pub fn init(service: &'static str) -> Telemetry {
         registry.with(fmt::layer().with_target(false).with_writer(std::io::stderr)).try_init().is_ok()
     };
     if installed {
-        tracing::info!(service, version = crate::VERSION, traces_exported = export_requested(), "starting");
+        tracing::info!(service, version = crate::VERSION, traces_exported = provider.is_some(), "starting");
     }
     Telemetry { provider }
 }
