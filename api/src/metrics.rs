@@ -14,7 +14,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use common::store::Store;
+use common::{metrics::ModelLabel, store::Store};
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -23,7 +23,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
         family::Family,
@@ -39,12 +39,6 @@ struct RequestLabels {
     method: String,
     route: String,
     status: String,
-}
-
-/// A model label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ModelLabel {
-    model: String,
 }
 
 /// The api's metrics.
@@ -80,7 +74,7 @@ impl HttpMetrics {
 
     /// A prediction of `model` was stored.
     pub fn created(&self, model: &str) {
-        self.created.get_or_create(&ModelLabel { model: model.to_owned() }).inc();
+        self.created.get_or_create(&ModelLabel::of(model)).inc();
     }
 
     fn observe(&self, labels: RequestLabels, seconds: f64) {
@@ -88,12 +82,9 @@ impl HttpMetrics {
         self.latency.get_or_create(&labels).observe(seconds);
     }
 
-    /// The metrics in the OpenMetrics text format.
+    /// The metrics in the OpenMetrics text format (without the closing `# EOF`).
     pub fn render(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
-        text
+        common::metrics::families(&self.registry)
     }
 }
 
@@ -111,9 +102,7 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
 /// `GET /metrics`, with `waits_held` as the held `Prefer: wait` creates now.
 pub fn serve(metrics: &HttpMetrics, store: &Store, waits_held: usize) -> Response {
     metrics.waits_held.set(i64::try_from(waits_held).unwrap_or(i64::MAX));
-    let mut text = metrics.render();
-    let end = text.rfind("# EOF").unwrap_or(text.len());
-    text.insert_str(end, &store.command_counts().openmetrics());
+    let text = common::metrics::page(&[&metrics.render(), &store.command_counts().openmetrics()]);
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

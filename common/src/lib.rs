@@ -10,6 +10,7 @@
 //! - [`problem`]: the problem+json error body every HTTP error uses.
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
 //! - [`links`]: every URL handed out (both API surfaces, files, stream capability tokens).
+//! - [`metrics`]: the OpenMetrics page every service serves.
 //! - [`config`], [`connect`], [`telemetry`], [`readiness`], [`shutdown`]: what every service
 //!   needs at start and while it runs.
 //! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
@@ -24,6 +25,7 @@ pub mod crypto;
 pub mod domain;
 pub mod links;
 pub mod messages;
+pub mod metrics;
 pub mod problem;
 pub mod readiness;
 #[cfg(feature = "samples")]

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
         family::Family,
@@ -107,10 +107,7 @@ impl NotifierMetrics {
 
     /// The metrics in the OpenMetrics text format (without the closing `# EOF`).
     pub fn render(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
-        text.trim_end_matches("# EOF\n").to_owned()
+        common::metrics::families(&self.registry)
     }
 }
 

@@ -12,8 +12,9 @@
 
 use std::time::Instant;
 
+use common::metrics::ModelLabel;
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
         family::Family,
@@ -22,12 +23,6 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-
-/// A model label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ModelLabel {
-    model: String,
-}
 
 /// A model run's labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -89,7 +84,7 @@ impl RunnerMetrics {
     /// A prediction of `model` starts running here; it counts as in flight until the guard
     /// is dropped.
     pub fn started(&self, model: &str) -> InFlight {
-        let label = ModelLabel { model: model.to_owned() };
+        let label = ModelLabel::of(model);
         self.in_flight.get_or_create(&label).inc();
         self.jobs_taken.get_or_create(&label).inc();
         InFlight { gauge: self.in_flight.get_or_create(&label).clone(), started: Instant::now() }
@@ -108,15 +103,12 @@ impl RunnerMetrics {
 
     /// `model` has `jobs` unfinished jobs in the stream.
     pub fn set_pending(&self, model: &str, jobs: i64) {
-        self.pending.get_or_create(&ModelLabel { model: model.to_owned() }).set(jobs);
+        self.pending.get_or_create(&ModelLabel::of(model)).set(jobs);
     }
 
     /// The metrics in the OpenMetrics text format (without the closing `# EOF`).
     pub fn render(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
-        text.trim_end_matches("# EOF\n").to_owned()
+        common::metrics::families(&self.registry)
     }
 }
 

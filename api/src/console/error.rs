@@ -4,12 +4,12 @@
 
 use askama::Template;
 use axum::{
-    http::{HeaderValue, StatusCode, header},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use common::problem::ProblemKind;
 
-use super::page::html;
+use super::page::{html, see_other};
 use crate::error::ApiError;
 
 /// A console failure.
@@ -72,11 +72,7 @@ pub fn sign_in_location(next: &str) -> String {
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         let (status, title, detail) = match &self {
-            Self::SignIn { next } => {
-                let location =
-                    HeaderValue::from_str(&sign_in_location(next)).unwrap_or(HeaderValue::from_static("/login"));
-                return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
-            }
+            Self::SignIn { next } => return see_other(&sign_in_location(next)),
             Self::NotFound(detail) => (StatusCode::NOT_FOUND, "Not found", detail.clone()),
             Self::Forbidden(detail) => (StatusCode::FORBIDDEN, "Not allowed", detail.clone()),
             Self::Problem(status, detail) => (*status, "That did not work", detail.clone()),

@@ -5,7 +5,7 @@
 use askama::Template;
 use axum::{
     extract::{Path, State},
-    http::{StatusCode, header},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use bson::DateTime;
@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, html},
+    page::{Chrome, html, see_other},
     session::Signed,
 };
 use crate::{accounts, error::ApiError, state::AppState, validate::create_api_key};
@@ -123,5 +123,5 @@ pub async fn deactivate(
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Admin)?;
     accounts::deactivate_key(&state, &action.signed.key.account_id, &id).await?;
-    Ok((StatusCode::SEE_OTHER, [(header::LOCATION, "/keys")]).into_response())
+    Ok(see_other("/keys"))
 }

@@ -17,7 +17,7 @@ use askama::Template;
 use axum::{
     Form,
     extract::{ConnectInfo, FromRequestParts, Query, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header, request::Parts},
+    http::{HeaderMap, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
 use bson::DateTime;
@@ -26,7 +26,7 @@ use common::domain::ApiKeyValue;
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::html,
+    page::{html, see_other},
     session::{self, SessionToken},
 };
 use crate::state::AppState;
@@ -45,11 +45,6 @@ pub fn local_path(next: Option<&str>) -> &str {
         Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') && !p.contains("://") => p,
         _ => "/",
     }
-}
-
-fn see_other(location: &str) -> Response {
-    let location = HeaderValue::from_str(location).unwrap_or(HeaderValue::from_static("/"));
-    (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
 }
 
 /// `GET /login`

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use askama::Template;
 use axum::{
     extract::{Path, State},
-    http::{StatusCode, header},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use common::domain::{ApiSurface, ModelRef, Scope};
@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, html},
+    page::{Chrome, html, see_other},
     session::Signed,
 };
 use crate::{error::ApiError, models::RegisteredModel, state::AppState, submit};
@@ -198,7 +198,7 @@ pub async fn run(
         Err(e) => return Err(e.into()),
     };
     submit::store_and_publish(&state, &caller.key.account_id, None, &prediction).await?;
-    Ok((StatusCode::SEE_OTHER, [(header::LOCATION, format!("/predictions/{}", prediction.id))]).into_response())
+    Ok(see_other(&format!("/predictions/{}", prediction.id)))
 }
 
 #[cfg(test)]

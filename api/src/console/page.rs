@@ -52,6 +52,12 @@ pub struct Chrome {
     pub key_name: String,
 }
 
+/// A 303 to `location` (a path of this site): where every action and sign-in sends the browser.
+pub fn see_other(location: &str) -> Response {
+    let location = HeaderValue::from_str(location).unwrap_or(HeaderValue::from_static("/"));
+    (axum::http::StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
+}
+
 /// A relative time for people: "12 s ago", "3 min ago", "5 h ago", "2 d ago".
 pub fn ago(seconds: i64) -> String {
     match seconds.max(0) {

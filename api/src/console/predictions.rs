@@ -13,8 +13,7 @@ use std::collections::HashMap;
 use askama::Template;
 use axum::{
     extract::{Path, Query, State},
-    http::{StatusCode, header},
-    response::{IntoResponse, Response},
+    response::Response,
 };
 use bson::DateTime;
 use common::{
@@ -25,7 +24,7 @@ use common::{
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, ago, html},
+    page::{Chrome, ago, html, see_other},
     session::Signed,
 };
 use crate::{cancel, deliveries, owned::owned_prediction, state::AppState};
@@ -255,7 +254,7 @@ pub async fn page(
 }
 
 fn back_to(id: &str) -> Response {
-    (StatusCode::SEE_OTHER, [(header::LOCATION, format!("/predictions/{id}"))]).into_response()
+    see_other(&format!("/predictions/{id}"))
 }
 
 /// `POST /predictions/{id}/cancel` (scope `write`).

@@ -31,13 +31,11 @@ use crate::{
     },
 };
 
-/// An API key as the create response shows it.
+/// What every view of an API key shows: everything but its value and its last use.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ApiKeyView {
+pub struct ApiKeyFields {
     /// The key id.
     pub id: String,
-    /// The full key value.
-    pub key: String,
     /// Its first 8 characters.
     pub key_prefix: String,
     /// Its name.
@@ -54,6 +52,32 @@ pub struct ApiKeyView {
     pub expires_at: Option<chrono::DateTime<Utc>>,
 }
 
+impl ApiKeyFields {
+    /// The fields of a stored key.
+    pub fn of(record: &ApiKeyRecord) -> Self {
+        Self {
+            id: record.id.to_string(),
+            key_prefix: record.key_prefix.clone(),
+            name: record.name.clone(),
+            scopes: record.scopes.clone(),
+            rate_limit_rpm: record.rate_limit_rpm,
+            is_active: record.is_active,
+            created_at: record.created_at.to_chrono(),
+            expires_at: record.expires_at.map(DateTime::to_chrono),
+        }
+    }
+}
+
+/// An API key as the create response shows it: with its full value.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApiKeyView {
+    /// The full key value.
+    pub key: String,
+    /// The rest.
+    #[serde(flatten)]
+    pub fields: ApiKeyFields,
+}
+
 /// An API key as the get response shows it: with `last_used_at`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ApiKeyDetails {
@@ -66,17 +90,7 @@ pub struct ApiKeyDetails {
 
 impl ApiKeyView {
     fn of(record: &ApiKeyRecord, key: String) -> Self {
-        Self {
-            id: record.id.to_string(),
-            key,
-            key_prefix: record.key_prefix.clone(),
-            name: record.name.clone(),
-            scopes: record.scopes.clone(),
-            rate_limit_rpm: record.rate_limit_rpm,
-            is_active: record.is_active,
-            created_at: record.created_at.to_chrono(),
-            expires_at: record.expires_at.map(DateTime::to_chrono),
-        }
+        Self { key, fields: ApiKeyFields::of(record) }
     }
 }
 
@@ -132,22 +146,9 @@ pub async fn get(
 /// An API key in a list: everything but its value.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ApiKeySummary {
-    /// The key id.
-    pub id: String,
-    /// Its first 8 characters.
-    pub key_prefix: String,
-    /// Its name.
-    pub name: String,
-    /// Its scopes.
-    pub scopes: Vec<Scope>,
-    /// Requests per minute allowed.
-    pub rate_limit_rpm: u32,
-    /// Whether it works.
-    pub is_active: bool,
-    /// When it was created.
-    pub created_at: chrono::DateTime<Utc>,
-    /// When it stops working, `null` if never.
-    pub expires_at: Option<chrono::DateTime<Utc>>,
+    /// The key.
+    #[serde(flatten)]
+    pub fields: ApiKeyFields,
     /// When it was last used (at most a minute stale), `null` if never.
     pub last_used_at: Option<chrono::DateTime<Utc>>,
 }
@@ -155,17 +156,7 @@ pub struct ApiKeySummary {
 impl ApiKeySummary {
     /// The summary of a stored key.
     pub fn of(record: &ApiKeyRecord) -> Self {
-        Self {
-            id: record.id.to_string(),
-            key_prefix: record.key_prefix.clone(),
-            name: record.name.clone(),
-            scopes: record.scopes.clone(),
-            rate_limit_rpm: record.rate_limit_rpm,
-            is_active: record.is_active,
-            created_at: record.created_at.to_chrono(),
-            expires_at: record.expires_at.map(DateTime::to_chrono),
-            last_used_at: record.last_used_at.map(DateTime::to_chrono),
-        }
+        Self { fields: ApiKeyFields::of(record), last_used_at: record.last_used_at.map(DateTime::to_chrono) }
     }
 }
 

@@ -106,7 +106,7 @@ pub async fn serve_operations(
     let metrics = move || {
         let render = render.clone();
         async move {
-            let text = format!("{}# EOF\n", render());
+            let text = crate::metrics::page(&[&render()]);
             ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         }
     };

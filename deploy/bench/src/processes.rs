@@ -36,16 +36,9 @@ impl ServiceProcess {
     /// its output appended to `log`.
     pub fn spawn(name: &'static str, vars: &HashMap<String, String>, log: &std::path::Path) -> anyhow::Result<Self> {
         let binary = binary(name)?;
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-        let child = Command::new(&binary)
-            .env_clear()
-            .envs(vars)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut command = Command::new(&binary);
+        command.env_clear().envs(vars);
+        let child = spawn_logged(&mut command, log, &binary.display().to_string())?;
         let pid = child.id().context("the process has no pid")?;
         Ok(Self { name, child, pid })
     }
@@ -76,6 +69,19 @@ impl ServiceProcess {
         }
         Ok(last)
     }
+}
+
+/// Starts `command` (called `what` in errors) with no input and its output appended to `log`;
+/// the process is killed if its handle is dropped, so no run leaves one behind.
+pub fn spawn_logged(command: &mut Command, log: &std::path::Path, what: &str) -> anyhow::Result<Child> {
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+    command
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {what}"))
 }
 
 /// The path of a release binary built next to this one.

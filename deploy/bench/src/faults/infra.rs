@@ -10,7 +10,6 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::Stdio,
     time::Duration,
 };
 
@@ -39,17 +38,10 @@ impl Server {
     }
 
     fn spawn(&mut self) -> anyhow::Result<()> {
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let (program, args) = self.command.split_first().context("an empty command")?;
-        let child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", self.what))?;
-        self.child = Some(child);
+        let mut command = Command::new(program);
+        command.args(args);
+        self.child = Some(crate::processes::spawn_logged(&mut command, &self.log, &self.what)?);
         Ok(())
     }
 
