@@ -10,7 +10,12 @@ from conftest import ADMIN_KEY, BASE_URL, Api, sign_in, wait_for
 
 
 def text_of(driver, element_id):
-    return driver.find_element(By.ID, element_id).text
+    """The element's text, empty while the page is being replaced (after a form post or the
+    reload at the end of a stream), so waits poll through navigation."""
+    try:
+        return driver.find_element(By.ID, element_id).text
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
 
 
 def key_row_text(driver, name):
