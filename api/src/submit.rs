@@ -74,7 +74,9 @@ pub async fn store_and_publish(
     {
         return Ok(Claim::Existing(first));
     }
-    if let Err(e) = state.new_predictions.insert(prediction.clone()).await {
+    if let Err(e) =
+        state.new_predictions.insert(prediction.clone()).instrument(tracing::info_span!("store_prediction")).await
+    {
         if let Some(key) = &idempotency_key
             && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
         {
@@ -83,7 +85,7 @@ pub async fn store_and_publish(
         return Err(e.into());
     }
     state.metrics.created(&prediction.model.to_string());
-    match state.bus.send_job(prediction).await {
+    match state.bus.send_job(prediction).instrument(tracing::info_span!("publish_job")).await {
         Ok(stored) => {
             let confirm = async move {
                 if let Err(e) = stored.await {

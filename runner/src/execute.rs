@@ -6,7 +6,8 @@
 //!    message's sequence → its runner stopped mid-run and this is the redelivery, so this
 //!    runner takes it over and runs it again; `processing` under another message → a
 //!    duplicate job, dropped; missing → the job is dropped.
-//! 2. The model runs; logs and output are stored at most every [`FLUSH_INTERVAL`], each store
+//! 2. The model runs, its `start` event published alongside (acknowledged before step 3, so
+//!    `completed` never overtakes it); logs and output are stored at most every [`FLUSH_INTERVAL`], each store
 //!    followed by `output`/`logs` events. The run stops at once when a cancel broadcast names
 //!    the prediction ([`Executor::cancel`]), and when a flush or a status check (every
 //!    [`STATUS_CHECK_INTERVAL`] without a flush, in case a broadcast was missed) finds it no
@@ -195,8 +196,21 @@ impl Executor {
         delivery: Delivery,
         stop: &CancellationToken,
     ) -> anyhow::Result<Outcome> {
-        let Some(prediction) = self.begin(id, delivery).await? else {
+        let Some((prediction, just_started)) = self.begin(id, delivery).await? else {
             return Ok(Outcome::Done);
+        };
+        // The `start` event goes out while the model already runs: its stream acknowledgement
+        // (about 0.35 ms here) need not delay the model. It is awaited before the result is
+        // stored, so `completed` never overtakes it.
+        let announce_start = async {
+            if just_started
+                && let Err(e) = self
+                    .publish(&prediction, WebhookEvent::Start)
+                    .instrument(tracing::info_span!("publish_start"))
+                    .await
+            {
+                tracing::warn!(error = %e, "start event not published");
+            }
         };
         let time_left = self.time_left(&prediction);
         let input = prediction.model_input.as_object().cloned().unwrap_or_default();
@@ -206,7 +220,9 @@ impl Executor {
         let flight = self.metrics.started(&model_name);
         let ran = |outcome: &str| self.metrics.ran(&model_name, outcome, flight.started);
         let result = tokio::select! {
-            result = model.run(input, &progress).instrument(tracing::info_span!("model_call", model = %model_name)) => result,
+            (result, ()) = async {
+                tokio::join!(model.run(input, &progress).instrument(tracing::info_span!("model_call", model = %model_name)), announce_start)
+            } => result,
             () = tokio::time::sleep(time_left) => {
                 tracing::info!("deadline reached; model call dropped");
                 Err(timeout_error())
@@ -239,21 +255,20 @@ impl Executor {
         Ok(Outcome::Done)
     }
 
-    /// Step 1: the prediction to run, or `None` when there is nothing to run.
-    async fn begin(&self, id: &PredictionId, delivery: Delivery) -> anyhow::Result<Option<Prediction>> {
+    /// Step 1: the prediction to run, and whether this call started it (so its `start` event
+    /// is due), or `None` when there is nothing to run.
+    async fn begin(&self, id: &PredictionId, delivery: Delivery) -> anyhow::Result<Option<(Prediction, bool)>> {
         let predictions = self.store.predictions();
         let job_seq = i64::try_from(delivery.stream_seq).unwrap_or(i64::MAX);
         let writing = std::time::Instant::now();
         let started = predictions
             .transition(id, PredictionStatus::Processing, doc! { "started_at": DateTime::now(), "job_seq": job_seq })
+            .instrument(tracing::info_span!("mark_processing"))
             .await
             .context("marking the prediction processing")?;
         self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
         if let Some(p) = started {
-            if let Err(e) = self.publish(&p, WebhookEvent::Start).await {
-                tracing::warn!(error = %e, "start event not published");
-            }
-            return Ok(Some(p));
+            return Ok(Some((p, true)));
         }
         match predictions.get(id).await.context("reading the prediction")? {
             None => {
@@ -266,7 +281,7 @@ impl Executor {
             }
             Some(p) if p.status == PredictionStatus::Processing && p.job_seq.is_none_or(|s| s == job_seq) => {
                 tracing::warn!("prediction was processing on a runner that stopped; taking it over");
-                Ok(Some(p))
+                Ok(Some((p, false)))
             }
             Some(p) if p.status == PredictionStatus::Processing => {
                 tracing::warn!(held_by_job = ?p.job_seq, "duplicate job for a prediction another runner holds; dropped");
@@ -353,13 +368,18 @@ impl Executor {
             }
         };
         let writing = std::time::Instant::now();
-        let done =
-            self.store.predictions().transition(&prediction.id, status, changes).await.context("storing the result")?;
+        let done = self
+            .store
+            .predictions()
+            .transition(&prediction.id, status, changes)
+            .instrument(tracing::info_span!("store_result"))
+            .await
+            .context("storing the result")?;
         self.metrics.state_written(status.as_str(), writing.elapsed().as_secs_f64());
         match done {
             Some(p) => {
                 tracing::info!(status = %p.status, "prediction completed");
-                self.publish(&p, WebhookEvent::Completed).await?;
+                self.publish(&p, WebhookEvent::Completed).instrument(tracing::info_span!("publish_completed")).await?;
             }
             None => tracing::info!("prediction was canceled before its result was stored; result dropped"),
         }

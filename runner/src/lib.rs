@@ -51,7 +51,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
             Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), shutdown.clone()).await?;
         let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
         for target in &config.cog {
-            let model = CogModel::connect(target, http.clone(), callbacks.clone())
+            let model = CogModel::connect(target, http.clone(), callbacks.clone(), config.cog_sync)
                 .await
                 .with_context(|| format!("connecting to the Cog server of {}", target.model))?;
             available.push(Arc::new(model));

@@ -21,6 +21,7 @@ use common::{
 };
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::{
     auth::{Authorized, Caller, Read, Write},
@@ -127,10 +128,12 @@ async fn create_for(
     let waited = wait_for.as_ref().map(|(limit, _)| *limit);
     let view = match (wait_for, events) {
         // The `completed` event shows the prediction as the surface that created it does: this one.
-        (Some((limit, _slot)), Some(events)) => match wait::completion(events, limit).await {
-            Some(done) => done,
-            None => still_running(state, prediction, surface).await?,
-        },
+        (Some((limit, _slot)), Some(events)) => {
+            match wait::completion(events, limit).instrument(tracing::info_span!("wait_for_end")).await {
+                Some(done) => done,
+                None => still_running(state, prediction, surface).await?,
+            }
+        }
         _ => prediction.view(&state.links, surface),
     };
     let mut response = (StatusCode::CREATED, Json(&view)).into_response();

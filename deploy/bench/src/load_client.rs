@@ -39,6 +39,12 @@ impl Template {
         self
     }
 
+    /// The same request with one more header.
+    pub fn header(mut self, name: &'static str, value: &str) -> anyhow::Result<Self> {
+        self.headers.insert(name, HeaderValue::from_str(value)?);
+        Ok(self)
+    }
+
     fn request(&self) -> anyhow::Result<Request<Full<Bytes>>> {
         let mut request =
             Request::builder().method(self.method.clone()).uri(&self.path).body(Full::new(self.body.clone()))?;

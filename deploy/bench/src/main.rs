@@ -6,7 +6,8 @@
 //! - `bench notifier`: webhook deliveries per second to a fast local receiver with one
 //!   notifier, and the latency from status event published to webhook received.
 //! - `bench runner`: demo/echo predictions per second through one runner.
-//! - `bench cog --url URL`: the latency a runner adds over calling a Cog server directly.
+//! - `bench cog`: the latency the service adds over calling a Cog server directly, and the
+//!   first `start` webhook and SSE output of `demo/echo`.
 //! - `bench cost [--traces]`: CPU, memory and MongoDB commands per prediction, per service
 //!   process (with `--traces`, every span exported over OTLP to a sink on loopback).
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
@@ -21,6 +22,7 @@
 mod api_bench;
 mod baselines;
 mod cluster;
+mod cog_bench;
 mod cost_bench;
 mod create_vs_insert;
 mod e2e_bench;
@@ -58,8 +60,8 @@ enum Scenario {
     Notifier(notifier_bench::Options),
     /// demo/echo predictions per second through one runner.
     Runner(runner_bench::RunnerOptions),
-    /// The latency a runner adds over a direct call to a Cog server.
-    Cog(runner_bench::CogOptions),
+    /// The latency the service adds over a direct call to a Cog server.
+    Cog(cog_bench::Options),
     /// MongoDB commands per prediction, per service.
     Cost(cost_bench::Options),
     /// Raw MongoDB and JetStream rates.
@@ -110,7 +112,7 @@ async fn run(cli: Cli) -> ExitCode {
             report.json()
         }),
         Scenario::Runner(options) => runner_bench::run_runner(options).await,
-        Scenario::Cog(options) => runner_bench::run_cog(options).await,
+        Scenario::Cog(options) => cog_bench::run(options).await,
         Scenario::Cost(options) => cost_bench::run(options).await,
         Scenario::Baselines(options) => baselines::run(options).await,
         Scenario::Api(options) => api_bench::run(options).await,

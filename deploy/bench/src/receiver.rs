@@ -1,6 +1,6 @@
 //! A webhook receiver on loopback for end-to-end runs: it checks each delivery's Standard
 //! Webhooks signature against the account's secret, answers 204, and records when the first
-//! `completed` webhook of each prediction arrived. Deliveries with a bad signature are
+//! `completed` webhook (and the first other one) of each prediction arrived. Deliveries with a bad signature are
 //! answered 401 and counted, so a run that signs wrongly cannot look fast.
 
 use std::{
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Default)]
 struct Arrivals {
     completed: HashMap<String, Instant>,
+    started: HashMap<String, Instant>,
     bad_signatures: usize,
 }
 
@@ -49,6 +50,11 @@ impl Receiver {
         self.lock().completed.get(id).copied()
     }
 
+    /// When the first webhook of prediction `id` that was not terminal (its `start`) arrived.
+    pub fn started_at(&self, id: &str) -> Option<Instant> {
+        self.lock().started.get(id).copied()
+    }
+
     /// How many predictions' `completed` webhooks have arrived.
     pub fn completed_count(&self) -> usize {
         self.lock().completed.len()
@@ -76,10 +82,12 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Byt
         return StatusCode::UNAUTHORIZED;
     }
     let prediction: Value = serde_json::from_slice(&body).unwrap_or_default();
-    if let Some(id) = prediction["id"].as_str()
-        && matches!(prediction["status"].as_str(), Some("succeeded" | "failed" | "canceled"))
-    {
-        arrivals.completed.entry(id.to_owned()).or_insert(arrived);
+    if let Some(id) = prediction["id"].as_str() {
+        let arrivals = match prediction["status"].as_str() {
+            Some("succeeded" | "failed" | "canceled") => &mut arrivals.completed,
+            _ => &mut arrivals.started,
+        };
+        arrivals.entry(id.to_owned()).or_insert(arrived);
     }
     StatusCode::NO_CONTENT
 }

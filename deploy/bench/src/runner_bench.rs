@@ -1,12 +1,6 @@
-//! The runner scenarios. A runner (in this process) takes jobs published as the api would:
-//!
-//! - `bench runner`: `--predictions` demo/echo predictions stored and published as fast as
-//!   possible; predictions per second = count / time from the first publish to the last
-//!   `completed` event.
-//! - `bench cog --url http://127.0.0.1:PORT`: a Cog echo server (e.g. the test fixture). The
-//!   same input is sent `--samples` times, one at a time, (a) directly with a sync `POST
-//!   /predictions`, and (b) through the runner (store + publish the job, wait for its
-//!   `completed` event). The difference of the medians is what the runner adds.
+//! `bench runner`: a runner (in this process) takes jobs published as the api would:
+//! `--predictions` demo/echo predictions stored and published as fast as possible;
+//! predictions per second = count / time from the first publish to the last `completed` event.
 
 use std::time::Duration;
 
@@ -21,10 +15,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    setup::Setup,
-    stats::{Samples, ms},
-};
+use crate::setup::Setup;
 
 /// Options of `bench runner`.
 #[derive(clap::Args)]
@@ -35,17 +26,6 @@ pub struct RunnerOptions {
     /// The runner's concurrency.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
-}
-
-/// Options of `bench cog`.
-#[derive(clap::Args)]
-pub struct CogOptions {
-    /// The Cog echo server's base URL.
-    #[arg(long)]
-    url: String,
-    /// Predictions per path.
-    #[arg(long, default_value_t = 300)]
-    samples: usize,
 }
 
 fn prediction(model: &str, input: Value) -> Prediction {
@@ -118,63 +98,4 @@ pub async fn run_runner(options: RunnerOptions) -> anyhow::Result<Value> {
     );
     Ok(json!({"scenario": "runner", "model": "demo/echo", "concurrency": options.concurrency,
               "predictions": options.predictions, "seconds": secs, "predictions_per_second": per_second}))
-}
-
-/// `bench cog`
-pub async fn run_cog(options: CogOptions) -> anyhow::Result<Value> {
-    let input = json!({"prompt": "hello", "repeat": 2});
-    let http = reqwest::Client::new();
-    let direct_url = format!("{}/predictions", options.url.trim_end_matches('/'));
-    let mut direct = Vec::with_capacity(options.samples);
-    for i in 0..options.samples + 20 {
-        let started = Instant::now();
-        loop {
-            let r = http.post(&direct_url).json(&json!({"input": input})).send().await?;
-            if r.status() == 409 {
-                continue; // the slot frees a millisecond after the previous answer
-            }
-            anyhow::ensure!(r.status().is_success(), "Cog answered {}", r.status());
-            break;
-        }
-        if i >= 20 {
-            direct.push(started.elapsed());
-        }
-    }
-
-    let setup = Setup::new(&[]).await?;
-    let mut done = Box::pin(completions(&setup).await?);
-    let stop = start_runner(&setup, "acme/*", 1, Some(&format!("acme/echo={}", options.url)))?;
-    let model = "acme/echo".parse()?;
-    let registered = async {
-        while setup.store.models().get(&model).await.ok().flatten().is_none() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), registered).await.context("the runner did not register acme/echo")?;
-    let mut through_runner = Vec::with_capacity(options.samples);
-    for i in 0..options.samples + 20 {
-        let p = prediction("acme/echo", input.clone());
-        let started = Instant::now();
-        submit(&setup, &p).await?;
-        tokio::time::timeout(Duration::from_secs(30), done.next()).await.context("a prediction did not finish")?;
-        if i >= 20 {
-            through_runner.push(started.elapsed());
-        }
-    }
-    stop.cancel();
-    let (direct, runner) = (Samples::new(direct), Samples::new(through_runner));
-    let added = runner.percentile(50.0).saturating_sub(direct.percentile(50.0));
-    println!(
-        "Cog echo, one at a time, {} samples each\n| path | p50 | p99 |\n|---|---|---|\n| direct sync POST | {} ms | {} ms |\n| through the runner (job → completed event) | {} ms | {} ms |\n| added by the runner (p50) | {} ms | |",
-        options.samples,
-        ms(direct.percentile(50.0)),
-        ms(direct.percentile(99.0)),
-        ms(runner.percentile(50.0)),
-        ms(runner.percentile(99.0)),
-        ms(added)
-    );
-    Ok(json!({"scenario": "cog", "samples": options.samples,
-              "direct_p50_ms": ms(direct.percentile(50.0)), "direct_p99_ms": ms(direct.percentile(99.0)),
-              "runner_p50_ms": ms(runner.percentile(50.0)), "runner_p99_ms": ms(runner.percentile(99.0)),
-              "added_p50_ms": ms(added)}))
 }

@@ -175,3 +175,43 @@ async fn a_cog_file_output_becomes_a_stored_file_behind_a_url() {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     assert_eq!(u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]), 3, "IHDR width");
 }
+
+#[tokio::test]
+async fn a_non_streaming_cog_model_runs_in_one_held_call_that_a_cancel_stops_on_the_server() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start("pause");
+    runner_for(&fixture, "acme/pause", &server).await;
+    let quick = fixture.create("acme/pause", json!({"seconds": 0.1})).await;
+    let done = fixture.wait_until(&quick.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.output.as_deref(), Some("paused 0.1 s"));
+    assert!(done.logs.contains("pausing 0.1 s"), "the sync answer's logs are kept: {:?}", done.logs);
+
+    let p = fixture.create("acme/pause", json!({"seconds": 30.0})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    let busy = eventually(Duration::from_secs(5), || async {
+        (server.health().await.as_deref() == Some("BUSY")).then_some(())
+    });
+    assert!(busy.await.is_some(), "the Cog server runs it");
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(doc! {"_id": p.id.as_str()}, doc! {"$set": {"status": "canceled"}}).await.expect("cancel");
+    fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
+    let idle = eventually(Duration::from_secs(5), || async {
+        (server.health().await.as_deref() == Some("READY")).then_some(())
+    })
+    .await;
+    assert!(idle.is_some(), "the Cog server stopped the prediction");
+}
+
+#[tokio::test]
+async fn a_cog_server_killed_during_a_sync_call_fails_the_prediction_with_a_clear_error() {
+    let fixture = Fixture::new(&[]).await;
+    let mut server = CogServer::start("pause");
+    runner_for(&fixture, "acme/pause", &server).await;
+    let p = fixture.create("acme/pause", json!({"seconds": 30.0})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    server.child.kill().expect("kill the Cog server");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(15), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Failed);
+    assert_eq!(done.error.map(|e| e.code).as_deref(), Some("MODEL_SERVER_UNAVAILABLE"));
+}

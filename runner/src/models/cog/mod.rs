@@ -4,12 +4,20 @@
 //! - **Start**: wait for `GET /health-check` to say `READY` (or `BUSY`), then read the input
 //!   schema from `GET /openapi.json` (`components.schemas.Input`, with the document's
 //!   `components` kept beside it so `$ref`s resolve) and register it like any model.
-//! - **Run**: `PUT /predictions/{id}` with `Prefer: respond-async` and a webhook to this
-//!   runner's callback server ([`callbacks`]), which forwards each snapshot to the waiting run.
+//! - **Run**, one of two ways ([`Transport`]):
+//!   - a *streaming* model (`x-cog-streaming` in its schema): `PUT /predictions/{id}` with
+//!     `Prefer: respond-async` and a webhook to this runner's callback server ([`callbacks`]),
+//!     which forwards each snapshot to the waiting run. Webhooks carry partial output and
+//!     logs while it runs, and keep them on failure (the sync answer drops them).
+//!   - any other model: a sync `PUT /predictions/{id}` without a webhook, the connection held
+//!     for the run; the answer carries output and logs. coglet 0.23.1 spends 10–14 ms on every
+//!     prediction that has a webhook before it even answers the `PUT` (measured here: a sync
+//!     echo 2.5 ms without one, 16 ms with one, even to a closed port), more than the whole
+//!     run of a fast model. `RUNNER_COG_SYNC=false` sends every model the webhook way, for
+//!     long non-streaming models whose live logs matter more than those milliseconds.
+//!
 //!   Cog has no queue: a `409` means every slot is busy and is retried with a short backoff
 //!   (back-pressure, not failure); a `503` means setup has not finished and is retried too.
-//!   Async with webhooks keeps logs and partial output on failure (the sync answer drops
-//!   them) and does not tie the prediction to one HTTP connection.
 //! - **Progress**: every webhook is a full snapshot; logs and output are replaced, and the
 //!   executor stores them at most every 500 ms. A terminal snapshot ends the run; stale
 //!   non-terminal snapshots that arrive after it are ignored.
@@ -39,6 +47,33 @@ use super::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often a running prediction's server is checked.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+/// The longest a sync call is held open; the executor's prediction deadline (which drops the
+/// run, closing the connection, which cancels it on the server) normally ends it first.
+const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// How a model's predictions are started and followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Async `PUT` with a webhook: live logs and output, 10–14 ms more per prediction.
+    Webhooks,
+    /// Sync `PUT`, the result in the answer.
+    Sync,
+}
+
+impl Transport {
+    /// Webhooks for a streaming model or when sync calls are off, else sync.
+    fn for_schema(doc: &Value, sync_allowed: bool) -> Self {
+        if sync_allowed && !streams(doc) { Self::Sync } else { Self::Webhooks }
+    }
+}
+
+/// Whether a model's output comes in parts: its OpenAPI document marks `POST /predictions`
+/// with `x-cog-streaming` (what coglet reads), or its output is an iterator.
+fn streams(doc: &Value) -> bool {
+    let marked = doc.pointer("/paths/~1predictions/post/x-cog-streaming").and_then(Value::as_bool);
+    let iterator = doc.pointer("/components/schemas/Output/x-cog-array-type").and_then(Value::as_str);
+    marked == Some(true) || iterator == Some("iterator")
+}
 
 /// One configured Cog model: `owner/name=[capability@]http://host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,11 +110,18 @@ pub struct CogModel {
     base: Url,
     http: Client,
     callbacks: Arc<Callbacks>,
+    transport: Transport,
 }
 
 impl CogModel {
-    /// Waits for the server to be ready and reads its input schema.
-    pub async fn connect(target: &CogTarget, http: Client, callbacks: Arc<Callbacks>) -> anyhow::Result<Self> {
+    /// Waits for the server to be ready and reads its input schema; `sync_allowed` lets a
+    /// non-streaming model be called synchronously (see [`Transport`]).
+    pub async fn connect(
+        target: &CogTarget,
+        http: Client,
+        callbacks: Arc<Callbacks>,
+        sync_allowed: bool,
+    ) -> anyhow::Result<Self> {
         let base = target.url.clone();
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
@@ -97,7 +139,8 @@ impl CogModel {
         if let (Some(schema), Some(components)) = (input_schema.as_object_mut(), doc.get("components")) {
             schema.insert("components".into(), components.clone());
         }
-        tracing::info!(model = %target.model, server = %base, "Cog model ready");
+        let transport = Transport::for_schema(&doc, sync_allowed);
+        tracing::info!(model = %target.model, server = %base, ?transport, "Cog model ready");
         Ok(Self {
             descriptor: ModelDescriptor {
                 model: target.model.clone(),
@@ -107,27 +150,38 @@ impl CogModel {
             base,
             http,
             callbacks,
+            transport,
         })
     }
 
-    async fn start(&self, id: &str, input: &Map<String, Value>, webhook: &str) -> Result<(), ModelError> {
+    /// The transport chosen for this model.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// `PUT /predictions/{id}`: async with `webhook`, else sync. Returns the successful
+    /// answer (the accepted prediction, or the sync result), retrying while the server is
+    /// busy or still setting up.
+    async fn put(&self, id: &str, input: &Map<String, Value>, webhook: Option<&str>) -> Result<Value, ModelError> {
         let url = self.base.join(&format!("predictions/{id}")).map_err(|e| unavailable(&self.base, e))?;
-        let body = json!({"id": id, "input": input, "webhook": webhook, "webhook_events_filter": ["start", "output", "logs", "completed"]});
+        let body = match webhook {
+            Some(webhook) => {
+                json!({"id": id, "input": input, "webhook": webhook, "webhook_events_filter": ["start", "output", "logs", "completed"]})
+            }
+            None => json!({"id": id, "input": input}),
+        };
         let mut backoff = Duration::from_millis(1);
         loop {
             let mut trace = reqwest::header::HeaderMap::new();
             common::trace_context::inject_http(&mut trace);
-            let response = self
-                .http
-                .put(url.clone())
-                .headers(trace)
-                .header("prefer", "respond-async")
-                .json(&body)
-                .send()
-                .await
-                .map_err(|e| unavailable(&self.base, e))?;
+            let request = self.http.put(url.clone()).headers(trace).json(&body);
+            let request = match webhook {
+                Some(_) => request.header("prefer", "respond-async"),
+                None => request.timeout(SYNC_CALL_TIMEOUT),
+            };
+            let response = request.send().await.map_err(|e| unavailable(&self.base, e))?;
             match response.status() {
-                s if s.is_success() => return Ok(()),
+                s if s.is_success() => return response.json().await.map_err(|e| unavailable(&self.base, e)),
                 StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(200));
@@ -196,52 +250,96 @@ impl Model for CogModel {
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
         async move {
-            let (webhook, mut snapshots, _registration) = self.callbacks.register();
-            let id = webhook.rsplit('/').next().unwrap_or_default().to_owned();
-            self.start(&id, &input, &webhook).await?;
-            let mut guard =
-                CancelOnDrop { http: self.http.clone(), url: self.base.join(&format!("predictions/{id}/cancel")).ok() };
-            let died = self.watch_health();
-            tokio::pin!(died);
-            loop {
-                let snapshot = tokio::select! {
-                    s = snapshots.recv() => s.ok_or_else(|| unavailable(&self.base, "the callback channel closed"))?,
-                    e = &mut died => return Err(e),
-                };
-                if let Some(logs) = snapshot.get("logs").and_then(Value::as_str) {
-                    progress.set_logs(logs);
-                }
-                if let Some(text) = snapshot.get("output").and_then(output::progress_text) {
-                    progress.set_output(&text);
-                }
-                match snapshot.get("status").and_then(Value::as_str) {
-                    Some("succeeded") => {
-                        guard.url = None;
-                        return output::convert(snapshot.get("output").cloned().unwrap_or(Value::Null));
-                    }
-                    Some("failed") => {
-                        guard.url = None;
-                        let message = snapshot.get("error").and_then(Value::as_str).unwrap_or("the model failed");
-                        return Err(ModelError::model(message));
-                    }
-                    Some("canceled") => {
-                        guard.url = None;
-                        return Err(ModelError {
-                            code: "MODEL_CANCELED".into(),
-                            message: "the Cog server canceled the prediction".into(),
-                        });
-                    }
-                    _ => {}
-                }
+            match self.transport {
+                Transport::Webhooks => self.run_with_webhooks(input, progress).await,
+                Transport::Sync => self.run_sync(input, progress).await,
             }
         }
         .boxed()
     }
 }
 
+impl CogModel {
+    fn cancel_guard(&self, id: &str) -> CancelOnDrop {
+        CancelOnDrop { http: self.http.clone(), url: self.base.join(&format!("predictions/{id}/cancel")).ok() }
+    }
+
+    async fn run_with_webhooks(
+        &self,
+        input: Map<String, Value>,
+        progress: &Progress,
+    ) -> Result<ModelOutput, ModelError> {
+        let (webhook, mut snapshots, _registration) = self.callbacks.register();
+        let id = webhook.rsplit('/').next().unwrap_or_default().to_owned();
+        self.put(&id, &input, Some(&webhook)).await?;
+        let mut guard = self.cancel_guard(&id);
+        let died = self.watch_health();
+        tokio::pin!(died);
+        loop {
+            let snapshot = tokio::select! {
+                s = snapshots.recv() => s.ok_or_else(|| unavailable(&self.base, "the callback channel closed"))?,
+                e = &mut died => return Err(e),
+            };
+            if let Some(ended) = settle(&snapshot, progress) {
+                guard.url = None;
+                return ended;
+            }
+        }
+    }
+
+    /// One held request; the health watch still runs beside it, so a server that hangs
+    /// rather than closing the connection fails the run too.
+    async fn run_sync(&self, input: Map<String, Value>, progress: &Progress) -> Result<ModelOutput, ModelError> {
+        let id = format!("ps{}", common::domain::PredictionId::generate());
+        let mut guard = self.cancel_guard(&id);
+        let answer = tokio::select! {
+            answer = self.put(&id, &input, None) => answer?,
+            e = self.watch_health() => return Err(e),
+        };
+        guard.url = None;
+        settle(&answer, progress)
+            .unwrap_or_else(|| Err(unavailable(&self.base, "answered a sync prediction without a terminal status")))
+    }
+}
+
+/// Applies a snapshot's logs and output to the progress; a terminal snapshot gives the run's
+/// result.
+fn settle(snapshot: &Value, progress: &Progress) -> Option<Result<ModelOutput, ModelError>> {
+    if let Some(logs) = snapshot.get("logs").and_then(Value::as_str) {
+        progress.set_logs(logs);
+    }
+    if let Some(text) = snapshot.get("output").and_then(output::progress_text) {
+        progress.set_output(&text);
+    }
+    match snapshot.get("status").and_then(Value::as_str)? {
+        "succeeded" => Some(output::convert(snapshot.get("output").cloned().unwrap_or(Value::Null))),
+        "failed" => {
+            let message = snapshot.get("error").and_then(Value::as_str).unwrap_or("the model failed");
+            Some(Err(ModelError::model(message)))
+        }
+        "canceled" => Some(Err(ModelError {
+            code: "MODEL_CANCELED".into(),
+            message: "the Cog server canceled the prediction".into(),
+        })),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_models_get_webhooks_and_others_a_sync_call() {
+        let streaming = json!({"paths": {"/predictions": {"post": {"x-cog-streaming": true}}}});
+        let iterator =
+            json!({"components": {"schemas": {"Output": {"type": "array", "x-cog-array-type": "iterator"}}}});
+        let plain = json!({"components": {"schemas": {"Output": {"type": "string"}}}});
+        assert_eq!(Transport::for_schema(&streaming, true), Transport::Webhooks);
+        assert_eq!(Transport::for_schema(&iterator, true), Transport::Webhooks);
+        assert_eq!(Transport::for_schema(&plain, true), Transport::Sync);
+        assert_eq!(Transport::for_schema(&plain, false), Transport::Webhooks, "RUNNER_COG_SYNC=false");
+    }
 
     #[test]
     fn targets_parse_with_an_optional_capability() {

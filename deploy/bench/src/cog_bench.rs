@@ -1,0 +1,375 @@
+//! `bench cog`: the latency the service adds to a Cog model, and how soon a streaming user
+//! sees a prediction move.
+//!
+//! - **Cog overhead**: the Cog echo fixture (`deploy/bench/fixtures/cog/echo_async`, coglet
+//!   0.23.1, 8 slots) is called (a) directly, a sync `POST /predictions`, and (b) through the
+//!   whole system, a create with `Prefer: wait` to the api, answered when the prediction has
+//!   ended (api, runner and notifier as processes). Each at 1 and 8 in flight, in alternating
+//!   rounds so drift on the shared machine falls on both paths alike. What the service adds
+//!   is the difference of the percentiles.
+//! - **First signs of life** for `demo/echo`, one at a time: create to the signed `start`
+//!   webhook arriving, and create to the first `output` event of the prediction's SSE stream
+//!   (`stream: true`, the stream opened as soon as the create answers).
+//! - With `--traces`, where the time of a create with `Prefer: wait` goes: the same creates
+//!   one at a time on a system that exports its spans to a sink here (see
+//!   [`otlp_sink::waterfall`]), each span's median start and length.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context;
+use futures::future::try_join_all;
+use http::Method;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    cluster::Cluster,
+    load_client::{Connection, Template},
+    otlp_sink::{self, OtlpSink},
+    processes::spawn_logged,
+    receiver::Receiver,
+    stats::{Samples, ms},
+};
+
+/// The overhead targets: p50 and p99 added over a direct call.
+pub const TARGET_ADDED_P50: Duration = Duration::from_millis(2);
+/// See [`TARGET_ADDED_P50`].
+pub const TARGET_ADDED_P99: Duration = Duration::from_millis(5);
+/// Concurrency levels measured.
+const LEVELS: [usize; 2] = [1, 8];
+/// Alternating rounds per level.
+const ROUNDS: usize = 4;
+/// The Cog echo fixture of the benchmarks.
+const FIXTURE: &str = "deploy/bench/fixtures/cog/echo_async";
+/// The Cog model's input.
+const INPUT: &str = r#"{"input":{"prompt":"hello","repeat":2}}"#;
+
+/// Options of `bench cog`.
+#[derive(clap::Args)]
+pub struct Options {
+    /// Predictions per path and level.
+    #[arg(long, default_value_t = 400)]
+    samples: usize,
+    /// Also break one create down by the spans the services export.
+    #[arg(long)]
+    traces: bool,
+}
+
+/// `bench cog`
+pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let mut measured = measure(options.samples).await?;
+    if options.traces {
+        measured["phases"] = phases(options.samples / 2).await?;
+    }
+    println!("{}", table(&measured));
+    Ok(measured)
+}
+
+/// Starts a system with a Cog echo model and measures; the JSON has `levels` and `first_signs`.
+pub async fn measure(samples: usize) -> anyhow::Result<Value> {
+    let cog = CogServer::start(Path::new(FIXTURE), 8).await?;
+    on_system(&cog, &[], async |cluster, stop| {
+        let mut levels = Vec::new();
+        for in_flight in LEVELS {
+            levels.push(overhead(cluster, &cog.base, in_flight, samples).await?);
+        }
+        let receiver = Receiver::start(cluster.secret.clone(), stop).await?;
+        let first_signs = first_signs(cluster, &receiver, samples / 2).await?;
+        anyhow::ensure!(receiver.bad_signatures() == 0, "webhooks with bad signatures");
+        Ok(json!({"fixture": "echo_async (coglet 0.23.1, 8 slots)", "levels": levels, "first_signs": first_signs}))
+    })
+    .await
+}
+
+/// The median start and length of every span of a create with `Prefer: wait` to the Cog
+/// model, one at a time, `samples` of them, on a system that exports its spans.
+pub async fn phases(samples: usize) -> anyhow::Result<Value> {
+    let cog = CogServer::start(Path::new(FIXTURE), 8).await?;
+    let stop = CancellationToken::new();
+    let sink = OtlpSink::keeping_spans(stop.clone()).await?;
+    // `RUST_LOG` filters spans as well as logs: the services' spans are at `info`.
+    let export = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("RUST_LOG", "info"),
+    ];
+    let traced = on_system(&cog, &export, async |cluster, _| {
+        let through = Template::new(Method::POST, &cluster.base, "/v1/models/acme/echo/predictions", &cluster.key)?
+            .json(INPUT)
+            .header("prefer", "wait=30")?;
+        closed_loop(&cluster.base, &through, 1, samples, Expect::Service).await
+    })
+    .await;
+    // The services flush their spans as they stop, which `on_system` waits for.
+    let spans = sink.spans();
+    stop.cancel();
+    let (latencies, _) = traced?;
+    let phases = otlp_sink::waterfall(&spans, "request", "model_call");
+    let p50 = ms(Samples::new(latencies).percentile(50.0));
+    let spans: Vec<Value> = phases
+        .iter()
+        .map(|p| json!({"span": p.name, "start_us": p.start_us.round(), "length_us": p.length_us.round(), "traces": p.traces}))
+        .collect();
+    Ok(json!({"samples": samples, "p50_ms_while_traced": p50, "spans": spans}))
+}
+
+/// Runs `measure` on a fresh system (api, notifier, a runner serving `demo/echo` and the Cog
+/// model at `cog`, with `extra` settings) and stops it whatever the outcome.
+async fn on_system<T>(
+    cog: &CogServer,
+    extra: &[(&str, &str)],
+    measure: impl AsyncFnOnce(&Cluster, CancellationToken) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut cluster = Cluster::start(extra, true).await?;
+    let stop = CancellationToken::new();
+    let outcome = async {
+        let models = format!("acme/echo={}", cog.base);
+        let runner =
+            [("RUNNER_MODELS", "demo/echo,acme/echo"), ("RUNNER_COG", models.as_str()), ("RUNNER_CONCURRENCY", "8")];
+        cluster.add_runners(1, &runner).await?;
+        measure(&cluster, stop.clone()).await
+    }
+    .await;
+    stop.cancel();
+    cluster.stop().await?;
+    outcome
+}
+
+/// Direct and through-the-service latencies at `in_flight`, `samples` of each.
+async fn overhead(cluster: &Cluster, cog: &str, in_flight: usize, samples: usize) -> anyhow::Result<Value> {
+    let direct = Template::new(Method::POST, cog, "/predictions", "unused")?.json(INPUT);
+    let through = Template::new(Method::POST, &cluster.base, "/v1/models/acme/echo/predictions", &cluster.key)?
+        .json(INPUT)
+        .header("prefer", "wait=30")?;
+    let per_round = (samples / ROUNDS / in_flight).max(1);
+    let (mut direct_samples, mut through_samples, mut conflicts) = (Vec::new(), Vec::new(), 0);
+    // A warm-up round of each, not counted.
+    closed_loop(cog, &direct, in_flight, 5, Expect::Cog).await?;
+    closed_loop(&cluster.base, &through, in_flight, 5, Expect::Service).await?;
+    for _ in 0..ROUNDS {
+        let (d, c) = closed_loop(cog, &direct, in_flight, per_round, Expect::Cog).await?;
+        direct_samples.extend(d);
+        conflicts += c;
+        through_samples.extend(closed_loop(&cluster.base, &through, in_flight, per_round, Expect::Service).await?.0);
+    }
+    let (direct, through) = (Samples::new(direct_samples), Samples::new(through_samples));
+    let added = |p: f64| through.percentile(p).saturating_sub(direct.percentile(p));
+    Ok(json!({
+        "in_flight": in_flight,
+        "samples": direct.len(),
+        "direct": {"p50_ms": ms(direct.percentile(50.0)), "p99_ms": ms(direct.percentile(99.0))},
+        "through_service": {"p50_ms": ms(through.percentile(50.0)), "p99_ms": ms(through.percentile(99.0))},
+        "added_p50_ms": ms(added(50.0)),
+        "added_p99_ms": ms(added(99.0)),
+        "direct_409s": conflicts,
+    }))
+}
+
+/// What a successful answer looks like on each path.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// The Cog server: 200 (a 409 is retried at once and counted).
+    Cog,
+    /// The api: 201 with the prediction succeeded.
+    Service,
+}
+
+/// `clients` closed-loop clients sending `template` `each` times; the latencies, and 409s.
+async fn closed_loop(
+    base: &str,
+    template: &Template,
+    clients: usize,
+    each: usize,
+    expect: Expect,
+) -> anyhow::Result<(Vec<Duration>, usize)> {
+    let client = async |mut connection: Connection| {
+        let (mut latencies, mut conflicts) = (Vec::with_capacity(each), 0);
+        for _ in 0..each {
+            let started = Instant::now();
+            loop {
+                let (status, body) = connection.send(template).await?;
+                match expect {
+                    Expect::Cog if status == 409 => conflicts += 1,
+                    Expect::Cog => {
+                        anyhow::ensure!(status == 200, "the Cog server answered {status}");
+                        break;
+                    }
+                    Expect::Service => {
+                        anyhow::ensure!(status == 201, "the create answered {status}");
+                        let prediction: Value = serde_json::from_slice(&body)?;
+                        anyhow::ensure!(prediction["status"] == "succeeded", "not ended in the wait: {prediction}");
+                        break;
+                    }
+                }
+            }
+            latencies.push(started.elapsed());
+        }
+        anyhow::Ok((latencies, conflicts))
+    };
+    let connections = try_join_all((0..clients).map(|_| Connection::open(base))).await?;
+    let results = try_join_all(connections.into_iter().map(client)).await?;
+    Ok(results.into_iter().fold((Vec::new(), 0), |(mut all, c), (l, n)| {
+        all.extend(l);
+        (all, c + n)
+    }))
+}
+
+/// Create-to-`start`-webhook and create-to-first-SSE-`output` of `demo/echo`, one at a time.
+async fn first_signs(cluster: &Cluster, receiver: &Receiver, samples: usize) -> anyhow::Result<Value> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let create_url = format!("{}/v1/models/demo/echo/predictions", cluster.base);
+    let (mut to_start, mut to_output) = (Vec::new(), Vec::new());
+    for n in 0..samples + 10 {
+        let body = json!({"input": {"prompt": "first", "repeat": 3}, "webhook": receiver.url,
+                          "webhook_events_filter": ["start"], "stream": true});
+        let started = Instant::now();
+        let created: Value = http
+            .post(&create_url)
+            .bearer_auth(&cluster.key)
+            .json(&body)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let id = created["id"].as_str().context("the create has no id")?.to_owned();
+        let stream = created["urls"]["stream"].as_str().context("no urls.stream")?;
+        let mut events = http.get(stream).header("accept", "text/event-stream").send().await?.error_for_status()?;
+        let mut seen = String::new();
+        let first_output = loop {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), events.chunk())
+                .await
+                .context("no SSE event within 10 s")??
+                .context("the stream ended before any output")?;
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains("event: output") {
+                break started.elapsed();
+            }
+        };
+        drop(events);
+        let start_webhook = async {
+            loop {
+                if let Some(at) = receiver.started_at(&id) {
+                    return at;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        let at = tokio::time::timeout(Duration::from_secs(10), start_webhook).await.context("no start webhook")?;
+        if n >= 10 {
+            to_output.push(first_output);
+            to_start.push(at.duration_since(started));
+        }
+    }
+    let (to_start, to_output) = (Samples::new(to_start), Samples::new(to_output));
+    Ok(json!({
+        "samples": to_start.len(),
+        "create_to_start_webhook": {"p50_ms": ms(to_start.percentile(50.0)), "p99_ms": ms(to_start.percentile(99.0))},
+        "create_to_first_sse_output": {"p50_ms": ms(to_output.percentile(50.0)), "p99_ms": ms(to_output.percentile(99.0))},
+    }))
+}
+
+/// The Markdown table of a measurement.
+pub fn table(measured: &Value) -> String {
+    let mut out = format!(
+        "Cog overhead ({}): direct sync `POST /predictions` against a create with `Prefer: wait` through api, runner and notifier\n\n\
+         | in flight | direct p50 | p99 | through the service p50 | p99 | added p50 (target < {} ms) | added p99 (target < {} ms) |\n|---|---|---|---|---|---|---|\n",
+        measured["fixture"].as_str().unwrap_or_default(),
+        ms(TARGET_ADDED_P50),
+        ms(TARGET_ADDED_P99),
+    );
+    for level in measured["levels"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "| {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms |\n",
+            level["in_flight"],
+            level["direct"]["p50_ms"],
+            level["direct"]["p99_ms"],
+            level["through_service"]["p50_ms"],
+            level["through_service"]["p99_ms"],
+            level["added_p50_ms"],
+            level["added_p99_ms"],
+        ));
+    }
+    let first = &measured["first_signs"];
+    out.push_str(&format!(
+        "\nFirst signs of life, demo/echo, one at a time ({} samples)\n\n| from the create to | p50 | p99 |\n|---|---|---|\n\
+         | the signed `start` webhook | {} ms | {} ms |\n| the first SSE `output` event | {} ms | {} ms |\n",
+        first["samples"],
+        first["create_to_start_webhook"]["p50_ms"],
+        first["create_to_start_webhook"]["p99_ms"],
+        first["create_to_first_sse_output"]["p50_ms"],
+        first["create_to_first_sse_output"]["p99_ms"],
+    ));
+    if let Some(spans) = measured["phases"]["spans"].as_array() {
+        out.push_str(&format!(
+            "\nWhere a create with `Prefer: wait` goes (one at a time, {} traced, p50 {} ms while traced): each span's median start after the api's `request` span began, and its median length\n\n| service / span | starts at | lasts |\n|---|---|---|\n",
+            measured["phases"]["samples"], measured["phases"]["p50_ms_while_traced"]
+        ));
+        for span in spans {
+            out.push_str(&format!(
+                "| {} | {} µs | {} µs |\n",
+                span["span"].as_str().unwrap_or_default(),
+                span["start_us"],
+                span["length_us"]
+            ));
+        }
+    }
+    out
+}
+
+/// A Cog server (coglet) serving one fixture predictor; killed when dropped, and its log
+/// removed unless `BENCH_KEEP_LOGS` is set.
+struct CogServer {
+    _child: tokio::process::Child,
+    log: PathBuf,
+    base: String,
+}
+
+impl CogServer {
+    /// Starts `fixture` with `slots` prediction slots and waits until it is ready.
+    async fn start(fixture: &Path, slots: usize) -> anyhow::Result<Self> {
+        let python = std::env::var("COG_PYTHON").context("COG_PYTHON is not set (deploy/bench/run sets it)")?;
+        let bin = Path::new(&python).parent().context("COG_PYTHON has no directory")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = std::env::temp_dir().join(format!("bench-cog-{port}.log"));
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let child = spawn_logged(
+            tokio::process::Command::new(&python)
+                .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
+                .current_dir(fixture)
+                .env("PATH", path)
+                .env("PORT", port.to_string())
+                .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
+                .env("COG_MAX_CONCURRENCY", slots.to_string()),
+            &log,
+            "the Cog server",
+        )?;
+        let server = Self { _child: child, log, base: format!("http://127.0.0.1:{port}") };
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
+        let ready = async {
+            loop {
+                if let Ok(r) = http.get(format!("{}/health-check", server.base)).send().await
+                    && let Ok(v) = r.json::<Value>().await
+                    && v["status"] == "READY"
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), ready).await.context("the Cog server did not become ready")?;
+        Ok(server)
+    }
+}
+
+impl Drop for CogServer {
+    fn drop(&mut self) {
+        if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+            std::fs::remove_file(&self.log).ok();
+        }
+    }
+}
