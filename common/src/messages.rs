@@ -76,7 +76,61 @@ impl PredictionChanged {
     /// both an `output` and a `logs` event). It is the `Nats-Msg-Id`, so a republished event
     /// is dropped by JetStream's duplicate window, and the notifier's `webhook-id`.
     pub fn message_id(&self) -> String {
-        format!("{}.{}.{}", self.prediction_id, self.seq, self.event)
+        event_message_id(&self.prediction_id, self.seq, self.event)
+    }
+}
+
+/// The id of the event `event` of prediction `id` at change `seq` (see
+/// [`PredictionChanged::message_id`]).
+fn event_message_id(id: &PredictionId, seq: i64, event: WebhookEvent) -> String {
+    format!("{id}.{seq}.{event}")
+}
+
+/// Which [`StatusEvent`] a [`DeliverableEvent`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum StatusEventKind {
+    /// [`StatusEvent::PredictionChangedV1`].
+    #[serde(rename = "prediction_changed.v1")]
+    PredictionChangedV1,
+    /// [`StatusEvent::WebhookResendV1`].
+    #[serde(rename = "webhook_resend.v1")]
+    WebhookResendV1,
+}
+
+/// A [`StatusEvent`] as the notifier reads it: the same wire format, decoded without the
+/// prediction, which stays the exact JSON text the publisher wrote. That text is the webhook
+/// body (the event's `prediction` is the prediction as clients see it), so the notifier never
+/// decodes and re-encodes it: two of the largest JSON steps of a prediction's way, saved on
+/// every event. A kind this version does not know does not decode.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DeliverableEvent {
+    /// Which event this is.
+    pub kind: StatusEventKind,
+    /// See [`PredictionChanged::prediction_id`].
+    pub prediction_id: PredictionId,
+    /// See [`PredictionChanged::account_id`].
+    pub account_id: AccountId,
+    /// See [`PredictionChanged::event`].
+    pub event: WebhookEvent,
+    /// See [`PredictionChanged::seq`].
+    pub seq: i64,
+    /// See [`PredictionChanged::webhook`].
+    pub webhook: Option<WebhookUrl>,
+    /// See [`PredictionChanged::webhook_events_filter`].
+    pub webhook_events_filter: Option<Vec<WebhookEvent>>,
+    /// The prediction's JSON, byte for byte as published.
+    pub prediction: Box<serde_json::value::RawValue>,
+}
+
+impl DeliverableEvent {
+    /// See [`PredictionChanged::message_id`].
+    pub fn message_id(&self) -> String {
+        event_message_id(&self.prediction_id, self.seq, self.event)
+    }
+
+    /// The webhook body: the prediction's JSON as published.
+    pub fn body(&self) -> &[u8] {
+        self.prediction.get().as_bytes()
     }
 }
 
@@ -164,6 +218,45 @@ mod tests {
                 assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
             }
         }
+    }
+
+    #[test]
+    fn the_notifier_reads_a_status_event_with_the_prediction_as_published() {
+        let links = Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"));
+        let p = Prediction::new_starting(NewPrediction {
+            account_id: AccountId::generate(),
+            model: "demo/echo".parse().expect("valid"),
+            version: "v".into(),
+            capability: "text-generation".into(),
+            input: json!({"prompt": "é \"quoted\" \u{1F600}", "n": 1.5}),
+            model_input: json!({}),
+            webhook: Some(WebhookUrl::parse("https://example.com/h").expect("valid")),
+            webhook_events_filter: Some(vec![WebhookEvent::Start, WebhookEvent::Completed]),
+            surface: ApiSurface::Replicate,
+        });
+        let change = PredictionChanged::of(&p, WebhookEvent::Completed, &links);
+        for (event, kind) in [
+            (StatusEvent::PredictionChangedV1(change.clone()), StatusEventKind::PredictionChangedV1),
+            (StatusEvent::WebhookResendV1(change.clone()), StatusEventKind::WebhookResendV1),
+        ] {
+            let bytes = serde_json::to_vec(&event).expect("serializes");
+            let read: DeliverableEvent = serde_json::from_slice(&bytes).expect("decodes");
+            assert_eq!(read.kind, kind);
+            assert_eq!(read.message_id(), change.message_id());
+            assert_eq!(
+                (&read.prediction_id, &read.account_id, read.seq),
+                (&change.prediction_id, &change.account_id, change.seq)
+            );
+            assert_eq!(read.webhook, change.webhook);
+            assert_eq!(read.webhook_events_filter, change.webhook_events_filter);
+            assert_eq!(
+                read.body(),
+                serde_json::to_vec(&change.prediction).expect("serializes"),
+                "the body is what encoding the prediction gives"
+            );
+        }
+        let unknown = json!({"kind": "prediction_changed.v9", "prediction_id": "x"});
+        assert!(serde_json::from_value::<DeliverableEvent>(unknown).is_err());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use common::{
         pull::{Permits, pull_with_permits},
     },
     domain::{WebhookEvent, WebhookUrl},
-    messages::{PredictionChanged, StatusEvent},
+    messages::{DeliverableEvent, StatusEventKind},
     store::{
         WebhookAttempts,
         webhook_attempts::{AttemptOutcome, WebhookAttempt},
@@ -147,16 +147,18 @@ async fn report_backlog(mut consumer: PullConsumer, metrics: NotifierMetrics, sh
 }
 
 async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
-    let held = HeldMessage::<StatusEvent>::take(message, "notifier", &notifier.dead_letters, notifier.progress_every);
+    let held =
+        HeldMessage::<DeliverableEvent>::take(message, "notifier", &notifier.dead_letters, notifier.progress_every);
     let Some(event) = held.await else { return };
     let (delivery, _) = event.delivery();
-    let settle = match event.payload().clone() {
-        StatusEvent::PredictionChangedV1(change) => {
+    let change = event.payload();
+    let settle = match change.kind {
+        StatusEventKind::PredictionChangedV1 => {
             let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
             common::trace_context::continue_trace(&span, event.trace_context());
             route(delivery, &notifier, change).instrument(span).await
         }
-        StatusEvent::WebhookResendV1(change) => {
+        StatusEventKind::WebhookResendV1 => {
             let span = tracing::info_span!("webhook_resend", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
             common::trace_context::continue_trace(&span, event.trace_context());
             resend(&notifier, change).instrument(span).await
@@ -168,7 +170,7 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
 /// A resend: exactly one more attempt of the event, with its `webhook-id` and the next attempt
 /// number, outside the prediction's lane (its order was kept the first time) and without
 /// retries. Its record is stored before the message is acked.
-async fn resend(notifier: &Notifier, change: PredictionChanged) -> AckKind {
+async fn resend(notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
     let Some(url) = change.webhook.clone() else {
         return AckKind::Ack;
     };
@@ -182,7 +184,7 @@ async fn resend(notifier: &Notifier, change: PredictionChanged) -> AckKind {
             return AckKind::Nak(Some(DEPENDENCY_RETRY));
         }
     };
-    let record = match notifier.attempt(&change, &url, before.saturating_add(1), Retries::None).await {
+    let record = match notifier.attempt(change, &url, before.saturating_add(1), Retries::None).await {
         Outcome::Attempted { record, .. } => record,
         Outcome::NotAttempted(disposition) => return disposition.ack_kind(),
     };
@@ -206,7 +208,7 @@ enum Retries {
 
 /// Drops what needs no webhook (none set, filtered out, stale, superseded), then delivers the
 /// event when its prediction's lane gives it its turn; returns how to settle its message.
-async fn route(delivery: i64, notifier: &Notifier, change: PredictionChanged) -> AckKind {
+async fn route(delivery: i64, notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
     let Some(url) = change.webhook.clone() else {
         return AckKind::Ack;
     };
@@ -225,7 +227,7 @@ async fn route(delivery: i64, notifier: &Notifier, change: PredictionChanged) ->
         }
         Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
     }
-    deliver(delivery, notifier, &change, &url, &lane, turn).await
+    deliver(delivery, notifier, change, &url, &lane, turn).await
 }
 
 /// In the event's turn: a slot at its target, its attempt number, the attempt. Then, with the
@@ -235,7 +237,7 @@ async fn route(delivery: i64, notifier: &Notifier, change: PredictionChanged) ->
 async fn deliver(
     delivery: i64,
     notifier: &Notifier,
-    change: &PredictionChanged,
+    change: &DeliverableEvent,
     url: &WebhookUrl,
     lane: &Lane,
     turn: tokio::sync::MutexGuard<'_, ()>,
@@ -245,9 +247,9 @@ async fn deliver(
         // A first delivery of a `completed` event that was attempted before is a copy
         // republished after JetStream's duplicate window (a runner announcing an ended
         // prediction again): the records in MongoDB, not a window, make it exactly once.
-        match notifier.attempts.count_for_webhook(&webhook_id).await {
-            Ok(0) => {}
-            Ok(_) => {
+        match notifier.attempts.any_for_webhook(&webhook_id).await {
+            Ok(false) => {}
+            Ok(true) => {
                 tracing::info!("a copy of an already attempted completed event; not sent again");
                 return AckKind::Ack;
             }
@@ -329,7 +331,7 @@ impl Notifier {
         Ok(u32::try_from(recorded).unwrap_or(u32::MAX))
     }
 
-    async fn attempt(&self, change: &PredictionChanged, url: &WebhookUrl, attempt: u32, retries: Retries) -> Outcome {
+    async fn attempt(&self, change: &DeliverableEvent, url: &WebhookUrl, attempt: u32, retries: Retries) -> Outcome {
         let secrets = match self.secrets.get(&change.account_id).await {
             Ok(s) => s,
             Err(e) => {
@@ -337,15 +339,8 @@ impl Notifier {
                 return Outcome::NotAttempted(Disposition::RetryAfter(DEPENDENCY_RETRY));
             }
         };
-        let body = match serde_json::to_vec(&change.prediction) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(error = %e, "payload does not serialize; event dropped");
-                return Outcome::NotAttempted(Disposition::Terminate);
-            }
-        };
         let webhook_id = change.message_id();
-        let hook = Webhook { id: &webhook_id, event: change.event, seq: change.seq, url, body: &body };
+        let hook = Webhook { id: &webhook_id, event: change.event, seq: change.seq, url, body: change.body() };
         let attempt_span = tracing::info_span!("webhook_attempt", attempt, url = %url);
         let signing = secrets.signing_at(DateTime::now());
         let (result, latency) = self.deliverer.send(&hook, &signing).instrument(attempt_span).await;

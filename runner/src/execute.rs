@@ -13,8 +13,11 @@
 //!    [`STATUS_CHECK_INTERVAL`] without a flush, in case a broadcast was missed) finds it no
 //!    longer `processing`; the runner then publishes the ended prediction's `completed` event
 //!    as well (the api's copy of it is deduplicated; this one covers an api publish that failed).
-//! 3. `processing → succeeded | failed` (conditional) with output, logs, error, metrics and
-//!    `completed_at`, then the `completed` event. If that event cannot be published the job is
+//! 3. `processing → succeeded | failed` with output, logs, error, metrics and `completed_at`,
+//!    conditional on the change sequence this runner last wrote, so nothing is read back and
+//!    the event carries this runner's copy with the change applied (if the sequence moved,
+//!    e.g. a cancel, the conditional change on the status decides and returns the stored
+//!    prediction); then the `completed` event. If that event cannot be published the job is
 //!    retried, which republishes it (step 1).
 //!
 //! 4. At the deadline the model call is dropped and the prediction fails with
@@ -22,13 +25,20 @@
 //!
 //! Every stored change is followed by its event, never the other way round.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{
+        Mutex,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::Context;
 use bson::{Bson, DateTime, doc};
 use common::{
     bus::Bus,
-    domain::{ApiSurface, FileId, Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
+    domain::{ApiSurface, FileId, Metrics, Prediction, PredictionError, PredictionId, PredictionStatus, WebhookEvent},
     links::Links,
     messages::PredictionChanged,
     store::Store,
@@ -215,6 +225,9 @@ impl Executor {
         let time_left = self.time_left(&prediction);
         let input = prediction.model_input.as_object().cloned().unwrap_or_default();
         let progress = Progress::default();
+        // The prediction's change sequence as this runner last wrote it (its progress writes
+        // move it): the last state change is written only if nothing else moved it since.
+        let seq = AtomicI64::new(prediction.seq);
         let running = Running::register(self, id);
         let model_name = prediction.model.to_string();
         let flight = self.metrics.started(&model_name);
@@ -233,7 +246,7 @@ impl Executor {
                 self.announce_ended_elsewhere(id).await?;
                 return Ok(Outcome::Done);
             }
-            () = self.flush_while_running(id, &progress) => {
+            () = self.flush_while_running(id, &progress, &seq) => {
                 tracing::info!("prediction left processing while running (canceled); model stopped");
                 ran("canceled");
                 self.announce_ended_elsewhere(id).await?;
@@ -250,7 +263,7 @@ impl Executor {
             Err(e) if e.code == timeout_error().code => "timeout",
             Err(_) => "failed",
         });
-        self.finish(&prediction, result, &progress).await?;
+        self.finish(&prediction, seq.load(Ordering::Acquire), result, &progress).await?;
         drop(flight);
         Ok(Outcome::Done)
     }
@@ -294,7 +307,7 @@ impl Executor {
     /// Step 2: stores progress every [`FLUSH_INTERVAL`], and reads the status when nothing was
     /// stored for [`STATUS_CHECK_INTERVAL`] (a model that stays silent still notices a cancel
     /// whose broadcast it missed); returns when the prediction is no longer `processing`.
-    async fn flush_while_running(&self, id: &PredictionId, progress: &Progress) {
+    async fn flush_while_running(&self, id: &PredictionId, progress: &Progress, seq: &AtomicI64) {
         let mut tick = tokio::time::interval(FLUSH_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -302,7 +315,7 @@ impl Executor {
         loop {
             tick.tick().await;
             let still_processing = match progress.take_changes() {
-                Some(changes) => self.store_progress(id, changes).await,
+                Some(changes) => self.store_progress(id, changes, seq).await,
                 None if known_processing.elapsed() >= STATUS_CHECK_INTERVAL => self.is_processing(id).await,
                 None => continue,
             };
@@ -321,7 +334,7 @@ impl Executor {
     }
 
     /// Stores one batch of progress; `false` when the prediction is no longer `processing`.
-    async fn store_progress(&self, id: &PredictionId, changes: Changes) -> anyhow::Result<bool> {
+    async fn store_progress(&self, id: &PredictionId, changes: Changes, seq: &AtomicI64) -> anyhow::Result<bool> {
         let mut set = doc! {};
         if let Some(logs) = &changes.logs {
             set.insert("logs", logs);
@@ -332,6 +345,7 @@ impl Executor {
         let Some(p) = self.store.predictions().update_while_processing(id, set).await? else {
             return Ok(false);
         };
+        seq.store(p.seq, Ordering::Release);
         if changes.output.is_some() {
             self.publish(&p, WebhookEvent::Output).await?;
         }
@@ -345,38 +359,59 @@ impl Executor {
     async fn finish(
         &self,
         prediction: &Prediction,
+        seq: i64,
         result: Result<ModelOutput, ModelError>,
         progress: &Progress,
     ) -> anyhow::Result<()> {
         let completed_at = DateTime::now();
         let metrics = Metrics::at_completion(prediction.created_at, prediction.started_at, completed_at);
+        // The change, typed once: the document written and the copy published come from it.
+        let mut done = prediction.clone();
+        done.logs = progress.logs();
+        done.completed_at = Some(completed_at);
+        done.metrics = Some(metrics);
         let mut changes = doc! {
-            "logs": progress.logs(),
+            "logs": &done.logs,
             "completed_at": completed_at,
             "metrics": bson::to_bson(&metrics)?,
         };
-        let status = match result {
+        match result {
             Ok(output) => {
-                changes.insert("output", self.store_output(prediction, output).await?);
-                PredictionStatus::Succeeded
+                let output = self.store_output(prediction, output).await?;
+                changes.insert("output", &output);
+                done.output = Some(output);
+                done.status = PredictionStatus::Succeeded;
             }
             Err(e) => {
                 tracing::info!(code = %e.code, message = %e.message, "model failed");
-                changes.insert("output", progress.output().map_or(Bson::Null, Bson::String));
-                changes.insert("error", doc! { "code": e.code, "message": e.message });
-                PredictionStatus::Failed
+                done.output = progress.output();
+                changes.insert("output", done.output.clone().map_or(Bson::Null, Bson::String));
+                changes.insert("error", doc! { "code": &e.code, "message": &e.message });
+                done.error = Some(PredictionError { code: e.code, message: e.message });
+                done.status = PredictionStatus::Failed;
             }
         };
+        let status = done.status;
         let writing = std::time::Instant::now();
-        let done = self
-            .store
-            .predictions()
-            .transition(&prediction.id, status, changes)
-            .instrument(tracing::info_span!("store_result"))
-            .await
-            .context("storing the result")?;
+        let predictions = self.store.predictions();
+        let stored = async {
+            // Unchanged since this runner's last write (the usual case): written without
+            // reading it back. Otherwise (canceled meanwhile, or moved by someone else) the
+            // conditional change that returns the stored prediction decides.
+            if predictions
+                .transition_at_seq(&prediction.id, PredictionStatus::Processing, seq, status, changes.clone())
+                .await?
+            {
+                done.seq = seq + 1;
+                return Ok(Some(done));
+            }
+            predictions.transition(&prediction.id, status, changes).await
+        }
+        .instrument(tracing::info_span!("store_result"))
+        .await
+        .context("storing the result")?;
         self.metrics.state_written(status.as_str(), writing.elapsed().as_secs_f64());
-        match done {
+        match stored {
             Some(p) => {
                 tracing::info!(status = %p.status, "prediction completed");
                 self.publish(&p, WebhookEvent::Completed).instrument(tracing::info_span!("publish_completed")).await?;

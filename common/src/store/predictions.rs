@@ -90,6 +90,27 @@ impl Predictions {
         self.update_where(doc! { "_id": id.as_str(), "status": from.as_str() }, changes).await
     }
 
+    /// Moves a prediction from `from` to `to` (setting `changes`) only if it is still at
+    /// change `seq`, so nothing changed it since the caller's copy; returns whether it did.
+    /// Nothing is read back: the caller applies the same change to its copy, which saves the
+    /// returned document's transfer and decoding (a runner's last state change).
+    pub async fn transition_at_seq(
+        &self,
+        id: &PredictionId,
+        from: PredictionStatus,
+        seq: i64,
+        to: PredictionStatus,
+        mut changes: Document,
+    ) -> Result<bool, StoreError> {
+        if !from.can_become(to) {
+            return Ok(false);
+        }
+        changes.insert("status", to.as_str());
+        let filter = doc! { "_id": id.as_str(), "status": from.as_str(), "seq": seq };
+        let updated = self.coll.update_one(filter, doc! { "$set": changes, "$inc": { "seq": 1 } }).await?;
+        Ok(updated.matched_count == 1)
+    }
+
     /// One page of an account's predictions, newest first, and the number of all matches.
     pub async fn list_for_account(
         &self,

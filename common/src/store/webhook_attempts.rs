@@ -86,6 +86,19 @@ impl WebhookAttempts {
         self.coll.count_documents(doc! { "webhook_id": webhook_id }).await
     }
 
+    /// Whether any attempt of the event `webhook_id` was recorded: one indexed look-up that
+    /// stops at the first record (a count runs an aggregation, measured at 16 % of the
+    /// notifier's CPU when done for every `completed` event).
+    pub async fn any_for_webhook(&self, webhook_id: &str) -> Result<bool, StoreError> {
+        let first = self
+            .coll
+            .clone_with_type::<bson::Document>()
+            .find_one(doc! { "webhook_id": webhook_id })
+            .projection(doc! { "_id": 1 })
+            .await?;
+        Ok(first.is_some())
+    }
+
     /// Every attempt for a prediction, oldest first.
     pub async fn for_prediction(&self, id: &PredictionId) -> Result<Vec<WebhookAttempt>, StoreError> {
         self.coll.find(doc! { "prediction_id": id.as_str() }).sort(doc! { "at": 1 }).await?.try_collect().await

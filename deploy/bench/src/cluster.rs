@@ -35,6 +35,7 @@ pub struct Cluster {
     /// The signing secret of the account `bench`.
     pub secret: WebhookSecret,
     api: Member,
+    more_apis: Vec<Member>,
     notifier: Option<Member>,
     runners: Vec<Member>,
     logs: PathBuf,
@@ -91,7 +92,18 @@ impl Cluster {
             process: ServiceProcess::spawn("api", &setup.vars, &logs.join("api.log"))?,
             metrics: format!("{base}/metrics"),
         };
-        let mut cluster = Self { setup, base, key, secret, api, notifier: None, runners: Vec::new(), logs, http };
+        let mut cluster = Self {
+            setup,
+            base,
+            key,
+            secret,
+            api,
+            more_apis: Vec::new(),
+            notifier: None,
+            runners: Vec::new(),
+            logs,
+            http,
+        };
         cluster.await_ready(&format!("{}/ready", cluster.base)).await.context("the api did not become ready")?;
         if notifier {
             let member = cluster.spawn_with_metrics("notifier", "NOTIFIER_METRICS_BIND", &[])?;
@@ -109,6 +121,29 @@ impl Cluster {
             self.runners.push(member);
         }
         Ok(())
+    }
+
+    /// Starts one more api process on the same database and prefix; returns its base URL.
+    pub async fn add_api(&mut self) -> anyhow::Result<String> {
+        let addr = free_addr()?;
+        let base = format!("http://{addr}");
+        let mut vars = self.setup.vars.clone();
+        vars.insert("API_BIND".into(), addr.to_string());
+        let log = self.logs.join(format!("api-{}.log", self.more_apis.len() + 1));
+        let member = Member { process: ServiceProcess::spawn("api", &vars, &log)?, metrics: format!("{base}/metrics") };
+        self.await_ready(&format!("{base}/ready")).await.context("the added api did not become ready")?;
+        self.more_apis.push(member);
+        Ok(base)
+    }
+
+    /// Every service process: its name and process id.
+    pub fn pids(&self) -> Vec<(&'static str, u32)> {
+        std::iter::once(&self.api)
+            .chain(&self.more_apis)
+            .chain(&self.notifier)
+            .chain(&self.runners)
+            .map(|m| (m.process.name, m.process.pid()))
+            .collect()
     }
 
     /// Stops every runner gracefully.
@@ -150,7 +185,10 @@ impl Cluster {
     /// Resource use and MongoDB commands of every process now.
     pub async fn snapshot(&mut self) -> anyhow::Result<Snapshot> {
         let mut snapshot = Snapshot::default();
-        let members = std::iter::once(&mut self.api).chain(self.notifier.as_mut()).chain(self.runners.iter_mut());
+        let members = std::iter::once(&mut self.api)
+            .chain(self.more_apis.iter_mut())
+            .chain(self.notifier.as_mut())
+            .chain(self.runners.iter_mut());
         for member in members {
             let name = member.process.name;
             anyhow::ensure!(
@@ -176,6 +214,9 @@ impl Cluster {
     pub async fn stop(mut self) -> anyhow::Result<()> {
         self.stop_runners().await?;
         if let Some(member) = self.notifier.take() {
+            member.process.stop(STOP_GRACE).await?;
+        }
+        for member in self.more_apis.drain(..) {
             member.process.stop(STOP_GRACE).await?;
         }
         self.api.process.stop(STOP_GRACE).await?;

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     cluster::{Cluster, cost},
     otlp_sink::OtlpSink,
+    profiler::Profiler,
     receiver::Receiver,
 };
 
@@ -34,6 +35,10 @@ pub struct Options {
     /// on this 2-core machine differ by up to 40 %).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Record each service with `perf` during one more measured run, into this directory
+    /// (`deploy/bench/profile` draws flame graphs from it); that run is not reported.
+    #[arg(long)]
+    perf: Option<std::path::PathBuf>,
 }
 
 /// How long the last webhooks may take to arrive.
@@ -146,6 +151,14 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         let mut runs = Vec::new();
         for _ in 0..options.repeat.max(1) {
             runs.push(measure(&mut cluster, &receiver, options.predictions, options.in_flight).await?);
+        }
+        if let Some(dir) = &options.perf {
+            let profiler = Profiler::start(dir, &cluster.pids()).await?;
+            let profiled = measure(&mut cluster, &receiver, options.predictions, options.in_flight).await;
+            for file in profiler.stop().await? {
+                println!("perf recording written to {}", file.display());
+            }
+            profiled?;
         }
         anyhow::Ok(runs)
     }

@@ -12,15 +12,19 @@
 //!   process (with `--traces`, every span exported over OTLP to a sink on loopback).
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
-//! - `bench scaling`: demo/sleep completions per second with 1, 2 and 4 runner processes.
+//! - `bench scaling`: demo/sleep completions per second with 1, 2, 4 and 8 runner processes,
+//!   then creates per second with 1 and 2 api replicas.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
 //! - `bench faults`: the fault-injection suite (see [`faults`]).
+//! - `bench charts --from FILE`: the standard set's SVG charts drawn again from its results
+//!   (see [`charts`]).
 //! - `bench standard`: the standard set in one bounded run, with ratios and targets
 //!   (see [`standard`]); the tables also go to the `--out` file's name with `.md`.
 #![forbid(unsafe_code)]
 
 mod api_bench;
 mod baselines;
+mod charts;
 mod cluster;
 mod cog_bench;
 mod cost_bench;
@@ -31,6 +35,7 @@ mod load_client;
 mod notifier_bench;
 mod otlp_sink;
 mod processes;
+mod profiler;
 mod receiver;
 mod runner_bench;
 mod scaling_bench;
@@ -68,7 +73,7 @@ enum Scenario {
     Baselines(baselines::Options),
     /// The api's throughput and latency at several concurrency levels.
     Api(api_bench::Options),
-    /// Runner scale-out with demo/sleep at 1, 2 and 4 runner processes.
+    /// Runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes, then api replicas.
     Scaling(scaling_bench::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
     Scheduling(scheduling_bench::Options),
@@ -76,6 +81,22 @@ enum Scenario {
     Standard(standard::Options),
     /// The fault-injection suite: kills, restarts and bad receivers under steady load.
     Faults(faults::Options),
+    /// Draws the standard set's SVG charts again from a results file, next to it.
+    Charts {
+        /// The results JSON of a standard run.
+        #[arg(long, default_value = "deploy/bench/results/bench-results.json")]
+        from: String,
+    },
+}
+
+/// Draws the charts of `results` next to the file `out`, and says where.
+fn draw_charts(results: &serde_json::Value, out: &str) -> anyhow::Result<()> {
+    let dir =
+        std::path::Path::new(out).parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    for path in charts::write_all(results, dir)? {
+        println!("chart written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// The load tool's tokio worker threads: `BENCH_LOAD_TOOL_THREADS`, by default 1. On two
@@ -130,11 +151,27 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Standard(options) => {
             let mut tables = String::new();
             let results = standard::run(options, &mut tables).await;
-            if results.is_ok() {
+            if let Ok(results) = &results {
                 println!("{tables}");
                 write_table(&cli.out, &tables);
+                if let Err(e) = draw_charts(results, &cli.out) {
+                    eprintln!("charts not drawn: {e:#}");
+                }
             }
             results
+        }
+        Scenario::Charts { from } => {
+            return match std::fs::read(&from)
+                .map_err(anyhow::Error::from)
+                .and_then(|bytes| Ok(serde_json::from_slice(&bytes)?))
+                .and_then(|results| draw_charts(&results, &from))
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("bench charts failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
         }
     };
     match result.and_then(|json| {

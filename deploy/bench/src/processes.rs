@@ -43,6 +43,11 @@ impl ServiceProcess {
         Ok(Self { name, child, pid })
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// CPU time and peak memory so far.
     pub fn usage(&self) -> anyhow::Result<Usage> {
         usage_of(self.pid).with_context(|| format!("reading /proc for {} ({})", self.name, self.pid))

@@ -1,8 +1,14 @@
-//! Runner scale-out: `demo/sleep` predictions of `SLEEP_SECONDS` each, served by 1, 2 and then
-//! 4 runner processes with the same per-runner concurrency. Before each step a backlog larger
+//! Scale-out, simulated on one machine.
+//!
+//! Runners: `demo/sleep` predictions of `SLEEP_SECONDS` each, served by 1, 2, 4 and then 8
+//! runner processes with the same per-runner concurrency. Before each step a backlog larger
 //! than the runners can finish in the window is created, so the runners, not the client, set
 //! the pace; completions are counted from the status events (`completed`) on NATS over a fixed
-//! window after a short warm-up. The ideal is runners × concurrency / `SLEEP_SECONDS`.
+//! window after a short warm-up. The ideal is runners × concurrency / `SLEEP_SECONDS`; each
+//! step's efficiency is its rate over N times the one-runner rate.
+//!
+//! Api replicas ([`api_replicas`]): creates per second from 64 closed-loop clients against one
+//! api, then split over two api processes on the same NATS and database.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -11,7 +17,14 @@ use futures::{StreamExt, stream};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::cluster::{Cluster, round};
+use futures::future::try_join_all;
+use http::Method;
+
+use crate::{
+    api_bench::closed_loop,
+    cluster::{Cluster, round},
+    load_client::Template,
+};
 
 /// Seconds each prediction sleeps.
 pub const SLEEP_SECONDS: f64 = 0.5;
@@ -29,7 +42,10 @@ pub struct Step {
     pub ideal: f64,
 }
 
-/// Measures 1, 2 and 4 runners at `concurrency` each over `window`. Stops any runners of the
+/// Runner processes per step.
+pub const RUNNER_STEPS: [usize; 4] = [1, 2, 4, 8];
+
+/// Measures 1, 2, 4 and 8 runners at `concurrency` each over `window`. Stops any runners of the
 /// cluster first, and leaves the sleep runners to be stopped with it.
 pub async fn measure(cluster: &mut Cluster, concurrency: usize, window: Duration) -> anyhow::Result<Vec<Step>> {
     cluster.stop_runners().await?;
@@ -37,7 +53,7 @@ pub async fn measure(cluster: &mut Cluster, concurrency: usize, window: Duration
     let runner_settings = [("RUNNER_MODELS", "demo/sleep"), ("RUNNER_CONCURRENCY", concurrency_text.as_str())];
     let mut events = cluster.setup.bus.client().subscribe(cluster.setup.bus.subjects().all_events()).await?;
     let mut steps = Vec::new();
-    for runners in [1, 2, 4] {
+    for runners in RUNNER_STEPS {
         let ideal = (runners * concurrency) as f64 / SLEEP_SECONDS;
         let backlog = (ideal * (WARM_UP + window + Duration::from_secs(2)).as_secs_f64()).ceil() as usize;
         create_backlog(cluster, backlog).await?;
@@ -89,17 +105,69 @@ async fn create_backlog(cluster: &Cluster, count: usize) -> anyhow::Result<()> {
 
 /// The steps as JSON.
 pub fn json(steps: &[Step], concurrency: usize, window: Duration) -> Value {
+    let one = steps.first().map_or(f64::NAN, |s| s.per_second);
     json!({
         "model": "demo/sleep", "sleep_seconds": SLEEP_SECONDS, "concurrency_per_runner": concurrency,
         "window_seconds": window.as_secs_f64(),
         "steps": steps.iter().map(|s| json!({
             "runners": s.runners, "completions_per_second": round(s.per_second, 2),
             "ideal_per_second": s.ideal, "ratio_to_ideal": round(s.per_second / s.ideal, 3),
+            "efficiency": round(efficiency(s.per_second, one, s.runners), 3),
         })).collect::<Vec<_>>(),
     })
 }
 
-/// Options of `bench scaling`.
+/// A step's rate over `n` times the rate of one.
+pub fn efficiency(rate: f64, one: f64, n: usize) -> f64 {
+    rate / (n as f64 * one)
+}
+
+/// Clients of the api-replicas measurement, split evenly over the replicas.
+const API_CLIENTS: usize = 64;
+
+/// Creates per second with 1 and then 2 api processes (the second is started here), `seconds`
+/// each; JSON with each step's rate and efficiency.
+pub async fn api_replicas(cluster: &mut Cluster, seconds: u64) -> anyhow::Result<Value> {
+    let body = crate::api_bench::CREATE_BODY;
+    let path = "/v1/models/demo/echo/predictions";
+    let mut bases = vec![cluster.base.clone()];
+    let mut steps = Vec::new();
+    for replicas in [1, 2] {
+        if bases.len() < replicas {
+            bases.push(cluster.add_api().await?);
+        }
+        let key = cluster.key.as_str();
+        let loops = bases.iter().map(|base| async move {
+            let template = Template::new(Method::POST, base, path, key)?.json(body);
+            let (per_second, _, _) = closed_loop(seconds, API_CLIENTS / replicas, base, &template, 201).await?;
+            anyhow::Ok(per_second)
+        });
+        let per_second: f64 = try_join_all(loops).await?.into_iter().sum();
+        steps.push((replicas, per_second));
+    }
+    let one = steps[0].1;
+    Ok(json!({
+        "request": "create demo/echo", "clients": API_CLIENTS, "seconds_per_step": seconds,
+        "steps": steps.iter().map(|&(replicas, rate)| json!({
+            "api_replicas": replicas, "creates_per_second": round(rate, 0),
+            "efficiency": round(efficiency(rate, one, replicas), 3),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+/// The api-replicas results of [`api_replicas`] as a table.
+pub fn api_table(replicas: &Value) -> String {
+    let mut out = format!(
+        "api replicas: creates/s from {} closed-loop clients split over the replicas, {} s each\n\n         | api replicas | creates/s | efficiency (rate / N × one replica's) |\n|---|---|---|\n",
+        replicas["clients"], replicas["seconds_per_step"]
+    );
+    for s in replicas["steps"].as_array().into_iter().flatten() {
+        out.push_str(&format!("| {} | {} | {} |\n", s["api_replicas"], s["creates_per_second"], s["efficiency"]));
+    }
+    out
+}
+
+/// Options of `bench scaling` (runners, then api replicas).
 #[derive(clap::Args)]
 pub struct Options {
     /// Predictions running at once in each runner.
@@ -114,18 +182,24 @@ pub struct Options {
 pub async fn run(options: Options) -> anyhow::Result<Value> {
     let mut cluster = Cluster::start(&[], false).await?;
     let window = Duration::from_secs(options.seconds);
-    let steps = measure(&mut cluster, options.concurrency, window).await;
+    let measured = async {
+        let steps = measure(&mut cluster, options.concurrency, window).await?;
+        let replicas = api_replicas(&mut cluster, options.seconds).await?;
+        anyhow::Ok((steps, replicas))
+    }
+    .await;
     cluster.stop().await?;
-    let results = json(&steps?, options.concurrency, window);
-    println!("{}", table(&results).trim_end());
-    Ok(json!({"scenario": "scaling", "scaling": results}))
+    let (steps, replicas) = measured?;
+    let results = json(&steps, options.concurrency, window);
+    println!("{}\n\n{}", table(&results).trim_end(), api_table(&replicas).trim_end());
+    Ok(json!({"scenario": "scaling", "scaling": results, "api_replicas": replicas}))
 }
 
 /// The results of [`json()`] as a table.
 pub fn table(scaling: &Value) -> String {
     let mut out = format!(
         "runner scale-out (demo/sleep {} s, {} per runner)\n\n\
-         | runners | completions/s | ideal | ratio to ideal | ratio to 1 runner |\n|---|---|---|---|---|\n",
+         | runners | completions/s | ideal | ratio to ideal | efficiency (rate / N × one runner's) |\n|---|---|---|---|---|\n",
         scaling["sleep_seconds"], scaling["concurrency_per_runner"]
     );
     let steps = scaling["steps"].as_array().cloned().unwrap_or_default();
@@ -138,7 +212,7 @@ pub fn table(scaling: &Value) -> String {
             rate(s),
             s["ideal_per_second"],
             s["ratio_to_ideal"],
-            rate(s) / one
+            efficiency(rate(s), one, s["runners"].as_u64().unwrap_or(1) as usize)
         ));
     }
     out

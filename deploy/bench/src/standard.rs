@@ -4,19 +4,23 @@
 //! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight);
 //! 2. api alone (a process): get, list and create at 1, 8, 32 and 128 clients, as ratios of
 //!    the raw find and insert rates at the same number in flight; then creates against raw
-//!    inserts into the same collection in alternating rounds (see [`create_vs_insert`]);
+//!    inserts into the same collection in alternating rounds (see [`create_vs_insert`]); then
+//!    creates with 1 and 2 api replicas ([`scaling_bench::api_replicas`]);
 //! 3. end to end (api, notifier and one runner as processes): open loop at 50 and 200
 //!    predictions/s for 30 s, then doubling and bisecting to find the highest sustained rate
-//!    (see [`e2e_bench`]); the cost of
-//!    the fixed phases (CPU and peak memory per process, MongoDB commands per service);
+//!    (see [`e2e_bench`]); the cost of the fixed phases (CPU and peak memory per process,
+//!    MongoDB commands per service); then the search twice more, each on a fresh system, for
+//!    the median of three;
 //! 4. cost with a webhook for every event;
-//! 5. runner scale-out with demo/sleep at 1, 2 and 4 runner processes;
+//! 5. runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes;
 //! 6. cost with a webhook for every event and a tokio worker thread per core (tokio's default;
 //!    the other steps run each service with one, as `deploy/local/up` does, unless
 //!    `BENCH_SERVICE_WORKER_THREADS` says otherwise);
 //! 7. scheduling: start delays on a runner serving the default model set at 50 % and 90 % of
 //!    its slot capacity, and a light account's start delay behind a heavy backlog (see
-//!    [`scheduling_bench`]).
+//!    [`scheduling_bench`]);
+//! 8. the Cog overhead at 1 and 8 in flight, the first `start` webhook and SSE output of
+//!    demo/echo, and where a create's time goes by the services' spans (see [`cog_bench`]).
 //!
 //! The report adds the floor under the CPU target: the calls the CONTRACT requires of each
 //! prediction, priced at the load tool's own client cost per call (see [`standard_report`]).
@@ -36,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     api_bench, baselines,
     cluster::{self, Cluster, round},
-    cost_bench, create_vs_insert, e2e_bench,
+    cog_bench, cost_bench, create_vs_insert, e2e_bench,
     receiver::Receiver,
     scaling_bench, scheduling_bench,
     standard_report::{self, Measured},
@@ -44,6 +48,11 @@ use crate::{
 
 /// Rounds of the head-to-head create-throughput measurement ([`create_vs_insert`]).
 const HEAD_TO_HEAD_ROUNDS: usize = 3;
+/// Searches for the highest sustained end-to-end rate, each on a fresh system; the median
+/// is the figure (one search swings with the machine: 87/s to 200/s on the same build).
+const SUSTAINED_SEARCHES: usize = 3;
+/// Predictions per path and level of the Cog overhead.
+const COG_SAMPLES: usize = 400;
 
 /// Options of `bench standard`.
 #[derive(clap::Args)]
@@ -62,22 +71,23 @@ pub struct Options {
 /// Runs the set and returns the JSON results; the tables are printed and kept in `tables`.
 pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value> {
     let started = Instant::now();
-    let step = |n: u32, what: &str| eprintln!("[{:>4.0} s] {n}/7 {what}", started.elapsed().as_secs_f64());
+    let step = |n: u32, what: &str| eprintln!("[{:>4.0} s] {n}/8 {what}", started.elapsed().as_secs_f64());
 
     step(1, "baselines");
     let baselines = baselines::measure(2).await?;
 
     step(2, "api alone");
-    let api_cluster = Cluster::start(&api_bench::AS_DEPLOYED, false).await?;
+    let mut api_cluster = Cluster::start(&api_bench::AS_DEPLOYED, false).await?;
     let servers = servers(&api_cluster).await;
     let api = async {
         let levels = api_bench::measure(&api_cluster, options.api_seconds).await?;
         let head_to_head = create_vs_insert::measure(&api_cluster, HEAD_TO_HEAD_ROUNDS, 2).await?;
-        anyhow::Ok((levels, head_to_head))
+        let replicas = scaling_bench::api_replicas(&mut api_cluster, options.api_seconds).await?;
+        anyhow::Ok((levels, head_to_head, replicas))
     }
     .await;
     api_cluster.stop().await?;
-    let (api, create_vs_insert) = api?;
+    let (api, create_vs_insert, api_replicas) = api?;
 
     step(3, "end to end, open loop");
     let plan = e2e_bench::Plan {
@@ -87,6 +97,14 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     };
     let e2e =
         on_fresh_system(&[], async |cluster, receiver| e2e_bench::measure(cluster, receiver, &plan).await).await?;
+    let mut sustained_repeats = vec![e2e_bench::sustainable(&e2e)];
+    let search = e2e_bench::Plan { fixed: vec![(200, 10)], ramp_seconds: 10, max_rate: 1600 };
+    for _ in 1..SUSTAINED_SEARCHES {
+        let phases =
+            on_fresh_system(&[], async |cluster, receiver| e2e_bench::measure(cluster, receiver, &search).await)
+                .await?;
+        sustained_repeats.push(e2e_bench::sustainable(&phases));
+    }
 
     // Each later step gets a fresh system, so an overload found by the ramp above does not
     // linger in its peak memory or its queues.
@@ -114,8 +132,23 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     })
     .await?;
 
-    let measured =
-        Measured { baselines, api, create_vs_insert, e2e, all_events, all_events_per_core, scaling, scheduling };
+    step(8, "Cog overhead, first signs of life, and where a create's time goes");
+    let mut cog = cog_bench::measure(COG_SAMPLES).await?;
+    cog["phases"] = cog_bench::phases(COG_SAMPLES / 2).await?;
+
+    let measured = Measured {
+        baselines,
+        api,
+        create_vs_insert,
+        e2e,
+        all_events,
+        all_events_per_core,
+        scaling,
+        api_replicas,
+        sustained_repeats,
+        cog,
+        scheduling,
+    };
     tables.push_str(&standard_report::tables(&measured));
     let mut results = standard_report::json(&measured);
     results["about"] = json!({

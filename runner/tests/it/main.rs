@@ -7,5 +7,6 @@ mod crash;
 mod deadlines;
 mod fixture;
 mod reconcile;
+mod results;
 mod scheduling;
 mod selection;

@@ -5,13 +5,13 @@
 //!   schema from `GET /openapi.json` (`components.schemas.Input`, with the document's
 //!   `components` kept beside it so `$ref`s resolve) and register it like any model.
 //! - **Run**, one of two ways ([`Transport`]):
-//!   - a *streaming* model (`x-cog-streaming` in its schema): `PUT /predictions/{id}` with
+//!   - a *streaming* model (`x-cog-streaming` in its schema): `POST /predictions` with
 //!     `Prefer: respond-async` and a webhook to this runner's callback server ([`callbacks`]),
 //!     which forwards each snapshot to the waiting run. Webhooks carry partial output and
 //!     logs while it runs, and keep them on failure (the sync answer drops them).
-//!   - any other model: a sync `PUT /predictions/{id}` without a webhook, the connection held
+//!   - any other model: a sync `POST /predictions` without a webhook, the connection held
 //!     for the run; the answer carries output and logs. coglet 0.23.1 spends 10–14 ms on every
-//!     prediction that has a webhook before it even answers the `PUT` (measured here: a sync
+//!     prediction that has a webhook before it even answers the `POST` (measured here: a sync
 //!     echo 2.5 ms without one, 16 ms with one, even to a closed port), more than the whole
 //!     run of a fast model. `RUNNER_COG_SYNC=false` sends every model the webhook way, for
 //!     long non-streaming models whose live logs matter more than those milliseconds.
@@ -54,9 +54,9 @@ const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// How a model's predictions are started and followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// Async `PUT` with a webhook: live logs and output, 10–14 ms more per prediction.
+    /// Async `POST` with a webhook: live logs and output, 10–14 ms more per prediction.
     Webhooks,
-    /// Sync `PUT`, the result in the answer.
+    /// Sync `POST`, the result in the answer.
     Sync,
 }
 
@@ -159,11 +159,11 @@ impl CogModel {
         self.transport
     }
 
-    /// `PUT /predictions/{id}`: async with `webhook`, else sync. Returns the successful
-    /// answer (the accepted prediction, or the sync result), retrying while the server is
-    /// busy or still setting up.
-    async fn put(&self, id: &str, input: &Map<String, Value>, webhook: Option<&str>) -> Result<Value, ModelError> {
-        let url = self.base.join(&format!("predictions/{id}")).map_err(|e| unavailable(&self.base, e))?;
+    /// `POST /predictions` of prediction `id` (in the body, so a cancel can name it): async
+    /// with `webhook`, else sync. Returns the successful answer (the accepted prediction, or
+    /// the sync result), retrying while the server is busy or still setting up.
+    async fn start(&self, id: &str, input: &Map<String, Value>, webhook: Option<&str>) -> Result<Value, ModelError> {
+        let url = self.base.join("predictions").map_err(|e| unavailable(&self.base, e))?;
         let body = match webhook {
             Some(webhook) => {
                 json!({"id": id, "input": input, "webhook": webhook, "webhook_events_filter": ["start", "output", "logs", "completed"]})
@@ -174,7 +174,7 @@ impl CogModel {
         loop {
             let mut trace = reqwest::header::HeaderMap::new();
             common::trace_context::inject_http(&mut trace);
-            let request = self.http.put(url.clone()).headers(trace).json(&body);
+            let request = self.http.post(url.clone()).headers(trace).json(&body);
             let request = match webhook {
                 Some(_) => request.header("prefer", "respond-async"),
                 None => request.timeout(SYNC_CALL_TIMEOUT),
@@ -271,7 +271,7 @@ impl CogModel {
     ) -> Result<ModelOutput, ModelError> {
         let (webhook, mut snapshots, _registration) = self.callbacks.register();
         let id = webhook.rsplit('/').next().unwrap_or_default().to_owned();
-        self.put(&id, &input, Some(&webhook)).await?;
+        self.start(&id, &input, Some(&webhook)).await?;
         let mut guard = self.cancel_guard(&id);
         let died = self.watch_health();
         tokio::pin!(died);
@@ -293,7 +293,7 @@ impl CogModel {
         let id = format!("ps{}", common::domain::PredictionId::generate());
         let mut guard = self.cancel_guard(&id);
         let answer = tokio::select! {
-            answer = self.put(&id, &input, None) => answer?,
+            answer = self.start(&id, &input, None) => answer?,
             e = self.watch_health() => return Err(e),
         };
         guard.url = None;

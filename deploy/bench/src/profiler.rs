@@ -1,0 +1,54 @@
+//! `perf record` attached to each service process for one measured stretch, so the cost
+//! bench can say where the CPU goes (`deploy/bench/profile` turns the recordings into flame
+//! graphs). Call stacks are unwound from DWARF (the release profile keeps debug info), as the
+//! binaries are built without frame pointers.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+/// Samples per second and process.
+const FREQUENCY: &str = "499";
+
+/// The running recordings.
+pub struct Profiler {
+    recordings: Vec<(Child, PathBuf)>,
+}
+
+impl Profiler {
+    /// Starts one recording per process into `dir/<name>-<pid>.perf.data`.
+    pub async fn start(dir: &Path, processes: &[(&'static str, u32)]) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut recordings = Vec::new();
+        for (name, pid) in processes {
+            let data = dir.join(format!("{name}-{pid}.perf.data"));
+            let child = Command::new("perf")
+                .args(["record", "-q", "-F", FREQUENCY, "-g", "--call-graph", "dwarf,16384", "-p", &pid.to_string()])
+                .arg("-o")
+                .arg(&data)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting perf record (is perf installed?)")?;
+            recordings.push((child, data));
+        }
+        // perf needs a moment to attach before the stretch it should see begins.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        Ok(Self { recordings })
+    }
+
+    /// Stops every recording (SIGINT, as perf expects) and returns the data files.
+    pub async fn stop(self) -> anyhow::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        for (mut child, data) in self.recordings {
+            if let Some(pid) = child.id() {
+                Command::new("kill").args(["-INT", &pid.to_string()]).status().await?;
+            }
+            child.wait().await?;
+            files.push(data);
+        }
+        Ok(files)
+    }
+}
