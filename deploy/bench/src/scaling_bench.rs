@@ -158,7 +158,7 @@ pub async fn api_replicas(cluster: &mut Cluster, seconds: u64) -> anyhow::Result
 /// The api-replicas results of [`api_replicas`] as a table.
 pub fn api_table(replicas: &Value) -> String {
     let mut out = format!(
-        "api replicas: creates/s from {} closed-loop clients split over the replicas, {} s each\n\n         | api replicas | creates/s | efficiency (rate / N × one replica's) |\n|---|---|---|\n",
+        "api replicas: creates/s from {} closed-loop clients split over the replicas, {} s each\n\n| api replicas | creates/s | efficiency (rate / N × one replica's) |\n|---|---|---|\n",
         replicas["clients"], replicas["seconds_per_step"]
     );
     for s in replicas["steps"].as_array().into_iter().flatten() {
