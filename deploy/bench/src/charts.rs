@@ -35,6 +35,40 @@ fn f(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
+/// A white SVG canvas of [`SIZE`] at `path`.
+fn canvas(path: &Path) -> anyhow::Result<DrawingArea<SVGBackend<'_>, plotters::coord::Shift>> {
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    Ok(root)
+}
+
+/// The chart frame every picture shares: a caption, margins and room for axis labels.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: &str,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(root);
+    builder.caption(caption, ("sans-serif", 18)).margin(12).x_label_area_size(40).y_label_area_size(60);
+    builder
+}
+
+/// Draws the legend at `position`, framed.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .position(position)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// Create-to-webhook p50, p95 and p99 (log scale) against the offered rate.
 fn latency_by_rate(results: &Value, path: &Path) -> anyhow::Result<bool> {
     let mut phases: Vec<(f64, [f64; 3])> = results["end_to_end"]["phases"]
@@ -53,13 +87,8 @@ fn latency_by_rate(results: &Value, path: &Path) -> anyhow::Result<bool> {
     phases.dedup_by(|a, b| a.0 == b.0);
     let max_rate = phases.iter().map(|p| p.0).fold(0.0, f64::max) * 1.05;
     let max_ms = phases.iter().flat_map(|p| p.1).fold(1.0, f64::max) * 2.0;
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("End to end: create to signed webhook, demo/echo, open loop", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+    let root = canvas(path)?;
+    let mut chart = frame(&root, "End to end: create to signed webhook, demo/echo, open loop")
         .build_cartesian_2d(0.0..max_rate, (0.5..max_ms).log_scale())?;
     chart.configure_mesh().x_desc("offered predictions per second").y_desc("latency (ms, log scale)").draw()?;
     let sustained = 1000.0;
@@ -75,7 +104,7 @@ fn latency_by_rate(results: &Value, path: &Path) -> anyhow::Result<bool> {
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
         chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.9)).draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(true)
 }
@@ -93,13 +122,8 @@ fn completions_by_runners(results: &Value, path: &Path) -> anyhow::Result<bool> 
     }
     let max_runners = steps.iter().map(|s| s.0).fold(1.0, f64::max);
     let max_rate = steps.iter().map(|s| s.1.max(s.2)).fold(1.0, f64::max) * 1.1;
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Runner scale-out: demo/sleep 0.5 s, 8 slots per runner", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+    let root = canvas(path)?;
+    let mut chart = frame(&root, "Runner scale-out: demo/sleep 0.5 s, 8 slots per runner")
         .build_cartesian_2d(0.0..max_runners + 0.5, 0.0..max_rate)?;
     chart.configure_mesh().x_desc("runner processes").y_desc("completions per second").draw()?;
     chart
@@ -111,12 +135,7 @@ fn completions_by_runners(results: &Value, path: &Path) -> anyhow::Result<bool> 
         .label("measured")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLUE.stroke_width(2)));
     chart.draw_series(steps.iter().map(|s| Circle::new((s.0, s.1), 4, BLUE.filled())))?;
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(true)
 }
@@ -139,14 +158,9 @@ fn cpu_by_service(results: &Value, path: &Path) -> anyhow::Result<bool> {
         return Ok(false);
     }
     let max = bars.iter().map(|b| b.1.max(b.2)).fold(1.0, f64::max) * 1.5;
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = canvas(path)?;
     let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
-    let mut chart = ChartBuilder::on(&root)
-        .caption("CPU per prediction: measured (batch, every event) and the floor", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+    let mut chart = frame(&root, "CPU per prediction: measured (batch, every event) and the floor")
         .build_cartesian_2d(0.0..bars.len() as f64, 0.0..max)?;
     chart
         .configure_mesh()
@@ -169,12 +183,7 @@ fn cpu_by_service(results: &Value, path: &Path) -> anyhow::Result<bool> {
         .draw_series(bars.iter().enumerate().map(|(i, b)| bar(i, 0.53, b.2, BLUE)))?
         .label("measured")
         .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], BLUE.filled()));
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(true)
 }

@@ -75,6 +75,35 @@ async fn runner_for(fixture: &Fixture, model: &str, server: &CogServer) {
     assert!(registered.is_some(), "the runner registered {model}");
 }
 
+/// Whether the server reports `status` within 5 s.
+async fn server_reports(server: &CogServer, status: &str) -> bool {
+    eventually(Duration::from_secs(5), || async { (server.health().await.as_deref() == Some(status)).then_some(()) })
+        .await
+        .is_some()
+}
+
+/// What the api does on cancel: mark it canceled, then broadcast.
+async fn cancel_as_the_api_does(fixture: &Fixture, id: &common::domain::PredictionId) {
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(doc! {"_id": id.as_str()}, doc! {"$set": {"status": "canceled"}}).await.expect("cancel");
+    fixture.bus.publish_cancel(id).await.expect("broadcast");
+}
+
+/// Starts a long prediction of `fixture`'s model, kills its Cog server mid-run, and checks
+/// that the prediction fails with `MODEL_SERVER_UNAVAILABLE`.
+async fn killing_the_server_mid_run_fails_the_prediction(fixture_name: &str, input: serde_json::Value) {
+    let fixture = Fixture::new(&[]).await;
+    let mut server = CogServer::start(fixture_name);
+    let model = format!("acme/{fixture_name}");
+    runner_for(&fixture, &model, &server).await;
+    let p = fixture.create(&model, input).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    server.child.kill().expect("kill the Cog server");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(15), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Failed);
+    assert_eq!(done.error.map(|e| e.code).as_deref(), Some("MODEL_SERVER_UNAVAILABLE"));
+}
+
 #[tokio::test]
 async fn a_cog_echo_model_registers_its_schema_and_runs() {
     let fixture = Fixture::new(&[]).await;
@@ -133,29 +162,13 @@ async fn canceling_a_cog_prediction_stops_it_on_the_server() {
     let p = fixture.create("acme/slow", json!({"seconds": 30.0, "fail": false})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
     assert_eq!(server.health().await.as_deref(), Some("BUSY"));
-
-    // What the api does on cancel: mark it canceled, then broadcast.
-    let coll = fixture.store.database().collection::<bson::Document>("predictions");
-    coll.update_one(doc! {"_id": p.id.as_str()}, doc! {"$set": {"status": "canceled"}}).await.expect("cancel");
-    fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
-    let idle = eventually(Duration::from_secs(5), || async {
-        (server.health().await.as_deref() == Some("READY")).then_some(())
-    })
-    .await;
-    assert!(idle.is_some(), "the Cog server stopped the prediction");
+    cancel_as_the_api_does(&fixture, &p.id).await;
+    assert!(server_reports(&server, "READY").await, "the Cog server stopped the prediction");
 }
 
 #[tokio::test]
 async fn a_cog_server_killed_mid_prediction_fails_it_with_a_clear_error() {
-    let fixture = Fixture::new(&[]).await;
-    let mut server = CogServer::start("slow");
-    runner_for(&fixture, "acme/slow", &server).await;
-    let p = fixture.create("acme/slow", json!({"seconds": 30.0, "fail": false})).await;
-    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
-    server.child.kill().expect("kill the Cog server");
-    let done = fixture.wait_until(&p.id, Duration::from_secs(15), |p| p.status.is_terminal()).await;
-    assert_eq!(done.status, PredictionStatus::Failed);
-    assert_eq!(done.error.map(|e| e.code).as_deref(), Some("MODEL_SERVER_UNAVAILABLE"));
+    killing_the_server_mid_run_fails_the_prediction("slow", json!({"seconds": 30.0, "fail": false})).await;
 }
 
 #[tokio::test]
@@ -189,29 +202,12 @@ async fn a_non_streaming_cog_model_runs_in_one_held_call_that_a_cancel_stops_on_
 
     let p = fixture.create("acme/pause", json!({"seconds": 30.0})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
-    let busy = eventually(Duration::from_secs(5), || async {
-        (server.health().await.as_deref() == Some("BUSY")).then_some(())
-    });
-    assert!(busy.await.is_some(), "the Cog server runs it");
-    let coll = fixture.store.database().collection::<bson::Document>("predictions");
-    coll.update_one(doc! {"_id": p.id.as_str()}, doc! {"$set": {"status": "canceled"}}).await.expect("cancel");
-    fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
-    let idle = eventually(Duration::from_secs(5), || async {
-        (server.health().await.as_deref() == Some("READY")).then_some(())
-    })
-    .await;
-    assert!(idle.is_some(), "the Cog server stopped the prediction");
+    assert!(server_reports(&server, "BUSY").await, "the Cog server runs it");
+    cancel_as_the_api_does(&fixture, &p.id).await;
+    assert!(server_reports(&server, "READY").await, "the Cog server stopped the prediction");
 }
 
 #[tokio::test]
 async fn a_cog_server_killed_during_a_sync_call_fails_the_prediction_with_a_clear_error() {
-    let fixture = Fixture::new(&[]).await;
-    let mut server = CogServer::start("pause");
-    runner_for(&fixture, "acme/pause", &server).await;
-    let p = fixture.create("acme/pause", json!({"seconds": 30.0})).await;
-    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
-    server.child.kill().expect("kill the Cog server");
-    let done = fixture.wait_until(&p.id, Duration::from_secs(15), |p| p.status.is_terminal()).await;
-    assert_eq!(done.status, PredictionStatus::Failed);
-    assert_eq!(done.error.map(|e| e.code).as_deref(), Some("MODEL_SERVER_UNAVAILABLE"));
+    killing_the_server_mid_run_fails_the_prediction("pause", json!({"seconds": 30.0})).await;
 }
