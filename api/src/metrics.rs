@@ -22,16 +22,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-    },
-    registry::Registry,
-};
+use common::metrics::kit::*;
 
 /// The labels of one request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -2,12 +2,27 @@
 //! own registry and the MongoDB command counts, and the `model` label.
 //!
 //! Each service keeps its own [`Registry`] of families (its `metrics.rs`); this module only
-//! renders them. A page ends in exactly one `# EOF`, after every part.
+//! renders them. A page ends in exactly one `# EOF`, after every part. [`kit`] is the one list
+//! of metric types the services build their families from.
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     registry::Registry,
 };
+
+/// The Prometheus types every service's `metrics.rs` uses: `use common::metrics::kit::*;`.
+pub mod kit {
+    pub use prometheus_client::{
+        encoding::EncodeLabelSet,
+        metrics::{
+            counter::Counter,
+            family::Family,
+            gauge::Gauge,
+            histogram::{Histogram, exponential_buckets},
+        },
+        registry::Registry,
+    };
+}
 
 /// The `model` label (`owner/name`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

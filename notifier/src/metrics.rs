@@ -13,16 +13,7 @@
 
 use std::time::Duration;
 
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-    },
-    registry::Registry,
-};
+use common::metrics::kit::*;
 
 use crate::deliver::AttemptResult;
 

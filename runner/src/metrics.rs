@@ -13,16 +13,7 @@
 use std::time::Instant;
 
 use common::metrics::ModelLabel;
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-    },
-    registry::Registry,
-};
+use common::metrics::kit::*;
 
 /// A model run's labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
