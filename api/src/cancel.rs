@@ -8,7 +8,7 @@
 use bson::{DateTime, doc};
 use common::{
     domain::{Metrics, Prediction, PredictionStatus, WebhookEvent},
-    messages::PredictionChanged,
+    messages::{Announcement, PredictionChanged},
     problem::FieldError,
 };
 
@@ -47,9 +47,8 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Result<Predi
         {
             tracing::warn!(error = %e, "cancel broadcast failed; the runner notices at its next status check");
         }
-        if let Err(e) =
-            state.bus.publish_event(PredictionChanged::of(&canceled, WebhookEvent::Completed, &state.links)).await
-        {
+        let change = PredictionChanged::of(&canceled, WebhookEvent::Completed, &state.links);
+        if let Err(e) = state.bus.publish_event(change, Announcement::First).await {
             tracing::error!(error = %e, "completed event of a canceled prediction not published");
         }
         return Ok(canceled);

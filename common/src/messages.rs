@@ -38,6 +38,39 @@ pub enum StatusEvent {
     WebhookResendV1(PredictionChanged),
 }
 
+/// The NATS header of a status event that says who announces the change (see [`Announcement`]).
+pub const ANNOUNCEMENT_HEADER: &str = "Prediction-Announcement";
+
+/// Who publishes a status event, carried in its [`ANNOUNCEMENT_HEADER`]. The notifier looks up
+/// earlier attempts of a first-delivered `completed` event only when it may be a copy, so the
+/// common case costs no database read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announcement {
+    /// The writer of the change, right after its conditional write succeeded: only it can
+    /// announce this change first. (Another publisher of the same change uses the same
+    /// `Nats-Msg-Id`, so within the stream's duplicate window the stream keeps one.)
+    First,
+    /// A change stored earlier, announced again (a redelivered job finding its prediction
+    /// ended, the reconciler, a runner covering for the api's publish): it may be a copy of an
+    /// event already delivered. A missing or unknown header counts as this.
+    Again,
+}
+
+impl Announcement {
+    /// The header's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Again => "again",
+        }
+    }
+
+    /// Reads the header's value; anything but `first` (or none) is [`Announcement::Again`].
+    pub fn from_header(value: Option<&str>) -> Self {
+        if value == Some("first") { Self::First } else { Self::Again }
+    }
+}
+
 /// What changed, and the prediction as clients see it right after the change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictionChanged {
@@ -182,6 +215,14 @@ mod tests {
         domain::{ApiSurface, NewPrediction, PredictionError},
     };
     use serde_json::json;
+
+    #[test]
+    fn only_a_first_announcement_reads_as_first() {
+        assert_eq!(Announcement::from_header(Some(Announcement::First.as_str())), Announcement::First);
+        assert_eq!(Announcement::from_header(Some(Announcement::Again.as_str())), Announcement::Again);
+        assert_eq!(Announcement::from_header(None), Announcement::Again, "an older publisher's event may be a copy");
+        assert_eq!(Announcement::from_header(Some("FIRST ")), Announcement::Again);
+    }
 
     #[test]
     fn a_job_round_trips_and_names_its_version() {

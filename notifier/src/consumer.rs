@@ -29,7 +29,7 @@ use common::{
         pull::{Permits, pull_with_permits},
     },
     domain::{WebhookEvent, WebhookUrl},
-    messages::{DeliverableEvent, StatusEventKind},
+    messages::{ANNOUNCEMENT_HEADER, Announcement, DeliverableEvent, StatusEventKind},
     store::{
         WebhookAttempts,
         webhook_attempts::{AttemptOutcome, WebhookAttempt},
@@ -151,12 +151,13 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
         HeldMessage::<DeliverableEvent>::take(message, "notifier", &notifier.dead_letters, notifier.progress_every);
     let Some(event) = held.await else { return };
     let (delivery, _) = event.delivery();
+    let announcement = Announcement::from_header(event.header(ANNOUNCEMENT_HEADER));
     let change = event.payload();
     let settle = match change.kind {
         StatusEventKind::PredictionChangedV1 => {
             let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
             common::trace_context::continue_trace(&span, event.trace_context());
-            route(delivery, &notifier, change).instrument(span).await
+            route(Arrival { delivery, announcement }, &notifier, change).instrument(span).await
         }
         StatusEventKind::WebhookResendV1 => {
             let span = tracing::info_span!("webhook_resend", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
@@ -206,9 +207,18 @@ enum Retries {
     None,
 }
 
+/// How an event's message reached this replica.
+#[derive(Clone, Copy)]
+struct Arrival {
+    /// JetStream's delivery count (1 the first time).
+    delivery: i64,
+    /// Who published it (a `completed` event announced [`Announcement::Again`] may be a copy).
+    announcement: Announcement,
+}
+
 /// Drops what needs no webhook (none set, filtered out, stale, superseded), then delivers the
 /// event when its prediction's lane gives it its turn; returns how to settle its message.
-async fn route(delivery: i64, notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
+async fn route(arrival: Arrival, notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
     let Some(url) = change.webhook.clone() else {
         return AckKind::Ack;
     };
@@ -227,7 +237,7 @@ async fn route(delivery: i64, notifier: &Notifier, change: &DeliverableEvent) ->
         }
         Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
     }
-    deliver(delivery, notifier, change, &url, &lane, turn).await
+    deliver(arrival, notifier, change, &url, &lane, turn).await
 }
 
 /// In the event's turn: a slot at its target, its attempt number, the attempt. Then, with the
@@ -235,7 +245,7 @@ async fn route(delivery: i64, notifier: &Notifier, change: &DeliverableEvent) ->
 /// back for its retry). An attempt whose record could not be stored is handed back to be
 /// made again, so no attempt goes unrecorded.
 async fn deliver(
-    delivery: i64,
+    Arrival { delivery, announcement }: Arrival,
     notifier: &Notifier,
     change: &DeliverableEvent,
     url: &WebhookUrl,
@@ -243,10 +253,11 @@ async fn deliver(
     turn: tokio::sync::MutexGuard<'_, ()>,
 ) -> AckKind {
     let webhook_id = change.message_id();
-    if change.event == WebhookEvent::Completed && delivery == 1 {
-        // A first delivery of a `completed` event that was attempted before is a copy
-        // republished after JetStream's duplicate window (a runner announcing an ended
-        // prediction again): the records in MongoDB, not a window, make it exactly once.
+    if change.event == WebhookEvent::Completed && delivery == 1 && announcement == Announcement::Again {
+        // A first delivery of a `completed` event announced again that was attempted before
+        // is a copy republished after JetStream's duplicate window (a runner announcing an
+        // ended prediction again): the records in MongoDB, not a window, make it exactly once.
+        // The first announcement, by the writer of the change, cannot be such a copy.
         match notifier.attempts.any_for_webhook(&webhook_id).await {
             Ok(false) => {}
             Ok(true) => {

@@ -40,7 +40,7 @@ use common::{
     bus::Bus,
     domain::{ApiSurface, FileId, Metrics, Prediction, PredictionError, PredictionId, PredictionStatus, WebhookEvent},
     links::Links,
-    messages::PredictionChanged,
+    messages::{Announcement, PredictionChanged},
     store::Store,
 };
 use tokio_util::sync::CancellationToken;
@@ -163,7 +163,7 @@ impl Executor {
             self.store.predictions().transition_from(&p.id, p.status, PredictionStatus::Failed, changes).await?;
         if let Some(done) = &failed {
             tracing::info!(prediction_id = %p.id, code = %error.code, "prediction failed");
-            self.publish(done, WebhookEvent::Completed).await?;
+            self.publish(done, WebhookEvent::Completed, Announcement::First).await?;
         }
         Ok(failed)
     }
@@ -215,7 +215,7 @@ impl Executor {
         let announce_start = async {
             if just_started
                 && let Err(e) = self
-                    .publish(&prediction, WebhookEvent::Start)
+                    .publish(&prediction, WebhookEvent::Start, Announcement::First)
                     .instrument(tracing::info_span!("publish_start"))
                     .await
             {
@@ -289,7 +289,7 @@ impl Executor {
                 Ok(None)
             }
             Some(p) if p.status.is_terminal() => {
-                self.publish(&p, WebhookEvent::Completed).await?;
+                self.publish(&p, WebhookEvent::Completed, Announcement::Again).await?;
                 Ok(None)
             }
             Some(p) if p.status == PredictionStatus::Processing && p.job_seq.is_none_or(|s| s == job_seq) => {
@@ -347,10 +347,10 @@ impl Executor {
         };
         seq.store(p.seq, Ordering::Release);
         if changes.output.is_some() {
-            self.publish(&p, WebhookEvent::Output).await?;
+            self.publish(&p, WebhookEvent::Output, Announcement::First).await?;
         }
         if changes.logs.is_some() {
-            self.publish(&p, WebhookEvent::Logs).await?;
+            self.publish(&p, WebhookEvent::Logs, Announcement::First).await?;
         }
         Ok(true)
     }
@@ -414,7 +414,9 @@ impl Executor {
         match stored {
             Some(p) => {
                 tracing::info!(status = %p.status, "prediction completed");
-                self.publish(&p, WebhookEvent::Completed).instrument(tracing::info_span!("publish_completed")).await?;
+                self.publish(&p, WebhookEvent::Completed, Announcement::First)
+                    .instrument(tracing::info_span!("publish_completed"))
+                    .await?;
             }
             None => tracing::info!("prediction was canceled before its result was stored; result dropped"),
         }
@@ -447,14 +449,14 @@ impl Executor {
     /// it from [`Self::begin`].
     async fn announce_ended_elsewhere(&self, id: &PredictionId) -> anyhow::Result<()> {
         match self.store.predictions().get(id).await.context("reading the ended prediction")? {
-            Some(p) if p.status.is_terminal() => self.publish(&p, WebhookEvent::Completed).await,
+            Some(p) if p.status.is_terminal() => self.publish(&p, WebhookEvent::Completed, Announcement::Again).await,
             _ => Ok(()),
         }
     }
 
-    async fn publish(&self, p: &Prediction, event: WebhookEvent) -> anyhow::Result<()> {
+    async fn publish(&self, p: &Prediction, event: WebhookEvent, announcement: Announcement) -> anyhow::Result<()> {
         self.bus
-            .publish_event(PredictionChanged::of(p, event, &self.links))
+            .publish_event(PredictionChanged::of(p, event, &self.links), announcement)
             .await
             .with_context(|| format!("publishing the {event} event"))
     }

@@ -16,7 +16,12 @@
 use std::{sync::Arc, time::Duration};
 
 use bson::DateTime;
-use common::{bus::Bus, domain::WebhookEvent, messages::PredictionChanged, store::Store};
+use common::{
+    bus::Bus,
+    domain::WebhookEvent,
+    messages::{Announcement, PredictionChanged},
+    store::Store,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::execute::{Executor, timeout_error};
@@ -98,7 +103,10 @@ impl Reconciler {
             if !self.bus.completed_event_exists(&p).await? {
                 tracing::warn!(prediction_id = %p.id, "canceled prediction without its completed event; publishing it");
                 self.bus
-                    .publish_event(PredictionChanged::of(&p, WebhookEvent::Completed, self.executor.links()))
+                    .publish_event(
+                        PredictionChanged::of(&p, WebhookEvent::Completed, self.executor.links()),
+                        Announcement::Again,
+                    )
                     .await?;
                 repairs.announced += 1;
             }

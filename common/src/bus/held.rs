@@ -71,6 +71,11 @@ impl<T> HeldMessage<T> {
         crate::trace_context::extract_nats(self.message.as_ref().and_then(|m| m.headers.as_ref()))
     }
 
+    /// The value of the message's header `name`, if it has one.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.message.as_ref()?.headers.as_ref()?.get(name).map(|v| v.as_str())
+    }
+
     /// How many times JetStream has delivered the message (1 the first time) and its
     /// sequence in the stream.
     pub fn delivery(&self) -> (i64, u64) {

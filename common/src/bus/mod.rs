@@ -43,7 +43,10 @@ use bytes::Bytes;
 use crate::{
     domain::ApiKeyId,
     domain::{AccountId, Prediction, PredictionId},
-    messages::{CancelMessage, JobMessage, KeyMessage, PredictionChanged, SecretMessage, StatusEvent},
+    messages::{
+        ANNOUNCEMENT_HEADER, Announcement, CancelMessage, JobMessage, KeyMessage, PredictionChanged, SecretMessage,
+        StatusEvent,
+    },
     subjects::Subjects,
 };
 
@@ -224,12 +227,15 @@ impl Bus {
         let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: prediction.model.clone() };
         let subject = self.subjects.job(&prediction.model, &prediction.account_id, &prediction.id);
         let (msg_id, payload) = (prediction.id.to_string(), encode(&job));
-        let stored = self.send_stored(subject.clone(), msg_id.clone(), payload.clone()).await?;
+        let stored =
+            self.send_stored(subject.clone(), msg_id.clone(), payload.clone(), async_nats::HeaderMap::new()).await?;
         let bus = self.clone();
         Ok(async move {
             match stored.await {
                 // The stream was lost: made again, and the job sent once more.
-                Err(e) if bus.remade_after(&e).await => bus.send_stored(subject, msg_id, payload).await?.await,
+                Err(e) if bus.remade_after(&e).await => {
+                    bus.send_stored(subject, msg_id, payload, async_nats::HeaderMap::new()).await?.await
+                }
                 result => result,
             }
         })
@@ -263,12 +269,14 @@ impl Bus {
         }
     }
 
-    /// Publishes a status event and waits for the stream to store it.
-    pub async fn publish_event(&self, change: PredictionChanged) -> Result<(), BusError> {
+    /// Publishes a status event, saying who announces it, and waits for the stream to store it.
+    pub async fn publish_event(&self, change: PredictionChanged, announcement: Announcement) -> Result<(), BusError> {
         let id = change.message_id();
         let subject = self.subjects.events(&change.prediction_id);
         let event = StatusEvent::PredictionChangedV1(change);
-        self.publish_stored(subject, id, encode(&event)).await
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(ANNOUNCEMENT_HEADER, announcement.as_str());
+        self.publish_stored(subject, id, encode(&event), headers).await
     }
 
     /// Broadcasts a cancel to every runner (not stored: runners also poll the status).
@@ -306,9 +314,15 @@ impl Bus {
         self.client.subscribe(subject.clone()).await.map_err(|e| BusError::Publish { subject, source: e.into() })
     }
 
-    async fn publish_stored(&self, subject: String, msg_id: String, payload: Bytes) -> Result<(), BusError> {
-        match self.send_stored(subject.clone(), msg_id.clone(), payload.clone()).await?.await {
-            Err(e) if self.remade_after(&e).await => self.send_stored(subject, msg_id, payload).await?.await,
+    async fn publish_stored(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+        headers: async_nats::HeaderMap,
+    ) -> Result<(), BusError> {
+        match self.send_stored(subject.clone(), msg_id.clone(), payload.clone(), headers.clone()).await?.await {
+            Err(e) if self.remade_after(&e).await => self.send_stored(subject, msg_id, payload, headers).await?.await,
             result => result,
         }
     }
@@ -333,15 +347,15 @@ impl Bus {
         missing && self.recreate_streams().await.is_ok()
     }
 
-    /// Sends a message to a stream (`Nats-Msg-Id` = `msg_id`) and returns the future that
-    /// resolves once the stream has stored it.
+    /// Sends a message to a stream (`Nats-Msg-Id` = `msg_id`, `headers` and the current trace
+    /// context) and returns the future that resolves once the stream has stored it.
     async fn send_stored(
         &self,
         subject: String,
         msg_id: String,
         payload: Bytes,
+        mut headers: async_nats::HeaderMap,
     ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
-        let mut headers = async_nats::HeaderMap::new();
         crate::trace_context::inject_nats(&mut headers);
         let message = PublishMessage::build().payload(payload).message_id(msg_id).headers(headers);
         let ack = self

@@ -69,6 +69,12 @@ impl Bus {
     pub async fn publish_resend(&self, change: PredictionChanged) -> Result<(), BusError> {
         let subject = self.subjects.resends(&change.prediction_id);
         let msg_id = format!("resend.{:032x}", rand::random::<u128>());
-        self.publish_stored(subject, msg_id, encode(&StatusEvent::WebhookResendV1(change))).await
+        self.publish_stored(
+            subject,
+            msg_id,
+            encode(&StatusEvent::WebhookResendV1(change)),
+            async_nats::HeaderMap::new(),
+        )
+        .await
     }
 }

@@ -89,8 +89,12 @@ pub async fn measure(
     };
     run_batch(20).await?;
     let before = cluster.snapshot().await?;
+    let delivered_before = receiver.deliveries();
     run_batch(predictions).await?;
-    Ok(cost(&before, &cluster.snapshot().await?, predictions))
+    let mut measured = cost(&before, &cluster.snapshot().await?, predictions);
+    let webhooks = (receiver.deliveries() - delivered_before) as f64 / predictions.max(1) as f64;
+    measured["webhooks_per_prediction"] = json!(crate::cluster::round(webhooks, 3));
+    Ok(measured)
 }
 
 /// The run whose total CPU per prediction is the median (the lower middle of an even count).

@@ -19,7 +19,7 @@ use axum::{Router, extract::State, http::HeaderMap, http::StatusCode, routing::p
 use common::{
     domain::{ApiSurface, NewPrediction, Prediction, WebhookEvent, WebhookUrl},
     links::Links,
-    messages::PredictionChanged,
+    messages::{Announcement, PredictionChanged},
     store::Account,
 };
 use serde_json::{Value, json};
@@ -168,7 +168,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
 
     // Warm up connections and caches.
     for _ in 0..50 {
-        bus.publish_event(event(&url)).await?;
+        bus.publish_event(event(&url), Announcement::First).await?;
     }
     arrivals.wait_for(50, Duration::from_secs(60)).await.context("warm-up")?;
 
@@ -181,7 +181,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             let events: Vec<_> = (0..options.events).filter(|n| n % 8 == i).map(|_| event(&url)).collect();
             tokio::spawn(async move {
                 for e in events {
-                    bus.publish_event(e).await?;
+                    bus.publish_event(e, Announcement::First).await?;
                 }
                 anyhow::Ok(())
             })
@@ -205,7 +205,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         sent.lock().unwrap_or_else(|p| p.into_inner()).insert(e.message_id(), Instant::now());
         let bus = bus.clone();
         tokio::spawn(async move {
-            if let Err(err) = bus.publish_event(e).await {
+            if let Err(err) = bus.publish_event(e, Announcement::First).await {
                 tracing::warn!(error = %err, "publish failed");
             }
         });

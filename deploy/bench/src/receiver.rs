@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 struct Arrivals {
     completed: HashMap<String, Instant>,
     started: HashMap<String, Instant>,
+    verified: usize,
     bad_signatures: usize,
 }
 
@@ -60,6 +61,11 @@ impl Receiver {
         self.lock().completed.len()
     }
 
+    /// Deliveries whose signature verified (every event, every copy).
+    pub fn deliveries(&self) -> usize {
+        self.lock().verified
+    }
+
     /// Deliveries whose signature did not verify.
     pub fn bad_signatures(&self) -> usize {
         self.lock().bad_signatures
@@ -81,6 +87,7 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Byt
         arrivals.bad_signatures += 1;
         return StatusCode::UNAUTHORIZED;
     }
+    arrivals.verified += 1;
     let prediction: Value = serde_json::from_slice(&body).unwrap_or_default();
     if let Some(id) = prediction["id"].as_str() {
         let arrivals = match prediction["status"].as_str() {

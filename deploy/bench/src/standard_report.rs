@@ -61,9 +61,11 @@ impl Measured {
     /// at what the load tool's own client spent on it (8 in flight, as the cost batches run):
     /// MongoDB and JetStream calls from the baselines, a webhook POST as the load tool's create
     /// request to the api. A message delivered (the job to the runner, an event to the
-    /// notifier) is priced as a publish: a message and its ack. The api's HTTP server side and
-    /// all JSON work are left out, so the true floor is higher.
-    fn cpu_floor(&self) -> Vec<(&'static str, &'static str, f64)> {
+    /// notifier) is priced as a publish: a message and its ack. The notifier POSTs every
+    /// webhook the batch subscribed to, as many per prediction as the receiver verified (start
+    /// and completed for demo/echo; one if the batch did not count them). The api's HTTP server
+    /// side, the attempt records and all JSON work are left out, so the true floor is higher.
+    fn cpu_floor(&self) -> Vec<(&'static str, String, f64)> {
         let at_8 = |operation: &str| self.baselines.client_cpu_us(operation, 8).unwrap_or(f64::NAN);
         let (insert, find_and_modify, publish) =
             (at_8("mongodb_insert_prediction"), at_8("mongodb_find_and_modify_prediction"), at_8("jetstream_publish"));
@@ -72,14 +74,19 @@ impl Measured {
             .iter()
             .find(|row| row.request == "create" && row.clients == 8)
             .map_or(f64::NAN, |row| row.client_cpu_us);
+        let webhooks = self.all_events["webhooks_per_prediction"].as_f64().unwrap_or(1.0);
         vec![
-            ("api", "insert the `starting` prediction, publish its job", insert + publish),
+            ("api", "insert the `starting` prediction, publish its job".into(), insert + publish),
             (
                 "runner",
-                "receive and ack the job, 2 state changes (findAndModify returning the prediction), publish `start` and `completed`",
+                "receive and ack the job, 2 state changes (findAndModify returning the prediction), publish `start` and `completed`".into(),
                 publish + 2.0 * (find_and_modify + publish),
             ),
-            ("notifier", "receive and ack `start` and `completed`, POST one webhook", 2.0 * publish + http_request),
+            (
+                "notifier",
+                format!("receive and ack `start` and `completed`, POST each webhook ({webhooks} per prediction)"),
+                2.0 * publish + webhooks * http_request,
+            ),
         ]
     }
 
@@ -351,7 +358,7 @@ mod tests {
             }],
             create_vs_insert: Vec::new(),
             e2e: Vec::new(),
-            all_events: Value::Null,
+            all_events: json!({"webhooks_per_prediction": 2.0}),
             all_events_per_core: Value::Null,
             scaling: Value::Null,
             api_replicas: Value::Null,
@@ -361,8 +368,8 @@ mod tests {
         };
         assert_eq!(measured.sustained_median(), Some(200), "a search where nothing held counts as 0");
         let floor: Vec<f64> = measured.cpu_floor().iter().map(|(_, _, us)| *us).collect();
-        assert_eq!(floor, [50.0 + 20.0, 20.0 + 2.0 * (80.0 + 20.0), 2.0 * 20.0 + 60.0]);
-        assert_eq!(measured.cpu_floor_total(), 390.0);
-        assert!(tables(&measured).contains("| all | | 390 µs |"));
+        assert_eq!(floor, [50.0 + 20.0, 20.0 + 2.0 * (80.0 + 20.0), 2.0 * 20.0 + 2.0 * 60.0]);
+        assert_eq!(measured.cpu_floor_total(), 450.0);
+        assert!(tables(&measured).contains("| all | | 450 µs |"));
     }
 }

@@ -2,7 +2,9 @@
 
 use std::{process::Stdio, time::Duration};
 
-use common::{domain::WebhookEvent, store::webhook_attempts::AttemptOutcome, testkit::eventually};
+use common::{
+    domain::WebhookEvent, messages::Announcement, store::webhook_attempts::AttemptOutcome, testkit::eventually,
+};
 
 use crate::{
     fixture::Fixture,
@@ -179,4 +181,30 @@ async fn a_completed_event_republished_after_the_duplicate_window_is_not_deliver
     .await;
     assert!(settled.is_some(), "the copy was taken and settled");
     assert_eq!(receiver.received().len(), 1, "one completed webhook, not two");
+}
+
+#[tokio::test]
+async fn a_completed_event_announced_by_its_writer_is_sent_without_looking_for_earlier_attempts() {
+    let fixture = Fixture::new(&[]).await;
+    let receiver = Receiver::always(Answer::Status(200)).await;
+    let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Completed]));
+    let mut ended = p.clone();
+    ended.seq = 2;
+    let links = common::links::Links::new("http://api.test", fixture.master.clone());
+    let webhook_id = common::messages::PredictionChanged::of(&ended, WebhookEvent::Completed, &links).message_id();
+    // A record of this event exists already: announced again, the event would be taken for a
+    // copy and not sent; announced first, no lookup is made, so it is sent.
+    let mut earlier = crate::recording::attempt_of(&p, 1);
+    earlier.webhook_id = webhook_id.clone();
+    fixture.store.webhook_attempts().record(&earlier).await.expect("earlier record");
+
+    fixture.start_notifier();
+    fixture.announce(&p, WebhookEvent::Completed, 2, Announcement::First).await;
+    let received = eventually(Duration::from_secs(20), || async {
+        let received = receiver.received();
+        (!received.is_empty()).then_some(received)
+    })
+    .await
+    .expect("the first announcement was delivered");
+    assert_eq!(received[0].header("webhook-id"), webhook_id);
 }

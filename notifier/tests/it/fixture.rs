@@ -9,7 +9,7 @@ use common::{
     crypto::MasterKey,
     domain::{ApiSurface, NewPrediction, Prediction, PredictionId, WebhookEvent, WebhookSecret, WebhookUrl},
     links::Links,
-    messages::PredictionChanged,
+    messages::{Announcement, PredictionChanged},
     store::{Account, Store, webhook_attempts::WebhookAttempt},
     testkit::{TestContext, eventually},
 };
@@ -75,12 +75,18 @@ impl Fixture {
         })
     }
 
-    /// Publishes `event` for `p` as it stands, with its sequence set to `seq`.
+    /// Publishes `event` for `p` as it stands, with its sequence set to `seq`, as the writer of
+    /// the change announces it.
     pub async fn publish(&self, p: &Prediction, event: WebhookEvent, seq: i64) {
+        self.announce(p, event, seq, Announcement::First).await;
+    }
+
+    /// Publishes `event` for `p` with its sequence set to `seq`, announced as `announcement`.
+    pub async fn announce(&self, p: &Prediction, event: WebhookEvent, seq: i64, announcement: Announcement) {
         let mut p = p.clone();
         p.seq = seq;
         let links = Links::new("http://api.test", self.master.clone());
-        self.bus.publish_event(PredictionChanged::of(&p, event, &links)).await.expect("publish event");
+        self.bus.publish_event(PredictionChanged::of(&p, event, &links), announcement).await.expect("publish event");
     }
 
     pub async fn attempts_until(

@@ -17,7 +17,8 @@ use notifier::recorder::{AttemptRecorder, RecordError};
 
 use crate::fixture::Fixture;
 
-fn attempt_of(p: &Prediction, attempt: u32) -> WebhookAttempt {
+/// A delivered attempt number `attempt` of `p`'s `completed` event.
+pub fn attempt_of(p: &Prediction, attempt: u32) -> WebhookAttempt {
     WebhookAttempt {
         prediction_id: p.id.clone(),
         account_id: p.account_id.clone(),
