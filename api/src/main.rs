@@ -46,7 +46,7 @@ async fn main() -> ExitCode {
         }
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => api::run(config, common::shutdown::on_signals()).await,
+        Command::Serve => common::runtime::on_workers(api::run(config, common::shutdown::on_signals())).await,
         Command::Admin { command: AdminCommand::Bootstrap { account } } => {
             api::admin::bootstrap(&config, &account).await.map(|done| {
                 eprintln!(

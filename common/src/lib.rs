@@ -11,7 +11,7 @@
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
 //! - [`links`]: every URL handed out (both API surfaces, files, stream capability tokens).
 //! - [`metrics`]: the OpenMetrics page every service serves.
-//! - [`config`], [`connect`], [`telemetry`], [`readiness`], [`shutdown`]: what every service
+//! - [`config`], [`connect`], [`telemetry`], [`readiness`], [`shutdown`], [`runtime`]: what every service
 //!   needs at start and while it runs.
 //! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
 //! - `samples` (feature `samples`, part of `testkit`): sample predictions for tests and the load tool.
@@ -28,6 +28,7 @@ pub mod messages;
 pub mod metrics;
 pub mod problem;
 pub mod readiness;
+pub mod runtime;
 #[cfg(feature = "samples")]
 pub mod samples;
 pub mod shutdown;

@@ -20,7 +20,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match notifier::run(config, common::shutdown::on_signals()).await {
+    match common::runtime::on_workers(notifier::run(config, common::shutdown::on_signals())).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

@@ -53,7 +53,7 @@ async fn main() -> ExitCode {
     if let Some(n) = cli.concurrency.filter(|n| *n > 0) {
         config.concurrency = n;
     }
-    match runner::run(config, common::shutdown::on_signals()).await {
+    match common::runtime::on_workers(runner::run(config, common::shutdown::on_signals())).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

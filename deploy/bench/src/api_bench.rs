@@ -31,10 +31,6 @@ pub struct Options {
     seconds: u64,
 }
 
-/// The api is measured as deployed: MongoDB command monitoring off (its default; the
-/// baselines' client has none either). The cost scenarios turn it on to count commands.
-pub const AS_DEPLOYED: [(&str, &str); 1] = [("MONGODB_COMMAND_METRICS", "false")];
-
 /// Predictions in the account whose list is measured.
 const LISTED: usize = 100;
 
@@ -167,7 +163,7 @@ pub fn table(rows: &[Row], baselines: Option<&Baselines>) -> String {
 
 /// `bench api`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
-    let cluster = Cluster::start(&AS_DEPLOYED, false).await?;
+    let cluster = Cluster::start(&crate::cluster::AS_DEPLOYED, false).await?;
     let measured = async {
         let rows = measure(&cluster, options.seconds).await?;
         let rounds = create_vs_insert::measure(&cluster, 3, 2).await?;

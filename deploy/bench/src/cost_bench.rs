@@ -2,7 +2,8 @@
 //! for every event (the most a prediction costs). The three services run as processes (one
 //! runner); `--predictions` demo/echo predictions are created over HTTP, 8 at a time, each with
 //! a webhook to a signed receiver on loopback, and the growth of each service's counters over
-//! the run, divided by the number of predictions, is its cost.
+//! the run, divided by the number of predictions, is its cost. Services run as deployed unless
+//! `--count-commands` turns on their MongoDB command monitoring.
 
 use std::time::Duration;
 
@@ -35,6 +36,10 @@ pub struct Options {
     /// on this 2-core machine differ by up to 40 %).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Turn on the services' MongoDB command monitoring to count their commands (it costs
+    /// CPU; without it the services run as deployed and no commands are counted).
+    #[arg(long)]
+    count_commands: bool,
     /// Record each service with `perf` during one more measured run, into this directory
     /// (`deploy/bench/profile` draws flame graphs from it); that run is not reported.
     #[arg(long)]
@@ -122,8 +127,8 @@ pub fn table(cost: &Value) -> String {
             c["cpu_seconds_per_1000"],
             c["kernel_share_of_cpu"].as_f64().unwrap_or_default() * 100.0,
             c["peak_rss_mib"],
-            c["mongodb_writes_per_prediction"],
-            c["mongodb_reads_per_prediction"],
+            counted(&c["mongodb_writes_per_prediction"]),
+            counted(&c["mongodb_reads_per_prediction"]),
             commands.join(", "),
             c["context_switches_per_prediction"],
         ));
@@ -132,11 +137,16 @@ pub fn table(cost: &Value) -> String {
         "| all | {:.3} | {:.0} % | | {} | {} | | {} |\n",
         cost["cpu_us_per_prediction"].as_f64().unwrap_or_default() / 1000.0,
         cost["kernel_share_of_cpu"].as_f64().unwrap_or_default() * 100.0,
-        cost["mongodb_writes_per_prediction"],
-        cost["mongodb_reads_per_prediction"],
+        counted(&cost["mongodb_writes_per_prediction"]),
+        counted(&cost["mongodb_reads_per_prediction"]),
         cost["context_switches_per_prediction"],
     ));
     table
+}
+
+/// A command count, or "not counted" when the services ran without command monitoring.
+fn counted(value: &Value) -> String {
+    if value.is_null() { "not counted".into() } else { value.to_string() }
 }
 
 /// `bench cost`
@@ -144,6 +154,9 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let stop = CancellationToken::new();
     let sink = if options.traces { Some(OtlpSink::start(stop.clone()).await?) } else { None };
     let mut extra = Vec::new();
+    if !options.count_commands {
+        extra.extend(crate::cluster::AS_DEPLOYED);
+    }
     if let Some(sink) = &sink {
         // Exported promptly, so the spans of the run are sent (and paid for) within it.
         extra.extend([("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "200")]);
@@ -177,6 +190,17 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let each: Vec<f64> = runs.iter().filter_map(|r| r["cpu_us_per_prediction"].as_f64()).collect();
     if runs.len() > 1 {
         println!("CPU µs per prediction in each run: {each:?}; the table shows the median run");
+        for (n, run) in runs.iter().enumerate() {
+            let services: Vec<String> = run["services"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(service, c)| {
+                    format!("{service} {}", c["cpu_seconds_per_1000"].as_f64().unwrap_or_default() * 1000.0)
+                })
+                .collect();
+            println!("  run {}: {} µs ({})", n + 1, run["cpu_us_per_prediction"], services.join(", "));
+        }
     }
     Ok(json!({
         "scenario": "cost", "webhook_events": "all", "traces_exported": traces,

@@ -11,7 +11,8 @@
 //!    (see [`e2e_bench`]); the cost of the fixed phases (CPU and peak memory per process,
 //!    MongoDB commands per service); then the search twice more, each on a fresh system, for
 //!    the median of three;
-//! 4. cost with a webhook for every event;
+//! 4. cost with a webhook for every event, as deployed (no MongoDB command monitoring), then
+//!    again with the commands counted;
 //! 5. runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes;
 //! 6. cost with a webhook for every event and a tokio worker thread per core (tokio's default;
 //!    the other steps run each service with one, as `deploy/local/up` does, unless
@@ -51,6 +52,8 @@ const HEAD_TO_HEAD_ROUNDS: usize = 3;
 /// Searches for the highest sustained end-to-end rate, each on a fresh system; the median
 /// is the figure (one search swings with the machine: 87/s to 200/s on the same build).
 const SUSTAINED_SEARCHES: usize = 3;
+/// Predictions of each cost batch (a second of CPU at most, against /proc's 10 ms ticks).
+const COST_PREDICTIONS: usize = 1000;
 /// Predictions per path and level of the Cog overhead.
 const COG_SAMPLES: usize = 400;
 
@@ -77,7 +80,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     let baselines = baselines::measure(2).await?;
 
     step(2, "api alone");
-    let mut api_cluster = Cluster::start(&api_bench::AS_DEPLOYED, false).await?;
+    let mut api_cluster = Cluster::start(&cluster::AS_DEPLOYED, false).await?;
     let servers = servers(&api_cluster).await;
     let api = async {
         let levels = api_bench::measure(&api_cluster, options.api_seconds).await?;
@@ -108,9 +111,16 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
 
     // Each later step gets a fresh system, so an overload found by the ramp above does not
     // linger in its peak memory or its queues.
+    // CPU as deployed (no command monitoring), then the commands counted on another system.
     step(4, "cost with a webhook for every event");
-    let all_events =
-        on_fresh_system(&[], async |cluster, receiver| cost_bench::measure(cluster, receiver, 500, 8).await).await?;
+    let all_events = on_fresh_system(&cluster::AS_DEPLOYED, async |cluster, receiver| {
+        cost_bench::measure(cluster, receiver, COST_PREDICTIONS, 8).await
+    })
+    .await?;
+    let all_events_counted = on_fresh_system(&[], async |cluster, receiver| {
+        cost_bench::measure(cluster, receiver, COST_PREDICTIONS, 8).await
+    })
+    .await?;
 
     step(5, "runner scale-out");
     let window = Duration::from_secs(8);
@@ -120,11 +130,11 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     // Against tokio's default: more threads to wake, more CPU per prediction on a small machine.
     step(6, "cost with a worker thread per core (tokio's default)");
     let cores = cluster::cores();
-    let all_events_per_core =
-        on_fresh_system(&[("TOKIO_WORKER_THREADS", cores.as_str())], async |cluster, receiver| {
-            cost_bench::measure(cluster, receiver, 500, 8).await
-        })
-        .await?;
+    let all_events_per_core = on_fresh_system(
+        &[cluster::AS_DEPLOYED[0], ("TOKIO_WORKER_THREADS", cores.as_str())],
+        async |cluster, receiver| cost_bench::measure(cluster, receiver, COST_PREDICTIONS, 8).await,
+    )
+    .await?;
 
     step(7, "scheduling");
     let scheduling = on_fresh_system(&[], async |cluster, _| {
@@ -142,6 +152,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         create_vs_insert,
         e2e,
         all_events,
+        all_events_counted,
         all_events_per_core,
         scaling,
         api_replicas,

@@ -22,8 +22,10 @@ pub struct Measured {
     pub create_vs_insert: Vec<create_vs_insert::Round>,
     /// The end-to-end phases, fixed ones first.
     pub e2e: Vec<Phase>,
-    /// The cost with a webhook for every event.
+    /// The cost with a webhook for every event, as deployed.
     pub all_events: Value,
+    /// The same with MongoDB command monitoring on, for its command counts.
+    pub all_events_counted: Value,
     /// The same with a tokio worker thread per core in every service (tokio's default).
     pub all_events_per_core: Value,
     /// Runner scale-out.
@@ -225,6 +227,7 @@ pub fn json(m: &Measured) -> Value {
             "sustained_rate_over_raw_inserts_at_32": sustainable.zip(insert_32).map(|(s, i)| round(s as f64 / i, 3)),
         },
         "cost_webhook_all_events": m.all_events,
+        "cost_webhook_all_events_commands_counted": m.all_events_counted,
         "cost_webhook_all_events_worker_thread_per_core": m.all_events_per_core,
         "scaling": m.scaling,
         "api_replicas": m.api_replicas,
@@ -299,7 +302,14 @@ pub fn tables(m: &Measured) -> String {
             out.push_str(&format!("## Cost at {rate}/s (webhook for `completed`)\n\n{}\n", cost_bench::table(cost)));
         }
     }
-    out.push_str(&format!("## Cost with a webhook for every event\n\n{}\n", cost_bench::table(&m.all_events)));
+    out.push_str(&format!(
+        "## Cost with a webhook for every event (as deployed: commands not counted)\n\n{}\n",
+        cost_bench::table(&m.all_events)
+    ));
+    out.push_str(&format!(
+        "## The same with MongoDB command monitoring on, to count the commands\n\n{}\n",
+        cost_bench::table(&m.all_events_counted)
+    ));
     out.push_str(&format!(
         "## The same, a worker thread per core in each service (tokio's default)\n\n{}\n",
         cost_bench::table(&m.all_events_per_core)
@@ -359,6 +369,7 @@ mod tests {
             create_vs_insert: Vec::new(),
             e2e: Vec::new(),
             all_events: json!({"webhooks_per_prediction": 2.0}),
+            all_events_counted: Value::Null,
             all_events_per_core: Value::Null,
             scaling: Value::Null,
             api_replicas: Value::Null,
