@@ -32,8 +32,8 @@ pub struct Measured {
     pub scaling: Value,
     /// Creates per second with 1 and 2 api replicas.
     pub api_replicas: Value,
-    /// The highest sustained end-to-end rate of each repetition of the search (the first is
-    /// the one in `e2e`).
+    /// The highest sustained end-to-end rate of each search, each on a fresh system (the
+    /// first one's ramp is in `e2e`).
     pub sustained_repeats: Vec<Option<u64>>,
     /// The Cog overhead and first signs of life ([`crate::cog_bench`]).
     pub cog: Value,
