@@ -32,16 +32,17 @@ pub struct Options {
     /// export); without it no exporter runs, as in a deployment without an endpoint.
     #[arg(long)]
     traces: bool,
-    /// Measure this many times on the same system and report each run and the median (runs
-    /// on this 2-core machine differ by up to 40 %).
+    /// Measure this many times, each on a fresh system, and report each run and the median
+    /// (runs on this 2-core machine differ by up to 30 %; compare builds in alternating runs).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// Turn on the services' MongoDB command monitoring to count their commands (it costs
     /// CPU; without it the services run as deployed and no commands are counted).
     #[arg(long)]
     count_commands: bool,
-    /// Record each service with `perf` during one more measured run, into this directory
-    /// (`deploy/bench/profile` draws flame graphs from it); that run is not reported.
+    /// Record each service with `perf` during one more measured run on a fresh system, into
+    /// this directory (`deploy/bench/profile` draws flame graphs from it); that run is not
+    /// reported.
     #[arg(long)]
     perf: Option<std::path::PathBuf>,
 }
@@ -149,6 +150,31 @@ fn counted(value: &Value) -> String {
     if value.is_null() { "not counted".into() } else { value.to_string() }
 }
 
+/// One measured batch on a fresh system (its database and streams dropped afterwards, so a
+/// run does not pay for the data of the one before), recorded with `perf` into `perf` when
+/// given.
+async fn fresh_run(extra: &[(&str, &str)], options: &Options, perf: Option<&std::path::Path>) -> anyhow::Result<Value> {
+    let stop = CancellationToken::new();
+    let mut cluster = Cluster::start(extra, true).await?;
+    let result = async {
+        cluster.add_runners(1, &ECHO_RUNNER).await?;
+        let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
+        let Some(dir) = perf else {
+            return measure(&mut cluster, &receiver, options.predictions, options.in_flight).await;
+        };
+        let profiler = Profiler::start(dir, &cluster.pids()).await?;
+        let profiled = measure(&mut cluster, &receiver, options.predictions, options.in_flight).await;
+        for file in profiler.stop().await? {
+            println!("perf recording written to {}", file.display());
+        }
+        profiled
+    }
+    .await;
+    stop.cancel();
+    cluster.stop().await?;
+    result
+}
+
 /// `bench cost`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
     let stop = CancellationToken::new();
@@ -161,27 +187,22 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         // Exported promptly, so the spans of the run are sent (and paid for) within it.
         extra.extend([("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "200")]);
     }
-    let mut cluster = Cluster::start(&extra, true).await?;
     let result = async {
-        cluster.add_runners(1, &ECHO_RUNNER).await?;
-        let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
+        // The servers' first thousands of operations tend to run slower (the stand-in is a
+        // JVM): five fresh-system batches right after start cost 880, 960, 600, 740 and 580 µs
+        // per prediction; after one unreported warm-up batch, 760, 600, 580, 700 and 770.
+        fresh_run(&extra, &options, None).await?;
         let mut runs = Vec::new();
         for _ in 0..options.repeat.max(1) {
-            runs.push(measure(&mut cluster, &receiver, options.predictions, options.in_flight).await?);
+            runs.push(fresh_run(&extra, &options, None).await?);
         }
         if let Some(dir) = &options.perf {
-            let profiler = Profiler::start(dir, &cluster.pids()).await?;
-            let profiled = measure(&mut cluster, &receiver, options.predictions, options.in_flight).await;
-            for file in profiler.stop().await? {
-                println!("perf recording written to {}", file.display());
-            }
-            profiled?;
+            fresh_run(&extra, &options, Some(dir)).await?;
         }
         anyhow::Ok(runs)
     }
     .await;
     stop.cancel();
-    cluster.stop().await?;
     let runs = result?;
     let traces = sink.map(|s| s.received()).map(|(exports, bytes)| json!({"exports": exports, "bytes": bytes}));
     let export = if traces.is_some() { "exported over OTLP" } else { "not exported" };
