@@ -135,6 +135,11 @@ pub enum StatusEventKind {
 /// body (the event's `prediction` is the prediction as clients see it), so the notifier never
 /// decodes and re-encodes it: two of the largest JSON steps of a prediction's way, saved on
 /// every event. A kind this version does not know does not decode.
+///
+/// It repeats the fields of [`PredictionChanged`] instead of sharing them through a flattened
+/// struct: serde buffers the whole object of a struct with a flattened field (and of an
+/// internally tagged enum), and a `RawValue` cannot be read back from that buffer. A
+/// round-trip test keeps the two in step.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DeliverableEvent {
     /// Which event this is.

@@ -149,22 +149,18 @@ impl Measured {
                 met: median >= 200,
             });
         }
-        for step in self.scaling["steps"].as_array().into_iter().flatten().skip(1) {
-            let efficiency = num(&step["efficiency"]);
-            targets.push(Target {
-                name: "runner scale-out efficiency at least 0.9 (rate / N × one runner's)",
-                measured: format!("{} runners: {efficiency:.2}", step["runners"]),
-                met: efficiency >= 0.9,
-            });
-        }
-        for step in self.api_replicas["steps"].as_array().into_iter().flatten().skip(1) {
-            let efficiency = num(&step["efficiency"]);
-            targets.push(Target {
-                name: "api replicas efficiency at least 0.9 (creates/s / N × one replica's)",
-                measured: format!("{} replicas: {efficiency:.2}", step["api_replicas"]),
-                met: efficiency >= 0.9,
-            });
-        }
+        targets.extend(efficiency_targets(
+            &self.scaling,
+            "runner scale-out efficiency at least 0.9 (rate / N × one runner's)",
+            "runners",
+            "runners",
+        ));
+        targets.extend(efficiency_targets(
+            &self.api_replicas,
+            "api replicas efficiency at least 0.9 (creates/s / N × one replica's)",
+            "api_replicas",
+            "replicas",
+        ));
         if let Some(phase) = self.e2e.iter().find(|p| p.row().0 == 50) {
             let p99 = phase.row().2[2];
             targets.push(Target {
@@ -203,6 +199,21 @@ impl Measured {
         }
         targets
     }
+}
+
+/// The efficiency target of each step of a scale-out past the first (its `steps`, each with
+/// its process count under `count` and its `efficiency`): at least 0.9. `unit` names the
+/// processes in the measured text.
+fn efficiency_targets<'a>(
+    scale_out: &'a Value,
+    name: &'static str,
+    count: &'a str,
+    unit: &'a str,
+) -> impl Iterator<Item = Target> + 'a {
+    scale_out["steps"].as_array().into_iter().flatten().skip(1).map(move |step| {
+        let efficiency = num(&step["efficiency"]);
+        Target { name, measured: format!("{} {unit}: {efficiency:.2}", step[count]), met: efficiency >= 0.9 }
+    })
 }
 
 fn num(v: &Value) -> f64 {
@@ -345,6 +356,19 @@ pub fn tables(m: &Measured) -> String {
 mod tests {
     use super::*;
     use crate::baselines::Measured as Rate;
+
+    #[test]
+    fn each_scale_out_step_past_the_first_is_held_to_an_efficiency_of_0_9() {
+        let scaling = json!({"steps": [
+            {"runners": 1, "efficiency": 1.0},
+            {"runners": 2, "efficiency": 0.95},
+            {"runners": 4, "efficiency": 0.85},
+        ]});
+        let targets: Vec<Target> = efficiency_targets(&scaling, "runners", "runners", "runners").collect();
+        let shown: Vec<(&str, bool)> = targets.iter().map(|t| (t.measured.as_str(), t.met)).collect();
+        assert_eq!(shown, [("2 runners: 0.95", true), ("4 runners: 0.85", false)]);
+        assert_eq!(efficiency_targets(&Value::Null, "none", "runners", "runners").count(), 0, "nothing measured");
+    }
 
     #[test]
     fn the_cpu_floor_prices_each_required_call_at_its_baseline() {
