@@ -1,7 +1,10 @@
 //! Wire messages on NATS. Each is a tagged enum whose tag names its version (`"kind"`): a new
-//! shape is a new variant, and a variant that may still sit in a stream is never changed.
+//! shape is a new variant, and a variant that may still sit in a stream is never changed, except
+//! to add an optional field that readers of the version before ignore (serde skips unknown
+//! fields) and that its own readers may find missing.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::{
     domain::{AccountId, ApiKeyId, ModelRef, Prediction, PredictionId, PredictionView, WebhookEvent, WebhookUrl},
@@ -20,7 +23,40 @@ pub enum JobMessage {
         prediction_id: PredictionId,
         /// Its model (also the subject it was published on).
         model: ModelRef,
+        /// The input its model receives (the prediction's `model_input`), when it is at most
+        /// [`JOB_INPUT_INLINE_LIMIT`] bytes of JSON: the runner then starts the model beside
+        /// its `processing` write instead of after it. Missing for larger inputs and in jobs
+        /// of earlier versions; the runner then takes the input from that write. An optional
+        /// field of v1 rather than a v2: runners of the version before ignore it, where they
+        /// would dead-letter a new variant during a rolling upgrade.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_input: Option<Map<String, Value>>,
     },
+}
+
+/// The largest model input (bytes of JSON) a job message carries: jobs stay far below the
+/// NATS payload limit (1 MiB by default), and an input past it is read from MongoDB.
+pub const JOB_INPUT_INLINE_LIMIT: usize = 64 * 1024;
+
+impl JobMessage {
+    /// The job of `prediction`, as its encoded message: with its model input when that is
+    /// within [`JOB_INPUT_INLINE_LIMIT`].
+    pub fn encode_for(prediction: &Prediction) -> Vec<u8> {
+        let (prediction_id, model) = (prediction.id.clone(), prediction.model.clone());
+        let model_input = prediction.model_input.as_object().cloned();
+        let carried = Self::RunPredictionV1 { prediction_id, model, model_input };
+        let encoded = encode(&carried);
+        if encoded.len() <= JOB_INPUT_INLINE_LIMIT {
+            return encoded;
+        }
+        let Self::RunPredictionV1 { prediction_id, model, .. } = carried;
+        encode(&Self::RunPredictionV1 { prediction_id, model, model_input: None })
+    }
+}
+
+fn encode(job: &JobMessage) -> Vec<u8> {
+    // Ids, a model reference and a JSON object: serializing cannot fail.
+    serde_json::to_vec(job).expect("a job message always serializes")
 }
 
 /// A status event on the events stream, published after every stored change of a prediction.
@@ -229,16 +265,73 @@ mod tests {
         assert_eq!(Announcement::from_header(Some("FIRST ")), Announcement::Again);
     }
 
+    /// A `starting` prediction of demo/echo with `model_input`.
+    fn a_prediction(model_input: Value) -> Prediction {
+        Prediction::new_starting(NewPrediction {
+            account_id: AccountId::generate(),
+            model: "demo/echo".parse().expect("valid"),
+            version: "v".into(),
+            capability: "text-generation".into(),
+            input: model_input.clone(),
+            model_input,
+            webhook: None,
+            webhook_events_filter: None,
+            surface: ApiSurface::Canonical,
+        })
+    }
+
     #[test]
     fn a_job_round_trips_and_names_its_version() {
         let job = JobMessage::RunPredictionV1 {
             prediction_id: PredictionId::generate(),
             model: "demo/echo".parse().expect("valid"),
+            model_input: json!({"prompt": "hi"}).as_object().cloned(),
         };
         let text = serde_json::to_value(&job).expect("serializes");
         assert_eq!(text["kind"], "run_prediction.v1");
         assert_eq!(text["model"], "demo/echo");
+        assert_eq!(text["model_input"]["prompt"], "hi");
         assert_eq!(serde_json::from_value::<JobMessage>(text).ok(), Some(job));
+    }
+
+    #[test]
+    fn a_job_of_an_earlier_version_decodes_without_its_input() {
+        let id = PredictionId::generate();
+        let earlier = json!({"kind": "run_prediction.v1", "prediction_id": id, "model": "demo/echo"});
+        let Ok(JobMessage::RunPredictionV1 { prediction_id, model_input, .. }) = serde_json::from_value(earlier) else {
+            panic!("a job without model_input decodes");
+        };
+        assert_eq!((prediction_id, model_input), (id, None));
+    }
+
+    #[test]
+    fn a_reader_of_the_earlier_version_reads_a_job_that_carries_its_input() {
+        /// The job message as the version before this field knew it.
+        #[derive(Deserialize)]
+        #[serde(tag = "kind")]
+        enum EarlierJob {
+            #[serde(rename = "run_prediction.v1")]
+            RunPredictionV1 { prediction_id: PredictionId },
+        }
+        let p = a_prediction(json!({"prompt": "hi"}));
+        let read: EarlierJob = serde_json::from_slice(&JobMessage::encode_for(&p)).expect("an older runner reads it");
+        let EarlierJob::RunPredictionV1 { prediction_id } = read;
+        assert_eq!(prediction_id, p.id);
+    }
+
+    #[test]
+    fn a_job_carries_its_input_only_up_to_the_inline_limit() {
+        let mut p = a_prediction(json!({"prompt": "hi", "repeat": 2}));
+        let small: JobMessage = serde_json::from_slice(&JobMessage::encode_for(&p)).expect("decodes");
+        let JobMessage::RunPredictionV1 { model_input, .. } = small;
+        assert_eq!(model_input.map(Value::Object), Some(p.model_input.clone()));
+
+        p.model_input = json!({"prompt": "x".repeat(JOB_INPUT_INLINE_LIMIT)});
+        let encoded = JobMessage::encode_for(&p);
+        assert!(encoded.len() < 1024, "a large input stays out of the job ({} bytes)", encoded.len());
+        let large: JobMessage = serde_json::from_slice(&encoded).expect("decodes");
+        let JobMessage::RunPredictionV1 { prediction_id, model_input, .. } = large;
+        assert_eq!((prediction_id, model_input), (p.id, None));
     }
 
     #[test]

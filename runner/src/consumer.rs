@@ -102,7 +102,7 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _s
     else {
         return;
     };
-    let JobMessage::RunPredictionV1 { prediction_id, model: job_model } = job.payload().clone();
+    let JobMessage::RunPredictionV1 { prediction_id, model: job_model, model_input } = job.payload().clone();
     let (delivered, stream_seq) = job.delivery();
     let span = tracing::info_span!("job", prediction_id = %prediction_id, model = %job_model);
     common::trace_context::continue_trace(&span, job.trace_context());
@@ -111,7 +111,7 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _s
             tracing::error!(served = %model.descriptor().model, "job for another model terminated");
             return job.settle(AckKind::Term).await;
         }
-        let delivery = Delivery { stream_seq };
+        let delivery = Delivery { stream_seq, model_input };
         let settle = match shared.executor.execute(model.as_ref(), &prediction_id, delivery, &shared.handback).await {
             Outcome::Done => AckKind::Ack,
             Outcome::Retry { .. } if delivered >= shared.max_deliver => {

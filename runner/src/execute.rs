@@ -6,8 +6,11 @@
 //!    message's sequence → its runner stopped mid-run and this is the redelivery, so this
 //!    runner takes it over and runs it again; `processing` under another message → a
 //!    duplicate job, dropped; missing → the job is dropped.
-//! 2. The model runs, its `start` event published alongside (acknowledged before step 3, so
-//!    `completed` never overtakes it); logs and output are stored at most every [`FLUSH_INTERVAL`], each store
+//!    When the job message carries the model's input (small inputs do), the model starts at
+//!    once, beside this write, and is dropped if the write finds nothing to run: the write is
+//!    a MongoDB round trip the model need not wait for.
+//! 2. The model runs, its `start` event published once step 1 is stored (acknowledged before
+//!    step 3, so `completed` never overtakes it); logs and output are stored at most every [`FLUSH_INTERVAL`], each store
 //!    followed by `output`/`logs` events. The run stops at once when a cancel broadcast names
 //!    the prediction ([`Executor::cancel`]), and when a flush or a status check (every
 //!    [`STATUS_CHECK_INTERVAL`] without a flush, in case a broadcast was missed) finds it no
@@ -43,6 +46,8 @@ use common::{
     messages::{Announcement, PredictionChanged},
     store::Store,
 };
+use futures::{FutureExt, future::BoxFuture};
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -59,11 +64,16 @@ pub const STATUS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a job waits before it is retried after a storage or messaging failure.
 pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 
+/// A model's run on one input, as the executor drives it.
+type ModelCall<'a> = BoxFuture<'a, Result<ModelOutput, ModelError>>;
+
 /// The job message being executed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
     /// Its sequence in the jobs stream (the same on every redelivery).
     pub stream_seq: u64,
+    /// The model input it carries, if any (see [`common::messages::JobMessage`]).
+    pub model_input: Option<Map<String, Value>>,
 }
 
 /// The error of a prediction that ran out of time.
@@ -206,9 +216,23 @@ impl Executor {
         delivery: Delivery,
         stop: &CancellationToken,
     ) -> anyhow::Result<Outcome> {
-        let Some((prediction, just_started)) = self.begin(id, delivery).await? else {
+        let progress = Progress::default();
+        // Registered before the model may start, so a cancel broadcast finds it from then on.
+        let running = Running::register(self, id);
+        let model_name = model.descriptor().model.to_string();
+        let call = |input: Map<String, Value>| -> ModelCall<'_> {
+            model.run(input, &progress).instrument(tracing::info_span!("model_call", model = %model_name)).boxed()
+        };
+        let early_call = delivery.model_input.map(call);
+        // Nothing to run: a model started early is dropped in there, which aborts it.
+        let Some((prediction, just_started, early_call)) =
+            self.begin_beside(id, delivery.stream_seq, early_call).await?
+        else {
             return Ok(Outcome::Done);
         };
+        let model_call =
+            early_call.unwrap_or_else(|| call(prediction.model_input.as_object().cloned().unwrap_or_default()));
+        let flight = self.metrics.started(&model_name);
         // The `start` event goes out while the model already runs: its stream acknowledgement
         // (about 0.35 ms here) need not delay the model. It is awaited before the result is
         // stored, so `completed` never overtakes it.
@@ -223,23 +247,19 @@ impl Executor {
             }
         };
         let time_left = self.time_left(&prediction);
-        let input = prediction.model_input.as_object().cloned().unwrap_or_default();
-        let progress = Progress::default();
         // The prediction's change sequence as this runner last wrote it (its progress writes
         // move it): the last state change is written only if nothing else moved it since.
         let seq = AtomicI64::new(prediction.seq);
-        let running = Running::register(self, id);
-        let model_name = prediction.model.to_string();
-        let flight = self.metrics.started(&model_name);
         let ran = |outcome: &str| self.metrics.ran(&model_name, outcome, flight.started);
         let result = tokio::select! {
-            (result, ()) = async {
-                tokio::join!(model.run(input, &progress).instrument(tracing::info_span!("model_call", model = %model_name)), announce_start)
-            } => result,
+            // The deadline first: a prediction taken past it fails even if a model started
+            // beside step 1 has already answered.
+            biased;
             () = tokio::time::sleep(time_left) => {
                 tracing::info!("deadline reached; model call dropped");
                 Err(timeout_error())
             }
+            (result, ()) = async { tokio::join!(model_call, announce_start) } => result,
             () = running.canceled.cancelled() => {
                 tracing::info!("prediction canceled; model call aborted");
                 ran("canceled");
@@ -268,11 +288,32 @@ impl Executor {
         Ok(Outcome::Done)
     }
 
+    /// Step 1 with the model already running beside it, when the job carried its input
+    /// (`early_call`): as [`Self::begin`], and the model call (still running, or its result).
+    /// When there is nothing to run the call is dropped, which aborts it.
+    async fn begin_beside<'a>(
+        &self,
+        id: &PredictionId,
+        stream_seq: u64,
+        early_call: Option<ModelCall<'a>>,
+    ) -> anyhow::Result<Option<(Prediction, bool, Option<ModelCall<'a>>)>> {
+        let Some(mut call) = early_call else {
+            return Ok(self.begin(id, stream_seq).await?.map(|(p, just_started)| (p, just_started, None)));
+        };
+        let begin = self.begin(id, stream_seq);
+        tokio::pin!(begin);
+        let (begun, call) = tokio::select! {
+            begun = &mut begin => (begun?, call),
+            result = &mut call => (begin.await?, futures::future::ready(result).boxed()),
+        };
+        Ok(begun.map(|(p, just_started)| (p, just_started, Some(call))))
+    }
+
     /// Step 1: the prediction to run, and whether this call started it (so its `start` event
     /// is due), or `None` when there is nothing to run.
-    async fn begin(&self, id: &PredictionId, delivery: Delivery) -> anyhow::Result<Option<(Prediction, bool)>> {
+    async fn begin(&self, id: &PredictionId, stream_seq: u64) -> anyhow::Result<Option<(Prediction, bool)>> {
         let predictions = self.store.predictions();
-        let job_seq = i64::try_from(delivery.stream_seq).unwrap_or(i64::MAX);
+        let job_seq = i64::try_from(stream_seq).unwrap_or(i64::MAX);
         let writing = std::time::Instant::now();
         let started = predictions
             .transition(id, PredictionStatus::Processing, doc! { "started_at": DateTime::now(), "job_seq": job_seq })

@@ -224,9 +224,8 @@ impl Bus {
         &self,
         prediction: &Prediction,
     ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
-        let job = JobMessage::RunPredictionV1 { prediction_id: prediction.id.clone(), model: prediction.model.clone() };
         let subject = self.subjects.job(&prediction.model, &prediction.account_id, &prediction.id);
-        let (msg_id, payload) = (prediction.id.to_string(), encode(&job));
+        let (msg_id, payload) = (prediction.id.to_string(), Bytes::from(JobMessage::encode_for(prediction)));
         let stored =
             self.send_stored(subject.clone(), msg_id.clone(), payload.clone(), async_nats::HeaderMap::new()).await?;
         let bus = self.clone();

@@ -6,7 +6,9 @@
 //!   whole system, a create with `Prefer: wait` to the api, answered when the prediction has
 //!   ended (api, runner and notifier as processes). Each at 1 and 8 in flight, in alternating
 //!   rounds so drift on the shared machine falls on both paths alike. What the service adds
-//!   is the difference of the percentiles.
+//!   is the difference of the percentiles. At 1 in flight also (c) direct calls with a pause
+//!   of [`IDLE_BETWEEN_CALLS`] after each: how much slower an idle Cog server answers, which
+//!   is part of what the service adds (its model sits idle while the service does its part).
 //! - **First signs of life** for `demo/echo`, one at a time: create to the signed `start`
 //!   webhook arriving, and create to the first `output` event of the prediction's SSE stream
 //!   (`stream: true`, the stream opened as soon as the create answers).
@@ -43,6 +45,9 @@ pub const TARGET_ADDED_P99: Duration = Duration::from_millis(5);
 const LEVELS: [usize; 2] = [1, 8];
 /// Alternating rounds per level.
 const ROUNDS: usize = 4;
+/// The pause between the direct calls of the idle path: about what the service spends around
+/// each model call, during which a Cog server called through it sits idle.
+const IDLE_BETWEEN_CALLS: Duration = Duration::from_millis(4);
 /// The Cog echo fixture of the benchmarks.
 const FIXTURE: &str = "deploy/bench/fixtures/cog/echo_async";
 /// The Cog model's input.
@@ -101,7 +106,7 @@ pub async fn phases(samples: usize) -> anyhow::Result<Value> {
         let through = Template::new(Method::POST, &cluster.base, "/v1/models/acme/echo/predictions", &cluster.key)?
             .json(INPUT)
             .header("prefer", "wait=30")?;
-        closed_loop(&cluster.base, &through, 1, samples, Expect::Service).await
+        closed_loop(&cluster.base, &through, 1, samples, Expect::Service, Duration::ZERO).await
     })
     .await;
     // The services flush their spans as they stop, which `on_system` waits for.
@@ -146,19 +151,32 @@ async fn overhead(cluster: &Cluster, cog: &str, in_flight: usize, samples: usize
         .json(INPUT)
         .header("prefer", "wait=30")?;
     let per_round = (samples / ROUNDS / in_flight).max(1);
-    let (mut direct_samples, mut through_samples, mut conflicts) = (Vec::new(), Vec::new(), 0);
+    let (mut direct_samples, mut through_samples, mut idle_samples, mut conflicts) =
+        (Vec::new(), Vec::new(), Vec::new(), 0);
     // A warm-up round of each, not counted.
-    closed_loop(cog, &direct, in_flight, 5, Expect::Cog).await?;
-    closed_loop(&cluster.base, &through, in_flight, 5, Expect::Service).await?;
+    closed_loop(cog, &direct, in_flight, 5, Expect::Cog, Duration::ZERO).await?;
+    closed_loop(&cluster.base, &through, in_flight, 5, Expect::Service, Duration::ZERO).await?;
     for _ in 0..ROUNDS {
-        let (d, c) = closed_loop(cog, &direct, in_flight, per_round, Expect::Cog).await?;
+        let (d, c) = closed_loop(cog, &direct, in_flight, per_round, Expect::Cog, Duration::ZERO).await?;
         direct_samples.extend(d);
         conflicts += c;
-        through_samples.extend(closed_loop(&cluster.base, &through, in_flight, per_round, Expect::Service).await?.0);
+        let (t, _) =
+            closed_loop(&cluster.base, &through, in_flight, per_round, Expect::Service, Duration::ZERO).await?;
+        through_samples.extend(t);
+        if in_flight == 1 {
+            let (i, c) = closed_loop(cog, &direct, 1, per_round, Expect::Cog, IDLE_BETWEEN_CALLS).await?;
+            idle_samples.extend(i);
+            conflicts += c;
+        }
     }
     let (direct, through) = (Samples::new(direct_samples), Samples::new(through_samples));
     let added = |p: f64| through.percentile(p).saturating_sub(direct.percentile(p));
+    let idle = (!idle_samples.is_empty()).then(|| {
+        let idle = Samples::new(idle_samples);
+        json!({"pause_ms": ms(IDLE_BETWEEN_CALLS), "p50_ms": ms(idle.percentile(50.0)), "p99_ms": ms(idle.percentile(99.0))})
+    });
     Ok(json!({
+        "direct_after_idle": idle,
         "in_flight": in_flight,
         "samples": direct.len(),
         "direct": {"p50_ms": ms(direct.percentile(50.0)), "p99_ms": ms(direct.percentile(99.0))},
@@ -178,13 +196,15 @@ enum Expect {
     Service,
 }
 
-/// `clients` closed-loop clients sending `template` `each` times; the latencies, and 409s.
+/// `clients` closed-loop clients sending `template` `each` times, each pausing `pause` after
+/// every answer; the latencies, and 409s.
 async fn closed_loop(
     base: &str,
     template: &Template,
     clients: usize,
     each: usize,
     expect: Expect,
+    pause: Duration,
 ) -> anyhow::Result<(Vec<Duration>, usize)> {
     let client = async |mut connection: Connection| {
         let (mut latencies, mut conflicts) = (Vec::with_capacity(each), 0);
@@ -207,6 +227,9 @@ async fn closed_loop(
                 }
             }
             latencies.push(started.elapsed());
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
         }
         anyhow::Ok((latencies, conflicts))
     };
@@ -293,6 +316,15 @@ pub fn table(measured: &Value) -> String {
             level["added_p50_ms"],
             level["added_p99_ms"],
         ));
+    }
+    for level in measured["levels"].as_array().into_iter().flatten() {
+        let idle = &level["direct_after_idle"];
+        if idle.is_object() {
+            out.push_str(&format!(
+                "\nDirect calls {} ms apart ({} in flight; the Cog server idle between them, as it is while the service does its part): p50 {} ms, p99 {} ms\n",
+                idle["pause_ms"], level["in_flight"], idle["p50_ms"], idle["p99_ms"]
+            ));
+        }
     }
     let first = &measured["first_signs"];
     out.push_str(&format!(

@@ -211,3 +211,26 @@ async fn a_non_streaming_cog_model_runs_in_one_held_call_that_a_cancel_stops_on_
 async fn a_cog_server_killed_during_a_sync_call_fails_the_prediction_with_a_clear_error() {
     killing_the_server_mid_run_fails_the_prediction("pause", json!({"seconds": 30.0})).await;
 }
+
+#[tokio::test]
+async fn a_model_started_early_for_a_prediction_canceled_in_the_queue_is_stopped_on_the_server() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start("pause");
+    // Canceled while its job waited; the job carries its input, so the runner starts the model
+    // beside its `processing` write, which then finds nothing to run.
+    let account = common::domain::AccountId::generate();
+    let limit = Duration::from_secs(1800);
+    let canceled = fixture.store_prediction_of(&account, "acme/pause", json!({"seconds": 30.0}), limit).await;
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(doc! {"_id": canceled.id.as_str()}, doc! {"$set": {"status": "canceled"}}).await.expect("cancel");
+    fixture.publish_job(&canceled).await;
+    runner_for(&fixture, "acme/pause", &server).await;
+
+    // The server has one slot, and the account's jobs are taken in order: the next prediction
+    // runs only once the early call let the slot go.
+    let next = fixture.create_of(&account, "acme/pause", json!({"seconds": 0.1})).await;
+    let done = fixture.wait_until(&next.id, Duration::from_secs(20), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    let after = fixture.current(&canceled.id).await;
+    assert_eq!((after.status, after.output, after.started_at), (PredictionStatus::Canceled, None, None));
+}
