@@ -234,3 +234,39 @@ async fn a_model_started_early_for_a_prediction_canceled_in_the_queue_is_stopped
     let after = fixture.current(&canceled.id).await;
     assert_eq!((after.status, after.output, after.started_at), (PredictionStatus::Canceled, None, None));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
+    use runner::models::{
+        Model, Progress,
+        cog::{CogModel, callbacks::Callbacks},
+    };
+    let server = CogServer::start("pause");
+    let callbacks =
+        Callbacks::serve("127.0.0.1:0".parse().expect("addr"), None, Default::default()).await.expect("serve");
+    let target = runner::models::cog::parse_targets(&format!("acme/pause={}", server.url())).expect("target").remove(0);
+    let model = CogModel::connect(&target, reqwest::Client::new(), callbacks, true).await.expect("connect");
+    let progress = Progress::default();
+    let input = |seconds: f64| json!({"seconds": seconds}).as_object().cloned().expect("object");
+    // A first call leaves a pooled connection, so the requests below need no connect.
+    model.run(input(0.0), &progress).await.expect("a quick call");
+    // coglet loses a cancel that arrives right as the prediction starts; drops at 0 to 1.9 ms,
+    // five times each, land on both sides of that moment (with a single cancel, 2 runs in 3
+    // of this test failed here).
+    for spin_us in (0..100).map(|i| (i % 20) * 100) {
+        let mut run = model.run(input(30.0), &progress);
+        let spin = std::time::Instant::now();
+        let ran_on = async {
+            while spin.elapsed() < Duration::from_micros(spin_us) {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = &mut run => panic!("a 30 s call ended at once"),
+            () = ran_on => {}
+        }
+        drop(run);
+        assert!(server_reports(&server, "READY").await, "dropped {spin_us} us after the request: still running");
+    }
+}
