@@ -9,6 +9,11 @@ use common::config::Env;
 #[command(name = "notifier", version, about = "Delivers signed prediction webhooks")]
 struct Cli {}
 
+/// mimalloc rather than glibc's malloc, whose bookkeeping (`malloc_consolidate`, `unlink_chunk`)
+/// was a tenth of the service's CPU in its profile.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let _ = Cli::parse();

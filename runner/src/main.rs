@@ -21,6 +21,11 @@ struct Cli {
     cog: Vec<String>,
 }
 
+/// mimalloc rather than glibc's malloc, whose bookkeeping (`malloc_consolidate`, `unlink_chunk`)
+/// was a tenth of the service's CPU in its profile.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -1,7 +1,8 @@
 //! `perf record` attached to each service process for one measured stretch, so the cost
 //! bench can say where the CPU goes (`deploy/bench/profile` turns the recordings into flame
-//! graphs). Call stacks are unwound from DWARF (the release profile keeps debug info), as the
-//! binaries are built without frame pointers.
+//! graphs). Call stacks are walked by frame pointer when `BENCH_PERF_CALL_GRAPH=fp` (the
+//! profile script builds the services with `-C force-frame-pointers=yes` for that), else
+//! unwound from DWARF, which left most of a tokio worker's samples without their callers.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +11,8 @@ use tokio::process::{Child, Command};
 
 /// Samples per second and process.
 const FREQUENCY: &str = "499";
+/// How call stacks are recorded unless `BENCH_PERF_CALL_GRAPH` says otherwise.
+const DEFAULT_CALL_GRAPH: &str = "dwarf,16384";
 
 /// The running recordings.
 pub struct Profiler {
@@ -20,11 +23,12 @@ impl Profiler {
     /// Starts one recording per process into `dir/<name>-<pid>.perf.data`.
     pub async fn start(dir: &Path, processes: &[(&'static str, u32)]) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
+        let call_graph = std::env::var("BENCH_PERF_CALL_GRAPH").unwrap_or_else(|_| DEFAULT_CALL_GRAPH.to_owned());
         let mut recordings = Vec::new();
         for (name, pid) in processes {
             let data = dir.join(format!("{name}-{pid}.perf.data"));
             let child = Command::new("perf")
-                .args(["record", "-q", "-F", FREQUENCY, "-g", "--call-graph", "dwarf,16384", "-p", &pid.to_string()])
+                .args(["record", "-q", "-F", FREQUENCY, "-g", "--call-graph", &call_graph, "-p", &pid.to_string()])
                 .arg("-o")
                 .arg(&data)
                 .stdin(std::process::Stdio::null())
