@@ -88,7 +88,11 @@ impl Deliverer {
     /// long it took.
     pub async fn send(&self, hook: &Webhook<'_>, secrets: &[&WebhookSecret]) -> (AttemptResult, Duration) {
         let started = Instant::now();
-        if let Some(reason) = refused_literal(hook.url.url(), self.allow_private) {
+        let url = match hook.url.url() {
+            Ok(url) => url,
+            Err(e) => return (AttemptResult::Refused { reason: e.to_string() }, started.elapsed()),
+        };
+        if let Some(reason) = refused_literal(url, self.allow_private) {
             return (AttemptResult::Refused { reason }, started.elapsed());
         }
         let timestamp = chrono::Utc::now().timestamp();
@@ -97,7 +101,7 @@ impl Deliverer {
         common::trace_context::inject_http(&mut trace);
         let request = self
             .client
-            .post(hook.url.url().clone())
+            .post(url.clone())
             .headers(trace)
             .header(CONTENT_TYPE, "application/json")
             .header("webhook-id", hook.id)
@@ -135,4 +139,23 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use common::{config::Env, crypto::MasterKey};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stored_url_that_does_not_parse_is_refused_not_sent() {
+        let vars = HashMap::from([("MASTER_KEY".to_owned(), MasterKey::generate_base64())]);
+        let config = NotifierConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("config");
+        let url: WebhookUrl = serde_json::from_str(r#""http://exa mple.com/h""#).expect("decodes");
+        let hook = Webhook { id: "msg_1", event: WebhookEvent::Completed, seq: 1, url: &url, body: b"{}" };
+        let (result, _) = Deliverer::new(&config).expect("client").send(&hook, &[]).await;
+        assert!(matches!(result, AttemptResult::Refused { .. }), "{result:?}");
+    }
 }

@@ -23,10 +23,13 @@ pub struct Targets {
     limits: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-/// The target of a URL: `host:port`.
+/// The target of a URL: `host:port` (a URL that does not parse is its own target; its
+/// delivery is refused anyway).
 pub fn target_of(url: &WebhookUrl) -> String {
-    let u = url.url();
-    format!("{}:{}", u.host_str().unwrap_or(""), u.port_or_known_default().unwrap_or(0))
+    match url.url() {
+        Ok(u) => format!("{}:{}", u.host_str().unwrap_or(""), u.port_or_known_default().unwrap_or(0)),
+        Err(_) => url.as_str().to_owned(),
+    }
 }
 
 impl Targets {

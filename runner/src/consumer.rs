@@ -112,14 +112,15 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _s
             return job.settle(AckKind::Term).await;
         }
         let delivery = Delivery { stream_seq, model_input };
-        let settle = match shared.executor.execute(model.as_ref(), &prediction_id, delivery, &shared.handback).await {
+        let execute = Box::pin(shared.executor.execute(model.as_ref(), &prediction_id, delivery, &shared.handback));
+        let settle = match execute.await {
             Outcome::Done => AckKind::Ack,
             Outcome::Retry { .. } if delivered >= shared.max_deliver => {
                 let error = ModelError {
                     code: "JOB_RETRIES_EXHAUSTED".into(),
                     message: format!("The job failed {delivered} times on storage or messaging errors."),
                 };
-                if let Err(e) = shared.executor.give_up(&prediction_id, error).await {
+                if let Err(e) = Box::pin(shared.executor.give_up(&prediction_id, error)).await {
                     tracing::error!(
                         error = format!("{e:#}"),
                         "could not record the failure; the reconciler will time it out"

@@ -50,7 +50,10 @@ impl<T: DeserializeOwned> HeldMessage<T> {
             }
             Err(e) => {
                 tracing::error!(subject = %message.subject, error = %e, "undecodable message terminated and recorded");
-                if let Err(e) = dead_letters.record(service, &message.subject, &message.payload, &e.to_string()).await {
+                // Boxed: a rare path whose future would otherwise grow every handler's.
+                let reason = e.to_string();
+                let record = Box::pin(dead_letters.record(service, &message.subject, &message.payload, &reason));
+                if let Err(e) = record.await {
                     tracing::warn!(error = %e, "dead letter not recorded");
                 }
                 acknowledge(&message, AckKind::Term).await;

@@ -39,6 +39,7 @@ use async_nats::{
     },
 };
 use bytes::Bytes;
+use futures::future::BoxFuture;
 
 use crate::{
     domain::ApiKeyId,
@@ -206,10 +207,15 @@ impl Bus {
 
     /// Recreates the streams after a publish found one missing (once, however many publishes
     /// found it so at the same time).
-    async fn recreate_streams(&self) -> Result<(), BusError> {
-        let _once = self.recreating.lock().await;
-        tracing::warn!("a stream was missing; creating the streams again");
-        self.ensure_streams().await
+    ///
+    /// Boxed, as is [`Self::remade_after`]: stream creation is a large future, and every
+    /// publish would otherwise carry its size (11 KB) for a path it almost never takes.
+    fn recreate_streams(&self) -> BoxFuture<'_, Result<(), BusError>> {
+        Box::pin(async move {
+            let _once = self.recreating.lock().await;
+            tracing::warn!("a stream was missing; creating the streams again");
+            self.ensure_streams().await
+        })
     }
 
     /// Publishes the job of `prediction` and waits for the stream to store it.
@@ -330,7 +336,11 @@ impl Bus {
     /// publish is worth one more try). A publish to a subject that core-NATS subscribers also
     /// hear (the runners' doorbells) times out rather than failing with "no stream", so a
     /// failure other than a missing stream has the streams looked up as well.
-    async fn remade_after(&self, error: &BusError) -> bool {
+    fn remade_after<'a>(&'a self, error: &'a BusError) -> BoxFuture<'a, bool> {
+        Box::pin(self.remade_after_unboxed(error))
+    }
+
+    async fn remade_after_unboxed(&self, error: &BusError) -> bool {
         let missing = match error {
             BusError::StreamMissing { .. } => true,
             BusError::Publish { .. } => {
