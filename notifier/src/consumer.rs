@@ -25,6 +25,7 @@ use bson::DateTime;
 use common::{
     bus::{
         Bus,
+        heartbeat::Heartbeat,
         held::HeldMessage,
         pull::{Permits, pull_with_permits},
     },
@@ -80,8 +81,8 @@ pub struct Notifier {
     pub targets: Targets,
     /// Where undecodable events are recorded.
     pub dead_letters: common::store::dead_letters::DeadLetters,
-    /// How often a held event's message gets an in-progress ack (a third of its ack wait).
-    pub progress_every: Duration,
+    /// The in-progress acks of held event messages (about every third of their ack wait).
+    pub heartbeat: Heartbeat,
     /// What `/metrics` shows.
     pub metrics: NotifierMetrics,
 }
@@ -147,8 +148,7 @@ async fn report_backlog(mut consumer: PullConsumer, metrics: NotifierMetrics, sh
 }
 
 async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
-    let held =
-        HeldMessage::<DeliverableEvent>::take(message, "notifier", &notifier.dead_letters, notifier.progress_every);
+    let held = HeldMessage::<DeliverableEvent>::take(message, "notifier", &notifier.dead_letters, &notifier.heartbeat);
     let Some(event) = held.await else { return };
     let (delivery, _) = event.delivery();
     let announcement = Announcement::from_header(event.header(ANNOUNCEMENT_HEADER));

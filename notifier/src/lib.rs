@@ -26,6 +26,7 @@ pub mod targets;
 
 use std::sync::Arc;
 
+use common::bus::heartbeat::Heartbeat;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -58,7 +59,7 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         recorder: AttemptRecorder::start(store.webhook_attempts(), config.record_linger),
         ledger: DeliveryLedger::new(config.retry_schedule.longest() + LEDGER_MARGIN),
         schedule: config.retry_schedule.clone(),
-        progress_every: (config.timeout + consumer::ACK_MARGIN) / 3,
+        heartbeat: Heartbeat::start((config.timeout + consumer::ACK_MARGIN) / 3),
         metrics,
     });
     consumer::consume(&config, &bus, notifier, shutdown).await

@@ -14,12 +14,12 @@
 //! On shutdown the loops stop pulling; running jobs get `RUNNER_SHUTDOWN_GRACE_SECONDS` to
 //! finish, then the rest are handed back (nak) for another runner.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc};
 
 use anyhow::Context;
 use async_nats::jetstream::{AckKind, Message};
 use common::{
-    bus::{Bus, held::HeldMessage},
+    bus::{Bus, heartbeat::Heartbeat, held::HeldMessage},
     domain::ModelRef,
     messages::JobMessage,
     store::dead_letters::DeadLetters,
@@ -41,7 +41,7 @@ struct Shared {
     executor: Arc<Executor>,
     tracker: TaskTracker,
     handback: CancellationToken,
-    ack_wait: Duration,
+    heartbeat: Heartbeat,
     max_deliver: i64,
     dead_letters: DeadLetters,
 }
@@ -61,7 +61,7 @@ pub async fn consume(
         executor,
         tracker: TaskTracker::new(),
         handback: CancellationToken::new(),
-        ack_wait: config.ack_wait,
+        heartbeat: Heartbeat::start(config.ack_wait / 3),
         max_deliver: config.max_deliver,
         dead_letters,
     });
@@ -97,8 +97,7 @@ pub async fn consume(
 }
 
 async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _slots: Slots) {
-    let progress_every = shared.ack_wait / 3;
-    let Some(job) = HeldMessage::<JobMessage>::take(message, "runner", &shared.dead_letters, progress_every).await
+    let Some(job) = HeldMessage::<JobMessage>::take(message, "runner", &shared.dead_letters, &shared.heartbeat).await
     else {
         return;
     };

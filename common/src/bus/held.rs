@@ -4,49 +4,43 @@
 //!
 //! - **decode or dead-letter**: a payload that does not decode is recorded in `dead_letters`
 //!   and terminated at once, never redelivered forever;
-//! - **held means heartbeat**: while the message is held, an in-progress ack goes out every
-//!   interval given (a third of the consumer's ack wait), so JetStream does not hand it to
-//!   another replica in the middle of the work, however long the work waits or runs;
+//! - **held means heartbeat**: while the message is held, an in-progress ack goes out about
+//!   every interval of the [`Heartbeat`] it is held through (a third of the consumer's ack
+//!   wait), so JetStream does not hand it to another replica in the middle of the work, however
+//!   long the work waits or runs;
 //! - **acked only on purpose**: the message is settled by an explicit [`HeldMessage::settle`],
 //!   which the caller makes after the effect is stored; one dropped unsettled (a panic, a task
 //!   dropped at shutdown) is handed back at once (nak) instead of after its ack wait.
 
-use std::time::Duration;
-
 use async_nats::jetstream::{AckKind, Message};
 use serde::de::DeserializeOwned;
 
-use super::pull::acknowledge;
+use super::{
+    heartbeat::{Beating, Heartbeat},
+    pull::acknowledge,
+};
 use crate::store::dead_letters::DeadLetters;
 
 /// A decoded message held by its handler.
 pub struct HeldMessage<T> {
     message: Option<Message>,
-    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    heartbeat: Option<Beating>,
     payload: T,
 }
 
 impl<T: DeserializeOwned> HeldMessage<T> {
-    /// Decodes `message` and starts its heartbeat (an in-progress ack every `progress_every`);
-    /// an undecodable one is recorded as `service`'s dead letter and terminated (`None`).
+    /// Decodes `message` and holds it through `heartbeat` (its in-progress acks); an
+    /// undecodable one is recorded as `service`'s dead letter and terminated (`None`).
     pub async fn take(
         message: Message,
         service: &str,
         dead_letters: &DeadLetters,
-        progress_every: Duration,
+        heartbeat: &Heartbeat,
     ) -> Option<Self> {
         match serde_json::from_slice::<T>(&message.payload) {
             Ok(payload) => {
-                let beating = message.clone();
-                let heartbeat = tokio::spawn(async move {
-                    let mut tick = tokio::time::interval(progress_every.max(Duration::from_millis(100)));
-                    tick.tick().await;
-                    loop {
-                        tick.tick().await;
-                        acknowledge(&beating, AckKind::Progress).await;
-                    }
-                });
-                Some(Self { message: Some(message), heartbeat: Some(heartbeat), payload })
+                let beating = heartbeat.hold(message.clone());
+                Some(Self { message: Some(message), heartbeat: Some(beating), payload })
             }
             Err(e) => {
                 tracing::error!(subject = %message.subject, error = %e, "undecodable message terminated and recorded");
@@ -87,9 +81,7 @@ impl<T> HeldMessage<T> {
 
     /// Settles the message as `kind` (ack, nak with a delay, term), ending its heartbeat.
     pub async fn settle(mut self, kind: AckKind) {
-        if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.abort();
-        }
+        drop(self.heartbeat.take());
         if let Some(message) = self.message.take() {
             acknowledge(&message, kind).await;
         }
@@ -98,9 +90,7 @@ impl<T> HeldMessage<T> {
 
 impl<T> Drop for HeldMessage<T> {
     fn drop(&mut self) {
-        if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.abort();
-        }
+        drop(self.heartbeat.take());
         if let Some(message) = self.message.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {

@@ -23,6 +23,7 @@
 //! finds its stream missing (a NATS restart loses the memory-stored rate-limit stream; an
 //! operator may delete one): the publish is then retried once.
 
+pub mod heartbeat;
 pub mod held;
 pub mod pull;
 pub mod resend;

@@ -9,7 +9,10 @@ use async_nats::jetstream::{
     consumer::{AckPolicy, PullConsumer, pull},
     stream::Config as StreamConfig,
 };
-use common::{bus::held::HeldMessage, testkit::TestContext};
+use common::{
+    bus::{heartbeat::Heartbeat, held::HeldMessage},
+    testkit::TestContext,
+};
 use futures::StreamExt;
 
 async fn next(consumer: &PullConsumer) -> Option<async_nats::jetstream::Message> {
@@ -40,13 +43,15 @@ async fn a_held_message_is_not_redelivered_past_its_ack_wait_and_leaves_when_set
         .expect("consumer");
     bus.jetstream().publish(subject, "\"work\"".into()).await.expect("publish").await.expect("stored");
 
+    let heartbeat = Heartbeat::start(ack_wait / 3);
     let message = next(&consumer).await.expect("the message");
-    let held =
-        HeldMessage::<String>::take(message, "test", &store.dead_letters(), ack_wait / 3).await.expect("decodes");
+    let held = HeldMessage::<String>::take(message, "test", &store.dead_letters(), &heartbeat).await.expect("decodes");
     assert_eq!(held.payload(), "work");
     tokio::time::sleep(ack_wait * 3).await;
     assert!(next(&consumer).await.is_none(), "held three ack waits long, and not handed out again");
+    assert_eq!(heartbeat.held(), 1, "held through the heartbeat");
     held.settle(AckKind::Ack).await;
+    assert_eq!(heartbeat.held(), 0, "settled: no more beats");
     tokio::time::sleep(ack_wait * 2).await;
     assert!(next(&consumer).await.is_none(), "acked: gone");
 }
