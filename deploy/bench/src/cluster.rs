@@ -210,6 +210,37 @@ impl Cluster {
         Ok(snapshot)
     }
 
+    /// Waits until the system has worked off what it was given: no job left in the jobs
+    /// stream and no event waiting for the notifier, twice in a row 250 ms apart. `false` if
+    /// that did not happen within `within`.
+    pub async fn drained(&self, within: Duration) -> anyhow::Result<bool> {
+        let (js, subjects) = (self.setup.bus.jetstream(), self.setup.bus.subjects());
+        let deadline = tokio::time::Instant::now() + within;
+        let mut idle_polls = 0;
+        while tokio::time::Instant::now() < deadline {
+            let jobs = js.get_stream(subjects.jobs_stream()).await?.info().await?.state.messages;
+            let notifier = js
+                .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                    subjects.notifier_consumer(),
+                    subjects.events_stream(),
+                )
+                .await;
+            let events = match notifier {
+                Ok(mut consumer) => {
+                    let info = consumer.info().await?;
+                    info.num_pending + info.num_ack_pending as u64
+                }
+                Err(_) => 0, // no notifier in this system
+            };
+            idle_polls = if jobs == 0 && events == 0 { idle_polls + 1 } else { 0 };
+            if idle_polls == 2 {
+                return Ok(true);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Ok(false)
+    }
+
     /// Stops everything; keeps the logs only when `BENCH_KEEP_LOGS` is set.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         self.stop_runners().await?;

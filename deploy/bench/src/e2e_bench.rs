@@ -7,8 +7,8 @@
 //! After the fixed rates, the rate doubles for shorter phases until p99 passes one second,
 //! anything fails, or `max_rate` is reached; then a few shorter phases bisect between the
 //! highest rate that held and the lowest above it that did not (a fixed rate or the last
-//! doubling). The highest rate that held is the sustainable rate (measured on the data the
-//! earlier phases left). Around each fixed phase the services' CPU, memory and MongoDB
+//! doubling), each once the backlog of the rate before it is worked off. The highest rate
+//! that held is the sustainable rate (measured on the data the earlier phases left). Around each fixed phase the services' CPU, memory and MongoDB
 //! commands are read, so the same run yields the cost per prediction.
 
 use std::time::Duration;
@@ -30,6 +30,8 @@ const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(15);
 /// How many rates are tried between the highest fixed rate that held and one that did not.
 const BISECT_STEPS: usize = 3;
+/// How long the search waits for the backlog of a rate that did not hold to be worked off.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// The p99 above which a rate is not sustained.
 const SUSTAINED_P99: Duration = Duration::from_secs(1);
 
@@ -111,6 +113,9 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, plan: &Plan) ->
         rate *= 2;
         phases.push(phase(cluster, &http, receiver, rate, plan.ramp_seconds).await?);
     }
+    // A rate that did not hold leaves a backlog; the next phase starts once it is worked off,
+    // or it measures the backlog (before, every bisecting phase after an overload lost all
+    // of its predictions to the earlier phases' queue).
     // Narrow down between the highest rate that held and the lowest above it that did not
     // (a fixed rate or the last of the doubling).
     if let Some(mut held) = sustainable(&phases)
@@ -118,6 +123,10 @@ pub async fn measure(cluster: &mut Cluster, receiver: &Receiver, plan: &Plan) ->
     {
         for _ in 0..BISECT_STEPS {
             let Some(middle) = between(held, failed) else { break };
+            if !cluster.drained(DRAIN_TIMEOUT).await? {
+                println!("the backlog of {failed}/s was not worked off within {DRAIN_TIMEOUT:?}; search ended");
+                break;
+            }
             let measured = phase(cluster, &http, receiver, middle, plan.ramp_seconds).await?;
             if measured.sustained() {
                 held = middle;
