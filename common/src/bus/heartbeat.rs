@@ -21,10 +21,12 @@ use std::{
     time::Duration,
 };
 
-use async_nats::jetstream::{AckKind, Message};
+use async_nats::{
+    Client, Subject,
+    jetstream::{AckKind, Message},
+};
+use bytes::Bytes;
 use tokio::time::Instant;
-
-use super::pull::acknowledge;
 
 /// The shortest interval between two in-progress acks of one message.
 const MIN_EVERY: Duration = Duration::from_millis(100);
@@ -41,8 +43,11 @@ struct Beats {
     held: Mutex<HashMap<u64, Held>>,
 }
 
+/// What an in-progress ack needs of a held message: where to send it (its reply subject, a
+/// shared buffer) and the connection (not the whole message, whose headers are a map).
 struct Held {
-    message: Message,
+    client: Client,
+    reply: Subject,
     due: Instant,
 }
 
@@ -61,11 +66,15 @@ impl Heartbeat {
         Self { beats }
     }
 
-    /// Holds `message` (a clone of it) until the returned [`Beating`] is dropped.
-    pub(super) fn hold(&self, message: Message) -> Beating {
+    /// Holds `message` until the returned [`Beating`] is dropped (a message without a reply
+    /// subject is not a JetStream delivery and gets no acks).
+    pub(super) fn hold(&self, message: &Message) -> Beating {
         let id = self.beats.next_id.fetch_add(1, Ordering::Relaxed);
-        let due = Instant::now() + self.beats.every;
-        self.beats.lock().insert(id, Held { message, due });
+        if let Some(reply) = &message.reply {
+            let held =
+                Held { client: message.context.client(), reply: reply.clone(), due: Instant::now() + self.beats.every };
+            self.beats.lock().insert(id, held);
+        }
         Beating { beats: self.beats.clone(), id }
     }
 
@@ -80,14 +89,14 @@ impl Beats {
         self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The held messages whose beat is due at `now`, each then due again one interval later.
-    fn due(&self, now: Instant) -> Vec<Message> {
+    /// Where the acks due at `now` go, each then due again one interval later.
+    fn due(&self, now: Instant) -> Vec<(Client, Subject)> {
         let mut held = self.lock();
         held.values_mut()
             .filter(|h| h.due <= now)
             .map(|h| {
                 h.due = now + self.every;
-                h.message.clone()
+                (h.client.clone(), h.reply.clone())
             })
             .collect()
     }
@@ -106,8 +115,10 @@ async fn beat(beats: Weak<Beats>, tick: Duration) {
         let Some(due) = beats.upgrade().map(|b| b.due(Instant::now())) else {
             return;
         };
-        for message in &due {
-            acknowledge(message, AckKind::Progress).await;
+        for (client, reply) in due {
+            if let Err(e) = client.publish(reply, Bytes::from(AckKind::Progress)).await {
+                tracing::warn!(error = %e, "in-progress ack not sent; the message may be redelivered");
+            }
         }
     }
 }

@@ -39,7 +39,7 @@ impl<T: DeserializeOwned> HeldMessage<T> {
     ) -> Option<Self> {
         match serde_json::from_slice::<T>(&message.payload) {
             Ok(payload) => {
-                let beating = heartbeat.hold(message.clone());
+                let beating = heartbeat.hold(&message);
                 Some(Self { message: Some(message), heartbeat: Some(beating), payload })
             }
             Err(e) => {
