@@ -39,8 +39,11 @@ enum AdminCommand {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    common::runtime::block_on(serve())
+}
+
+async fn serve() -> ExitCode {
     let cli = Cli::parse();
     let _telemetry = common::telemetry::init("api");
     let config = match api::config::ApiConfig::from_env(&Env::process()) {

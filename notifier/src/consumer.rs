@@ -43,7 +43,7 @@ use tracing::Instrument;
 use crate::{
     config::NotifierConfig,
     deliver::{AttemptResult, Deliverer, Webhook},
-    lanes::{Lane, Lanes, Verdict},
+    lanes::{self, Lane, Lanes, Verdict},
     ledger::DeliveryLedger,
     metrics::{BACKLOG_REFRESH, NotifierMetrics},
     recorder::AttemptRecorder,
@@ -235,7 +235,7 @@ async fn route(arrival: Arrival, notifier: &Notifier, change: &DeliverableEvent)
             tracing::debug!("superseded by a newer state of the prediction; dropped");
             return AckKind::Ack;
         }
-        Verdict::Deliver { wait } => tokio::time::sleep(wait).await,
+        Verdict::Deliver { wait } => lanes::wait_out(wait).await,
     }
     deliver(arrival, notifier, change, &url, &lane, turn).await
 }

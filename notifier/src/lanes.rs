@@ -101,6 +101,17 @@ impl Lanes {
     }
 }
 
+/// Waits out a throttle of `wait`, and not at all when it is zero (every `start` and
+/// `completed`, and progress past the throttle). `sleep(ZERO)` is not free: tokio rounds a
+/// deadline up to its next millisecond tick, so it registered a timer, woke the runtime's
+/// driver (an eventfd write, then one more pass of its event loop) and held the webhook for
+/// up to a millisecond: 1.9 such wake-ups per prediction in the notifier.
+pub async fn wait_out(wait: Duration) {
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
 impl Lane {
     /// Waits for this lane's turn (FIFO); the returned guard holds it.
     pub async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
@@ -173,6 +184,15 @@ mod tests {
         lanes.enter(&p, Output, 2).expect("a lane");
         tokio::time::advance(Duration::from_millis(200)).await;
         assert_eq!(lane.verdict(Output, 2), Verdict::Deliver { wait: Duration::from_millis(300) });
+    }
+
+    #[tokio::test]
+    async fn a_zero_wait_is_over_at_once_without_a_timer() {
+        use futures::FutureExt;
+        // `sleep(ZERO)` would still be pending here: its deadline is rounded up to the
+        // runtime's next millisecond tick.
+        assert_eq!(wait_out(Duration::ZERO).now_or_never(), Some(()));
+        assert_eq!(wait_out(Duration::from_millis(50)).now_or_never(), None, "a throttle is waited out");
     }
 
     #[test]

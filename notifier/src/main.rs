@@ -14,8 +14,11 @@ struct Cli {}
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    common::runtime::block_on(serve())
+}
+
+async fn serve() -> ExitCode {
     let _ = Cli::parse();
     let _telemetry = common::telemetry::init("notifier");
     let config = match notifier::config::NotifierConfig::from_env(&Env::process()) {

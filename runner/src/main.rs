@@ -26,8 +26,11 @@ struct Cli {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    common::runtime::block_on(serve())
+}
+
+async fn serve() -> ExitCode {
     let cli = Cli::parse();
     let _telemetry = common::telemetry::init("runner");
     let mut config = match runner::config::RunnerConfig::from_env(&Env::process()) {

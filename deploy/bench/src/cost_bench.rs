@@ -185,7 +185,13 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     }
     if let Some(sink) = &sink {
         // Exported promptly, so the spans of the run are sent (and paid for) within it.
-        extra.extend([("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "200")]);
+        // `RUST_LOG` filters spans as well as logs, and the services' spans are at `info`:
+        // under the bench's default `warn` nothing was exported (0 exports, 0 bytes).
+        extra.extend([
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("RUST_LOG", "info"),
+        ]);
     }
     let result = async {
         // The servers' first thousands of operations tend to run slower (the stand-in is a

@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use tokio::process::{Child, Command};
 
-/// Samples per second and process.
-const FREQUENCY: &str = "499";
+/// Samples per second and process unless `BENCH_PERF_FREQUENCY` says otherwise (a batch of
+/// 2,000 predictions gives a few hundred samples per service at this rate: enough for the
+/// flame graphs' shape, too few to rank functions under 2 %).
+const DEFAULT_FREQUENCY: &str = "499";
 /// How call stacks are recorded unless `BENCH_PERF_CALL_GRAPH` says otherwise.
 const DEFAULT_CALL_GRAPH: &str = "dwarf,16384";
 
@@ -24,11 +26,12 @@ impl Profiler {
     pub async fn start(dir: &Path, processes: &[(&'static str, u32)]) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let call_graph = std::env::var("BENCH_PERF_CALL_GRAPH").unwrap_or_else(|_| DEFAULT_CALL_GRAPH.to_owned());
+        let frequency = std::env::var("BENCH_PERF_FREQUENCY").unwrap_or_else(|_| DEFAULT_FREQUENCY.to_owned());
         let mut recordings = Vec::new();
         for (name, pid) in processes {
             let data = dir.join(format!("{name}-{pid}.perf.data"));
             let child = Command::new("perf")
-                .args(["record", "-q", "-F", FREQUENCY, "-g", "--call-graph", &call_graph, "-p", &pid.to_string()])
+                .args(["record", "-q", "-F", &frequency, "-g", "--call-graph", &call_graph, "-p", &pid.to_string()])
                 .arg("-o")
                 .arg(&data)
                 .stdin(std::process::Stdio::null())
