@@ -10,3 +10,4 @@ mod reconcile;
 mod results;
 mod scheduling;
 mod selection;
+mod unanswered_fetch;
