@@ -25,12 +25,14 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::{bus::Bus, cache::TtlCache, store::ApiKeyRecord};
+use common::{bus::Bus, store::ApiKeyRecord};
+use futures::FutureExt;
 
 use super::{
     Decision, WINDOW_SECS,
-    breaker::{Breaker, CHECK_TIMEOUT, OPEN_FOR},
+    breaker::{Breaker, OPEN_FOR},
     decide,
+    previous::PreviousTotals,
 };
 
 /// How often pending requests are added to the shared counters.
@@ -90,9 +92,9 @@ impl Shared {
 /// Counts requests per key on JetStream.
 pub struct RateLimiter {
     bus: Bus,
-    previous: TtlCache<(String, i64), i64>,
+    previous: Arc<PreviousTotals>,
     shared: Arc<Shared>,
-    breaker: Breaker,
+    breaker: Arc<Breaker>,
 }
 
 /// The current minute (Unix minutes) and how far into it we are (0.0 to 1.0).
@@ -107,12 +109,18 @@ impl RateLimiter {
     pub fn new(bus: Bus) -> Self {
         let shared = Arc::new(Shared::default());
         tokio::spawn(flush_every_interval(bus.clone(), Arc::downgrade(&shared)));
-        Self {
-            bus,
-            previous: TtlCache::new(Duration::from_secs(WINDOW_SECS as u64), 100_000),
-            shared,
-            breaker: Breaker::default(),
-        }
+        let breaker = Arc::new(Breaker::default());
+        let reader = bus.clone();
+        let read = Arc::new(move |(counter, minute): (String, i64)| {
+            let bus = reader.clone();
+            async move {
+                let subjects = bus.subjects();
+                let subject = subjects.rate_limit(&counter, minute);
+                bus.read_counter(&subjects.rate_limit_stream(), &subject).await.map_err(|e| e.to_string())
+            }
+            .boxed()
+        });
+        Self { bus, previous: PreviousTotals::new(read, breaker.clone()), shared, breaker }
     }
 
     /// Counts one request of `key` and decides whether it may proceed.
@@ -134,16 +142,7 @@ impl RateLimiter {
             self.shared.lock().entry((counter.to_owned(), minute)).or_default().pending += 1;
             return let_through();
         }
-        let previous = match tokio::time::timeout(CHECK_TIMEOUT, self.previous_total(counter, minute)).await {
-            Ok(Ok(total)) => total,
-            failed => {
-                skip(
-                    failed.map_or_else(|_| format!("no answer within {CHECK_TIMEOUT:?}"), |r| format!("{:?}", r.err())),
-                );
-                self.shared.lock().entry((counter.to_owned(), minute)).or_default().pending += 1;
-                return let_through();
-            }
-        };
+        let previous = self.previous_total(counter, minute).await;
         let local =
             self.shared.lock().entry((counter.to_owned(), minute)).or_default().admit_locally(limit, previous, elapsed);
         let current = match local {
@@ -191,22 +190,13 @@ impl RateLimiter {
         result
     }
 
-    /// The key's total of the minute before `minute`: read once from the counter, or what
-    /// this replica knows of it if that is more (its last requests may still be pending).
-    async fn previous_total(&self, key: &str, minute: i64) -> Result<i64, common::bus::BusError> {
-        let cache_key = (key.to_owned(), minute - 1);
-        let stored = match self.previous.get(&cache_key) {
-            Some(total) => total,
-            None => {
-                let subjects = self.bus.subjects();
-                let subject = subjects.rate_limit(key, minute - 1);
-                let total = self.bus.read_counter(&subjects.rate_limit_stream(), &subject).await?;
-                self.previous.insert(cache_key.clone(), total);
-                total
-            }
-        };
-        let known = self.shared.lock().get(&cache_key).map_or(0, Tally::view);
-        Ok(stored.max(known))
+    /// The key's total of the minute before `minute`: what the counter told (now, or before;
+    /// see [`PreviousTotals`]), or what this replica knows of it if that is more (its last
+    /// requests may still be pending, or the counter did not answer in time).
+    async fn previous_total(&self, key: &str, minute: i64) -> i64 {
+        let stored = self.previous.total(key, minute - 1).await.unwrap_or(0);
+        let known = self.shared.lock().get(&(key.to_owned(), minute - 1)).map_or(0, Tally::view);
+        stored.max(known)
     }
 }
 

@@ -7,7 +7,7 @@
 //! one by one close to it. The estimate weighs the previous minute's total by the part of it
 //! still inside the last 60 seconds: `previous × (1 − elapsed/60) + current`. The previous
 //! minute's total no longer changes, so each replica reads it once per key and minute and
-//! caches it. Every authenticated request counts, refused ones too, so a client that keeps
+//! keeps it; a request waits for that read at most 50 ms ([`previous`]). Every authenticated request counts, refused ones too, so a client that keeps
 //! hammering stays refused.
 //!
 //! If NATS cannot be reached, or the counter does not answer within half a second, the
@@ -20,6 +20,7 @@
 
 pub mod breaker;
 mod limiter;
+pub mod previous;
 
 use std::sync::{Arc, Mutex};
 
