@@ -52,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
+    flush_clock::FlushClock,
     metrics::RunnerMetrics,
     models::{Model, ModelError, ModelOutput, Progress},
     progress::Changes,
@@ -110,6 +111,8 @@ pub struct Executor {
     running: Mutex<HashMap<PredictionId, CancellationToken>>,
     /// What `/metrics` shows of the runs.
     metrics: RunnerMetrics,
+    /// When running predictions store their progress.
+    flush_clock: FlushClock,
 }
 
 /// Keeps a prediction in [`Executor::running`] while it runs.
@@ -137,7 +140,8 @@ impl Executor {
     /// An executor writing to `store` and publishing on `bus`, with URLs from `links`.
     pub fn new(store: Store, bus: Bus, links: Links, default_deadline: Duration) -> Self {
         let running = Mutex::new(HashMap::new());
-        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new() }
+        let flush_clock = FlushClock::start(FLUSH_INTERVAL);
+        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new(), flush_clock }
     }
 
     /// Its metrics.
@@ -347,16 +351,15 @@ impl Executor {
         }
     }
 
-    /// Step 2: stores progress every [`FLUSH_INTERVAL`], and reads the status when nothing was
-    /// stored for [`STATUS_CHECK_INTERVAL`] (a model that stays silent still notices a cancel
-    /// whose broadcast it missed); returns when the prediction is no longer `processing`.
+    /// Step 2: stores progress on each tick of the runner's [`FlushClock`] (every
+    /// [`FLUSH_INTERVAL`]), and reads the status when nothing was stored for
+    /// [`STATUS_CHECK_INTERVAL`] (a model that stays silent still notices a cancel whose
+    /// broadcast it missed); returns when the prediction is no longer `processing`.
     async fn flush_while_running(&self, id: &PredictionId, progress: &Progress, seq: &AtomicI64) {
-        let mut tick = tokio::time::interval(FLUSH_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
+        let mut ticks = self.flush_clock.ticks();
         let mut known_processing = tokio::time::Instant::now();
         loop {
-            tick.tick().await;
+            ticks.next().await;
             let still_processing = match progress.take_changes() {
                 Some(changes) => self.store_progress(id, changes, seq).await,
                 None if known_processing.elapsed() >= STATUS_CHECK_INTERVAL => self.is_processing(id).await,

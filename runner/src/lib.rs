@@ -7,7 +7,8 @@
 //!   model and account; [`doorbell`]: which lanes have work; [`scheduler`]: which job starts next (no idle slot while work waits,
 //!   fair share between models and between the accounts of a model).
 //! - [`execute`]: one job through the status machine: `starting → processing → terminal`.
-//! - [`progress`]: logs and output while a model runs, written at most every 500 ms.
+//! - [`progress`]: logs and output while a model runs, written at most every 500 ms, on the
+//!   ticks of one [`flush_clock`].
 //! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
 //! - [`reconcile`]: repairs predictions whose job was lost or that passed their deadline.
 //! - [`retention`]: removes the data of predictions that ended long enough ago.
@@ -19,6 +20,7 @@ pub mod config;
 pub mod consumer;
 pub mod doorbell;
 pub mod execute;
+pub mod flush_clock;
 pub mod lanes;
 pub mod metrics;
 pub mod models;
