@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::{
     api_bench,
-    baselines::Baselines,
+    baselines::{self, Baselines},
     cluster::round,
     cost_bench, create_vs_insert,
     e2e_bench::{self, Phase},
@@ -68,9 +68,13 @@ impl Measured {
     /// and completed for demo/echo; one if the batch did not count them). The api's HTTP server
     /// side, the attempt records and all JSON work are left out, so the true floor is higher.
     fn cpu_floor(&self) -> Vec<(&'static str, String, f64)> {
-        let at_8 = |operation: &str| self.baselines.client_cpu_us(operation, 8).unwrap_or(f64::NAN);
-        let (insert, find_and_modify, publish) =
-            (at_8("mongodb_insert_prediction"), at_8("mongodb_find_and_modify_prediction"), at_8("jetstream_publish"));
+        let at_floor_level =
+            |operation: &str| self.baselines.client_cpu_us(operation, baselines::FLOOR_LEVEL).unwrap_or(f64::NAN);
+        let (insert, find_and_modify, publish) = (
+            at_floor_level("mongodb_insert_prediction"),
+            at_floor_level("mongodb_find_and_modify_prediction"),
+            at_floor_level("jetstream_publish"),
+        );
         let http_request = self
             .api
             .iter()
