@@ -30,7 +30,7 @@ use futures::FutureExt;
 
 use super::{
     Decision, WINDOW_SECS,
-    breaker::{Breaker, OPEN_FOR},
+    breaker::{Breaker, CHECK_TIMEOUT, OPEN_FOR},
     decide,
     previous::PreviousTotals,
 };
@@ -150,7 +150,7 @@ impl RateLimiter {
             None => match self.increment_now(counter, minute).await {
                 Ok(total) => total,
                 Err(e) => {
-                    skip(e.to_string());
+                    skip(e);
                     return let_through();
                 }
             },
@@ -161,8 +161,11 @@ impl RateLimiter {
     /// Adds this request and the key's pending ones to its counter, returning the new total.
     /// Waits for a flush of the key in flight first, so the total includes every request this
     /// replica admitted before. If the increment fails they all stay pending (this request is
-    /// let through, so it counts).
-    async fn increment_now(&self, key: &str, minute: i64) -> Result<i64, common::bus::BusError> {
+    /// let through, so it counts). All within [`CHECK_TIMEOUT`], like any check: an increment
+    /// that is not confirmed in time counts as failed (if it lands later, those requests are
+    /// counted twice, for this minute only: strict, never lenient).
+    async fn increment_now(&self, key: &str, minute: i64) -> Result<i64, String> {
+        let deadline = tokio::time::Instant::now() + CHECK_TIMEOUT;
         let slot = (key.to_owned(), minute);
         let delta = loop {
             let flushed = self.shared.flushed.notified();
@@ -177,9 +180,15 @@ impl RateLimiter {
                     break delta;
                 }
             }
-            flushed.await;
+            if tokio::time::timeout_at(deadline, flushed).await.is_err() {
+                return Err(format!("the flush of its count did not end within {CHECK_TIMEOUT:?}"));
+            }
         };
-        let result = self.bus.increment_counter(self.bus.subjects().rate_limit(key, minute), delta).await;
+        let increment = self.bus.increment_counter(self.bus.subjects().rate_limit(key, minute), delta);
+        let result = match tokio::time::timeout_at(deadline, increment).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {CHECK_TIMEOUT:?}")),
+        };
         let mut tallies = self.shared.lock();
         let tally = tallies.entry(slot).or_default();
         tally.sending -= delta;
@@ -250,7 +259,50 @@ async fn flush_every_interval(bus: Bus, shared: Weak<Shared>) {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    /// A NATS server that completes the handshake and answers pings, and nothing else: every
+    /// publish and request is swallowed, as by a counter stream that stalls. Returns its URL.
+    async fn silent_nats() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("nats://{}", listener.local_addr().expect("address"));
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let info = r#"INFO {"server_id":"silent","server_name":"silent","version":"2.10.0","proto":1,"headers":true,"max_payload":1048576}"#;
+                    socket.write_all(format!("{info}\r\n").as_bytes()).await.ok();
+                    let mut read = vec![0; 64 * 1024];
+                    while let Ok(n) = socket.read(&mut read).await
+                        && n > 0
+                    {
+                        let pings = read[..n].windows(6).filter(|w| w == b"PING\r\n").count();
+                        for _ in 0..pings {
+                            socket.write_all(b"PONG\r\n").await.ok();
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_counter_that_does_not_answer_lets_the_request_through_within_the_check_timeout() {
+        let subjects = common::subjects::Subjects::new("silent").expect("prefix");
+        let bus = Bus::connect(&silent_nats().await, subjects, "test").await.expect("connected");
+        let limiter = RateLimiter::new(bus);
+        let asked = Instant::now();
+        let decision = limiter.check_counter("key", 10).await;
+        let took = asked.elapsed();
+        assert!(decision.allowed, "an unreachable limiter lets requests through");
+        assert!(took < CHECK_TIMEOUT * 4, "held up {took:?}, far past the check timeout");
+        assert!(took >= CHECK_TIMEOUT, "a small limit is counted on the counter itself: {took:?}");
+        let next = Instant::now();
+        assert!(limiter.check_counter("key", 10).await.allowed);
+        assert!(next.elapsed() < Duration::from_millis(200), "the breaker is open: no more waiting");
+    }
 
     #[test]
     fn far_below_the_limit_requests_are_admitted_locally_up_to_a_share_of_the_headroom() {
