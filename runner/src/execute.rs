@@ -44,7 +44,7 @@ use common::{
     domain::{ApiSurface, FileId, Metrics, Prediction, PredictionError, PredictionId, PredictionStatus, WebhookEvent},
     links::Links,
     messages::{Announcement, PredictionChanged},
-    store::Store,
+    store::{Batching, GroupUpdate, Predictions, Store},
 };
 use futures::{FutureExt, future::BoxFuture};
 use serde_json::{Map, Value};
@@ -113,7 +113,15 @@ pub struct Executor {
     metrics: RunnerMetrics,
     /// When running predictions store their progress.
     flush_clock: FlushClock,
+    /// Writes the last state changes of predictions, several per command under load.
+    results: GroupUpdate,
 }
+
+/// How the last state changes of predictions are gathered: what is queued while two writes
+/// run goes in the next command (a quiet runner writes each at once). Under load each
+/// command carries several, and the driver's and the database's per-command work is paid
+/// once for all of them.
+const RESULT_WRITES: Batching = Batching { linger: Duration::ZERO, max_batch: 64, max_in_flight: 2 };
 
 /// Keeps a prediction in [`Executor::running`] while it runs.
 struct Running<'a> {
@@ -141,7 +149,8 @@ impl Executor {
     pub fn new(store: Store, bus: Bus, links: Links, default_deadline: Duration) -> Self {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
-        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new(), flush_clock }
+        let results = store.predictions().group_update(RESULT_WRITES);
+        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new(), flush_clock, results }
     }
 
     /// Its metrics.
@@ -442,16 +451,18 @@ impl Executor {
         let predictions = self.store.predictions();
         let stored = async {
             // Unchanged since this runner's last write (the usual case): written without
-            // reading it back. Otherwise (canceled meanwhile, or moved by someone else) the
-            // conditional change that returns the stored prediction decides.
-            if predictions
-                .transition_at_seq(&prediction.id, PredictionStatus::Processing, seq, status, changes.clone())
-                .await?
+            // reading it back, beside other predictions' results. Otherwise (canceled
+            // meanwhile, or moved by someone else) the conditional change that returns the
+            // stored prediction decides.
+            let at_seq =
+                Predictions::change_at_seq(&prediction.id, PredictionStatus::Processing, seq, status, changes.clone());
+            if let Some(change) = at_seq
+                && self.results.apply(change).await?
             {
                 done.seq = seq + 1;
-                return Ok(Some(done));
+                return anyhow::Ok(Some(done));
             }
-            predictions.transition(&prediction.id, status, changes).await
+            Ok(predictions.transition(&prediction.id, status, changes).await?)
         }
         .instrument(tracing::info_span!("store_result"))
         .await

@@ -92,11 +92,17 @@ impl<T> Clone for GroupCommit<T> {
     }
 }
 
+impl Batching {
+    /// At least one item per write and one write at a time.
+    pub(super) fn at_least_one(self) -> Self {
+        Self { max_batch: self.max_batch.max(1), max_in_flight: self.max_in_flight.max(1), ..self }
+    }
+}
+
 impl<T: Serialize + Send + Sync + 'static> GroupCommit<T> {
     /// Starts the writer task for `collection` (needs a Tokio runtime).
     pub fn start(collection: Collection<T>, batching: Batching) -> Self {
-        let batching =
-            Batching { max_batch: batching.max_batch.max(1), max_in_flight: batching.max_in_flight.max(1), ..batching };
+        let batching = batching.at_least_one();
         // Back-pressure: callers wait once a few batches' worth is queued.
         let (queue, receiver) = mpsc::channel(4 * batching.max_batch);
         tokio::spawn(write_batches(collection, batching, receiver));
@@ -111,29 +117,44 @@ impl<T: Serialize + Send + Sync + 'static> GroupCommit<T> {
     }
 }
 
-/// The writer task: gathers a batch once a write slot is free, writes it in its own task,
-/// and stops when every sender is gone and the queue is empty.
+/// The writer task of an insert [`GroupCommit`].
 async fn write_batches<T: Serialize + Send + Sync + 'static>(
     collection: Collection<T>,
     batching: Batching,
-    mut queue: mpsc::Receiver<Waiting<T>>,
+    queue: mpsc::Receiver<Waiting<T>>,
 ) {
+    run_writer(batching, queue, move |batch| {
+        let collection = collection.clone();
+        async move { write(&collection, batch).await }
+    })
+    .await;
+}
+
+/// A writer loop (shared with [`super::group_update`]): gathers a batch once a write slot is
+/// free, writes it with `write` in its own task, and stops when every sender is gone and the
+/// queue is empty.
+pub(super) async fn run_writer<W, F, Fut>(batching: Batching, mut queue: mpsc::Receiver<W>, write: F)
+where
+    W: Send + 'static,
+    F: Fn(Vec<W>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(batching.max_in_flight));
     loop {
         // Waiting for a slot first is what lets documents pile up while writes are running.
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
         let Some(batch) = gather(&mut queue, &batching).await else { return };
-        let collection = collection.clone();
+        let writing = write(batch);
         tokio::spawn(async move {
-            write(&collection, batch).await;
+            writing.await;
             drop(slot);
         });
     }
 }
 
-/// The next batch: the first document to arrive, whatever is already queued, and whatever
+/// The next batch: the first item to arrive, whatever is already queued, and whatever
 /// arrives within the linger; `None` once the queue is closed and empty.
-async fn gather<T>(queue: &mut mpsc::Receiver<Waiting<T>>, batching: &Batching) -> Option<Vec<Waiting<T>>> {
+async fn gather<W>(queue: &mut mpsc::Receiver<W>, batching: &Batching) -> Option<Vec<W>> {
     let first = queue.recv().await?;
     let mut batch = Vec::with_capacity(batching.max_batch.min(64));
     batch.push(first);

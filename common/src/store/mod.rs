@@ -14,9 +14,10 @@
 //! | `files.files`, `files.chunks` (GridFS) | [`files`] | runner (outputs), retention |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
-//! status is one conditional `findOneAndUpdate` (see [`predictions`]). New predictions and
+//! status is one conditional update (see [`predictions`]). New predictions and
 //! webhook attempt records are inserted through [`group_commit`]: several per `insert_many`
-//! under load, each caller still told whether its own document was stored.
+//! under load, each caller still told whether its own document was stored; a runner's last
+//! state change of a prediction goes through [`group_update`], several per `update` command.
 
 pub mod accounts;
 pub mod api_keys;
@@ -25,6 +26,7 @@ pub mod console_sessions;
 pub mod dead_letters;
 pub mod files;
 pub mod group_commit;
+pub mod group_update;
 pub mod idempotency;
 pub mod model_versions;
 pub mod models;
@@ -44,6 +46,7 @@ pub use accounts::{Account, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{Files, StoredFile};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
+pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
 pub use idempotency::{Claim, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};

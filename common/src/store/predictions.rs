@@ -12,6 +12,7 @@ use mongodb::{Collection, Database, options::ReturnDocument};
 use super::{
     StoreError,
     group_commit::{Batching, GroupCommit},
+    group_update::{ConditionalUpdate, GroupUpdate},
 };
 use crate::domain::{AccountId, ModelRef, Prediction, PredictionId, PredictionStatus};
 
@@ -93,22 +94,47 @@ impl Predictions {
     /// Moves a prediction from `from` to `to` (setting `changes`) only if it is still at
     /// change `seq`, so nothing changed it since the caller's copy; returns whether it did.
     /// Nothing is read back: the caller applies the same change to its copy, which saves the
-    /// returned document's transfer and decoding (a runner's last state change).
+    /// returned document's transfer and decoding.
     pub async fn transition_at_seq(
         &self,
         id: &PredictionId,
         from: PredictionStatus,
         seq: i64,
         to: PredictionStatus,
-        mut changes: Document,
+        changes: Document,
     ) -> Result<bool, StoreError> {
-        if !from.can_become(to) {
+        let Some(change) = Self::change_at_seq(id, from, seq, to, changes) else {
             return Ok(false);
+        };
+        let updated = self.coll.update_one(change.filter, change.update).await?;
+        Ok(updated.matched_count == 1)
+    }
+
+    /// The change of [`Self::transition_at_seq`] as a statement for a [`GroupUpdate`] (a
+    /// runner's last state change, several per command under load); `None` when `from` may
+    /// never become `to`. It has applied if the prediction is now `to` at change `seq + 1`.
+    pub fn change_at_seq(
+        id: &PredictionId,
+        from: PredictionStatus,
+        seq: i64,
+        to: PredictionStatus,
+        mut changes: Document,
+    ) -> Option<ConditionalUpdate> {
+        if !from.can_become(to) {
+            return None;
         }
         changes.insert("status", to.as_str());
-        let filter = doc! { "_id": id.as_str(), "status": from.as_str(), "seq": seq };
-        let updated = self.coll.update_one(filter, doc! { "$set": changes, "$inc": { "seq": 1 } }).await?;
-        Ok(updated.matched_count == 1)
+        Some(ConditionalUpdate {
+            filter: doc! { "_id": id.as_str(), "status": from.as_str(), "seq": seq },
+            update: doc! { "$set": changes, "$inc": { "seq": 1 } },
+            applied: doc! { "_id": id.as_str(), "status": to.as_str(), "seq": seq + 1 },
+        })
+    }
+
+    /// A writer that applies conditional changes of predictions several per `update` command
+    /// under load (see [`GroupUpdate`]); each caller still learns whether its own applied.
+    pub fn group_update(&self, batching: Batching) -> GroupUpdate {
+        GroupUpdate::start(&self.coll, batching)
     }
 
     /// One page of an account's predictions, newest first, and the number of all matches.

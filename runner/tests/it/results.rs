@@ -1,10 +1,16 @@
 //! The runner's last state change: written without reading the prediction back when nothing
-//! changed it since the runner's own last write, and never over a change it did not make.
+//! changed it since the runner's own last write, and never over a change it did not make;
+//! results that are ready together share one `update` command (`common::store::GroupUpdate`),
+//! and each runner still learns whether its own was applied.
 
 use std::time::Duration;
 
 use bson::doc;
-use common::domain::PredictionStatus;
+use common::{
+    domain::{Prediction, PredictionStatus},
+    store::{Batching, ConditionalUpdate, GroupUpdateError, Predictions, Store},
+};
+use futures::future::join_all;
 use serde_json::json;
 
 use crate::fixture::Fixture;
@@ -66,4 +72,79 @@ async fn the_completed_event_carries_what_was_stored() {
         "the time the runner wrote"
     );
     assert!(view["metrics"]["predict_time"].is_number(), "{view}");
+}
+
+/// One write at a time, gathering long enough that every update a test sends joins it.
+const TOGETHER: Batching = Batching { linger: Duration::from_millis(300), max_batch: 64, max_in_flight: 1 };
+
+fn update_commands(store: &Store) -> u64 {
+    store.command_counts().snapshot().get("update").copied().unwrap_or(0)
+}
+
+/// `count` predictions of demo/echo, each moved to `processing`.
+async fn processing(fixture: &Fixture, count: usize) -> Vec<Prediction> {
+    let mut moved = Vec::new();
+    for _ in 0..count {
+        let p = fixture.store_prediction("demo/echo", json!({"prompt": "x"}), Duration::from_secs(60)).await;
+        let processing = fixture.store.predictions().transition(&p.id, PredictionStatus::Processing, doc! {}).await;
+        moved.push(processing.expect("write").expect("it was starting"));
+    }
+    moved
+}
+
+fn success_of(p: &Prediction) -> ConditionalUpdate {
+    let change = doc! { "output": format!("done {}", p.id) };
+    Predictions::change_at_seq(&p.id, PredictionStatus::Processing, p.seq, PredictionStatus::Succeeded, change)
+        .expect("processing may succeed")
+}
+
+#[tokio::test]
+async fn results_ready_together_share_one_update_command_and_each_is_applied() {
+    let fixture = Fixture::new(&[]).await;
+    let running = processing(&fixture, 5).await;
+    let writer = fixture.store.predictions().group_update(TOGETHER);
+    let before = update_commands(&fixture.store);
+
+    let applied = join_all(running.iter().map(|p| writer.apply(success_of(p)))).await;
+
+    assert!(applied.iter().all(|a| matches!(a, Ok(true))), "{applied:?}");
+    assert_eq!(update_commands(&fixture.store) - before, 1, "one update command for the five results");
+    for p in &running {
+        let stored = fixture.current(&p.id).await;
+        assert_eq!((stored.status, stored.seq), (PredictionStatus::Succeeded, p.seq + 1));
+        assert_eq!(stored.output, Some(format!("done {}", p.id)));
+    }
+}
+
+#[tokio::test]
+async fn in_a_shared_write_a_prediction_moved_meanwhile_is_left_as_it_is_and_its_runner_told() {
+    let fixture = Fixture::new(&[]).await;
+    let running = processing(&fixture, 3).await;
+    let predictions = fixture.store.predictions();
+    let canceled = predictions.transition(&running[1].id, PredictionStatus::Canceled, doc! {}).await;
+    assert!(canceled.expect("write").is_some(), "canceled while running");
+    let writer = predictions.group_update(TOGETHER);
+
+    let applied = join_all(running.iter().map(|p| writer.apply(success_of(p)))).await;
+
+    let applied: Vec<bool> = applied.into_iter().map(|a| a.expect("written")).collect();
+    assert_eq!(applied, [true, false, true], "only the canceled prediction's result is not applied");
+    assert_eq!(fixture.current(&running[1].id).await.status, PredictionStatus::Canceled);
+    assert_eq!(fixture.current(&running[2].id).await.status, PredictionStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn an_update_the_database_refuses_fails_alone() {
+    let fixture = Fixture::new(&[]).await;
+    let running = processing(&fixture, 2).await;
+    let writer = fixture.store.predictions().group_update(TOGETHER);
+    // `_id` cannot change: the server refuses this statement, not the command.
+    let mut refused = success_of(&running[0]);
+    refused.update = doc! { "$set": { "_id": "another id" } };
+
+    let (refused, accepted) = tokio::join!(writer.apply(refused), writer.apply(success_of(&running[1])));
+
+    assert!(matches!(refused, Err(GroupUpdateError::Refused { .. })), "{refused:?}");
+    assert!(matches!(accepted, Ok(true)), "{accepted:?}");
+    assert_eq!(fixture.current(&running[0].id).await.status, PredictionStatus::Processing);
 }

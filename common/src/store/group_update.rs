@@ -1,0 +1,226 @@
+//! Group commit of conditional updates: single-document updates, each with its own filter,
+//! that arrive while earlier ones are in flight share one unordered `update` command, and each
+//! caller still learns whether *its* update applied.
+//!
+//! The `update` command reports how many documents its statements matched (`n`) for the whole
+//! command, not per statement. When every statement matched (the usual case: a runner's last
+//! state change of a prediction nothing else moved) that settles each of them at once. When
+//! fewer matched the batch is ambiguous, so each statement carries `applied`, a filter that
+//! matches its document only once the update has applied; one read per statement of such a
+//! batch settles it. A statement the server refused (a write error) answers its caller with
+//! that error; a failed command answers every caller of its batch with it.
+//!
+//! Batching as in [`super::group_commit`] (whose writer loop this shares): with no linger and a
+//! free write slot a lone update is written at once, so a quiet service pays no latency; under
+//! load updates queue while the slots are busy and the next command carries them all, which
+//! saves the driver's and the server's per-command work (one round trip instead of several).
+
+use std::sync::Arc;
+
+use bson::{Bson, Document, doc};
+use mongodb::{Collection, Database};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    StoreError,
+    group_commit::{Batching, run_writer},
+};
+
+/// One conditional update of a single document.
+#[derive(Debug, Clone)]
+pub struct ConditionalUpdate {
+    /// The document and the state it must be in.
+    pub filter: Document,
+    /// The update operators to apply (`$set`, `$inc`, ...).
+    pub update: Document,
+    /// A filter that matches the document only once this update has applied: read when the
+    /// count of a batch leaves open which of its statements matched.
+    pub applied: Document,
+}
+
+/// Why an update's fate is unknown or it was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GroupUpdateError {
+    /// The server refused this statement; the others of its command were applied.
+    #[error("the update was refused (code {code}): {message}")]
+    Refused {
+        /// The server's error code.
+        code: i32,
+        /// The server's message.
+        message: String,
+    },
+    /// The command carrying this update failed, or its outcome could not be read.
+    #[error("the update failed: {0}")]
+    Write(Arc<StoreError>),
+    /// The writer task has stopped (the process is shutting down).
+    #[error("the group-update writer has stopped")]
+    Stopped,
+}
+
+/// An update waiting to be written, with whom to tell.
+struct Waiting {
+    update: ConditionalUpdate,
+    done: oneshot::Sender<Result<bool, GroupUpdateError>>,
+}
+
+/// Hands conditional updates to the writer task of one collection. Cheap to clone; the task
+/// stops when the last clone is dropped, after writing what it was given.
+#[derive(Clone)]
+pub struct GroupUpdate {
+    queue: mpsc::Sender<Waiting>,
+}
+
+impl GroupUpdate {
+    /// Starts the writer task for `collection` (needs a Tokio runtime).
+    pub fn start<T: Send + Sync>(collection: &Collection<T>, batching: Batching) -> Self {
+        let batching = batching.at_least_one();
+        let target = Target {
+            database: collection.client().database(&collection.namespace().db),
+            documents: collection.clone_with_type::<Document>(),
+        };
+        let (queue, receiver) = mpsc::channel(4 * batching.max_batch);
+        tokio::spawn(run_writer(batching, receiver, move |batch| {
+            let target = target.clone();
+            async move { target.write(batch).await }
+        }));
+        Self { queue }
+    }
+
+    /// Applies `update` if its document matches its filter; returns whether it did.
+    pub async fn apply(&self, update: ConditionalUpdate) -> Result<bool, GroupUpdateError> {
+        let (done, answer) = oneshot::channel();
+        self.queue.send(Waiting { update, done }).await.map_err(|_| GroupUpdateError::Stopped)?;
+        answer.await.map_err(|_| GroupUpdateError::Stopped)?
+    }
+}
+
+/// Where a batch is written.
+#[derive(Clone)]
+struct Target {
+    database: Database,
+    documents: Collection<Document>,
+}
+
+impl Target {
+    /// Writes one batch with an unordered `update` command and answers each of its callers.
+    async fn write(&self, batch: Vec<Waiting>) {
+        let (updates, answers): (Vec<ConditionalUpdate>, Vec<_>) =
+            batch.into_iter().map(|w| (w.update, w.done)).unzip();
+        let statements: Vec<Bson> = updates
+            .iter()
+            .map(|u| Bson::Document(doc! { "q": u.filter.clone(), "u": u.update.clone(), "multi": false }))
+            .collect();
+        let command = doc! { "update": self.documents.name(), "updates": statements, "ordered": false };
+        let reply = self.database.run_command(command).await;
+        let outcomes = match reply.map(|reply| Reply::read(&reply, updates.len())) {
+            Ok(Ok(reply)) => self.settle(&updates, reply).await,
+            Ok(Err(e)) | Err(e) => {
+                tracing::warn!(error = %e, updates = updates.len(), "group update failed");
+                let e = Arc::new(e);
+                vec![Err(GroupUpdateError::Write(e)); updates.len()]
+            }
+        };
+        for (answer, outcome) in answers.into_iter().zip(outcomes) {
+            let _ = answer.send(outcome);
+        }
+    }
+
+    /// Each statement's outcome from the command's reply; reads the `applied` filters when the
+    /// count leaves it open.
+    async fn settle(&self, updates: &[ConditionalUpdate], reply: Reply) -> Vec<Result<bool, GroupUpdateError>> {
+        let written = updates.len() - reply.refused.iter().filter(|r| r.is_some()).count();
+        let ambiguous = reply.matched < written;
+        let mut outcomes = Vec::with_capacity(updates.len());
+        for (update, refused) in updates.iter().zip(reply.refused) {
+            outcomes.push(match refused {
+                Some(refused) => Err(refused),
+                None if !ambiguous => Ok(true),
+                None if reply.matched == 0 => Ok(false),
+                None => self.was_applied(update).await,
+            });
+        }
+        outcomes
+    }
+
+    /// Whether `update` applied, read from its `applied` filter.
+    async fn was_applied(&self, update: &ConditionalUpdate) -> Result<bool, GroupUpdateError> {
+        let found = self
+            .documents
+            .find_one(update.applied.clone())
+            .projection(doc! { "_id": 1 })
+            .await
+            .map_err(|e| GroupUpdateError::Write(Arc::new(e)))?;
+        Ok(found.is_some())
+    }
+}
+
+/// What the `update` command answered.
+#[derive(Debug)]
+struct Reply {
+    /// Documents matched by all statements together (`n`).
+    matched: usize,
+    /// Per statement, the server's refusal if there was one.
+    refused: Vec<Option<GroupUpdateError>>,
+}
+
+impl Reply {
+    /// Reads the reply to a command of `count` statements; a write concern error fails the
+    /// whole command.
+    fn read(reply: &Document, count: usize) -> Result<Self, StoreError> {
+        if let Ok(concern) = reply.get_document("writeConcernError") {
+            return Err(StoreError::custom(format!("write concern error: {concern}")));
+        }
+        let matched = match reply.get("n") {
+            Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(0),
+            Some(Bson::Int64(n)) => usize::try_from(*n).unwrap_or(0),
+            Some(Bson::Double(n)) if *n >= 0.0 => *n as usize,
+            _ => return Err(StoreError::custom(format!("an update reply without a count: {reply}"))),
+        };
+        let mut refused = vec![None; count];
+        for error in reply.get_array("writeErrors").map(Vec::as_slice).unwrap_or_default() {
+            let Bson::Document(error) = error else { continue };
+            let index = number(error.get("index")).and_then(|i| usize::try_from(i).ok());
+            if let Some(slot) = index.and_then(|i| refused.get_mut(i)) {
+                let code = number(error.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
+                let message = error.get_str("errmsg").unwrap_or_default().to_owned();
+                *slot = Some(GroupUpdateError::Refused { code, message });
+            }
+        }
+        Ok(Self { matched, refused })
+    }
+}
+
+/// An integer field of a reply, whatever its BSON width.
+fn number(value: Option<&Bson>) -> Option<i64> {
+    match value? {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_counts_its_matches_whatever_the_width() {
+        assert_eq!(Reply::read(&doc! { "n": 3, "ok": 1.0 }, 3).map(|r| r.matched).ok(), Some(3));
+        assert_eq!(Reply::read(&doc! { "n": 2_i64, "ok": 1.0 }, 3).map(|r| r.matched).ok(), Some(2));
+        assert!(Reply::read(&doc! { "ok": 1.0 }, 3).is_err(), "a reply without n settles nothing");
+    }
+
+    #[test]
+    fn a_write_error_refuses_only_its_statement() {
+        let reply = doc! { "n": 1, "writeErrors": [{ "index": 1, "code": 121, "errmsg": "validation" }] };
+        let read = Reply::read(&reply, 3).expect("read");
+        assert!(read.refused[0].is_none() && read.refused[2].is_none());
+        assert!(matches!(&read.refused[1], Some(GroupUpdateError::Refused { code: 121, .. })), "{read:?}");
+    }
+
+    #[test]
+    fn a_write_concern_error_fails_the_command() {
+        let reply = doc! { "n": 2, "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+        assert!(Reply::read(&reply, 2).is_err());
+    }
+}
