@@ -24,38 +24,68 @@ pub enum JobMessage {
         /// Its model (also the subject it was published on).
         model: ModelRef,
         /// The input its model receives (the prediction's `model_input`), when it is at most
-        /// [`JOB_INPUT_INLINE_LIMIT`] bytes of JSON: the runner then starts the model beside
-        /// its `processing` write instead of after it. Missing for larger inputs and in jobs
-        /// of earlier versions; the runner then takes the input from that write. An optional
-        /// field of v1 rather than a v2: runners of the version before ignore it, where they
-        /// would dead-letter a new variant during a rolling upgrade.
+        /// [`JOB_INPUT_INLINE_LIMIT`] bytes of JSON and the job does not carry the whole
+        /// `prediction`: the runner then starts the model beside its `processing` write
+        /// instead of after it. Missing for larger inputs and in jobs of earlier versions; the
+        /// runner then takes the input from that write. An optional field of v1 rather than a
+        /// v2: runners of the version before ignore it, where they would dead-letter a new
+        /// variant during a rolling upgrade.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model_input: Option<Map<String, Value>>,
+        /// The prediction as its creator stored it (status `starting`), when the job stays
+        /// within [`JOB_INPUT_INLINE_LIMIT`] bytes: the runner then moves it to `processing`
+        /// with a conditional change at its `seq` that reads nothing back (several runners'
+        /// changes share one command), and starts the model beside it. If the stored
+        /// prediction moved meanwhile, the change does not apply and the runner reads it as
+        /// for a job without it. Optional, as `model_input`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prediction: Option<Box<Prediction>>,
     },
 }
 
-/// The largest model input (bytes of JSON) a job message carries: jobs stay far below the
-/// NATS payload limit (1 MiB by default), and an input past it is read from MongoDB.
+/// The largest job message (bytes of JSON) that carries its prediction, or failing that its
+/// model input: jobs stay far below the NATS payload limit (1 MiB by default), and a larger
+/// prediction is read from MongoDB.
 pub const JOB_INPUT_INLINE_LIMIT: usize = 64 * 1024;
 
+/// A job message as it is encoded, borrowing from the prediction (the same JSON as a
+/// [`JobMessage::RunPredictionV1`]).
+#[derive(Serialize)]
+#[serde(tag = "kind", rename = "run_prediction.v1")]
+struct OutgoingJob<'a> {
+    prediction_id: &'a PredictionId,
+    model: &'a ModelRef,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_input: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prediction: Option<&'a Prediction>,
+}
+
 impl JobMessage {
-    /// The job of `prediction`, as its encoded message: with its model input when that is
-    /// within [`JOB_INPUT_INLINE_LIMIT`].
+    /// The job of `prediction`, as its encoded message: with the whole prediction when that
+    /// is within [`JOB_INPUT_INLINE_LIMIT`], else with its model input when that is.
     pub fn encode_for(prediction: &Prediction) -> Vec<u8> {
-        let (prediction_id, model) = (prediction.id.clone(), prediction.model.clone());
-        let model_input = prediction.model_input.as_object().cloned();
-        let carried = Self::RunPredictionV1 { prediction_id, model, model_input };
-        let encoded = encode(&carried);
-        if encoded.len() <= JOB_INPUT_INLINE_LIMIT {
-            return encoded;
+        let bare = OutgoingJob {
+            prediction_id: &prediction.id,
+            model: &prediction.model,
+            model_input: None,
+            prediction: None,
+        };
+        let whole = encode(&OutgoingJob { prediction: Some(prediction), ..bare });
+        if whole.len() <= JOB_INPUT_INLINE_LIMIT {
+            return whole;
         }
-        let Self::RunPredictionV1 { prediction_id, model, .. } = carried;
-        encode(&Self::RunPredictionV1 { prediction_id, model, model_input: None })
+        let model_input = Some(&prediction.model_input).filter(|input| input.is_object());
+        let with_input = encode(&OutgoingJob { model_input, ..bare });
+        if with_input.len() <= JOB_INPUT_INLINE_LIMIT {
+            return with_input;
+        }
+        encode(&bare)
     }
 }
 
-fn encode(job: &JobMessage) -> Vec<u8> {
-    // Ids, a model reference and a JSON object: serializing cannot fail.
+fn encode(job: &OutgoingJob<'_>) -> Vec<u8> {
+    // Ids, a model reference, JSON and dates: serializing cannot fail.
     serde_json::to_vec(job).expect("a job message always serializes")
 }
 
@@ -286,6 +316,7 @@ mod tests {
             prediction_id: PredictionId::generate(),
             model: "demo/echo".parse().expect("valid"),
             model_input: json!({"prompt": "hi"}).as_object().cloned(),
+            prediction: None,
         };
         let text = serde_json::to_value(&job).expect("serializes");
         assert_eq!(text["kind"], "run_prediction.v1");
@@ -320,18 +351,29 @@ mod tests {
     }
 
     #[test]
-    fn a_job_carries_its_input_only_up_to_the_inline_limit() {
-        let mut p = a_prediction(json!({"prompt": "hi", "repeat": 2}));
-        let small: JobMessage = serde_json::from_slice(&JobMessage::encode_for(&p)).expect("decodes");
-        let JobMessage::RunPredictionV1 { model_input, .. } = small;
+    fn a_job_carries_its_whole_prediction_as_stored() {
+        let p = a_prediction(json!({"prompt": "hi", "repeat": 2}));
+        let job: JobMessage = serde_json::from_slice(&JobMessage::encode_for(&p)).expect("decodes");
+        let JobMessage::RunPredictionV1 { prediction_id, model, model_input, prediction } = job;
+        assert_eq!((prediction_id, model, model_input), (p.id.clone(), p.model.clone(), None));
+        assert_eq!(prediction.map(|carried| *carried), Some(p), "dates, ids and input survive the trip");
+    }
+
+    #[test]
+    fn a_job_carries_its_prediction_or_its_input_only_up_to_the_inline_limit() {
+        // The prediction holds the input twice (as submitted, and as the model receives it).
+        let mut p = a_prediction(json!({"prompt": "x".repeat(JOB_INPUT_INLINE_LIMIT * 2 / 3)}));
+        let medium: JobMessage = serde_json::from_slice(&JobMessage::encode_for(&p)).expect("decodes");
+        let JobMessage::RunPredictionV1 { model_input, prediction, .. } = medium;
+        assert!(prediction.is_none(), "too large to carry whole");
         assert_eq!(model_input.map(Value::Object), Some(p.model_input.clone()));
 
         p.model_input = json!({"prompt": "x".repeat(JOB_INPUT_INLINE_LIMIT)});
         let encoded = JobMessage::encode_for(&p);
         assert!(encoded.len() < 1024, "a large input stays out of the job ({} bytes)", encoded.len());
         let large: JobMessage = serde_json::from_slice(&encoded).expect("decodes");
-        let JobMessage::RunPredictionV1 { prediction_id, model_input, .. } = large;
-        assert_eq!((prediction_id, model_input), (p.id, None));
+        let JobMessage::RunPredictionV1 { prediction_id, model_input, prediction, .. } = large;
+        assert_eq!((prediction_id, model_input, prediction), (p.id, None, None));
     }
 
     #[test]

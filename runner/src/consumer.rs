@@ -97,11 +97,14 @@ pub async fn consume(
 }
 
 async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _slots: Slots) {
-    let Some(job) = HeldMessage::<JobMessage>::take(message, "runner", &shared.dead_letters, &shared.heartbeat).await
+    let Some(mut job) =
+        HeldMessage::<JobMessage>::take(message, "runner", &shared.dead_letters, &shared.heartbeat).await
     else {
         return;
     };
-    let JobMessage::RunPredictionV1 { prediction_id, model: job_model, model_input } = job.payload().clone();
+    let JobMessage::RunPredictionV1 { prediction_id, model: job_model, model_input, prediction } = job.payload_mut();
+    let (prediction_id, job_model) = (prediction_id.clone(), job_model.clone());
+    let (model_input, prediction) = (model_input.take(), prediction.take());
     let (delivered, stream_seq) = job.delivery();
     let span = tracing::info_span!("job", prediction_id = %prediction_id, model = %job_model);
     common::trace_context::continue_trace(&span, job.trace_context());
@@ -110,7 +113,7 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _s
             tracing::error!(served = %model.descriptor().model, "job for another model terminated");
             return job.settle(AckKind::Term).await;
         }
-        let delivery = Delivery { stream_seq, model_input };
+        let delivery = Delivery::new(stream_seq, model_input, prediction);
         let execute = Box::pin(shared.executor.execute(model.as_ref(), &prediction_id, delivery, &shared.handback));
         let settle = match execute.await {
             Outcome::Done => AckKind::Ack,

@@ -75,6 +75,17 @@ pub struct Delivery {
     pub stream_seq: u64,
     /// The model input it carries, if any (see [`common::messages::JobMessage`]).
     pub model_input: Option<Map<String, Value>>,
+    /// The prediction as its creator stored it, if the job carries it.
+    pub created: Option<Box<Prediction>>,
+}
+
+impl Delivery {
+    /// The delivery of job `stream_seq` with what the job carries: the model input is taken
+    /// from the prediction when the job carries that.
+    pub fn new(stream_seq: u64, model_input: Option<Map<String, Value>>, created: Option<Box<Prediction>>) -> Self {
+        let model_input = model_input.or_else(|| created.as_ref().and_then(|p| p.model_input.as_object().cloned()));
+        Self { stream_seq, model_input, created }
+    }
 }
 
 /// The error of a prediction that ran out of time.
@@ -113,15 +124,16 @@ pub struct Executor {
     metrics: RunnerMetrics,
     /// When running predictions store their progress.
     flush_clock: FlushClock,
-    /// Writes the last state changes of predictions, several per command under load.
-    results: GroupUpdate,
+    /// Writes the state changes that need nothing read back (a start from the prediction the
+    /// job carries, a result at the runner's last change), several per command under load.
+    changes: GroupUpdate,
 }
 
-/// How the last state changes of predictions are gathered: what is queued while two writes
+/// How state changes that read nothing back are gathered: what is queued while two writes
 /// run goes in the next command (a quiet runner writes each at once). Under load each
 /// command carries several, and the driver's and the database's per-command work is paid
 /// once for all of them.
-const RESULT_WRITES: Batching = Batching { linger: Duration::ZERO, max_batch: 64, max_in_flight: 2 };
+const CHANGE_WRITES: Batching = Batching { linger: Duration::ZERO, max_batch: 64, max_in_flight: 2 };
 
 /// Keeps a prediction in [`Executor::running`] while it runs.
 struct Running<'a> {
@@ -149,8 +161,8 @@ impl Executor {
     pub fn new(store: Store, bus: Bus, links: Links, default_deadline: Duration) -> Self {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
-        let results = store.predictions().group_update(RESULT_WRITES);
-        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new(), flush_clock, results }
+        let changes = store.predictions().group_update(CHANGE_WRITES);
+        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new(), flush_clock, changes }
     }
 
     /// Its metrics.
@@ -242,7 +254,7 @@ impl Executor {
         let early_call = delivery.model_input.map(call);
         // Nothing to run: a model started early is dropped in there, which aborts it.
         let Some((prediction, just_started, early_call)) =
-            Box::pin(self.begin_beside(id, delivery.stream_seq, early_call)).await?
+            Box::pin(self.begin_beside(id, delivery.stream_seq, delivery.created, early_call)).await?
         else {
             return Ok(Outcome::Done);
         };
@@ -310,12 +322,13 @@ impl Executor {
         &self,
         id: &PredictionId,
         stream_seq: u64,
+        created: Option<Box<Prediction>>,
         early_call: Option<ModelCall<'a>>,
     ) -> anyhow::Result<Option<(Prediction, bool, Option<ModelCall<'a>>)>> {
         let Some(mut call) = early_call else {
-            return Ok(self.begin(id, stream_seq).await?.map(|(p, just_started)| (p, just_started, None)));
+            return Ok(self.begin(id, stream_seq, created).await?.map(|(p, just_started)| (p, just_started, None)));
         };
-        let begin = self.begin(id, stream_seq);
+        let begin = self.begin(id, stream_seq, created);
         tokio::pin!(begin);
         let (begun, call) = tokio::select! {
             begun = &mut begin => (begun?, call),
@@ -326,12 +339,37 @@ impl Executor {
 
     /// Step 1: the prediction to run, and whether this call started it (so its `start` event
     /// is due), or `None` when there is nothing to run.
-    async fn begin(&self, id: &PredictionId, stream_seq: u64) -> anyhow::Result<Option<(Prediction, bool)>> {
+    async fn begin(
+        &self,
+        id: &PredictionId,
+        stream_seq: u64,
+        created: Option<Box<Prediction>>,
+    ) -> anyhow::Result<Option<(Prediction, bool)>> {
         let predictions = self.store.predictions();
         let job_seq = i64::try_from(stream_seq).unwrap_or(i64::MAX);
         let writing = std::time::Instant::now();
+        let started_at = DateTime::now();
+        let changes = doc! { "started_at": started_at, "job_seq": job_seq };
+        // The job carries the prediction as created: if it is still so, it is moved without
+        // reading it back, beside other predictions' changes.
+        if let Some(mut p) = created.filter(|p| &p.id == id && p.status == PredictionStatus::Starting) {
+            let at_seq = Predictions::change_at_seq(id, p.status, p.seq, PredictionStatus::Processing, changes.clone());
+            if let Some(change) = at_seq
+                && self
+                    .changes
+                    .apply(change)
+                    .instrument(tracing::info_span!("mark_processing"))
+                    .await
+                    .context("marking the prediction processing")?
+            {
+                self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
+                (p.status, p.started_at, p.job_seq, p.seq) =
+                    (PredictionStatus::Processing, Some(started_at), Some(job_seq), p.seq + 1);
+                return Ok(Some((*p, true)));
+            }
+        }
         let started = predictions
-            .transition(id, PredictionStatus::Processing, doc! { "started_at": DateTime::now(), "job_seq": job_seq })
+            .transition(id, PredictionStatus::Processing, changes)
             .instrument(tracing::info_span!("mark_processing"))
             .await
             .context("marking the prediction processing")?;
@@ -457,7 +495,7 @@ impl Executor {
             let at_seq =
                 Predictions::change_at_seq(&prediction.id, PredictionStatus::Processing, seq, status, changes.clone());
             if let Some(change) = at_seq
-                && self.results.apply(change).await?
+                && self.changes.apply(change).await?
             {
                 done.seq = seq + 1;
                 return anyhow::Ok(Some(done));

@@ -63,6 +63,11 @@ impl<T> HeldMessage<T> {
         &self.payload
     }
 
+    /// The decoded payload, for a handler that takes parts of it (instead of copying them).
+    pub fn payload_mut(&mut self) -> &mut T {
+        &mut self.payload
+    }
+
     /// The trace context the message's headers carry (see [`crate::trace_context`]).
     pub fn trace_context(&self) -> opentelemetry::Context {
         crate::trace_context::extract_nats(self.message.as_ref().and_then(|m| m.headers.as_ref()))

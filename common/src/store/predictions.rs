@@ -111,8 +111,10 @@ impl Predictions {
     }
 
     /// The change of [`Self::transition_at_seq`] as a statement for a [`GroupUpdate`] (a
-    /// runner's last state change, several per command under load); `None` when `from` may
-    /// never become `to`. It has applied if the prediction is now `to` at change `seq + 1`.
+    /// runner's state changes, several per command under load); `None` when `from` may never
+    /// become `to`. It has applied if the prediction is now `to` at change `seq + 1` with the
+    /// change's timestamps (`started_at`, `completed_at`: a competing change of the same
+    /// prediction from the same `seq`, by another runner given the same job, carries its own).
     pub fn change_at_seq(
         id: &PredictionId,
         from: PredictionStatus,
@@ -124,10 +126,16 @@ impl Predictions {
             return None;
         }
         changes.insert("status", to.as_str());
+        let mut applied = doc! { "_id": id.as_str(), "status": to.as_str(), "seq": seq + 1 };
+        for (field, value) in &changes {
+            if matches!(value, Bson::DateTime(_)) {
+                applied.insert(field.clone(), value.clone());
+            }
+        }
         Some(ConditionalUpdate {
             filter: doc! { "_id": id.as_str(), "status": from.as_str(), "seq": seq },
             update: doc! { "$set": changes, "$inc": { "seq": 1 } },
-            applied: doc! { "_id": id.as_str(), "status": to.as_str(), "seq": seq + 1 },
+            applied,
         })
     }
 

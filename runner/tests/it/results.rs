@@ -148,3 +148,37 @@ async fn an_update_the_database_refuses_fails_alone() {
     assert!(matches!(accepted, Ok(true)), "{accepted:?}");
     assert_eq!(fixture.current(&running[0].id).await.status, PredictionStatus::Processing);
 }
+
+#[tokio::test]
+async fn a_job_that_carries_its_prediction_as_created_starts_it_from_that_copy() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/echo");
+    let p = fixture.store_prediction("demo/echo", json!({"prompt": "stored"}), Duration::from_secs(60)).await;
+    // A copy that differs from the stored prediction only where the runner would show it:
+    // what it ran says which one it started from.
+    let mut carried = p.clone();
+    (carried.input, carried.model_input) = (json!({"prompt": "carried"}), json!({"prompt": "carried"}));
+
+    fixture.bus.publish_job(&carried).await.expect("publish job");
+
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded);
+    assert_eq!(done.output.as_deref(), Some("carried"), "started from the job's copy, nothing read back");
+    assert_eq!(done.seq, p.seq + 2, "two changes: processing, then succeeded");
+}
+
+#[tokio::test]
+async fn a_job_whose_prediction_changed_since_it_was_created_starts_it_as_stored() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/echo");
+    let p = fixture.store_prediction("demo/echo", json!({"prompt": "x"}), Duration::from_secs(60)).await;
+    let moved = fixture.store.database().collection::<bson::Document>("predictions");
+    moved.update_one(doc! { "_id": p.id.as_str() }, doc! { "$inc": { "seq": 5 } }).await.expect("moved");
+
+    fixture.publish_job(&p).await;
+
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "the stale copy's change did not apply; the stored one did");
+    assert_eq!(done.seq, p.seq + 5 + 2);
+    assert_eq!(done.output.as_deref(), Some("x"));
+}

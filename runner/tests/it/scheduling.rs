@@ -102,7 +102,12 @@ async fn a_job_published_before_lanes_existed_still_runs() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner("demo/echo");
     let p = fixture.store_prediction("demo/echo", json!({"prompt": "old"}), Duration::from_secs(1800)).await;
-    let job = JobMessage::RunPredictionV1 { prediction_id: p.id.clone(), model: p.model.clone(), model_input: None };
+    let job = JobMessage::RunPredictionV1 {
+        prediction_id: p.id.clone(),
+        model: p.model.clone(),
+        model_input: None,
+        prediction: None,
+    };
     let legacy_subject = fixture.bus.subjects().legacy_model_jobs(&p.model).replace('*', p.id.as_str());
     let ack = fixture
         .bus
