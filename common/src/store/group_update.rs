@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use bson::{Bson, Document, doc};
-use mongodb::{Collection, Database};
+use mongodb::{Collection, Database, options::WriteConcern};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
@@ -104,20 +104,22 @@ struct Target {
 impl Target {
     /// Writes one batch with an unordered `update` command and answers each of its callers.
     async fn write(&self, batch: Vec<Waiting>) {
-        let (updates, answers): (Vec<ConditionalUpdate>, Vec<_>) =
-            batch.into_iter().map(|w| (w.update, w.done)).unzip();
-        let statements: Vec<Bson> = updates
-            .iter()
-            .map(|u| Bson::Document(doc! { "q": u.filter.clone(), "u": u.update.clone(), "multi": false }))
-            .collect();
-        let command = doc! { "update": self.documents.name(), "updates": statements, "ordered": false };
+        let count = batch.len();
+        let (mut updates, mut applied, mut answers) =
+            (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count));
+        for Waiting { update, done } in batch {
+            updates.push((update.filter, update.update));
+            applied.push(update.applied);
+            answers.push(done);
+        }
+        let command = update_command(self.documents.name(), updates, self.documents.write_concern());
         let reply = self.database.run_command(command).await;
-        let outcomes = match reply.map(|reply| Reply::read(&reply, updates.len())) {
-            Ok(Ok(reply)) => self.settle(&updates, reply).await,
+        let outcomes = match reply.map(|reply| Reply::read(&reply, count)) {
+            Ok(Ok(reply)) => self.settle(applied, reply).await,
             Ok(Err(e)) | Err(e) => {
-                tracing::warn!(error = %e, updates = updates.len(), "group update failed");
+                tracing::warn!(error = %e, updates = count, "group update failed");
                 let e = Arc::new(e);
-                vec![Err(GroupUpdateError::Write(e)); updates.len()]
+                vec![Err(GroupUpdateError::Write(e)); count]
             }
         };
         for (answer, outcome) in answers.into_iter().zip(outcomes) {
@@ -127,31 +129,47 @@ impl Target {
 
     /// Each statement's outcome from the command's reply; reads the `applied` filters when the
     /// count leaves it open.
-    async fn settle(&self, updates: &[ConditionalUpdate], reply: Reply) -> Vec<Result<bool, GroupUpdateError>> {
-        let written = updates.len() - reply.refused.iter().filter(|r| r.is_some()).count();
+    async fn settle(&self, applied: Vec<Document>, reply: Reply) -> Vec<Result<bool, GroupUpdateError>> {
+        let written = applied.len() - reply.refused.iter().filter(|r| r.is_some()).count();
         let ambiguous = reply.matched < written;
-        let mut outcomes = Vec::with_capacity(updates.len());
-        for (update, refused) in updates.iter().zip(reply.refused) {
+        let mut outcomes = Vec::with_capacity(applied.len());
+        for (applied, refused) in applied.into_iter().zip(reply.refused) {
             outcomes.push(match refused {
                 Some(refused) => Err(refused),
                 None if !ambiguous => Ok(true),
                 None if reply.matched == 0 => Ok(false),
-                None => self.was_applied(update).await,
+                None => self.was_applied(applied).await,
             });
         }
         outcomes
     }
 
-    /// Whether `update` applied, read from its `applied` filter.
-    async fn was_applied(&self, update: &ConditionalUpdate) -> Result<bool, GroupUpdateError> {
+    /// Whether an update applied, read from its `applied` filter.
+    async fn was_applied(&self, applied: Document) -> Result<bool, GroupUpdateError> {
         let found = self
             .documents
-            .find_one(update.applied.clone())
+            .find_one(applied)
             .projection(doc! { "_id": 1 })
             .await
             .map_err(|e| GroupUpdateError::Write(Arc::new(e)))?;
         Ok(found.is_some())
     }
+}
+
+/// The unordered `update` command of `updates` (filter, update) on `collection`. `run_command` sends only what
+/// it is given, so the write concern the driver would add to an `update_one` (from the URI or
+/// the client's options) is added here.
+fn update_command(collection: &str, updates: Vec<(Document, Document)>, concern: Option<&WriteConcern>) -> Document {
+    let statements: Vec<Bson> =
+        updates.into_iter().map(|(q, u)| Bson::Document(doc! { "q": q, "u": u, "multi": false })).collect();
+    let mut command = doc! { "update": collection, "updates": statements, "ordered": false };
+    if let Some(concern) = concern
+        && let Ok(concern) = bson::to_document(concern)
+        && !concern.is_empty()
+    {
+        command.insert("writeConcern", concern);
+    }
+    command
 }
 
 /// What the `update` command answered.
@@ -202,6 +220,21 @@ fn number(value: Option<&Bson>) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_carries_every_statement_and_the_collections_write_concern() {
+        let update = (doc! { "_id": "a", "seq": 1 }, doc! { "$inc": { "seq": 1 } });
+        let updates = vec![update.clone(), update];
+        let plain = update_command("predictions", updates.clone(), None);
+        assert_eq!(plain.get_str("update").ok(), Some("predictions"));
+        assert_eq!(plain.get_array("updates").map(Vec::len).ok(), Some(2));
+        assert_eq!(plain.get_bool("ordered").ok(), Some(false));
+        assert!(!plain.contains_key("writeConcern"), "the server's default, as for update_one");
+
+        let majority = update_command("predictions", updates, Some(&WriteConcern::majority()));
+        let concern = majority.get_document("writeConcern").expect("a write concern");
+        assert_eq!(concern.get_str("w").ok(), Some("majority"));
+    }
 
     #[test]
     fn a_reply_counts_its_matches_whatever_the_width() {
