@@ -9,6 +9,8 @@
 //!   is the difference of the percentiles. At 1 in flight also (c) direct calls with a pause
 //!   of [`IDLE_BETWEEN_CALLS`] after each: how much slower an idle Cog server answers, which
 //!   is part of what the service adds (its model sits idle while the service does its part).
+//!   Beside each path, how busy the machine's cores were while it ran ([`CpuTimes`]): at 8 in
+//!   flight on two cores the service's path is a queue for CPU.
 //! - **First signs of life** for `demo/echo`, one at a time: create to the signed `start`
 //!   webhook arriving, and create to the first `output` event of the prediction's SSE stream
 //!   (`stream: true`, the stream opened as soon as the create answers).
@@ -31,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     cluster::Cluster,
     load_client::{Connection, Template},
+    machine_cpu::CpuTimes,
     otlp_sink::{self, OtlpSink},
     processes::spawn_logged,
     receiver::Receiver,
@@ -156,12 +159,17 @@ async fn overhead(cluster: &Cluster, cog: &str, in_flight: usize, samples: usize
     // A warm-up round of each, not counted.
     closed_loop(cog, &direct, in_flight, 5, Expect::Cog, Duration::ZERO).await?;
     closed_loop(&cluster.base, &through, in_flight, 5, Expect::Service, Duration::ZERO).await?;
+    let (mut direct_cpu, mut through_cpu) = (CpuTimes::default(), CpuTimes::default());
     for _ in 0..ROUNDS {
+        let start = CpuTimes::now()?;
         let (d, c) = closed_loop(cog, &direct, in_flight, per_round, Expect::Cog, Duration::ZERO).await?;
+        let middle = CpuTimes::now()?;
         direct_samples.extend(d);
         conflicts += c;
         let (t, _) =
             closed_loop(&cluster.base, &through, in_flight, per_round, Expect::Service, Duration::ZERO).await?;
+        through_cpu = through_cpu.plus(CpuTimes::now()?.since(middle));
+        direct_cpu = direct_cpu.plus(middle.since(start));
         through_samples.extend(t);
         if in_flight == 1 {
             let (i, c) = closed_loop(cog, &direct, 1, per_round, Expect::Cog, IDLE_BETWEEN_CALLS).await?;
@@ -184,7 +192,18 @@ async fn overhead(cluster: &Cluster, cog: &str, in_flight: usize, samples: usize
         "added_p50_ms": ms(added(50.0)),
         "added_p99_ms": ms(added(99.0)),
         "direct_409s": conflicts,
+        "machine_cpu_busy": {"direct": direct_cpu.busy_share(), "through_service": through_cpu.busy_share()},
+        "machine_cpu_ms_per_prediction": {
+            "direct": per_prediction(direct_cpu, direct.len()),
+            "through_service": per_prediction(through_cpu, through.len()),
+        },
     }))
+}
+
+/// The machine's busy CPU time per prediction of a path, in milliseconds (every process, the
+/// load tool's share included).
+fn per_prediction(cpu: CpuTimes, predictions: usize) -> Option<f64> {
+    (predictions > 0).then(|| (1000.0 * cpu.busy_seconds() / predictions as f64 * 100.0).round() / 100.0)
 }
 
 /// What a successful answer looks like on each path.
@@ -317,6 +336,21 @@ pub fn table(measured: &Value) -> String {
             level["added_p99_ms"],
         ));
     }
+    out.push_str("\nThe machine's CPUs busy (all processes, all cores) while each path ran:");
+    for level in measured["levels"].as_array().into_iter().flatten() {
+        let (busy, each) = (&level["machine_cpu_busy"], &level["machine_cpu_ms_per_prediction"]);
+        let share = |path: &str| match (busy[path].as_f64(), each[path].as_f64()) {
+            (Some(share), Some(each)) => format!("{:.0} % ({each} ms of CPU per prediction)", 100.0 * share),
+            _ => "-".to_owned(),
+        };
+        out.push_str(&format!(
+            " {} in flight: direct {}, through the service {};",
+            level["in_flight"],
+            share("direct"),
+            share("through_service")
+        ));
+    }
+    out.push('\n');
     for level in measured["levels"].as_array().into_iter().flatten() {
         let idle = &level["direct_after_idle"];
         if idle.is_object() {

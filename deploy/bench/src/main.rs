@@ -32,6 +32,7 @@ mod create_vs_insert;
 mod e2e_bench;
 mod faults;
 mod load_client;
+mod machine_cpu;
 mod notifier_bench;
 mod otlp_sink;
 mod processes;

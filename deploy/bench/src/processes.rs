@@ -98,7 +98,7 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
 
 /// Clock ticks per second, the unit of CPU times in `/proc/<pid>/stat` (100 on Linux builds
 /// for every common architecture; `getconf` confirms it when available).
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
