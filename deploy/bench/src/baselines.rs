@@ -158,6 +158,8 @@ pub struct Baselines {
     pub find: BTreeMap<usize, f64>,
     /// MongoDB `findAndModify` by `_id` returning the whole prediction after the change.
     pub find_and_modify: BTreeMap<usize, f64>,
+    /// MongoDB conditional `update_one` of a prediction (`_id` and `seq`), nothing returned.
+    pub update: BTreeMap<usize, f64>,
     /// JetStream publish, stored and acknowledged.
     pub publish: BTreeMap<usize, f64>,
     /// The load tool's CPU microseconds per operation, by operation (the JSON names) and level.
@@ -165,11 +167,12 @@ pub struct Baselines {
 }
 
 /// The operations, as (JSON name, table name).
-const OPERATIONS: [(&str, &str); 5] = [
+const OPERATIONS: [(&str, &str); 6] = [
     ("mongodb_insert", "MongoDB insert_one"),
     ("mongodb_insert_prediction", "MongoDB insert_one of a prediction (indexed collection)"),
     ("mongodb_find_by_id", "MongoDB find_one by _id"),
     ("mongodb_find_and_modify_prediction", "MongoDB findAndModify of a prediction, returning it"),
+    ("mongodb_update_prediction", "MongoDB conditional update_one of a prediction, nothing returned"),
     ("jetstream_publish", "JetStream publish (acked)"),
 ];
 
@@ -182,6 +185,7 @@ impl Baselines {
             insert_prediction: BTreeMap::new(),
             find: BTreeMap::new(),
             find_and_modify: BTreeMap::new(),
+            update: BTreeMap::new(),
             publish: BTreeMap::new(),
             client_cpu_us: BTreeMap::new(),
         }
@@ -203,8 +207,8 @@ impl Baselines {
     }
 
     /// The rates in the order of [`OPERATIONS`].
-    fn rates(&self) -> [&BTreeMap<usize, f64>; 5] {
-        [&self.insert, &self.insert_prediction, &self.find, &self.find_and_modify, &self.publish]
+    fn rates(&self) -> [&BTreeMap<usize, f64>; 6] {
+        [&self.insert, &self.insert_prediction, &self.find, &self.find_and_modify, &self.update, &self.publish]
     }
 
     /// The load tool's CPU per `operation` (a JSON name) at `level` in flight.
@@ -234,6 +238,7 @@ impl Baselines {
             "mongodb_insert_prediction" => &mut self.insert_prediction,
             "mongodb_find_by_id" => &mut self.find,
             "mongodb_find_and_modify_prediction" => &mut self.find_and_modify,
+            "mongodb_update_prediction" => &mut self.update,
             _ => &mut self.publish,
         };
         rates.insert(level, measured.per_second);
@@ -274,6 +279,18 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
             anyhow::Ok(())
         }
     };
+    // The same change as a conditional update that returns nothing (a runner's state change
+    // when it holds the prediction already): `_id` and the status it must be in.
+    let update = |n: u64| {
+        let (changed, ids) = (changed.clone(), ids.clone());
+        async move {
+            let id = &ids[n as usize % ids.len()];
+            let updated =
+                changed.update_one(doc! { "_id": id, "status": "starting" }, doc! { "$inc": { "seq": 1 } }).await?;
+            anyhow::ensure!(updated.matched_count == 1, "a baseline prediction is missing");
+            anyhow::Ok(())
+        }
+    };
     let find = |n: u64| {
         let coll = coll.clone();
         async move {
@@ -306,6 +323,7 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
         baselines.record("mongodb_find_by_id", level, rate(seconds, level, find).await?);
         let find_and_modify = rate_steadied(seconds, level, find_and_modify).await?;
         baselines.record("mongodb_find_and_modify_prediction", level, find_and_modify);
+        baselines.record("mongodb_update_prediction", level, rate_steadied(seconds, level, update).await?);
         baselines.record("jetstream_publish", level, rate_steadied(seconds, level, publish).await?);
     }
     Ok(baselines)
