@@ -439,7 +439,11 @@ mod tests {
         assert_eq!(floor, [50.0 + 20.0, 20.0 + 2.0 * (80.0 + 20.0), 2.0 * 20.0 + 2.0 * 60.0]);
         assert_eq!(measured.cpu_floor_total(), 450.0);
         assert!(tables(&measured).contains("| all | | 450 µs |"));
-        assert_eq!(measured.cpu_floor_with_updates_total(), Some(450.0 - 2.0 * (80.0 - 50.0)), "state changes as updates");
+        assert_eq!(
+            measured.cpu_floor_with_updates_total(),
+            Some(450.0 - 2.0 * (80.0 - 50.0)),
+            "state changes as updates"
+        );
         assert!(tables(&measured).contains("the floor is 390 µs"));
     }
 }
