@@ -1,7 +1,11 @@
 //! One job through the status machine.
 //!
-//! 1. `starting → processing` (conditional), recording the job message's stream sequence. If
-//!    that fails the prediction is read: terminal → its `completed` event is republished
+//! 1. `starting → processing` (conditional), recording the job message's stream sequence.
+//!    When the job carries the prediction as created, the change is conditional on its `seq`
+//!    too and reads nothing back (it goes beside other predictions' changes, see
+//!    [`common::store::GroupUpdate`]); the runner applies it to the job's copy. Otherwise, or
+//!    if that copy is no longer current, the change returns the stored prediction. If that
+//!    fails too the prediction is read: terminal → its `completed` event is republished
 //!    (JetStream drops it if the first got through) and the job is done; `processing` with this
 //!    message's sequence → its runner stopped mid-run and this is the redelivery, so this
 //!    runner takes it over and runs it again; `processing` under another message → a
@@ -17,8 +21,9 @@
 //!    longer `processing`; the runner then publishes the ended prediction's `completed` event
 //!    as well (the api's copy of it is deduplicated; this one covers an api publish that failed).
 //! 3. `processing → succeeded | failed` with output, logs, error, metrics and `completed_at`,
-//!    conditional on the change sequence this runner last wrote, so nothing is read back and
-//!    the event carries this runner's copy with the change applied (if the sequence moved,
+//!    conditional on the change sequence this runner last wrote, so nothing is read back (and
+//!    the write shares a command with other predictions' changes) and the event carries this
+//!    runner's copy with the change applied (if the sequence moved,
 //!    e.g. a cancel, the conditional change on the status decides and returns the stored
 //!    prediction); then the `completed` event. If that event cannot be published the job is
 //!    retried, which republishes it (step 1).
