@@ -9,8 +9,10 @@
 //!   is the difference of the percentiles. At 1 in flight also (c) direct calls with a pause
 //!   of [`IDLE_BETWEEN_CALLS`] after each: how much slower an idle Cog server answers, which
 //!   is part of what the service adds (its model sits idle while the service does its part).
-//!   Beside each path, how busy the machine's cores were while it ran ([`CpuTimes`]): at 8 in
-//!   flight on two cores the service's path is a queue for CPU.
+//!   Beside each path, how busy the machine's cores were while it ran ([`CpuTimes`]) and whose
+//!   CPU it was, per prediction ([`ProcessCpu`]: services, MongoDB and NATS servers, the Cog
+//!   server, the load tool). With more in flight than cores, the cores are the queue, and
+//!   [`cpu_queue`] turns the CPU the service's path adds into the latency it explains.
 //! - **First signs of life** for `demo/echo`, one at a time: create to the signed `start`
 //!   webhook arriving, and create to the first `output` event of the prediction's SSE stream
 //!   (`stream: true`, the stream opened as soon as the create answers).
@@ -19,6 +21,7 @@
 //!   [`otlp_sink::waterfall`]), each span's median start and length.
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -33,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     cluster::Cluster,
     load_client::{Connection, Template},
-    machine_cpu::CpuTimes,
+    machine_cpu::{CpuTimes, ProcessCpu, Role},
     otlp_sink::{self, OtlpSink},
     processes::spawn_logged,
     receiver::Receiver,
@@ -160,16 +163,19 @@ async fn overhead(cluster: &Cluster, cog: &str, in_flight: usize, samples: usize
     closed_loop(cog, &direct, in_flight, 5, Expect::Cog, Duration::ZERO).await?;
     closed_loop(&cluster.base, &through, in_flight, 5, Expect::Service, Duration::ZERO).await?;
     let (mut direct_cpu, mut through_cpu) = (CpuTimes::default(), CpuTimes::default());
+    let (mut direct_by_role, mut through_by_role) = (BTreeMap::new(), BTreeMap::new());
     for _ in 0..ROUNDS {
-        let start = CpuTimes::now()?;
+        let (start, start_by_role) = (CpuTimes::now()?, ProcessCpu::now()?);
         let (d, c) = closed_loop(cog, &direct, in_flight, per_round, Expect::Cog, Duration::ZERO).await?;
-        let middle = CpuTimes::now()?;
+        let (middle, middle_by_role) = (CpuTimes::now()?, ProcessCpu::now()?);
         direct_samples.extend(d);
         conflicts += c;
         let (t, _) =
             closed_loop(&cluster.base, &through, in_flight, per_round, Expect::Service, Duration::ZERO).await?;
         through_cpu = through_cpu.plus(CpuTimes::now()?.since(middle));
         direct_cpu = direct_cpu.plus(middle.since(start));
+        add_seconds(&mut through_by_role, ProcessCpu::now()?.since(&middle_by_role));
+        add_seconds(&mut direct_by_role, middle_by_role.since(&start_by_role));
         through_samples.extend(t);
         if in_flight == 1 {
             let (i, c) = closed_loop(cog, &direct, 1, per_round, Expect::Cog, IDLE_BETWEEN_CALLS).await?;
@@ -197,7 +203,55 @@ async fn overhead(cluster: &Cluster, cog: &str, in_flight: usize, samples: usize
             "direct": per_prediction(direct_cpu, direct.len()),
             "through_service": per_prediction(through_cpu, through.len()),
         },
+        "cpu_ms_per_prediction_by_process": {
+            "direct": by_process(&direct_by_role, direct.len()),
+            "through_service": by_process(&through_by_role, through.len()),
+        },
+        "cpu_queue": cpu_queue(
+            in_flight,
+            per_prediction(direct_cpu, direct.len()),
+            per_prediction(through_cpu, through.len()),
+            &by_process(&through_by_role, through.len()),
+        ),
     }))
+}
+
+/// With more predictions in flight than cores, the cores are the queue: each prediction's
+/// turn comes after `in_flight / cores` others' CPU, so every millisecond of CPU a path adds
+/// per prediction adds about `in_flight / cores` ms to its latency. What that model makes of
+/// the CPU the service's path adds, and of the MongoDB and NATS servers' part of it alone
+/// (the calls the contract requires, whatever the services do); `null` at lower levels.
+fn cpu_queue(in_flight: usize, direct_ms: Option<f64>, through_ms: Option<f64>, through_by_process: &Value) -> Value {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let (Some(direct_ms), Some(through_ms)) = (direct_ms, through_ms) else { return Value::Null };
+    if in_flight <= cores {
+        return Value::Null;
+    }
+    let part = |roles: &[&str]| roles.iter().filter_map(|r| through_by_process[*r].as_f64()).sum::<f64>();
+    let (services, servers) = (part(&["api", "runner", "notifier"]), part(&["mongodb", "nats"]));
+    let queue = in_flight as f64 / cores as f64;
+    let round = |v: f64| (v * 100.0).round() / 100.0;
+    json!({
+        "cores": cores,
+        "added_cpu_ms_per_prediction": round(through_ms - direct_ms),
+        "services_cpu_ms_per_prediction": round(services),
+        "servers_cpu_ms_per_prediction": round(servers),
+        "added_p50_explained_ms": round(queue * (through_ms - direct_ms)),
+        "added_p50_from_servers_alone_ms": round(queue * servers),
+    })
+}
+
+/// Adds one span's CPU seconds per role to a running total.
+fn add_seconds(total: &mut BTreeMap<Role, f64>, span: BTreeMap<Role, f64>) {
+    for (role, seconds) in span {
+        *total.entry(role).or_insert(0.0) += seconds;
+    }
+}
+
+/// Each role's CPU per prediction, in milliseconds.
+fn by_process(seconds: &BTreeMap<Role, f64>, predictions: usize) -> Value {
+    let per = |s: f64| (1000.0 * s / predictions.max(1) as f64 * 100.0).round() / 100.0;
+    seconds.iter().map(|(role, s)| (role.name().to_owned(), json!(per(*s)))).collect::<serde_json::Map<_, _>>().into()
 }
 
 /// The machine's busy CPU time per prediction of a path, in milliseconds (every process, the
@@ -351,6 +405,20 @@ pub fn table(measured: &Value) -> String {
         ));
     }
     out.push('\n');
+    out.push_str(&by_process_table(measured));
+    for level in measured["levels"].as_array().into_iter().flatten() {
+        let queue = &level["cpu_queue"];
+        if queue.is_object() {
+            out.push_str(&format!(
+                "\nAt {} in flight on {} cores the cores are the queue: each ms of CPU per prediction adds about {} / {} ms of latency. \
+                 The service's path adds {} ms of CPU per prediction (services {} ms, MongoDB and NATS servers {} ms), \
+                 which explains +{} ms at p50; the servers' part alone, +{} ms.\n",
+                level["in_flight"], queue["cores"], level["in_flight"], queue["cores"],
+                queue["added_cpu_ms_per_prediction"], queue["services_cpu_ms_per_prediction"], queue["servers_cpu_ms_per_prediction"],
+                queue["added_p50_explained_ms"], queue["added_p50_from_servers_alone_ms"],
+            ));
+        }
+    }
     for level in measured["levels"].as_array().into_iter().flatten() {
         let idle = &level["direct_after_idle"];
         if idle.is_object() {
@@ -382,6 +450,26 @@ pub fn table(measured: &Value) -> String {
                 span["start_us"],
                 span["length_us"]
             ));
+        }
+    }
+    out
+}
+
+/// Whose CPU each path used, per prediction, at each level.
+fn by_process_table(measured: &Value) -> String {
+    let levels: Vec<&Value> = measured["levels"].as_array().into_iter().flatten().collect();
+    let roles = ["api", "runner", "notifier", "mongodb", "nats", "cog", "load_tool", "other"];
+    let mut out = String::from(
+        "\nCPU per prediction by process (ms; `mongodb` is the server, the stand-in's JVM when local)\n\n| path | in flight |",
+    );
+    roles.iter().for_each(|r| out.push_str(&format!(" {r} |")));
+    out.push_str(&format!("\n|---|---|{}\n", "---|".repeat(roles.len())));
+    for path in ["direct", "through_service"] {
+        for level in &levels {
+            let cpu = &level["cpu_ms_per_prediction_by_process"][path];
+            out.push_str(&format!("| {path} | {} |", level["in_flight"]));
+            roles.iter().for_each(|r| out.push_str(&format!(" {} |", cpu[r].as_f64().unwrap_or(0.0))));
+            out.push('\n');
         }
     }
     out
@@ -437,5 +525,31 @@ impl Drop for CogServer {
         if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
             std::fs::remove_file(&self.log).ok();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_queue_scales_added_cpu_by_predictions_per_core() {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let in_flight = 4 * cores;
+        let by_process = json!({"api": 0.2, "runner": 0.3, "notifier": 0.1, "mongodb": 0.4, "nats": 0.5, "cog": 1.0});
+        let queue = cpu_queue(in_flight, Some(1.0), Some(2.5), &by_process);
+        assert_eq!(queue["added_cpu_ms_per_prediction"], 1.5);
+        assert_eq!(queue["services_cpu_ms_per_prediction"], 0.6);
+        assert_eq!(queue["servers_cpu_ms_per_prediction"], 0.9);
+        assert_eq!(queue["added_p50_explained_ms"], 6.0, "1.5 ms of CPU behind 4 others' per core");
+        assert_eq!(queue["added_p50_from_servers_alone_ms"], 3.6);
+        assert!(cpu_queue(cores, Some(1.0), Some(2.5), &by_process).is_null(), "no queue for CPU");
+        assert!(cpu_queue(in_flight, None, Some(2.5), &by_process).is_null(), "nothing measured");
+    }
+
+    #[test]
+    fn cpu_by_process_is_per_prediction_in_milliseconds() {
+        let seconds = BTreeMap::from([(Role::Mongodb, 0.5), (Role::Api, 0.25)]);
+        assert_eq!(by_process(&seconds, 1000), json!({"api": 0.25, "mongodb": 0.5}));
     }
 }

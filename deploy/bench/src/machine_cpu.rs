@@ -1,7 +1,9 @@
 //! How busy the whole machine's CPUs were over a span of work, from `/proc/stat`: every
 //! process counts (the services, nats-server, the MongoDB server, a Cog model, the load tool).
 //! A latency measured while the cores were nearly all busy is a queue for CPU, not a wait
-//! inside the service, and this says which.
+//! inside the service, and this says which; [`ProcessCpu`] then says whose CPU it was.
+
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context;
 
@@ -51,6 +53,98 @@ impl CpuTimes {
     }
 }
 
+/// CPU ticks of every process on the machine, by pid, with the role each plays in a run.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessCpu {
+    ticks: HashMap<u32, (Role, u64)>,
+}
+
+/// What a process is to a benchmark, from its command name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// The api, runner and notifier services.
+    Api,
+    /// See [`Role::Api`].
+    Runner,
+    /// See [`Role::Api`].
+    Notifier,
+    /// The MongoDB server: the stand-in runs in a JVM (`java`), a real one is `mongod`.
+    Mongodb,
+    /// `nats-server`.
+    Nats,
+    /// A Cog model server: coglet and its Python worker.
+    Cog,
+    /// This load tool.
+    LoadTool,
+    /// Anything else that ran.
+    Other,
+}
+
+impl Role {
+    /// The role of a process with command name `comm`.
+    fn of(comm: &str) -> Self {
+        match comm {
+            "api" => Self::Api,
+            "runner" => Self::Runner,
+            "notifier" => Self::Notifier,
+            "java" | "mongod" => Self::Mongodb,
+            "nats-server" => Self::Nats,
+            "bench" => Self::LoadTool,
+            _ if comm.starts_with("python") => Self::Cog,
+            _ => Self::Other,
+        }
+    }
+
+    /// Its name in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Runner => "runner",
+            Self::Notifier => "notifier",
+            Self::Mongodb => "mongodb",
+            Self::Nats => "nats",
+            Self::Cog => "cog",
+            Self::LoadTool => "load_tool",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl ProcessCpu {
+    /// Every process's CPU ticks now; a process that exits while being read is left out.
+    pub fn now() -> anyhow::Result<Self> {
+        let mut ticks = HashMap::new();
+        for entry in std::fs::read_dir("/proc").context("listing /proc")? {
+            let entry = entry?;
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            if let Some(read) = Self::parse(&stat) {
+                ticks.insert(pid, read);
+            }
+        }
+        Ok(Self { ticks })
+    }
+
+    /// The role and user plus system ticks of one `/proc/<pid>/stat` line.
+    fn parse(stat: &str) -> Option<(Role, u64)> {
+        let comm = stat.split_once('(')?.1.rsplit_once(')')?.0;
+        let ticks = crate::processes::cpu_ticks(stat).ok()?;
+        Some((Role::of(comm), ticks.user + ticks.system))
+    }
+
+    /// CPU seconds per role from `earlier` to this reading (a process that started meanwhile
+    /// counts from zero).
+    pub fn since(&self, earlier: &Self) -> BTreeMap<Role, f64> {
+        let mut by_role = BTreeMap::new();
+        for (pid, (role, ticks)) in &self.ticks {
+            let before = earlier.ticks.get(pid).filter(|(r, _)| r == role).map_or(0, |(_, t)| *t);
+            *by_role.entry(*role).or_insert(0.0) += ticks.saturating_sub(before) as f64;
+        }
+        by_role.values_mut().for_each(|t| *t /= crate::processes::clock_ticks());
+        by_role
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +158,24 @@ mod tests {
         assert_eq!(span.busy_share(), Some(0.8));
         assert_eq!(CpuTimes::default().busy_share(), None, "no time passed");
         assert_eq!(span.plus(span).busy_share(), Some(0.8));
+    }
+
+    #[test]
+    fn processes_count_by_role_and_new_ones_from_zero() {
+        let stat = |pid: u32, comm: &str, utime: u64| {
+            format!("{pid} ({comm}) S 1 1 1 0 -1 0 0 0 0 0 {utime} 10 0 0 20 0 8 0 1 0 0")
+        };
+        let read = |lines: &[String]| ProcessCpu {
+            ticks: lines.iter().enumerate().map(|(n, l)| (n as u32, ProcessCpu::parse(l).expect("parses"))).collect(),
+        };
+        let before = read(&[stat(0, "java", 100), stat(1, "python3.11", 5)]);
+        let after = read(&[stat(0, "java", 300), stat(1, "python3.11", 5), stat(2, "python", 40)]);
+        let by_role = after.since(&before);
+        let seconds = |ticks: f64| ticks / crate::processes::clock_ticks();
+        assert_eq!(by_role[&Role::Mongodb], seconds(200.0));
+        assert_eq!(by_role[&Role::Cog], seconds(50.0), "the new worker counts from zero, with its system time");
+        assert!(!by_role.contains_key(&Role::Api));
+        assert_eq!(Role::of("tokio-runtime-w"), Role::Other);
     }
 
     #[test]

@@ -140,14 +140,16 @@ fn field_of(text: &str, name: &str) -> Option<u64> {
 
 /// CPU clock ticks of a process, in user space and in the kernel.
 #[derive(Debug, PartialEq)]
-struct Ticks {
-    user: u64,
-    system: u64,
+pub struct Ticks {
+    /// In user space.
+    pub user: u64,
+    /// In the kernel.
+    pub system: u64,
 }
 
 /// `utime` and `stime` from a `/proc/<pid>/stat` line. The command name (field 2) may hold
 /// spaces and parentheses, so fields are counted from the last `)`.
-fn cpu_ticks(stat: &str) -> anyhow::Result<Ticks> {
+pub fn cpu_ticks(stat: &str) -> anyhow::Result<Ticks> {
     let rest = stat.rsplit_once(')').context("no ')' in stat")?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name come field 3 (state) onwards; utime and stime are fields 14 and 15.
