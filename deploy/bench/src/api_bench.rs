@@ -6,7 +6,7 @@
 //! monitoring off as deployed. Creates run last, so the reads see a small collection. Each
 //! level ends by letting requests in flight finish.
 
-use std::time::Duration;
+use std::{sync::Mutex, time::Duration};
 
 use anyhow::Context;
 use futures::future::try_join_all;
@@ -19,6 +19,7 @@ use crate::{
     cluster::{Cluster, round},
     create_vs_insert,
     load_client::{Connection, Template},
+    paced::{PACED_RATE, paced},
     processes::own_usage,
     stats::{Samples, ms},
 };
@@ -78,6 +79,27 @@ pub async fn closed_loop(
     let per_second = samples.len() as f64 / started.elapsed().as_secs_f64();
     let cpu_us = (own_usage()?.cpu_seconds - cpu_before) * 1e6 / samples.len().max(1) as f64;
     Ok((per_second, Samples::new(samples), cpu_us))
+}
+
+/// The load tool's CPU per demo/echo create made alone, [`PACED_RATE`] a second for `seconds`
+/// (an open loop, each on a free connection of a small pool): what a client pays for a POST
+/// when it was idle before it, as the notifier's webhooks at that rate.
+pub async fn paced_create_cpu_us(cluster: &Cluster, seconds: u64) -> anyhow::Result<f64> {
+    let template =
+        Template::new(Method::POST, &cluster.base, "/v1/models/demo/echo/predictions", &cluster.key)?.json(CREATE_BODY);
+    let pool = Mutex::new(try_join_all((0..4).map(|_| Connection::open(&cluster.base))).await?);
+    let create = |_| async {
+        let free = pool.lock().expect("the pool's lock").pop();
+        let mut connection = match free {
+            Some(connection) => connection,
+            None => Connection::open(&cluster.base).await?,
+        };
+        let (status, _) = connection.send(&template).await?;
+        anyhow::ensure!(status == 201, "a paced create answered {status}");
+        pool.lock().expect("the pool's lock").push(connection);
+        anyhow::Ok(())
+    };
+    Ok(paced(seconds, PACED_RATE, create).await?.client_cpu_us)
 }
 
 /// The body of every demo/echo create.

@@ -8,7 +8,9 @@
 //!
 //! Each figure comes with the CPU the load tool's own client spent per operation (user and
 //! kernel, from `/proc/self/stat`): the least a service pays for the same call, so a service's
-//! CPU per prediction can be set against the calls it must make.
+//! CPU per prediction can be set against the calls it must make. The calls a prediction
+//! requires are also priced made alone, [`PACED_RATE`] a second ([`crate::paced`]), the way
+//! the end-to-end phase at that rate makes them.
 
 use std::{
     collections::BTreeMap,
@@ -33,7 +35,11 @@ use common::{
     store::Predictions,
 };
 
-use crate::{processes::own_usage, setup::Setup};
+use crate::{
+    paced::{PACED_RATE, paced},
+    processes::own_usage,
+    setup::Setup,
+};
 
 /// Options of `bench baselines`.
 #[derive(clap::Args)]
@@ -164,7 +170,13 @@ pub struct Baselines {
     pub publish: BTreeMap<usize, f64>,
     /// The load tool's CPU microseconds per operation, by operation (the JSON names) and level.
     pub client_cpu_us: BTreeMap<&'static str, BTreeMap<usize, f64>>,
+    /// The same for the operations a prediction requires, each made alone, [`PACED_RATE`]
+    /// a second.
+    pub paced_client_cpu_us: BTreeMap<&'static str, f64>,
 }
+
+/// Seconds each operation is paced for: 600 calls at 200/s.
+const PACED_SECONDS: u64 = 3;
 
 /// The operations, as (JSON name, table name).
 const OPERATIONS: [(&str, &str); 6] = [
@@ -188,6 +200,7 @@ impl Baselines {
             update: BTreeMap::new(),
             publish: BTreeMap::new(),
             client_cpu_us: BTreeMap::new(),
+            paced_client_cpu_us: BTreeMap::new(),
         }
     }
 
@@ -203,6 +216,11 @@ impl Baselines {
                 figures[format!("{key}_client_cpu_us")] = Value::Object(by_level(cpu));
             }
         }
+        if !self.paced_client_cpu_us.is_empty() {
+            let cpu: serde_json::Map<_, _> =
+                self.paced_client_cpu_us.iter().map(|(k, v)| (k.to_string(), json!(v.round()))).collect();
+            figures["paced"] = json!({"per_second": PACED_RATE, "alone": true, "client_cpu_us": cpu});
+        }
         figures
     }
 
@@ -216,6 +234,11 @@ impl Baselines {
         self.client_cpu_us.get(operation)?.get(&level).copied()
     }
 
+    /// The load tool's CPU per `operation` made alone, [`PACED_RATE`] a second.
+    pub fn paced_client_cpu_us(&self, operation: &str) -> Option<f64> {
+        self.paced_client_cpu_us.get(operation).copied()
+    }
+
     /// The figures as a table.
     pub fn table(&self) -> String {
         let mut table = format!(
@@ -226,6 +249,9 @@ impl Baselines {
             for (level, rate) in rates {
                 let cpu = self.client_cpu_us(key, *level).map_or("-".into(), |us| format!("{us:.0} µs"));
                 table.push_str(&format!("| {name} | {level} | {rate:.0} | {cpu} |\n"));
+            }
+            if let Some(us) = self.paced_client_cpu_us(key) {
+                table.push_str(&format!("| {name} | alone, {PACED_RATE}/s | {PACED_RATE} | {us:.0} µs |\n"));
             }
         }
         table
@@ -326,6 +352,13 @@ pub async fn measure(seconds: u64) -> anyhow::Result<Baselines> {
         baselines.record("mongodb_update_prediction", level, rate_steadied(seconds, level, update).await?);
         baselines.record("jetstream_publish", level, rate_steadied(seconds, level, publish).await?);
     }
+    let alone = |measured: Measured| measured.client_cpu_us;
+    let paced_cpu = &mut baselines.paced_client_cpu_us;
+    paced_cpu.insert("mongodb_insert_prediction", alone(paced(PACED_SECONDS, PACED_RATE, insert_prediction).await?));
+    paced_cpu
+        .insert("mongodb_find_and_modify_prediction", alone(paced(PACED_SECONDS, PACED_RATE, find_and_modify).await?));
+    paced_cpu.insert("mongodb_update_prediction", alone(paced(PACED_SECONDS, PACED_RATE, update).await?));
+    paced_cpu.insert("jetstream_publish", alone(paced(PACED_SECONDS, PACED_RATE, publish).await?));
     Ok(baselines)
 }
 
@@ -357,10 +390,14 @@ mod tests {
         assert!(baselines.insert.is_empty());
         assert_eq!(baselines.client_cpu_us("mongodb_find_and_modify_prediction", 8), Some(80.0));
         assert_eq!(baselines.client_cpu_us("jetstream_publish", 1), None);
+        assert!(baselines.json().get("paced").is_none(), "nothing paced yet");
+        baselines.paced_client_cpu_us.insert("jetstream_publish", 41.0);
+        assert_eq!(baselines.paced_client_cpu_us("jetstream_publish"), Some(41.0));
         let json = baselines.json();
         assert_eq!(json["mongodb_find_and_modify_prediction_client_cpu_us"]["8"], 80.0);
-        assert!(
-            baselines.table().contains("| MongoDB findAndModify of a prediction, returning it | 8 | 7000 | 80 µs |")
-        );
+        assert_eq!(json["paced"]["client_cpu_us"]["jetstream_publish"], 41.0);
+        let table = baselines.table();
+        assert!(table.contains("| MongoDB findAndModify of a prediction, returning it | 8 | 7000 | 80 µs |"));
+        assert!(table.contains("| JetStream publish (acked) | alone, 200/s | 200 | 41 µs |"));
     }
 }

@@ -1,11 +1,13 @@
 //! `bench standard`: the whole standard set in one bounded run (about six minutes here), each
 //! figure next to the baseline it is read against:
 //!
-//! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight);
+//! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight),
+//!    and the calls a prediction requires made alone, 200 a second ([`crate::paced`]);
 //! 2. api alone (a process): get, list and create at 1, 8, 32 and 128 clients, as ratios of
 //!    the raw find and insert rates at the same number in flight; then creates against raw
 //!    inserts into the same collection in alternating rounds (see [`create_vs_insert`]); then
-//!    creates with 1 and 2 api replicas ([`scaling_bench::api_replicas`]);
+//!    creates with 1 and 2 api replicas ([`scaling_bench::api_replicas`]); and creates made
+//!    alone, 200 a second, for the load tool's price of a POST at that pace;
 //! 3. end to end (api, notifier and one runner as processes): open loop at 50 and at 200
 //!    predictions/s for 30 s, each on a fresh system, with the cost of each (CPU and peak
 //!    memory per process, MongoDB commands per service); then three times, each on a fresh
@@ -23,8 +25,8 @@
 //! 8. the Cog overhead at 1 and 8 in flight, the first `start` webhook and SSE output of
 //!    demo/echo, and where a create's time goes by the services' spans (see [`cog_bench`]).
 //!
-//! The report adds the floor under the CPU target: the calls the CONTRACT requires of each
-//! prediction, priced at the load tool's own client cost per call (see [`standard_report`]).
+//! The report adds the floor under the CPU targets: the calls the CONTRACT requires of each
+//! prediction, priced at the load tool's own client cost per call (see [`crate::cpu_floor`]).
 //!
 //! Steps 3 to 7 each start a fresh system, so one step's load never shows in the next.
 //!
@@ -84,13 +86,14 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     let servers = servers(&api_cluster).await;
     let api = async {
         let levels = api_bench::measure(&api_cluster, options.api_seconds).await?;
+        let paced_create = api_bench::paced_create_cpu_us(&api_cluster, 3).await?;
         let head_to_head = create_vs_insert::measure(&api_cluster, HEAD_TO_HEAD_ROUNDS, 2).await?;
         let replicas = scaling_bench::api_replicas(&mut api_cluster, options.api_seconds).await?;
-        anyhow::Ok((levels, head_to_head, replicas))
+        anyhow::Ok((levels, paced_create, head_to_head, replicas))
     }
     .await;
     api_cluster.stop().await?;
-    let (api, create_vs_insert, api_replicas) = api?;
+    let (api, paced_create, create_vs_insert, api_replicas) = api?;
 
     // Each fixed rate and each search on a fresh system: the stand-in slows down as its
     // collections fill (it scans them for conditional updates), so a phase run after another
@@ -156,6 +159,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     let measured = Measured {
         baselines,
         api,
+        paced_create_client_cpu_us: Some(paced_create),
         create_vs_insert,
         e2e,
         all_events,
