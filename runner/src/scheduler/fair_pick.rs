@@ -1,28 +1,5 @@
-//! Which job this runner starts next, and when: the one loop that turns free slots into
-//! running jobs, over every lane of every served model (a lane is one model's jobs of one
-//! account, a durable consumer of its own: see [`crate::lanes`]).
-//!
-//! **No idle slot while work waits.** Slots are taken only to start a job that is there: the
-//! scheduler holds one free runner slot, picks a lane that may have work and whose model has a
-//! free slot, and *fetches* from it, a request that answers at once with what is pending
-//! (never a long poll). Each message fetched starts at once with its slots; an empty answer,
-//! or fewer jobs than asked for, marks the lane empty and the next lane is tried. (Before, a
-//! lane was asked again after every job, and re-asked within milliseconds four times after
-//! its doorbell: six fetches per job at 50 jobs/s, 15 context switches and 1.8 ms of the
-//! runner's CPU per prediction.) Nothing is pulled ahead into a local
-//! buffer, so no job's ack wait runs out on this runner while another runner has a free slot.
-//!
-//! (Before, each model's loop took every free slot it could and then held them through a 2 s
-//! long poll: the loops of idle models sat on the runner's slots while the busy model waited.
-//! Eight one-second `demo/sleep` jobs on the default model set started 1.0, 3.0, 4.0, 5.0,
-//! 6.0, 7.0, 8.0 and 9.0 s after creation: one at a time.)
-//!
-//! **Knowing there is work** costs no polling while jobs flow: a published job rings its
-//! lane's doorbell ([`Scheduler::ring`]). A lane found empty is asked again when its doorbell
-//! rings, or after a back-off from 1 s to [`MAX_RECHECK`] (jobs handed back with a delay, or
-//! left by a runner that died, come back without a doorbell) while the scan of the jobs stream
-//! ([`crate::lanes`]) still sees jobs in it; a lane the scan sees empty is left dormant until a
-//! job rings it, and one empty for [`FORGET_AFTER`] is dropped.
+//! The fair pick over a runner's lanes: which lane the scheduler ([`super`]) fetches from
+//! next, how many jobs it may ask for, and when a lane found empty is asked again.
 //!
 //! **Fair share.** Of the lanes that may have work, the one whose model holds the smallest
 //! share of slots for its weight (`running / weight`, `RUNNER_MODEL_WEIGHTS`, default 1 each)
@@ -30,6 +7,11 @@
 //! lanes of that model, the one served least recently goes first, and while several lanes of a
 //! model have work a fetch takes one job, so one account's backlog gets one turn in as many as
 //! there are accounts waiting. `RUNNER_MODEL_CONCURRENCY` still bounds each model.
+//!
+//! **Rechecks.** A lane found empty is asked again when its doorbell rings, or after a
+//! back-off from 1 s to [`MAX_RECHECK`] while the scan of the jobs stream still sees jobs in
+//! it; a lane the scan sees empty is left dormant until a job rings it, and one empty for
+//! [`FORGET_AFTER`] is dropped.
 
 use std::{
     collections::HashMap,
@@ -40,14 +22,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use async_nats::jetstream::{Message, consumer::PullConsumer};
-use futures::StreamExt;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use common::domain::ModelRef;
 
-use crate::lanes::{LaneKey, Lanes};
+use crate::lanes::LaneKey;
 
 /// The longest a lane found empty is left alone unless its doorbell rings (while the last
 /// scan saw jobs in it: they run elsewhere, and come back here if their runner dies).
@@ -65,15 +44,6 @@ const SETTLE_TRIES: u32 = 4;
 pub const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// The most jobs one fetch asks for (each needs a free slot of the runner and of its model).
 const MAX_FETCH: usize = 8;
-/// How long to wait before trying again after a fetch failed.
-const FETCH_RETRY: Duration = Duration::from_millis(500);
-/// The longest a fetch may take. It asks for what is pending and is answered within
-/// milliseconds, but a pull request nobody answers (the lane's consumer lost its leader with a
-/// cluster node, and the request went to it) is otherwise waited for forever: the scheduler,
-/// and with it every free slot of the runner, stopped for good (the fault suite's stream-leader
-/// scenario left 140 of 200 predictions stuck so). Jobs a timed-out fetch still brings are
-/// redelivered after their ack wait.
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The slots of one model on this runner.
 struct ModelSlots {
@@ -227,7 +197,7 @@ impl<T: Clone> FairPick<T> {
     }
 
     /// How long until a lane found empty may be asked again.
-    fn next_recheck(&self, now: Instant) -> Duration {
+    pub(super) fn next_recheck(&self, now: Instant) -> Duration {
         self.lanes()
             .iter()
             .filter_map(|e| e.state.checked_empty.map(|at| e.state.recheck_after().saturating_sub(now - at)))
@@ -239,7 +209,7 @@ impl<T: Clone> FairPick<T> {
     /// Records what a fetch from `key` found: `found` jobs of the `asked` for. A lane that
     /// gave fewer than asked has no more ready: like an empty one, it is asked again when its
     /// doorbell rings (or after the back-off), not at once. Quick re-asks follow only while a
-    /// doorbell rung in the last [`RING_SETTLE`] is not yet made up for by a fetched job.
+    /// doorbell rung in the last `RING_SETTLE` is not yet made up for by a fetched job.
     pub fn mark(&self, key: &LaneKey, asked: usize, found: usize, now: Instant) {
         let mut lanes = self.lanes();
         let Some(entry) = lanes.iter_mut().find(|e| &e.key == key) else { return };
@@ -286,159 +256,8 @@ impl<T: Clone> FairPick<T> {
     }
 
     /// A free slot of `model`.
-    fn model_slot(&self, model: &ModelRef) -> Option<OwnedSemaphorePermit> {
+    pub(super) fn model_slot(&self, model: &ModelRef) -> Option<OwnedSemaphorePermit> {
         self.models[model].free.clone().try_acquire_owned().ok()
-    }
-}
-
-/// The slots one job holds while it runs: one of the runner, one of its model. Dropping them
-/// wakes the scheduler, which may be waiting for exactly this model's slot.
-pub struct Slots {
-    _runner: OwnedSemaphorePermit,
-    _model: OwnedSemaphorePermit,
-    wake: Arc<Notify>,
-}
-
-impl Drop for Slots {
-    fn drop(&mut self) {
-        self.wake.notify_one();
-    }
-}
-
-/// The scheduler of one runner: its slots, the fair pick over its lanes, and the opening of
-/// lanes as their doorbells ring.
-pub struct Scheduler {
-    runner: Arc<Semaphore>,
-    pick: FairPick<PullConsumer>,
-    lanes: Arc<Lanes>,
-    wake: Arc<Notify>,
-}
-
-impl Scheduler {
-    /// A scheduler of `concurrency` slots for `models`, each bounded by `model_concurrency`
-    /// and weighted by `weights`, opening lanes through `lanes`.
-    pub fn new(
-        concurrency: usize,
-        models: &[ModelRef],
-        model_concurrency: usize,
-        weights: &HashMap<ModelRef, u32>,
-        lanes: Arc<Lanes>,
-    ) -> Self {
-        Self {
-            runner: Arc::new(Semaphore::new(concurrency)),
-            pick: FairPick::new(models, model_concurrency, weights),
-            lanes,
-            wake: Arc::new(Notify::new()),
-        }
-    }
-
-    /// Records what a scan begun at `scanned_at` found in `model`'s lanes (see
-    /// [`FairPick::scanned`]).
-    pub fn scanned(&self, model: &ModelRef, with_jobs: &[LaneKey], scanned_at: Instant) {
-        self.pick.scanned(model, with_jobs, scanned_at);
-    }
-
-    /// A job of `key` is waiting: opens its lane if it is new, marks it, and wakes the loop.
-    pub async fn ring(&self, key: LaneKey) {
-        if !self.pick.serves(&key.model) {
-            return;
-        }
-        tracing::trace!(model = %key.model, account = ?key.account, "doorbell");
-        if !self.pick.ring(&key) {
-            match self.lanes.open(&key).await {
-                Ok(consumer) => {
-                    if self.pick.add(key.clone(), consumer) {
-                        tracing::debug!(model = %key.model, account = ?key.account, "lane opened");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(model = %key.model, error = %e, "lane not opened; the next scan retries");
-                    return;
-                }
-            }
-        }
-        self.wake.notify_one();
-    }
-
-    /// Starts jobs until `shutdown` fires: `start` is called with each message fetched, the
-    /// model it is for, and the slots it holds until it ends.
-    pub async fn run(&self, shutdown: CancellationToken, start: impl Fn(Message, &ModelRef, Slots)) {
-        loop {
-            let held = tokio::select! {
-                () = shutdown.cancelled() => return,
-                permit = self.runner.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-            };
-            let now = Instant::now();
-            let Some((key, consumer, most)) = self.pick.pick(now) else {
-                drop(held);
-                self.pick.forget(None, now);
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = self.wake.notified() => {}
-                    () = tokio::time::sleep(self.pick.next_recheck(now)) => {}
-                }
-                continue;
-            };
-            match self.fetch(&key, &consumer, most, held, &start).await {
-                Ok((asked, started)) => {
-                    tracing::trace!(model = %key.model, account = ?key.account, asked, started, "fetched");
-                    self.pick.mark(&key, asked, started, Instant::now());
-                }
-                Err(e) => {
-                    tracing::warn!(model = %key.model, account = ?key.account, error = %e, "fetching jobs failed; the lane is reopened when a job rings it");
-                    self.pick.forget(Some(&key), Instant::now());
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(FETCH_RETRY) => {}
-                    }
-                }
-            }
-        }
-    }
-
-    /// Fetches up to `most` jobs of `key`, as many as there are free slots, and starts each;
-    /// returns how many were asked for and how many there were.
-    async fn fetch(
-        &self,
-        key: &LaneKey,
-        consumer: &PullConsumer,
-        most: usize,
-        held: OwnedSemaphorePermit,
-        start: &impl Fn(Message, &ModelRef, Slots),
-    ) -> Result<(usize, usize), async_nats::Error> {
-        let mut slots = Vec::new();
-        let mut runner_permit = Some(held);
-        while slots.len() < most {
-            let Some(runner) = runner_permit.take().or_else(|| self.runner.clone().try_acquire_owned().ok()) else {
-                break;
-            };
-            let Some(model) = self.pick.model_slot(&key.model) else { break };
-            slots.push(Slots { _runner: runner, _model: model, wake: self.wake.clone() });
-        }
-        let asked = slots.len();
-        if asked == 0 {
-            return Ok((0, 0));
-        }
-        let mut started = 0;
-        let fetched = tokio::time::timeout(FETCH_TIMEOUT, async {
-            let mut batch = consumer.fetch().max_messages(asked).messages().await?;
-            while let Some(message) = batch.next().await {
-                let message = message?;
-                let Some(slot) = slots.pop() else { break };
-                start(message, &key.model, slot);
-                started += 1;
-            }
-            Ok::<_, async_nats::Error>(())
-        })
-        .await;
-        match fetched {
-            Ok(Ok(())) => Ok((asked, started)),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(format!("no answer within {FETCH_TIMEOUT:?} ({started} of {asked} jobs came)").into()),
-        }
     }
 }
 
