@@ -137,7 +137,7 @@ impl Measured {
                 } else {
                     "the same at 8 in flight"
                 },
-                measured: format!("p50 +{p50:.2} ms, p99 +{p99:.2} ms"),
+                measured: format!("p50 {p50:+.2} ms, p99 {p99:+.2} ms"),
                 met: p50 < 2.0 && p99 < 5.0,
             });
         }
