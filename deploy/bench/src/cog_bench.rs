@@ -57,6 +57,11 @@ const ROUNDS: usize = 5;
 /// The pause between the direct calls of the idle path: about what the service spends around
 /// each model call, during which a Cog server called through it sits idle.
 const IDLE_BETWEEN_CALLS: Duration = Duration::from_millis(4);
+/// Predictions per client of the warm-up both paths get at 8 in flight before anything is
+/// measured: the MongoDB stand-in is a JVM, and a standalone `bench cog` on fresh servers
+/// measured its JIT compiler (the stand-in's CPU per prediction 3-5 ms at 1 in flight, against
+/// about 1 ms once warm); inside the standard set earlier steps warm it.
+const WARM_UP_PER_CLIENT: usize = 100;
 /// The Cog echo fixture of the benchmarks.
 const FIXTURE: &str = "deploy/bench/fixtures/cog/echo_async";
 /// The Cog model's input.
@@ -87,6 +92,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
 pub async fn measure(samples: usize) -> anyhow::Result<Value> {
     let cog = CogServer::start(Path::new(FIXTURE), 8).await?;
     on_system(&cog, &[], async |cluster, stop| {
+        warm_up(cluster, &cog.base).await?;
         let mut levels = Vec::new();
         for in_flight in LEVELS {
             levels.push(overhead(cluster, &cog.base, in_flight, samples).await?);
@@ -151,6 +157,17 @@ async fn on_system<T>(
     stop.cancel();
     cluster.stop().await?;
     outcome
+}
+
+/// Both paths at 8 in flight, [`WARM_UP_PER_CLIENT`] predictions per client, not counted.
+async fn warm_up(cluster: &Cluster, cog: &str) -> anyhow::Result<()> {
+    let direct = Template::new(Method::POST, cog, "/predictions", "unused")?.json(INPUT);
+    let through = Template::new(Method::POST, &cluster.base, "/v1/models/acme/echo/predictions", &cluster.key)?
+        .json(INPUT)
+        .header("prefer", "wait=30")?;
+    closed_loop(cog, &direct, 8, WARM_UP_PER_CLIENT, Expect::Cog, Duration::ZERO).await?;
+    closed_loop(&cluster.base, &through, 8, WARM_UP_PER_CLIENT, Expect::Service, Duration::ZERO).await?;
+    Ok(())
 }
 
 /// Direct and through-the-service latencies at `in_flight`, `samples` of each.
