@@ -118,9 +118,7 @@ pub async fn phases(samples: usize) -> anyhow::Result<Value> {
         ("RUST_LOG", "info"),
     ];
     let traced = on_system(&cog, &export, async |cluster, _| {
-        let through = Template::new(Method::POST, &cluster.base, "/v1/models/acme/echo/predictions", &cluster.key)?
-            .json(INPUT)
-            .header("prefer", "wait=30")?;
+        let (_, through) = paths(cluster, &cog.base)?;
         closed_loop(&cluster.base, &through, 1, samples, Expect::Service, Duration::ZERO).await
     })
     .await;
@@ -159,12 +157,19 @@ async fn on_system<T>(
     outcome
 }
 
-/// Both paths at 8 in flight, [`WARM_UP_PER_CLIENT`] predictions per client, not counted.
-async fn warm_up(cluster: &Cluster, cog: &str) -> anyhow::Result<()> {
+/// The two paths' requests: a sync `POST /predictions` to the Cog server, and a create with
+/// `Prefer: wait` to the api.
+fn paths(cluster: &Cluster, cog: &str) -> anyhow::Result<(Template, Template)> {
     let direct = Template::new(Method::POST, cog, "/predictions", "unused")?.json(INPUT);
     let through = Template::new(Method::POST, &cluster.base, "/v1/models/acme/echo/predictions", &cluster.key)?
         .json(INPUT)
         .header("prefer", "wait=30")?;
+    Ok((direct, through))
+}
+
+/// Both paths at 8 in flight, [`WARM_UP_PER_CLIENT`] predictions per client, not counted.
+async fn warm_up(cluster: &Cluster, cog: &str) -> anyhow::Result<()> {
+    let (direct, through) = paths(cluster, cog)?;
     closed_loop(cog, &direct, 8, WARM_UP_PER_CLIENT, Expect::Cog, Duration::ZERO).await?;
     closed_loop(&cluster.base, &through, 8, WARM_UP_PER_CLIENT, Expect::Service, Duration::ZERO).await?;
     Ok(())
@@ -172,10 +177,7 @@ async fn warm_up(cluster: &Cluster, cog: &str) -> anyhow::Result<()> {
 
 /// Direct and through-the-service latencies at `in_flight`, `samples` of each.
 async fn overhead(cluster: &Cluster, cog: &str, in_flight: usize, samples: usize) -> anyhow::Result<Value> {
-    let direct = Template::new(Method::POST, cog, "/predictions", "unused")?.json(INPUT);
-    let through = Template::new(Method::POST, &cluster.base, "/v1/models/acme/echo/predictions", &cluster.key)?
-        .json(INPUT)
-        .header("prefer", "wait=30")?;
+    let (direct, through) = paths(cluster, cog)?;
     let per_round = (samples / ROUNDS / in_flight).max(1);
     let (mut direct_rounds, mut through_rounds, mut idle_samples, mut conflicts) =
         (Vec::new(), Vec::new(), Vec::new(), 0);

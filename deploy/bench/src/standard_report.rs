@@ -12,6 +12,7 @@ use crate::{
     create_vs_insert,
     e2e_bench::{self, Phase},
     scaling_bench, scheduling_bench,
+    standard::SUSTAINED_SEARCH_CEILING,
 };
 
 /// Everything the standard set measured.
@@ -146,7 +147,7 @@ impl Measured {
                 self.sustained_repeats.iter().map(|r| r.map_or("none".into(), |r| format!("{r}/s"))).collect();
             targets.push(Target {
                 name: "highest sustained end-to-end rate (p99 ≤ 1 s, nothing lost) at least 200/s, median of 3 searches",
-                measured: format!("{median}/s ({})", each.join(", ")),
+                measured: format!("{}/s ({})", at_least(median), each.join(", ")),
                 met: median >= 200,
             });
         }
@@ -334,9 +335,14 @@ pub fn tables(m: &Measured) -> String {
     }
     let each: Vec<String> = m.sustained_repeats.iter().map(|r| r.map_or("none".into(), |r| format!("{r}/s"))).collect();
     out.push_str(&format!(
-        "each search on a fresh system: {}; median **{}/s**\n\n",
+        "each search on a fresh system: {}; median **{}/s**{}\n\n",
         each.join(", "),
-        m.sustained_median().unwrap_or(0)
+        at_least(m.sustained_median().unwrap_or(0)),
+        if m.sustained_median() == Some(SUSTAINED_SEARCH_CEILING) {
+            " (every phase held up to the search's ceiling: the sustainable rate is at least this)"
+        } else {
+            ""
+        }
     ));
     for rate in [50, 200] {
         if let Some(cost) = m.cost_at(rate) {
@@ -404,6 +410,11 @@ pub fn tables(m: &Measured) -> String {
         out.push_str(&format!("| {} | {} | {} |\n", t.name, t.measured, if t.met { "yes" } else { "no" }));
     }
     out
+}
+
+/// A sustained rate as reported: "≥ N" when it is the search's ceiling, which held.
+fn at_least(rate: u64) -> String {
+    if rate == SUSTAINED_SEARCH_CEILING { format!("≥ {rate}") } else { rate.to_string() }
 }
 
 #[cfg(test)]
@@ -475,5 +486,10 @@ mod tests {
         );
         measured.paced_create_client_cpu_us = None;
         assert!(measured.open_loop_floor_alone().is_none(), "no paced create, no floor of calls made alone");
+        measured.sustained_repeats = vec![Some(SUSTAINED_SEARCH_CEILING); 3];
+        let targets = measured.targets();
+        let sustained = targets.iter().find(|t| t.name.starts_with("highest sustained")).expect("the sustained target");
+        assert_eq!(sustained.measured, "≥ 1600/s (1600/s, 1600/s, 1600/s)", "a search that held its ceiling");
+        assert!(super::tables(&measured).contains("median **≥ 1600/s** (every phase held up to the search's ceiling"));
     }
 }
