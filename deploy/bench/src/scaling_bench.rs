@@ -8,7 +8,10 @@
 //! step's efficiency is its rate over N times the one-runner rate.
 //!
 //! Api replicas ([`api_replicas`]): creates per second from 64 closed-loop clients against one
-//! api, then split over two api processes on the same NATS and database.
+//! api, then split over two api processes on the same NATS and database. Beside each step,
+//! how busy the machine's cores were and whose CPU each create took (api, load tool, NATS and
+//! MongoDB servers): when one replica already keeps the cores busy, a second cannot add
+//! creates on this machine, and the table says so instead of leaving it to be guessed.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -24,6 +27,7 @@ use crate::{
     api_bench::closed_loop,
     cluster::{Cluster, round},
     load_client::Template,
+    machine_cpu::{CpuTimes, ProcessCpu, Role},
 };
 
 /// Seconds each prediction sleeps.
@@ -142,15 +146,24 @@ pub async fn api_replicas(cluster: &mut Cluster, seconds: u64) -> anyhow::Result
             let (per_second, _, _) = closed_loop(seconds, API_CLIENTS / replicas, base, &template, 201).await?;
             anyhow::Ok(per_second)
         });
+        let (cores_before, processes_before) = (CpuTimes::now()?, ProcessCpu::now()?);
         let per_second: f64 = try_join_all(loops).await?.into_iter().sum();
-        steps.push((replicas, per_second));
+        let (cores, by_role) = (CpuTimes::now()?.since(cores_before), ProcessCpu::now()?.since(&processes_before));
+        let creates = per_second * seconds as f64;
+        let us_per_create = |role: Role| round(1e6 * by_role.get(&role).copied().unwrap_or(0.0) / creates.max(1.0), 0);
+        let cpu: serde_json::Map<String, Value> = [Role::Api, Role::LoadTool, Role::Nats, Role::Mongodb]
+            .into_iter()
+            .map(|role| (role.name().to_owned(), json!(us_per_create(role))))
+            .collect();
+        steps.push((replicas, per_second, cores.busy_share().map(|b| round(b, 2)), cpu));
     }
     let one = steps[0].1;
     Ok(json!({
         "request": "create demo/echo", "clients": API_CLIENTS, "seconds_per_step": seconds,
-        "steps": steps.iter().map(|&(replicas, rate)| json!({
-            "api_replicas": replicas, "creates_per_second": round(rate, 0),
-            "efficiency": round(efficiency(rate, one, replicas), 3),
+        "steps": steps.iter().map(|(replicas, rate, busy, cpu)| json!({
+            "api_replicas": replicas, "creates_per_second": round(*rate, 0),
+            "efficiency": round(efficiency(*rate, one, *replicas), 3),
+            "machine_cpu_busy": busy, "cpu_us_per_create_by_process": cpu,
         })).collect::<Vec<_>>(),
     }))
 }
@@ -158,11 +171,25 @@ pub async fn api_replicas(cluster: &mut Cluster, seconds: u64) -> anyhow::Result
 /// The api-replicas results of [`api_replicas`] as a table.
 pub fn api_table(replicas: &Value) -> String {
     let mut out = format!(
-        "api replicas: creates/s from {} closed-loop clients split over the replicas, {} s each\n\n| api replicas | creates/s | efficiency (rate / N × one replica's) |\n|---|---|---|\n",
+        "api replicas: creates/s from {} closed-loop clients split over the replicas, {} s each; the machine's cores busy \
+         (all processes) and CPU per create by process, µs\n\n\
+         | api replicas | creates/s | efficiency (rate / N × one replica's) | cores busy | api | load tool | nats | mongodb |\n\
+         |---|---|---|---|---|---|---|---|\n",
         replicas["clients"], replicas["seconds_per_step"]
     );
     for s in replicas["steps"].as_array().into_iter().flatten() {
-        out.push_str(&format!("| {} | {} | {} |\n", s["api_replicas"], s["creates_per_second"], s["efficiency"]));
+        let cpu = &s["cpu_us_per_create_by_process"];
+        let busy = s["machine_cpu_busy"].as_f64().map_or("-".to_owned(), |b| format!("{:.0} %", 100.0 * b));
+        out.push_str(&format!(
+            "| {} | {} | {} | {busy} | {} | {} | {} | {} |\n",
+            s["api_replicas"],
+            s["creates_per_second"],
+            s["efficiency"],
+            cpu["api"],
+            cpu["load_tool"],
+            cpu["nats"],
+            cpu["mongodb"]
+        ));
     }
     out
 }
@@ -216,4 +243,23 @@ pub fn table(scaling: &Value) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replicas_table_shows_how_busy_the_cores_were_and_whose_cpu_each_create_took() {
+        let replicas = json!({"clients": 64, "seconds_per_step": 3, "steps": [
+            {"api_replicas": 1, "creates_per_second": 10000.0, "efficiency": 1.0, "machine_cpu_busy": 0.97,
+             "cpu_us_per_create_by_process": {"api": 70.0, "load_tool": 40.0, "nats": 30.0, "mongodb": 50.0}},
+            {"api_replicas": 2, "creates_per_second": 9000.0, "efficiency": 0.45, "machine_cpu_busy": null,
+             "cpu_us_per_create_by_process": {"api": 90.0, "load_tool": 45.0, "nats": 35.0, "mongodb": 60.0}},
+        ]});
+        let table = api_table(&replicas);
+        assert!(table.contains("| 1 | 10000.0 | 1.0 | 97 % | 70.0 | 40.0 | 30.0 | 50.0 |"), "{table}");
+        assert!(table.contains("| 2 | 9000.0 | 0.45 | - | 90.0 |"), "an unread share shows as -: {table}");
+        assert_eq!(efficiency(9000.0, 10000.0, 2), 0.45);
+    }
 }
