@@ -11,14 +11,17 @@
 // The library's own versions top out at wire version 8 and the Rust driver 3.x needs at least 9,
 // so the backend declares MongoDB 6.0 (wire version 17).
 //
-// The memory backend answers a filter from the `_id` index only when the filter is exactly one
+// The library answers a filter from the `_id` index only when the filter is exactly one
 // equality on `_id`; `{_id: X, status: S, seq: N}` scanned the whole collection, so every
 // conditional update slowed down as a collection grew (~3,200/s at 1,000 documents, ~480/s at
 // 10,000). MongoDB answers such a filter from the `_id` index and checks the other fields on
-// the one document it finds; IdIndexedCollection does the same, so tests and benchmarks measure
-// the service rather than the stand-in's scans. The H2 backend (`up`) is left as the library has it.
+// the one document it finds; the IdIndexed* classes below do the same for both backends (the
+// memory one of tests and benchmarks, the H2 one of `up` and the fault suite), so tests and
+// benchmarks measure the service rather than the stand-in's scans, and a long-lived `up` does
+// not slow down as its predictions accumulate.
 
 import de.bwaldvogel.mongo.MongoBackend;
+import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.MongoDatabase;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
@@ -27,17 +30,40 @@ import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.Index;
 import de.bwaldvogel.mongo.backend.QueryResult;
 import de.bwaldvogel.mongo.backend.h2.H2Backend;
+import de.bwaldvogel.mongo.backend.h2.H2Collection;
+import de.bwaldvogel.mongo.backend.h2.H2Database;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.bson.Document;
 import java.net.InetSocketAddress;
+import org.h2.mvstore.MVMap;
+import org.h2.mvstore.MVStore;
 import java.util.List;
 
 public class Launcher {
     static final class Mongo60 implements MongoVersion {
         @Override public List<Integer> getVersionArray() { return List.of(6, 0, 0); }
         @Override public int getWireVersion() { return 17; }
+    }
+
+    /**
+     * The positions of the documents that can match `query`, from the `_id` index, when the
+     * query holds an `_id` equality beside other fields; null when the library should plan it.
+     */
+    static <P> Iterable<P> idPositions(List<Index<P>> indexes, Document query) {
+        Object id = query.get("_id");
+        // A plain value is an equality; an operator document ($in, $gt, ...) is left to the library.
+        if (query.size() < 2 || id == null || id instanceof Document) {
+            return null;
+        }
+        Document byId = new Document("_id", id);
+        for (Index<P> index : indexes) {
+            if (index.canHandle(byId)) {
+                return index.getPositions(byId);
+            }
+        }
+        return null;
     }
 
     /** A memory collection that finds a document by an `_id` equality first, whatever else the filter holds. */
@@ -49,19 +75,11 @@ public class Launcher {
         @Override
         protected QueryResult queryDocuments(Document query, Document orderBy, int skip, int limit, int batchSize,
                                              Document fieldSelector) {
-            Object id = query.get("_id");
-            // A plain value is an equality; an operator document ($in, $gt, ...) is left to the library.
-            if (query.size() > 1 && id != null && !(id instanceof Document)) {
-                Document byId = new Document("_id", id);
-                for (Index<Integer> index : getIndexes()) {
-                    if (index.canHandle(byId)) {
-                        // The one document with this _id, if any, still has to match the whole filter.
-                        return matchDocuments(query, index.getPositions(byId), orderBy, skip, limit, batchSize,
-                            fieldSelector);
-                    }
-                }
-            }
-            return super.queryDocuments(query, orderBy, skip, limit, batchSize, fieldSelector);
+            Iterable<Integer> positions = idPositions(getIndexes(), query);
+            // The one document with this _id, if any, still has to match the whole filter.
+            return positions == null
+                ? super.queryDocuments(query, orderBy, skip, limit, batchSize, fieldSelector)
+                : matchDocuments(query, positions, orderBy, skip, limit, batchSize, fieldSelector);
         }
     }
 
@@ -78,6 +96,51 @@ public class Launcher {
         @Override
         public MemoryDatabase openOrCreateDatabase(String name) {
             return new IdIndexedDatabase(name, getCursorRegistry());
+        }
+    }
+
+    /** The same for the H2 file backend (`up`, the fault suite). */
+    static final class IdIndexedH2Collection extends H2Collection {
+        IdIndexedH2Collection(MongoDatabase database, String name, CollectionOptions options,
+                              MVMap<Object, Document> data, MVMap<String, Object> meta, CursorRegistry cursors) {
+            super(database, name, options, data, meta, cursors);
+        }
+
+        @Override
+        protected QueryResult queryDocuments(Document query, Document orderBy, int skip, int limit, int batchSize,
+                                             Document fieldSelector) {
+            Iterable<Object> positions = idPositions(getIndexes(), query);
+            return positions == null
+                ? super.queryDocuments(query, orderBy, skip, limit, batchSize, fieldSelector)
+                : matchDocuments(query, positions, orderBy, skip, limit, batchSize, fieldSelector);
+        }
+    }
+
+    /**
+     * Opens its collections as H2Database does (the same map names, so files written before
+     * still open). The library's database keeps its store private and opens collections from
+     * its own constructor, so the store is the launcher's one, in a static field.
+     */
+    static final class IdIndexedH2Database extends H2Database {
+        static MVStore store;
+
+        IdIndexedH2Database(String name, CursorRegistry cursors) { super(name, store, cursors); }
+
+        @Override
+        protected MongoCollection<Object> openOrCreateCollection(String name, CollectionOptions options) {
+            String fullName = getFullCollectionNamespace(name);
+            MVMap<Object, Document> data = store.openMap("databases." + fullName);
+            MVMap<String, Object> meta = store.openMap("meta." + fullName);
+            return new IdIndexedH2Collection(this, name, options, data, meta, cursorRegistry);
+        }
+    }
+
+    static final class IdIndexedH2Backend extends H2Backend {
+        IdIndexedH2Backend(MVStore store) { super(store); }
+
+        @Override
+        protected MongoDatabase openOrCreateDatabase(String name) {
+            return new IdIndexedH2Database(name, getCursorRegistry());
         }
     }
 
@@ -99,7 +162,13 @@ public class Launcher {
             }
         }
 
-        MongoBackend backend = h2File == null ? new IdIndexedBackend() : new H2Backend(h2File);
+        MongoBackend backend;
+        if (h2File == null) {
+            backend = new IdIndexedBackend();
+        } else {
+            IdIndexedH2Database.store = MVStore.open(h2File);
+            backend = new IdIndexedH2Backend(IdIndexedH2Database.store);
+        }
         backend.version(new Mongo60());
         MongoServer server = new MongoServer(backend);
         server.bind(host, port);
