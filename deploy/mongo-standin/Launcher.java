@@ -40,6 +40,8 @@ import java.net.InetSocketAddress;
 import org.h2.mvstore.MVMap;
 import org.h2.mvstore.MVStore;
 import java.util.List;
+import java.util.function.Function;
+import java.util.function.Supplier;
 
 public class Launcher {
     static final class Mongo60 implements MongoVersion {
@@ -48,22 +50,25 @@ public class Launcher {
     }
 
     /**
-     * The positions of the documents that can match `query`, from the `_id` index, when the
-     * query holds an `_id` equality beside other fields; null when the library should plan it.
+     * How both backends' collections plan a query: when it holds an `_id` equality beside other
+     * fields, `match` checks the whole filter on the document the `_id` index finds (if any);
+     * otherwise `plan` leaves it to the library. The two collections extend different library
+     * classes, so each passes its own protected `matchDocuments` and `super.queryDocuments`.
      */
-    static <P> Iterable<P> idPositions(List<Index<P>> indexes, Document query) {
+    static <P> QueryResult queryById(List<Index<P>> indexes, Document query,
+                                     Function<Iterable<P>, QueryResult> match, Supplier<QueryResult> plan) {
         Object id = query.get("_id");
         // A plain value is an equality; an operator document ($in, $gt, ...) is left to the library.
         if (query.size() < 2 || id == null || id instanceof Document) {
-            return null;
+            return plan.get();
         }
         Document byId = new Document("_id", id);
         for (Index<P> index : indexes) {
             if (index.canHandle(byId)) {
-                return index.getPositions(byId);
+                return match.apply(index.getPositions(byId));
             }
         }
-        return null;
+        return plan.get();
     }
 
     /** A memory collection that finds a document by an `_id` equality first, whatever else the filter holds. */
@@ -74,12 +79,10 @@ public class Launcher {
 
         @Override
         protected QueryResult queryDocuments(Document query, Document orderBy, int skip, int limit, int batchSize,
-                                             Document fieldSelector) {
-            Iterable<Integer> positions = idPositions(getIndexes(), query);
-            // The one document with this _id, if any, still has to match the whole filter.
-            return positions == null
-                ? super.queryDocuments(query, orderBy, skip, limit, batchSize, fieldSelector)
-                : matchDocuments(query, positions, orderBy, skip, limit, batchSize, fieldSelector);
+                                             Document fields) {
+            return queryById(getIndexes(), query,
+                found -> matchDocuments(query, found, orderBy, skip, limit, batchSize, fields),
+                () -> super.queryDocuments(query, orderBy, skip, limit, batchSize, fields));
         }
     }
 
@@ -108,11 +111,10 @@ public class Launcher {
 
         @Override
         protected QueryResult queryDocuments(Document query, Document orderBy, int skip, int limit, int batchSize,
-                                             Document fieldSelector) {
-            Iterable<Object> positions = idPositions(getIndexes(), query);
-            return positions == null
-                ? super.queryDocuments(query, orderBy, skip, limit, batchSize, fieldSelector)
-                : matchDocuments(query, positions, orderBy, skip, limit, batchSize, fieldSelector);
+                                             Document fields) {
+            return queryById(getIndexes(), query,
+                found -> matchDocuments(query, found, orderBy, skip, limit, batchSize, fields),
+                () -> super.queryDocuments(query, orderBy, skip, limit, batchSize, fields));
         }
     }
 
