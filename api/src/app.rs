@@ -118,6 +118,7 @@ pub fn app(state: AppState) -> Router {
     routes::router(state)
         .route("/metrics", serve_metrics)
         .route("/openapi.json", get(move || std::future::ready(crate::openapi::serve(&base_url))))
+        .merge(crate::reference::router())
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
         .layer(middleware)
 }

@@ -27,6 +27,7 @@ pub mod models;
 pub mod openapi;
 pub mod owned;
 pub mod ratelimit;
+pub mod reference;
 pub mod replicate;
 pub mod request_id;
 pub mod routes;

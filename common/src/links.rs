@@ -14,17 +14,33 @@
 //! and nothing else. Any replica of any service computes the same token.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use crate::{
     crypto::MasterKey,
-    domain::{ApiSurface, FileId, PredictionId, prediction::PredictionUrls},
+    domain::{ApiSurface, FileId, PredictionId},
 };
 
 /// What a stream token's MAC vouches for.
 const STREAM_TOKEN_CONTEXT: &str = "stream_token.v1";
 /// Bytes of the MAC kept in a token: 128 bits, unguessable.
 const STREAM_TOKEN_BYTES: usize = 16;
+
+/// The `urls` of a prediction (built by [`Links::prediction`]).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionUrls {
+    /// `{base}/v1/predictions/{id}`
+    pub get: String,
+    /// `{base}/v1/predictions/{id}/cancel`
+    pub cancel: String,
+    /// `{base}/predictions/{id}` (an HTML page)
+    pub web: String,
+    /// `{base}/v1/predictions/{id}/stream?token=…` (Server-Sent Events; the token opens it
+    /// without `Authorization`)
+    pub stream: String,
+}
 
 /// The deployment's public address and the key that signs its capability URLs.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{AccountId, ApiSurface, ModelRef, PredictionId, PredictionStatus, WebhookEvent, WebhookUrl};
-use crate::links::Links;
+use crate::links::{Links, PredictionUrls};
 
 /// The origin recorded for predictions made through the HTTP API.
 pub const SOURCE_API: &str = "api";
@@ -128,21 +128,6 @@ pub struct Prediction {
     /// The API surface that created it: the shape of its webhooks.
     #[serde(default)]
     pub surface: ApiSurface,
-}
-
-/// The `urls` of a prediction (built by [`Links::prediction`]).
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PredictionUrls {
-    /// `{base}/v1/predictions/{id}`
-    pub get: String,
-    /// `{base}/v1/predictions/{id}/cancel`
-    pub cancel: String,
-    /// `{base}/predictions/{id}` (an HTML page)
-    pub web: String,
-    /// `{base}/v1/predictions/{id}/stream?token=…` (Server-Sent Events; the token opens it
-    /// without `Authorization`)
-    pub stream: String,
 }
 
 /// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).

@@ -3,9 +3,6 @@
 //! Each run uses its own database and NATS prefix, is bounded in time and traffic, sends only
 //! to loopback, and stops by itself.
 //!
-//! - `bench notifier`: webhook deliveries per second to a fast local receiver with one
-//!   notifier, and the latency from status event published to webhook received.
-//! - `bench runner`: demo/echo predictions per second through one runner.
 //! - `bench cog`: the latency the service adds over calling a Cog server directly, and the
 //!   first `start` webhook and SSE output of `demo/echo`.
 //! - `bench cost [--traces]`: CPU, memory and MongoDB commands per prediction, per service
@@ -15,38 +12,20 @@
 //! - `bench scaling`: demo/sleep completions per second with 1, 2, 4 and 8 runner processes,
 //!   then creates per second with 1 and 2 api replicas.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
-//! - `bench faults`: the fault-injection suite (see [`faults`]).
 //! - `bench charts --from FILE`: the standard set's SVG charts drawn again from its results
-//!   (see [`charts`]).
+//!   (see [`report::charts`]).
 //! - `bench standard`: the standard set in one bounded run, with ratios and targets
 //!   (see [`standard`]); the tables also go to the `--out` file's name with `.md`.
+//!
+//! Inside: [`scenarios`] (a file per scenario), [`measure`] (the instruments besides
+//! latency), [`report`] (the CPU floor, tables and charts), [`standard`] (the set, in order);
+//! what the fault-injection suite (`deploy/faults`) needs as well lives in the `harness` crate.
 #![forbid(unsafe_code)]
 
-mod api_bench;
-mod baselines;
-mod charts;
-mod cluster;
-mod cog_bench;
-mod cost_bench;
-mod cpu_floor;
-mod create_vs_insert;
-mod e2e_bench;
-mod faults;
-mod load_client;
-mod machine_cpu;
-mod notifier_bench;
-mod otlp_sink;
-mod paced;
-mod processes;
-mod profiler;
-mod receiver;
-mod runner_bench;
-mod scaling_bench;
-mod scheduling_bench;
-mod setup;
+mod measure;
+mod report;
+mod scenarios;
 mod standard;
-mod standard_report;
-mod stats;
 
 use std::process::ExitCode;
 
@@ -64,26 +43,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Scenario {
-    /// Notifier throughput and event-to-webhook latency.
-    Notifier(notifier_bench::Options),
-    /// demo/echo predictions per second through one runner.
-    Runner(runner_bench::RunnerOptions),
     /// The latency the service adds over a direct call to a Cog server.
-    Cog(cog_bench::Options),
+    Cog(scenarios::cog::Options),
     /// MongoDB commands per prediction, per service.
-    Cost(cost_bench::Options),
+    Cost(scenarios::cost::Options),
     /// Raw MongoDB and JetStream rates.
-    Baselines(baselines::Options),
+    Baselines(scenarios::baselines::Options),
     /// The api's throughput and latency at several concurrency levels.
-    Api(api_bench::Options),
+    Api(scenarios::api_alone::Options),
     /// Runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes, then api replicas.
-    Scaling(scaling_bench::Options),
+    Scaling(scenarios::scaling::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
-    Scheduling(scheduling_bench::Options),
+    Scheduling(scenarios::scheduling::Options),
     /// The standard set: baselines, api, end to end, cost and runner scale-out.
     Standard(standard::Options),
-    /// The fault-injection suite: kills, restarts and bad receivers under steady load.
-    Faults(faults::Options),
     /// Draws the standard set's SVG charts again from a results file, next to it.
     Charts {
         /// The results JSON of a standard run.
@@ -96,7 +69,7 @@ enum Scenario {
 fn draw_charts(results: &serde_json::Value, out: &str) -> anyhow::Result<()> {
     let dir =
         std::path::Path::new(out).parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    for path in charts::write_all(results, dir)? {
+    for path in report::charts::write_all(results, dir)? {
         println!("chart written to {}", path.display());
     }
     Ok(())
@@ -131,26 +104,12 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> ExitCode {
     let _telemetry = common::telemetry::init("bench");
     let result = match cli.scenario {
-        Scenario::Notifier(options) => notifier_bench::run(options).await.map(|report| {
-            println!("{}", report.table());
-            report.json()
-        }),
-        Scenario::Runner(options) => runner_bench::run_runner(options).await,
-        Scenario::Cog(options) => cog_bench::run(options).await,
-        Scenario::Cost(options) => cost_bench::run(options).await,
-        Scenario::Baselines(options) => baselines::run(options).await,
-        Scenario::Api(options) => api_bench::run(options).await,
-        Scenario::Scaling(options) => scaling_bench::run(options).await,
-        Scenario::Scheduling(options) => scheduling_bench::run(options).await,
-        Scenario::Faults(options) => {
-            let mut table = String::new();
-            let results = faults::run(options, &mut table).await;
-            if results.is_ok() {
-                println!("{table}");
-                write_table(&cli.out, &table);
-            }
-            results
-        }
+        Scenario::Cog(options) => scenarios::cog::run(options).await,
+        Scenario::Cost(options) => scenarios::cost::run(options).await,
+        Scenario::Baselines(options) => scenarios::baselines::run(options).await,
+        Scenario::Api(options) => scenarios::api_alone::run(options).await,
+        Scenario::Scaling(options) => scenarios::scaling::run(options).await,
+        Scenario::Scheduling(options) => scenarios::scheduling::run(options).await,
         Scenario::Standard(options) => {
             let mut tables = String::new();
             let results = standard::run(options, &mut tables).await;

@@ -2,17 +2,17 @@
 //! figure next to the baseline it is read against:
 //!
 //! 1. baselines: raw MongoDB insert and find-by-id, raw JetStream publish (1, 8, 32, 128 in flight),
-//!    and the calls a prediction requires made alone, 200 a second ([`crate::paced`]);
+//!    and the calls a prediction requires made alone, 200 a second ([`crate::measure::paced`]);
 //! 2. api alone (a process): get, list and create at 1, 8, 32 and 128 clients, as ratios of
 //!    the raw find and insert rates at the same number in flight; then creates against raw
 //!    inserts into the same collection in alternating rounds (see [`create_vs_insert`]); then
-//!    creates with 1 and 2 api replicas ([`scaling_bench::api_replicas`]); and creates made
+//!    creates with 1 and 2 api replicas ([`scaling::api_replicas`]); and creates made
 //!    alone, 200 a second, for the load tool's price of a POST at that pace;
 //! 3. end to end (api, notifier and one runner as processes): open loop at 50 and at 200
 //!    predictions/s for 30 s, each on a fresh system, with the cost of each (CPU and peak
 //!    memory per process, MongoDB commands per service); then three times, each on a fresh
 //!    system, 200/s and doubling and bisecting to find the highest sustained rate (see
-//!    [`e2e_bench`]), for the median of three;
+//!    [`e2e`]), for the median of three;
 //! 4. cost with a webhook for every event, as deployed (no MongoDB command monitoring), then
 //!    again with the commands counted;
 //! 5. runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes;
@@ -21,12 +21,12 @@
 //!    `BENCH_SERVICE_WORKER_THREADS` says otherwise);
 //! 7. scheduling: start delays on a runner serving the default model set at 50 % and 90 % of
 //!    its slot capacity, and a light account's start delay behind a heavy backlog (see
-//!    [`scheduling_bench`]);
+//!    [`scheduling`]);
 //! 8. the Cog overhead at 1 and 8 in flight, the first `start` webhook and SSE output of
-//!    demo/echo, and where a create's time goes by the services' spans (see [`cog_bench`]).
+//!    demo/echo, and where a create's time goes by the services' spans (see [`cog`]).
 //!
 //! The report adds the floor under the CPU targets: the calls the CONTRACT requires of each
-//! prediction, priced at the load tool's own client cost per call (see [`crate::cpu_floor`]).
+//! prediction, priced at the load tool's own client cost per call (see [`crate::report::cpu_floor`]).
 //!
 //! Steps 3 to 7 each start a fresh system, so one step's load never shows in the next.
 //!
@@ -40,23 +40,23 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    api_bench, baselines,
-    cluster::{self, Cluster, round},
-    cog_bench, cost_bench, create_vs_insert, e2e_bench,
-    receiver::Receiver,
-    scaling_bench, scheduling_bench,
-    standard_report::{self, Measured},
-};
+use crate::report::tables::Measured;
+use crate::scenarios::api_alone;
+use crate::scenarios::baselines;
+use crate::scenarios::cog;
+use crate::scenarios::cost;
+use crate::scenarios::create_vs_insert;
+use crate::scenarios::e2e::{self, SUSTAINED_SEARCH_CEILING};
+use crate::scenarios::scaling;
+use crate::scenarios::scheduling;
+use harness::cluster::{self, Cluster, round};
+use harness::receiver::Receiver;
 
 /// Rounds of the head-to-head create-throughput measurement ([`create_vs_insert`]).
 const HEAD_TO_HEAD_ROUNDS: usize = 3;
 /// Searches for the highest sustained end-to-end rate, each on a fresh system; the median
 /// is the figure (one search swings with the machine: 87/s to 200/s on the same build).
 const SUSTAINED_SEARCHES: usize = 3;
-/// The highest rate a search tries (doubling from 200/s); a search that holds it reports it as
-/// "at least" this rate.
-pub const SUSTAINED_SEARCH_CEILING: u64 = 1600;
 /// Predictions of each cost batch (a second of CPU at most, against /proc's 10 ms ticks).
 const COST_PREDICTIONS: usize = 1000;
 /// Predictions per path and level of the Cog overhead.
@@ -88,10 +88,10 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     let mut api_cluster = Cluster::start(&cluster::AS_DEPLOYED, false).await?;
     let servers = servers(&api_cluster).await;
     let api = async {
-        let levels = api_bench::measure(&api_cluster, options.api_seconds).await?;
-        let paced_create = api_bench::paced_create_cpu_us(&api_cluster, 3).await?;
+        let levels = api_alone::measure(&api_cluster, options.api_seconds).await?;
+        let paced_create = api_alone::paced_create_cpu_us(&api_cluster, 3).await?;
         let head_to_head = create_vs_insert::measure(&api_cluster, HEAD_TO_HEAD_ROUNDS, 2).await?;
-        let replicas = scaling_bench::api_replicas(&mut api_cluster, options.api_seconds).await?;
+        let replicas = scaling::api_replicas(&mut api_cluster, options.api_seconds).await?;
         anyhow::Ok((levels, paced_create, head_to_head, replicas))
     }
     .await;
@@ -104,18 +104,17 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     step(3, "end to end, open loop");
     let mut e2e = Vec::new();
     for rate in [50, 200] {
-        let fixed = e2e_bench::Plan { fixed: vec![(rate, options.e2e_seconds)], ramp_seconds: 10, max_rate: rate };
+        let fixed = e2e::Plan { fixed: vec![(rate, options.e2e_seconds)], ramp_seconds: 10, max_rate: rate };
         e2e.extend(
-            on_fresh_system(&[], async |cluster, receiver| e2e_bench::measure(cluster, receiver, &fixed).await).await?,
+            on_fresh_system(&[], async |cluster, receiver| e2e::measure(cluster, receiver, &fixed).await).await?,
         );
     }
-    let search = e2e_bench::Plan { fixed: vec![(200, 10)], ramp_seconds: 10, max_rate: SUSTAINED_SEARCH_CEILING };
+    let search = e2e::Plan { fixed: vec![(200, 10)], ramp_seconds: 10, max_rate: SUSTAINED_SEARCH_CEILING };
     let mut sustained_repeats = Vec::new();
     for n in 0..SUSTAINED_SEARCHES {
         let phases =
-            on_fresh_system(&[], async |cluster, receiver| e2e_bench::measure(cluster, receiver, &search).await)
-                .await?;
-        sustained_repeats.push(e2e_bench::sustainable(&phases));
+            on_fresh_system(&[], async |cluster, receiver| e2e::measure(cluster, receiver, &search).await).await?;
+        sustained_repeats.push(e2e::sustainable(&phases));
         if n == 0 {
             // The first search's ramp joins the latency table (its 200/s start repeats a row).
             e2e.extend(phases.into_iter().skip(1));
@@ -127,37 +126,36 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     // CPU as deployed (no command monitoring), then the commands counted on another system.
     step(4, "cost with a webhook for every event");
     let all_events = on_fresh_system(&cluster::AS_DEPLOYED, async |cluster, receiver| {
-        cost_bench::measure(cluster, receiver, COST_PREDICTIONS, 8).await
+        cost::measure(cluster, receiver, COST_PREDICTIONS, 8).await
     })
     .await?;
-    let all_events_counted = on_fresh_system(&[], async |cluster, receiver| {
-        cost_bench::measure(cluster, receiver, COST_PREDICTIONS, 8).await
-    })
-    .await?;
+    let all_events_counted =
+        on_fresh_system(&[], async |cluster, receiver| cost::measure(cluster, receiver, COST_PREDICTIONS, 8).await)
+            .await?;
 
     step(5, "runner scale-out");
     let window = Duration::from_secs(8);
-    let scaling = on_fresh_system(&[], async |cluster, _| scaling_bench::measure(cluster, 8, window).await).await?;
-    let scaling = scaling_bench::json(&scaling, 8, window);
+    let scaling = on_fresh_system(&[], async |cluster, _| scaling::measure(cluster, 8, window).await).await?;
+    let scaling = scaling::json(&scaling, 8, window);
 
     // Against tokio's default: more threads to wake, more CPU per prediction on a small machine.
     step(6, "cost with a worker thread per core (tokio's default)");
     let cores = cluster::cores();
     let all_events_per_core = on_fresh_system(
         &[cluster::AS_DEPLOYED[0], ("TOKIO_WORKER_THREADS", cores.as_str())],
-        async |cluster, receiver| cost_bench::measure(cluster, receiver, COST_PREDICTIONS, 8).await,
+        async |cluster, receiver| cost::measure(cluster, receiver, COST_PREDICTIONS, 8).await,
     )
     .await?;
 
     step(7, "scheduling");
     let scheduling = on_fresh_system(&[], async |cluster, _| {
-        scheduling_bench::measure(cluster, Duration::from_secs(options.scheduling_seconds)).await
+        scheduling::measure(cluster, Duration::from_secs(options.scheduling_seconds)).await
     })
     .await?;
 
     step(8, "Cog overhead, first signs of life, and where a create's time goes");
-    let mut cog = cog_bench::measure(COG_SAMPLES).await?;
-    cog["phases"] = cog_bench::phases(COG_SAMPLES / 2).await?;
+    let mut cog = cog::measure(COG_SAMPLES).await?;
+    cog["phases"] = cog::phases(COG_SAMPLES / 2).await?;
 
     let measured = Measured {
         baselines,
@@ -174,8 +172,8 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         cog,
         scheduling,
     };
-    tables.push_str(&standard_report::tables(&measured));
-    let mut results = standard_report::json(&measured);
+    tables.push_str(&crate::report::tables::tables(&measured));
+    let mut results = crate::report::tables::json(&measured);
     results["about"] = json!({
         "scenario": "standard",
         "finished_at": chrono::Utc::now().to_rfc3339(),
@@ -197,7 +195,7 @@ async fn on_fresh_system<T>(
     let mut cluster = Cluster::start(extra, true).await?;
     let stop = CancellationToken::new();
     let outcome = async {
-        cluster.add_runners(1, &cost_bench::ECHO_RUNNER).await?;
+        cluster.add_runners(1, &cost::ECHO_RUNNER).await?;
         let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
         let measured = measure(&mut cluster, &receiver).await?;
         let bad = receiver.bad_signatures();

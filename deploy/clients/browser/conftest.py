@@ -68,6 +68,8 @@ def api():
 
 def new_driver():
     options = webdriver.ChromeOptions()
+    # The browser's console messages (CSP refusals among them) can be read with get_log.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     options.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                      "--window-size=1280,1000", "--no-first-run", "--disable-extensions"):

@@ -3,24 +3,22 @@
 
 use serde_json::{Value, json};
 
-use crate::{
-    api_bench,
-    baselines::Baselines,
-    cluster::round,
-    cost_bench,
-    cpu_floor::{Floor, Prices},
-    create_vs_insert,
-    e2e_bench::{self, Phase},
-    scaling_bench, scheduling_bench,
-    standard::SUSTAINED_SEARCH_CEILING,
-};
+use crate::report::cpu_floor::{Floor, Prices};
+use crate::scenarios::api_alone;
+use crate::scenarios::baselines::Baselines;
+use crate::scenarios::cost;
+use crate::scenarios::create_vs_insert;
+use crate::scenarios::e2e::{self, Phase, SUSTAINED_SEARCH_CEILING};
+use crate::scenarios::scaling;
+use crate::scenarios::scheduling;
+use harness::cluster::round;
 
 /// Everything the standard set measured.
 pub struct Measured {
     /// Raw server rates.
     pub baselines: Baselines,
     /// The api alone.
-    pub api: Vec<api_bench::Row>,
+    pub api: Vec<api_alone::Row>,
     /// The load tool's CPU per create made alone, 200 a second (the price of a webhook POST
     /// in the open-loop floor).
     pub paced_create_client_cpu_us: Option<f64>,
@@ -41,7 +39,7 @@ pub struct Measured {
     /// The highest sustained end-to-end rate of each search, each on a fresh system (the
     /// first one's ramp is in `e2e`).
     pub sustained_repeats: Vec<Option<u64>>,
-    /// The Cog overhead and first signs of life ([`crate::cog_bench`]).
+    /// The Cog overhead and first signs of life ([`crate::scenarios::cog`]).
     pub cog: Value,
     /// Start delays on the default model set, and of a light account behind a heavy one.
     pub scheduling: Value,
@@ -224,11 +222,11 @@ fn num(v: &Value) -> f64 {
 
 /// The results as JSON.
 pub fn json(m: &Measured) -> Value {
-    let sustainable = e2e_bench::sustainable(&m.e2e);
+    let sustainable = e2e::sustainable(&m.e2e);
     let insert_32 = m.baselines.insert.get(&32).copied();
     json!({
         "baselines": m.baselines.json(),
-        "api": api_bench::json(&m.api, Some(&m.baselines)),
+        "api": api_alone::json(&m.api, Some(&m.baselines)),
         "api_create_vs_insert_head_to_head": create_vs_insert::json(&m.create_vs_insert),
         "end_to_end": {
             "model": "demo/echo", "webhook_events_filter": ["completed"], "client": "Prefer: wait=10, then polling",
@@ -289,7 +287,7 @@ fn floor_json(m: &Measured) -> Value {
 /// The results as Markdown tables.
 pub fn tables(m: &Measured) -> String {
     let mut out = String::new();
-    let threads = match crate::cluster::service_worker_threads() {
+    let threads = match harness::cluster::service_worker_threads() {
         Some(threads) => format!("`TOKIO_WORKER_THREADS={threads}`"),
         None => "tokio's default worker threads".into(),
     };
@@ -297,7 +295,7 @@ pub fn tables(m: &Measured) -> String {
     out.push_str(&format!("## Baselines\n\n{}\n", m.baselines.table()));
     out.push_str(&format!(
         "## API alone (closed loop)\n\nratio = the api's rate / the raw rate at the same number in flight\n\n{}\n",
-        api_bench::table(&m.api, Some(&m.baselines))
+        api_alone::table(&m.api, Some(&m.baselines))
     ));
     out.push_str(&format!(
         "## API creates against raw inserts, head to head\n\nalternating rounds of 2 s each, the raw inserts into the collection the api writes to\n\n{}\n",
@@ -326,7 +324,7 @@ pub fn tables(m: &Measured) -> String {
         ));
     }
     let insert_32 = m.baselines.insert.get(&32).copied().unwrap_or(f64::NAN);
-    match e2e_bench::sustainable(&m.e2e) {
+    match e2e::sustainable(&m.e2e) {
         Some(rate) => out.push_str(&format!(
             "\nhighest sustained rate (p99 ≤ 1 s, nothing lost): {rate}/s = {:.2} × raw inserts/s at 32 in flight ({insert_32:.0})\n\n",
             rate as f64 / insert_32
@@ -346,30 +344,30 @@ pub fn tables(m: &Measured) -> String {
     ));
     for rate in [50, 200] {
         if let Some(cost) = m.cost_at(rate) {
-            out.push_str(&format!("## Cost at {rate}/s (webhook for `completed`)\n\n{}\n", cost_bench::table(cost)));
+            out.push_str(&format!("## Cost at {rate}/s (webhook for `completed`)\n\n{}\n", cost::table(cost)));
         }
     }
     out.push_str(&format!(
         "## Cost with a webhook for every event (as deployed: commands not counted)\n\n{}\n",
-        cost_bench::table(&m.all_events)
+        cost::table(&m.all_events)
     ));
     out.push_str(&format!(
         "## The same with MongoDB command monitoring on, to count the commands\n\n{}\n",
-        cost_bench::table(&m.all_events_counted)
+        cost::table(&m.all_events_counted)
     ));
     out.push_str(&format!(
         "## The same, a worker thread per core in each service (tokio's default)\n\n{}\n",
-        cost_bench::table(&m.all_events_per_core)
+        cost::table(&m.all_events_per_core)
     ));
-    out.push_str(&format!("## Runner scale-out\n\n{}", scaling_bench::table(&m.scaling)));
+    out.push_str(&format!("## Runner scale-out\n\n{}", scaling::table(&m.scaling)));
     if !m.api_replicas.is_null() {
-        out.push_str(&format!("\n## Api replicas\n\n{}", scaling_bench::api_table(&m.api_replicas)));
+        out.push_str(&format!("\n## Api replicas\n\n{}", scaling::api_table(&m.api_replicas)));
     }
     if !m.cog.is_null() {
-        out.push_str(&format!("\n## Cog overhead and first signs of life\n\n{}", crate::cog_bench::table(&m.cog)));
+        out.push_str(&format!("\n## Cog overhead and first signs of life\n\n{}", crate::scenarios::cog::table(&m.cog)));
     }
     if !m.scheduling.is_null() {
-        out.push_str(&format!("\n## Scheduling\n\n{}", scheduling_bench::table(&m.scheduling)));
+        out.push_str(&format!("\n## Scheduling\n\n{}", scheduling::table(&m.scheduling)));
     }
     out.push_str(
         "\n## The floor under the CPU target\n\nThe calls the CONTRACT requires of each prediction, each priced at what the load \
@@ -420,7 +418,7 @@ fn at_least(rate: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::baselines::Measured as Rate;
+    use crate::measure::rate::Measured as Rate;
 
     #[test]
     fn each_scale_out_step_past_the_first_is_held_to_an_efficiency_of_0_9() {
@@ -449,11 +447,11 @@ mod tests {
         }
         let mut measured = Measured {
             baselines,
-            api: vec![api_bench::Row {
+            api: vec![api_alone::Row {
                 request: "create",
                 clients: 8,
                 per_second: 5000.0,
-                latency: crate::stats::Samples::new(vec![std::time::Duration::from_millis(1)]),
+                latency: harness::stats::Samples::new(vec![std::time::Duration::from_millis(1)]),
                 client_cpu_us: 60.0,
             }],
             paced_create_client_cpu_us: Some(150.0),

@@ -1,5 +1,5 @@
-//! Service processes of a benchmark run: the release binaries `api`, `runner` and `notifier`
-//! (built next to `bench` by `deploy/bench/run`) started with a scenario's settings, their
+//! Service processes of a bench or fault run: the binaries `api`, `runner` and `notifier`
+//! (built next to `bench` by `deploy/bench/run`, next to `faults` by `deploy/local/fault-tests`) started with a scenario's settings, their
 //! CPU time, peak resident memory and context switches read from `/proc` (the switches show
 //! where CPU goes: a service that spends most of its time in the kernel pays per wake-up and
 //! per message, not per byte), and a graceful stop (SIGTERM, then

@@ -9,25 +9,22 @@
 //! Each figure comes with the CPU the load tool's own client spent per operation (user and
 //! kernel, from `/proc/self/stat`): the least a service pays for the same call, so a service's
 //! CPU per prediction can be set against the calls it must make. The calls a prediction
-//! requires are also priced made alone, [`PACED_RATE`] a second ([`crate::paced`]), the way
+//! requires are also priced made alone, [`PACED_RATE`] a second ([`crate::measure::paced`]), the way
 //! the end-to-end phase at that rate makes them.
 
 use std::{
     collections::BTreeMap,
     sync::{
         Arc,
-        atomic::{AtomicI64, AtomicU64, Ordering},
+        atomic::{AtomicI64, Ordering},
     },
-    time::Duration,
 };
 
 use anyhow::Context;
 use async_nats::jetstream::stream::Config as StreamConfig;
 use bson::doc;
-use futures::future::try_join_all;
 use mongodb::options::ReturnDocument;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use common::{
     domain::{AccountId, ModelRef, Prediction},
@@ -35,10 +32,11 @@ use common::{
     store::Predictions,
 };
 
-use crate::{
+use harness::setup::Setup;
+
+use crate::measure::{
     paced::{PACED_RATE, paced},
-    processes::own_usage,
-    setup::Setup,
+    rate::{Measured, rate},
 };
 
 /// Options of `bench baselines`.
@@ -47,41 +45,6 @@ pub struct Options {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3)]
     seconds: u64,
-}
-
-/// One baseline at one in-flight level.
-#[derive(Clone, Copy, Debug)]
-pub struct Measured {
-    /// Operations per second.
-    pub per_second: f64,
-    /// CPU microseconds the load tool spent per operation (its client's share of the cost).
-    pub client_cpu_us: f64,
-}
-
-/// Operations per second of `op` run `in_flight` at a time for `seconds`, and the load tool's
-/// CPU per operation. Operations in flight at the end are finished, not dropped: a dropped
-/// MongoDB operation costs its connection.
-pub async fn rate<F, Fut>(seconds: u64, in_flight: usize, op: F) -> anyhow::Result<Measured>
-where
-    F: Fn(u64) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
-{
-    let cpu_before = own_usage()?.cpu_seconds;
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(seconds);
-    let next = AtomicU64::new(0);
-    let worker = || async {
-        while Instant::now() < deadline {
-            op(next.fetch_add(1, Ordering::Relaxed)).await?;
-        }
-        anyhow::Ok(())
-    };
-    try_join_all((0..in_flight).map(|_| worker())).await?;
-    let ops = next.load(Ordering::Relaxed).max(1) as f64;
-    Ok(Measured {
-        per_second: ops / started.elapsed().as_secs_f64(),
-        client_cpu_us: (own_usage()?.cpu_seconds - cpu_before) * 1e6 / ops,
-    })
 }
 
 /// The in-flight level the CPU floor is priced at (the cost batches run 8 at a time).

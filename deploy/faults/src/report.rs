@@ -19,12 +19,11 @@ use std::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use harness::stats::{Samples, ms};
+
 use crate::{
-    faults::{
-        load::{Answer, Attempt},
-        recorder::{Delivery, Tally},
-    },
-    stats::{Samples, ms},
+    load::{Answer, Attempt},
+    recorder::{Delivery, Tally},
 };
 
 /// How long after a part is back its clients may still fail while they reconnect.

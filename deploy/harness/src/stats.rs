@@ -25,6 +25,11 @@ impl Samples {
     pub fn len(&self) -> usize {
         self.0.len()
     }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Milliseconds with three decimals.
@@ -43,5 +48,6 @@ mod tests {
         assert_eq!(s.percentile(99.0), Duration::from_millis(99));
         assert_eq!(s.percentile(100.0), Duration::from_millis(100));
         assert_eq!(Samples::new(vec![]).percentile(50.0), Duration::ZERO);
+        assert!(Samples::new(vec![]).is_empty() && !s.is_empty() && s.len() == 100);
     }
 }

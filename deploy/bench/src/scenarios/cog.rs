@@ -36,15 +36,13 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    cluster::Cluster,
-    load_client::{Connection, Template},
-    machine_cpu::{CpuTimes, ProcessCpu, Role},
-    otlp_sink::{self, OtlpSink},
-    processes::spawn_logged,
-    receiver::Receiver,
-    stats::{Samples, ms},
-};
+use crate::measure::machine_cpu::{CpuTimes, ProcessCpu, Role};
+use harness::cluster::Cluster;
+use harness::load_client::{Connection, Template};
+use harness::otlp_sink::{self, OtlpSink};
+use harness::processes::spawn_logged;
+use harness::receiver::Receiver;
+use harness::stats::{Samples, ms};
 
 /// The overhead targets: p50 and p99 added over a direct call.
 pub const TARGET_ADDED_P50: Duration = Duration::from_millis(2);

@@ -6,23 +6,19 @@
 //! monitoring off as deployed. Creates run last, so the reads see a small collection. Each
 //! level ends by letting requests in flight finish.
 
-use std::{sync::Mutex, time::Duration};
+use std::sync::Mutex;
 
 use anyhow::Context;
 use futures::future::try_join_all;
 use http::Method;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
-use crate::{
-    baselines::{Baselines, LEVELS},
-    cluster::{Cluster, round},
-    create_vs_insert,
-    load_client::{Connection, Template},
-    paced::{PACED_RATE, paced},
-    processes::own_usage,
-    stats::{Samples, ms},
-};
+use crate::measure::paced::{PACED_RATE, paced};
+use crate::scenarios::baselines::{Baselines, LEVELS};
+use crate::scenarios::create_vs_insert;
+use harness::cluster::{Cluster, round};
+use harness::load_client::{CREATE_BODY, Connection, Template, closed_loop};
+use harness::stats::{Samples, ms};
 
 /// Options of `bench api`.
 #[derive(clap::Args)]
@@ -50,37 +46,6 @@ pub struct Row {
     pub client_cpu_us: f64,
 }
 
-/// Requests per second, latencies and the load tool's CPU per request of `template` sent by
-/// `clients` clients, each on its own connection, in a loop for `seconds`; each answer must
-/// have status `expect`. Requests in flight at the end are finished and counted.
-pub async fn closed_loop(
-    seconds: u64,
-    clients: usize,
-    base: &str,
-    template: &Template,
-    expect: u16,
-) -> anyhow::Result<(f64, Samples, f64)> {
-    let connections = try_join_all((0..clients).map(|_| Connection::open(base))).await?;
-    let cpu_before = own_usage()?.cpu_seconds;
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(seconds);
-    let client = |mut connection: Connection| async move {
-        let mut samples = Vec::new();
-        while Instant::now() < deadline {
-            let sent = Instant::now();
-            let (status, _) = connection.send(template).await?;
-            anyhow::ensure!(status.as_u16() == expect, "answered {status}");
-            samples.push(sent.elapsed());
-        }
-        anyhow::Ok(samples)
-    };
-    let samples: Vec<Duration> =
-        try_join_all(connections.into_iter().map(client)).await?.into_iter().flatten().collect();
-    let per_second = samples.len() as f64 / started.elapsed().as_secs_f64();
-    let cpu_us = (own_usage()?.cpu_seconds - cpu_before) * 1e6 / samples.len().max(1) as f64;
-    Ok((per_second, Samples::new(samples), cpu_us))
-}
-
 /// The load tool's CPU per demo/echo create made alone, [`PACED_RATE`] a second for `seconds`
 /// (an open loop, each on a free connection of a small pool): what a client pays for a POST
 /// when it was idle before it, as the notifier's webhooks at that rate.
@@ -101,9 +66,6 @@ pub async fn paced_create_cpu_us(cluster: &Cluster, seconds: u64) -> anyhow::Res
     };
     Ok(paced(seconds, PACED_RATE, create).await?.client_cpu_us)
 }
-
-/// The body of every demo/echo create.
-pub const CREATE_BODY: &str = r#"{"input":{"prompt":"bench","repeat":2}}"#;
 
 /// Measures the api of `cluster`.
 pub async fn measure(cluster: &Cluster, seconds: u64) -> anyhow::Result<Vec<Row>> {
@@ -185,7 +147,7 @@ pub fn table(rows: &[Row], baselines: Option<&Baselines>) -> String {
 
 /// `bench api`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
-    let cluster = Cluster::start(&crate::cluster::AS_DEPLOYED, false).await?;
+    let cluster = Cluster::start(&harness::cluster::AS_DEPLOYED, false).await?;
     let measured = async {
         let rows = measure(&cluster, options.seconds).await?;
         let rounds = create_vs_insert::measure(&cluster, 3, 2).await?;

@@ -12,12 +12,10 @@
 use http::Method;
 use serde_json::{Value, json};
 
-use crate::{
-    api_bench::{self, CREATE_BODY},
-    baselines::{self, PredictionInserts},
-    cluster::{Cluster, round},
-    load_client::Template,
-};
+use crate::scenarios::baselines::PredictionInserts;
+use harness::cluster::{Cluster, round};
+use harness::load_client::Template;
+use harness::load_client::{CREATE_BODY, closed_loop};
 
 /// One round.
 #[derive(Clone, Copy, Debug)]
@@ -50,10 +48,10 @@ pub async fn measure(cluster: &Cluster, rounds: usize, seconds: u64) -> anyhow::
     for _ in 0..rounds {
         let mut inserts_per_second: f64 = 0.0;
         for level in INSERT_LEVELS {
-            inserts_per_second = inserts_per_second.max(baselines::rate(seconds, level, insert).await?.per_second);
+            inserts_per_second =
+                inserts_per_second.max(crate::measure::rate::rate(seconds, level, insert).await?.per_second);
         }
-        let (creates_per_second, _, _) =
-            api_bench::closed_loop(seconds, CREATE_CLIENTS, &cluster.base, &create, 201).await?;
+        let (creates_per_second, _, _) = closed_loop(seconds, CREATE_CLIENTS, &cluster.base, &create, 201).await?;
         measured.push(Round { inserts_per_second, creates_per_second });
     }
     Ok(measured)

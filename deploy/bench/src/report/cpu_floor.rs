@@ -6,10 +6,12 @@
 //!
 //! Two pricings of the same calls:
 //! - **batched**: 8 in flight, as the cost batches run; the floor of the 1.3 × target;
-//! - **alone**: each call made alone, 200 a second ([`crate::paced`]), as the end-to-end phase
+//! - **alone**: each call made alone, 200 a second ([`crate::measure::paced`]), as the end-to-end phase
 //!   at 200/s makes them: every call pays the wake-ups of a client that was idle before it.
 
-use crate::{api_bench, baselines, baselines::Baselines};
+use crate::scenarios::api_alone;
+use crate::scenarios::baselines;
+use crate::scenarios::baselines::Baselines;
 
 /// What each kind of required call costs a client, in CPU microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,7 +31,7 @@ pub struct Prices {
 impl Prices {
     /// Each call at [`baselines::FLOOR_LEVEL`] in flight, the HTTP request as a create at 8
     /// clients; a figure not measured is NaN (`update`: `None`).
-    pub fn batched(baselines: &Baselines, api: &[api_bench::Row]) -> Self {
+    pub fn batched(baselines: &Baselines, api: &[api_alone::Row]) -> Self {
         let at_level = |operation: &str| baselines.client_cpu_us(operation, baselines::FLOOR_LEVEL);
         let http_request = api.iter().find(|row| row.request == "create" && row.clients == 8);
         Self {
@@ -41,7 +43,7 @@ impl Prices {
         }
     }
 
-    /// Each call made alone, [`crate::paced::PACED_RATE`] a second; `None` unless every
+    /// Each call made alone, [`crate::measure::paced::PACED_RATE`] a second; `None` unless every
     /// figure was measured.
     pub fn alone(baselines: &Baselines, http_request: Option<f64>) -> Option<Self> {
         let alone = |operation: &str| baselines.paced_client_cpu_us(operation);
@@ -116,7 +118,7 @@ impl Floor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::baselines::Measured as Rate;
+    use crate::measure::rate::Measured as Rate;
 
     fn baselines() -> Baselines {
         let mut baselines = Baselines::empty(2);
@@ -133,12 +135,12 @@ mod tests {
         baselines
     }
 
-    fn create_at(clients: usize, client_cpu_us: f64) -> api_bench::Row {
-        api_bench::Row {
+    fn create_at(clients: usize, client_cpu_us: f64) -> api_alone::Row {
+        api_alone::Row {
             request: "create",
             clients,
             per_second: 5000.0,
-            latency: crate::stats::Samples::new(vec![std::time::Duration::from_millis(1)]),
+            latency: harness::stats::Samples::new(vec![std::time::Duration::from_millis(1)]),
             client_cpu_us,
         }
     }

@@ -12,12 +12,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    cluster::{Cluster, cost},
-    otlp_sink::OtlpSink,
-    profiler::Profiler,
-    receiver::Receiver,
-};
+use crate::measure::profiler::Profiler;
+use harness::cluster::{Cluster, cost};
+use harness::otlp_sink::OtlpSink;
+use harness::receiver::Receiver;
 
 /// Options of `bench cost`.
 #[derive(clap::Args)]
@@ -99,7 +97,7 @@ pub async fn measure(
     run_batch(predictions).await?;
     let mut measured = cost(&before, &cluster.snapshot().await?, predictions);
     let webhooks = (receiver.deliveries() - delivered_before) as f64 / predictions.max(1) as f64;
-    measured["webhooks_per_prediction"] = json!(crate::cluster::round(webhooks, 3));
+    measured["webhooks_per_prediction"] = json!(harness::cluster::round(webhooks, 3));
     Ok(measured)
 }
 
@@ -181,7 +179,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let sink = if options.traces { Some(OtlpSink::start(stop.clone()).await?) } else { None };
     let mut extra = Vec::new();
     if !options.count_commands {
-        extra.extend(crate::cluster::AS_DEPLOYED);
+        extra.extend(harness::cluster::AS_DEPLOYED);
     }
     if let Some(sink) = &sink {
         // Exported promptly, so the spans of the run are sent (and paid for) within it.

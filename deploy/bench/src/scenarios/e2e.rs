@@ -17,11 +17,13 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use tokio::{task::JoinSet, time::Instant};
 
-use crate::{
-    cluster::{Cluster, cost},
-    receiver::Receiver,
-    stats::{Samples, ms},
-};
+use harness::cluster::{Cluster, cost};
+use harness::receiver::Receiver;
+use harness::stats::{Samples, ms};
+
+/// The highest rate a search for the sustained rate tries (doubling from 200/s); a search
+/// that holds it reports it as "at least" this rate.
+pub const SUSTAINED_SEARCH_CEILING: u64 = 1600;
 
 /// How long a client waits in `Prefer`, and in all, for its prediction to finish.
 const PREFER_WAIT: &str = "wait=10";

@@ -23,12 +23,10 @@ use tokio::time::Instant;
 use futures::future::try_join_all;
 use http::Method;
 
-use crate::{
-    api_bench::closed_loop,
-    cluster::{Cluster, round},
-    load_client::Template,
-    machine_cpu::{CpuTimes, ProcessCpu, Role},
-};
+use crate::measure::machine_cpu::{CpuTimes, ProcessCpu, Role};
+use harness::cluster::{Cluster, round};
+use harness::load_client::Template;
+use harness::load_client::closed_loop;
 
 /// Seconds each prediction sleeps.
 pub const SLEEP_SECONDS: f64 = 0.5;
@@ -132,7 +130,7 @@ const API_CLIENTS: usize = 64;
 /// Creates per second with 1 and then 2 api processes (the second is started here), `seconds`
 /// each; JSON with each step's rate and efficiency.
 pub async fn api_replicas(cluster: &mut Cluster, seconds: u64) -> anyhow::Result<Value> {
-    let body = crate::api_bench::CREATE_BODY;
+    let body = harness::load_client::CREATE_BODY;
     let path = "/v1/models/demo/echo/predictions";
     let mut bases = vec![cluster.base.clone()];
     let mut steps = Vec::new();

@@ -44,7 +44,7 @@ impl CpuTimes {
 
     /// The busy CPU time, in seconds (of all cores together).
     pub fn busy_seconds(self) -> f64 {
-        self.busy as f64 / crate::processes::clock_ticks()
+        self.busy as f64 / harness::processes::clock_ticks()
     }
 
     /// The share of the cores' time that was busy (0 to 1), if any time passed.
@@ -128,7 +128,7 @@ impl ProcessCpu {
     /// The role and user plus system ticks of one `/proc/<pid>/stat` line.
     fn parse(stat: &str) -> Option<(Role, u64)> {
         let comm = stat.split_once('(')?.1.rsplit_once(')')?.0;
-        let ticks = crate::processes::cpu_ticks(stat).ok()?;
+        let ticks = harness::processes::cpu_ticks(stat).ok()?;
         Some((Role::of(comm), ticks.user + ticks.system))
     }
 
@@ -140,7 +140,7 @@ impl ProcessCpu {
             let before = earlier.ticks.get(pid).filter(|(r, _)| r == role).map_or(0, |(_, t)| *t);
             *by_role.entry(*role).or_insert(0.0) += ticks.saturating_sub(before) as f64;
         }
-        by_role.values_mut().for_each(|t| *t /= crate::processes::clock_ticks());
+        by_role.values_mut().for_each(|t| *t /= harness::processes::clock_ticks());
         by_role
     }
 }
@@ -171,7 +171,7 @@ mod tests {
         let before = read(&[stat(0, "java", 100), stat(1, "python3.11", 5)]);
         let after = read(&[stat(0, "java", 300), stat(1, "python3.11", 5), stat(2, "python", 40)]);
         let by_role = after.since(&before);
-        let seconds = |ticks: f64| ticks / crate::processes::clock_ticks();
+        let seconds = |ticks: f64| ticks / harness::processes::clock_ticks();
         assert_eq!(by_role[&Role::Mongodb], seconds(200.0));
         assert_eq!(by_role[&Role::Cog], seconds(50.0), "the new worker counts from zero, with its system time");
         assert!(!by_role.contains_key(&Role::Api));

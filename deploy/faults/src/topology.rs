@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::PathBuf, time::Duration};
 use anyhow::Context;
 use common::domain::WebhookSecret;
 
-use crate::{faults::infra::free_port, processes::ServiceProcess, setup::Setup};
+use harness::{processes::ServiceProcess, servers::free_port, setup::Setup};
 
 /// How long a replica may take to serve, and to stop.
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -17,10 +17,8 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::{
-    cluster::{Cluster, round},
-    stats::{Samples, ms},
-};
+use harness::cluster::{Cluster, round};
+use harness::stats::{Samples, ms};
 
 /// Slots of the runner.
 pub const SLOTS: usize = 8;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::{StreamExt, stream::FuturesUnordered};
 use tokio::time::{Instant, MissedTickBehavior, interval};
 
-use crate::baselines::Measured;
+use crate::measure::rate::Measured;
 
 /// The rate calls are paced at: the end-to-end phase whose CPU is held to 1.5 × the floor.
 pub const PACED_RATE: u32 = 200;

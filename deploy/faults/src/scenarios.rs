@@ -1,5 +1,5 @@
-//! `bench faults`: the fault-injection suite. Each scenario starts the three services as
-//! separate processes on real servers this run owns (nats-server, and the MongoDB stand-in on
+//! The fault-injection suite's scenarios, and the run of each. Each scenario starts the three
+//! services as separate processes on real servers this run owns (nats-server, and the MongoDB stand-in on
 //! its H2 file backend so data survives its restart), puts them under steady load (20
 //! predictions a second of `demo/sleep` 1 s, each with a webhook to a local [`recorder`]),
 //! injects one fault a few seconds in, drains, and reports what [`report`] checks: nothing
@@ -16,12 +16,6 @@
 //! Run by `deploy/local/fault-tests` (which `deploy/local/test` calls): the table goes to
 //! stdout and to the `--out` file's name with `.md`; any failing scenario fails the run.
 
-mod infra;
-mod load;
-mod recorder;
-mod report;
-mod topology;
-
 use std::{collections::HashMap, path::Path, time::Duration};
 
 use anyhow::Context;
@@ -30,9 +24,12 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::{
-    infra::{MongoStandin, Nats},
+use harness::servers::{MongoStandin, Nats};
+
+use crate::{
+    load,
     recorder::{Behaviour, Recorder},
+    report,
     report::{Evidence, Outcome, SETTLE, Window},
     topology::{Role, Shape, Topology},
 };

@@ -1,0 +1,6 @@
+//! The standard set's report: the CPU floor the targets are held against, the tables (JSON
+//! and Markdown, each figure beside its baseline or target) and the SVG charts.
+
+pub mod charts;
+pub mod cpu_floor;
+pub mod tables;

@@ -1,0 +1,68 @@
+//! `faults`: the fault-injection suite of the prediction service. Every scenario runs the api,
+//! runner and notifier as processes on a nats-server and a MongoDB stand-in (H2 file backend)
+//! that the suite starts, kills and restarts itself, under steady load with webhooks to a
+//! recording receiver, and checks that nothing is lost, stuck or (where not allowed)
+//! duplicated. `deploy/local/fault-tests` builds and runs it; `deploy/local/test` (and so CI)
+//! calls that.
+//!
+//! - [`scenarios`]: the faults and the run of each;
+//! - [`topology`]: the services of one scenario as processes, any number of replicas each;
+//! - [`load`]: the steady load, every answer kept with its time;
+//! - [`recorder`]: the webhook receiver that records deliveries and can misbehave;
+//! - [`report`]: what a scenario must show to pass, and the table.
+//!
+//! The servers, processes and settings come from the `harness` crate, which the bench shares.
+#![forbid(unsafe_code)]
+
+mod load;
+mod recorder;
+mod report;
+mod scenarios;
+mod topology;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(name = "faults", about = "The fault-injection suite of the prediction service")]
+struct Cli {
+    #[command(flatten)]
+    options: scenarios::Options,
+    /// Where to write the results as JSON (the table goes beside it, with `.md`).
+    #[arg(long, default_value = "faults.json")]
+    out: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // One worker thread, as the bench's load tool: on two cores shared with the system under
+    // test, a second one mostly adds cross-thread wake-ups.
+    match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("faults failed: no tokio runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let _telemetry = common::telemetry::init("faults");
+    let mut table = String::new();
+    let result = scenarios::run(cli.options, &mut table).await.and_then(|json| {
+        println!("{table}");
+        let md = std::path::Path::new(&cli.out).with_extension("md");
+        std::fs::write(&md, &table)?;
+        std::fs::write(&cli.out, serde_json::to_vec_pretty(&json)?)?;
+        println!("results written to {}", cli.out);
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("faults failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! `harness`: what the bench (`deploy/bench`) and the fault-injection suite (`deploy/faults`)
+//! both stand on, so neither reaches into the other.
+//!
+//! - [`setup`]: a scenario's own database and NATS prefix on the servers named by
+//!   `MONGODB_URI` / `NATS_URL`, and the settings to start services with;
+//! - [`servers`]: nats-server (one node or a three-node cluster) and the MongoDB stand-in as
+//!   processes a run owns, so it can kill and restart them;
+//! - [`processes`]: the service binaries as processes, their CPU, memory and context switches
+//!   from `/proc`, and a graceful stop;
+//! - [`cluster`]: the whole system (api, notifier, runners) as processes on a scenario's setup;
+//! - [`receiver`]: a webhook receiver on loopback that verifies signatures and records arrivals;
+//! - [`load_client`]: the load tool's lean HTTP/1.1 client and its closed loop;
+//! - [`otlp_sink`]: an OTLP/HTTP endpoint that counts (and can keep) exported spans;
+//! - [`stats`]: percentiles of measured durations.
+#![forbid(unsafe_code)]
+
+pub mod cluster;
+pub mod load_client;
+pub mod otlp_sink;
+pub mod processes;
+pub mod receiver;
+pub mod servers;
+pub mod setup;
+pub mod stats;
