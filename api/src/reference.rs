@@ -8,7 +8,9 @@
 //! The page holds no script of its own: the bundle renders the `<redoc spec-url>` element it
 //! finds when it loads. Its policy keeps the console's rule of no inline script
 //! (`script-src 'self'`); it allows inline styles, which Redoc's styled components insert, and
-//! a `blob:` worker, which its search index runs in.
+//! a `blob:` worker, which its search index runs in. The one outside address the bundle names,
+//! the Redocly logo of its side-menu footer, is refused by this policy (Redoc then hides it),
+//! so opening the page sends nothing beyond this service.
 
 use axum::{
     Router,
