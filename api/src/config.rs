@@ -7,6 +7,8 @@
 //! | `SHUTDOWN_GRACE_SECONDS` | `30` | how long in-flight requests may finish after SIGTERM |
 //! | `API_MAX_WAITS` | `1000` | `Prefer: wait` creates held at once by this replica; past it, answered at once |
 //! | `API_MAX_WAITS_PER_KEY` | `100` | the same, per API key |
+//! | `API_MAX_FILE_BYTES` | `104857600` (100 MiB) | the largest upload of the Files API; past it, 413 |
+//! | `FILES_RETENTION_HOURS` | `24` | an upload expires this long after it was made, and is then deleted |
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -27,6 +29,10 @@ pub struct ApiConfig {
     pub max_waits: usize,
     /// `API_MAX_WAITS_PER_KEY`: the same, per API key.
     pub max_waits_per_key: usize,
+    /// `API_MAX_FILE_BYTES`: the largest upload.
+    pub max_file_bytes: u64,
+    /// `FILES_RETENTION_HOURS`: how long an upload is kept.
+    pub files_retention: Duration,
 }
 
 impl ApiConfig {
@@ -36,8 +42,18 @@ impl ApiConfig {
         if default_rate_limit_rpm == 0 {
             return Err(ConfigError { var: "DEFAULT_RATE_LIMIT_RPM".into(), reason: "must be at least 1".into() });
         }
+        let max_file_bytes = env.parse("API_MAX_FILE_BYTES", 100 * 1024 * 1024u64)?;
+        if max_file_bytes == 0 {
+            return Err(ConfigError { var: "API_MAX_FILE_BYTES".into(), reason: "must be at least 1".into() });
+        }
+        let retention_hours = env.parse("FILES_RETENTION_HOURS", 24u64)?;
+        if retention_hours == 0 || retention_hours > 24 * 366 {
+            return Err(ConfigError { var: "FILES_RETENTION_HOURS".into(), reason: "must be from 1 to 8784".into() });
+        }
         Ok(Self {
             common: CommonConfig::from_env(env)?,
+            max_file_bytes,
+            files_retention: Duration::from_secs(retention_hours * 3600),
             bind: env.parse("API_BIND", SocketAddr::from(([0, 0, 0, 0], 8080)))?,
             default_rate_limit_rpm,
             shutdown_grace: env.seconds("SHUTDOWN_GRACE_SECONDS", Duration::from_secs(30))?,

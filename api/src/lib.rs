@@ -20,6 +20,7 @@ pub mod console;
 pub mod deadline;
 pub mod deliveries;
 pub mod error;
+pub mod file_response;
 pub mod idempotency;
 pub mod keys;
 pub mod metrics;

@@ -35,7 +35,11 @@ const ERRORS: &[(&str, &str, &[u16])] = &[
     ("get", "/v1/predictions/{id}", &[404]),
     ("post", "/v1/predictions/{id}/cancel", &[400, 404]),
     ("get", "/v1/predictions/{id}/stream", &[404]),
+    ("get", "/v1/files", &[400]),
+    ("post", "/v1/files", &[400, 413]),
     ("get", "/v1/files/{id}", &[404]),
+    ("delete", "/v1/files/{id}", &[404]),
+    ("get", "/v1/files/{id}/download", &[404, 416]),
     ("post", "/v1/account/api-keys", &[400, 413]),
     ("get", "/v1/account/api-keys/{id}", &[404]),
     ("get", "/v1/account/api-keys", &[400]),
@@ -56,7 +60,8 @@ fn describe(status: u16) -> &'static str {
         403 => "The key lacks the scope this operation needs (`AUTH_INSUFFICIENT_SCOPE`)",
         404 => "No such resource in the caller's account (`RESOURCE_NOT_FOUND`)",
         409 => "The request conflicts with the resource's state (`CONFLICT`)",
-        413 => "The body is over 1 MiB",
+        413 => "The body is over its limit: 1 MiB, or `API_MAX_FILE_BYTES` for an upload's file",
+        416 => "The range asked for lies outside the file (`RANGE_NOT_SATISFIABLE`)",
         429 => "Rate limit exceeded; `Retry-After: 60` and `X-RateLimit-*` headers",
         503 => "MongoDB or NATS is out of reach for now (`SERVICE_UNAVAILABLE`); retry after `Retry-After` seconds",
         _ => "Internal error (`INTERNAL`)",
@@ -80,7 +85,11 @@ fn describe(status: u16) -> &'static str {
         routes::models::get,
         routes::models::versions,
         routes::models::version,
+        routes::files::create,
+        routes::files::list,
         routes::files::get,
+        routes::files::delete,
+        routes::files::download,
         routes::api_keys::create,
         routes::api_keys::list,
         routes::api_keys::get,
@@ -97,6 +106,7 @@ fn describe(status: u16) -> &'static str {
     tags(
         (name = "predictions", description = "Create, read, list and cancel predictions"),
         (name = "models", description = "Registered models and their versions"),
+        (name = "files", description = "Uploaded files and file outputs: upload, list, read, delete, download"),
         (name = "account", description = "API keys and the webhook signing secret (scope `admin`)"),
         (name = "operations", description = "Readiness and liveness"),
     )
@@ -123,16 +133,24 @@ impl Modify for Security {
 
 struct ProblemResponses;
 
+/// The operation of `item` for `method` (lowercase).
+fn operation_mut<'a>(
+    item: &'a mut utoipa::openapi::PathItem,
+    method: &str,
+) -> Option<&'a mut utoipa::openapi::path::Operation> {
+    match method {
+        "get" => item.get.as_mut(),
+        "patch" => item.patch.as_mut(),
+        "delete" => item.delete.as_mut(),
+        _ => item.post.as_mut(),
+    }
+}
+
 impl Modify for ProblemResponses {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for (method, path, extra) in ERRORS {
             let Some(item) = openapi.paths.paths.get_mut(*path) else { continue };
-            let operation = match *method {
-                "get" => item.get.as_mut(),
-                "patch" => item.patch.as_mut(),
-                _ => item.post.as_mut(),
-            };
-            let Some(operation) = operation else { continue };
+            let Some(operation) = operation_mut(item, method) else { continue };
             for status in extra.iter().chain(AUTHENTICATED) {
                 let response = ResponseBuilder::new()
                     .description(describe(*status))
@@ -159,7 +177,7 @@ impl Modify for ReplicateSurface {
             .map(|(p, i)| (p.clone(), i.clone()))
             .collect();
         for (path, mut item) in canonical {
-            for operation in [&mut item.get, &mut item.post, &mut item.patch].into_iter().flatten() {
+            for operation in [&mut item.get, &mut item.post, &mut item.patch, &mut item.delete].into_iter().flatten() {
                 operation.operation_id = operation.operation_id.take().map(|id| format!("{id}Replicate"));
                 operation.tags = Some(vec!["replicate".into()]);
             }
@@ -200,13 +218,8 @@ mod tests {
         for (method, path, extra) in ERRORS {
             let replicate = format!("/replicate{path}");
             for path in [*path, replicate.as_str()] {
-                let item = doc.paths.paths.get(path).unwrap_or_else(|| panic!("{path} is documented"));
-                let op = match *method {
-                    "get" => item.get.as_ref(),
-                    "patch" => item.patch.as_ref(),
-                    _ => item.post.as_ref(),
-                };
-                let op = op.unwrap_or_else(|| panic!("{method} {path} is documented"));
+                let mut item = doc.paths.paths.get(path).unwrap_or_else(|| panic!("{path} is documented")).clone();
+                let op = operation_mut(&mut item, method).unwrap_or_else(|| panic!("{method} {path} is documented"));
                 for status in extra.iter().chain(AUTHENTICATED) {
                     assert!(op.responses.responses.contains_key(&status.to_string()), "{method} {path} {status}");
                 }

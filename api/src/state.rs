@@ -7,6 +7,7 @@ use std::time::Duration;
 use common::{
     bus::Bus,
     domain::Prediction,
+    files::Files,
     links::Links,
     store::{Batching, GroupCommit, Store},
 };
@@ -33,6 +34,8 @@ pub struct Shared {
     pub config: ApiConfig,
     /// MongoDB.
     pub store: Store,
+    /// Uploaded files and file outputs: records and bytes.
+    pub files: Files,
     /// NATS JetStream.
     pub bus: Bus,
     /// Builds every URL the api hands out (both surfaces, stream tokens).
@@ -66,6 +69,7 @@ impl AppState {
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background: TaskTracker::new(),
             metrics: Arc::new(HttpMetrics::new()),
+            files: Files::new(&store),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),
             config,
             store,

@@ -21,12 +21,14 @@ use crate::{
     error::ApiError,
     models::RegisteredModel,
     state::AppState,
-    validate::{create_prediction, input},
+    validate::{create_prediction, file_inputs, input},
 };
 
 /// The `starting` prediction a create body asks for, or every field error of the body and of
-/// its input against `model`'s schema.
-pub fn validated(
+/// its input against `model`'s schema; then the files of this service its input names, each
+/// checked to be the caller's (see [`file_inputs`]).
+pub async fn validated(
+    state: &AppState,
     caller: &Caller,
     model: &RegisteredModel,
     body: &Map<String, Value>,
@@ -45,7 +47,9 @@ pub fn validated(
             return Err(ApiError::validation("The request has invalid fields; see errors.", errors));
         }
     };
-    Ok(Prediction::new_starting(NewPrediction {
+    let uris = input::uri_values(&model.input_schema, &model_input);
+    let input_files = file_inputs::check(state, &caller.key.account_id, &uris).await?;
+    let mut prediction = Prediction::new_starting(NewPrediction {
         account_id: caller.key.account_id.clone(),
         model: model.record.model.clone(),
         version: model.record.version.clone(),
@@ -55,7 +59,9 @@ pub fn validated(
         webhook: request.webhook,
         webhook_events_filter: request.webhook_events_filter,
         surface,
-    }))
+    });
+    prediction.input_files = input_files;
+    Ok(prediction)
 }
 
 /// Claims the idempotency key (if any), stores the prediction and sends its job; returns the

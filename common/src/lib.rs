@@ -4,6 +4,8 @@
 //!
 //! - [`domain`]: the parsed domain types (ids, statuses, models, keys, secrets, predictions).
 //! - [`messages`]: the versioned wire messages on NATS, and [`subjects`]: where they travel.
+//! - [`files`]: uploaded files and file outputs: their records, and their bytes behind the
+//!   [`files::FileStore`] interface (GridFS today).
 //! - [`store`]: the MongoDB collections, one module per collection, each written by the service
 //!   its module doc names.
 //! - [`bus`]: the JetStream streams and the publishing side of the messages.
@@ -23,6 +25,7 @@ pub mod config;
 pub mod connect;
 pub mod crypto;
 pub mod domain;
+pub mod files;
 pub mod links;
 pub mod messages;
 pub mod metrics;

@@ -7,11 +7,18 @@
 //! | `urls.cancel` | `…/{id}/cancel` | `…/{id}/cancel` |
 //! | `urls.stream` | `…/{id}/stream?token={t}` | `…/{id}/stream?token={t}` |
 //! | `urls.web` | `{base}/predictions/{id}` | `{base}/replicate/v1/predictions/{id}/web` (a redirect to the page) |
-//! | file output | `{base}/v1/files/{file id}` | `{base}/replicate/v1/files/{file id}` |
+//! | a file | `{base}/v1/files/{file id}` | `{base}/replicate/v1/files/{file id}` |
+//! | its bytes, and a file output | `…/files/{file id}/download` | `…/files/{file id}/download` |
+//! | its signed download | `…/download?owner={account}&expiry={unix s}&signature={s}` | the same |
 //!
 //! The stream token is a MAC of the prediction id under the master key (CONTRACT §6): it opens
 //! that prediction's stream without `Authorization` (a browser's `EventSource` cannot send one),
 //! and nothing else. Any replica of any service computes the same token.
+//!
+//! A signed download is Replicate's form: the signature is an HMAC-SHA256 of
+//! `"{owner} {file id} {expiry}"` under a key derived from the master key (URL-safe base64). It
+//! opens that file's bytes without `Authorization` until `expiry`: what a Cog model server is
+//! given to fetch an input with, and what a file object's `urls.download` holds.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
@@ -19,13 +26,21 @@ use subtle::ConstantTimeEq;
 
 use crate::{
     crypto::MasterKey,
-    domain::{ApiSurface, FileId, PredictionId},
+    domain::{
+        AccountId, ApiSurface, FileId, FileView, PredictionId,
+        file::{FileChecksums, FileUrls},
+    },
+    store::FileRecord,
 };
 
 /// What a stream token's MAC vouches for.
 const STREAM_TOKEN_CONTEXT: &str = "stream_token.v1";
 /// Bytes of the MAC kept in a token: 128 bits, unguessable.
 const STREAM_TOKEN_BYTES: usize = 16;
+/// What a file download's signature vouches for.
+const FILE_URL_CONTEXT: &str = "file_url.v1";
+/// How long the signed download of a file object (`urls.download`) works.
+pub const SIGNED_DOWNLOAD_SECONDS: i64 = 3600;
 
 /// The `urls` of a prediction (built by [`Links::prediction`]).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -80,20 +95,78 @@ impl Links {
         }
     }
 
-    /// The URL of a stored file as `surface` shows it.
+    /// The URL of a stored file (the object) as `surface` shows it; a file output is stored
+    /// this way, in its canonical form.
     pub fn file(&self, id: &FileId, surface: ApiSurface) -> String {
         format!("{}/files/{id}", self.api(surface))
     }
 
-    /// A stored output as `surface` shows it: a file URL (always stored in its canonical form)
-    /// moves to the surface's own file route; any other output is unchanged.
+    /// The URL of a stored file's bytes (bearer-authenticated).
+    pub fn file_download(&self, id: &FileId, surface: ApiSurface) -> String {
+        format!("{}/files/{id}/download", self.api(surface))
+    }
+
+    /// The signed download of file `id` of `owner`, working until `expiry` (unix seconds).
+    pub fn file_signed_download(&self, id: &FileId, owner: &AccountId, expiry: i64, surface: ApiSurface) -> String {
+        let signature = self.file_signature(owner.as_str(), id.as_str(), expiry);
+        format!("{}?owner={owner}&expiry={expiry}&signature={signature}", self.file_download(id, surface))
+    }
+
+    /// The signature of a download of file `id` of `owner` until `expiry`.
+    pub fn file_signature(&self, owner: &str, id: &str, expiry: i64) -> String {
+        URL_SAFE_NO_PAD.encode(self.key.mac(FILE_URL_CONTEXT, &format!("{owner} {id} {expiry}")))
+    }
+
+    /// Whether `signature` signs the download of file `id` of `owner` until `expiry` (compared
+    /// in constant time; the caller checks the expiry against its clock).
+    pub fn file_signature_valid(&self, owner: &str, id: &str, expiry: i64, signature: &str) -> bool {
+        self.file_signature(owner, id, expiry).as_bytes().ct_eq(signature.as_bytes()).into()
+    }
+
+    /// The file of this service that `url` names, on either surface: its object URL, its
+    /// download, or a signed download. Any other URL is `None`.
+    pub fn file_named_by(&self, url: &str) -> Option<FileId> {
+        let path = url.strip_prefix(&self.base_url)?;
+        let path = path.split(['?', '#']).next()?;
+        let rest = [ApiSurface::Canonical, ApiSurface::Replicate]
+            .iter()
+            .find_map(|s| path.strip_prefix(&format!("{}/files/", s.root())))?;
+        let id = rest.strip_suffix("/download").unwrap_or(rest);
+        FileId::parse(id).ok()
+    }
+
+    /// A stored output as `surface` shows it: a file (stored as its canonical object URL)
+    /// becomes the surface's link to its bytes; any other output is unchanged.
     pub fn output(&self, output: &str, surface: ApiSurface) -> String {
         let canonical = format!("{}/files/", self.api(ApiSurface::Canonical));
-        match output.strip_prefix(&canonical) {
-            Some(file) if surface != ApiSurface::Canonical && !file.contains('/') => {
-                format!("{}/files/{file}", self.api(surface))
-            }
+        match output.strip_prefix(&canonical).map(FileId::parse) {
+            Some(Ok(file)) => self.file_download(&file, surface),
             _ => output.to_owned(),
+        }
+    }
+
+    /// File `record` as `surface` shows it at `now` (unix seconds): its signed download works
+    /// for [`SIGNED_DOWNLOAD_SECONDS`].
+    pub fn file_view(&self, record: &FileRecord, surface: ApiSurface, now: i64) -> FileView {
+        let metadata = match bson::Bson::Document(record.metadata.clone()).into_relaxed_extjson() {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        let expiry = now + SIGNED_DOWNLOAD_SECONDS;
+        FileView {
+            id: record.id.to_string(),
+            name: record.name.clone(),
+            content_type: record.content_type.clone(),
+            size: record.size,
+            etag: record.md5.clone(),
+            checksums: FileChecksums { sha256: record.sha256.clone(), md5: record.md5.clone() },
+            metadata,
+            created_at: record.created_at.to_chrono(),
+            expires_at: record.expires_at.map(|t| t.to_chrono()),
+            urls: FileUrls {
+                get: self.file(&record.id, surface),
+                download: self.file_signed_download(&record.id, &record.account_id, expiry, surface),
+            },
         }
     }
 
@@ -132,14 +205,45 @@ mod tests {
     }
 
     #[test]
-    fn file_outputs_move_to_the_surface_and_other_outputs_stay() {
+    fn file_outputs_link_to_their_bytes_on_the_surface_and_other_outputs_stay() {
         let l = links();
         let file = FileId::generate();
         let stored = l.file(&file, ApiSurface::Canonical);
-        assert_eq!(l.output(&stored, ApiSurface::Replicate), format!("http://h/replicate/v1/files/{file}"));
-        assert_eq!(l.output(&stored, ApiSurface::Canonical), stored);
+        assert_eq!(l.output(&stored, ApiSurface::Replicate), format!("http://h/replicate/v1/files/{file}/download"));
+        assert_eq!(l.output(&stored, ApiSurface::Canonical), format!("http://h/v1/files/{file}/download"));
         assert_eq!(l.output("hello", ApiSurface::Replicate), "hello");
         assert_eq!(l.output("http://h/v1/files/a/b", ApiSurface::Replicate), "http://h/v1/files/a/b");
+    }
+
+    #[test]
+    fn a_file_signature_opens_only_its_owner_file_and_expiry() {
+        let l = links();
+        let (file, owner) = (FileId::generate(), AccountId::generate());
+        let url = l.file_signed_download(&file, &owner, 1_900_000_000, ApiSurface::Canonical);
+        let signature = url.rsplit_once("signature=").expect("signed").1;
+        assert!(url.starts_with(&format!("http://h/v1/files/{file}/download?owner={owner}&expiry=1900000000&")));
+        assert!(l.file_signature_valid(owner.as_str(), file.as_str(), 1_900_000_000, signature));
+        assert!(!l.file_signature_valid(owner.as_str(), file.as_str(), 1_900_000_001, signature));
+        assert!(!l.file_signature_valid(owner.as_str(), FileId::generate().as_str(), 1_900_000_000, signature));
+        assert!(!l.file_signature_valid(AccountId::generate().as_str(), file.as_str(), 1_900_000_000, signature));
+        let other_key = Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"));
+        assert!(!other_key.file_signature_valid(owner.as_str(), file.as_str(), 1_900_000_000, signature));
+    }
+
+    #[test]
+    fn a_file_url_of_this_service_names_its_file_on_either_surface() {
+        let l = links();
+        let file = FileId::generate();
+        for url in [
+            l.file(&file, ApiSurface::Canonical),
+            l.file_download(&file, ApiSurface::Replicate),
+            l.file_signed_download(&file, &AccountId::generate(), 1, ApiSurface::Canonical),
+        ] {
+            assert_eq!(l.file_named_by(&url), Some(file.clone()), "{url}");
+        }
+        assert_eq!(l.file_named_by(&format!("http://other/v1/files/{file}")), None);
+        assert_eq!(l.file_named_by("http://h/v1/files/not-an-id"), None);
+        assert_eq!(l.file_named_by(&format!("http://h/v1/predictions/{file}")), None);
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub enum ProblemKind {
     Conflict,
     /// 413: the body is over the size limit.
     PayloadTooLarge,
+    /// 416: the requested byte range lies outside the file.
+    RangeNotSatisfiable,
     /// 429: the key's rate limit is used up.
     RateLimit,
     /// 500: something failed inside; details are in the logs, not the response.
@@ -44,6 +46,7 @@ impl ProblemKind {
             Self::MethodNotAllowed => 405,
             Self::Conflict => 409,
             Self::PayloadTooLarge => 413,
+            Self::RangeNotSatisfiable => 416,
             Self::RateLimit => 429,
             Self::Internal => 500,
             Self::Unavailable => 503,
@@ -60,6 +63,7 @@ impl ProblemKind {
             Self::MethodNotAllowed => "method-not-allowed",
             Self::Conflict => "conflict",
             Self::PayloadTooLarge => "payload-too-large",
+            Self::RangeNotSatisfiable => "range-not-satisfiable",
             Self::RateLimit => "rate-limit",
             Self::Internal => "internal",
             Self::Unavailable => "service-unavailable",
@@ -76,6 +80,7 @@ impl ProblemKind {
             Self::MethodNotAllowed => "Method Not Allowed",
             Self::Conflict => "Conflict",
             Self::PayloadTooLarge => "Payload Too Large",
+            Self::RangeNotSatisfiable => "Range Not Satisfiable",
             Self::RateLimit => "Rate Limit Exceeded",
             Self::Internal => "Internal Server Error",
             Self::Unavailable => "Service Unavailable",
@@ -92,6 +97,7 @@ impl ProblemKind {
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Conflict => "CONFLICT",
             Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::RangeNotSatisfiable => "RANGE_NOT_SATISFIABLE",
             Self::RateLimit => "RATE_LIMIT_EXCEEDED",
             Self::Internal => "INTERNAL",
             Self::Unavailable => "SERVICE_UNAVAILABLE",
@@ -108,6 +114,7 @@ impl ProblemKind {
             405 => Self::MethodNotAllowed,
             409 => Self::Conflict,
             413 => Self::PayloadTooLarge,
+            416 => Self::RangeNotSatisfiable,
             429 => Self::RateLimit,
             502..=504 => Self::Unavailable,
             _ => Self::Internal,

@@ -3,15 +3,22 @@
 //! in batches of [`BATCH`]; the update is conditional on `data_removed` still being false, so
 //! sweepers never trip over each other. Files go first: a crash between the two steps leaves
 //! a prediction that the next pass finishes, never a file that nothing points to.
+//!
+//! Uploads of the Files API expire at their `expires_at` (`FILES_RETENTION_HOURS` after the
+//! upload) and the same passes delete them, record first, then bytes. A file that a prediction
+//! which has not ended names in its input is kept: its expiry moves [`IN_USE_GRACE`] on, and a
+//! later pass looks again.
 
 use std::time::Duration;
 
 use bson::DateTime;
-use common::store::Store;
+use common::{files::Files, store::Store};
 use tokio_util::sync::CancellationToken;
 
-/// The most predictions one pass clears.
+/// The most predictions (and expired files) one pass clears.
 pub const BATCH: i64 = 100;
+/// How far an expired file still in use as an input is postponed.
+pub const IN_USE_GRACE: Duration = Duration::from_secs(600);
 
 /// The retention sweeper of one runner.
 pub struct Sweeper {
@@ -55,9 +62,29 @@ impl Sweeper {
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(retention_ms));
         let expired = self.store.predictions().data_expired(before, BATCH).await?;
+        let files = Files::new(&self.store);
         for p in &expired {
-            self.store.files().delete_for_prediction(&p.id).await?;
+            files.delete_outputs_of(&p.id).await?;
             self.store.predictions().remove_data(&p.id).await?;
+        }
+        Ok(expired.len().max(self.expire_files(&files).await?))
+    }
+
+    /// Deletes a batch of expired uploads (postponing those still in use); how many it looked at.
+    pub async fn expire_files(&self, files: &Files) -> anyhow::Result<usize> {
+        let now = DateTime::now();
+        let expired = files.records().expired(now, BATCH).await?;
+        let grace = i64::try_from(IN_USE_GRACE.as_millis()).unwrap_or(i64::MAX);
+        for file in &expired {
+            if self.store.predictions().file_in_use(&file.id).await? {
+                let until = DateTime::from_millis(now.timestamp_millis().saturating_add(grace));
+                files.records().postpone(&file.id, until).await?;
+            } else {
+                files.delete(&file.id).await?;
+            }
+        }
+        if !expired.is_empty() {
+            tracing::info!(files = expired.len(), "retention looked at expired files");
         }
         Ok(expired.len())
     }

@@ -177,7 +177,7 @@ pub async fn run(
     let body = json!({"input": input_of(&form_fields, &action.fields)});
     let body = body.as_object().cloned().unwrap_or_default();
     let caller = action.signed.caller();
-    let prediction = match submit::validated(&caller, &model, &body, ApiSurface::Canonical) {
+    let prediction = match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical).await {
         Ok(p) => p,
         Err(ApiError::Problem(problem)) => {
             for field in &mut form_fields {

@@ -198,11 +198,11 @@ async fn output_parts(
     let mut files = Vec::new();
     for id in file_ids {
         let Ok(file_id) = FileId::parse(&id) else { continue };
-        let info = state.store.files().info(&file_id).await.map_err(anyhow::Error::from)?;
+        let info = state.files.get(&file_id).await.map_err(anyhow::Error::from)?;
         let (kind, name) = match &info {
-            Some(f) if f.content_type.starts_with("image/") => ("image", f.filename.clone()),
-            Some(f) if f.content_type.starts_with("video/") => ("video", f.filename.clone()),
-            Some(f) => ("other", f.filename.clone()),
+            Some(f) if f.content_type.starts_with("image/") => ("image", f.name.clone()),
+            Some(f) if f.content_type.starts_with("video/") => ("video", f.name.clone()),
+            Some(f) => ("other", f.name.clone()),
             None => ("other", format!("{id} (removed)")),
         };
         files.push(FileView { url: format!("/files/{id}"), kind, name });

@@ -1,48 +1,386 @@
-//! `GET /v1/files/{id}` (scope `read`): a file output of one of the account's predictions,
-//! with its content type. Another account's file, or one removed by retention, is 404.
+//! The Files API (both surfaces): upload, list, get, delete and download the account's files.
+//! Uploads and file outputs are one kind of object ([`common::files`]).
+//!
+//! | route | scope |
+//! |---|---|
+//! | `POST /files` (multipart: part `content`, optional `metadata`, `filename`, `type`) | write |
+//! | `GET /files` (paged, newest first) | read |
+//! | `GET /files/{id}` | read |
+//! | `DELETE /files/{id}` (204) | write |
+//! | `GET /files/{id}/download` | read, or a signed `owner`/`expiry`/`signature` |
+//!
+//! An upload streams the `content` part straight into the file store, counting and hashing it
+//! as it goes, and stops with 413 past `API_MAX_FILE_BYTES` without keeping anything; the api
+//! never holds a whole file. The file becomes visible when its record is written, after the last
+//! byte is stored. Another account's file is 404 on every route.
 
 use axum::{
-    extract::{Path, State},
-    http::{HeaderValue, header},
+    Json,
+    extract::{Multipart, Path, RawQuery, State, multipart::Field},
+    http::{StatusCode, request::Parts},
     response::{IntoResponse, Response},
 };
-use common::domain::FileId;
+use bson::{DateTime, Document};
+use common::{
+    domain::{FileId, FileView},
+    files::{ByteStream, FileStoreError, FilesError, NewFile, Written},
+    problem::{FieldError, Problem, ProblemKind},
+    store::FileRecord,
+};
+use futures::{StreamExt, TryStreamExt};
+use serde::Serialize;
 
 use crate::{
-    auth::{Authorized, Read},
+    auth::{Authorized, Read, Write},
     error::ApiError,
+    file_response,
     state::AppState,
+    surface::Surface,
+    validate::paging::{Paging, PagingParams},
 };
+
+/// The largest `metadata` part, `filename` or `type` an upload may carry.
+const MAX_FIELD_BYTES: usize = 64 * 1024;
+
+/// A page of files.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct FilePage {
+    /// The files, newest first.
+    pub results: Vec<FileView>,
+    /// The next page, `null` on the last.
+    pub next: Option<String>,
+    /// The previous page, `null` on the first.
+    pub previous: Option<String>,
+    /// How many files the account has.
+    pub total_count: u64,
+}
+
+/// The multipart body of an upload, as the OpenAPI document shows it.
+#[allow(dead_code)]
+#[derive(utoipa::ToSchema)]
+pub struct UploadBody {
+    /// The file's bytes, with its file name and content type in the part's headers.
+    #[schema(value_type = String, format = Binary)]
+    content: Vec<u8>,
+    /// A JSON object to keep with the file.
+    metadata: Option<String>,
+    /// The file name, if not the part's.
+    filename: Option<String>,
+    /// The media type, if not the part's.
+    r#type: Option<String>,
+}
+
+fn now_seconds() -> i64 {
+    DateTime::now().timestamp_millis() / 1000
+}
+
+fn missing(id: &str) -> ApiError {
+    ApiError::not_found(format!("File {id} not found."))
+}
+
+/// File `id` if it exists, is the caller's and has not expired; else 404.
+pub async fn owned(state: &AppState, account: &common::domain::AccountId, id: &str) -> Result<FileRecord, ApiError> {
+    let file_id = FileId::parse(id).map_err(|_| missing(id))?;
+    let record = state.files.get(&file_id).await.map_err(anyhow::Error::from)?;
+    record
+        .filter(|r| &r.account_id == account && r.expires_at.is_none_or(|t| t > DateTime::now()))
+        .ok_or_else(|| missing(id))
+}
+
+/// `POST /v1/files`
+#[utoipa::path(
+    post,
+    path = "/v1/files",
+    operation_id = "createFile",
+    tag = "files",
+    request_body(content = UploadBody, content_type = "multipart/form-data"),
+    responses(
+        (status = 201, description = "Stored", body = FileView),
+        (status = 413, description = "Larger than `API_MAX_FILE_BYTES`")
+    ),
+    security(("bearer" = []))
+)]
+#[tracing::instrument(skip_all, fields(file_id))]
+pub async fn create(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Write>,
+    mut multipart: Multipart,
+) -> Result<Response, ApiError> {
+    let mut stored: Option<(FileId, Written, String, String)> = None;
+    let mut fields = UploadFields::default();
+    let outcome = async {
+        while let Some(field) = multipart.next_field().await.map_err(bad_multipart)? {
+            match field.name().unwrap_or_default() {
+                "content" if stored.is_none() => {
+                    let name = field.file_name().filter(|n| !n.is_empty()).unwrap_or("file").to_owned();
+                    let content_type = field.content_type().unwrap_or("application/octet-stream").to_owned();
+                    let (id, written) = state
+                        .files
+                        .put_bytes(&name, body_of(field), state.config.max_file_bytes)
+                        .await
+                        .map_err(|e| upload_error(e, state.config.max_file_bytes))?;
+                    stored = Some((id, written, name, content_type));
+                }
+                "metadata" => fields.metadata = Some(small_text(field, "metadata").await?),
+                "filename" => fields.filename = Some(small_text(field, "filename").await?),
+                "type" => fields.content_type = Some(small_text(field, "type").await?),
+                _ => drain(field).await?,
+            }
+        }
+        Ok::<(), ApiError>(())
+    }
+    .await;
+    let Some((id, written, part_name, part_type)) = stored else {
+        outcome?;
+        return Err(ApiError::validation("The upload has no file.", vec![FieldError::missing("content")]));
+    };
+    let new = outcome.and_then(|()| fields.into_new_file(&state, &auth, part_name, part_type));
+    let new = match new {
+        Ok(new) => new,
+        Err(e) => {
+            state.files.discard(&id).await;
+            return Err(e);
+        }
+    };
+    let record = state.files.add_record(id, written, new).await.map_err(anyhow::Error::from)?;
+    tracing::Span::current().record("file_id", record.id.as_str());
+    let view = state.links.file_view(&record, surface, now_seconds());
+    Ok((StatusCode::CREATED, [(axum::http::header::LOCATION, view.urls.get.clone())], Json(view)).into_response())
+}
+
+/// The small parts of an upload.
+#[derive(Default)]
+struct UploadFields {
+    metadata: Option<String>,
+    filename: Option<String>,
+    content_type: Option<String>,
+}
+
+impl UploadFields {
+    fn into_new_file(
+        self,
+        state: &AppState,
+        auth: &Authorized<Write>,
+        part_name: String,
+        part_type: String,
+    ) -> Result<NewFile, ApiError> {
+        let metadata = match self.metadata.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
+            None => Document::new(),
+            Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(value @ serde_json::Value::Object(_)) => bson::to_document(&value).map_err(|_| bad_metadata())?,
+                _ => return Err(bad_metadata()),
+            },
+        };
+        let retention = chrono::Duration::from_std(state.config.files_retention).unwrap_or(chrono::Duration::days(1));
+        Ok(NewFile {
+            account_id: auth.caller.key.account_id.clone(),
+            name: self.filename.filter(|n| !n.trim().is_empty()).unwrap_or(part_name),
+            content_type: self.content_type.filter(|t| !t.trim().is_empty()).unwrap_or(part_type),
+            metadata,
+            expires_at: Some(DateTime::from_chrono(chrono::Utc::now() + retention)),
+            prediction_id: None,
+        })
+    }
+}
+
+fn bad_metadata() -> ApiError {
+    ApiError::validation(
+        "The upload's metadata is not a JSON object.",
+        vec![FieldError::invalid("metadata", "Must be a JSON object.")],
+    )
+}
+
+fn bad_multipart(e: axum::extract::multipart::MultipartError) -> ApiError {
+    ApiError::validation(
+        "The body is not a readable multipart/form-data upload.",
+        vec![FieldError::invalid("body", e.body_text())],
+    )
+}
+
+fn upload_error(e: FilesError, max_bytes: u64) -> ApiError {
+    match e {
+        FilesError::Bytes(FileStoreError::TooLarge { .. }) => ApiError::Problem(Problem::new(
+            ProblemKind::PayloadTooLarge,
+            format!("The file is larger than the {max_bytes}-byte limit (API_MAX_FILE_BYTES)."),
+        )),
+        FilesError::Bytes(FileStoreError::Body(e)) => ApiError::validation(
+            "The upload could not be read to its end.",
+            vec![FieldError::invalid("content", e.to_string())],
+        ),
+        other => ApiError::Internal(other.into()),
+    }
+}
+
+/// A part's bytes as the file store reads them.
+fn body_of(field: Field<'_>) -> ByteStream<'_> {
+    field.map_err(|e| std::io::Error::other(e.body_text())).boxed()
+}
+
+/// A small text part (at most [`MAX_FIELD_BYTES`]).
+async fn small_text(mut field: Field<'_>, name: &str) -> Result<String, ApiError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(bad_multipart)? {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_FIELD_BYTES {
+            return Err(ApiError::validation(
+                format!("The upload's {name} part is over {MAX_FIELD_BYTES} bytes."),
+                vec![FieldError::invalid(name, format!("Must be at most {MAX_FIELD_BYTES} bytes."))],
+            ));
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        ApiError::validation("A text part is not UTF-8.", vec![FieldError::invalid(name, "Must be UTF-8 text.")])
+    })
+}
+
+/// Reads past a part this route does not use.
+async fn drain(mut field: Field<'_>) -> Result<(), ApiError> {
+    while field.chunk().await.map_err(bad_multipart)?.is_some() {}
+    Ok(())
+}
+
+/// `GET /v1/files`
+#[utoipa::path(
+    get,
+    path = "/v1/files",
+    operation_id = "listFiles",
+    tag = "files",
+    params(PagingParams),
+    responses((status = 200, description = "A page of the account's files, newest first", body = FilePage)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<FilePage>, ApiError> {
+    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
+    let account = &auth.caller.key.account_id;
+    let (records, total_count) =
+        state.files.list(account, paging.offset, paging.limit).await.map_err(anyhow::Error::from)?;
+    let now = now_seconds();
+    let link = |offset: u64| format!("{}/files?limit={}&offset={offset}", state.links.api(surface), paging.limit);
+    let (next, previous) = paging.neighbours(total_count);
+    Ok(Json(FilePage {
+        results: records.iter().map(|r| state.links.file_view(r, surface, now)).collect(),
+        next: next.map(link),
+        previous: previous.map(link),
+        total_count,
+    }))
+}
 
 /// `GET /v1/files/{id}`
 #[utoipa::path(
     get,
     path = "/v1/files/{id}",
     operation_id = "getFile",
-    tag = "predictions",
-    params(("id" = String, Path, description = "The file id, from a prediction's output URL")),
-    responses((status = 200, description = "The file, with its content type", content_type = "application/octet-stream", body = Vec<u8>)),
+    tag = "files",
+    params(("id" = String, Path, description = "The file id")),
+    responses((status = 200, description = "The file", body = FileView)),
     security(("bearer" = []))
 )]
 pub async fn get(
     State(state): State<AppState>,
+    Surface(surface): Surface,
     auth: Authorized<Read>,
     Path(id): Path<String>,
+) -> Result<Json<FileView>, ApiError> {
+    let record = owned(&state, &auth.caller.key.account_id, &id).await?;
+    Ok(Json(state.links.file_view(&record, surface, now_seconds())))
+}
+
+/// `DELETE /v1/files/{id}`
+#[utoipa::path(
+    delete,
+    path = "/v1/files/{id}",
+    operation_id = "deleteFile",
+    tag = "files",
+    params(("id" = String, Path, description = "The file id")),
+    responses((status = 204, description = "Deleted")),
+    security(("bearer" = []))
+)]
+#[tracing::instrument(skip_all, fields(file_id = %id))]
+pub async fn delete(
+    State(state): State<AppState>,
+    auth: Authorized<Write>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let record = owned(&state, &auth.caller.key.account_id, &id).await?;
+    state.files.delete(&record.id).await.map_err(anyhow::Error::from)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The signature of a signed download, as its query carries it.
+struct Signed {
+    owner: String,
+    expiry: i64,
+    signature: String,
+}
+
+fn signed_query(query: Option<&str>) -> Option<Result<Signed, ApiError>> {
+    let pairs: Vec<(String, String)> =
+        url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect();
+    let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    let signature = get("signature")?;
+    let expiry = get("expiry").and_then(|e| e.parse().ok());
+    Some(match (get("owner"), expiry) {
+        (Some(owner), Some(expiry)) => Ok(Signed { owner, expiry, signature }),
+        _ => Err(bad_signature()),
+    })
+}
+
+fn bad_signature() -> ApiError {
+    ApiError::Problem(Problem::new(
+        ProblemKind::Unauthorized,
+        "This download link is expired or its signature is wrong; ask for the file again, or send an API key.",
+    ))
+}
+
+/// `GET /v1/files/{id}/download`
+#[utoipa::path(
+    get,
+    path = "/v1/files/{id}/download",
+    operation_id = "downloadFile",
+    tag = "files",
+    params(
+        ("id" = String, Path, description = "The file id"),
+        ("owner" = Option<String>, Query, description = "With `expiry` and `signature`: a signed download, which needs no `Authorization`"),
+        ("expiry" = Option<i64>, Query, description = "Unix seconds after which the signed download is refused"),
+        ("signature" = Option<String>, Query, description = "The signature of `owner`, the file id and `expiry`"),
+        ("Range" = Option<String>, Header, description = "One byte range, `bytes=a-b`, `bytes=a-` or `bytes=-n`")
+    ),
+    responses(
+        (status = 200, description = "The file's bytes, with its content type", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 206, description = "The range asked for", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 304, description = "The `If-None-Match` ETag matches"),
+        (status = 416, description = "The range lies outside the file")
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn download(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    mut parts: Parts,
 ) -> Result<Response, ApiError> {
-    let missing = || ApiError::not_found(format!("File {id} not found."));
-    let file_id = FileId::parse(&id).map_err(|_| missing())?;
-    let files = state.store.files();
-    let info =
-        files.info(&file_id).await?.filter(|f| f.account_id == auth.caller.key.account_id).ok_or_else(missing)?;
-    let bytes = files.read(&file_id).await?;
-    let mut response = bytes.into_response();
-    let headers = response.headers_mut();
-    let content_type =
-        HeaderValue::from_str(&info.content_type).unwrap_or(HeaderValue::from_static("application/octet-stream"));
-    headers.insert(header::CONTENT_TYPE, content_type);
-    if let Ok(disposition) = HeaderValue::from_str(&format!("inline; filename=\"{}\"", info.filename)) {
-        headers.insert(header::CONTENT_DISPOSITION, disposition);
-    }
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=3600"));
-    Ok(response)
+    let record = match signed_query(query.as_deref()) {
+        Some(signed) => {
+            let signed = signed?;
+            let fresh = signed.expiry > now_seconds();
+            if !fresh || !state.links.file_signature_valid(&signed.owner, &id, signed.expiry, &signed.signature) {
+                return Err(bad_signature());
+            }
+            let account = common::domain::AccountId::parse(&signed.owner).map_err(|_| bad_signature())?;
+            owned(&state, &account, &id).await?
+        }
+        None => {
+            let auth =
+                <Authorized<Read> as axum::extract::FromRequestParts<AppState>>::from_request_parts(&mut parts, &state)
+                    .await?;
+            owned(&state, &auth.caller.key.account_id, &id).await?
+        }
+    };
+    file_response::serve(&state.files, &record, &parts.headers).await
 }

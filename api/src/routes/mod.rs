@@ -22,7 +22,11 @@
 //! | `GET /models/{owner}/{name}` | [`models::get`] | read |
 //! | `GET /models/{owner}/{name}/versions` | [`models::versions`] | read |
 //! | `GET /models/{owner}/{name}/versions/{id}` | [`models::version`] | read |
+//! | `POST /files` (multipart upload) | [`files::create`] | write |
+//! | `GET /files` | [`files::list`] | read |
 //! | `GET /files/{id}` | [`files::get`] | read |
+//! | `DELETE /files/{id}` | [`files::delete`] | write |
+//! | `GET /files/{id}/download` | [`files::download`] | read, or a signed URL |
 //! | `GET /account/webhooks/secret` (alias `GET /webhooks/default/secret`) | [`webhook_secret::get`] | admin |
 //! | `POST /account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
 //!
@@ -45,6 +49,7 @@ pub mod webhook_secret;
 
 use axum::{
     Extension, Router,
+    extract::DefaultBodyLimit,
     routing::{get, post},
 };
 use common::domain::ApiSurface;
@@ -79,7 +84,10 @@ fn api() -> Router<AppState> {
         .route("/predictions/{id}/stream", get(stream::stream))
         .route("/predictions/{id}/webhook-deliveries", get(webhook_deliveries::list))
         .route("/predictions/{id}/webhook-deliveries/{webhook_id}/resend", post(webhook_deliveries::resend))
-        .route("/files/{id}", get(files::get))
+        // An upload streams to the file store under its own limit (API_MAX_FILE_BYTES).
+        .route("/files", post(files::create).layer(DefaultBodyLimit::disable()).get(files::list))
+        .route("/files/{id}", get(files::get).delete(files::delete))
+        .route("/files/{id}/download", get(files::download))
         .route("/account/webhooks/secret", get(webhook_secret::get))
         .route("/account/webhooks/secret/rotate", post(webhook_secret::rotate))
         .route("/webhooks/default/secret", get(webhook_secret::get))

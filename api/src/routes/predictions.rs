@@ -112,7 +112,7 @@ async fn create_for(
     let idempotency_key = idempotency::key(headers)?;
     let time_limit = deadline::limit(headers, state.config.common.prediction_deadline)?;
     let account = caller.key.account_id.clone();
-    let prediction = submit::validated(caller, model, &body, surface)?.with_deadline(time_limit);
+    let prediction = submit::validated(state, caller, model, &body, surface).await?.with_deadline(time_limit);
     tracing::Span::current().record("prediction_id", prediction.id.as_str());
     let events = match wait_for {
         Some(_) => Some(state.bus.client().subscribe(state.bus.subjects().events(&prediction.id)).await?),

@@ -10,6 +10,10 @@
 //! turned into integers where the schema asks for an integer (Python models would otherwise
 //! receive a float). A `null` value counts as absent. Every failing field is reported, as
 //! `input.<name>` (and `input.<name>[i]` inside arrays).
+//!
+//! A string with `format: uri` must be a URL of a kind a model can read a file from: an
+//! `http(s)` URL (a file of this service is one of those, checked against its owner later, in
+//! [`super::file_inputs`]) or a `data:` URI. [`uri_values`] lists them.
 
 use common::problem::FieldError;
 use serde_json::{Map, Number, Value};
@@ -100,6 +104,7 @@ impl<'a> Validator<'a> {
                 return None; // a value of the wrong type cannot be checked further
             }
             check_enum(&value, part, path, errors);
+            check_uri(&value, part, path, errors);
             check_bounds(&value, part, path, errors);
             check_length(&value, part, path, errors);
             if let (Some(items), Value::Array(list)) = (part.get("items"), &mut value) {
@@ -150,6 +155,53 @@ fn check_type(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldE
         errors.push(FieldError::invalid(path, format!("Must be of type {}.", kinds.join(" or "))));
     }
     found
+}
+
+/// Whether `schema` (or one of its parts) says `format: uri`.
+fn is_uri(schema: &Value) -> bool {
+    schema.get("format").and_then(Value::as_str) == Some("uri")
+}
+
+fn check_uri(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    let Some(text) = value.as_str().filter(|_| is_uri(schema)) else { return };
+    let readable = if let Some(data) = text.strip_prefix("data:") {
+        data.contains(',')
+    } else {
+        url::Url::parse(text).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+    };
+    if !readable {
+        errors.push(FieldError::invalid(
+            path,
+            "Must be a file's URL: a file of this service (its urls.get or urls.download), an http(s) URL or a data: URI.",
+        ));
+    }
+}
+
+/// Every `format: uri` string of `model_input` (validated against `schema`), with its field
+/// path (`input.<name>`, or `input.<name>[i]` inside an array).
+pub fn uri_values(schema: &Value, model_input: &Map<String, Value>) -> Vec<(String, String)> {
+    let validator = Validator { root: schema };
+    let empty = Map::new();
+    let properties = schema.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+    let mut out = Vec::new();
+    for (name, property) in properties {
+        let parts = validator.parts(property);
+        match model_input.get(name) {
+            Some(Value::String(s)) if parts.iter().any(|p| is_uri(p)) => out.push((format!("input.{name}"), s.clone())),
+            Some(Value::Array(items)) => {
+                let item_schemas = parts.iter().filter_map(|p| p.get("items"));
+                if item_schemas.flat_map(|i| validator.parts(i)).any(is_uri) {
+                    for (i, item) in items.iter().enumerate() {
+                        if let Some(s) = item.as_str() {
+                            out.push((format!("input.{name}[{i}]"), s.to_owned()));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 fn check_enum(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
@@ -303,5 +355,28 @@ mod tests {
     fn a_self_referencing_schema_does_not_loop_forever() {
         let schema = json!({"properties": {"a": {"$ref": "#/properties/a"}}});
         assert!(validate(&schema, &obj(json!({"a": 1}))).is_ok());
+    }
+
+    #[test]
+    fn a_uri_input_takes_http_urls_and_data_uris_and_nothing_else() {
+        let schema = json!({"properties": {
+            "image": {"type": "string", "format": "uri"},
+            "masks": {"type": "array", "items": {"type": "string", "format": "uri"}},
+            "name": {"type": "string"},
+        }});
+        let good = json!({"image": "https://h/x.png", "masks": ["data:image/png;base64,AAAA", "http://h/v1/files/f"], "name": "a"});
+        let model_input = validate(&schema, &obj(good)).expect("valid");
+        assert_eq!(
+            uri_values(&schema, &model_input),
+            vec![
+                ("input.image".to_owned(), "https://h/x.png".to_owned()),
+                ("input.masks[0]".to_owned(), "data:image/png;base64,AAAA".to_owned()),
+                ("input.masks[1]".to_owned(), "http://h/v1/files/f".to_owned()),
+            ]
+        );
+        let bad = json!({"image": "ftp://h/x", "masks": ["data:nocomma", "/relative"], "name": "not a url at all"});
+        let errors = validate(&schema, &obj(bad)).expect_err("invalid");
+        let names: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(names, vec!["input.image", "input.masks[0]", "input.masks[1]"]);
     }
 }

@@ -8,6 +8,7 @@ mod cancel;
 mod console;
 mod disconnects;
 mod end_to_end;
+mod files;
 mod fuzz;
 mod harness;
 mod keys_lifecycle;

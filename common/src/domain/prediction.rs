@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{AccountId, ApiSurface, ModelRef, PredictionId, PredictionStatus, WebhookEvent, WebhookUrl};
+use super::{AccountId, ApiSurface, FileId, ModelRef, PredictionId, PredictionStatus, WebhookEvent, WebhookUrl};
 use crate::links::{Links, PredictionUrls};
 
 /// The origin recorded for predictions made through the HTTP API.
@@ -128,6 +128,9 @@ pub struct Prediction {
     /// The API surface that created it: the shape of its webhooks.
     #[serde(default)]
     pub surface: ApiSurface,
+    /// Files of this service its input names: kept at least until it ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_files: Vec<FileId>,
 }
 
 /// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).
@@ -208,6 +211,7 @@ impl Prediction {
             deadline_at: None,
             job_seq: None,
             surface,
+            input_files: Vec::new(),
         }
     }
 

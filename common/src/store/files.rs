@@ -1,101 +1,108 @@
-//! Files: the file outputs of predictions, in the GridFS bucket `files` (collections
-//! `files.files` and `files.chunks`). Written by the runner, served by the api
-//! (`GET /v1/files/{id}`, to the owning account only), deleted by the retention sweeper.
-//! The GridFS `_id` is the [`FileId`]; the metadata names the account, the prediction and the
-//! content type.
+//! The `file_records` collection: one document per file, what the Files API shows (name,
+//! type, size, checksums, metadata, expiry) and who owns it. The bytes live in a
+//! [`crate::files::FileStore`]; a record is written only once its bytes are stored, so a file
+//! is visible exactly when it is whole. Written by the api (uploads, deletes) and the runner
+//! (file outputs, retention).
 
-use bson::{Bson, doc};
-use futures::{AsyncReadExt, AsyncWriteExt, TryStreamExt};
-use mongodb::{Database, gridfs::GridFsBucket, options::GridFsBucketOptions};
+use bson::{DateTime, Document, doc};
+use futures::TryStreamExt;
+use mongodb::{Collection, Database, options::FindOptions};
+use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 use crate::domain::{AccountId, FileId, PredictionId};
 
-/// What is known about a stored file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredFile {
-    /// The file id.
+/// A file as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// The file id (also its bytes' id in the file store).
+    #[serde(rename = "_id")]
     pub id: FileId,
     /// The owning account.
     pub account_id: AccountId,
-    /// The prediction that produced it.
-    pub prediction_id: PredictionId,
+    /// Its file name.
+    pub name: String,
     /// Its media type.
     pub content_type: String,
     /// Its size in bytes.
-    pub length: u64,
-    /// Its file name.
-    pub filename: String,
+    pub size: i64,
+    /// SHA-256 of its bytes, lowercase hex.
+    pub sha256: String,
+    /// MD5 of its bytes, lowercase hex (the `etag`).
+    pub md5: String,
+    /// The uploader's metadata (a JSON object).
+    #[serde(default)]
+    pub metadata: Document,
+    /// When it was stored.
+    pub created_at: DateTime,
+    /// When the retention sweep deletes it; none for a prediction's output, which goes with
+    /// the prediction's data.
+    #[serde(default)]
+    pub expires_at: Option<DateTime>,
+    /// The prediction that produced it, for an output.
+    #[serde(default)]
+    pub prediction_id: Option<PredictionId>,
 }
 
-/// Typed access to the `files` bucket.
+/// Typed access to `file_records`.
 #[derive(Clone, Debug)]
-pub struct Files {
-    bucket: GridFsBucket,
+pub struct FileRecords {
+    coll: Collection<FileRecord>,
 }
 
-impl Files {
+impl FileRecords {
     pub(super) fn new(db: &Database) -> Self {
-        Self { bucket: db.gridfs_bucket(GridFsBucketOptions::builder().bucket_name("files".to_owned()).build()) }
+        Self { coll: db.collection("file_records") }
     }
 
-    /// Stores `bytes` as file `id` of `prediction`.
-    pub async fn put(
-        &self,
-        id: &FileId,
-        account: &AccountId,
-        prediction: &PredictionId,
-        filename: &str,
-        content_type: &str,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
-        let metadata = doc! {
-            "account_id": account.as_str(),
-            "prediction_id": prediction.as_str(),
-            "content_type": content_type,
-        };
-        let mut upload =
-            self.bucket.open_upload_stream(filename).id(Bson::String(id.to_string())).metadata(metadata).await?;
-        upload.write_all(bytes).await.map_err(StoreError::from)?;
-        upload.close().await.map_err(StoreError::from)?;
-        Ok(())
+    /// The collection (indexes).
+    pub fn collection(&self) -> &Collection<FileRecord> {
+        &self.coll
     }
 
-    /// What is known about file `id`, if it exists.
-    pub async fn info(&self, id: &FileId) -> Result<Option<StoredFile>, StoreError> {
-        let Some(doc) = self.bucket.find_one(doc! { "_id": id.as_str() }).await? else { return Ok(None) };
-        let meta = doc.metadata.unwrap_or_default();
-        let text = |key: &str| meta.get_str(key).unwrap_or_default().to_owned();
-        let (Ok(account_id), Ok(prediction_id)) =
-            (AccountId::parse(&text("account_id")), PredictionId::parse(&text("prediction_id")))
-        else {
-            return Ok(None);
-        };
-        Ok(Some(StoredFile {
-            id: id.clone(),
-            account_id,
-            prediction_id,
-            content_type: text("content_type"),
-            length: doc.length,
-            filename: doc.filename.unwrap_or_default(),
-        }))
+    /// Stores `record`.
+    pub async fn insert(&self, record: &FileRecord) -> Result<(), StoreError> {
+        self.coll.insert_one(record).await.map(|_| ())
     }
 
-    /// The contents of file `id`.
-    pub async fn read(&self, id: &FileId) -> Result<Vec<u8>, StoreError> {
-        let mut download = self.bucket.open_download_stream(Bson::String(id.to_string())).await?;
-        let mut bytes = Vec::new();
-        download.read_to_end(&mut bytes).await.map_err(StoreError::from)?;
-        Ok(bytes)
+    /// File `id`, if it exists.
+    pub async fn get(&self, id: &FileId) -> Result<Option<FileRecord>, StoreError> {
+        self.coll.find_one(doc! { "_id": id.as_str() }).await
     }
 
-    /// Deletes every file of `prediction`; returns how many.
-    pub async fn delete_for_prediction(&self, prediction: &PredictionId) -> Result<usize, StoreError> {
-        let files: Vec<_> =
-            self.bucket.find(doc! { "metadata.prediction_id": prediction.as_str() }).await?.try_collect().await?;
-        for file in &files {
-            self.bucket.delete(file.id.clone()).await?;
-        }
-        Ok(files.len())
+    /// A page of `account`'s files, newest first.
+    pub async fn list(&self, account: &AccountId, offset: u64, limit: u32) -> Result<Vec<FileRecord>, StoreError> {
+        let options = FindOptions::builder()
+            .sort(doc! { "created_at": -1, "_id": -1 })
+            .skip(offset)
+            .limit(i64::from(limit))
+            .build();
+        self.coll.find(doc! { "account_id": account.as_str() }).with_options(options).await?.try_collect().await
+    }
+
+    /// How many files `account` has.
+    pub async fn count(&self, account: &AccountId) -> Result<u64, StoreError> {
+        self.coll.count_documents(doc! { "account_id": account.as_str() }).await
+    }
+
+    /// Removes file `id`'s record; the record it removed, if any.
+    pub async fn remove(&self, id: &FileId) -> Result<Option<FileRecord>, StoreError> {
+        self.coll.find_one_and_delete(doc! { "_id": id.as_str() }).await
+    }
+
+    /// Up to `limit` files whose expiry passed before `now`.
+    pub async fn expired(&self, now: DateTime, limit: i64) -> Result<Vec<FileRecord>, StoreError> {
+        let filter = doc! { "expires_at": { "$lt": now } };
+        self.coll.find(filter).sort(doc! { "expires_at": 1 }).limit(limit).await?.try_collect().await
+    }
+
+    /// Moves file `id`'s expiry to `until` (a file still in use waits for its prediction).
+    pub async fn postpone(&self, id: &FileId, until: DateTime) -> Result<(), StoreError> {
+        self.coll.update_one(doc! { "_id": id.as_str() }, doc! { "$set": { "expires_at": until } }).await.map(|_| ())
+    }
+
+    /// The files prediction `prediction` produced.
+    pub async fn of_prediction(&self, prediction: &PredictionId) -> Result<Vec<FileRecord>, StoreError> {
+        self.coll.find(doc! { "prediction_id": prediction.as_str() }).await?.try_collect().await
     }
 }

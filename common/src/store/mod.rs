@@ -11,7 +11,8 @@
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
 //! | `console_sessions` | [`console_sessions`] | api (console sign-in, sign-out) |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
-//! | `files.files`, `files.chunks` (GridFS) | [`files`] | runner (outputs), retention |
+//! | `file_records` | [`files`] | api (uploads, deletes), runner (outputs, retention) |
+//! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
 //! status is one conditional update (see [`predictions`]). New predictions and
@@ -44,7 +45,7 @@ use mongodb::{
 
 pub use accounts::{Account, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
-pub use files::{Files, StoredFile};
+pub use files::{FileRecord, FileRecords};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
 pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
 pub use idempotency::{Claim, IdempotencyKeys};
@@ -129,6 +130,7 @@ impl Store {
         coll.create_index(plain(doc! { "status": 1, "deadline_at": 1 })).await?;
         coll.create_index(plain(doc! { "status": 1, "completed_at": 1 })).await?;
         coll.create_index(plain(doc! { "data_removed": 1, "completed_at": 1 })).await?;
+        coll.create_index(plain(doc! { "input_files": 1 })).await?;
         let expiring = IndexModel::builder()
             .keys(doc! { "expires_at": 1 })
             .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
@@ -138,6 +140,10 @@ impl Store {
         self.webhook_attempts().collection().create_index(plain(doc! { "webhook_id": 1 })).await?;
         self.webhook_attempts().collection().create_index(plain(doc! { "prediction_id": 1, "at": 1 })).await?;
         self.model_versions().collection().create_index(plain(doc! { "model": 1, "created_at": -1 })).await?;
+        let files = self.file_records();
+        files.collection().create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })).await?;
+        files.collection().create_index(plain(doc! { "expires_at": 1 })).await?;
+        files.collection().create_index(plain(doc! { "prediction_id": 1 })).await?;
         Ok(())
     }
 
@@ -181,9 +187,9 @@ impl Store {
         dead_letters::DeadLetters::new(&self.db)
     }
 
-    /// The `files` GridFS bucket.
-    pub fn files(&self) -> Files {
-        Files::new(&self.db)
+    /// The `file_records` collection (files' bytes: [`crate::files`]).
+    pub fn file_records(&self) -> FileRecords {
+        FileRecords::new(&self.db)
     }
 
     /// The `webhook_attempts` collection.

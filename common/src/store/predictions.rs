@@ -244,6 +244,13 @@ impl Predictions {
             .await
     }
 
+    /// Whether a prediction that has not ended names file `file` in its input.
+    pub async fn file_in_use(&self, file: &crate::domain::FileId) -> Result<bool, StoreError> {
+        let filter = doc! { "input_files": file.as_str(), "status": { "$in": ["starting", "processing"] } };
+        let ids = self.coll.clone_with_type::<bson::Document>();
+        Ok(ids.find_one(filter).projection(doc! { "_id": 1 }).await?.is_some())
+    }
+
     /// Removes a prediction's input, output and logs and sets `data_removed`; returns whether
     /// it did (false if another sweeper already had).
     pub async fn remove_data(&self, id: &PredictionId) -> Result<bool, StoreError> {

@@ -75,13 +75,6 @@ fn draw_charts(results: &serde_json::Value, out: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The load tool's tokio worker threads: `BENCH_LOAD_TOOL_THREADS`, by default 1. On two
-/// cores shared with the system under test, a second worker mostly adds cross-thread wake-ups:
-/// the api's creates cost the tool 34 µs of CPU each with one worker and 43–46 µs with two.
-fn load_tool_threads() -> usize {
-    std::env::var("BENCH_LOAD_TOOL_THREADS").ok().and_then(|n| n.parse().ok()).filter(|n| *n > 0).unwrap_or(1)
-}
-
 /// Writes a run's Markdown tables next to its JSON (`out` with the extension `.md`).
 fn write_table(out: &str, tables: &str) {
     let md = std::path::Path::new(out).with_extension("md");
@@ -92,7 +85,7 @@ fn write_table(out: &str, tables: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match tokio::runtime::Builder::new_multi_thread().worker_threads(load_tool_threads()).enable_all().build() {
+    match harness::load_tool_runtime() {
         Ok(runtime) => runtime.block_on(run(cli)),
         Err(e) => {
             eprintln!("bench failed: no tokio runtime: {e}");

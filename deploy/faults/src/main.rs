@@ -36,9 +36,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // One worker thread, as the bench's load tool: on two cores shared with the system under
-    // test, a second one mostly adds cross-thread wake-ups.
-    match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+    match harness::load_tool_runtime() {
         Ok(runtime) => runtime.block_on(run(cli)),
         Err(e) => {
             eprintln!("faults failed: no tokio runtime: {e}");

@@ -46,12 +46,13 @@ use anyhow::Context;
 use bson::{Bson, DateTime, doc};
 use common::{
     bus::Bus,
-    domain::{ApiSurface, FileId, Metrics, Prediction, PredictionError, PredictionId, PredictionStatus, WebhookEvent},
+    domain::{ApiSurface, Metrics, Prediction, PredictionError, PredictionId, PredictionStatus, WebhookEvent},
+    files::{Files, NewFile},
     links::Links,
     messages::{Announcement, PredictionChanged},
     store::{Batching, GroupUpdate, Predictions, Store},
 };
-use futures::{FutureExt, future::BoxFuture};
+use futures::{FutureExt, StreamExt, future::BoxFuture};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -59,7 +60,10 @@ use tracing::Instrument;
 use crate::{
     flush_clock::FlushClock,
     metrics::RunnerMetrics,
-    models::{Model, ModelError, ModelOutput, Progress},
+    models::{
+        Model, ModelError, ModelOutput, Progress,
+        file_inputs::{self, FileAccess, FileInputs, NamedFiles},
+    },
     progress::Changes,
 };
 
@@ -134,6 +138,8 @@ pub struct Executor {
     /// Writes the state changes that need nothing read back (a start from the prediction the
     /// job carries, a result at the runner's last change), several per command under load.
     changes: GroupUpdate,
+    /// Resolves file inputs before a model runs.
+    file_inputs: FileInputs,
 }
 
 /// How state changes that read nothing back are gathered: what is queued while two writes
@@ -169,7 +175,18 @@ impl Executor {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
         let changes = store.predictions().group_update(CHANGE_WRITES);
-        Self { store, bus, links, default_deadline, running, metrics: RunnerMetrics::new(), flush_clock, changes }
+        let file_inputs = FileInputs::new(Files::new(&store), links.clone());
+        Self {
+            store,
+            bus,
+            links,
+            default_deadline,
+            running,
+            metrics: RunnerMetrics::new(),
+            flush_clock,
+            changes,
+            file_inputs,
+        }
     }
 
     /// Its metrics.
@@ -180,6 +197,18 @@ impl Executor {
     /// The links its events carry.
     pub fn links(&self) -> &Links {
         &self.links
+    }
+
+    /// The files `p`'s input names, signed for until its deadline (and a minute more).
+    fn named_files(&self, p: &Prediction) -> NamedFiles {
+        let until = DateTime::now().timestamp_millis() / 1000 + self.time_left(p).as_secs() as i64 + 60;
+        NamedFiles { account: p.account_id.clone(), files: p.input_files.clone(), until }
+    }
+
+    /// Whether any string of `input` is the URL of a file of this service.
+    fn names_files(&self, input: &Map<String, Value>) -> bool {
+        let named = |v: &Value| v.as_str().is_some_and(|s| self.links.file_named_by(s).is_some());
+        input.values().any(|v| named(v) || v.as_array().is_some_and(|items| items.iter().any(named)))
     }
 
     /// The time left before the prediction's deadline (zero when it has passed).
@@ -255,18 +284,34 @@ impl Executor {
         // Registered before the model may start, so a cancel broadcast finds it from then on.
         let running = Running::register(self, id);
         let model_name = model.descriptor().model.to_string();
-        let call = |input: Map<String, Value>| -> ModelCall<'_> {
-            model.run(input, &progress).instrument(tracing::info_span!("model_call", model = %model_name)).boxed()
+        let uri_fields = file_inputs::uri_fields(&model.descriptor().input_schema);
+        let call = |input: Map<String, Value>, named: NamedFiles| -> ModelCall<'_> {
+            let (progress, uri_fields) = (&progress, &uri_fields);
+            let run = async move {
+                let input = if named.files.is_empty() && model.file_access() == FileAccess::Url {
+                    input
+                } else {
+                    self.file_inputs.resolve(input, &named, model.file_access(), uri_fields).await?
+                };
+                model.run(input, progress).await
+            };
+            run.instrument(tracing::info_span!("model_call", model = %model_name)).boxed()
         };
-        let early_call = delivery.model_input.map(call);
+        // A model starts beside step 1 only when the job says which files its input names.
+        let early_call = match (delivery.model_input, &delivery.created) {
+            (Some(input), Some(created)) => Some(call(input, self.named_files(created))),
+            (Some(input), None) if !self.names_files(&input) => Some(call(input, NamedFiles::none())),
+            _ => None,
+        };
         // Nothing to run: a model started early is dropped in there, which aborts it.
         let Some((prediction, just_started, early_call)) =
             Box::pin(self.begin_beside(id, delivery.stream_seq, delivery.created, early_call)).await?
         else {
             return Ok(Outcome::Done);
         };
-        let model_call =
-            early_call.unwrap_or_else(|| call(prediction.model_input.as_object().cloned().unwrap_or_default()));
+        let model_call = early_call.unwrap_or_else(|| {
+            call(prediction.model_input.as_object().cloned().unwrap_or_default(), self.named_files(&prediction))
+        });
         let flight = self.metrics.started(&model_name);
         // The `start` event goes out while the model already runs: its stream acknowledgement
         // (about 0.35 ms here) need not delay the model. It is awaited before the result is
@@ -449,14 +494,18 @@ impl Executor {
             ModelOutput::Text(text) => text,
             ModelOutput::Json(value) => value.to_string(),
             ModelOutput::File { content_type, extension, bytes } => {
-                let id = FileId::generate();
-                let name = format!("{}.{extension}", p.id);
-                self.store
-                    .files()
-                    .put(&id, &p.account_id, &p.id, &name, &content_type, &bytes)
-                    .await
-                    .context("storing the output file")?;
-                self.links.file(&id, ApiSurface::Canonical)
+                let new = NewFile {
+                    account_id: p.account_id.clone(),
+                    name: format!("{}.{extension}", p.id),
+                    content_type,
+                    metadata: bson::Document::new(),
+                    expires_at: None,
+                    prediction_id: Some(p.id.clone()),
+                };
+                let body = futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
+                let record =
+                    Files::new(&self.store).create(new, body, u64::MAX).await.context("storing the output file")?;
+                self.links.file(&record.id, ApiSurface::Canonical)
             }
         })
     }

@@ -5,6 +5,7 @@
 
 pub mod builtin;
 pub mod cog;
+pub mod file_inputs;
 
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
@@ -64,7 +65,13 @@ pub trait Model: Send + Sync {
     /// What the model declares.
     fn descriptor(&self) -> &ModelDescriptor;
 
-    /// Runs on `input` (validated by the api against the schema, defaults applied).
+    /// How it reads file inputs (see [`file_inputs`]): built-in models are handed the bytes.
+    fn file_access(&self) -> file_inputs::FileAccess {
+        file_inputs::FileAccess::Bytes
+    }
+
+    /// Runs on `input` (validated by the api against the schema, defaults applied, file
+    /// inputs resolved for its [`Model::file_access`]).
     fn run<'a>(
         &'a self,
         input: Map<String, Value>,

@@ -181,10 +181,11 @@ async fn a_cog_file_output_becomes_a_stored_file_behind_a_url() {
     assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
     let url = done.output.expect("an output URL");
     let file_id = url.rsplit('/').next().and_then(|id| common::domain::FileId::parse(id).ok()).expect("a file URL");
-    let info = fixture.store.files().info(&file_id).await.expect("read").expect("stored");
+    let files = common::files::Files::new(&fixture.store);
+    let info = files.get(&file_id).await.expect("read").expect("stored");
     assert_eq!(info.content_type, "image/png");
-    assert_eq!(info.prediction_id, p.id);
-    let bytes = fixture.store.files().read(&file_id).await.expect("read");
+    assert_eq!(info.prediction_id, Some(p.id.clone()));
+    let bytes = files.read_all(&info).await.expect("read");
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     assert_eq!(u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]), 3, "IHDR width");
 }

@@ -2,6 +2,7 @@
 //! model servers. They are served and registered like any other model; nothing outside the
 //! runner knows they are built in.
 
+pub mod checksum;
 pub mod echo;
 pub mod fail;
 pub mod pattern;
@@ -69,5 +70,6 @@ pub fn all() -> Vec<Arc<dyn Model>> {
         Arc::new(fail::model()),
         Arc::new(text_to_image::model()),
         Arc::new(text_to_video::model()),
+        Arc::new(checksum::model()),
     ]
 }

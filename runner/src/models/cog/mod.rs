@@ -261,6 +261,10 @@ async fn cancel_until_gone(http: Client, url: Url) {
 }
 
 impl Model for CogModel {
+    fn file_access(&self) -> crate::models::file_inputs::FileAccess {
+        crate::models::file_inputs::FileAccess::Url
+    }
+
     fn descriptor(&self) -> &ModelDescriptor {
         &self.descriptor
     }

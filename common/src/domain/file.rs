@@ -1,0 +1,54 @@
+//! A file as clients see it (`GET /v1/files/{id}`, uploads, the list), built from its record
+//! by [`crate::links::Links::file_view`].
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The checksums of a file's bytes.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileChecksums {
+    /// SHA-256, lowercase hex.
+    pub sha256: String,
+    /// MD5, lowercase hex.
+    pub md5: String,
+}
+
+/// The links of a file.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileUrls {
+    /// `{base}/v1/files/{id}`: this object (on the surface that answered).
+    pub get: String,
+    /// `{base}/v1/files/{id}/download?owner=…&expiry=…&signature=…`: the bytes, without
+    /// `Authorization`, until `expiry` (unix seconds).
+    pub download: String,
+}
+
+/// A file.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileView {
+    /// The file id.
+    pub id: String,
+    /// Its file name.
+    pub name: String,
+    /// Its media type.
+    pub content_type: String,
+    /// Its size in bytes.
+    pub size: i64,
+    /// The MD5 of its bytes (lowercase hex), also its HTTP `ETag`.
+    pub etag: String,
+    /// Checksums of its bytes.
+    pub checksums: FileChecksums,
+    /// What the uploader attached (`{}` when nothing).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub metadata: Map<String, Value>,
+    /// When it was stored.
+    pub created_at: DateTime<Utc>,
+    /// When it is deleted (`null` for a prediction's output, which goes with the prediction).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Its links.
+    pub urls: FileUrls,
+}
