@@ -39,7 +39,7 @@ const ERRORS: &[(&str, &str, &[u16])] = &[
     ("post", "/v1/files", &[400, 413]),
     ("get", "/v1/files/{id}", &[404]),
     ("delete", "/v1/files/{id}", &[404]),
-    ("get", "/v1/files/{id}/download", &[404, 416]),
+    ("get", "/v1/files/{id}/download", &[400, 404, 416]),
     ("post", "/v1/account/api-keys", &[400, 413]),
     ("get", "/v1/account/api-keys/{id}", &[404]),
     ("get", "/v1/account/api-keys", &[400]),

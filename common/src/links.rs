@@ -148,8 +148,8 @@ impl Links {
     /// File `record` as `surface` shows it at `now` (unix seconds): its signed download works
     /// for [`SIGNED_DOWNLOAD_SECONDS`].
     pub fn file_view(&self, record: &FileRecord, surface: ApiSurface, now: i64) -> FileView {
-        let metadata = match bson::Bson::Document(record.metadata.clone()).into_relaxed_extjson() {
-            serde_json::Value::Object(map) => map,
+        let metadata = match serde_json::from_str(&record.metadata) {
+            Ok(serde_json::Value::Object(map)) => map,
             _ => serde_json::Map::new(),
         };
         let expiry = now + SIGNED_DOWNLOAD_SECONDS;

@@ -3,7 +3,7 @@
 //!
 //! | route | scope |
 //! |---|---|
-//! | `POST /files` (multipart: part `content`, optional `metadata`, `filename`, `type`) | write |
+//! | `POST /files` (multipart: part `content`, optional `metadata`, `filename`, `type`; no other) | write |
 //! | `GET /files` (paged, newest first) | read |
 //! | `GET /files/{id}` | read |
 //! | `DELETE /files/{id}` (204) | write |
@@ -20,7 +20,7 @@ use axum::{
     http::{StatusCode, request::Parts},
     response::{IntoResponse, Response},
 };
-use bson::{DateTime, Document};
+use bson::DateTime;
 use common::{
     domain::{FileId, FileView},
     files::{ByteStream, FileStoreError, FilesError, NewFile, Written},
@@ -55,14 +55,16 @@ pub struct FilePage {
     pub total_count: u64,
 }
 
-/// The multipart body of an upload, as the OpenAPI document shows it.
+/// The multipart body of an upload, as the OpenAPI document shows it (any other part is 400).
 #[allow(dead_code)]
-#[derive(utoipa::ToSchema)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct UploadBody {
     /// The file's bytes, with its file name and content type in the part's headers.
     #[schema(value_type = String, format = Binary)]
     content: Vec<u8>,
     /// A JSON object to keep with the file.
+    #[schema(value_type = Option<Object>)]
     metadata: Option<String>,
     /// The file name, if not the part's.
     filename: Option<String>,
@@ -114,7 +116,8 @@ pub async fn create(
             match field.name().unwrap_or_default() {
                 "content" if stored.is_none() => {
                     let name = field.file_name().filter(|n| !n.is_empty()).unwrap_or("file").to_owned();
-                    let content_type = field.content_type().unwrap_or("application/octet-stream").to_owned();
+                    let content_type =
+                        field.content_type().and_then(media_type).unwrap_or_else(|| "application/octet-stream".into());
                     let (id, written) = state
                         .files
                         .put_bytes(&name, body_of(field), state.config.max_file_bytes)
@@ -125,7 +128,16 @@ pub async fn create(
                 "metadata" => fields.metadata = Some(small_text(field, "metadata").await?),
                 "filename" => fields.filename = Some(small_text(field, "filename").await?),
                 "type" => fields.content_type = Some(small_text(field, "type").await?),
-                _ => drain(field).await?,
+                other => {
+                    let name = other.to_owned();
+                    return Err(ApiError::validation(
+                        format!("The upload has a part this route does not take: {name:?}."),
+                        vec![FieldError::invalid(
+                            name,
+                            "Unknown part: send content, and optionally metadata, filename or type.",
+                        )],
+                    ));
+                }
             }
         }
         Ok::<(), ApiError>(())
@@ -166,9 +178,10 @@ impl UploadFields {
         part_type: String,
     ) -> Result<NewFile, ApiError> {
         let metadata = match self.metadata.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
-            None => Document::new(),
+            None => String::new(),
             Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(value @ serde_json::Value::Object(_)) => bson::to_document(&value).map_err(|_| bad_metadata())?,
+                Ok(serde_json::Value::Null) => String::new(),
+                Ok(value @ serde_json::Value::Object(_)) => value.to_string(),
                 _ => return Err(bad_metadata()),
             },
         };
@@ -176,12 +189,22 @@ impl UploadFields {
         Ok(NewFile {
             account_id: auth.caller.key.account_id.clone(),
             name: self.filename.filter(|n| !n.trim().is_empty()).unwrap_or(part_name),
-            content_type: self.content_type.filter(|t| !t.trim().is_empty()).unwrap_or(part_type),
+            content_type: self.content_type.as_deref().and_then(media_type).unwrap_or(part_type),
             metadata,
             expires_at: Some(DateTime::from_chrono(chrono::Utc::now() + retention)),
             prediction_id: None,
         })
     }
+}
+
+/// `text` as a media type to store and answer with (`type/subtype`, lowercase, parameters
+/// dropped), or `None` if it is not one: a file is served with the type it was given, so only a
+/// well-formed one is kept (others become `application/octet-stream`).
+fn media_type(text: &str) -> Option<String> {
+    let essence = text.split(';').next()?.trim().to_ascii_lowercase();
+    let (kind, subtype) = essence.split_once('/')?;
+    let token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b));
+    (token(kind) && token(subtype)).then_some(essence)
 }
 
 fn bad_metadata() -> ApiError {
@@ -232,12 +255,6 @@ async fn small_text(mut field: Field<'_>, name: &str) -> Result<String, ApiError
     String::from_utf8(bytes).map_err(|_| {
         ApiError::validation("A text part is not UTF-8.", vec![FieldError::invalid(name, "Must be UTF-8 text.")])
     })
-}
-
-/// Reads past a part this route does not use.
-async fn drain(mut field: Field<'_>) -> Result<(), ApiError> {
-    while field.chunk().await.map_err(bad_multipart)?.is_some() {}
-    Ok(())
 }
 
 /// `GET /v1/files`
@@ -319,16 +336,27 @@ struct Signed {
     signature: String,
 }
 
-fn signed_query(query: Option<&str>) -> Option<Result<Signed, ApiError>> {
+/// The signed download a query asks for, if it carries a signature; a query whose `expiry` is
+/// not a number is 400 whatever else it carries.
+fn signed_query(query: Option<&str>) -> Result<Option<Signed>, ApiError> {
     let pairs: Vec<(String, String)> =
         url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect();
     let get = |k: &str| pairs.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
-    let signature = get("signature")?;
-    let expiry = get("expiry").and_then(|e| e.parse().ok());
-    Some(match (get("owner"), expiry) {
-        (Some(owner), Some(expiry)) => Ok(Signed { owner, expiry, signature }),
+    let expiry = match get("expiry").map(|e| e.parse::<i64>()) {
+        None => None,
+        Some(Ok(expiry)) => Some(expiry),
+        Some(Err(_)) => {
+            return Err(ApiError::invalid_query(vec![FieldError::invalid(
+                "expiry",
+                "Must be unix seconds (an integer).",
+            )]));
+        }
+    };
+    let Some(signature) = get("signature") else { return Ok(None) };
+    match (get("owner"), expiry) {
+        (Some(owner), Some(expiry)) => Ok(Some(Signed { owner, expiry, signature })),
         _ => Err(bad_signature()),
-    })
+    }
 }
 
 fn bad_signature() -> ApiError {
@@ -352,8 +380,8 @@ fn bad_signature() -> ApiError {
         ("Range" = Option<String>, Header, description = "One byte range, `bytes=a-b`, `bytes=a-` or `bytes=-n`")
     ),
     responses(
-        (status = 200, description = "The file's bytes, with its content type", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 206, description = "The range asked for", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 200, description = "The file's bytes, with its own content type", content_type = "*/*", body = Vec<u8>),
+        (status = 206, description = "The range asked for", content_type = "*/*", body = Vec<u8>),
         (status = 304, description = "The `If-None-Match` ETag matches"),
         (status = 416, description = "The range lies outside the file")
     ),
@@ -365,9 +393,8 @@ pub async fn download(
     RawQuery(query): RawQuery,
     mut parts: Parts,
 ) -> Result<Response, ApiError> {
-    let record = match signed_query(query.as_deref()) {
+    let record = match signed_query(query.as_deref())? {
         Some(signed) => {
-            let signed = signed?;
             let fresh = signed.expiry > now_seconds();
             if !fresh || !state.links.file_signature_valid(&signed.owner, &id, signed.expiry, &signed.signature) {
                 return Err(bad_signature());
@@ -383,4 +410,19 @@ pub async fn download(
         }
     };
     file_response::serve(&state.files, &record, &parts.headers).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_well_formed_media_types_are_kept() {
+        assert_eq!(media_type("image/PNG").as_deref(), Some("image/png"));
+        assert_eq!(media_type("text/plain; charset=utf-8").as_deref(), Some("text/plain"));
+        assert_eq!(media_type("application/vnd.api+json").as_deref(), Some("application/vnd.api+json"));
+        for bad in ["null", "", "image/", "/png", "a/b/c", "ÂªT/x", "text/pl ain"] {
+            assert_eq!(media_type(bad), None, "{bad}");
+        }
+    }
 }

@@ -36,7 +36,8 @@ async fn upload_as(
 }
 
 async fn upload(system: &System, bytes: Vec<u8>) -> Value {
-    let response = upload_as(system, &system.admin_key, "/v1", "photo.png", bytes, Some(r#"{"who": "test"}"#)).await;
+    let metadata = r#"{"who": "test", "$odd.name": [1, {"nested": null}]}"#;
+    let response = upload_as(system, &system.admin_key, "/v1", "photo.png", bytes, Some(metadata)).await;
     assert_eq!(response.status(), 201);
     response.json_body().await
 }
@@ -55,7 +56,7 @@ async fn an_upload_is_stored_whole_with_its_checksums_and_listed_newest_first() 
     assert_eq!(file["size"], 300 * 1024);
     assert_eq!(file["checksums"]["sha256"], hex(&Sha256::digest(&bytes)));
     assert_eq!(file["etag"], file["checksums"]["md5"]);
-    assert_eq!(file["metadata"], json!({"who": "test"}));
+    assert_eq!(file["metadata"], json!({"who": "test", "$odd.name": [1, {"nested": null}]}), "any names, kept as sent");
     let id = file["id"].as_str().expect("id");
     assert_eq!(file["urls"]["get"], system.url(&format!("/v1/files/{id}")));
     assert!(file["expires_at"].as_str().is_some());
@@ -206,6 +207,10 @@ async fn uploads_without_a_file_or_with_bad_metadata_are_400_and_need_write() {
     let bad = upload_as(&system, &system.admin_key, "/v1", "a.txt", b"a".to_vec(), Some("[1, 2]")).await;
     assert_eq!(bad.status(), 400);
     assert_eq!(bad.json_body().await["errors"][0]["field"], "metadata");
+    let extra = multipart::Form::new().text("surprise", "1").part("content", multipart::Part::bytes(b"a".to_vec()));
+    let refused = system.request(Method::POST, "/v1/files").multipart(extra).send().await.expect("sent");
+    assert_eq!(refused.status(), 400);
+    assert_eq!(refused.json_body().await["errors"][0]["field"], "surprise");
     let not_multipart = system.post_json("/v1/files", &json!({"content": "x"})).await;
     assert_eq!(not_multipart.status(), 400);
     assert_eq!(system.get("/v1/files").await.json_body().await["total_count"], 0, "the refused uploads left nothing");

@@ -5,6 +5,7 @@ mod api_keys;
 mod bad_input;
 mod builtin_models;
 mod cancel;
+mod cog_file_inputs;
 mod console;
 mod disconnects;
 mod end_to_end;

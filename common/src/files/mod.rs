@@ -33,8 +33,8 @@ pub struct NewFile {
     pub name: String,
     /// Its media type.
     pub content_type: String,
-    /// The uploader's metadata.
-    pub metadata: Document,
+    /// The uploader's metadata (compact JSON of an object; empty for none).
+    pub metadata: String,
     /// When it expires, if ever.
     pub expires_at: Option<DateTime>,
     /// The prediction that produced it, for an output.
@@ -192,7 +192,7 @@ fn legacy_output(id: &FileId, length: u64, meta: &Document, filename: Option<Str
         size: i64::try_from(length).unwrap_or(i64::MAX),
         sha256: String::new(),
         md5: String::new(),
-        metadata: Document::new(),
+        metadata: String::new(),
         created_at: DateTime::from_millis(0),
         expires_at: None,
         prediction_id: Some(prediction_id),

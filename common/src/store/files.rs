@@ -4,7 +4,7 @@
 //! is visible exactly when it is whole. Written by the api (uploads, deletes) and the runner
 //! (file outputs, retention).
 
-use bson::{DateTime, Document, doc};
+use bson::{DateTime, doc};
 use futures::TryStreamExt;
 use mongodb::{Collection, Database, options::FindOptions};
 use serde::{Deserialize, Serialize};
@@ -30,9 +30,10 @@ pub struct FileRecord {
     pub sha256: String,
     /// MD5 of its bytes, lowercase hex (the `etag`).
     pub md5: String,
-    /// The uploader's metadata (a JSON object).
+    /// The uploader's metadata: a JSON object, kept as its compact JSON text (any names may
+    /// stand in it, which a stored document's field names could not all hold).
     #[serde(default)]
-    pub metadata: Document,
+    pub metadata: String,
     /// When it was stored.
     pub created_at: DateTime,
     /// When the retention sweep deletes it; none for a prediction's output, which goes with

@@ -138,3 +138,46 @@ test("a Replicate-shaped webhook validates with the client's own check", async (
     server.close();
   }
 });
+
+const crypto = require("node:crypto");
+
+function sample(size) {
+  const bytes = Buffer.alloc(size);
+  for (let i = 0; i < size; i++) bytes[i] = (i * 7) % 251;
+  return bytes;
+}
+
+const sha256 = (bytes) => crypto.createHash("sha256").update(bytes).digest("hex");
+
+test("files.create, files.get, files.list and files.delete", async () => {
+  const bytes = sample(300 * 1024);
+  const created = await replicate.files.create(bytes, { purpose: "test" });
+  assert.equal(created.size, bytes.length);
+  assert.equal(created.checksums.sha256, sha256(bytes));
+  assert.deepEqual(created.metadata, { purpose: "test" });
+  assert.equal(created.urls.get, `${ROOT}/files/${created.id}`);
+  const got = await replicate.files.get(created.id);
+  assert.deepEqual(got.checksums, created.checksums);
+  const listed = await replicate.files.list();
+  assert.ok(listed.results.some((f) => f.id === created.id));
+  const download = await fetch(created.urls.download);
+  assert.equal(download.status, 200);
+  assert.equal(sha256(Buffer.from(await download.arrayBuffer())), sha256(bytes));
+  assert.equal(await replicate.files.delete(created.id), true);
+  await assert.rejects(replicate.files.get(created.id), /404/);
+});
+
+test("run with a Buffer input uploads it and the model sees its exact bytes", async () => {
+  const bytes = sample(300 * 1024);
+  const output = JSON.parse(await replicate.run("demo/checksum", { input: { file: bytes } }));
+  assert.equal(output.sha256, sha256(bytes));
+  assert.equal(output.size, bytes.length);
+});
+
+test("run with a Blob input uploads it and the model sees its exact bytes", async () => {
+  const bytes = sample(100 * 1024);
+  const blob = new Blob([bytes], { type: "image/png" });
+  const output = JSON.parse(await replicate.run("demo/checksum", { input: { file: blob } }));
+  assert.equal(output.sha256, sha256(bytes));
+  assert.equal(output.content_type, "image/png");
+});

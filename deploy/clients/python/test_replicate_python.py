@@ -4,12 +4,14 @@ system, with only the base URL changed: `replicate.Client(base_url=f"{BASE}/repl
 Run by deploy/local/client-tests, which starts the system and sets BASE_URL and ADMIN_KEY.
 """
 
+import hashlib
 import http.server
 import json
 import os
 import queue
 import threading
 
+import httpx
 import pytest
 import replicate
 from replicate.exceptions import ModelError, ReplicateError
@@ -148,3 +150,53 @@ def test_a_replicate_shaped_webhook_validates_with_the_clients_own_check(client)
         replicate.prediction.Prediction(**payload)  # the client's own model parses it
     finally:
         server.shutdown()
+
+
+def _bytes(size):
+    return bytes((i * 7) % 251 for i in range(size))
+
+
+def test_files_are_created_read_listed_and_deleted(client, tmp_path):
+    data = _bytes(300 * 1024)
+    path = tmp_path / "photo.png"
+    path.write_bytes(data)
+    created = client.files.create(path, metadata={"purpose": "test"})
+    assert created.name == "photo.png"
+    assert created.content_type == "image/png"
+    assert created.size == len(data)
+    assert created.checksums["sha256"] == hashlib.sha256(data).hexdigest()
+    assert created.metadata == {"purpose": "test"}
+    assert created.urls["get"] == f"{BASE_URL}/replicate/v1/files/{created.id}"
+
+    assert client.files.get(created.id).checksums == created.checksums
+    assert created.id in [f.id for f in client.files.list()]
+    downloaded = client._client.get(created.urls["get"] + "/download")
+    assert downloaded.content == data
+    anonymous = httpx.get(created.urls["download"])
+    assert anonymous.status_code == 200 and anonymous.content == data
+
+    assert client.files.delete(created.id) is True
+    with pytest.raises(ReplicateError) as raised:
+        client.files.get(created.id)
+    assert raised.value.status == 404
+
+
+def test_run_with_an_open_file_uploads_it_and_the_model_sees_its_exact_bytes(client, tmp_path):
+    data = _bytes(300 * 1024)
+    path = tmp_path / "input.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        output = json.loads(client.run("demo/checksum", input={"file": f}))
+    assert output["sha256"] == hashlib.sha256(data).hexdigest()
+    assert output["size"] == len(data)
+    # The upload the client made is an ordinary file of the account.
+    assert any(f.name == "input.bin" for f in client.files.list())
+
+
+def test_run_with_a_file_as_base64_sends_a_data_uri_the_model_reads(client, tmp_path):
+    data = _bytes(300 * 1024)
+    path = tmp_path / "inline.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        output = json.loads(client.run("demo/checksum", input={"file": f}, file_encoding_strategy="base64"))
+    assert output["sha256"] == hashlib.sha256(data).hexdigest()

@@ -498,7 +498,7 @@ impl Executor {
                     account_id: p.account_id.clone(),
                     name: format!("{}.{extension}", p.id),
                     content_type,
-                    metadata: bson::Document::new(),
+                    metadata: String::new(),
                     expires_at: None,
                     prediction_id: Some(p.id.clone()),
                 };

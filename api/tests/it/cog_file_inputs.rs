@@ -1,0 +1,103 @@
+//! A file input reaching a real Cog model server (coglet 0.23.1 from PyPI, no Docker) through
+//! the api and a runner: the runner hands the server a signed download URL of this api, the
+//! server fetches it without a key, and the model answers the SHA-256 and size of what it read.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use common::testkit::{eventually, installed};
+use reqwest::{Method, multipart};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::harness::{JsonBody, Options, System};
+
+/// The `hash` fixture of the runner's tests, served by coglet on a free port.
+struct HashServer {
+    child: Child,
+    url: String,
+}
+
+impl HashServer {
+    fn start() -> Self {
+        let python = PathBuf::from(installed("COG_PYTHON"));
+        let bin = python.parent().expect("the venv's bin").to_path_buf();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../runner/tests/fixtures/cog/hash");
+        let child = Command::new(&python)
+            .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
+            .current_dir(dir)
+            .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
+            .env("PORT", port.to_string())
+            .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
+            .env("COG_MAX_CONCURRENCY", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start a Cog server");
+        Self { child, url: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for HashServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn run(system: &System, file: &str) -> Value {
+    let response = system
+        .request(Method::POST, "/v1/models/acme/hash/predictions")
+        .header("prefer", "wait=60")
+        .json(&json!({"input": {"file": file}}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 201);
+    response.json_body().await
+}
+
+#[tokio::test]
+async fn a_cog_model_with_a_path_input_sees_the_exact_bytes_of_an_upload_and_of_a_data_uri() {
+    let server = HashServer::start();
+    let system = System::start_with(Options {
+        notifier: false,
+        env: vec![("RUNNER_COG", format!("acme/hash={}", server.url))],
+        ..Options::default()
+    })
+    .await;
+    let registered = eventually(Duration::from_secs(90), || async {
+        (system.get("/v1/models/acme/hash").await.status() == 200).then_some(())
+    })
+    .await;
+    assert!(registered.is_some(), "the runner registered acme/hash");
+
+    let bytes: Vec<u8> = (0..300 * 1024).map(|i| (i * 13 % 256) as u8).collect();
+    let expected = format!("{:x} {}", Sha256::digest(&bytes), bytes.len());
+    let part = multipart::Part::bytes(bytes.clone())
+        .file_name("input.bin")
+        .mime_str("application/octet-stream")
+        .expect("mime");
+    let upload = system
+        .request(Method::POST, "/v1/files")
+        .multipart(multipart::Form::new().part("content", part))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(upload.status(), 201);
+    let file = upload.json_body().await;
+
+    let done = run(&system, file["urls"]["get"].as_str().expect("url")).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["output"], expected, "the model read the uploaded bytes");
+
+    use base64::Engine;
+    let small = b"inline through a data URI";
+    let inline = format!("data:text/plain;base64,{}", base64::engine::general_purpose::STANDARD.encode(small));
+    let done = run(&system, &inline).await;
+    assert_eq!(done["output"], format!("{:x} {}", Sha256::digest(small), small.len()));
+}
