@@ -37,6 +37,7 @@ pub mod signing_secret;
 pub mod state;
 pub mod submit;
 pub mod surface;
+pub mod uploads;
 pub mod validate;
 pub mod versions;
 pub mod wait;

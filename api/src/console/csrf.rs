@@ -3,18 +3,24 @@
 //! without one, a `Referer`) that is this service's own `PUBLIC_BASE_URL`, and a form field
 //! `csrf` equal to the session's token (compared in constant time). Otherwise: 403, nothing
 //! done.
+//!
+//! A form with files (the run form of a model with file inputs) is `multipart/form-data`: its
+//! `csrf` field must come before any file (the page puts it first), and a file is stored only
+//! once the token is proven and the key holds `write`; the field then carries the new file's
+//! URL, as if the person had pasted it (see [`crate::uploads`]).
 
 use std::collections::HashMap;
 
 use axum::{
     Form,
-    extract::{FromRequest, FromRequestParts, Request},
-    http::HeaderMap,
+    extract::{FromRequest, FromRequestParts, Multipart, Request},
+    http::{HeaderMap, header},
 };
+use common::domain::{ApiSurface, Scope};
 use subtle::ConstantTimeEq;
 
 use super::{error::ConsoleError, session::Signed};
-use crate::state::AppState;
+use crate::{state::AppState, uploads};
 
 /// A console form post that passed the session, origin and token checks.
 pub struct ConsoleAction {
@@ -58,17 +64,75 @@ impl FromRequest<AppState> for ConsoleAction {
         if !same_origin(&parts.headers, state.base_url()) {
             return Err(ConsoleError::Forbidden("This form was not sent from this console's own pages.".into()));
         }
-        let Form(fields) = Form::<HashMap<String, String>>::from_request(Request::from_parts(parts, body), state)
+        let multipart = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.to_ascii_lowercase().starts_with("multipart/form-data"));
+        let request = Request::from_parts(parts, body);
+        if multipart {
+            let fields = multipart_fields(request, state, &signed).await?;
+            return Ok(Self { signed, fields });
+        }
+        let Form(fields) = Form::<HashMap<String, String>>::from_request(request, state)
             .await
             .map_err(|_| ConsoleError::Forbidden("The form could not be read.".into()))?;
-        let token = fields.get("csrf").map_or("", String::as_str);
-        if !bool::from(token.as_bytes().ct_eq(signed.csrf().as_bytes())) {
-            return Err(ConsoleError::Forbidden(
-                "This form's security token is missing or out of date. Reload the page and try again.".into(),
-            ));
-        }
+        check_token(&signed, fields.get("csrf").map_or("", String::as_str))?;
         Ok(Self { signed, fields })
     }
+}
+
+/// The most fields a console form may have (a run form has one per model input).
+const MAX_FIELDS: usize = 256;
+
+fn check_token(signed: &Signed, token: &str) -> Result<(), ConsoleError> {
+    if bool::from(token.as_bytes().ct_eq(signed.csrf().as_bytes())) {
+        return Ok(());
+    }
+    Err(ConsoleError::Forbidden(
+        "This form's security token is missing or out of date. Reload the page and try again.".into(),
+    ))
+}
+
+/// The fields of a multipart form, its files stored as uploads of the signed-in account (each
+/// field then holds its file's URL); the token is checked before any file is stored.
+async fn multipart_fields(
+    request: Request,
+    state: &AppState,
+    signed: &Signed,
+) -> Result<HashMap<String, String>, ConsoleError> {
+    let unreadable = || ConsoleError::Forbidden("The form could not be read.".into());
+    let mut form = Multipart::from_request(request, state).await.map_err(|_| unreadable())?;
+    let mut fields = HashMap::new();
+    let mut proven = false;
+    while let Some(field) = form.next_field().await.map_err(|_| unreadable())? {
+        if fields.len() >= MAX_FIELDS {
+            return Err(unreadable());
+        }
+        let name = field.name().unwrap_or_default().to_owned();
+        if field.file_name().is_none() {
+            let text = uploads::small_text(field, &name).await?;
+            if name == "csrf" {
+                check_token(signed, &text)?;
+                proven = true;
+            }
+            fields.insert(name, text);
+            continue;
+        }
+        if !proven {
+            return Err(ConsoleError::Forbidden("A file came before this form's security token.".into()));
+        }
+        if field.file_name() == Some("") {
+            continue; // a file input left empty
+        }
+        signed.require(Scope::Write)?;
+        let file = uploads::store_part(state, &signed.key.account_id, field).await?;
+        fields.insert(name, state.links.file(&file.id, ApiSurface::Canonical));
+    }
+    if !proven {
+        check_token(signed, "")?;
+    }
+    Ok(fields)
 }
 
 #[cfg(test)]

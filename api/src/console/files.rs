@@ -1,15 +1,82 @@
-//! `GET /files/{id}`: a file (an output or an upload), for the pages' `<img>`, `<video>` and
-//! links, loaded with the session and streamed like the API's downloads
-//! ([`crate::file_response`]). Another account's file, or one removed, is a 404 page.
+//! Files in the console: the Files page (`/files`), the account's uploads and file outputs,
+//! newest first, each with a Delete button (scope `write`); and `GET /files/{id}`, a file's
+//! bytes for the pages' `<img>`, `<video>` and links, loaded with the session and streamed like
+//! the API's downloads ([`crate::file_response`]). Another account's file, or one removed, is
+//! a 404 page.
 
+use askama::Template;
 use axum::{
     extract::{Path, State},
     http::HeaderMap,
     response::Response,
 };
+use bson::DateTime;
+use common::domain::Scope;
 
-use super::{error::ConsoleError, session::Signed};
+use super::{
+    csrf::ConsoleAction,
+    error::ConsoleError,
+    page::{Chrome, html, see_other},
+    session::Signed,
+};
 use crate::{file_response, routes::files::owned, state::AppState};
+
+/// The most files the page lists.
+const PAGE: u32 = 100;
+
+/// One file in the list.
+struct FileRow {
+    id: String,
+    name: String,
+    content_type: String,
+    size: String,
+    created: String,
+    expires: String,
+    image: bool,
+}
+
+#[derive(Template)]
+#[template(path = "files.html")]
+struct FilesPage {
+    chrome: Chrome,
+    files: Vec<FileRow>,
+    total: u64,
+    can_write: bool,
+}
+
+fn date(t: Option<DateTime>) -> String {
+    t.map_or("—".into(), |t| t.to_chrono().format("%Y-%m-%d %H:%M UTC").to_string())
+}
+
+/// `1536` → `1.5 KiB`.
+fn size(bytes: i64) -> String {
+    let mut value = bytes as f64;
+    for unit in ["B", "KiB", "MiB", "GiB"] {
+        if value < 1024.0 || unit == "GiB" {
+            return if unit == "B" { format!("{bytes} B") } else { format!("{value:.1} {unit}") };
+        }
+        value /= 1024.0;
+    }
+    format!("{bytes} B")
+}
+
+/// `GET /files`
+pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
+    let (records, total) = state.files.list(&signed.key.account_id, 0, PAGE).await.map_err(anyhow::Error::from)?;
+    let files = records
+        .iter()
+        .map(|r| FileRow {
+            id: r.id.to_string(),
+            name: r.name.clone(),
+            content_type: r.content_type.clone(),
+            size: size(r.size),
+            created: date(Some(r.created_at)),
+            expires: date(r.expires_at),
+            image: r.content_type.starts_with("image/"),
+        })
+        .collect();
+    Ok(html(&FilesPage { can_write: signed.key.has_scope(Scope::Write), chrome: signed.chrome("files"), files, total }))
+}
 
 /// `GET /files/{id}`
 pub async fn get(
@@ -20,4 +87,29 @@ pub async fn get(
 ) -> Result<Response, ConsoleError> {
     let record = owned(&state, &signed.key.account_id, &id).await?;
     Ok(file_response::serve(&state.files, &record, &headers).await?)
+}
+
+/// `POST /files/{id}/delete` (scope `write`)
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    action: ConsoleAction,
+) -> Result<Response, ConsoleError> {
+    action.signed.require(Scope::Write)?;
+    let record = owned(&state, &action.signed.key.account_id, &id).await?;
+    state.files.delete(&record.id).await.map_err(anyhow::Error::from)?;
+    Ok(see_other("/files"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(300 * 1024), "300.0 KiB");
+        assert_eq!(size(100 * 1024 * 1024), "100.0 MiB");
+    }
 }

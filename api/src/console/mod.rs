@@ -27,7 +27,9 @@ mod secret;
 mod session;
 
 use axum::{
-    Router, middleware,
+    Router,
+    extract::DefaultBodyLimit,
+    middleware,
     routing::{get, post},
 };
 
@@ -45,9 +47,12 @@ pub fn router() -> Router<AppState> {
         .route("/predictions/{id}", get(predictions::page))
         .route("/predictions/{id}/cancel", post(predictions::cancel))
         .route("/predictions/{id}/deliveries/{webhook_id}/resend", post(predictions::resend))
+        .route("/files", get(files::list))
         .route("/files/{id}", get(files::get))
+        .route("/files/{id}/delete", post(files::delete))
         .route("/models", get(models::list))
-        .route("/models/{owner}/{name}", get(models::form).post(models::run))
+        // A run form with files streams them to the file store under API_MAX_FILE_BYTES each.
+        .route("/models/{owner}/{name}", get(models::form).post(models::run).layer(DefaultBodyLimit::disable()))
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/deactivate", post(keys::deactivate))
         .route("/secret", get(secret::show))

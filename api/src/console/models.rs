@@ -1,7 +1,8 @@
 //! The models pages: the list of registered models (`/models`), and per model a "Run" form
 //! generated from its input schema (`/models/{owner}/{name}`): a number field with its
 //! minimum, maximum and default for `number`/`integer`, a checkbox for `boolean`, a list for an
-//! `enum`, a text area for other strings. Submitting it (scope `write`) validates and creates
+//! `enum`, a file picker for a `format: uri` string (the file is uploaded with the form, then
+//! its URL is the input), a text area for other strings. Submitting it (scope `write`) validates and creates
 //! the prediction exactly as the API does ([`crate::submit`]), then opens its page; a bad value
 //! shows the form again with the field's error under it.
 
@@ -50,7 +51,7 @@ pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Respo
 pub struct Field {
     /// The input's name.
     pub name: String,
-    /// `number`, `integer`, `boolean`, `enum` or `text`.
+    /// `number`, `integer`, `boolean`, `enum`, `file` or `text`.
     pub kind: &'static str,
     /// What the field shows: the value sent last, else the default.
     pub value: String,
@@ -93,6 +94,7 @@ pub fn fields(schema: &Value) -> Vec<Field> {
                 Some("number") => "number",
                 Some("integer") => "integer",
                 Some("boolean") => "boolean",
+                Some("string") if p["format"].as_str() == Some("uri") => "file",
                 _ => "text",
             };
             Field {

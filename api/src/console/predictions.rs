@@ -165,6 +165,7 @@ struct PredictionPage {
     output_json: Option<String>,
     output_files: Vec<FileView>,
     output_empty: bool,
+    input_files: Vec<FileView>,
     logs: String,
     input: String,
     created: String,
@@ -195,10 +196,16 @@ async fn output_parts(
         }
         _ => return Ok((Some(output.to_owned()), None, Vec::new())),
     };
+    let ids = file_ids.iter().filter_map(|id| FileId::parse(id).ok()).collect::<Vec<_>>();
+    Ok((None, None, file_views(state, &ids).await?))
+}
+
+/// How the page shows files `ids`: images and videos inline, others as links, each through the
+/// console's own `/files/{id}` (loaded with the session).
+async fn file_views(state: &AppState, ids: &[FileId]) -> Result<Vec<FileView>, ConsoleError> {
     let mut files = Vec::new();
-    for id in file_ids {
-        let Ok(file_id) = FileId::parse(&id) else { continue };
-        let info = state.files.get(&file_id).await.map_err(anyhow::Error::from)?;
+    for id in ids {
+        let info = state.files.get(id).await.map_err(anyhow::Error::from)?;
         let (kind, name) = match &info {
             Some(f) if f.content_type.starts_with("image/") => ("image", f.name.clone()),
             Some(f) if f.content_type.starts_with("video/") => ("video", f.name.clone()),
@@ -207,7 +214,7 @@ async fn output_parts(
         };
         files.push(FileView { url: format!("/files/{id}"), kind, name });
     }
-    Ok((None, None, files))
+    Ok(files)
 }
 
 fn time(t: Option<DateTime>) -> String {
@@ -240,6 +247,7 @@ pub async fn page(
         output_text,
         output_json,
         output_files,
+        input_files: file_views(&state, &p.input_files).await?,
         logs: p.logs.clone(),
         input: serde_json::to_string_pretty(&p.input).unwrap_or_default(),
         created: time(Some(p.created_at)),

@@ -3,7 +3,7 @@
 //!
 //! | route | scope |
 //! |---|---|
-//! | `POST /files` (multipart: part `content`, optional `metadata`, `filename`, `type`; no other) | write |
+//! | `POST /files` (multipart: part `content`, optional `metadata`; no other) | write |
 //! | `GET /files` (paged, newest first) | read |
 //! | `GET /files/{id}` | read |
 //! | `DELETE /files/{id}` (204) | write |
@@ -16,18 +16,17 @@
 
 use axum::{
     Json,
-    extract::{Multipart, Path, RawQuery, State, multipart::Field},
+    extract::{Multipart, Path, RawQuery, State},
     http::{StatusCode, request::Parts},
     response::{IntoResponse, Response},
 };
 use bson::DateTime;
 use common::{
     domain::{FileId, FileView},
-    files::{ByteStream, FileStoreError, FilesError, NewFile, Written},
+    files::Written,
     problem::{FieldError, Problem, ProblemKind},
     store::FileRecord,
 };
-use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use crate::{
@@ -36,11 +35,9 @@ use crate::{
     file_response,
     state::AppState,
     surface::Surface,
+    uploads,
     validate::paging::{Paging, PagingParams},
 };
-
-/// The largest `metadata` part, `filename` or `type` an upload may carry.
-const MAX_FIELD_BYTES: usize = 64 * 1024;
 
 /// A page of files.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -66,10 +63,6 @@ pub struct UploadBody {
     /// A JSON object to keep with the file.
     #[schema(value_type = Option<Object>)]
     metadata: Option<String>,
-    /// The file name, if not the part's.
-    filename: Option<String>,
-    /// The media type, if not the part's.
-    r#type: Option<String>,
 }
 
 fn now_seconds() -> i64 {
@@ -110,31 +103,31 @@ pub async fn create(
     mut multipart: Multipart,
 ) -> Result<Response, ApiError> {
     let mut stored: Option<(FileId, Written, String, String)> = None;
-    let mut fields = UploadFields::default();
+    let mut metadata: Option<String> = None;
     let outcome = async {
-        while let Some(field) = multipart.next_field().await.map_err(bad_multipart)? {
+        while let Some(field) = multipart.next_field().await.map_err(uploads::bad_multipart)? {
             match field.name().unwrap_or_default() {
                 "content" if stored.is_none() => {
                     let name = field.file_name().filter(|n| !n.is_empty()).unwrap_or("file").to_owned();
-                    let content_type =
-                        field.content_type().and_then(media_type).unwrap_or_else(|| "application/octet-stream".into());
+                    let content_type = field
+                        .content_type()
+                        .and_then(uploads::media_type)
+                        .unwrap_or_else(|| "application/octet-stream".into());
                     let (id, written) = state
                         .files
-                        .put_bytes(&name, body_of(field), state.config.max_file_bytes)
+                        .put_bytes(&name, uploads::body_of(field), state.config.max_file_bytes)
                         .await
-                        .map_err(|e| upload_error(e, state.config.max_file_bytes))?;
+                        .map_err(|e| uploads::upload_error(e, state.config.max_file_bytes))?;
                     stored = Some((id, written, name, content_type));
                 }
-                "metadata" => fields.metadata = Some(small_text(field, "metadata").await?),
-                "filename" => fields.filename = Some(small_text(field, "filename").await?),
-                "type" => fields.content_type = Some(small_text(field, "type").await?),
+                "metadata" => metadata = Some(uploads::small_text(field, "metadata").await?),
                 other => {
                     let name = other.to_owned();
                     return Err(ApiError::validation(
                         format!("The upload has a part this route does not take: {name:?}."),
                         vec![FieldError::invalid(
                             name,
-                            "Unknown part: send content, and optionally metadata, filename or type.",
+                            "Unknown part: send content (the file, with its name and type in the part's headers), and optionally metadata.",
                         )],
                     ));
                 }
@@ -147,7 +140,10 @@ pub async fn create(
         outcome?;
         return Err(ApiError::validation("The upload has no file.", vec![FieldError::missing("content")]));
     };
-    let new = outcome.and_then(|()| fields.into_new_file(&state, &auth, part_name, part_type));
+    let account = &auth.caller.key.account_id;
+    let new = outcome
+        .and_then(|()| metadata_of(metadata.as_deref()))
+        .map(|metadata| uploads::new_file(&state, account, part_name, part_type, metadata));
     let new = match new {
         Ok(new) => new,
         Err(e) => {
@@ -161,50 +157,17 @@ pub async fn create(
     Ok((StatusCode::CREATED, [(axum::http::header::LOCATION, view.urls.get.clone())], Json(view)).into_response())
 }
 
-/// The small parts of an upload.
-#[derive(Default)]
-struct UploadFields {
-    metadata: Option<String>,
-    filename: Option<String>,
-    content_type: Option<String>,
-}
-
-impl UploadFields {
-    fn into_new_file(
-        self,
-        state: &AppState,
-        auth: &Authorized<Write>,
-        part_name: String,
-        part_type: String,
-    ) -> Result<NewFile, ApiError> {
-        let metadata = match self.metadata.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
-            None => String::new(),
-            Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(serde_json::Value::Null) => String::new(),
-                Ok(value @ serde_json::Value::Object(_)) => value.to_string(),
-                _ => return Err(bad_metadata()),
-            },
-        };
-        let retention = chrono::Duration::from_std(state.config.files_retention).unwrap_or(chrono::Duration::days(1));
-        Ok(NewFile {
-            account_id: auth.caller.key.account_id.clone(),
-            name: self.filename.filter(|n| !n.trim().is_empty()).unwrap_or(part_name),
-            content_type: self.content_type.as_deref().and_then(media_type).unwrap_or(part_type),
-            metadata,
-            expires_at: Some(DateTime::from_chrono(chrono::Utc::now() + retention)),
-            prediction_id: None,
-        })
+/// The `metadata` part as stored: the compact JSON of an object, or empty for none (no part,
+/// an empty one, or `null`).
+fn metadata_of(part: Option<&str>) -> Result<String, ApiError> {
+    match part.map(str::trim).filter(|m| !m.is_empty()) {
+        None => Ok(String::new()),
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Null) => Ok(String::new()),
+            Ok(value @ serde_json::Value::Object(_)) => Ok(value.to_string()),
+            _ => Err(bad_metadata()),
+        },
     }
-}
-
-/// `text` as a media type to store and answer with (`type/subtype`, lowercase, parameters
-/// dropped), or `None` if it is not one: a file is served with the type it was given, so only a
-/// well-formed one is kept (others become `application/octet-stream`).
-fn media_type(text: &str) -> Option<String> {
-    let essence = text.split(';').next()?.trim().to_ascii_lowercase();
-    let (kind, subtype) = essence.split_once('/')?;
-    let token = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b));
-    (token(kind) && token(subtype)).then_some(essence)
 }
 
 fn bad_metadata() -> ApiError {
@@ -212,49 +175,6 @@ fn bad_metadata() -> ApiError {
         "The upload's metadata is not a JSON object.",
         vec![FieldError::invalid("metadata", "Must be a JSON object.")],
     )
-}
-
-fn bad_multipart(e: axum::extract::multipart::MultipartError) -> ApiError {
-    ApiError::validation(
-        "The body is not a readable multipart/form-data upload.",
-        vec![FieldError::invalid("body", e.body_text())],
-    )
-}
-
-fn upload_error(e: FilesError, max_bytes: u64) -> ApiError {
-    match e {
-        FilesError::Bytes(FileStoreError::TooLarge { .. }) => ApiError::Problem(Problem::new(
-            ProblemKind::PayloadTooLarge,
-            format!("The file is larger than the {max_bytes}-byte limit (API_MAX_FILE_BYTES)."),
-        )),
-        FilesError::Bytes(FileStoreError::Body(e)) => ApiError::validation(
-            "The upload could not be read to its end.",
-            vec![FieldError::invalid("content", e.to_string())],
-        ),
-        other => ApiError::Internal(other.into()),
-    }
-}
-
-/// A part's bytes as the file store reads them.
-fn body_of(field: Field<'_>) -> ByteStream<'_> {
-    field.map_err(|e| std::io::Error::other(e.body_text())).boxed()
-}
-
-/// A small text part (at most [`MAX_FIELD_BYTES`]).
-async fn small_text(mut field: Field<'_>, name: &str) -> Result<String, ApiError> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = field.chunk().await.map_err(bad_multipart)? {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() > MAX_FIELD_BYTES {
-            return Err(ApiError::validation(
-                format!("The upload's {name} part is over {MAX_FIELD_BYTES} bytes."),
-                vec![FieldError::invalid(name, format!("Must be at most {MAX_FIELD_BYTES} bytes."))],
-            ));
-        }
-    }
-    String::from_utf8(bytes).map_err(|_| {
-        ApiError::validation("A text part is not UTF-8.", vec![FieldError::invalid(name, "Must be UTF-8 text.")])
-    })
 }
 
 /// `GET /v1/files`
@@ -410,19 +330,4 @@ pub async fn download(
         }
     };
     file_response::serve(&state.files, &record, &parts.headers).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_well_formed_media_types_are_kept() {
-        assert_eq!(media_type("image/PNG").as_deref(), Some("image/png"));
-        assert_eq!(media_type("text/plain; charset=utf-8").as_deref(), Some("text/plain"));
-        assert_eq!(media_type("application/vnd.api+json").as_deref(), Some("application/vnd.api+json"));
-        for bad in ["null", "", "image/", "/png", "a/b/c", "ÂªT/x", "text/pl ain"] {
-            assert_eq!(media_type(bad), None, "{bad}");
-        }
-    }
 }

@@ -250,3 +250,51 @@ async fn failed_sign_ins_are_rate_limited_per_client() {
     assert_eq!(limited.headers()["retry-after"], "60");
     assert!(limited.text().await.expect("html").contains("Too many failed sign-ins"));
 }
+
+#[tokio::test]
+async fn the_run_form_uploads_a_file_input_which_the_files_page_lists_and_deletes() {
+    let system = System::start().await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let form = browser.page("/models/demo/checksum").await;
+    assert!(form.contains(r#"type="file" id="input-file" name="file""#), "a file picker for format: uri");
+    assert!(form.contains(r#"enctype="multipart/form-data""#));
+    let csrf = browser.csrf().await;
+    let bytes = b"\x89PNG\r\n\x1a\nconsole upload".to_vec();
+    let run = |csrf: String, first_the_file: bool| {
+        let file =
+            reqwest::multipart::Part::bytes(bytes.clone()).file_name("pic.png").mime_str("image/png").expect("mime");
+        let form = if first_the_file {
+            reqwest::multipart::Form::new().part("file", file).text("csrf", csrf)
+        } else {
+            reqwest::multipart::Form::new().text("csrf", csrf).part("file", file)
+        };
+        browser
+            .http
+            .post(system.url("/models/demo/checksum"))
+            .header("cookie", &browser.cookie)
+            .header("origin", &system.base_url)
+            .multipart(form)
+            .send()
+    };
+    // A file before the token is refused, and nothing is stored.
+    assert_eq!(run(csrf.clone(), true).await.expect("sent").status(), StatusCode::FORBIDDEN);
+    assert_eq!(system.get("/v1/files").await.json_body().await["total_count"], 0);
+
+    let good = run(csrf.clone(), false).await.expect("sent");
+    assert_eq!(good.status(), StatusCode::SEE_OTHER);
+    let id = good.headers()["location"].to_str().expect("ascii").trim_start_matches("/predictions/").to_owned();
+    let done = system.wait_for_terminal(&id, std::time::Duration::from_secs(20)).await;
+    let output: serde_json::Value = serde_json::from_str(done["output"].as_str().expect("output")).expect("json");
+    assert_eq!(output["size"], bytes.len());
+    let file_url = done["input"]["file"].as_str().expect("the file's URL").to_owned();
+    let file_id = file_url.rsplit('/').next().expect("id").to_owned();
+
+    let page = browser.page(&format!("/predictions/{id}")).await;
+    assert!(page.contains(&format!(r#"<img src="/files/{file_id}""#)), "the input image inline: {page}");
+    let files = browser.page("/files").await;
+    assert!(files.contains(&format!(r#"data-file-id="{file_id}""#)) && files.contains("pic.png"));
+    let delete = browser.post(&format!("/files/{file_id}/delete"), &[("csrf", &csrf)], Some(&system.base_url)).await;
+    assert_eq!(delete.status(), StatusCode::SEE_OTHER);
+    assert_eq!(browser.get(&format!("/files/{file_id}")).await.status(), StatusCode::NOT_FOUND);
+    assert!(!browser.page("/files").await.contains(&file_id));
+}

@@ -176,3 +176,33 @@ def test_a_console_post_without_its_csrf_token_is_refused(browser, api):
     assert status == 403
     assert api.get(created["id"])["status"] in ("starting", "processing")
     api.call("POST", f"/v1/predictions/{created['id']}/cancel")
+
+
+def test_the_run_form_uploads_a_file_and_the_files_page_lists_and_deletes_it(browser, tmp_path):
+    import hashlib
+    import json
+
+    # A real PNG (1x1, red), so the prediction page can show it inline.
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de"
+        "0000000c4944415478da63f8cfc000000301010018dd8db00000000049454e44ae426082"
+    )
+    path = tmp_path / "red.png"
+    path.write_bytes(png)
+    browser.get(BASE_URL + "/models/demo/checksum")
+    picker = wait_for(browser, lambda d: d.find_element(By.ID, "input-file"))
+    assert picker.get_attribute("type") == "file"
+    picker.send_keys(str(path))
+    browser.find_element(By.ID, "run").click()
+    wait_for(browser, lambda d: "/predictions/" in d.current_url)
+    wait_for(browser, lambda d: text_of(d, "status") == "succeeded", seconds=20)
+    output = json.loads(text_of(browser, "output"))
+    assert output["sha256"] == hashlib.sha256(png).hexdigest()
+    image = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#input-files img"))
+    wait_for(browser, lambda d: d.execute_script("return arguments[0].naturalWidth", image) > 0)
+
+    browser.get(BASE_URL + "/files")
+    row = wait_for(browser, lambda d: d.find_element(By.XPATH, "//table[@id='files']//tr[td[contains(., 'red.png')]]"))
+    file_id = row.get_attribute("data-file-id")
+    row.find_element(By.CSS_SELECTOR, "button.delete-file").click()
+    wait_for(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, f"tr[data-file-id='{file_id}']"))
