@@ -9,6 +9,7 @@
 //! - [`topology`]: the services of one scenario as processes, any number of replicas each;
 //! - [`load`]: the steady load, every answer kept with its time;
 //! - [`recorder`]: the webhook receiver that records deliveries and can misbehave;
+//! - [`uploads`]: files uploaded slowly under the fault, then read back whole;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -19,6 +20,7 @@ mod recorder;
 mod report;
 mod scenarios;
 mod topology;
+mod uploads;
 
 use std::process::ExitCode;
 

@@ -24,6 +24,7 @@ use harness::stats::{Samples, ms};
 use crate::{
     load::{Answer, Attempt},
     recorder::{Delivery, Tally},
+    uploads::UploadTally,
 };
 
 /// How long after a part is back its clients may still fail while they reconnect.
@@ -82,6 +83,8 @@ pub struct Outcome {
     pub crashed: Vec<&'static str>,
     /// The p99 that creates and read-backs must stay under, where the scenario has one.
     pub latency_bound: Option<Duration>,
+    /// What the uploads found, in a scenario that uploads.
+    pub uploads: Option<UploadTally>,
 }
 
 /// The inputs of an outcome.
@@ -154,6 +157,7 @@ impl Outcome {
             duplicates_allowed,
             crashed: Vec::new(),
             latency_bound: None,
+            uploads: None,
         }
     }
 
@@ -180,6 +184,11 @@ impl Outcome {
             fail(worst > ms(bound), format!("p99 {worst:.1} ms over {} ms", ms(bound)));
         }
         fail(!self.crashed.is_empty(), format!("exited by themselves: {}", self.crashed.join(", ")));
+        if let Some(files) = &self.uploads {
+            fail(files.accepted == 0, "no upload was accepted".into());
+            fail(files.partial > 0, format!("{} partial files visible", files.partial));
+            fail(files.lost > 0, format!("{} accepted uploads lost", files.lost));
+        }
         why
     }
 
@@ -187,6 +196,7 @@ impl Outcome {
     pub fn json(&self) -> Value {
         json!({
             "scenario": self.scenario, "accepted": self.accepted, "terminal": self.terminal,
+            "uploads": self.uploads.as_ref().map(UploadTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
@@ -201,16 +211,18 @@ impl Outcome {
 /// The table of outcomes, in Markdown.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
-        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | create p99 ms | get p99 ms | result |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | files accepted / listed / partial | create p99 ms | get p99 ms | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for o in outcomes {
         let failures = o.failures();
         let result = if failures.is_empty() { "pass".to_owned() } else { format!("FAIL: {}", failures.join("; ")) };
         let duplicated =
             if o.duplicates_allowed { format!("{} (allowed)", o.duplicated) } else { o.duplicated.to_string() };
+        let files =
+            o.uploads.as_ref().map_or("—".to_owned(), |f| format!("{} / {} / {}", f.accepted, f.listed, f.partial));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
             o.scenario,
             o.accepted,
             o.terminal,
@@ -219,6 +231,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             duplicated,
             o.server_errors,
             o.refused_in_fault,
+            files,
             o.create_p99_ms,
             o.get_p99_ms,
             result
@@ -299,8 +312,18 @@ mod tests {
         let passing = Outcome { scenario: "steady".into(), accepted: 10, terminal: 10, ..Outcome::default() };
         let failing = Outcome { scenario: "broken".into(), accepted: 10, terminal: 9, stuck: 1, ..Outcome::default() };
         let table = table(&[passing, failing]);
-        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 0.0 | 0.0 | pass |"), "{table}");
+        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | — | 0.0 | 0.0 | pass |"), "{table}");
         assert!(table.contains("FAIL: 1 predictions did not end"), "{table}");
+    }
+
+    #[test]
+    fn a_partial_or_lost_upload_fails_the_scenario() {
+        let files = |partial, lost| UploadTally { sent: 5, accepted: 4, listed: 4 - lost + partial, partial, lost };
+        let with = |f| Outcome { accepted: 10, terminal: 10, uploads: Some(f), ..Outcome::default() };
+        assert!(with(files(0, 0)).failures().is_empty());
+        assert_eq!(with(files(1, 0)).failures(), vec!["1 partial files visible".to_owned()]);
+        assert_eq!(with(files(0, 1)).failures(), vec!["1 accepted uploads lost".to_owned()]);
+        assert!(table(&[with(files(0, 0))]).contains("| 4 / 4 / 0 |"));
     }
 
     #[test]

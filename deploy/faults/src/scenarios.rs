@@ -9,7 +9,8 @@
 //! Scenarios ([`SCENARIOS`]): no fault; SIGKILL of the runner, the notifier and the api, each
 //! restarted after a few seconds; nats-server restarted; the stand-in restarted; a receiver
 //! that hangs past the delivery timeout on each event's first attempt; one that answers 503
-//! with `Retry-After`; a secret rotation under load; two api, three runner and two notifier
+//! with `Retry-After`; the api killed while files are being uploaded (no partial file may
+//! become visible, no accepted one may be lost); a secret rotation under load; two api, three runner and two notifier
 //! replicas; a three-node JetStream cluster (streams R3) losing the node that leads the jobs
 //! stream.
 //!
@@ -32,6 +33,7 @@ use crate::{
     report,
     report::{Evidence, Outcome, SETTLE, Window},
     topology::{Role, Shape, Topology},
+    uploads,
 };
 
 /// The fault suite's settings.
@@ -87,6 +89,8 @@ struct Scenario {
     fault: Fault,
     /// The p99 that creates and read-backs must stay under, where the scenario has one.
     latency_bound: Option<Duration>,
+    /// Whether files are uploaded beside the predictions (see [`uploads`]).
+    uploads: bool,
 }
 
 const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -105,6 +109,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::None,
         latency_bound: Some(LATENCY_BOUND),
+        uploads: false,
     },
     Scenario {
         name: "runner killed (SIGKILL)",
@@ -113,6 +118,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::Kill(Role::Runner),
         latency_bound: None,
+        uploads: false,
     },
     Scenario {
         name: "notifier killed (SIGKILL)",
@@ -121,6 +127,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::Kill(Role::Notifier),
         latency_bound: None,
+        uploads: false,
     },
     Scenario {
         name: "api killed (SIGKILL)",
@@ -129,6 +136,16 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::Kill(Role::Api),
         latency_bound: None,
+        uploads: false,
+    },
+    Scenario {
+        name: "api killed during uploads",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Api),
+        latency_bound: None,
+        uploads: true,
     },
     Scenario {
         name: "nats-server restarted",
@@ -137,6 +154,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::RestartNats,
         latency_bound: None,
+        uploads: false,
     },
     Scenario {
         name: "MongoDB stand-in restarted",
@@ -145,6 +163,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::RestartMongo,
         latency_bound: None,
+        uploads: false,
     },
     Scenario {
         name: "receiver hangs on first attempts",
@@ -153,6 +172,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::HangFirst(Duration::from_secs(DELIVERY_TIMEOUT_SECONDS + 1)),
         fault: Fault::None,
         latency_bound: None,
+        uploads: false,
     },
     Scenario {
         name: "receiver answers 503 + Retry-After: 2",
@@ -161,6 +181,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::UnavailableFirst(2),
         fault: Fault::None,
         latency_bound: None,
+        uploads: false,
     },
     Scenario {
         name: "secret rotated under load",
@@ -169,6 +190,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::Rotate,
         latency_bound: Some(LATENCY_BOUND),
+        uploads: false,
     },
     Scenario {
         name: "2 api, 3 runner, 2 notifier replicas",
@@ -177,6 +199,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::None,
         latency_bound: Some(LATENCY_BOUND),
+        uploads: false,
     },
     Scenario {
         name: "3-node NATS cluster (R3), stream leader killed",
@@ -185,6 +208,7 @@ const SCENARIOS: &[Scenario] = &[
         behaviour: Behaviour::Healthy,
         fault: Fault::KillStreamLeader,
         latency_bound: Some(LATENCY_BOUND),
+        uploads: false,
     },
 ];
 
@@ -268,14 +292,26 @@ async fn run_scenario(
         let (rate, seconds) = (options.rate, options.seconds);
         async move { load::run(&apis, &key, &url, rate, seconds).await }
     });
+    let uploading = scenario.uploads.then(|| {
+        let (api, key, seconds) = (topology.apis[0].clone(), topology.key.clone(), options.seconds);
+        tokio::spawn(async move { uploads::run(&api, &key, seconds).await })
+    });
     tokio::time::sleep(Duration::from_secs(options.fault_at)).await;
     let window = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder).await?;
     let attempts = load.await??;
     let statuses = drain(&topology, &recorder).await?;
+    let files = match uploading {
+        Some(task) => {
+            let (sent, accepted) = task.await??;
+            Some(uploads::check(&topology.apis[0], &topology.key, &sent, &accepted).await?)
+        }
+        None => None,
+    };
     let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &recorder.deliveries(), window };
     let mut outcome = Outcome::of(scenario.name, &evidence, recorder.tally(), scenario.fault.may_duplicate());
     outcome.latency_bound = scenario.latency_bound;
     outcome.crashed = topology.crashed();
+    outcome.uploads = files;
     topology.stop().await?;
     stop.cancel();
     Ok(outcome)
