@@ -9,6 +9,8 @@
 //!   process (with `--traces`, every span exported over OTLP to a sink on loopback).
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
+//! - `bench files`: upload and download MB/s through the api against raw GridFS, the api's
+//!   memory during a transfer, and the latency a file input adds to a Cog model.
 //! - `bench scaling`: demo/sleep completions per second with 1, 2, 4 and 8 runner processes,
 //!   then creates per second with 1 and 2 api replicas.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
@@ -51,6 +53,8 @@ enum Scenario {
     Baselines(scenarios::baselines::Options),
     /// The api's throughput and latency at several concurrency levels.
     Api(scenarios::api_alone::Options),
+    /// Files: upload and download MB/s and the api's memory, and file inputs on a Cog model.
+    Files(scenarios::files::Options),
     /// Runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes, then api replicas.
     Scaling(scenarios::scaling::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
@@ -101,6 +105,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Cost(options) => scenarios::cost::run(options).await,
         Scenario::Baselines(options) => scenarios::baselines::run(options).await,
         Scenario::Api(options) => scenarios::api_alone::run(options).await,
+        Scenario::Files(options) => scenarios::files::run(options).await,
         Scenario::Scaling(options) => scenarios::scaling::run(options).await,
         Scenario::Scheduling(options) => scenarios::scheduling::run(options).await,
         Scenario::Standard(options) => {

@@ -8,6 +8,7 @@
 //! - [`processes`]: the service binaries as processes, their CPU, memory and context switches
 //!   from `/proc`, and a graceful stop;
 //! - [`cluster`]: the whole system (api, notifier, runners) as processes on a scenario's setup;
+//! - [`cog_server`]: a Cog model server from a fixture directory;
 //! - [`receiver`]: a webhook receiver on loopback that verifies signatures and records arrivals;
 //! - [`load_client`]: the load tool's lean HTTP/1.1 client and its closed loop;
 //! - [`otlp_sink`]: an OTLP/HTTP endpoint that counts (and can keep) exported spans;
@@ -15,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod cog_server;
 pub mod load_client;
 pub mod otlp_sink;
 pub mod processes;

@@ -8,5 +8,6 @@ pub mod cog;
 pub mod cost;
 pub mod create_vs_insert;
 pub mod e2e;
+pub mod files;
 pub mod scaling;
 pub mod scheduling;

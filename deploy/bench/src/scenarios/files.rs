@@ -1,0 +1,315 @@
+//! `bench files`: what files cost through the service.
+//!
+//! - **Throughput**: one file of `--mib` MiB uploaded through the api (`POST /v1/files`,
+//!   multipart, streamed from the load tool) and downloaded back (`…/download`), in MB/s,
+//!   beside a raw GridFS write and read of the same bytes by the load tool on the same MongoDB
+//!   (the floor the api's path is held against: ratio = through the api / raw).
+//! - **Memory**: the api's resident memory while the upload and the download run, sampled every
+//!   10 ms from `/proc/<pid>/status`, against its resident memory when idle before: what a
+//!   transfer adds (target: under 32 MiB for a 100 MiB file; the api streams, never holding a
+//!   file whole).
+//! - **File inputs on a Cog model**: the Cog `hash` fixture (a `Path` input, answering the
+//!   file's SHA-256) run through the service, one at a time, on the same bytes given inline as
+//!   a `data:` URI and as an uploaded file's URL (which the runner turns into a signed
+//!   download the Cog server fetches from the api): the latency the fetch adds.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use base64::Engine;
+use bytes::Bytes;
+use common::{
+    domain::FileId,
+    files::{FileStore, GridFsStore},
+};
+use futures::{StreamExt, TryStreamExt};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use harness::{
+    cluster::{AS_DEPLOYED, Cluster, round},
+    cog_server::CogServer,
+    stats::{Samples, ms},
+};
+
+/// What one transfer may add to the api's resident memory.
+pub const TARGET_ADDED_RSS_MIB: f64 = 32.0;
+/// The Cog fixture with a `Path` input (shared with the runner's tests).
+const HASH_FIXTURE: &str = "runner/tests/fixtures/cog/hash";
+/// The pieces the load tool sends and the raw write takes: 1 MiB each.
+const PIECE: usize = 1024 * 1024;
+
+/// Options of `bench files`.
+#[derive(clap::Args)]
+pub struct Options {
+    /// The size of the file moved through the api, in MiB.
+    #[arg(long, default_value_t = 100)]
+    mib: usize,
+    /// Predictions per kind of file input on the Cog model.
+    #[arg(long, default_value_t = 30)]
+    samples: usize,
+}
+
+/// `bench files`
+pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let results = measure(options.mib, options.samples).await?;
+    println!("{}", table(&results));
+    Ok(results)
+}
+
+/// Every figure, on a fresh system.
+pub async fn measure(mib: usize, samples: usize) -> anyhow::Result<Value> {
+    let limit = ((mib + 1) * PIECE).to_string();
+    let mut extra: Vec<(&str, &str)> = AS_DEPLOYED.to_vec();
+    extra.push(("API_MAX_FILE_BYTES", &limit));
+    let mut cluster = Cluster::start(&extra, false).await?;
+    let outcome = async {
+        let transfer = transfer(&cluster, mib).await?;
+        let cog = CogServer::start(Path::new(HASH_FIXTURE), 1).await?;
+        let models = format!("acme/hash={}", cog.base);
+        cluster.add_runners(1, &[("RUNNER_MODELS", "acme/hash"), ("RUNNER_COG", models.as_str())]).await?;
+        let inputs = cog_inputs(&cluster, samples).await?;
+        anyhow::Ok(json!({"transfer": transfer, "cog_file_input": inputs}))
+    }
+    .await;
+    cluster.stop().await?;
+    outcome
+}
+
+/// The bytes of piece `n` (different pieces, so nothing compresses or dedupes).
+fn piece(n: usize) -> Bytes {
+    Bytes::from((0..PIECE).map(|i| ((i * 31 + n * 7919) % 251) as u8).collect::<Vec<u8>>())
+}
+
+fn pieces(mib: usize) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::iter((0..mib).map(|n| Ok(piece(n))))
+}
+
+/// Resident memory of `pid` now, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(str::to_owned)))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs `work` while sampling `pid`'s resident memory every 10 ms; its result and the peak.
+async fn with_peak_rss<T>(pid: u32, work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<(T, u64)> {
+    let mut peak = rss_kib(pid);
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            result = &mut work => return Ok((result?, peak.max(rss_kib(pid)))),
+            _ = tick.tick() => peak = peak.max(rss_kib(pid)),
+        }
+    }
+}
+
+fn mb_per_s(bytes: usize, took: Duration) -> f64 {
+    round(bytes as f64 / 1e6 / took.as_secs_f64(), 1)
+}
+
+/// Upload and download through the api, and the same bytes raw, with the api's memory.
+async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
+    let bytes = mib * PIECE;
+    let pid = cluster.pids().into_iter().find(|(name, _)| *name == "api").context("the api's pid")?.1;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(600)).build()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = rss_kib(pid);
+
+    let started = Instant::now();
+    let upload = async {
+        let part = reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(pieces(mib)), bytes as u64)
+            .file_name("bench.bin")
+            .mime_str("application/octet-stream")?;
+        let response = http
+            .post(format!("{}/v1/files", cluster.base))
+            .bearer_auth(&cluster.key)
+            .multipart(reqwest::multipart::Form::new().part("content", part))
+            .send()
+            .await?;
+        anyhow::ensure!(response.status() == 201, "the upload answered {}", response.status());
+        anyhow::Ok(response.json::<Value>().await?)
+    };
+    let (file, upload_peak) = with_peak_rss(pid, upload).await?;
+    let upload_took = started.elapsed();
+    let id = file["id"].as_str().context("the upload's id")?.to_owned();
+
+    let started = Instant::now();
+    let download = async {
+        let response =
+            http.get(format!("{}/v1/files/{id}/download", cluster.base)).bearer_auth(&cluster.key).send().await?;
+        anyhow::ensure!(response.status() == 200, "the download answered {}", response.status());
+        let mut body = response.bytes_stream();
+        let mut read = 0usize;
+        while let Some(chunk) = body.try_next().await? {
+            read += chunk.len();
+        }
+        anyhow::Ok(read)
+    };
+    let (read, download_peak) = with_peak_rss(pid, download).await?;
+    let download_took = started.elapsed();
+    anyhow::ensure!(read == bytes, "downloaded {read} of {bytes} bytes");
+
+    let raw = Arc::new(GridFsStore::new(cluster.setup.store.database()));
+    let raw_id = FileId::generate();
+    let started = Instant::now();
+    raw.put(&raw_id, "raw.bin", pieces(mib).boxed(), u64::MAX).await?;
+    let raw_write_took = started.elapsed();
+    let started = Instant::now();
+    let raw_read: usize =
+        raw.read(&raw_id, 0..bytes as u64).await?.try_fold(0, |n, c| async move { Ok(n + c.len()) }).await?;
+    let raw_read_took = started.elapsed();
+    anyhow::ensure!(raw_read == bytes, "read {raw_read} of {bytes} raw bytes");
+
+    let mib_of = |kib: u64| round(kib as f64 / 1024.0, 1);
+    let (upload_mbs, download_mbs) = (mb_per_s(bytes, upload_took), mb_per_s(bytes, download_took));
+    let (raw_write_mbs, raw_read_mbs) = (mb_per_s(bytes, raw_write_took), mb_per_s(bytes, raw_read_took));
+    Ok(json!({
+        "mib": mib,
+        "upload_mb_per_s": upload_mbs,
+        "raw_gridfs_write_mb_per_s": raw_write_mbs,
+        "upload_ratio": round(upload_mbs / raw_write_mbs, 2),
+        "download_mb_per_s": download_mbs,
+        "raw_gridfs_read_mb_per_s": raw_read_mbs,
+        "download_ratio": round(download_mbs / raw_read_mbs, 2),
+        "api_idle_rss_mib": mib_of(idle),
+        "api_peak_rss_upload_mib": mib_of(upload_peak),
+        "api_added_rss_upload_mib": mib_of(upload_peak.saturating_sub(idle)),
+        "api_peak_rss_download_mib": mib_of(download_peak),
+        "api_added_rss_download_mib": mib_of(download_peak.saturating_sub(idle)),
+        "target_added_rss_mib": TARGET_ADDED_RSS_MIB,
+    }))
+}
+
+/// One create with `Prefer: wait` on the Cog `hash` model; its latency and output.
+async fn hash_once(http: &reqwest::Client, cluster: &Cluster, file: &str) -> anyhow::Result<(Duration, String)> {
+    let started = Instant::now();
+    let response = http
+        .post(format!("{}/v1/models/acme/hash/predictions", cluster.base))
+        .bearer_auth(&cluster.key)
+        .header("prefer", "wait=60")
+        .json(&json!({"input": {"file": file}}))
+        .send()
+        .await?;
+    let took = started.elapsed();
+    let prediction: Value = response.json().await?;
+    anyhow::ensure!(prediction["status"] == "succeeded", "the hash prediction ended {}", prediction["status"]);
+    Ok((took, prediction["output"].as_str().unwrap_or_default().to_owned()))
+}
+
+/// The same bytes as a `data:` URI and as an uploaded file, `samples` predictions each, in
+/// alternation; p50 and p99 of each, and what the upload's way adds.
+async fn cog_inputs(cluster: &Cluster, samples: usize) -> anyhow::Result<Value> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(90)).build()?;
+    let mut out = Vec::new();
+    for kib in [1usize, 256] {
+        let bytes: Vec<u8> = (0..kib * 1024).map(|i| (i % 251) as u8).collect();
+        let inline = format!(
+            "data:application/octet-stream;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(&bytes)
+        );
+        let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name("input.bin");
+        let file: Value = http
+            .post(format!("{}/v1/files", cluster.base))
+            .bearer_auth(&cluster.key)
+            .multipart(reqwest::multipart::Form::new().part("content", part))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let url = file["urls"]["get"].as_str().context("the file's URL")?.to_owned();
+        // One of each first: the Cog server's first fetch and the runner's first call are not counted.
+        let (_, a) = hash_once(&http, cluster, &inline).await?;
+        let (_, b) = hash_once(&http, cluster, &url).await?;
+        anyhow::ensure!(a == b, "the model saw different bytes: {a} and {b}");
+        let (mut by_data, mut by_file) = (Vec::new(), Vec::new());
+        for _ in 0..samples {
+            by_data.push(hash_once(&http, cluster, &inline).await?.0);
+            by_file.push(hash_once(&http, cluster, &url).await?.0);
+        }
+        let (data, file) = (Samples::new(by_data), Samples::new(by_file));
+        out.push(json!({
+            "kib": kib,
+            "data_uri_p50_ms": ms(data.percentile(50.0)), "data_uri_p99_ms": ms(data.percentile(99.0)),
+            "uploaded_p50_ms": ms(file.percentile(50.0)), "uploaded_p99_ms": ms(file.percentile(99.0)),
+            "added_p50_ms": round(ms(file.percentile(50.0)) - ms(data.percentile(50.0)), 3),
+        }));
+    }
+    Ok(json!({"samples": samples, "sizes": out}))
+}
+
+/// The figures as Markdown.
+pub fn table(results: &Value) -> String {
+    let t = &results["transfer"];
+    let mut out = format!(
+        "| {mib} MiB through the api | MB/s | raw GridFS MB/s | ratio | api peak RSS MiB | added over idle ({idle} MiB) | target |\n|---|---:|---:|---:|---:|---:|---|\n",
+        mib = t["mib"],
+        idle = t["api_idle_rss_mib"]
+    );
+    for (what, key, raw, ratio, peak, added) in [
+        (
+            "upload",
+            "upload_mb_per_s",
+            "raw_gridfs_write_mb_per_s",
+            "upload_ratio",
+            "api_peak_rss_upload_mib",
+            "api_added_rss_upload_mib",
+        ),
+        (
+            "download",
+            "download_mb_per_s",
+            "raw_gridfs_read_mb_per_s",
+            "download_ratio",
+            "api_peak_rss_download_mib",
+            "api_added_rss_download_mib",
+        ),
+    ] {
+        let met = t[added].as_f64().is_some_and(|a| a < TARGET_ADDED_RSS_MIB);
+        out.push_str(&format!(
+            "| {what} | {} | {} | {} | {} | {} | < {TARGET_ADDED_RSS_MIB} MiB: {} |\n",
+            t[key],
+            t[raw],
+            t[ratio],
+            t[peak],
+            t[added],
+            if met { "met" } else { "not met" }
+        ));
+    }
+    out.push_str("\n| Cog file input | data: URI p50 / p99 ms | uploaded file p50 / p99 ms | added p50 ms |\n|---|---:|---:|---:|\n");
+    for s in results["cog_file_input"]["sizes"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "| {} KiB | {} / {} | {} / {} | {} |\n",
+            s["kib"],
+            s["data_uri_p50_ms"],
+            s["data_uri_p99_ms"],
+            s["uploaded_p50_ms"],
+            s["uploaded_p99_ms"],
+            s["added_p50_ms"]
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_holds_each_transfer_against_the_memory_target() {
+        let results = json!({
+            "transfer": {"mib": 100, "api_idle_rss_mib": 10.0, "upload_mb_per_s": 50.0, "raw_gridfs_write_mb_per_s": 100.0,
+                         "upload_ratio": 0.5, "api_peak_rss_upload_mib": 20.0, "api_added_rss_upload_mib": 10.0,
+                         "download_mb_per_s": 80.0, "raw_gridfs_read_mb_per_s": 160.0, "download_ratio": 0.5,
+                         "api_peak_rss_download_mib": 50.0, "api_added_rss_download_mib": 40.0},
+            "cog_file_input": {"sizes": [{"kib": 1, "data_uri_p50_ms": 5.0, "data_uri_p99_ms": 7.0,
+                                          "uploaded_p50_ms": 8.0, "uploaded_p99_ms": 9.0, "added_p50_ms": 3.0}]},
+        });
+        let table = table(&results);
+        assert!(table.contains("| upload | 50.0 | 100.0 | 0.5 | 20.0 | 10.0 | < 32 MiB: met |"), "{table}");
+        assert!(table.contains("| download | 80.0 | 160.0 | 0.5 | 50.0 | 40.0 | < 32 MiB: not met |"), "{table}");
+        assert!(table.contains("| 1 KiB | 5.0 / 7.0 | 8.0 / 9.0 | 3.0 |"), "{table}");
+    }
+}

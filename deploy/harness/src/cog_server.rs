@@ -1,0 +1,67 @@
+//! A Cog model server (coglet, from the Python that `COG_PYTHON` names; `deploy/bench/run`
+//! sets it) started from a fixture directory for a run, ready before it is returned, and
+//! stopped when dropped.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::processes::spawn_logged;
+
+/// A Cog server (coglet) serving one fixture predictor; killed when dropped, and its log
+/// removed unless `BENCH_KEEP_LOGS` is set.
+pub struct CogServer {
+    _child: tokio::process::Child,
+    log: PathBuf,
+    /// Its base URL.
+    pub base: String,
+}
+
+impl CogServer {
+    /// Starts `fixture` with `slots` prediction slots and waits until it is ready.
+    pub async fn start(fixture: &Path, slots: usize) -> anyhow::Result<Self> {
+        let python = std::env::var("COG_PYTHON").context("COG_PYTHON is not set (deploy/bench/run sets it)")?;
+        let bin = Path::new(&python).parent().context("COG_PYTHON has no directory")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = std::env::temp_dir().join(format!("bench-cog-{port}.log"));
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let child = spawn_logged(
+            tokio::process::Command::new(&python)
+                .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
+                .current_dir(fixture)
+                .env("PATH", path)
+                .env("PORT", port.to_string())
+                .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
+                .env("COG_MAX_CONCURRENCY", slots.to_string()),
+            &log,
+            "the Cog server",
+        )?;
+        let server = Self { _child: child, log, base: format!("http://127.0.0.1:{port}") };
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
+        let ready = async {
+            loop {
+                if let Ok(r) = http.get(format!("{}/health-check", server.base)).send().await
+                    && let Ok(v) = r.json::<Value>().await
+                    && v["status"] == "READY"
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), ready).await.context("the Cog server did not become ready")?;
+        Ok(server)
+    }
+}
+
+impl Drop for CogServer {
+    fn drop(&mut self) {
+        if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+            std::fs::remove_file(&self.log).ok();
+        }
+    }
+}
