@@ -1,7 +1,11 @@
-//! Reading one prediction on behalf of a caller: only the caller's own account's predictions
+//! Reading one prediction or file on behalf of a caller: only the caller's own account's
 //! exist for it.
 
-use common::domain::{Prediction, PredictionId};
+use bson::DateTime;
+use common::{
+    domain::{AccountId, FileId, Prediction, PredictionId},
+    store::FileRecord,
+};
 
 use crate::{auth::Caller, error::ApiError, state::AppState};
 
@@ -11,4 +15,13 @@ pub async fn owned_prediction(state: &AppState, caller: &Caller, id: &str) -> Re
     let missing = || ApiError::not_found(format!("Prediction {id} not found."));
     let prediction_id = PredictionId::parse(id).map_err(|_| missing())?;
     state.store.predictions().get_for_account(&prediction_id, &caller.key.account_id).await?.ok_or_else(missing)
+}
+
+/// File `id` of `account` if it exists and has not expired; 404 for a malformed id, a missing
+/// or expired file and another account's alike.
+pub async fn owned_file(state: &AppState, account: &AccountId, id: &str) -> Result<FileRecord, ApiError> {
+    let missing = || ApiError::not_found(format!("File {id} not found."));
+    let file_id = FileId::parse(id).map_err(|_| missing())?;
+    let record = state.files.get(&file_id).await.map_err(anyhow::Error::from)?;
+    record.filter(|r| &r.account_id == account && r.expires_at.is_none_or(|t| t > DateTime::now())).ok_or_else(missing)
 }

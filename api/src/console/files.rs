@@ -19,7 +19,7 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{file_response, routes::files::owned, state::AppState};
+use crate::{file_response, owned::owned_file, state::AppState};
 
 /// The most files the page lists.
 const PAGE: u32 = 100;
@@ -85,7 +85,7 @@ pub async fn get(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ConsoleError> {
-    let record = owned(&state, &signed.key.account_id, &id).await?;
+    let record = owned_file(&state, &signed.key.account_id, &id).await?;
     Ok(file_response::serve(&state.files, &record, &headers).await?)
 }
 
@@ -96,7 +96,7 @@ pub async fn delete(
     action: ConsoleAction,
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Write)?;
-    let record = owned(&state, &action.signed.key.account_id, &id).await?;
+    let record = owned_file(&state, &action.signed.key.account_id, &id).await?;
     state.files.delete(&record.id).await.map_err(anyhow::Error::from)?;
     Ok(see_other("/files"))
 }

@@ -25,7 +25,6 @@ use common::{
     domain::{FileId, FileView},
     files::Written,
     problem::{FieldError, Problem, ProblemKind},
-    store::FileRecord,
 };
 use serde::Serialize;
 
@@ -33,6 +32,7 @@ use crate::{
     auth::{Authorized, Read, Write},
     error::ApiError,
     file_response,
+    owned::owned_file,
     state::AppState,
     surface::Surface,
     uploads,
@@ -67,19 +67,6 @@ pub struct UploadBody {
 
 fn now_seconds() -> i64 {
     DateTime::now().timestamp_millis() / 1000
-}
-
-fn missing(id: &str) -> ApiError {
-    ApiError::not_found(format!("File {id} not found."))
-}
-
-/// File `id` if it exists, is the caller's and has not expired; else 404.
-pub async fn owned(state: &AppState, account: &common::domain::AccountId, id: &str) -> Result<FileRecord, ApiError> {
-    let file_id = FileId::parse(id).map_err(|_| missing(id))?;
-    let record = state.files.get(&file_id).await.map_err(anyhow::Error::from)?;
-    record
-        .filter(|r| &r.account_id == account && r.expires_at.is_none_or(|t| t > DateTime::now()))
-        .ok_or_else(|| missing(id))
 }
 
 /// `POST /v1/files`
@@ -224,7 +211,7 @@ pub async fn get(
     auth: Authorized<Read>,
     Path(id): Path<String>,
 ) -> Result<Json<FileView>, ApiError> {
-    let record = owned(&state, &auth.caller.key.account_id, &id).await?;
+    let record = owned_file(&state, &auth.caller.key.account_id, &id).await?;
     Ok(Json(state.links.file_view(&record, surface, now_seconds())))
 }
 
@@ -244,7 +231,7 @@ pub async fn delete(
     auth: Authorized<Write>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let record = owned(&state, &auth.caller.key.account_id, &id).await?;
+    let record = owned_file(&state, &auth.caller.key.account_id, &id).await?;
     state.files.delete(&record.id).await.map_err(anyhow::Error::from)?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -320,13 +307,13 @@ pub async fn download(
                 return Err(bad_signature());
             }
             let account = common::domain::AccountId::parse(&signed.owner).map_err(|_| bad_signature())?;
-            owned(&state, &account, &id).await?
+            owned_file(&state, &account, &id).await?
         }
         None => {
             let auth =
                 <Authorized<Read> as axum::extract::FromRequestParts<AppState>>::from_request_parts(&mut parts, &state)
                     .await?;
-            owned(&state, &auth.caller.key.account_id, &id).await?
+            owned_file(&state, &auth.caller.key.account_id, &id).await?
         }
     };
     file_response::serve(&state.files, &record, &parts.headers).await

@@ -9,7 +9,7 @@ use common::{
     problem::FieldError,
 };
 
-use crate::{error::ApiError, routes::files::owned, state::AppState};
+use crate::{error::ApiError, owned::owned_file, state::AppState};
 
 /// The files `uri_values` (field path, value) name, each checked to be `account`'s; every
 /// failing field at once.
@@ -22,7 +22,7 @@ pub async fn check(
     let mut errors = Vec::new();
     for (path, value) in uri_values {
         let Some(id) = state.links.file_named_by(value) else { continue };
-        match owned(state, account, id.as_str()).await {
+        match owned_file(state, account, id.as_str()).await {
             Ok(_) => files.push(id),
             Err(ApiError::Problem(_)) => errors.push(FieldError::invalid(
                 path,
