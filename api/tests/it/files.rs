@@ -326,3 +326,34 @@ async fn expired_uploads_are_deleted_unless_a_running_prediction_uses_them() {
         still.expect("kept while its prediction waits").get_datetime("expires_at").expect("expiry").timestamp_millis();
     assert!(postponed > bson::DateTime::now().timestamp_millis(), "its expiry moved on");
 }
+
+#[tokio::test]
+async fn a_file_of_the_default_limit_goes_up_and_comes_back_whole() {
+    let system = System::start_with(no_runner()).await;
+    const MIB: usize = 100; // API_MAX_FILE_BYTES's default: a download reads 400 GridFS chunks in batches
+    let piece =
+        |n: usize| bytes::Bytes::from((0..1024 * 1024).map(|i| ((i * 31 + n * 7919) % 251) as u8).collect::<Vec<u8>>());
+    let mut expected = Sha256::new();
+    (0..MIB).for_each(|n| expected.update(piece(n)));
+    let stream = futures::stream::iter((0..MIB).map(move |n| Ok::<_, std::io::Error>(piece(n))));
+    let part = multipart::Part::stream_with_length(reqwest::Body::wrap_stream(stream), (MIB * 1024 * 1024) as u64)
+        .file_name("big.bin");
+    let response = system
+        .request(Method::POST, "/v1/files")
+        .multipart(multipart::Form::new().part("content", part))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 201);
+    let file = response.json_body().await;
+    let expected = hex(&expected.finalize());
+    assert_eq!(file["checksums"]["sha256"], expected);
+    let download = system.get(&format!("/v1/files/{}/download", file["id"].as_str().expect("id"))).await;
+    assert_eq!(download.status(), 200);
+    let mut body = download.bytes_stream();
+    let mut got = Sha256::new();
+    while let Some(chunk) = futures::TryStreamExt::try_next(&mut body).await.expect("body") {
+        got.update(&chunk);
+    }
+    assert_eq!(hex(&got.finalize()), expected);
+}

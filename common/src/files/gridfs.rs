@@ -24,6 +24,12 @@ use crate::domain::FileId;
 
 /// The GridFS bucket's name.
 const BUCKET: &str = "files";
+/// Chunks asked for per round trip when reading (about 4 MiB of 255 KiB chunks): what a
+/// download holds in memory at most, whatever the file's size. Without it a reply may carry as
+/// many chunks as the server allows in one message (measured with the stand-in, which does not
+/// cap a batch at 16 MiB as MongoDB does: a 100 MiB file's second batch exceeded the driver's
+/// 48 MB message limit).
+const READ_BATCH: u32 = 16;
 
 /// Files' bytes in GridFS.
 #[derive(Clone, Debug)]
@@ -122,7 +128,8 @@ impl FileStore for GridFsStore {
             }
             let (first, last) = (range.start / chunk_size, (end - 1) / chunk_size);
             let filter = doc! { "files_id": id.as_str(), "n": { "$gte": first as i64, "$lte": last as i64 } };
-            let cursor = self.chunks.find(filter).sort(doc! { "n": 1 }).await.map_err(storage)?;
+            let cursor =
+                self.chunks.find(filter).sort(doc! { "n": 1 }).batch_size(READ_BATCH).await.map_err(storage)?;
             let start = range.start;
             let stream = cursor
                 .map_err(|e| std::io::Error::other(e.to_string()))
