@@ -6,6 +6,8 @@
 //!   they ended (`succeeded`, `failed`, `timeout`, `canceled`, `handed_back`);
 //! - `runner_state_write_duration_seconds{status}`: the latency of the MongoDB write of each
 //!   status change (`processing`, `succeeded`, `failed`);
+//! - `runner_queue_wait_seconds{model}`: how long predictions waited in the queue, from
+//!   creation to the start this process made (`started_at - created_at`);
 //! - `runner_jobs_pending{model}`: the model's jobs in the jobs stream not yet finished
 //!   (waiting or running on any runner), as JetStream counts them at each lane scan;
 //! - `mongodb_commands_total{command}` with `MONGODB_COMMAND_METRICS=true`.
@@ -37,6 +39,7 @@ pub struct RunnerMetrics {
     state_write: Family<StatusLabel, Histogram>,
     pending: Family<ModelLabel, Gauge>,
     jobs_taken: Family<ModelLabel, Counter>,
+    queue_wait: Family<ModelLabel, Histogram>,
 }
 
 impl Default for RunnerMetrics {
@@ -55,6 +58,9 @@ impl RunnerMetrics {
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 16)));
         let pending = Family::<ModelLabel, Gauge>::default();
         let jobs_taken = Family::<ModelLabel, Counter>::default();
+        // 5 ms to about 3 hours.
+        let queue_wait: Family<ModelLabel, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 22)));
         let mut registry = Registry::default();
         registry.register("runner_jobs_in_flight", "Predictions running in this process", in_flight.clone());
         registry.register("runner_model_run_duration_seconds", "Model call duration by outcome", run_duration.clone());
@@ -69,7 +75,20 @@ impl RunnerMetrics {
             pending.clone(),
         );
         registry.register("runner_jobs_started", "Predictions this process started", jobs_taken.clone());
-        Self { registry: std::sync::Arc::new(registry), in_flight, run_duration, state_write, pending, jobs_taken }
+        registry.register(
+            "runner_queue_wait_seconds",
+            "Time from a prediction's creation to its start",
+            queue_wait.clone(),
+        );
+        Self {
+            registry: std::sync::Arc::new(registry),
+            in_flight,
+            run_duration,
+            state_write,
+            pending,
+            jobs_taken,
+            queue_wait,
+        }
     }
 
     /// A prediction of `model` starts running here; it counts as in flight until the guard
@@ -85,6 +104,11 @@ impl RunnerMetrics {
     pub fn ran(&self, model: &str, outcome: &str, since: Instant) {
         let labels = RunLabels { model: model.to_owned(), outcome: outcome.to_owned() };
         self.run_duration.get_or_create(&labels).observe(since.elapsed().as_secs_f64());
+    }
+
+    /// A prediction of `model` started after waiting `seconds` in the queue.
+    pub fn waited(&self, model: &str, seconds: f64) {
+        self.queue_wait.get_or_create(&ModelLabel::of(model)).observe(seconds.max(0.0));
     }
 
     /// A status change to `status` was written in `seconds`.
@@ -142,7 +166,11 @@ mod tests {
         let metrics = RunnerMetrics::new();
         metrics.set_pending("demo/sleep", 7);
         metrics.state_written("processing", 0.002);
+        metrics.waited("demo/sleep", 0.02);
+        metrics.waited("demo/sleep", 3.0);
         let text = metrics.render();
+        assert!(text.contains(r#"runner_queue_wait_seconds_count{model="demo/sleep"} 2"#), "{text}");
+        assert!(text.contains(r#"runner_queue_wait_seconds_bucket{le="0.02",model="demo/sleep"} 1"#), "{text}");
         assert!(text.contains(r#"runner_jobs_pending{model="demo/sleep"} 7"#), "{text}");
         assert!(text.contains(r#"runner_state_write_duration_seconds_count{status="processing"} 1"#), "{text}");
     }

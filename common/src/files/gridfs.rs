@@ -24,12 +24,13 @@ use crate::domain::FileId;
 
 /// The GridFS bucket's name.
 const BUCKET: &str = "files";
-/// Chunks asked for per round trip when reading (about 4 MiB of 255 KiB chunks): what a
-/// download holds in memory at most, whatever the file's size. Without it a reply may carry as
+/// Chunks asked for per round trip when reading (about 2 MiB of 255 KiB chunks): what a
+/// download holds in memory at most, whatever the file's size (a reply is held raw and
+/// decoded, so about twice this). Without it a reply may carry as
 /// many chunks as the server allows in one message (measured with the stand-in, which does not
 /// cap a batch at 16 MiB as MongoDB does: a 100 MiB file's second batch exceeded the driver's
 /// 48 MB message limit).
-const READ_BATCH: u32 = 16;
+const READ_BATCH: u32 = 8;
 
 /// Files' bytes in GridFS.
 #[derive(Clone, Debug)]

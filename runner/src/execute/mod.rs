@@ -313,6 +313,10 @@ impl Executor {
             call(prediction.model_input.as_object().cloned().unwrap_or_default(), self.named_files(&prediction))
         });
         let flight = self.metrics.started(&model_name);
+        if just_started && let Some(started_at) = prediction.started_at {
+            let waited_ms = started_at.timestamp_millis() - prediction.created_at.timestamp_millis();
+            self.metrics.waited(&model_name, waited_ms as f64 / 1000.0);
+        }
         // The `start` event goes out while the model already runs: its stream acknowledgement
         // (about 0.35 ms here) need not delay the model. It is awaited before the result is
         // stored, so `completed` never overtakes it.
