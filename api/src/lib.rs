@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod models;
 pub mod openapi;
 pub mod owned;
+pub mod queue;
 pub mod ratelimit;
 pub mod reference;
 pub mod replicate;

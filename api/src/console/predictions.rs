@@ -149,6 +149,12 @@ impl DeliveryRow {
     }
 }
 
+/// Where a waiting prediction stands, as the page shows it.
+struct QueueRow {
+    position: u64,
+    estimate: Option<String>,
+}
+
 #[derive(Template)]
 #[template(path = "prediction.html")]
 struct PredictionPage {
@@ -166,6 +172,7 @@ struct PredictionPage {
     output_files: Vec<FileView>,
     output_empty: bool,
     input_files: Vec<FileView>,
+    queue: Option<QueueRow>,
     logs: String,
     input: String,
     created: String,
@@ -248,6 +255,10 @@ pub async fn page(
         output_json,
         output_files,
         input_files: file_views(&state, &p.input_files).await?,
+        queue: crate::queue::place(&state, &p).await?.map(|q| QueueRow {
+            position: q.position,
+            estimate: q.estimated_start_at.map(|t| t.format("%H:%M:%S UTC").to_string()),
+        }),
         logs: p.logs.clone(),
         input: serde_json::to_string_pretty(&p.input).unwrap_or_default(),
         created: time(Some(p.created_at)),

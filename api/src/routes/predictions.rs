@@ -178,7 +178,9 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
     let prediction = owned_prediction(&state, &auth.caller, &id).await?;
-    Ok(Json(prediction.view(&state.links, surface)))
+    let mut view = prediction.view(&state.links, surface);
+    view.queue = crate::queue::place(&state, &prediction).await?;
+    Ok(Json(view))
 }
 
 /// A page of predictions.

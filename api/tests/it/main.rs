@@ -16,6 +16,7 @@ mod keys_lifecycle;
 mod list;
 mod new_predictions;
 mod openapi;
+mod queue;
 mod rate_limit;
 mod readiness;
 mod receiver;

@@ -17,7 +17,7 @@ pub use events::WebhookEvent;
 pub use file::FileView;
 pub use ids::{AccountId, ApiKeyId, FileId, PredictionId};
 pub use model::ModelRef;
-pub use prediction::{ErrorView, Metrics, NewPrediction, Prediction, PredictionError, PredictionView};
+pub use prediction::{ErrorView, Metrics, NewPrediction, Prediction, PredictionError, PredictionView, QueuePlace};
 pub use status::PredictionStatus;
 pub use surface::ApiSurface;
 pub use webhook_secret::WebhookSecret;

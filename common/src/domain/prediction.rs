@@ -170,6 +170,22 @@ pub struct PredictionView {
     pub completed_at: Option<DateTime<Utc>>,
     /// Links to the prediction.
     pub urls: PredictionUrls,
+    /// Where it stands in the queue while it waits (`starting`, read through the API);
+    /// `null` otherwise.
+    #[serde(default)]
+    pub queue: Option<QueuePlace>,
+}
+
+/// Where a waiting prediction stands in its model's queue.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuePlace {
+    /// 1 + the jobs that will start before it under the scheduler's rules: 1 means it starts
+    /// on the next free slot of its model.
+    pub position: u64,
+    /// When it should start, from the model's recent run times and the slots serving it;
+    /// `null` while neither is known (no run finished lately, or nothing running).
+    pub estimated_start_at: Option<DateTime<Utc>>,
 }
 
 impl Prediction {
@@ -245,6 +261,7 @@ impl Prediction {
             started_at: self.started_at.map(BsonDateTime::to_chrono),
             completed_at: self.completed_at.map(BsonDateTime::to_chrono),
             urls: links.prediction(&self.id, surface),
+            queue: None,
         }
     }
 }

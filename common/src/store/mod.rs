@@ -32,6 +32,7 @@ pub mod idempotency;
 pub mod model_versions;
 pub mod models;
 pub mod predictions;
+pub mod queue;
 pub mod webhook_attempts;
 
 use std::time::Duration;
@@ -52,6 +53,7 @@ pub use idempotency::{Claim, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;
+pub use queue::QueueFigures;
 pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
 
 /// A storage failure.
@@ -131,6 +133,7 @@ impl Store {
         coll.create_index(plain(doc! { "status": 1, "completed_at": 1 })).await?;
         coll.create_index(plain(doc! { "data_removed": 1, "completed_at": 1 })).await?;
         coll.create_index(plain(doc! { "input_files": 1 })).await?;
+        coll.create_index(plain(doc! { "model": 1, "status": 1, "created_at": 1 })).await?;
         let expiring = IndexModel::builder()
             .keys(doc! { "expires_at": 1 })
             .options(IndexOptions::builder().expire_after(Duration::ZERO).build())

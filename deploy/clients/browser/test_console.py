@@ -206,3 +206,18 @@ def test_the_run_form_uploads_a_file_and_the_files_page_lists_and_deletes_it(bro
     file_id = row.get_attribute("data-file-id")
     row.find_element(By.CSS_SELECTOR, "button.delete-file").click()
     wait_for(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, f"tr[data-file-id='{file_id}']"))
+
+
+def test_a_waiting_prediction_shows_its_queue_position_until_it_starts(browser, api):
+    # The runner of the client suites has 4 slots: the fifth long sleep waits for one.
+    running = [api.create("demo/sleep", {"seconds": 4})["id"] for _ in range(4)]
+    waiting = api.create("demo/sleep", {"seconds": 0.1})["id"]
+    try:
+        open_prediction(browser, waiting)
+        position = wait_for(browser, lambda d: d.find_element(By.ID, "queue-position"))
+        assert int(position.text) >= 1
+        wait_for(browser, lambda d: not d.find_elements(By.ID, "queue"), seconds=30)
+        wait_for(browser, lambda d: text_of(d, "status") in ("processing", "succeeded"), seconds=30)
+    finally:
+        for prediction_id in running:
+            api.call("POST", f"/v1/predictions/{prediction_id}/cancel")

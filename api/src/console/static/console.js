@@ -1,8 +1,30 @@
 // Live updates of a running prediction's page, from its SSE stream (the stream URL carries
 // the token that opens it). Output text and log lines are appended as they arrive; the
 // status follows; when the stream says "done" the page reloads once to show the final state
-// (images, timings, deliveries). No framework, no inline script.
+// (images, timings, deliveries). While the prediction waits in the queue, the page reads
+// itself again every 2 s and shows its new position and estimate, until it starts. No
+// framework, no inline script.
 "use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  const queue = document.getElementById("queue");
+  if (!queue || !window.fetch || !window.DOMParser) return;
+  const follow = () => {
+    fetch(window.location.href, { credentials: "same-origin" })
+      .then((r) => r.text())
+      .then((html) => {
+        const next = new DOMParser().parseFromString(html, "text/html").getElementById("queue");
+        if (next) {
+          queue.innerHTML = next.innerHTML;
+          window.setTimeout(follow, 2000);
+        } else {
+          queue.remove();
+        }
+      })
+      .catch(() => window.setTimeout(follow, 5000));
+  };
+  window.setTimeout(follow, 2000);
+});
 
 document.addEventListener("DOMContentLoaded", () => {
   const article = document.getElementById("prediction");

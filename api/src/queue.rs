@@ -1,0 +1,94 @@
+//! Where a waiting prediction stands: the `queue` of `GET /predictions/{id}` while it is
+//! `starting`.
+//!
+//! **Position** follows the scheduler's rules (see the README's *Scheduling*): within a lane
+//! (a model and an account) jobs start in the order they were created; the lanes of a model
+//! with work take turns, one job each. A prediction with `k` jobs ahead in its own lane starts
+//! on its lane's turn `k + 1`, after at most `k` jobs of every other lane, so its position is
+//! `1 + k + Σ min(w, k)` over the other lanes' waiting counts `w`. It is exact up to one job
+//! per other lane with work: whether that lane's turn in the last round comes before or after
+//! it depends on where the turn stands, which only the runners know. Jobs of the same model
+//! handed back by a runner that stopped rejoin their lane in stream order.
+//!
+//! **Estimate**: with work waiting every slot serving the model is busy, so the model's
+//! running predictions count its slots; it starts after `(position - 1) / slots` whole rounds
+//! of the model's average recent run time, plus half a run for the round it waits in. No
+//! estimate without a finished run to average or a slot running.
+//!
+//! **Cost**: four indexed MongoDB reads ([`common::store::QueueFigures`]), only for a
+//! prediction that is `starting`; `bench api` measures a get with it beside one without.
+
+use bson::DateTime;
+use chrono::Utc;
+use common::{
+    domain::{Prediction, PredictionStatus, QueuePlace},
+    store::QueueFigures,
+};
+
+use crate::{error::ApiError, state::AppState};
+
+/// 1 + the jobs that start before a prediction with `figures` (see the module doc).
+pub fn position(figures: &QueueFigures) -> u64 {
+    let k = figures.ahead_in_lane;
+    1 + k + figures.other_lanes.iter().map(|w| (*w).min(k)).sum::<u64>()
+}
+
+/// Seconds until a prediction at `position` starts, if they can be estimated.
+pub fn seconds_to_start(position: u64, figures: &QueueFigures) -> Option<f64> {
+    if figures.running == 0 || figures.recent_run_seconds.is_empty() {
+        return None;
+    }
+    let average = figures.recent_run_seconds.iter().sum::<f64>() / figures.recent_run_seconds.len() as f64;
+    let rounds = ((position - 1) / figures.running) as f64;
+    Some((rounds + 0.5) * average)
+}
+
+/// The queue place of `p` if it is waiting; `None` otherwise.
+pub async fn place(state: &AppState, p: &Prediction) -> Result<Option<QueuePlace>, ApiError> {
+    if p.status != PredictionStatus::Starting {
+        return Ok(None);
+    }
+    let figures = state.store.predictions().queue_figures(p).await?;
+    let position = position(&figures);
+    let estimated_start_at = seconds_to_start(position, &figures).map(|s| {
+        let at = DateTime::now().to_chrono() + chrono::Duration::milliseconds((s * 1000.0) as i64);
+        at.max(Utc::now())
+    });
+    Ok(Some(QueuePlace { position, estimated_start_at }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(ahead: u64, others: &[u64], running: u64, recent: &[f64]) -> QueueFigures {
+        QueueFigures {
+            ahead_in_lane: ahead,
+            other_lanes: others.to_vec(),
+            running,
+            recent_run_seconds: recent.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_first_of_an_empty_queue_starts_next() {
+        assert_eq!(position(&figures(0, &[], 0, &[])), 1);
+        assert_eq!(position(&figures(0, &[5, 3], 4, &[])), 1, "the other lanes wait for their turns");
+    }
+
+    #[test]
+    fn other_lanes_go_ahead_once_per_turn_while_they_have_work() {
+        // 3 ahead in its own lane: a lane of 10 gets 3 turns first, a lane of 1 one.
+        assert_eq!(position(&figures(3, &[10, 1], 2, &[])), 1 + 3 + 3 + 1);
+        assert_eq!(position(&figures(9, &[], 0, &[])), 10);
+    }
+
+    #[test]
+    fn the_estimate_counts_whole_rounds_of_the_average_run() {
+        let f = figures(0, &[], 2, &[1.0, 3.0]);
+        assert_eq!(seconds_to_start(1, &f), Some(1.0), "half a run on a busy slot");
+        assert_eq!(seconds_to_start(3, &f), Some(3.0), "one round of two slots, then half a run");
+        assert_eq!(seconds_to_start(3, &figures(0, &[], 0, &[1.0])), None, "nothing running");
+        assert_eq!(seconds_to_start(3, &figures(0, &[], 2, &[])), None, "no finished run");
+    }
+}

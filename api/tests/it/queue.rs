@@ -1,0 +1,94 @@
+//! The queue a waiting prediction sees: its position under the scheduler's rules (its own
+//! lane in order, other lanes' turns between), falling as jobs start, and the estimate.
+
+use std::time::Duration;
+
+use common::testkit::eventually;
+use serde_json::{Value, json};
+
+use crate::harness::{JsonBody, Options, System};
+
+async fn sleep_of(system: &System, key: &str, seconds: f64) -> String {
+    let created = system
+        .with_key(reqwest::Method::POST, "/v1/models/demo/sleep/predictions", key)
+        .json(&json!({"input": {"seconds": seconds}}))
+        .send()
+        .await
+        .expect("sent")
+        .json_body()
+        .await;
+    created["id"].as_str().expect("id").to_owned()
+}
+
+async fn queue_of(system: &System, id: &str) -> Value {
+    system.get(&format!("/v1/predictions/{id}")).await.json_body().await["queue"].clone()
+}
+
+#[tokio::test]
+async fn queued_predictions_stand_one_to_ten_in_order_and_move_up_as_jobs_start() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let key = system.admin_key.clone();
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        ids.push(sleep_of(&system, &key, 0.3).await);
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let queue = queue_of(&system, id).await;
+        assert_eq!(queue["position"], i as u64 + 1, "{id}: {queue}");
+        assert_eq!(queue["estimated_start_at"], Value::Null, "nothing has run yet");
+    }
+    let replicate = system.get(&format!("/replicate/v1/predictions/{}", ids[2])).await.json_body().await;
+    assert_eq!(replicate["queue"]["position"], 3, "the Replicate surface carries it too");
+
+    // Another account's three jobs take their turns between this account's.
+    let other = system.bootstrap_account("other").await;
+    for _ in 0..3 {
+        sleep_of(&system, &other, 0.3).await;
+    }
+    assert_eq!(queue_of(&system, &ids[0]).await["position"], 1);
+    assert_eq!(queue_of(&system, &ids[1]).await["position"], 3, "one turn of the other lane first");
+    assert_eq!(queue_of(&system, &ids[4]).await["position"], 1 + 4 + 3);
+
+    // Runners start them: the last one moves up, gets an estimate, and loses its queue once it runs.
+    system.start_runner();
+    let last = ids.last().expect("ten").clone();
+    let moved = eventually(Duration::from_secs(30), || async {
+        let queue = queue_of(&system, &last).await;
+        (queue.is_object() && queue["position"].as_u64().is_some_and(|p| p < 13)).then_some(queue)
+    })
+    .await
+    .expect("the position falls as jobs start");
+    assert!(moved["estimated_start_at"].is_string() || moved["estimated_start_at"].is_null(), "{moved}");
+    let done = system.wait_for_terminal(&last, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(queue_of(&system, &last).await, Value::Null, "an ended prediction has no queue");
+}
+
+#[tokio::test]
+async fn the_estimate_comes_from_recent_runs_and_busy_slots() {
+    let system = System::start_with(Options {
+        notifier: false,
+        env: vec![("RUNNER_CONCURRENCY", "1".into())],
+        ..Options::default()
+    })
+    .await;
+    let key = system.admin_key.clone();
+    let first = sleep_of(&system, &key, 0.2).await;
+    system.wait_for_terminal(&first, Duration::from_secs(20)).await;
+    let running = sleep_of(&system, &key, 5.0).await;
+    eventually(Duration::from_secs(10), || async {
+        let p = system.get(&format!("/v1/predictions/{running}")).await.json_body().await;
+        (p["status"] == "processing").then_some(())
+    })
+    .await
+    .expect("the long one runs");
+    let waiting = sleep_of(&system, &key, 0.2).await;
+    let queue = queue_of(&system, &waiting).await;
+    assert_eq!(queue["position"], 1);
+    let at =
+        chrono::DateTime::parse_from_rfc3339(queue["estimated_start_at"].as_str().expect("an estimate")).expect("time");
+    let ahead = at.signed_duration_since(chrono::Utc::now());
+    // Half of the 0.2 s average run from when the get answered: about now.
+    assert!(ahead > chrono::Duration::seconds(-2) && ahead < chrono::Duration::seconds(2), "{ahead}");
+}
