@@ -181,3 +181,9 @@ test("run with a Blob input uploads it and the model sees its exact bytes", asyn
   assert.equal(output.sha256, sha256(bytes));
   assert.equal(output.content_type, "image/png");
 });
+
+test("a Cog model with a Path input sees the exact bytes of a Buffer", async () => {
+  const bytes = sample(300 * 1024);
+  const output = await replicate.run("acme/hash", { input: { file: bytes } });
+  assert.equal(output, `${sha256(bytes)} ${bytes.length}`);
+});

@@ -200,3 +200,14 @@ def test_run_with_a_file_as_base64_sends_a_data_uri_the_model_reads(client, tmp_
     with open(path, "rb") as f:
         output = json.loads(client.run("demo/checksum", input={"file": f}, file_encoding_strategy="base64"))
     assert output["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_a_cog_model_with_a_path_input_sees_the_exact_bytes_by_upload_and_by_base64(client, tmp_path):
+    data = _bytes(300 * 1024)
+    path = tmp_path / "for-cog.bin"
+    path.write_bytes(data)
+    expected = f"{hashlib.sha256(data).hexdigest()} {len(data)}"
+    with open(path, "rb") as f:
+        assert client.run("acme/hash", input={"file": f}) == expected
+    with open(path, "rb") as f:
+        assert client.run("acme/hash", input={"file": f}, file_encoding_strategy="base64") == expected
