@@ -1,5 +1,7 @@
 //! Operator commands: `api admin bootstrap --account NAME` creates the account (or reuses the
-//! one with that name) and issues a new key with scopes `read`, `write` and `admin`.
+//! one with that name) and issues a new key with scopes `read`, `write` and `admin`;
+//! `api admin set-concurrency --account NAME --max-concurrency N` (or `--unlimited`) caps how many
+//! of the account's predictions run at once.
 
 use anyhow::{Context, bail};
 use common::{
@@ -47,4 +49,20 @@ pub async fn bootstrap(config: &ApiConfig, name: &str) -> anyhow::Result<Bootstr
     )
     .await?;
     Ok(Bootstrapped { account, created, key, secret })
+}
+
+/// Sets (`Some`) or lifts (`None`) the concurrency cap of the account `name`: how many of its
+/// predictions may run at once over every runner. Runners apply it within a few seconds.
+pub async fn set_max_concurrency(config: &ApiConfig, name: &str, max: Option<u32>) -> anyhow::Result<Account> {
+    if max == Some(0) {
+        bail!("--max-concurrency must be at least 1 (lift the cap with --unlimited)");
+    }
+    let common = &config.common;
+    let store =
+        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
+    let Some(account) = store.accounts().find_by_name(name.trim()).await? else {
+        bail!("no account is named {:?}", name.trim());
+    };
+    store.accounts().set_max_concurrency(&account.id, max).await?;
+    Ok(Account { max_concurrency: max, ..account })
 }

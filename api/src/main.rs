@@ -1,5 +1,7 @@
 //! The api binary: `api` serves the HTTP API; `api admin bootstrap --account NAME` creates an
-//! account (or reuses one of that name) and prints a new admin key on stdout.
+//! account (or reuses one of that name) and prints a new admin key on stdout;
+//! `api admin set-concurrency --account NAME --max-concurrency N` (or `--unlimited`) sets the
+//! account's concurrency cap.
 
 use std::process::ExitCode;
 
@@ -31,6 +33,18 @@ enum AdminCommand {
         /// The account's name.
         #[arg(long)]
         account: String,
+    },
+    /// Cap how many predictions of an account run at once, over every runner.
+    SetConcurrency {
+        /// The account's name.
+        #[arg(long)]
+        account: String,
+        /// The most predictions of the account running at once (at least 1).
+        #[arg(long, required_unless_present = "unlimited", conflicts_with = "unlimited")]
+        max_concurrency: Option<u32>,
+        /// Lift the account's cap.
+        #[arg(long)]
+        unlimited: bool,
     },
 }
 
@@ -65,6 +79,16 @@ async fn serve() -> ExitCode {
                     done.key.prefix()
                 );
                 println!("{}", done.key.expose());
+            })
+        }
+        Command::Admin { command: AdminCommand::SetConcurrency { account, max_concurrency, unlimited: _ } } => {
+            api::admin::set_max_concurrency(&config, &account, max_concurrency).await.map(|account| {
+                match account.max_concurrency {
+                    Some(n) => {
+                        eprintln!("account {} ({}) runs at most {n} predictions at once", account.name, account.id)
+                    }
+                    None => eprintln!("account {} ({}) has no concurrency cap", account.name, account.id),
+                }
             })
         }
     };

@@ -11,6 +11,7 @@
 //! | notifier consumer | `ps_notifier` |
 //! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
 //! | signing secret rotated (core NATS) | `ps.secrets.rotated` |
+//! | running slots of capped accounts (KV bucket) | `ps_account_slots`, keys `<account id>.<slot>` |
 
 use crate::domain::{AccountId, ModelRef, PredictionId};
 
@@ -146,6 +147,12 @@ impl Subjects {
         format!("{}.events.resend.{id}", self.prefix)
     }
 
+    /// The key-value bucket of the running slots of accounts with a concurrency cap (see the
+    /// runner's `account_slots`).
+    pub fn account_slots_bucket(&self) -> String {
+        format!("{}_account_slots", self.prefix)
+    }
+
     /// Every cancel subject.
     pub fn all_cancels(&self) -> String {
         format!("{}.cancel.*", self.prefix)
@@ -161,6 +168,7 @@ mod tests {
         let s = Subjects::new("ps").expect("valid");
         let m: ModelRef = "demo/echo".parse().expect("valid");
         assert_eq!(s.jobs_stream(), "PS_JOBS");
+        assert_eq!(s.account_slots_bucket(), "ps_account_slots");
         let id = PredictionId::parse("aaaaaaaaaaaaaaaaaaaaaaaaaa").expect("id");
         let account = AccountId::generate();
         assert_eq!(s.job(&m, &account, &id), format!("ps.jobs.demo.echo.{account}.aaaaaaaaaaaaaaaaaaaaaaaaaa"));

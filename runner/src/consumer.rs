@@ -22,7 +22,7 @@ use common::{
     bus::{Bus, heartbeat::Heartbeat, held::HeldMessage},
     domain::ModelRef,
     messages::JobMessage,
-    store::dead_letters::DeadLetters,
+    store::{accounts::Accounts, dead_letters::DeadLetters},
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
@@ -33,7 +33,10 @@ use crate::{
     execute::{Delivery, Executor, Outcome},
     lanes::Lanes,
     models::{Model, ModelError},
-    scheduler::{Scheduler, Slots},
+    scheduler::{
+        Scheduler, Slots,
+        account_slots::{self, AccountSlots},
+    },
 };
 
 /// What every job of this runner shares.
@@ -53,6 +56,7 @@ pub async fn consume(
     models: Vec<Arc<dyn Model>>,
     executor: Arc<Executor>,
     dead_letters: DeadLetters,
+    accounts: Accounts,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let subjects = bus.subjects();
@@ -70,8 +74,13 @@ pub async fn consume(
     let names: Vec<ModelRef> = served.keys().cloned().collect();
     let lanes = Arc::new(Lanes::new(stream, subjects.clone(), config.ack_wait, config.max_deliver));
     let model_concurrency = config.model_concurrency.unwrap_or(config.concurrency);
-    let scheduler =
-        Arc::new(Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone()));
+    let scheduler = Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone());
+    let lease = account_slots::lease_for(config.ack_wait);
+    let slots_bucket = bus.account_slots(lease).await.context("opening the account slots")?;
+    let holder = format!("{}:{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "runner".into()), std::process::id());
+    let (account_slots, slots_kept) =
+        AccountSlots::start(slots_bucket, accounts, lease, &holder, scheduler.waker(), shutdown.clone());
+    let scheduler = Arc::new(scheduler.with_account_slots(account_slots));
     for model in &names {
         tracing::info!(%model, "consuming jobs");
     }
@@ -91,6 +100,12 @@ pub async fn consume(
         tracing::warn!("running predictions did not finish within the grace period; handing them back");
         shared.handback.cancel();
         shared.tracker.wait().await;
+    }
+    // The account slots of the jobs that ran are freed by the keeper, which stops once the
+    // scheduler (and with it every slot) is gone.
+    drop(scheduler);
+    if tokio::time::timeout(std::time::Duration::from_secs(2), slots_kept).await.is_err() {
+        tracing::warn!("account slots not freed in time; they age out within the ack wait");
     }
     tracing::info!("runner stopped");
     Ok(())

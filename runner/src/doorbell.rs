@@ -64,7 +64,16 @@ pub async fn announce(
                 let scanned_at = std::time::Instant::now();
                 match lanes.with_jobs(model).await {
                     Ok((found, jobs)) => {
-                        metrics.set_pending(&model.to_string(), i64::try_from(jobs).unwrap_or(i64::MAX));
+                        let name = model.to_string();
+                        metrics.set_pending(&name, i64::try_from(jobs).unwrap_or(i64::MAX));
+                        match lanes.running(&found).await {
+                            Ok(running) => {
+                                let running = running.min(jobs);
+                                let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+                                metrics.set_depth(&name, count(jobs - running), count(running));
+                            }
+                            Err(e) => tracing::debug!(%model, error = format!("{e:#}"), "the running jobs were not counted"),
+                        }
                         scheduler.scanned(model, &found, scanned_at);
                         for key in found {
                             scheduler.ring(key).await;

@@ -93,6 +93,25 @@ impl Lanes {
         Ok((lanes, jobs))
     }
 
+    /// How many of the jobs of `lanes` a runner has taken and not yet settled (their consumers'
+    /// unacknowledged deliveries: the jobs running on any runner). A lane whose consumer does
+    /// not exist yet has none.
+    pub async fn running(&self, lanes: &[LaneKey]) -> anyhow::Result<usize> {
+        let mut running = 0;
+        for key in lanes {
+            let name = match &key.account {
+                Some(account) => self.subjects.lane_consumer(&key.model, account),
+                None => self.subjects.runner_consumer(&key.model),
+            };
+            match self.stream.consumer_info(&name).await {
+                Ok(info) => running += info.num_ack_pending,
+                Err(e) if e.kind() == async_nats::jetstream::context::ConsumerInfoErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("reading consumer {name}")),
+            }
+        }
+        Ok(running)
+    }
+
     /// The lane a job subject of `model` belongs to.
     pub fn lane_of(&self, model: &ModelRef, subject: &str) -> LaneKey {
         LaneKey { model: model.clone(), account: self.subjects.account_of_job(model, subject) }

@@ -10,6 +10,9 @@
 //!   creation to the start this process made (`started_at - created_at`);
 //! - `runner_jobs_pending{model}`: the model's jobs in the jobs stream not yet finished
 //!   (waiting or running on any runner), as JetStream counts them at each lane scan;
+//! - `runner_jobs_waiting{model}` and `runner_jobs_running{model}`: the same jobs counted
+//!   apart, those no runner has taken and those taken and not yet finished (on any runner: the
+//!   lanes' unacknowledged deliveries), at each lane scan;
 //! - `mongodb_commands_total{command}` with `MONGODB_COMMAND_METRICS=true`.
 
 use std::time::Instant;
@@ -38,6 +41,8 @@ pub struct RunnerMetrics {
     run_duration: Family<RunLabels, Histogram>,
     state_write: Family<StatusLabel, Histogram>,
     pending: Family<ModelLabel, Gauge>,
+    waiting: Family<ModelLabel, Gauge>,
+    running: Family<ModelLabel, Gauge>,
     jobs_taken: Family<ModelLabel, Counter>,
     queue_wait: Family<ModelLabel, Histogram>,
 }
@@ -57,6 +62,8 @@ impl RunnerMetrics {
         let state_write: Family<StatusLabel, Histogram> =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 16)));
         let pending = Family::<ModelLabel, Gauge>::default();
+        let waiting = Family::<ModelLabel, Gauge>::default();
+        let running = Family::<ModelLabel, Gauge>::default();
         let jobs_taken = Family::<ModelLabel, Counter>::default();
         // 5 ms to about 3 hours.
         let queue_wait: Family<ModelLabel, Histogram> =
@@ -74,6 +81,12 @@ impl RunnerMetrics {
             "Jobs of the model in the jobs stream, not yet finished",
             pending.clone(),
         );
+        registry.register("runner_jobs_waiting", "Jobs of the model no runner has taken yet", waiting.clone());
+        registry.register(
+            "runner_jobs_running",
+            "Jobs of the model taken by a runner, not yet finished",
+            running.clone(),
+        );
         registry.register("runner_jobs_started", "Predictions this process started", jobs_taken.clone());
         registry.register(
             "runner_queue_wait_seconds",
@@ -86,6 +99,8 @@ impl RunnerMetrics {
             run_duration,
             state_write,
             pending,
+            waiting,
+            running,
             jobs_taken,
             queue_wait,
         }
@@ -119,6 +134,13 @@ impl RunnerMetrics {
     /// `model` has `jobs` unfinished jobs in the stream.
     pub fn set_pending(&self, model: &str, jobs: i64) {
         self.pending.get_or_create(&ModelLabel::of(model)).set(jobs);
+    }
+
+    /// `model` has `waiting` jobs no runner has taken and `running` taken ones, in the stream.
+    pub fn set_depth(&self, model: &str, waiting: i64, running: i64) {
+        let label = ModelLabel::of(model);
+        self.waiting.get_or_create(&label).set(waiting);
+        self.running.get_or_create(&label).set(running);
     }
 
     /// The metrics in the OpenMetrics text format (without the closing `# EOF`).

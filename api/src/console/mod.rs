@@ -4,7 +4,8 @@
 //!   person every page proves it is ([`session::Signed`]); [`csrf`]: the checks of every form
 //!   post ([`csrf::ConsoleAction`]).
 //! - Pages, one file each: [`predictions`] (the list at `/`, a prediction at its `urls.web`,
-//!   Cancel, Resend), [`models`] (list and run form), [`keys`], [`secret`]; [`files`] serves
+//!   Cancel, Resend), [`models`] (list and run form), [`keys`], [`secret`], [`account`] (its
+//!   concurrency cap); [`files`] serves
 //!   file outputs to the pages.
 //! - [`page`]: rendering (askama templates in `templates/`, escaped by default) and the
 //!   security headers (a Content-Security-Policy without inline script); [`assets`]: the one
@@ -14,6 +15,7 @@
 //! `deliveries`, `accounts`, `signing_secret`), never a route handler. The cookie is read here only:
 //! the `/v1` and `/replicate/v1` APIs authenticate with bearer keys alone.
 
+mod account;
 mod assets;
 mod csrf;
 mod error;
@@ -56,6 +58,7 @@ pub fn router() -> Router<AppState> {
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/deactivate", post(keys::deactivate))
         .route("/secret", get(secret::show))
+        .route("/account", get(account::show))
         .route("/secret/reveal", post(secret::reveal))
         .route("/secret/rotate", post(secret::rotate))
         .route("/static/console.css", get(assets::css))

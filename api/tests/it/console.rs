@@ -298,3 +298,17 @@ async fn the_run_form_uploads_a_file_input_which_the_files_page_lists_and_delete
     assert_eq!(browser.get(&format!("/files/{file_id}")).await.status(), StatusCode::NOT_FOUND);
     assert!(!browser.page("/files").await.contains(&file_id));
 }
+
+#[tokio::test]
+async fn the_account_page_shows_the_concurrency_cap_the_operator_set() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let html = browser.page("/account").await;
+    assert!(html.contains("test-account"), "the account's name");
+    assert!(html.contains(r#"id="account-max-concurrency">none<"#), "no cap by default: {html}");
+    system.set_max_concurrency("test-account", Some(3)).await;
+    let html = browser.page("/account").await;
+    assert!(html.contains(r#"id="account-max-concurrency">3 predictions at once<"#), "{html}");
+    system.set_max_concurrency("test-account", None).await;
+    assert!(browser.page("/account").await.contains(r#"id="account-max-concurrency">none<"#), "lifted");
+}

@@ -153,6 +153,13 @@ impl System {
         boot.key.expose().to_owned()
     }
 
+    /// Sets the concurrency cap of the account `name` as `api admin set-concurrency` does.
+    pub async fn set_max_concurrency(&self, name: &str, max: Option<u32>) {
+        let env = Env::from_fn(|k| self.vars.get(k).cloned());
+        let config = ApiConfig::from_env(&env).expect("api configuration");
+        api::admin::set_max_concurrency(&config, name, max).await.expect("cap set");
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }

@@ -122,7 +122,13 @@ async fn the_runner_and_notifier_serve_their_metrics_and_answer_ready_only_with_
     })
     .await
     .expect("the run is counted");
-    for family in ["runner_jobs_in_flight", "runner_state_write_duration_seconds", "runner_jobs_pending"] {
+    for family in [
+        "runner_jobs_in_flight",
+        "runner_state_write_duration_seconds",
+        "runner_jobs_pending",
+        "runner_jobs_waiting",
+        "runner_jobs_running",
+    ] {
         assert!(runner_metrics.contains(&format!("# TYPE {family} ")), "{family} in {runner_metrics}");
     }
     let notifier_metrics = eventually(Duration::from_secs(10), || async {

@@ -450,6 +450,27 @@ impl Bus {
         }
     }
 
+    /// The key-value bucket of capped accounts' running slots (created, or updated to this
+    /// configuration): a slot not refreshed for `lease` ages out, and the server then writes a
+    /// delete marker that watchers see, so a slot held by a process that died frees itself.
+    pub async fn account_slots(&self, lease: Duration) -> Result<jetstream::kv::Store, BusError> {
+        let bucket = self.subjects.account_slots_bucket();
+        let config = jetstream::kv::Config {
+            bucket: bucket.clone(),
+            description: "running slots of accounts with a concurrency cap".into(),
+            history: 1,
+            max_age: lease,
+            limit_markers: Some(lease.max(Duration::from_secs(1))),
+            storage: StorageType::File,
+            num_replicas: self.replicas,
+            ..Default::default()
+        };
+        self.js
+            .create_or_update_key_value(config)
+            .await
+            .map_err(|e| BusError::Stream { stream: format!("KV_{bucket}"), source: e.into() })
+    }
+
     /// The core NATS client.
     pub fn client(&self) -> &Client {
         &self.client

@@ -62,6 +62,10 @@ pub struct Account {
     pub created_at: DateTime,
     /// Its webhook signing secrets.
     pub webhook_secret: SealedSigningSecrets,
+    /// The most predictions it may have running at once, over every runner (`None`: no cap).
+    /// Past it, its jobs wait in the queue while other accounts' jobs take the free slots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
 }
 
 fn secret_context(id: &AccountId) -> String {
@@ -84,6 +88,7 @@ impl Account {
             id,
             name: name.to_owned(),
             created_at: now,
+            max_concurrency: None,
         };
         (account, secret)
     }
@@ -161,6 +166,34 @@ impl Accounts {
         let filter = doc! { "_id": id.as_str(), "webhook_secret.current": expected_current };
         let update = doc! { "$set": { "webhook_secret": bson::to_bson(secrets)? } };
         Ok(self.coll.update_one(filter, update).await?.modified_count == 1)
+    }
+
+    /// Sets (or, with `None`, lifts) the account's concurrency cap; returns whether the
+    /// account exists.
+    pub async fn set_max_concurrency(&self, id: &AccountId, max: Option<u32>) -> Result<bool, StoreError> {
+        let update = match max {
+            Some(n) => doc! { "$set": { "max_concurrency": i64::from(n) } },
+            None => doc! { "$unset": { "max_concurrency": "" } },
+        };
+        Ok(self.coll.update_one(doc! { "_id": id.as_str() }, update).await?.matched_count == 1)
+    }
+
+    /// An account's concurrency cap (`None`: no cap, or no such account).
+    pub async fn max_concurrency(&self, id: &AccountId) -> Result<Option<u32>, StoreError> {
+        let options = mongodb::options::FindOneOptions::builder().projection(doc! { "max_concurrency": 1 }).build();
+        let found = self
+            .coll
+            .clone_with_type::<bson::Document>()
+            .find_one(doc! { "_id": id.as_str() })
+            .with_options(options)
+            .await?;
+        Ok(found
+            .and_then(|d| {
+                d.get("max_concurrency")
+                    .and_then(bson::Bson::as_i64)
+                    .or_else(|| d.get_i32("max_concurrency").ok().map(i64::from))
+            })
+            .and_then(|n| u32::try_from(n).ok()))
     }
 
     /// An account by name.

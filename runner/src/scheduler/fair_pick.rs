@@ -182,12 +182,14 @@ impl<T: Clone> FairPick<T> {
         slots.running() as f64 / f64::from(slots.weight)
     }
 
-    /// The lane to fetch from next, if any may have work and its model has a free slot, with
-    /// how many jobs to fetch at most (one while other lanes of its model may have work).
-    pub fn pick(&self, now: Instant) -> Option<(LaneKey, T, usize)> {
+    /// The lane to fetch from next, if any may have work, its model has a free slot and it is
+    /// not `held_back` (its account is at its cap), with how many jobs to fetch at most (one
+    /// while other lanes of its model may have work).
+    pub fn pick(&self, now: Instant, held_back: impl Fn(&LaneKey) -> bool) -> Option<(LaneKey, T, usize)> {
         let lanes = self.lanes();
-        let ready =
-            |e: &&Entry<T>| e.state.may_have_work(now) && self.models[&e.key.model].free.available_permits() > 0;
+        let ready = |e: &&Entry<T>| {
+            e.state.may_have_work(now) && self.models[&e.key.model].free.available_permits() > 0 && !held_back(&e.key)
+        };
         let best = lanes.iter().filter(ready).min_by(|a, b| {
             let (sa, sb) = (self.share(&a.key.model), self.share(&b.key.model));
             sa.total_cmp(&sb).then(a.state.last_served.cmp(&b.state.last_served))
@@ -289,7 +291,7 @@ mod tests {
     }
 
     fn picked(pick: &FairPick<()>, now: Instant) -> Option<LaneKey> {
-        pick.pick(now).map(|(k, _, _)| k)
+        pick.pick(now, |_| false).map(|(k, _, _)| k)
     }
 
     #[test]
@@ -372,12 +374,39 @@ mod tests {
         let now = Instant::now();
         pick.add(key("a", Some(&heavy)), ());
         pick.mark(&key("a", None), 1, 0, now);
-        assert_eq!(pick.pick(now), Some((key("a", Some(&heavy)), (), MAX_FETCH)), "alone, it may fetch a batch");
+        assert_eq!(
+            pick.pick(now, |_| false),
+            Some((key("a", Some(&heavy)), (), MAX_FETCH)),
+            "alone, it may fetch a batch"
+        );
         pick.mark(&key("a", Some(&heavy)), 1, 1, now);
         pick.add(key("a", Some(&light)), ());
-        assert_eq!(pick.pick(now), Some((key("a", Some(&light)), (), 1)), "the lane served least recently, one job");
+        assert_eq!(
+            pick.pick(now, |_| false),
+            Some((key("a", Some(&light)), (), 1)),
+            "the lane served least recently, one job"
+        );
         pick.mark(&key("a", Some(&light)), 1, 1, now);
         assert_eq!(picked(&pick, now), Some(key("a", Some(&heavy))));
+    }
+
+    #[test]
+    fn a_lane_held_back_by_its_accounts_cap_is_passed_over_for_the_next() {
+        let pick = pick_of(&["a"], 4, &HashMap::new());
+        let (capped, other) = (AccountId::generate(), AccountId::generate());
+        let now = Instant::now();
+        pick.mark(&key("a", None), 1, 0, now);
+        pick.add(key("a", Some(&capped)), ());
+        pick.add(key("a", Some(&other)), ());
+        let held_back = |k: &LaneKey| k.account.as_ref() == Some(&capped);
+        assert_eq!(
+            pick.pick(now, held_back),
+            Some((key("a", Some(&other)), (), MAX_FETCH)),
+            "the other account's lane, alone among those that may go, may fetch a batch"
+        );
+        pick.mark(&key("a", Some(&other)), 1, 0, now);
+        assert_eq!(pick.pick(now, held_back), None, "the capped lane waits, with work, for a slot of its account");
+        assert_eq!(picked(&pick, now), Some(key("a", Some(&capped))), "and goes once its account has one");
     }
 
     #[test]

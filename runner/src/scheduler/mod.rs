@@ -23,7 +23,12 @@
 //! in it: jobs handed back with a delay, or left by a runner that died, come back without a
 //! doorbell) and which lane goes first (fair share by model weight, then the account served
 //! least recently) is the [`fair_pick`] module's.
+//!
+//! **Accounts with a concurrency cap** take one of their slots on NATS before a job of theirs
+//! is fetched ([`account_slots`]); a lane of an account at its cap is passed over until one of
+//! its slots frees, so other accounts' jobs take the free runner slots meanwhile.
 
+pub mod account_slots;
 pub mod fair_pick;
 
 use std::{
@@ -39,7 +44,10 @@ use tokio_util::sync::CancellationToken;
 
 use common::domain::ModelRef;
 
-use self::fair_pick::FairPick;
+use self::{
+    account_slots::{AccountSlot, AccountSlots, Claim},
+    fair_pick::FairPick,
+};
 use crate::lanes::{LaneKey, Lanes};
 
 /// How long to wait before trying again after a fetch failed.
@@ -52,11 +60,13 @@ const FETCH_RETRY: Duration = Duration::from_millis(500);
 /// redelivered after their ack wait.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The slots one job holds while it runs: one of the runner, one of its model. Dropping them
-/// wakes the scheduler, which may be waiting for exactly this model's slot.
+/// The slots one job holds while it runs: one of the runner, one of its model, and one of its
+/// account if the account is capped. Dropping them wakes the scheduler, which may be waiting
+/// for exactly this model's slot (a freed account slot wakes it through the slots' watch).
 pub struct Slots {
     _runner: OwnedSemaphorePermit,
     _model: OwnedSemaphorePermit,
+    _account: Option<AccountSlot>,
     wake: Arc<Notify>,
 }
 
@@ -73,6 +83,7 @@ pub struct Scheduler {
     pick: FairPick<PullConsumer>,
     lanes: Arc<Lanes>,
     wake: Arc<Notify>,
+    accounts: Option<Arc<AccountSlots>>,
 }
 
 impl Scheduler {
@@ -90,6 +101,26 @@ impl Scheduler {
             pick: FairPick::new(models, model_concurrency, weights),
             lanes,
             wake: Arc::new(Notify::new()),
+            accounts: None,
+        }
+    }
+
+    /// Caps accounts with `slots` (built on [`Self::waker`]).
+    pub fn with_account_slots(mut self, slots: Arc<AccountSlots>) -> Self {
+        self.accounts = Some(slots);
+        self
+    }
+
+    /// What wakes the loop when a slot frees.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Whether a lane's account is at its cap.
+    fn account_full(&self, key: &LaneKey) -> bool {
+        match (&self.accounts, &key.account) {
+            (Some(slots), Some(account)) => slots.is_full(account),
+            _ => false,
         }
     }
 
@@ -133,7 +164,7 @@ impl Scheduler {
                 },
             };
             let now = Instant::now();
-            let Some((key, consumer, most)) = self.pick.pick(now) else {
+            let Some((key, consumer, most)) = self.pick.pick(now, |key| self.account_full(key)) else {
                 drop(held);
                 self.pick.forget(None, now);
                 tokio::select! {
@@ -144,6 +175,9 @@ impl Scheduler {
                 continue;
             };
             match self.fetch(&key, &consumer, most, held, &start).await {
+                // Nothing asked: the lane's account had no free slot; the lane is passed over
+                // until one frees, not marked empty.
+                Ok((0, _)) => {}
                 Ok((asked, started)) => {
                     tracing::trace!(model = %key.model, account = ?key.account, asked, started, "fetched");
                     self.pick.mark(&key, asked, started, Instant::now());
@@ -170,6 +204,14 @@ impl Scheduler {
         held: OwnedSemaphorePermit,
         start: &impl Fn(Message, &ModelRef, Slots),
     ) -> Result<(usize, usize), async_nats::Error> {
+        let mut account_slots = match (&self.accounts, &key.account) {
+            (Some(slots), Some(account)) => match slots.claim(account, most).await {
+                Claim::Unlimited => None,
+                Claim::Capped(taken) => Some(taken),
+            },
+            _ => None,
+        };
+        let most = account_slots.as_ref().map_or(most, Vec::len);
         let mut slots = Vec::new();
         let mut runner_permit = Some(held);
         while slots.len() < most {
@@ -177,7 +219,8 @@ impl Scheduler {
                 break;
             };
             let Some(model) = self.pick.model_slot(&key.model) else { break };
-            slots.push(Slots { _runner: runner, _model: model, wake: self.wake.clone() });
+            let account = account_slots.as_mut().and_then(Vec::pop);
+            slots.push(Slots { _runner: runner, _model: model, _account: account, wake: self.wake.clone() });
         }
         let asked = slots.len();
         if asked == 0 {

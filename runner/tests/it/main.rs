@@ -1,10 +1,12 @@
 //! The runner's integration tests, against real NATS JetStream and MongoDB. Predictions are
 //! stored and their jobs published directly, as the api would.
 
+mod account_caps;
 mod cancel;
 mod cog;
 mod crash;
 mod deadlines;
+mod depth;
 mod fixture;
 mod reconcile;
 mod results;

@@ -1,0 +1,137 @@
+//! Concurrency caps per account: held on NATS across every runner, jobs past the cap wait (and
+//! other accounts' jobs take the free slots), and a killed runner's slot frees itself.
+
+use std::{process::Stdio, time::Duration};
+
+use common::{
+    crypto::MasterKey,
+    domain::{AccountId, Prediction, PredictionStatus},
+    store::Account,
+    testkit::eventually,
+};
+use serde_json::json;
+
+use crate::fixture::Fixture;
+
+/// Stores an account capped at `max` running predictions.
+async fn capped_account(fixture: &Fixture, max: u32) -> AccountId {
+    let master = MasterKey::from_base64(&MasterKey::generate_base64()).expect("key");
+    let (account, _) = Account::new(&format!("capped-{}", AccountId::generate()), &master);
+    fixture.store.accounts().insert(&account).await.expect("insert");
+    assert!(fixture.store.accounts().set_max_concurrency(&account.id, Some(max)).await.expect("cap"));
+    account.id
+}
+
+/// The bucket of account slots, as the runners made it.
+async fn slots_bucket(fixture: &Fixture) -> async_nats::jetstream::kv::Store {
+    let bucket = fixture.bus.subjects().account_slots_bucket();
+    fixture.bus.jetstream().get_key_value(bucket).await.expect("the runners made the bucket")
+}
+
+/// The most predictions of `done` that ran at the same moment.
+fn most_at_once(done: &[Prediction]) -> usize {
+    done.iter()
+        .map(|p| done.iter().filter(|q| q.started_at <= p.started_at && q.completed_at > p.started_at).count())
+        .max()
+        .unwrap_or(0)
+}
+
+fn start_delay(p: &Prediction) -> i64 {
+    p.started_at.expect("started").timestamp_millis() - p.created_at.timestamp_millis()
+}
+
+async fn finished(fixture: &Fixture, created: &[Prediction]) -> Vec<Prediction> {
+    let mut done = Vec::new();
+    for p in created {
+        done.push(fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await);
+    }
+    done
+}
+
+#[tokio::test]
+async fn an_account_capped_at_two_never_runs_more_than_two_over_two_runners_while_another_fills_the_rest() {
+    let fixture = Fixture::new(&[]).await;
+    let capped = capped_account(&fixture, 2).await;
+    let free = AccountId::generate();
+    for _ in 0..2 {
+        fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "4")]);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await; // both runners are up
+    let mut of_capped = Vec::new();
+    for _ in 0..8 {
+        of_capped.push(fixture.create_of(&capped, "demo/sleep", json!({"seconds": 1})).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // the capped account took its two slots
+    let mut of_free = Vec::new();
+    for _ in 0..6 {
+        of_free.push(fixture.create_of(&free, "demo/sleep", json!({"seconds": 1})).await);
+    }
+    let of_capped = finished(&fixture, &of_capped).await;
+    let of_free = finished(&fixture, &of_free).await;
+    assert!(of_capped.iter().chain(&of_free).all(|p| p.status == PredictionStatus::Succeeded), "nothing refused");
+    assert_eq!(most_at_once(&of_capped), 2, "the cap holds across both runners, and is used");
+    let mut delays: Vec<i64> = of_free.iter().map(start_delay).collect();
+    delays.sort_unstable();
+    eprintln!("the other account's start delays beside a capped backlog (ms): {delays:?}");
+    assert!(delays[5] < 800, "the other account's six jobs take the six free slots at once: {delays:?} ms");
+    let first = of_capped.iter().filter_map(|p| p.started_at).min().expect("started");
+    let last = of_capped.iter().filter_map(|p| p.completed_at).max().expect("ended");
+    let span = last.timestamp_millis() - first.timestamp_millis();
+    assert!(span >= 3_900, "eight one-second jobs two at a time take about four seconds, took {span} ms");
+}
+
+#[tokio::test]
+async fn the_slot_of_a_runner_killed_mid_job_frees_within_the_ack_wait() {
+    let ack_wait = Duration::from_secs(2);
+    let fixture = Fixture::new(&[]).await;
+    let capped = capped_account(&fixture, 1).await;
+    let mut doomed = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .env_clear()
+        .envs(&fixture.vars)
+        .env("RUNNER_MODELS", "demo/sleep")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a runner process");
+    let long = fixture.create_of(&capped, "demo/sleep", json!({"seconds": 3})).await;
+    fixture.wait_until(&long.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    let kv = slots_bucket(&fixture).await;
+    let slot = format!("{capped}.0");
+    assert!(kv.get(&slot).await.expect("read").is_some(), "the running job holds the account's one slot");
+
+    doomed.kill().expect("SIGKILL the runner");
+    let killed_at = std::time::Instant::now();
+    doomed.wait().expect("reap it");
+    let freed =
+        eventually(Duration::from_secs(10), || async { kv.get(&slot).await.ok()?.is_none().then_some(()) }).await;
+    let after = killed_at.elapsed();
+    assert!(freed.is_some(), "the slot never freed");
+    eprintln!("the killed runner's slot freed {} ms after the kill", after.as_millis());
+    assert!(after <= ack_wait, "freed {after:?} after the kill, past the ack wait of {ack_wait:?}");
+
+    fixture.start_runner("demo/sleep");
+    let next = fixture.create_of(&capped, "demo/sleep", json!({"seconds": 0.1})).await;
+    for p in [&long, &next] {
+        let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+        assert_eq!(done.status, PredictionStatus::Succeeded, "both jobs of the account run after the kill");
+    }
+}
+
+#[tokio::test]
+async fn an_account_without_a_cap_takes_every_slot() {
+    let fixture = Fixture::new(&[]).await;
+    let master = MasterKey::from_base64(&MasterKey::generate_base64()).expect("key");
+    let (account, _) = Account::new("uncapped", &master);
+    fixture.store.accounts().insert(&account).await.expect("insert");
+    fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "4")]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut created = Vec::new();
+    for _ in 0..4 {
+        created.push(fixture.create_of(&account.id, "demo/sleep", json!({"seconds": 1})).await);
+    }
+    let done = finished(&fixture, &created).await;
+    assert_eq!(most_at_once(&done), 4);
+    let kv = slots_bucket(&fixture).await;
+    assert!(kv.get(format!("{}.0", account.id)).await.expect("read").is_none(), "no slot is taken for it");
+}
