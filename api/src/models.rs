@@ -1,13 +1,24 @@
-//! Registered models, as the api sees them: looked up in the `models` collection and cached
-//! for [`MODEL_CACHE_TTL`], so a newly registered model is served within seconds and a model
-//! look-up does not cost a database round trip on every create.
+//! Registered models, as the api sees them, at the version a create runs: a model's
+//! `latest_version` is the newest of its *live* versions (those a runner that is alive serves,
+//! from the `runners` collection; see [`LiveRunners`]), or the version registered last while no
+//! runner of it is alive, so creates still queue. A pinned version ([`ModelCatalog::version`])
+//! is any version the model has had, live or not: its predictions wait for a runner of it.
+//!
+//! Look-ups are cached for [`MODEL_CACHE_TTL`] and the live runners for [`LIVE_CACHE_TTL`], so
+//! a create does not cost a database round trip for either, and a new version is picked up
+//! within seconds.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
+use bson::DateTime;
 use common::{
     cache::TtlCache,
-    domain::ModelRef,
-    store::{ModelRecord, Models},
+    domain::{ModelRef, Pool},
+    store::{ModelRecord, ModelVersionRecord, Models, model_versions::ModelVersions, runners::Runners},
 };
 use serde_json::Value;
 
@@ -15,41 +26,144 @@ use crate::error::ApiError;
 
 /// How long a model look-up is trusted.
 pub const MODEL_CACHE_TTL: Duration = Duration::from_secs(5);
+/// How long the set of live runners is trusted.
+pub const LIVE_CACHE_TTL: Duration = Duration::from_secs(2);
 
-/// A registered model with its parsed input schema.
+/// A registered model at one version, with its parsed input schema.
 #[derive(Debug)]
 pub struct RegisteredModel {
-    /// The registration.
+    /// The registration (its `version` is the one a create runs).
     pub record: ModelRecord,
     /// The input JSON Schema.
     pub input_schema: Value,
 }
 
+impl RegisteredModel {
+    fn of(record: ModelRecord) -> Result<Arc<Self>, ApiError> {
+        let input_schema = record.input_schema()?;
+        Ok(Arc::new(Self { record, input_schema }))
+    }
+
+    fn at(version: &ModelVersionRecord) -> Result<Arc<Self>, ApiError> {
+        Self::of(ModelRecord {
+            model: version.model.clone(),
+            capability: version.capability.clone(),
+            input_schema_json: version.input_schema_json.clone(),
+            version: version.id.clone(),
+            registered_at: version.created_at,
+        })
+    }
+}
+
+/// What the live runners serve, read at one moment.
+#[derive(Debug, Default)]
+pub struct LiveSnapshot {
+    /// The live versions of each model.
+    pub versions: HashMap<ModelRef, HashSet<String>>,
+    /// The pools live runners declare.
+    pub pools: BTreeSet<Pool>,
+}
+
+/// The live runners, read from the `runners` collection at most every [`LIVE_CACHE_TTL`].
+pub struct LiveRunners {
+    runners: Runners,
+    last: Mutex<Option<(Instant, Arc<LiveSnapshot>)>>,
+}
+
+impl LiveRunners {
+    /// Live runners from `runners`.
+    pub fn new(runners: Runners) -> Self {
+        Self { runners, last: Mutex::new(None) }
+    }
+
+    /// What the live runners serve now (at most [`LIVE_CACHE_TTL`] old).
+    pub async fn snapshot(&self) -> Result<Arc<LiveSnapshot>, ApiError> {
+        if let Some((at, snapshot)) = self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+            && at.elapsed() < LIVE_CACHE_TTL
+        {
+            return Ok(snapshot.clone());
+        }
+        let mut snapshot = LiveSnapshot::default();
+        for runner in self.runners.live(DateTime::now()).await? {
+            snapshot.pools.insert(runner.pool);
+            for served in runner.serves {
+                snapshot.versions.entry(served.model).or_default().insert(served.version);
+            }
+        }
+        let snapshot = Arc::new(snapshot);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), snapshot.clone()));
+        Ok(snapshot)
+    }
+}
+
 /// The catalog of registered models.
 pub struct ModelCatalog {
     models: Models,
+    versions: ModelVersions,
+    /// The live runners.
+    pub live: LiveRunners,
     cache: TtlCache<ModelRef, Option<Arc<RegisteredModel>>>,
 }
 
 impl ModelCatalog {
-    /// A catalog over the `models` collection.
-    pub fn new(models: Models) -> Self {
-        Self { models, cache: TtlCache::new(MODEL_CACHE_TTL, 10_000) }
+    /// A catalog over the `models`, `model_versions` and `runners` collections.
+    pub fn new(models: Models, versions: ModelVersions, runners: Runners) -> Self {
+        Self { models, versions, live: LiveRunners::new(runners), cache: TtlCache::new(MODEL_CACHE_TTL, 10_000) }
     }
 
-    /// The model, if some runner registered it.
+    /// The model at its latest version, if some runner registered it.
     pub async fn get(&self, model: &ModelRef) -> Result<Option<Arc<RegisteredModel>>, ApiError> {
         if let Some(cached) = self.cache.get(model) {
             return Ok(cached);
         }
         let found = match self.models.get(model).await? {
-            Some(record) => {
-                let input_schema = record.input_schema()?;
-                Some(Arc::new(RegisteredModel { record, input_schema }))
-            }
+            Some(record) => Some(self.latest(record).await?),
             None => None,
         };
         self.cache.insert(model.clone(), found.clone());
         Ok(found)
+    }
+
+    /// The newest live version of the model whose last registration is `record`; that
+    /// registration itself while none is live (or it is live).
+    async fn latest(&self, record: ModelRecord) -> Result<Arc<RegisteredModel>, ApiError> {
+        let snapshot = self.live.snapshot().await?;
+        let Some(live) = snapshot.versions.get(&record.model).filter(|v| !v.is_empty()) else {
+            return RegisteredModel::of(record);
+        };
+        if live.contains(&record.version) && live.len() == 1 {
+            return RegisteredModel::of(record);
+        }
+        let mut newest: Option<ModelVersionRecord> = None;
+        for id in live {
+            if let Some(version) = self.versions.get(id).await?
+                && version.model == record.model
+                && newest.as_ref().is_none_or(|n| (version.created_at, &version.id) > (n.created_at, &n.id))
+            {
+                newest = Some(version);
+            }
+        }
+        match newest {
+            Some(version) => RegisteredModel::at(&version),
+            None => RegisteredModel::of(record),
+        }
+    }
+
+    /// The model at version `id`, if the model has had that version (live or not).
+    pub async fn version(&self, model: &ModelRef, id: &str) -> Result<Option<Arc<RegisteredModel>>, ApiError> {
+        if let Some(latest) = self.get(model).await?
+            && latest.record.version == id
+        {
+            return Ok(Some(latest));
+        }
+        match self.versions.get(id).await? {
+            Some(version) if &version.model == model => Ok(Some(RegisteredModel::at(&version)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether a live runner serves version `id` of `model`.
+    pub async fn is_live(&self, model: &ModelRef, id: &str) -> Result<bool, ApiError> {
+        Ok(self.live.snapshot().await?.versions.get(model).is_some_and(|v| v.contains(id)))
     }
 }

@@ -47,6 +47,14 @@ const ERRORS: &[(&str, &str, &[u16])] = &[
     ("get", "/v1/predictions/{id}/webhook-deliveries", &[404]),
     ("post", "/v1/predictions/{id}/webhook-deliveries/{webhook_id}/resend", &[404, 409]),
     ("get", "/v1/account/webhooks/secret", &[]),
+    ("get", "/v1/account", &[404]),
+    ("get", "/v1/hardware", &[]),
+    ("post", "/v1/deployments", &[400, 409, 413]),
+    ("get", "/v1/deployments", &[400]),
+    ("get", "/v1/deployments/{owner}/{name}", &[404]),
+    ("patch", "/v1/deployments/{owner}/{name}", &[400, 404, 409, 413]),
+    ("delete", "/v1/deployments/{owner}/{name}", &[404]),
+    ("post", "/v1/deployments/{owner}/{name}/predictions", &[400, 404, 413]),
     ("post", "/v1/account/webhooks/secret/rotate", &[400, 413]),
 ];
 
@@ -98,6 +106,14 @@ fn describe(status: u16) -> &'static str {
         routes::webhook_deliveries::resend,
         routes::webhook_secret::get,
         routes::webhook_secret::rotate,
+        routes::account::get,
+        routes::hardware::list,
+        routes::deployments::create,
+        routes::deployments::list,
+        routes::deployments::get,
+        routes::deployments::update,
+        routes::deployments::delete,
+        routes::deployments::predict,
         routes::health::ready,
         routes::health::health,
     ),
@@ -106,8 +122,9 @@ fn describe(status: u16) -> &'static str {
     tags(
         (name = "predictions", description = "Create, read, list and cancel predictions"),
         (name = "models", description = "Registered models and their versions"),
+        (name = "deployments", description = "Deployments: a model version on a hardware pool, changed release by release"),
         (name = "files", description = "Uploaded files and file outputs: upload, list, read, delete, download"),
-        (name = "account", description = "API keys and the webhook signing secret (scope `admin`)"),
+        (name = "account", description = "The caller's account (scope `read`), its API keys and webhook signing secret (scope `admin`)"),
         (name = "operations", description = "Readiness and liveness"),
     )
 )]

@@ -63,7 +63,7 @@ impl AppState {
         let deactivations = bus.subscribe_key_deactivations().await?;
         Ok(Self(Arc::new(Shared {
             keys: KeyDirectory::new(store.api_keys(), deactivations),
-            models: ModelCatalog::new(store.models()),
+            models: ModelCatalog::new(store.models(), store.model_versions(), store.runners()),
             rate_limiter: RateLimiter::new(bus.clone()),
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),

@@ -1,12 +1,13 @@
 //! Which registered model a create's `version` names (`POST /v1/predictions`, CONTRACT §6):
 //! `owner/name` (the model's current version), `owner/name:id` or a bare version id.
 //!
-//! Only a model's current version runs. The rule for any other version id:
+//! A prediction runs on the version it names, and only there (its job's subject carries the
+//! version: see `common::subjects`):
 //!
 //! | `version` names | answer |
 //! |---|---|
-//! | the model's current version | created, as by the model's own route |
-//! | a version the model had before its schema changed | `400` at `version`, naming the current version |
+//! | `owner/name` | created at the model's `latest_version` (the newest live one), as by its own route |
+//! | a version the model has had, live or not | created at that version, its input checked against that version's schema; it waits in the queue until a runner of that version takes it |
 //! | a version nobody registered (or of another model) | `404` |
 //! | an unregistered model | `404` |
 //! | nothing, or not a string of that form | `400` at `version` |
@@ -62,7 +63,8 @@ impl<E: Into<ApiError>> From<E> for Unresolved {
     }
 }
 
-/// The model a create's `version` field names, at its current version.
+/// The model a create's `version` field names, at the version it names (its latest for
+/// `owner/name`).
 pub async fn resolve(state: &AppState, version: Option<&Value>) -> Result<Arc<RegisteredModel>, Unresolved> {
     let text = match version {
         None | Some(Value::Null) => return Err(Unresolved::Field(FieldError::missing("version"))),
@@ -79,31 +81,20 @@ pub async fn resolve(state: &AppState, version: Option<&Value>) -> Result<Arc<Re
             (version.model, Some(id))
         }
     };
-    let registered = state.models.get(&model).await?;
-    let registered = registered.ok_or_else(|| ApiError::not_found(format!("Model {model} not found.")))?;
+    let missing_model = || ApiError::not_found(format!("Model {model} not found."));
     match id {
-        Some(id) if id != registered.record.version => Err(not_current(state, &registered, &id).await?.into()),
-        _ => Ok(registered),
+        None => Ok(state.models.get(&model).await?.ok_or_else(missing_model)?),
+        Some(id) => {
+            if state.models.get(&model).await?.is_none() {
+                return Err(missing_model().into());
+            }
+            let found = state.models.version(&model, &id).await?;
+            Ok(found.ok_or_else(|| ApiError::not_found(format!("Version {id} of {model} not found.")))?)
+        }
     }
 }
 
 const FORM: &str = "Must be 'owner/name', 'owner/name:<version id>' or a version id.";
-
-/// The answer to a version id that is not `model`'s current one.
-async fn not_current(state: &AppState, model: &RegisteredModel, id: &str) -> Result<ApiError, ApiError> {
-    let name = &model.record.model;
-    let superseded = state.store.model_versions().get(id).await?.is_some_and(|v| &v.model == name);
-    if !superseded {
-        return Ok(ApiError::not_found(format!("Version {id} of {name} not found.")));
-    }
-    let current = &model.record.version;
-    Ok(ApiError::validation(
-        format!(
-            "Version {id} of {name} is no longer served: the model's schema changed. Its current version is {current}."
-        ),
-        vec![FieldError::invalid("version", format!("Superseded; use {current} or '{name}'."))],
-    ))
-}
 
 #[cfg(test)]
 mod tests {

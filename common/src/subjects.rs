@@ -3,17 +3,34 @@
 //!
 //! | what | name (prefix `ps`) |
 //! |---|---|
-//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<account id>.<prediction id>` |
+//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<version>.<pool or any>.<account id>.<prediction id>` |
 //! | status events stream | `PS_EVENTS`, subjects `ps.events.<prediction id>` |
 //! | cancel broadcast (core NATS) | `ps.cancel.<prediction id>` |
-//! | runner consumer of one model and account (a lane) | `ps_runner_<len(owner)>_<owner>_<model>_<account id>` |
+//! | runner consumer of one model, version, pool and account (a lane) | `ps_runner_<len(owner)>_<owner>_<model>_<version key>_<pool or any>_<account id>` |
+//! | runner consumer of one model and account, jobs from before versions routed | `ps_runner_<len(owner)>_<owner>_<model>_<account id>` |
 //! | runner consumer of one model's jobs from before accounts had lanes | `ps_runner_<len(owner)>_<owner>_<model>` |
 //! | notifier consumer | `ps_notifier` |
 //! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
 //! | signing secret rotated (core NATS) | `ps.secrets.rotated` |
 //! | running slots of capped accounts (KV bucket) | `ps_account_slots`, keys `<account id>.<slot>` |
 
-use crate::domain::{AccountId, ModelRef, PredictionId};
+use sha2::{Digest, Sha256};
+
+use crate::domain::{
+    AccountId, ModelRef, PredictionId, Route,
+    route::{ANY_POOL, Pool},
+};
+
+/// Which lane a job subject of a model belongs to: its route and account, each absent in
+/// the formats of before (jobs published before versions were routed carry no route; before
+/// accounts had lanes, no account either).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLane {
+    /// The version and pool the job must run on.
+    pub route: Option<Route>,
+    /// The account.
+    pub account: Option<AccountId>,
+}
 
 /// The names of one deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,29 +62,63 @@ impl Subjects {
         format!("{}.jobs.>", self.prefix)
     }
 
-    /// The subject of one prediction's job. The account gives each account of a model its own
-    /// lane (consumer), so one account's backlog cannot hold up another's jobs; the id lets
-    /// anyone ask the work queue whether that job is still waiting (the reconciler does).
-    pub fn job(&self, model: &ModelRef, account: &AccountId, id: &PredictionId) -> String {
-        format!("{}.jobs.{}.{}.{account}.{id}", self.prefix, model.owner(), model.name())
+    /// The subject of one prediction's job. The route takes it to runners of its version (and
+    /// pool); the account gives each account its own lane (consumer), so one account's backlog
+    /// cannot hold up another's jobs; the id lets anyone ask the work queue whether that job is
+    /// still waiting (the reconciler does).
+    pub fn job(&self, model: &ModelRef, route: &Route, account: &AccountId, id: &PredictionId) -> String {
+        let pool = route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
+        format!("{}.jobs.{}.{}.{}.{pool}.{account}.{id}", self.prefix, model.owner(), model.name(), route.version)
     }
 
-    /// Every job subject of one model, of every account (the runners' doorbell, and the
-    /// filter that finds the accounts with jobs waiting).
+    /// Every job subject of one model, of every version and account (the runners' doorbell,
+    /// and the filter that finds the lanes with jobs waiting).
     pub fn model_jobs(&self, model: &ModelRef) -> String {
         format!("{}.jobs.{}.{}.>", self.prefix, model.owner(), model.name())
     }
 
-    /// The job subjects of one model and account: the filter of that lane's consumer.
-    pub fn lane_jobs(&self, model: &ModelRef, account: &AccountId) -> String {
-        format!("{}.jobs.{}.{}.{account}.*", self.prefix, model.owner(), model.name())
+    /// The job subjects of one lane: the filter of its consumer.
+    pub fn lane_jobs(&self, model: &ModelRef, lane: &JobLane) -> String {
+        let base = format!("{}.jobs.{}.{}", self.prefix, model.owner(), model.name());
+        match (&lane.route, &lane.account) {
+            (Some(route), Some(account)) => {
+                let pool = route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
+                format!("{base}.{}.{pool}.{account}.*", route.version)
+            }
+            (_, Some(account)) => format!("{base}.{account}.*"),
+            (_, None) => format!("{base}.*"),
+        }
     }
 
-    /// The account of a job subject of `model` (`None` for any other subject).
-    pub fn account_of_job(&self, model: &ModelRef, subject: &str) -> Option<AccountId> {
+    /// The lane of a job subject of `model` (`None` for a subject of no known format).
+    pub fn lane_of_job(&self, model: &ModelRef, subject: &str) -> Option<JobLane> {
         let rest = subject.strip_prefix(&format!("{}.jobs.{}.{}.", self.prefix, model.owner(), model.name()))?;
-        let (account, _id) = rest.split_once('.')?;
-        AccountId::parse(account).ok()
+        let tokens: Vec<&str> = rest.split('.').collect();
+        match tokens.as_slice() {
+            [_id] => Some(JobLane { route: None, account: None }),
+            [account, _id] => Some(JobLane { route: None, account: Some(AccountId::parse(account).ok()?) }),
+            [version, pool, account, _id] => {
+                let pool = if *pool == ANY_POOL { None } else { Some(Pool::parse(pool).ok()?) };
+                let route = Route { version: (*version).to_owned(), pool };
+                Some(JobLane { route: Some(route), account: Some(AccountId::parse(account).ok()?) })
+            }
+            _ => None,
+        }
+    }
+
+    /// The durable consumer of one lane, which every runner serving it shares.
+    pub fn lane_consumer(&self, model: &ModelRef, lane: &JobLane) -> String {
+        let base = self.runner_consumer(model);
+        match (&lane.route, &lane.account) {
+            (Some(route), Some(account)) => {
+                // A version id may be 64 characters; its digest's first 12 keep the name short.
+                let key = crate::domain::api_key::hex(&Sha256::digest(route.version.as_bytes()))[..12].to_owned();
+                let pool = route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
+                format!("{base}_{key}_{pool}_{account}")
+            }
+            (_, Some(account)) => format!("{base}_{account}"),
+            (_, None) => base,
+        }
     }
 
     /// The job subjects of one model from before accounts had lanes (one token after the
@@ -80,12 +131,6 @@ impl Subjects {
     pub fn runner_consumer(&self, model: &ModelRef) -> String {
         // The owner's length makes the name unambiguous although '_' may occur in both parts.
         format!("{}_runner_{}_{}_{}", self.prefix, model.owner().len(), model.owner(), model.name())
-    }
-
-    /// The durable consumer of one model and account (a lane), which every runner serving
-    /// `model` shares.
-    pub fn lane_consumer(&self, model: &ModelRef, account: &AccountId) -> String {
-        format!("{}_{account}", self.runner_consumer(model))
     }
 
     /// The stream of status events.
@@ -171,18 +216,28 @@ mod tests {
         assert_eq!(s.account_slots_bucket(), "ps_account_slots");
         let id = PredictionId::parse("aaaaaaaaaaaaaaaaaaaaaaaaaa").expect("id");
         let account = AccountId::generate();
-        assert_eq!(s.job(&m, &account, &id), format!("ps.jobs.demo.echo.{account}.aaaaaaaaaaaaaaaaaaaaaaaaaa"));
+        let any = Route { version: "v1".into(), pool: None };
+        let gpu = Route { version: "v1".into(), pool: Some(Pool::parse("gpu").expect("pool")) };
+        assert_eq!(s.job(&m, &any, &account, &id), format!("ps.jobs.demo.echo.v1.any.{account}.{id}"));
+        assert_eq!(s.job(&m, &gpu, &account, &id), format!("ps.jobs.demo.echo.v1.gpu.{account}.{id}"));
         assert_eq!(s.model_jobs(&m), "ps.jobs.demo.echo.>");
-        assert_eq!(s.lane_jobs(&m, &account), format!("ps.jobs.demo.echo.{account}.*"));
+        let routed = JobLane { route: Some(gpu.clone()), account: Some(account.clone()) };
+        assert_eq!(s.lane_jobs(&m, &routed), format!("ps.jobs.demo.echo.v1.gpu.{account}.*"));
+        assert_eq!(s.lane_of_job(&m, &s.job(&m, &gpu, &account, &id)), Some(routed.clone()));
+        let key = &crate::domain::api_key::hex(&Sha256::digest(b"v1"))[..12];
+        assert_eq!(s.lane_consumer(&m, &routed), format!("ps_runner_4_demo_echo_{key}_gpu_{account}"));
+        // The formats of before: an account's lane without a route, and the model's legacy one.
+        let unrouted = JobLane { route: None, account: Some(account.clone()) };
+        assert_eq!(s.lane_jobs(&m, &unrouted), format!("ps.jobs.demo.echo.{account}.*"));
+        assert_eq!(s.lane_of_job(&m, &format!("ps.jobs.demo.echo.{account}.{id}")), Some(unrouted.clone()));
+        assert_eq!(s.lane_consumer(&m, &unrouted), format!("ps_runner_4_demo_echo_{account}"));
+        let legacy = JobLane { route: None, account: None };
+        assert_eq!(s.lane_jobs(&m, &legacy), "ps.jobs.demo.echo.*");
+        assert_eq!(s.lane_of_job(&m, &format!("ps.jobs.demo.echo.{id}")), Some(legacy.clone()));
+        assert_eq!(s.lane_consumer(&m, &legacy), "ps_runner_4_demo_echo");
         assert_eq!(s.legacy_model_jobs(&m), "ps.jobs.demo.echo.*");
-        assert_eq!(s.runner_consumer(&m), "ps_runner_4_demo_echo");
-        assert_eq!(s.lane_consumer(&m, &account), format!("ps_runner_4_demo_echo_{account}"));
-        assert_eq!(s.account_of_job(&m, &s.job(&m, &account, &id)), Some(account));
-        assert_eq!(s.account_of_job(&m, "ps.jobs.demo.echo.aaaaaaaaaaaaaaaaaaaaaaaaaa"), None, "a legacy job");
-        assert_eq!(
-            s.account_of_job(&"demo/sleep".parse().expect("valid"), &s.job(&m, &AccountId::generate(), &id)),
-            None
-        );
+        assert_eq!(s.lane_of_job(&"demo/sleep".parse().expect("valid"), &s.job(&m, &any, &account, &id)), None);
+        assert_eq!(s.lane_of_job(&m, "ps.jobs.demo.echo.a.b.c"), None, "no format of three tokens");
         assert_eq!(s.events_stream(), "PS_EVENTS");
     }
 

@@ -17,13 +17,15 @@
 //! | `RUNNER_COG_CALLBACK_BIND` | `127.0.0.1:0` | where the runner receives Cog webhooks |
 //! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it |
 //! | `RUNNER_RETENTION_SWEEP_SECONDS` | `60` | how often expired data is removed |
+//! | `RUNNER_HARDWARE` | `cpu` | the hardware pool this runner declares: deployments on that pool run here |
+//! | `RUNNER_MODEL_VERSIONS` | derived | version ids of served models: `owner/name=id`, comma-separated (an image digest's hex, say; 1-64 letters and digits); a model not named has the digest of what it registers |
 
 use std::{collections::HashMap, fmt, time::Duration};
 
 use crate::models::cog::{CogTarget, parse_targets};
 use common::{
     config::{CommonConfig, ConfigError, Env},
-    domain::{ModelRef, model::is_valid_segment},
+    domain::{ModelRef, Pool, model::is_valid_segment},
 };
 
 /// Which models a runner serves.
@@ -89,6 +91,21 @@ pub fn parse_weights(text: &str) -> Result<HashMap<ModelRef, u32>, String> {
         .collect()
 }
 
+/// Parses `demo/echo=v2, acme/up=3f2a...` into version ids by model.
+pub fn parse_versions(text: &str) -> Result<HashMap<ModelRef, String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            let bad = || format!("{pair:?} is not owner/name=id with an id of 1 to 64 letters and digits");
+            let (model, id) = pair.split_once('=').ok_or_else(bad)?;
+            let model: ModelRef = model.trim().parse().map_err(|_| bad())?;
+            let id = id.trim();
+            common::domain::route::is_version_id(id).then(|| (model, id.to_owned())).ok_or_else(bad)
+        })
+        .collect()
+}
+
 /// Everything the runner reads at start.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -125,6 +142,10 @@ pub struct RunnerConfig {
     pub cog_callback_bind: std::net::SocketAddr,
     /// `RUNNER_COG_CALLBACK_URL`: the receiver's URL as Cog servers reach it.
     pub cog_callback_url: Option<String>,
+    /// `RUNNER_HARDWARE`: the hardware pool this runner declares.
+    pub hardware: Pool,
+    /// `RUNNER_MODEL_VERSIONS`: version ids chosen by the operator.
+    pub versions: HashMap<ModelRef, String>,
 }
 
 impl RunnerConfig {
@@ -168,6 +189,10 @@ impl RunnerConfig {
             cog_callback_bind: env
                 .parse("RUNNER_COG_CALLBACK_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?,
             cog_callback_url: env.get("RUNNER_COG_CALLBACK_URL"),
+            hardware: Pool::parse(&env.string("RUNNER_HARDWARE", common::domain::route::DEFAULT_POOL))
+                .map_err(|e| bad("RUNNER_HARDWARE", e.to_string()))?,
+            versions: parse_versions(&env.string("RUNNER_MODEL_VERSIONS", ""))
+                .map_err(|e| bad("RUNNER_MODEL_VERSIONS", e))?,
             retention_sweep_interval: env
                 .seconds("RUNNER_RETENTION_SWEEP_SECONDS", Duration::from_secs(60))?
                 .max(Duration::from_millis(100)),
@@ -201,6 +226,17 @@ mod tests {
         assert!(parse_weights("").expect("none").is_empty());
         for bad in ["demo/sleep", "demo/sleep=0", "demo/sleep=x", "sleep=2", "demo/sleep=1001"] {
             assert!(parse_weights(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn versions_parse_and_bad_ones_are_refused() {
+        let v = parse_versions("demo/echo=v2, acme/up=3f2a").expect("valid");
+        assert_eq!(v.get(&"demo/echo".parse().expect("model")).map(String::as_str), Some("v2"));
+        for bad in
+            ["demo/echo", "demo/echo=", "demo/echo=sha256:ab", "echo=v1", &format!("demo/echo={}", "a".repeat(65))]
+        {
+            assert!(parse_versions(bad).is_err(), "{bad:?}");
         }
     }
 

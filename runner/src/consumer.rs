@@ -22,7 +22,7 @@ use common::{
     bus::{Bus, heartbeat::Heartbeat, held::HeldMessage},
     domain::ModelRef,
     messages::JobMessage,
-    store::{accounts::Accounts, dead_letters::DeadLetters},
+    store::{Store, dead_letters::DeadLetters},
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
@@ -54,11 +54,12 @@ pub async fn consume(
     config: &RunnerConfig,
     bus: &Bus,
     models: Vec<Arc<dyn Model>>,
+    versions: &[common::store::runners::Served],
     executor: Arc<Executor>,
-    dead_letters: DeadLetters,
-    accounts: Accounts,
+    store: &Store,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let (dead_letters, accounts) = (store.dead_letters(), store.accounts());
     let subjects = bus.subjects();
     let stream = bus.jetstream().get_stream(subjects.jobs_stream()).await.context("opening the jobs stream")?;
     let shared = Arc::new(Shared {
@@ -74,7 +75,9 @@ pub async fn consume(
     let names: Vec<ModelRef> = served.keys().cloned().collect();
     let lanes = Arc::new(Lanes::new(stream, subjects.clone(), config.ack_wait, config.max_deliver));
     let model_concurrency = config.model_concurrency.unwrap_or(config.concurrency);
-    let scheduler = Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone());
+    let routes = versions.iter().map(|s| (s.model.clone(), s.version.clone())).collect();
+    let scheduler = Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone())
+        .with_routes(routes, config.hardware.clone());
     let lease = account_slots::lease_for(config.ack_wait);
     let slots_bucket = bus.account_slots(lease).await.context("opening the account slots")?;
     let holder = format!("{}:{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "runner".into()), std::process::id());

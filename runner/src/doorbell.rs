@@ -45,7 +45,10 @@ pub async fn announce(
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     job = jobs.next() => match job {
-                        Some(job) => scheduler.ring(lanes.lane_of(&model, &job.subject)).await,
+                        Some(job) => match lanes.lane_of(&model, &job.subject) {
+                            Some(key) => scheduler.ring(key).await,
+                            None => tracing::debug!(subject = %job.subject, "a job subject of no known format"),
+                        },
                         None => return,
                     },
                 }

@@ -1,7 +1,9 @@
-//! Lanes: each model's jobs are split by account, `jobs.<owner>.<model>.<account>.<id>`, and
-//! each (model, account) is a durable consumer of its own, `<P>_runner_<model>_<account>`,
-//! shared by every runner serving the model. Operators still scale runners per model: a runner
-//! serves a model by serving all of its lanes. The scheduler ([`crate::scheduler`]) takes turns
+//! Lanes: each model's jobs are split by route and account,
+//! `jobs.<owner>.<model>.<version>.<pool or any>.<account>.<id>`, and each (model, route,
+//! account) is a durable consumer of its own, shared by every runner serving that version (on
+//! that pool). Operators still scale runners per model and version: a runner serves a version
+//! by serving all of its lanes, and never sees another version's jobs (JetStream's subject
+//! filters keep them apart). The scheduler ([`crate::scheduler`]) takes turns
 //! between the lanes of a model, so one account's backlog cannot hold up another account's job
 //! by more than about one slot turnover, and the queue itself stays in JetStream: nothing a
 //! restart could lose.
@@ -11,8 +13,10 @@
 //!
 //! Lanes are opened idempotently (`create_consumer` with the same configuration); the server
 //! deletes a lane's consumer after [`LANE_INACTIVE_THRESHOLD`] without pulls. Jobs published
-//! before lanes existed (one subject token after the model) drain through the model's former
-//! consumer, which the scan opens as the lane of no account.
+//! in the formats of before drain after an upgrade through lanes of no route: those of before
+//! versions were routed (`<account>.<id>` after the model) through each account's former lane,
+//! those of before accounts had lanes (`<id>`) through the model's former consumer; any runner
+//! of the model takes them.
 
 use std::time::Duration;
 
@@ -22,19 +26,27 @@ use async_nats::jetstream::{
     stream::Stream,
 };
 use common::{
-    domain::{AccountId, ModelRef},
-    subjects::Subjects,
+    domain::{AccountId, ModelRef, Route},
+    subjects::{JobLane, Subjects},
 };
 use futures::TryStreamExt;
 
-/// Which jobs a lane holds: one model's, of one account (`None`: jobs published before
-/// accounts had lanes).
+/// Which jobs a lane holds: one model's, of one route, of one account (`None`s: jobs
+/// published in the formats of before, see the module's doc).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LaneKey {
     /// The model.
     pub model: ModelRef,
+    /// The version (and pool) its jobs must run on.
+    pub route: Option<Route>,
     /// The account.
     pub account: Option<AccountId>,
+}
+
+impl LaneKey {
+    fn lane(&self) -> JobLane {
+        JobLane { route: self.route.clone(), account: self.account.clone() }
+    }
 }
 
 /// How often the jobs stream is scanned for lanes no doorbell announced.
@@ -60,16 +72,11 @@ impl Lanes {
 
     /// The lane's consumer, created if it does not exist.
     pub async fn open(&self, key: &LaneKey) -> anyhow::Result<PullConsumer> {
-        let (name, filter, inactive_threshold) = match &key.account {
-            Some(account) => (
-                self.subjects.lane_consumer(&key.model, account),
-                self.subjects.lane_jobs(&key.model, account),
-                LANE_INACTIVE_THRESHOLD,
-            ),
-            None => {
-                (self.subjects.runner_consumer(&key.model), self.subjects.legacy_model_jobs(&key.model), Duration::ZERO)
-            }
-        };
+        let lane = key.lane();
+        let name = self.subjects.lane_consumer(&key.model, &lane);
+        let filter = self.subjects.lane_jobs(&key.model, &lane);
+        // The model's legacy consumer was created without an inactivity limit.
+        let inactive_threshold = if key.account.is_some() { LANE_INACTIVE_THRESHOLD } else { Duration::ZERO };
         let config = pull::Config {
             durable_name: Some(name.clone()),
             filter_subject: filter,
@@ -87,8 +94,11 @@ impl Lanes {
         let subjects = self.stream.info_with_subjects(self.subjects.model_jobs(model)).await?;
         let subjects: Vec<(String, usize)> = subjects.try_collect().await?;
         let jobs = subjects.iter().map(|(_, count)| count).sum();
-        let mut lanes: Vec<LaneKey> = subjects.iter().map(|(subject, _)| self.lane_of(model, subject)).collect();
-        lanes.sort_by(|a, b| a.account.cmp(&b.account));
+        let mut lanes: Vec<LaneKey> = subjects.iter().filter_map(|(subject, _)| self.lane_of(model, subject)).collect();
+        lanes.sort_by(|a, b| {
+            let version = |k: &LaneKey| k.route.as_ref().map(|r| (r.version.clone(), r.pool.clone()));
+            version(a).cmp(&version(b)).then_with(|| a.account.cmp(&b.account))
+        });
         lanes.dedup();
         Ok((lanes, jobs))
     }
@@ -99,10 +109,7 @@ impl Lanes {
     pub async fn running(&self, lanes: &[LaneKey]) -> anyhow::Result<usize> {
         let mut running = 0;
         for key in lanes {
-            let name = match &key.account {
-                Some(account) => self.subjects.lane_consumer(&key.model, account),
-                None => self.subjects.runner_consumer(&key.model),
-            };
+            let name = self.subjects.lane_consumer(&key.model, &key.lane());
             match self.stream.consumer_info(&name).await {
                 Ok(info) => running += info.num_ack_pending,
                 Err(e) if e.kind() == async_nats::jetstream::context::ConsumerInfoErrorKind::NotFound => {}
@@ -112,8 +119,10 @@ impl Lanes {
         Ok(running)
     }
 
-    /// The lane a job subject of `model` belongs to.
-    pub fn lane_of(&self, model: &ModelRef, subject: &str) -> LaneKey {
-        LaneKey { model: model.clone(), account: self.subjects.account_of_job(model, subject) }
+    /// The lane a job subject of `model` belongs to (`None` for a subject of no known
+    /// format).
+    pub fn lane_of(&self, model: &ModelRef, subject: &str) -> Option<LaneKey> {
+        let lane = self.subjects.lane_of_job(model, subject)?;
+        Some(LaneKey { model: model.clone(), route: lane.route, account: lane.account })
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! - [`config`]: what to serve and how much at once.
 //! - [`models`]: the [`models::Model`] trait and the built-in models.
-//! - [`registry`]: registers the served models in MongoDB so the api accepts them.
+//! - [`registry`]: registers the served models in MongoDB so the api accepts them;
+//!   [`presence`]: this runner's pool and versions, live while it runs.
 //! - [`consumer`]: takes the jobs of every served model; [`lanes`]: one durable consumer per
 //!   model and account; [`doorbell`]: which lanes have work; [`scheduler`]: which job starts next (no idle slot while work waits,
 //!   fair share between models and between the accounts of a model).
@@ -24,6 +25,7 @@ pub mod flush_clock;
 pub mod lanes;
 pub mod metrics;
 pub mod models;
+pub mod presence;
 pub mod progress;
 pub mod reconcile;
 pub mod registry;
@@ -47,7 +49,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let common = &config.common;
     let (store, bus) = common::connect::connect(common, "runner").await?;
 
-    let mut available = models::builtin::all();
+    let mut available = models::builtin::all_with_versions(&config.versions);
     if !config.cog.is_empty() {
         let callbacks =
             Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), shutdown.clone()).await?;
@@ -61,7 +63,9 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     }
     let served = registry::select(&config.models, available);
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
-    registry::register(&store, &served).await?;
+    let versions = registry::register(&store, &served, &config.versions).await?;
+    let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
+    presence::announce(store.runners(), record, shutdown.clone()).await?;
 
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
@@ -83,9 +87,9 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
         &config,
         &bus,
         served,
+        &versions,
         executor,
-        store_for_consumer.dead_letters(),
-        store_for_consumer.accounts(),
+        &store_for_consumer,
         shutdown,
     )
     .await;

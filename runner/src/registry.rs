@@ -1,10 +1,15 @@
 //! The served models: chosen by the configured selectors and registered in MongoDB (owner,
 //! name, capability, input schema, version), which is how the api learns a model exists, and
-//! its version in the history of versions (`model_versions`).
+//! its version in the history of versions (`model_versions`). A version is the operator's
+//! (`RUNNER_MODEL_VERSIONS`) or the digest of what is registered; which versions are live is
+//! the [`crate::presence`] record's business.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
-use common::store::{ModelRecord, Store, StoreError};
+use common::{
+    domain::ModelRef,
+    store::{Store, StoreError, runners::Served},
+};
 
 use crate::{config::ModelSelector, models::Model};
 
@@ -13,16 +18,23 @@ pub fn select(selectors: &[ModelSelector], available: Vec<Arc<dyn Model>>) -> Ve
     available.into_iter().filter(|m| selectors.iter().any(|s| s.matches(&m.descriptor().model))).collect()
 }
 
-/// Registers every served model (idempotent; re-registration refreshes the record).
-pub async fn register(store: &Store, models: &[Arc<dyn Model>]) -> Result<(), StoreError> {
+/// Registers every served model (idempotent; re-registration refreshes the record), each
+/// under its version in `versions` or its derived one; returns what is served, by version.
+pub async fn register(
+    store: &Store,
+    models: &[Arc<dyn Model>],
+    versions: &HashMap<ModelRef, String>,
+) -> Result<Vec<Served>, StoreError> {
+    let mut served = Vec::new();
     for model in models {
         let d = model.descriptor();
-        let record = ModelRecord::new(d.model.clone(), &d.capability, &d.input_schema);
+        let record = d.record(versions.get(&d.model).map(String::as_str));
         store.model_versions().record(&record).await?;
         store.models().register(&record).await?;
-        tracing::info!(model = %d.model, capability = %d.capability, "model registered");
+        tracing::info!(model = %d.model, capability = %d.capability, version = %record.version, "model registered");
+        served.push(Served { model: d.model.clone(), version: record.version });
     }
-    Ok(())
+    Ok(served)
 }
 
 #[cfg(test)]

@@ -6,6 +6,14 @@
 //!
 //! | route (under `/v1` and `/replicate/v1`) | handler | scope |
 //! |---|---|---|
+//! | `GET /account` | [`account::get`] | read |
+//! | `GET /hardware` | [`hardware::list`] | read |
+//! | `POST /deployments` | [`deployments::create`] | admin |
+//! | `GET /deployments` | [`deployments::list`] | read |
+//! | `GET /deployments/{owner}/{name}` | [`deployments::get`] | read |
+//! | `PATCH /deployments/{owner}/{name}` (a new release) | [`deployments::update`] | admin |
+//! | `DELETE /deployments/{owner}/{name}` | [`deployments::delete`] | admin |
+//! | `POST /deployments/{owner}/{name}/predictions` | [`deployments::predict`] | write |
 //! | `POST /account/api-keys` | [`api_keys::create`] | admin |
 //! | `GET /account/api-keys` | [`api_keys::list`] | admin |
 //! | `GET /account/api-keys/{id}` | [`api_keys::get`] | admin |
@@ -38,8 +46,11 @@
 //! | `GET /openapi.json` (mounted by [`crate::app`]) | [`crate::openapi::serve`] | none |
 //! | the console's pages (`/`, `/login`, `/predictions/{id}`, …) | [`crate::console`] | a session |
 
+pub mod account;
 pub mod api_keys;
+pub mod deployments;
 pub mod files;
+pub mod hardware;
 pub mod health;
 pub mod models;
 pub mod predictions;
@@ -71,6 +82,14 @@ pub fn router(state: AppState) -> Router {
 /// The routes of an API surface, relative to its root.
 fn api() -> Router<AppState> {
     Router::new()
+        .route("/account", get(account::get))
+        .route("/hardware", get(hardware::list))
+        .route("/deployments", post(deployments::create).get(deployments::list))
+        .route(
+            "/deployments/{owner}/{name}",
+            get(deployments::get).patch(deployments::update).delete(deployments::delete),
+        )
+        .route("/deployments/{owner}/{name}/predictions", post(deployments::predict))
         .route("/account/api-keys", post(api_keys::create).get(api_keys::list))
         .route("/account/api-keys/{id}", get(api_keys::get).patch(api_keys::update))
         .route("/models", get(models::list))

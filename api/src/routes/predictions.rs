@@ -60,7 +60,7 @@ pub async fn create(
     let model_ref = ModelRef::new(&owner, &name).map_err(|_| missing())?;
     let model = state.models.get(&model_ref).await?.ok_or_else(missing)?;
     let body = body::json_object(&headers, &body)?;
-    create_for(&state, surface, &auth.caller, &model, &headers, body).await
+    create_for(&state, surface, &auth.caller, &model, &headers, body, None).await
 }
 
 /// `POST /v1/predictions`: create by `version` (`owner/name`, `owner/name:id` or a bare
@@ -93,18 +93,28 @@ pub async fn create_by_version(
         }
     };
     tracing::Span::current().record("model", model.record.model.to_string());
-    create_for(&state, surface, &auth.caller, &model, &headers, body).await
+    create_for(&state, surface, &auth.caller, &model, &headers, body, None).await
 }
 
-/// Validates the request for `model`, stores the prediction and sends its job; answers 201
-/// with the prediction as `surface` shows it (after its `Prefer: wait`, if any).
-async fn create_for(
+/// Where a deployment's prediction runs: recorded on it, and its job goes to its pool.
+pub struct Placement {
+    /// `owner/name` of the deployment.
+    pub deployment: String,
+    /// The pool of its current release.
+    pub hardware: common::domain::Pool,
+}
+
+/// Validates the request for `model` (at the version it runs), stores the prediction and
+/// sends its job (to the runners of `placement`'s pool, when a deployment places it); answers
+/// 201 with the prediction as `surface` shows it (after its `Prefer: wait`, if any).
+pub async fn create_for(
     state: &AppState,
     Surface(surface): Surface,
     caller: &Caller,
     model: &RegisteredModel,
     headers: &HeaderMap,
     body: serde_json::Map<String, Value>,
+    placement: Option<Placement>,
 ) -> Result<Response, ApiError> {
     // A wait past the replica's or the key's cap is not held: answered at once (see `wait_slots`).
     let wait_for =
@@ -112,7 +122,11 @@ async fn create_for(
     let idempotency_key = idempotency::key(headers)?;
     let time_limit = deadline::limit(headers, state.config.common.prediction_deadline)?;
     let account = caller.key.account_id.clone();
-    let prediction = submit::validated(state, caller, model, &body, surface).await?.with_deadline(time_limit);
+    let mut prediction = submit::validated(state, caller, model, &body, surface).await?.with_deadline(time_limit);
+    if let Some(placement) = placement {
+        prediction.deployment = Some(placement.deployment);
+        prediction.hardware = Some(placement.hardware);
+    }
     tracing::Span::current().record("prediction_id", prediction.id.as_str());
     let events = match wait_for {
         Some(_) => Some(state.bus.client().subscribe(state.bus.subjects().events(&prediction.id)).await?),

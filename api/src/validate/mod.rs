@@ -9,6 +9,7 @@
 pub mod body;
 pub mod create_api_key;
 pub mod create_prediction;
+pub mod deployment;
 pub mod file_inputs;
 pub mod input;
 pub mod list_predictions;

@@ -134,10 +134,22 @@ impl System {
         spawn_runner(&self.vars, &self.shutdown);
     }
 
+    /// Starts a runner with more settings (`RUNNER_MODELS`, `RUNNER_MODEL_VERSIONS`,
+    /// `RUNNER_HARDWARE`, ...); cancel the token to stop it alone.
+    pub fn start_runner_with(&self, extra: &[(&str, &str)]) -> CancellationToken {
+        let mut vars = self.vars.clone();
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let token = self.shutdown.child_token();
+        spawn_runner(&vars, &token);
+        token
+    }
+
     /// Registers the built-in models without running them, so predictions stay `starting`.
     pub async fn register_models_only(&self) {
         let store = self.ctx.store().await;
-        runner::registry::register(&store, &runner::models::builtin::all()).await.expect("register models");
+        runner::registry::register(&store, &runner::models::builtin::all(), &Default::default())
+            .await
+            .expect("register models");
     }
 
     /// A request with another key.

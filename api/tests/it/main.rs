@@ -7,6 +7,7 @@ mod builtin_models;
 mod cancel;
 mod cog_file_inputs;
 mod console;
+mod deployments;
 mod disconnects;
 mod end_to_end;
 mod files;

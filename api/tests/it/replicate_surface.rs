@@ -165,18 +165,25 @@ async fn a_prediction_is_created_by_any_form_of_its_version() {
 }
 
 #[tokio::test]
-async fn a_version_that_is_not_the_current_one_is_refused_clearly() {
+async fn a_version_no_runner_serves_is_accepted_checked_against_its_own_schema_and_waits() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
     let echo: ModelRef = "demo/echo".parse().expect("model");
-    let mut old = ModelVersionRecord::of(&ModelRecord::new(echo, "text-generation", &json!({"type": "object"})));
+    let schema = json!({"type": "object", "properties": {"words": {"type": "integer"}}, "required": ["words"]});
+    let mut old = ModelVersionRecord::of(&ModelRecord::new(echo, "text-generation", &schema));
     old.created_at = DateTime::from_millis(0);
     system.ctx.store().await.model_versions().collection().insert_one(&old).await.expect("an older version");
 
-    let superseded = post(&system, "/v1/predictions", json!({"version": old.id, "input": {"prompt": "x"}}), None).await;
-    assert_eq!(superseded.status(), 400);
-    let problem = superseded.json_body().await;
-    assert_eq!(problem["errors"][0]["field"], "version");
-    assert!(problem["detail"].as_str().expect("detail").contains("no longer served"), "{problem}");
+    let wrong = post(&system, "/v1/predictions", json!({"version": old.id, "input": {"prompt": "x"}}), None).await;
+    assert_eq!(wrong.status(), 400, "checked against the old version's schema, not the latest one's");
+    assert_eq!(wrong.json_body().await["errors"][0]["field"], "input.words");
+    let pinned = post(&system, "/v1/predictions", json!({"version": old.id, "input": {"words": 3}}), None).await;
+    assert_eq!(pinned.status(), 201);
+    let pinned = pinned.json_body().await;
+    assert_eq!(pinned["version"], old.id.as_str());
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let waiting =
+        system.get(&format!("/v1/predictions/{}", pinned["id"].as_str().expect("id"))).await.json_body().await;
+    assert_eq!(waiting["status"], "starting", "no runner serves its version: it waits, never runs on another");
     let listed = system.get("/v1/models/demo/echo/versions").await.json_body().await;
     assert_eq!(listed["results"].as_array().map(Vec::len), Some(2), "the old version is listed after the current one");
     assert_eq!(listed["results"][1]["id"], old.id.as_str());

@@ -231,7 +231,7 @@ impl Bus {
         &self,
         prediction: &Prediction,
     ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
-        let subject = self.subjects.job(&prediction.model, &prediction.account_id, &prediction.id);
+        let subject = self.subjects.job(&prediction.model, &prediction.route(), &prediction.account_id, &prediction.id);
         let (msg_id, payload) = (prediction.id.to_string(), Bytes::from(JobMessage::encode_for(prediction)));
         let stored =
             self.send_stored(subject.clone(), msg_id.clone(), payload.clone(), async_nats::HeaderMap::new()).await?;
@@ -252,7 +252,7 @@ impl Bus {
         let stream = self.subjects.jobs_stream();
         let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
         let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
-        let subject = self.subjects.job(&prediction.model, &prediction.account_id, &prediction.id);
+        let subject = self.subjects.job(&prediction.model, &prediction.route(), &prediction.account_id, &prediction.id);
         match handle.get_last_raw_message_by_subject(&subject).await {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),

@@ -131,6 +131,12 @@ pub struct Prediction {
     /// Files of this service its input names: kept at least until it ends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub input_files: Vec<FileId>,
+    /// The deployment it was created through (`owner/name`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// The hardware pool whose runners may run it (a deployment's); any pool when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<super::Pool>,
 }
 
 /// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).
@@ -174,6 +180,9 @@ pub struct PredictionView {
     /// `null` otherwise.
     #[serde(default)]
     pub queue: Option<QueuePlace>,
+    /// The deployment it was created through (`owner/name`), `null` if none.
+    #[serde(default)]
+    pub deployment: Option<String>,
 }
 
 /// Where a waiting prediction stands in its model's queue.
@@ -228,7 +237,14 @@ impl Prediction {
             job_seq: None,
             surface,
             input_files: Vec::new(),
+            deployment: None,
+            hardware: None,
         }
+    }
+
+    /// Where its job may run: its version, on its pool's runners (any pool when it has none).
+    pub fn route(&self) -> super::Route {
+        super::Route { version: self.version.clone(), pool: self.hardware.clone() }
     }
 
     /// Sets the deadline `limit` after creation.
@@ -262,6 +278,7 @@ impl Prediction {
             completed_at: self.completed_at.map(BsonDateTime::to_chrono),
             urls: links.prediction(&self.id, surface),
             queue: None,
+            deployment: self.deployment.clone(),
         }
     }
 }

@@ -7,6 +7,8 @@
 //! | `predictions` | [`predictions`] | api (create, cancel of `starting`), runner (every later change) |
 //! | `models` | [`models`] | runner (registration at start) |
 //! | `model_versions` | [`model_versions`] | runner (registration at start) |
+//! | `deployments` | [`deployments`] | api (create, update, delete) |
+//! | `runners` | [`runners`] | runner (its pool and versions, every few seconds while it lives) |
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
 //! | `console_sessions` | [`console_sessions`] | api (console sign-in, sign-out) |
@@ -25,6 +27,7 @@ pub mod api_keys;
 pub mod commands;
 pub mod console_sessions;
 pub mod dead_letters;
+pub mod deployments;
 pub mod files;
 pub mod group_commit;
 pub mod group_update;
@@ -33,6 +36,7 @@ pub mod model_versions;
 pub mod models;
 pub mod predictions;
 pub mod queue;
+pub mod runners;
 pub mod webhook_attempts;
 
 use std::time::Duration;
@@ -134,6 +138,11 @@ impl Store {
         coll.create_index(plain(doc! { "data_removed": 1, "completed_at": 1 })).await?;
         coll.create_index(plain(doc! { "input_files": 1 })).await?;
         coll.create_index(plain(doc! { "model": 1, "status": 1, "created_at": 1 })).await?;
+        self.runners().collection().create_index(plain(doc! { "seen_at": 1 })).await?;
+        self.deployments()
+            .collection()
+            .create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 }))
+            .await?;
         let expiring = IndexModel::builder()
             .keys(doc! { "expires_at": 1 })
             .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
@@ -178,6 +187,16 @@ impl Store {
     /// The `model_versions` collection.
     pub fn model_versions(&self) -> ModelVersions {
         ModelVersions::new(&self.db)
+    }
+
+    /// The `deployments` collection.
+    pub fn deployments(&self) -> deployments::Deployments {
+        deployments::Deployments::new(&self.db)
+    }
+
+    /// The `runners` collection.
+    pub fn runners(&self) -> runners::Runners {
+        runners::Runners::new(&self.db)
     }
 
     /// The `idempotency_keys` collection.

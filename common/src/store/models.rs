@@ -51,6 +51,13 @@ impl ModelRecord {
         }
     }
 
+    /// The same registration under a version id an operator chose (an image digest, say),
+    /// instead of the derived one.
+    pub fn with_version(mut self, version: &str) -> Self {
+        version.clone_into(&mut self.version);
+        self
+    }
+
     /// The input schema, parsed.
     pub fn input_schema(&self) -> Result<Value, serde_json::Error> {
         serde_json::from_str(&self.input_schema_json)

@@ -11,6 +11,8 @@
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
 //! - `bench files`: upload and download MB/s through the api against raw GridFS, the api's
 //!   memory during a transfer, and the latency a file input adds to a Cog model.
+//! - `bench queue`: a read of a waiting prediction (with its queue place) beside a read of an
+//!   ended one, and what an account's concurrency cap costs per job.
 //! - `bench scaling`: demo/sleep completions per second with 1, 2, 4 and 8 runner processes,
 //!   then creates per second with 1 and 2 api replicas.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
@@ -55,6 +57,8 @@ enum Scenario {
     Api(scenarios::api_alone::Options),
     /// Files: upload and download MB/s and the api's memory, and file inputs on a Cog model.
     Files(scenarios::files::Options),
+    /// A read with the queue place beside one without, and the cost of the cap check per job.
+    Queue(scenarios::queue::Options),
     /// Runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes, then api replicas.
     Scaling(scenarios::scaling::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
@@ -106,6 +110,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Baselines(options) => scenarios::baselines::run(options).await,
         Scenario::Api(options) => scenarios::api_alone::run(options).await,
         Scenario::Files(options) => scenarios::files::run(options).await,
+        Scenario::Queue(options) => scenarios::queue::run(options).await,
         Scenario::Scaling(options) => scenarios::scaling::run(options).await,
         Scenario::Scheduling(options) => scenarios::scheduling::run(options).await,
         Scenario::Standard(options) => {

@@ -10,11 +10,13 @@
 //! - [`load`]: the steady load, every answer kept with its time;
 //! - [`recorder`]: the webhook receiver that records deliveries and can misbehave;
 //! - [`uploads`]: files uploaded slowly under the fault, then read back whole;
+//! - [`capped`]: what a capped account runs at once, sampled through the fault;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
 #![forbid(unsafe_code)]
 
+mod capped;
 mod load;
 mod recorder;
 mod report;

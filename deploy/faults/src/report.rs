@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use harness::stats::{Samples, ms};
 
 use crate::{
+    capped::CapTally,
     load::{Answer, Attempt},
     recorder::{Delivery, Tally},
     uploads::UploadTally,
@@ -85,6 +86,8 @@ pub struct Outcome {
     pub latency_bound: Option<Duration>,
     /// What the uploads found, in a scenario that uploads.
     pub uploads: Option<UploadTally>,
+    /// What a capped account ran at once, in a scenario with a cap.
+    pub cap: Option<CapTally>,
 }
 
 /// The inputs of an outcome.
@@ -158,6 +161,7 @@ impl Outcome {
             crashed: Vec::new(),
             latency_bound: None,
             uploads: None,
+            cap: None,
         }
     }
 
@@ -189,6 +193,10 @@ impl Outcome {
             fail(files.partial > 0, format!("{} partial files visible", files.partial));
             fail(files.lost > 0, format!("{} accepted uploads lost", files.lost));
         }
+        if let Some(cap) = &self.cap {
+            fail(cap.most > u64::from(cap.cap), format!("{} running at once, past the cap of {}", cap.most, cap.cap));
+            fail(!cap.full_after_fault, format!("never {} running again after the fault (a slot leaked?)", cap.cap));
+        }
         why
     }
 
@@ -197,6 +205,7 @@ impl Outcome {
         json!({
             "scenario": self.scenario, "accepted": self.accepted, "terminal": self.terminal,
             "uploads": self.uploads.as_ref().map(UploadTally::json),
+            "cap": self.cap.as_ref().map(CapTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
@@ -211,8 +220,8 @@ impl Outcome {
 /// The table of outcomes, in Markdown.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
-        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | files accepted / listed / partial | create p99 ms | get p99 ms | result |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | files accepted / listed / partial | most running / cap | create p99 ms | get p99 ms | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for o in outcomes {
         let failures = o.failures();
@@ -221,8 +230,9 @@ pub fn table(outcomes: &[Outcome]) -> String {
             if o.duplicates_allowed { format!("{} (allowed)", o.duplicated) } else { o.duplicated.to_string() };
         let files =
             o.uploads.as_ref().map_or("—".to_owned(), |f| format!("{} / {} / {}", f.accepted, f.listed, f.partial));
+        let cap = o.cap.as_ref().map_or("—".to_owned(), |c| format!("{} / {}", c.most, c.cap));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
             o.scenario,
             o.accepted,
             o.terminal,
@@ -232,6 +242,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             o.server_errors,
             o.refused_in_fault,
             files,
+            cap,
             o.create_p99_ms,
             o.get_p99_ms,
             result
@@ -312,7 +323,7 @@ mod tests {
         let passing = Outcome { scenario: "steady".into(), accepted: 10, terminal: 10, ..Outcome::default() };
         let failing = Outcome { scenario: "broken".into(), accepted: 10, terminal: 9, stuck: 1, ..Outcome::default() };
         let table = table(&[passing, failing]);
-        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | — | 0.0 | 0.0 | pass |"), "{table}");
+        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | — | — | 0.0 | 0.0 | pass |"), "{table}");
         assert!(table.contains("FAIL: 1 predictions did not end"), "{table}");
     }
 
@@ -324,6 +335,20 @@ mod tests {
         assert_eq!(with(files(1, 0)).failures(), vec!["1 partial files visible".to_owned()]);
         assert_eq!(with(files(0, 1)).failures(), vec!["1 accepted uploads lost".to_owned()]);
         assert!(table(&[with(files(0, 0))]).contains("| 4 / 4 / 0 |"));
+    }
+
+    #[test]
+    fn a_cap_passed_or_never_reached_again_fails_the_scenario() {
+        let capped = |most, full_after_fault| Outcome {
+            accepted: 10,
+            terminal: 10,
+            cap: Some(CapTally { cap: 8, samples: 100, most, full_after_fault }),
+            ..Outcome::default()
+        };
+        assert!(capped(8, true).failures().is_empty());
+        assert_eq!(capped(9, true).failures(), ["9 running at once, past the cap of 8"]);
+        assert_eq!(capped(8, false).failures(), ["never 8 running again after the fault (a slot leaked?)"]);
+        assert!(table(&[capped(8, true)]).contains("| 8 / 8 |"));
     }
 
     #[test]

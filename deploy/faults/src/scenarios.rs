@@ -10,7 +10,9 @@
 //! restarted after a few seconds; nats-server restarted; the stand-in restarted; a receiver
 //! that hangs past the delivery timeout on each event's first attempt; one that answers 503
 //! with `Retry-After`; the api killed while files are being uploaded (no partial file may
-//! become visible, no accepted one may be lost); a secret rotation under load; two api, three runner and two notifier
+//! become visible, no accepted one may be lost); an account capped at 8 running predictions
+//! while one of two runners is killed (the cap must hold throughout, and be reached again once
+//! the dead runner's slots age out); a secret rotation under load; two api, three runner and two notifier
 //! replicas; a three-node JetStream cluster (streams R3) losing the node that leads the jobs
 //! stream.
 //!
@@ -28,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats};
 
 use crate::{
-    load,
+    capped, load,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -91,6 +93,8 @@ struct Scenario {
     latency_bound: Option<Duration>,
     /// Whether files are uploaded beside the predictions (see [`uploads`]).
     uploads: bool,
+    /// Whether the account is capped (see [`capped`]).
+    capped: bool,
 }
 
 const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -110,6 +114,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::None,
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "runner killed (SIGKILL)",
@@ -119,6 +124,17 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::Kill(Role::Runner),
         latency_bound: None,
         uploads: false,
+        capped: false,
+    },
+    Scenario {
+        name: "capped account, runner killed",
+        shape: Shape { apis: 1, runners: 2, notifiers: 1 },
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Runner),
+        latency_bound: None,
+        uploads: false,
+        capped: true,
     },
     Scenario {
         name: "notifier killed (SIGKILL)",
@@ -128,6 +144,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::Kill(Role::Notifier),
         latency_bound: None,
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "api killed (SIGKILL)",
@@ -137,6 +154,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::Kill(Role::Api),
         latency_bound: None,
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "api killed during uploads",
@@ -146,6 +164,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::Kill(Role::Api),
         latency_bound: None,
         uploads: true,
+        capped: false,
     },
     Scenario {
         name: "nats-server restarted",
@@ -155,6 +174,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::RestartNats,
         latency_bound: None,
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "MongoDB stand-in restarted",
@@ -164,6 +184,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::RestartMongo,
         latency_bound: None,
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "receiver hangs on first attempts",
@@ -173,6 +194,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::None,
         latency_bound: None,
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "receiver answers 503 + Retry-After: 2",
@@ -182,6 +204,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::None,
         latency_bound: None,
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "secret rotated under load",
@@ -191,6 +214,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::Rotate,
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "2 api, 3 runner, 2 notifier replicas",
@@ -200,6 +224,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::None,
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
+        capped: false,
     },
     Scenario {
         name: "3-node NATS cluster (R3), stream leader killed",
@@ -209,6 +234,7 @@ const SCENARIOS: &[Scenario] = &[
         fault: Fault::KillStreamLeader,
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
+        capped: false,
     },
 ];
 
@@ -285,7 +311,11 @@ async fn run_scenario(
 ) -> anyhow::Result<Outcome> {
     let vars = service_vars(mongo, nats, scenario.nats_nodes);
     let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
+    if scenario.capped {
+        capped::cap(&topology.setup.store).await?;
+    }
     let stop = CancellationToken::new();
+    let sampling = scenario.capped.then(|| tokio::spawn(capped::sample(topology.runner_metrics(), stop.clone())));
     let recorder = Recorder::start(topology.secret.clone(), scenario.behaviour, stop.clone()).await?;
     let load = tokio::spawn({
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
@@ -307,13 +337,18 @@ async fn run_scenario(
         }
         None => None,
     };
+    stop.cancel();
+    let cap = match sampling {
+        Some(task) => Some(capped::tally(&task.await??, window.map(|w| w.until))),
+        None => None,
+    };
     let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &recorder.deliveries(), window };
     let mut outcome = Outcome::of(scenario.name, &evidence, recorder.tally(), scenario.fault.may_duplicate());
     outcome.latency_bound = scenario.latency_bound;
     outcome.crashed = topology.crashed();
     outcome.uploads = files;
+    outcome.cap = cap;
     topology.stop().await?;
-    stop.cancel();
     Ok(outcome)
 }
 

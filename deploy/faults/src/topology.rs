@@ -157,6 +157,15 @@ impl Topology {
         tokio::time::timeout(START_TIMEOUT, poll).await.with_context(|| format!("{url} did not answer 200"))
     }
 
+    /// The `/metrics` address of every runner replica.
+    pub fn runner_metrics(&self) -> Vec<String> {
+        self.replicas
+            .iter()
+            .filter(|r| r.role == Role::Runner)
+            .map(|r| r.health.replace("/health", "/metrics"))
+            .collect()
+    }
+
     /// SIGKILL of the `n`-th replica of `role`.
     pub async fn kill(&mut self, role: Role, n: usize) -> anyhow::Result<()> {
         let i = self.find(role, n)?;

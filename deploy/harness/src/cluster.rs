@@ -81,7 +81,7 @@ impl Cluster {
         }
         vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
         let setup = Setup::new(&vars.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await?;
-        runner::registry::register(&setup.store, &runner::models::builtin::all()).await?;
+        runner::registry::register(&setup.store, &runner::models::builtin::all(), &Default::default()).await?;
         let config = api::config::ApiConfig::from_env(&setup.env())?;
         let bootstrapped = api::admin::bootstrap(&config, "bench").await?;
         let (key, secret) = (bootstrapped.key.expose().to_owned(), bootstrapped.secret);

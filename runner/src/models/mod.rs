@@ -25,6 +25,18 @@ pub struct ModelDescriptor {
     pub input_schema: Value,
 }
 
+impl ModelDescriptor {
+    /// Its registration: under `version` when the operator names one
+    /// (`RUNNER_MODEL_VERSIONS`), else under the digest of what it declares.
+    pub fn record(&self, version: Option<&str>) -> common::store::ModelRecord {
+        let record = common::store::ModelRecord::new(self.model.clone(), &self.capability, &self.input_schema);
+        match version {
+            Some(v) => record.with_version(v),
+            None => record,
+        }
+    }
+}
+
 /// What a model produced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelOutput {

@@ -273,7 +273,7 @@ mod tests {
     }
 
     fn key(name: &str, account: Option<&AccountId>) -> LaneKey {
-        LaneKey { model: model(name), account: account.cloned() }
+        LaneKey { model: model(name), route: None, account: account.cloned() }
     }
 
     fn pick_of(names: &[&str], limit: usize, weights: &HashMap<ModelRef, u32>) -> FairPick<()> {

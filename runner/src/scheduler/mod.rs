@@ -42,7 +42,7 @@ use futures::StreamExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use common::domain::ModelRef;
+use common::domain::{ModelRef, Pool};
 
 use self::{
     account_slots::{AccountSlot, AccountSlots, Claim},
@@ -84,6 +84,13 @@ pub struct Scheduler {
     lanes: Arc<Lanes>,
     wake: Arc<Notify>,
     accounts: Option<Arc<AccountSlots>>,
+    routes: Option<Routes>,
+}
+
+/// The version this runner serves of each model, and its pool: the lanes it takes.
+struct Routes {
+    versions: HashMap<ModelRef, String>,
+    pool: Pool,
 }
 
 impl Scheduler {
@@ -102,6 +109,29 @@ impl Scheduler {
             lanes,
             wake: Arc::new(Notify::new()),
             accounts: None,
+            routes: None,
+        }
+    }
+
+    /// Takes only the lanes of `versions` (one per model) for any pool or `pool`; without it,
+    /// every lane of the models.
+    pub fn with_routes(mut self, versions: HashMap<ModelRef, String>, pool: Pool) -> Self {
+        self.routes = Some(Routes { versions, pool });
+        self
+    }
+
+    /// Whether the lane's jobs are this runner's: of a served model, and of the version and
+    /// pool served here when the lane has a route (lanes of before routes: any runner's).
+    fn serves(&self, key: &LaneKey) -> bool {
+        if !self.pick.serves(&key.model) {
+            return false;
+        }
+        match (&self.routes, &key.route) {
+            (Some(routes), Some(route)) => {
+                routes.versions.get(&key.model) == Some(&route.version)
+                    && route.pool.as_ref().is_none_or(|pool| pool == &routes.pool)
+            }
+            _ => true,
         }
     }
 
@@ -132,7 +162,7 @@ impl Scheduler {
 
     /// A job of `key` is waiting: opens its lane if it is new, marks it, and wakes the loop.
     pub async fn ring(&self, key: LaneKey) {
-        if !self.pick.serves(&key.model) {
+        if !self.serves(&key) {
             return;
         }
         tracing::trace!(model = %key.model, account = ?key.account, "doorbell");

@@ -44,8 +44,15 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner("demo/echo");
     let id = common::domain::PredictionId::parse("aaaaaaaaaaaaaaaaaaaaaaaaaa").expect("id");
-    let subject =
-        fixture.bus.subjects().job(&"demo/echo".parse().expect("model"), &common::domain::AccountId::generate(), &id);
+    let subject = fixture.bus.subjects().job(
+        &"demo/echo".parse().expect("model"),
+        &common::domain::Route {
+            version: crate::fixture::builtin_version(&"demo/echo".parse().expect("model")).expect("built in"),
+            pool: None,
+        },
+        &common::domain::AccountId::generate(),
+        &id,
+    );
     let ack = fixture.bus.jetstream().publish(subject, "not a job".into()).await.expect("publish");
     ack.await.expect("stored");
     let letters = common::testkit::eventually(Duration::from_secs(20), || async {

@@ -68,7 +68,8 @@ impl Fixture {
         limit: Duration,
     ) -> Prediction {
         let model = model.parse().expect("model");
-        let p = samples::starting_prediction(account.clone(), model, input).with_deadline(limit);
+        let mut p = samples::starting_prediction(account.clone(), model, input).with_deadline(limit);
+        p.version = self.version_of(&p.model).await;
         self.store.predictions().insert(&p).await.expect("insert");
         p
     }
@@ -85,6 +86,17 @@ impl Fixture {
         let p = self.store_prediction(model, input, Duration::from_secs(1800)).await;
         self.publish_job(&p).await;
         p
+    }
+
+    /// The version a runner serves `model` as: a built-in model's derived one, or what the
+    /// runner of a Cog model registered (waited for).
+    pub async fn version_of(&self, model: &common::domain::ModelRef) -> String {
+        if let Some(version) = builtin_version(model) {
+            return version;
+        }
+        let registered =
+            eventually(Duration::from_secs(60), || async { self.store.models().get(model).await.ok().flatten() }).await;
+        registered.map_or_else(|| "v1".into(), |r| r.version)
     }
 
     pub async fn publish_job(&self, p: &Prediction) {
@@ -109,6 +121,13 @@ impl Fixture {
     pub async fn current(&self, id: &PredictionId) -> Prediction {
         self.store.predictions().get(id).await.expect("read").expect("exists")
     }
+}
+
+/// The version a runner serves a built-in model as (without `RUNNER_MODEL_VERSIONS`): jobs
+/// are routed by it.
+pub fn builtin_version(model: &common::domain::ModelRef) -> Option<String> {
+    let builtin = runner::models::builtin::all().into_iter().find(|m| &m.descriptor().model == model);
+    builtin.map(|m| m.descriptor().record(None).version)
 }
 
 impl Drop for Fixture {

@@ -138,3 +138,31 @@ async fn steady_arrivals_start_at_once_while_slots_are_free() {
     delays.sort_unstable();
     assert!(delays[delays.len() * 99 / 100] < 250, "{delays:?}");
 }
+
+#[tokio::test]
+async fn a_job_published_before_versions_were_routed_still_runs() {
+    let fixture = Fixture::new(&[]).await;
+    fixture.start_runner("demo/echo");
+    let account = AccountId::generate();
+    let p = fixture
+        .store_prediction_of(&account, "demo/echo", json!({"prompt": "unrouted"}), Duration::from_secs(1800))
+        .await;
+    let job = JobMessage::RunPredictionV1 {
+        prediction_id: p.id.clone(),
+        model: p.model.clone(),
+        model_input: None,
+        prediction: None,
+    };
+    // The subject of before: `<account>.<id>` after the model, no version or pool.
+    let lane = common::subjects::JobLane { route: None, account: Some(account.clone()) };
+    let subject = fixture.bus.subjects().lane_jobs(&p.model, &lane).replace('*', p.id.as_str());
+    let ack = fixture
+        .bus
+        .jetstream()
+        .publish(subject, serde_json::to_vec(&job).expect("json").into())
+        .await
+        .expect("publish");
+    ack.await.expect("stored");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(done.output.as_deref(), Some("unrouted"), "drained through the account's lane of before");
+}

@@ -82,8 +82,8 @@ async fn a_fetch_nobody_answers_does_not_stop_the_scheduler() {
     });
 
     let account = AccountId::generate();
-    let lane = LaneKey { model: model.clone(), account: Some(account.clone()) };
     let job = fixture.create_of(&account, "demo/echo", json!({"prompt": "held up"})).await;
+    let lane = LaneKey { model: model.clone(), route: Some(job.route()), account: Some(account.clone()) };
     scheduler.ring(lane.clone()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(starts.try_recv().is_err(), "its pull request was dropped, so nothing came");

@@ -9,6 +9,7 @@ pub mod pattern;
 pub mod sleep;
 pub mod text_to_image;
 pub mod text_to_video;
+pub mod versioned;
 
 use std::sync::Arc;
 
@@ -62,9 +63,20 @@ pub async fn encode_file<E: std::fmt::Display + Send + 'static>(
     Ok(ModelOutput::File { content_type: content_type.into(), extension: extension.into(), bytes })
 }
 
-/// Every built-in model.
+/// Every built-in model, each under its derived version.
 pub fn all() -> Vec<Arc<dyn Model>> {
+    all_with_versions(&std::collections::HashMap::new())
+}
+
+/// Every built-in model; `demo/versioned` answers with its version in `versions` (the
+/// operator's `RUNNER_MODEL_VERSIONS`) when named there.
+pub fn all_with_versions(
+    versions: &std::collections::HashMap<common::domain::ModelRef, String>,
+) -> Vec<Arc<dyn Model>> {
+    let versioned = versioned::model(None);
+    let named = versions.get(&versioned.descriptor().model).map(String::as_str);
     vec![
+        Arc::new(versioned::model(named)),
         Arc::new(echo::model()),
         Arc::new(sleep::model()),
         Arc::new(fail::model()),

@@ -1,0 +1,255 @@
+//! Deployments, in Replicate's shape: a name in the account that runs one model version on one
+//! hardware pool, changed release by release. `POST /v1/deployments`, `PATCH` and `DELETE
+//! /v1/deployments/{owner}/{name}` need `admin`; `GET /v1/deployments` and `GET …/{name}`
+//! need `read`; `POST …/{name}/predictions` needs `write` and runs the current release's
+//! version on runners of its pool (see [`crate::routes::predictions::create_for`]). `owner` is
+//! the account's name; another account's deployment is 404. What a change does is
+//! [`crate::deployments`]'s, which the console's page calls too.
+
+use axum::{
+    Json,
+    extract::{Path, RawQuery, State},
+    http::{HeaderMap, StatusCode},
+    response::Response,
+};
+use bytes::Bytes;
+use chrono::Utc;
+use common::{domain::AccountId, store::deployments::DeploymentRecord};
+use serde::Serialize;
+
+use crate::{
+    auth::{Admin, Authorized, Caller, Read, Write},
+    deployments,
+    error::ApiError,
+    routes::{account::AccountView, predictions},
+    state::AppState,
+    surface::Surface,
+    validate::{
+        body, deployment,
+        paging::{Paging, PagingParams},
+    },
+};
+
+/// What a release runs on.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ConfigurationView {
+    /// The hardware pool.
+    pub hardware: String,
+    /// The fewest runners an autoscaler keeps.
+    pub min_instances: u32,
+    /// The most runners an autoscaler starts.
+    pub max_instances: u32,
+}
+
+/// A release.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReleaseView {
+    /// 1, then one more for each change.
+    pub number: u32,
+    /// `owner/name` of the model.
+    pub model: String,
+    /// The version its predictions run.
+    pub version: String,
+    /// When it was made.
+    pub created_at: chrono::DateTime<Utc>,
+    /// The account that made it.
+    pub created_by: AccountView,
+    /// What it runs on.
+    pub configuration: ConfigurationView,
+}
+
+/// A deployment.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeploymentView {
+    /// The account's name.
+    pub owner: String,
+    /// The deployment's name.
+    pub name: String,
+    /// The release its predictions run.
+    pub current_release: ReleaseView,
+}
+
+/// A page of deployments, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeploymentPage {
+    /// The deployments.
+    pub results: Vec<DeploymentView>,
+    /// The next page, `null` on the last.
+    pub next: Option<String>,
+    /// The previous page, `null` on the first.
+    pub previous: Option<String>,
+}
+
+fn view(d: &DeploymentRecord) -> DeploymentView {
+    let r = &d.current_release;
+    DeploymentView {
+        owner: d.owner.clone(),
+        name: d.name.clone(),
+        current_release: ReleaseView {
+            number: r.number,
+            model: r.model.to_string(),
+            version: r.version.clone(),
+            created_at: r.created_at.to_chrono(),
+            created_by: AccountView {
+                kind: "organization".into(),
+                username: r.created_by.clone(),
+                name: r.created_by.clone(),
+            },
+            configuration: ConfigurationView {
+                hardware: r.configuration.hardware.to_string(),
+                min_instances: r.configuration.min_instances,
+                max_instances: r.configuration.max_instances,
+            },
+        },
+    }
+}
+
+async fn owned(state: &AppState, caller: &Caller, owner: &str, name: &str) -> Result<DeploymentRecord, ApiError> {
+    deployments::owned(state, &caller.key.account_id, owner, name).await
+}
+
+/// `POST /v1/deployments`
+#[utoipa::path(
+    post,
+    path = "/v1/deployments",
+    operation_id = "createDeployment",
+    tag = "deployments",
+    request_body(content = Object, description = "`name`, `model`, `version`, `hardware`, `min_instances`, `max_instances`", content_type = "application/json"),
+    responses((status = 201, description = "Created, release 1", body = DeploymentView)),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<DeploymentView>), ApiError> {
+    let body = body::json_object(&headers, &body)?;
+    let new = deployment::parse_new(&body)
+        .map_err(|errors| ApiError::validation("The request has invalid fields; see errors.", errors))?;
+    let record = deployments::create(&state, &auth.caller.key.account_id, new).await?;
+    Ok((StatusCode::CREATED, Json(view(&record))))
+}
+
+/// `GET /v1/deployments`
+#[utoipa::path(
+    get,
+    path = "/v1/deployments",
+    operation_id = "listDeployments",
+    tag = "deployments",
+    params(PagingParams),
+    responses((status = 200, description = "A page of the account's deployments, newest first", body = DeploymentPage)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<DeploymentPage>, ApiError> {
+    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
+    let account: &AccountId = &auth.caller.key.account_id;
+    let (records, total) = state.store.deployments().list(account, paging.offset, i64::from(paging.limit)).await?;
+    let link = |offset: u64| format!("{}/deployments?limit={}&offset={offset}", state.links.api(surface), paging.limit);
+    let (next, previous) = paging.neighbours(total);
+    Ok(Json(DeploymentPage {
+        results: records.iter().map(view).collect(),
+        next: next.map(link),
+        previous: previous.map(link),
+    }))
+}
+
+/// `GET /v1/deployments/{owner}/{name}`
+#[utoipa::path(
+    get,
+    path = "/v1/deployments/{owner}/{name}",
+    operation_id = "getDeployment",
+    tag = "deployments",
+    params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
+    responses((status = 200, description = "The deployment", body = DeploymentView)),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    auth: Authorized<Read>,
+    Path((owner, name)): Path<(String, String)>,
+) -> Result<Json<DeploymentView>, ApiError> {
+    Ok(Json(view(&owned(&state, &auth.caller, &owner, &name).await?)))
+}
+
+/// `PATCH /v1/deployments/{owner}/{name}`: any change makes release `number + 1`.
+#[utoipa::path(
+    patch,
+    path = "/v1/deployments/{owner}/{name}",
+    operation_id = "updateDeployment",
+    tag = "deployments",
+    params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
+    request_body(content = Object, description = "Any of `version`, `hardware`, `min_instances`, `max_instances`", content_type = "application/json"),
+    responses((status = 200, description = "The deployment at its new release", body = DeploymentView)),
+    security(("bearer" = []))
+)]
+pub async fn update(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    Path((owner, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<DeploymentView>, ApiError> {
+    let body = body::json_object(&headers, &body)?;
+    let current = owned(&state, &auth.caller, &owner, &name).await?;
+    let configuration = &current.current_release.configuration;
+    let change = deployment::parse_change(&body, (configuration.min_instances, configuration.max_instances))
+        .map_err(|errors| ApiError::validation("The request has invalid fields; see errors.", errors))?;
+    Ok(Json(view(&deployments::change(&state, current, change).await?)))
+}
+
+/// `DELETE /v1/deployments/{owner}/{name}`
+#[utoipa::path(
+    delete,
+    path = "/v1/deployments/{owner}/{name}",
+    operation_id = "deleteDeployment",
+    tag = "deployments",
+    params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
+    responses((status = 204, description = "Deleted; its predictions keep their `deployment`")),
+    security(("bearer" = []))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    Path((owner, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let found = owned(&state, &auth.caller, &owner, &name).await?;
+    deployments::delete(&state, &found).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/deployments/{owner}/{name}/predictions`
+#[utoipa::path(
+    post,
+    path = "/v1/deployments/{owner}/{name}/predictions",
+    operation_id = "createDeploymentPrediction",
+    tag = "deployments",
+    params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
+    request_body(content = crate::validate::create_prediction::CreatePredictionBody, content_type = "application/json"),
+    responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::domain::PredictionView)),
+    security(("bearer" = []))
+)]
+#[tracing::instrument(skip_all, fields(deployment = %format!("{owner}/{name}"), prediction_id))]
+pub async fn predict(
+    State(state): State<AppState>,
+    surface: Surface,
+    auth: Authorized<Write>,
+    Path((owner, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let found = owned(&state, &auth.caller, &owner, &name).await?;
+    let release = &found.current_release;
+    let model = state.models.version(&release.model, &release.version).await?.ok_or_else(|| {
+        ApiError::not_found(format!("Version {} of {} is no longer registered.", release.version, release.model))
+    })?;
+    let body = body::json_object(&headers, &body)?;
+    let placement =
+        predictions::Placement { deployment: found.full_name(), hardware: release.configuration.hardware.clone() };
+    predictions::create_for(&state, surface, &auth.caller, &model, &headers, body, Some(placement)).await
+}

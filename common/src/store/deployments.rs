@@ -1,0 +1,144 @@
+//! The `deployments` collection (written by the api): each account's deployments by name, with
+//! their current release (model, version, hardware pool, instance bounds). Every change makes
+//! a new release (`number + 1`), written only if the release it replaces is still current, so
+//! two concurrent updates cannot both claim the same number.
+
+use std::future::IntoFuture;
+
+use bson::{DateTime, doc};
+use futures::TryStreamExt;
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use crate::domain::{AccountId, ModelRef, Pool};
+
+/// What a release runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseConfiguration {
+    /// The hardware pool whose runners run its predictions.
+    pub hardware: Pool,
+    /// The fewest runners an autoscaler keeps.
+    pub min_instances: u32,
+    /// The most runners an autoscaler starts.
+    pub max_instances: u32,
+}
+
+/// One release of a deployment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Release {
+    /// 1 for the first, one more for each change.
+    pub number: u32,
+    /// The model.
+    pub model: ModelRef,
+    /// The version its predictions run.
+    pub version: String,
+    /// When it was made.
+    pub created_at: DateTime,
+    /// The name of the account whose key made it.
+    pub created_by: String,
+    /// What it runs on.
+    pub configuration: ReleaseConfiguration,
+}
+
+/// A deployment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentRecord {
+    /// `<account id>/<name>`: a name is unique within its account.
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// The account.
+    pub account_id: AccountId,
+    /// The account's name (the deployment's `owner`).
+    pub owner: String,
+    /// The deployment's name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: DateTime,
+    /// The release its predictions run.
+    pub current_release: Release,
+}
+
+impl DeploymentRecord {
+    /// The id of `account`'s deployment `name`.
+    pub fn id_of(account: &AccountId, name: &str) -> String {
+        format!("{account}/{name}")
+    }
+
+    /// `owner/name`, as a prediction's `deployment` names it.
+    pub fn full_name(&self) -> String {
+        format!("{}/{}", self.owner, self.name)
+    }
+}
+
+/// Typed access to the `deployments` collection.
+#[derive(Clone, Debug)]
+pub struct Deployments {
+    coll: Collection<DeploymentRecord>,
+}
+
+impl Deployments {
+    pub(super) fn new(db: &Database) -> Self {
+        Self { coll: db.collection("deployments") }
+    }
+
+    /// The collection itself (indexes).
+    pub fn collection(&self) -> &Collection<DeploymentRecord> {
+        &self.coll
+    }
+
+    /// Stores a new deployment; a taken name is a duplicate-key error.
+    pub async fn insert(&self, deployment: &DeploymentRecord) -> Result<(), StoreError> {
+        self.coll.insert_one(deployment).await.map(|_| ())
+    }
+
+    /// `account`'s deployment `name`.
+    pub async fn get(&self, account: &AccountId, name: &str) -> Result<Option<DeploymentRecord>, StoreError> {
+        self.coll.find_one(doc! { "_id": DeploymentRecord::id_of(account, name) }).await
+    }
+
+    /// One page of `account`'s deployments, newest first, and how many it has.
+    pub async fn list(
+        &self,
+        account: &AccountId,
+        offset: u64,
+        limit: i64,
+    ) -> Result<(Vec<DeploymentRecord>, u64), StoreError> {
+        let filter = doc! { "account_id": account.as_str() };
+        let page = async {
+            self.coll
+                .find(filter.clone())
+                .sort(doc! { "created_at": -1, "_id": -1 })
+                .skip(offset)
+                .limit(limit)
+                .await?
+                .try_collect::<Vec<_>>()
+                .await
+        };
+        tokio::try_join!(page, self.coll.count_documents(filter.clone()).into_future())
+    }
+
+    /// Every deployment (the api's metrics).
+    pub async fn all(&self) -> Result<Vec<DeploymentRecord>, StoreError> {
+        self.coll.find(doc! {}).await?.try_collect().await
+    }
+
+    /// Makes `release` current if release `replaces` still is; returns whether it did.
+    pub async fn release(
+        &self,
+        account: &AccountId,
+        name: &str,
+        replaces: u32,
+        release: &Release,
+    ) -> Result<bool, StoreError> {
+        let filter =
+            doc! { "_id": DeploymentRecord::id_of(account, name), "current_release.number": i64::from(replaces) };
+        let update = doc! { "$set": { "current_release": bson::to_bson(release)? } };
+        Ok(self.coll.update_one(filter, update).await?.modified_count == 1)
+    }
+
+    /// Deletes `account`'s deployment `name`; returns whether it existed.
+    pub async fn delete(&self, account: &AccountId, name: &str) -> Result<bool, StoreError> {
+        Ok(self.coll.delete_one(doc! { "_id": DeploymentRecord::id_of(account, name) }).await?.deleted_count == 1)
+    }
+}

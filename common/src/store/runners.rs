@@ -1,0 +1,81 @@
+//! The `runners` collection (written by runners): each live runner process, the hardware pool
+//! it declares and the model versions it serves, rewritten every [`HEARTBEAT`]. A runner that
+//! stops removes its record; one that dies stops rewriting it, and counts as gone once its
+//! record is older than [`LIVE_WITHIN`].
+//!
+//! This is how the api knows which versions are *live* (`latest_version` is the newest of
+//! them) and which pools exist (`GET /v1/hardware`).
+
+use std::time::Duration;
+
+use bson::{DateTime, doc};
+use futures::TryStreamExt;
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use crate::domain::{ModelRef, Pool};
+
+/// How often a runner rewrites its record.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// A record rewritten within this long is a live runner's (three heartbeats).
+pub const LIVE_WITHIN: Duration = Duration::from_secs(15);
+
+/// One version of one model a runner serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Served {
+    /// The model.
+    pub model: ModelRef,
+    /// Its version on this runner.
+    pub version: String,
+}
+
+/// A runner process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunnerRecord {
+    /// A name unique to the process (host, process id and a random part).
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// The hardware pool it declares.
+    pub pool: Pool,
+    /// What it serves.
+    pub serves: Vec<Served>,
+    /// When it started.
+    pub started_at: DateTime,
+    /// When it last rewrote its record.
+    pub seen_at: DateTime,
+}
+
+/// Typed access to the `runners` collection.
+#[derive(Clone, Debug)]
+pub struct Runners {
+    coll: Collection<RunnerRecord>,
+}
+
+impl Runners {
+    pub(super) fn new(db: &Database) -> Self {
+        Self { coll: db.collection("runners") }
+    }
+
+    /// The collection itself (indexes).
+    pub fn collection(&self) -> &Collection<RunnerRecord> {
+        &self.coll
+    }
+
+    /// Writes the record, seen now.
+    pub async fn heartbeat(&self, record: &RunnerRecord) -> Result<(), StoreError> {
+        let record = RunnerRecord { seen_at: DateTime::now(), ..record.clone() };
+        self.coll.replace_one(doc! { "_id": &record.id }, &record).upsert(true).await.map(|_| ())
+    }
+
+    /// Removes the record of a runner that stops.
+    pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.coll.delete_one(doc! { "_id": id }).await.map(|_| ())
+    }
+
+    /// The runners seen within [`LIVE_WITHIN`] of `now`.
+    pub async fn live(&self, now: DateTime) -> Result<Vec<RunnerRecord>, StoreError> {
+        let since = DateTime::from_millis(now.timestamp_millis() - LIVE_WITHIN.as_millis() as i64);
+        self.coll.find(doc! { "seen_at": { "$gte": since } }).await?.try_collect().await
+    }
+}
