@@ -83,16 +83,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     background.spawn(reconciler.run(shutdown.clone()));
     let sweeper = retention::Sweeper::new(store_for_sweeper, config.retention, config.retention_sweep_interval);
     background.spawn(sweeper.run(shutdown.clone()));
-    let consumed = consumer::consume(
-        &config,
-        &bus,
-        served,
-        &versions,
-        executor,
-        &store_for_consumer,
-        shutdown,
-    )
-    .await;
+    let consumed = consumer::consume(&config, &bus, served, &versions, executor, &store_for_consumer, shutdown).await;
     background.close();
     if tokio::time::timeout(config.shutdown_grace, background.wait()).await.is_err() {
         tracing::warn!("the reconciler or the retention sweep did not stop within the grace period");

@@ -1,9 +1,10 @@
 //! Steady load for a fault run: predictions of `demo/sleep` (1 s, each with a webhook for
 //! `start` and `completed`) created at a fixed rate whatever the answers take, round-robin over
 //! the api replicas, and each accepted one read back once. Every answer is kept with its time,
-//! so the report can tell 5xx inside a fault's window from 5xx outside it.
+//! so the report can tell 5xx inside a fault's window from 5xx outside it. A scenario may send
+//! other creates at the same rate ([`run_with`], as the rollout does).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 use tokio::{task::JoinSet, time::Instant};
@@ -41,19 +42,35 @@ pub struct Attempt {
     pub get: Option<(u16, Duration)>,
 }
 
-/// Sends `rate` creates a second for `seconds` seconds.
+/// The `n`-th create of a run: the path under the api's base URL, and the body.
+pub type Target = Arc<dyn Fn(usize) -> (String, Value) + Send + Sync>;
+
+/// Sends `rate` creates a second for `seconds` seconds of `demo/sleep` (1 s).
 pub async fn run(apis: &[String], key: &str, webhook: &str, rate: u64, seconds: u64) -> anyhow::Result<Vec<Attempt>> {
+    let body = create_body(webhook);
+    let target: Target = Arc::new(move |_| ("/v1/models/demo/sleep/predictions".to_owned(), body.clone()));
+    run_with(apis, key, rate, seconds, target).await
+}
+
+/// Sends `rate` creates a second for `seconds` seconds, each what `target` makes of its number.
+pub async fn run_with(
+    apis: &[String],
+    key: &str,
+    rate: u64,
+    seconds: u64,
+    target: Target,
+) -> anyhow::Result<Vec<Attempt>> {
     let http =
         reqwest::Client::builder().timeout(Duration::from_secs(10)).connect_timeout(Duration::from_secs(2)).build()?;
-    let body = create_body(webhook);
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut tasks = JoinSet::new();
     for n in 0..(rate * seconds) as usize {
         ticker.tick().await;
         let base = apis[n % apis.len()].clone();
-        let (http, key, body) = (http.clone(), key.to_owned(), body.clone());
-        tasks.spawn(async move { attempt(&http, &base, &key, &body).await });
+        let (path, body) = target(n);
+        let (http, key) = (http.clone(), key.to_owned());
+        tasks.spawn(async move { attempt(&http, &base, &path, &key, &body).await });
     }
     let mut attempts = Vec::new();
     while let Some(attempt) = tasks.join_next().await {
@@ -63,9 +80,9 @@ pub async fn run(apis: &[String], key: &str, webhook: &str, rate: u64, seconds: 
     Ok(attempts)
 }
 
-async fn attempt(http: &reqwest::Client, base: &str, key: &str, body: &Value) -> Attempt {
+async fn attempt(http: &reqwest::Client, base: &str, path: &str, key: &str, body: &Value) -> Attempt {
     let at = Instant::now();
-    let sent = http.post(format!("{base}/v1/models/demo/sleep/predictions")).bearer_auth(key).json(body).send().await;
+    let sent = http.post(format!("{base}{path}")).bearer_auth(key).json(body).send().await;
     let create = at.elapsed();
     let answer = match sent {
         Ok(response) if response.status().as_u16() == 201 => match response.json::<Value>().await {

@@ -11,6 +11,7 @@
 //! - [`recorder`]: the webhook receiver that records deliveries and can misbehave;
 //! - [`uploads`]: files uploaded slowly under the fault, then read back whole;
 //! - [`capped`]: what a capped account runs at once, sampled through the fault;
+//! - [`rollout`]: a rolling update of a model version, and what ran where;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -20,6 +21,7 @@ mod capped;
 mod load;
 mod recorder;
 mod report;
+mod rollout;
 mod scenarios;
 mod topology;
 mod uploads;

@@ -25,6 +25,7 @@ use crate::{
     capped::CapTally,
     load::{Answer, Attempt},
     recorder::{Delivery, Tally},
+    rollout::RolloutTally,
     uploads::UploadTally,
 };
 
@@ -88,6 +89,8 @@ pub struct Outcome {
     pub uploads: Option<UploadTally>,
     /// What a capped account ran at once, in a scenario with a cap.
     pub cap: Option<CapTally>,
+    /// What ran where, in a rollout.
+    pub rollout: Option<RolloutTally>,
 }
 
 /// The inputs of an outcome.
@@ -162,6 +165,7 @@ impl Outcome {
             latency_bound: None,
             uploads: None,
             cap: None,
+            rollout: None,
         }
     }
 
@@ -197,6 +201,12 @@ impl Outcome {
             fail(cap.most > u64::from(cap.cap), format!("{} running at once, past the cap of {}", cap.most, cap.cap));
             fail(!cap.full_after_fault, format!("never {} running again after the fault (a slot leaked?)", cap.cap));
         }
+        if let Some(r) = &self.rollout {
+            fail(r.unsuccessful > 0, format!("{} predictions did not succeed", r.unsuccessful));
+            fail(r.wrong_version > 0, format!("{} ran on another version than they name", r.wrong_version));
+            fail(r.on_v1 == 0 || r.on_v2 == 0, "not both versions ran".into());
+            fail(!r.deployment_on_both, "the deployment's predictions did not run on both versions".into());
+        }
         why
     }
 
@@ -206,6 +216,7 @@ impl Outcome {
             "scenario": self.scenario, "accepted": self.accepted, "terminal": self.terminal,
             "uploads": self.uploads.as_ref().map(UploadTally::json),
             "cap": self.cap.as_ref().map(CapTally::json),
+            "rollout": self.rollout.as_ref().map(RolloutTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
@@ -220,8 +231,8 @@ impl Outcome {
 /// The table of outcomes, in Markdown.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
-        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | files accepted / listed / partial | most running / cap | create p99 ms | get p99 ms | result |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | files accepted / listed / partial | most running / cap | ran on v1 / v2 / another | create p99 ms | get p99 ms | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for o in outcomes {
         let failures = o.failures();
@@ -231,8 +242,10 @@ pub fn table(outcomes: &[Outcome]) -> String {
         let files =
             o.uploads.as_ref().map_or("—".to_owned(), |f| format!("{} / {} / {}", f.accepted, f.listed, f.partial));
         let cap = o.cap.as_ref().map_or("—".to_owned(), |c| format!("{} / {}", c.most, c.cap));
+        let versions =
+            o.rollout.as_ref().map_or("—".to_owned(), |r| format!("{} / {} / {}", r.on_v1, r.on_v2, r.wrong_version));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
             o.scenario,
             o.accepted,
             o.terminal,
@@ -243,6 +256,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             o.refused_in_fault,
             files,
             cap,
+            versions,
             o.create_p99_ms,
             o.get_p99_ms,
             result
@@ -323,7 +337,7 @@ mod tests {
         let passing = Outcome { scenario: "steady".into(), accepted: 10, terminal: 10, ..Outcome::default() };
         let failing = Outcome { scenario: "broken".into(), accepted: 10, terminal: 9, stuck: 1, ..Outcome::default() };
         let table = table(&[passing, failing]);
-        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | — | — | 0.0 | 0.0 | pass |"), "{table}");
+        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | — | — | — | 0.0 | 0.0 | pass |"), "{table}");
         assert!(table.contains("FAIL: 1 predictions did not end"), "{table}");
     }
 
@@ -349,6 +363,28 @@ mod tests {
         assert_eq!(capped(9, true).failures(), ["9 running at once, past the cap of 8"]);
         assert_eq!(capped(8, false).failures(), ["never 8 running again after the fault (a slot leaked?)"]);
         assert!(table(&[capped(8, true)]).contains("| 8 / 8 |"));
+    }
+
+    #[test]
+    fn a_rollout_fails_on_a_failed_or_misrouted_prediction_or_a_version_that_never_ran() {
+        let rolled = |unsuccessful, wrong_version, on_v1| Outcome {
+            accepted: 10,
+            terminal: 10,
+            rollout: Some(RolloutTally {
+                read: 10,
+                unsuccessful,
+                wrong_version,
+                on_v1,
+                on_v2: 5,
+                deployment_on_both: true,
+            }),
+            ..Outcome::default()
+        };
+        assert!(rolled(0, 0, 5).failures().is_empty());
+        assert_eq!(rolled(1, 0, 5).failures(), ["1 predictions did not succeed"]);
+        assert_eq!(rolled(0, 2, 5).failures(), ["2 ran on another version than they name"]);
+        assert_eq!(rolled(0, 0, 0).failures(), ["not both versions ran"]);
+        assert!(table(&[rolled(0, 0, 5)]).contains("| 5 / 5 / 0 |"));
     }
 
     #[test]

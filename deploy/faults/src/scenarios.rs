@@ -12,7 +12,9 @@
 //! with `Retry-After`; the api killed while files are being uploaded (no partial file may
 //! become visible, no accepted one may be lost); an account capped at 8 running predictions
 //! while one of two runners is killed (the cap must hold throughout, and be reached again once
-//! the dead runner's slots age out); a secret rotation under load; two api, three runner and two notifier
+//! the dead runner's slots age out); a rolling update from one model version to the next under
+//! pinned, latest and deployment traffic (nothing may fail or run on another version than the
+//! one it names); a secret rotation under load; two api, three runner and two notifier
 //! replicas; a three-node JetStream cluster (streams R3) losing the node that leads the jobs
 //! stream.
 //!
@@ -34,6 +36,7 @@ use crate::{
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
+    rollout,
     topology::{Role, Shape, Topology},
     uploads,
 };
@@ -73,12 +76,14 @@ enum Fault {
     KillStreamLeader,
     /// The webhook secret rotated.
     Rotate,
+    /// A rolling update of a model version (see [`rollout`]).
+    Rollout,
 }
 
 impl Fault {
     /// Whether a part dies or restarts, so a delivery may be made twice (at least once).
     fn may_duplicate(self) -> bool {
-        !matches!(self, Self::None | Self::Rotate)
+        !matches!(self, Self::None | Self::Rotate | Self::Rollout)
     }
 }
 
@@ -207,6 +212,16 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
     },
     Scenario {
+        name: "rolling update v1 -> v2 (pinned, latest, deployment)",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Rollout,
+        latency_bound: Some(LATENCY_BOUND),
+        uploads: false,
+        capped: false,
+    },
+    Scenario {
         name: "secret rotated under load",
         shape: ONE_EACH,
         nats_nodes: 1,
@@ -309,8 +324,16 @@ async fn run_scenario(
     nats: &mut Nats,
     logs: &Path,
 ) -> anyhow::Result<Outcome> {
-    let vars = service_vars(mongo, nats, scenario.nats_nodes);
+    let mut vars = service_vars(mongo, nats, scenario.nats_nodes);
+    let rolling = matches!(scenario.fault, Fault::Rollout);
+    if rolling {
+        vars.extend(rollout::V1_RUNNER.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    }
     let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
+    let pinned = rollout::Pinned::new();
+    if rolling {
+        rollout::prepare(&topology).await?;
+    }
     if scenario.capped {
         capped::cap(&topology.setup.store).await?;
     }
@@ -320,14 +343,20 @@ async fn run_scenario(
     let load = tokio::spawn({
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
         let (rate, seconds) = (options.rate, options.seconds);
-        async move { load::run(&apis, &key, &url, rate, seconds).await }
+        let target = rolling.then(|| rollout::target(pinned.clone(), url.clone()));
+        async move {
+            match target {
+                Some(target) => load::run_with(&apis, &key, rate, seconds, target).await,
+                None => load::run(&apis, &key, &url, rate, seconds).await,
+            }
+        }
     });
     let uploading = scenario.uploads.then(|| {
         let (api, key, seconds) = (topology.apis[0].clone(), topology.key.clone(), options.seconds);
         tokio::spawn(async move { uploads::run(&api, &key, seconds).await })
     });
     tokio::time::sleep(Duration::from_secs(options.fault_at)).await;
-    let window = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder).await?;
+    let window = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder, &pinned).await?;
     let attempts = load.await??;
     let statuses = drain(&topology, &recorder).await?;
     let files = match uploading {
@@ -348,6 +377,9 @@ async fn run_scenario(
     outcome.crashed = topology.crashed();
     outcome.uploads = files;
     outcome.cap = cap;
+    if rolling {
+        outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);
+    }
     topology.stop().await?;
     Ok(outcome)
 }
@@ -360,6 +392,7 @@ async fn inject(
     mongo: &mut MongoStandin,
     nats: &mut Nats,
     recorder: &Recorder,
+    pinned: &rollout::Pinned,
 ) -> anyhow::Result<Option<Window>> {
     let down = Duration::from_secs(options.down);
     let from = Instant::now();
@@ -367,6 +400,10 @@ async fn inject(
         Fault::None => return Ok(None),
         Fault::Rotate => {
             rotate(topology, recorder).await?;
+            return Ok(None);
+        }
+        Fault::Rollout => {
+            rollout::roll(topology, pinned).await?;
             return Ok(None);
         }
         Fault::Kill(role) => {

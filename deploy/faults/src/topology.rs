@@ -65,6 +65,7 @@ pub struct Topology {
     /// Its webhook signing secret.
     pub secret: WebhookSecret,
     replicas: Vec<Replica>,
+    logs: PathBuf,
     http: reqwest::Client,
 }
 
@@ -95,6 +96,7 @@ impl Topology {
             key: bootstrapped.key.expose().to_owned(),
             secret: bootstrapped.secret,
             replicas: Vec::new(),
+            logs: logs.clone(),
             http,
         };
         std::fs::create_dir_all(&logs)?;
@@ -155,6 +157,27 @@ impl Topology {
             }
         };
         tokio::time::timeout(START_TIMEOUT, poll).await.with_context(|| format!("{url} did not answer 200"))
+    }
+
+    /// Adds a runner replica with the scenario's settings and `extra`, starts it and waits
+    /// until it serves; returns its number among the runners.
+    pub async fn add_runner(&mut self, extra: &[(&str, &str)]) -> anyhow::Result<usize> {
+        let n = self.replicas.iter().filter(|r| r.role == Role::Runner).count();
+        self.add(Role::Runner, self.logs.join(format!("runner-{n}.log")))?;
+        let i = self.replicas.len() - 1;
+        self.replicas[i].vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self.start_replica(i).await?;
+        Ok(n)
+    }
+
+    /// SIGTERM of the `n`-th replica of `role`, waiting for it to stop (a rolling update's
+    /// last step); it stays down.
+    pub async fn terminate(&mut self, role: Role, n: usize) -> anyhow::Result<()> {
+        let i = self.find(role, n)?;
+        match self.replicas[i].process.take() {
+            Some(process) => process.stop(STOP_GRACE).await.map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// The `/metrics` address of every runner replica.

@@ -50,6 +50,8 @@ use self::{
 };
 use crate::lanes::{LaneKey, Lanes};
 
+/// The longest a stopping runner keeps starting the jobs its lanes already announced.
+pub const DRAIN: Duration = Duration::from_secs(5);
 /// How long to wait before trying again after a fetch failed.
 const FETCH_RETRY: Duration = Duration::from_millis(500);
 /// The longest a fetch may take. It asks for what is pending and is answered within
@@ -183,40 +185,65 @@ impl Scheduler {
     }
 
     /// Starts jobs until `shutdown` fires: `start` is called with each message fetched, the
-    /// model it is for, and the slots it holds until it ends.
+    /// model it is for, and the slots it holds until it ends. Then drains: the jobs its lanes
+    /// already announced still start, for at most [`DRAIN`], until no lane may have work (no
+    /// doorbell rings any more), so a version whose last runner stops leaves no job behind
+    /// that was published before it began to stop.
     pub async fn run(&self, shutdown: CancellationToken, start: impl Fn(Message, &ModelRef, Slots)) {
+        self.turn(shutdown.cancelled(), false, &start).await;
+        let drained = self.turn(tokio::time::sleep(DRAIN), true, &start).await;
+        tracing::info!(jobs = drained, "stopped taking jobs");
+    }
+
+    /// Starts jobs until `stop` completes, or, `draining`, until no lane may have work;
+    /// returns how many it started.
+    async fn turn(
+        &self,
+        stop: impl Future<Output = ()>,
+        draining: bool,
+        start: &impl Fn(Message, &ModelRef, Slots),
+    ) -> usize {
+        tokio::pin!(stop);
+        let mut total = 0;
         loop {
             let held = tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = &mut stop => return total,
                 permit = self.runner.clone().acquire_owned() => match permit {
                     Ok(p) => p,
-                    Err(_) => return,
+                    Err(_) => return total,
                 },
             };
             let now = Instant::now();
             let Some((key, consumer, most)) = self.pick.pick(now, |key| self.account_full(key)) else {
                 drop(held);
+                if draining {
+                    return total;
+                }
                 self.pick.forget(None, now);
                 tokio::select! {
-                    () = shutdown.cancelled() => return,
+                    () = &mut stop => return total,
                     () = self.wake.notified() => {}
                     () = tokio::time::sleep(self.pick.next_recheck(now)) => {}
                 }
                 continue;
             };
-            match self.fetch(&key, &consumer, most, held, &start).await {
+            match self.fetch(&key, &consumer, most, held, start).await {
                 // Nothing asked: the lane's account had no free slot; the lane is passed over
                 // until one frees, not marked empty.
                 Ok((0, _)) => {}
                 Ok((asked, started)) => {
                     tracing::trace!(model = %key.model, account = ?key.account, asked, started, "fetched");
+                    total += started;
                     self.pick.mark(&key, asked, started, Instant::now());
                 }
                 Err(e) => {
                     tracing::warn!(model = %key.model, account = ?key.account, error = %e, "fetching jobs failed; the lane is reopened when a job rings it");
                     self.pick.forget(Some(&key), Instant::now());
+                    if draining {
+                        return total;
+                    }
                     tokio::select! {
-                        () = shutdown.cancelled() => return,
+                        () = &mut stop => return total,
                         () = tokio::time::sleep(FETCH_RETRY) => {}
                     }
                 }
