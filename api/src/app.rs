@@ -113,7 +113,13 @@ pub fn app(state: AppState) -> Router {
     let base_url = state.base_url().to_owned();
     let serve_metrics = {
         let state = state.clone();
-        get(move || std::future::ready(metrics::serve(&state.metrics, &state.store, state.wait_slots.held())))
+        get(move || {
+            let state = state.clone();
+            async move {
+                let deployments = state.deployment_figures.render(&state.store).await;
+                metrics::serve(&state.metrics, &state.store, state.wait_slots.held(), &deployments)
+            }
+        })
     };
     routes::router(state)
         .route("/metrics", serve_metrics)

@@ -9,6 +9,7 @@
 //! | `API_MAX_WAITS_PER_KEY` | `100` | the same, per API key |
 //! | `API_MAX_FILE_BYTES` | `104857600` (100 MiB) | the largest upload of the Files API; past it, 413 |
 //! | `FILES_RETENTION_HOURS` | `24` | an upload expires this long after it was made, and is then deleted |
+//! | `API_DEPLOYMENT_SLOTS_PER_INSTANCE` | `4` | predictions one runner of a deployment runs at once: `deployment_desired_instances` is its pending work divided by this |
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -33,6 +34,8 @@ pub struct ApiConfig {
     pub max_file_bytes: u64,
     /// `FILES_RETENTION_HOURS`: how long an upload is kept.
     pub files_retention: Duration,
+    /// `API_DEPLOYMENT_SLOTS_PER_INSTANCE`: predictions one runner of a deployment runs at once.
+    pub deployment_slots_per_instance: u32,
 }
 
 impl ApiConfig {
@@ -50,8 +53,16 @@ impl ApiConfig {
         if retention_hours == 0 || retention_hours > 24 * 366 {
             return Err(ConfigError { var: "FILES_RETENTION_HOURS".into(), reason: "must be from 1 to 8784".into() });
         }
+        let deployment_slots_per_instance = env.parse("API_DEPLOYMENT_SLOTS_PER_INSTANCE", 4u32)?;
+        if deployment_slots_per_instance == 0 {
+            return Err(ConfigError {
+                var: "API_DEPLOYMENT_SLOTS_PER_INSTANCE".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
         Ok(Self {
             common: CommonConfig::from_env(env)?,
+            deployment_slots_per_instance,
             max_file_bytes,
             files_retention: Duration::from_secs(retention_hours * 3600),
             bind: env.parse("API_BIND", SocketAddr::from(([0, 0, 0, 0], 8080)))?,

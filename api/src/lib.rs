@@ -19,6 +19,7 @@ pub mod config;
 pub mod console;
 pub mod deadline;
 pub mod deliveries;
+pub mod deployment_metrics;
 pub mod deployments;
 pub mod error;
 pub mod file_response;

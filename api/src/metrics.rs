@@ -5,6 +5,8 @@
 //! - `http_request_duration_seconds{method, route, status}`: their latency (histogram);
 //! - `api_predictions_created_total{model}`: predictions stored by this replica;
 //! - `api_prefer_wait_held`: `Prefer: wait` creates held open now (see [`crate::wait_slots`]);
+//! - `deployment_pending_predictions{deployment}`, `deployment_desired_instances{deployment}`:
+//!   what an autoscaler reads (see [`crate::deployment_metrics`]);
 //! - `mongodb_commands_total{command}`: MongoDB commands this process sent (driver command
 //!   monitoring), to see what each request costs the database; only with
 //!   `MONGODB_COMMAND_METRICS=true`, as the monitoring costs CPU.
@@ -90,10 +92,11 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
     response
 }
 
-/// `GET /metrics`, with `waits_held` as the held `Prefer: wait` creates now.
-pub fn serve(metrics: &HttpMetrics, store: &Store, waits_held: usize) -> Response {
+/// `GET /metrics`, with `waits_held` as the held `Prefer: wait` creates now and the
+/// deployments' figures ([`crate::deployment_metrics`]).
+pub fn serve(metrics: &HttpMetrics, store: &Store, waits_held: usize, deployments: &str) -> Response {
     metrics.waits_held.set(i64::try_from(waits_held).unwrap_or(i64::MAX));
-    let text = common::metrics::page(&[&metrics.render(), &store.command_counts().openmetrics()]);
+    let text = common::metrics::page(&[&metrics.render(), deployments, &store.command_counts().openmetrics()]);
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -52,6 +52,8 @@ pub struct Shared {
     pub wait_slots: WaitSlots,
     /// What `/metrics` shows.
     pub metrics: Arc<HttpMetrics>,
+    /// The deployments' figures on `/metrics`.
+    pub deployment_figures: crate::deployment_metrics::DeploymentFigures,
     /// Work that outlives its request (confirming that a job was stored); waited for on
     /// shutdown.
     pub background: TaskTracker,
@@ -69,6 +71,7 @@ impl AppState {
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background: TaskTracker::new(),
             metrics: Arc::new(HttpMetrics::new()),
+            deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),
             files: Files::new(&store),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),
             config,

@@ -114,7 +114,7 @@ async fn owned(state: &AppState, caller: &Caller, owner: &str, name: &str) -> Re
     path = "/v1/deployments",
     operation_id = "createDeployment",
     tag = "deployments",
-    request_body(content = Object, description = "`name`, `model`, `version`, `hardware`, `min_instances`, `max_instances`", content_type = "application/json"),
+    request_body(content = deployment::CreateDeploymentBody, content_type = "application/json"),
     responses((status = 201, description = "Created, release 1", body = DeploymentView)),
     security(("bearer" = []))
 )]
@@ -184,7 +184,7 @@ pub async fn get(
     operation_id = "updateDeployment",
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
-    request_body(content = Object, description = "Any of `version`, `hardware`, `min_instances`, `max_instances`", content_type = "application/json"),
+    request_body(content = deployment::UpdateDeploymentBody, content_type = "application/json"),
     responses((status = 200, description = "The deployment at its new release", body = DeploymentView)),
     security(("bearer" = []))
 )]

@@ -29,7 +29,8 @@ pub struct CreatePredictionBody {
 #[allow(dead_code)]
 pub struct CreateByVersionBody {
     /// `owner/name`, `owner/name:<version id>` or a bare version id (the `version` of a
-    /// prediction, the `id` of a model's `latest_version`). Only a model's current version runs.
+    /// prediction, the `id` of a model's `latest_version`). `owner/name` runs the newest live
+    /// version; a pinned version runs only on a runner of it, and waits until one is live.
     #[schema(
         pattern = r"^([a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}(:[A-Za-z0-9]{1,128})?|[A-Za-z0-9]{1,128})$"
     )]

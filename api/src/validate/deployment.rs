@@ -20,6 +20,49 @@ use serde_json::{Map, Value};
 
 use super::body::integer;
 
+/// `POST /v1/deployments`'s body as the OpenAPI description shows it; [`parse_new`] reads it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CreateDeploymentBody {
+    /// The deployment's name, unique in the account.
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,99}$")]
+    name: String,
+    /// `owner/name` of a registered model.
+    #[schema(pattern = r"^[a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}$")]
+    model: String,
+    /// A version id the model has had (`GET /v1/models/{owner}/{name}/versions`).
+    #[schema(pattern = r"^[A-Za-z0-9]{1,64}$")]
+    version: String,
+    /// A hardware pool (`GET /v1/hardware`).
+    #[schema(pattern = r"^[a-z][a-z0-9-]{0,31}$")]
+    hardware: String,
+    /// The fewest runners an autoscaler keeps.
+    #[schema(minimum = 0, maximum = 100)]
+    min_instances: u32,
+    /// The most runners an autoscaler starts; at least `min_instances`.
+    #[schema(minimum = 1, maximum = 100)]
+    max_instances: u32,
+}
+
+/// `PATCH /v1/deployments/{owner}/{name}`'s body as the OpenAPI description shows it: at
+/// least one field; [`parse_change`] reads it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct UpdateDeploymentBody {
+    /// A version id the model has had.
+    #[schema(pattern = r"^[A-Za-z0-9]{1,64}$")]
+    version: Option<String>,
+    /// A hardware pool.
+    #[schema(pattern = r"^[a-z][a-z0-9-]{0,31}$")]
+    hardware: Option<String>,
+    /// The fewest runners an autoscaler keeps.
+    #[schema(minimum = 0, maximum = 100)]
+    min_instances: Option<u32>,
+    /// The most runners an autoscaler starts.
+    #[schema(minimum = 1, maximum = 100)]
+    max_instances: Option<u32>,
+}
+
 /// The most instances a release may name.
 pub const MAX_INSTANCES: u32 = 100;
 

@@ -184,3 +184,32 @@ async fn a_deployment_of_an_unknown_version_or_bad_fields_is_400_with_every_fiel
     let denied = system.with_key(Method::POST, "/v1/deployments", key).json(&unknown).send().await.expect("sent");
     assert_eq!(denied.status(), StatusCode::FORBIDDEN, "managing deployments needs admin");
 }
+
+#[tokio::test]
+async fn the_metrics_give_each_deployment_its_pending_work_and_the_runners_it_calls_for() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    system.register_models_only().await;
+    let version = system.get("/v1/models/demo/echo").await.json_body().await["latest_version"]["id"].clone();
+    let body = json!({"name": "scaled", "model": "demo/echo", "version": version, "hardware": "cpu",
+                      "min_instances": 0, "max_instances": 3});
+    assert_eq!(system.request(Method::POST, "/v1/deployments").json(&body).send().await.expect("sent").status(), 201);
+    for _ in 0..5 {
+        let created = system
+            .request(Method::POST, "/v1/deployments/test-account/scaled/predictions")
+            .json(&json!({"input": {"prompt": "x"}}))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(created.status(), StatusCode::CREATED);
+    }
+    let text = eventually(Duration::from_secs(15), || async {
+        let text = system.http().get(system.url("/metrics")).send().await.ok()?.text().await.ok()?;
+        text.contains(r#"deployment_pending_predictions{deployment="test-account/scaled"} 5"#).then_some(text)
+    })
+    .await
+    .expect("five predictions pending, no runner");
+    assert!(
+        text.contains(r#"deployment_desired_instances{deployment="test-account/scaled"} 2"#),
+        "five predictions, four per runner: two runners\n{text}"
+    );
+}

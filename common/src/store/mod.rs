@@ -138,6 +138,7 @@ impl Store {
         coll.create_index(plain(doc! { "data_removed": 1, "completed_at": 1 })).await?;
         coll.create_index(plain(doc! { "input_files": 1 })).await?;
         coll.create_index(plain(doc! { "model": 1, "status": 1, "created_at": 1 })).await?;
+        coll.create_index(plain(doc! { "deployment": 1, "status": 1 })).await?;
         self.runners().collection().create_index(plain(doc! { "seen_at": 1 })).await?;
         self.deployments()
             .collection()

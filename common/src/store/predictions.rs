@@ -190,6 +190,12 @@ impl Predictions {
         self.coll.count_documents(doc! { "account_id": account.as_str(), "model": model.to_string() }).await
     }
 
+    /// Predictions of the deployment `owner/name` not yet ended (waiting or running).
+    pub async fn count_pending_of_deployment(&self, deployment: &str) -> Result<u64, StoreError> {
+        let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);
+        self.coll.count_documents(doc! { "deployment": deployment, "status": { "$in": open } }).await
+    }
+
     /// Predictions not yet ended whose deadline passed before `before` (at most `limit`).
     pub async fn overdue(&self, before: bson::DateTime, limit: i64) -> Result<Vec<Prediction>, StoreError> {
         let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);

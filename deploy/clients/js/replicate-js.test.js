@@ -187,3 +187,23 @@ test("a Cog model with a Path input sees the exact bytes of a Buffer", async () 
   const output = await replicate.run("acme/hash", { input: { file: bytes } });
   assert.equal(output, `${sha256(bytes)} ${bytes.length}`);
 });
+
+test("deployments.predictions.create runs the deployment's release, and the deployment's life", async () => {
+  const account = await replicate.accounts.current();
+  const model = await replicate.models.get("demo", "versioned");
+  const version = model.latest_version.id;
+  const name = `js-${process.pid}`;
+  const created = await replicate.deployments.create({
+    name, model: "demo/versioned", version, hardware: "cpu", min_instances: 0, max_instances: 1,
+  });
+  assert.equal(created.current_release.number, 1);
+  const prediction = await replicate.deployments.predictions.create(account.username, name, {
+    input: { seconds: 0 }, wait: 10,
+  });
+  assert.equal(prediction.status, "succeeded");
+  assert.equal(prediction.output, `version ${version}`);
+  assert.equal(prediction.deployment, `${account.username}/${name}`);
+  const updated = await replicate.deployments.update(account.username, name, { max_instances: 2 });
+  assert.equal(updated.current_release.number, 2);
+  assert.equal(await replicate.deployments.delete(account.username, name), true);
+});

@@ -19,6 +19,7 @@ from replicate.pagination import paginate
 
 BASE_URL = os.environ["BASE_URL"]
 ADMIN_KEY = os.environ["ADMIN_KEY"]
+OTHER_KEY = os.environ["OTHER_KEY"]
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +212,43 @@ def test_a_cog_model_with_a_path_input_sees_the_exact_bytes_by_upload_and_by_bas
         assert client.run("acme/hash", input={"file": f}) == expected
     with open(path, "rb") as f:
         assert client.run("acme/hash", input={"file": f}, file_encoding_strategy="base64") == expected
+
+
+def test_accounts_current_and_hardware_list_answer(client):
+    account = client.accounts.current()
+    assert account.type == "organization"
+    assert account.username == account.name and account.username
+    hardware = client.hardware.list()
+    assert "cpu" in [h.sku for h in hardware], "the local runner's pool"
+
+
+def test_a_deployment_is_created_used_updated_to_release_2_and_deleted(client):
+    owner = client.accounts.current().username
+    version = client.models.get("demo/versioned").latest_version.id
+    name = f"py-{os.getpid()}"
+    created = client.deployments.create(
+        name=name, model="demo/versioned", version=version, hardware="cpu", min_instances=0, max_instances=1
+    )
+    assert (created.owner, created.name, created.current_release.number) == (owner, name, 1)
+    assert created.current_release.configuration.hardware == "cpu"
+    assert client.deployments.get(f"{owner}/{name}").current_release.version == version
+    assert name in [d.name for d in client.deployments.list().results]
+
+    prediction = client.deployments.predictions.create(f"{owner}/{name}", input={"seconds": 0})
+    prediction.wait()
+    assert prediction.status == "succeeded"
+    assert prediction.output == f"version {version}"
+
+    updated = client.deployments.update(owner, name, max_instances=2)
+    assert updated.current_release.number == 2
+    assert updated.current_release.configuration.max_instances == 2
+
+    other = replicate.Client(api_token=OTHER_KEY, base_url=f"{BASE_URL}/replicate")
+    with pytest.raises(ReplicateError) as raised:
+        other.deployments.get(f"{owner}/{name}")
+    assert raised.value.status == 404, "another account's deployment does not exist for it"
+
+    assert client.deployments.delete(owner, name) is True
+    with pytest.raises(ReplicateError) as gone:
+        client.deployments.get(f"{owner}/{name}")
+    assert gone.value.status == 404
