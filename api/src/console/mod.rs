@@ -4,7 +4,8 @@
 //!   person every page proves it is ([`session::Signed`]); [`csrf`]: the checks of every form
 //!   post ([`csrf::ConsoleAction`]).
 //! - Pages, one file each: [`predictions`] (the list at `/`, a prediction at its `urls.web`,
-//!   Cancel, Resend), [`models`] (list and run form), [`keys`], [`secret`], [`account`] (its
+//!   Cancel, Resend), [`models`] (list, run form, versions), [`deployments`] (list, create, a
+//!   new release, delete), [`keys`], [`secret`], [`account`] (its
 //!   concurrency cap); [`files`] serves
 //!   file outputs to the pages.
 //! - [`page`]: rendering (askama templates in `templates/`, escaped by default) and the
@@ -18,6 +19,7 @@
 mod account;
 mod assets;
 mod csrf;
+mod deployments;
 mod error;
 mod files;
 mod keys;
@@ -59,6 +61,9 @@ pub fn router() -> Router<AppState> {
         .route("/keys/{id}/deactivate", post(keys::deactivate))
         .route("/secret", get(secret::show))
         .route("/account", get(account::show))
+        .route("/deployments", get(deployments::list).post(deployments::create))
+        .route("/deployments/{name}/release", post(deployments::release))
+        .route("/deployments/{name}/delete", post(deployments::delete))
         .route("/secret/reveal", post(secret::reveal))
         .route("/secret/rotate", post(secret::rotate))
         .route("/static/console.css", get(assets::css))

@@ -4,7 +4,9 @@
 //! `enum`, a file picker for a `format: uri` string (the file is uploaded with the form, then
 //! its URL is the input), a text area for other strings. Submitting it (scope `write`) validates and creates
 //! the prediction exactly as the API does ([`crate::submit`]), then opens its page; a bad value
-//! shows the form again with the field's error under it.
+//! shows the form again with the field's error under it. The page lists the model's versions,
+//! which of them are live (a runner serving it is alive) and which one the form runs (the
+//! latest).
 
 use std::collections::HashMap;
 
@@ -142,6 +144,33 @@ struct RunPage {
     can_run: bool,
     fields: Vec<Field>,
     error: Option<String>,
+    versions: Vec<VersionRow>,
+}
+
+/// One version of the model on its page.
+struct VersionRow {
+    id: String,
+    created: String,
+    /// A runner serving it is alive.
+    live: bool,
+    /// The model's route runs it.
+    latest: bool,
+}
+
+/// The model's versions, newest first, with which are live and which is the latest.
+async fn versions(state: &AppState, model: &RegisteredModel) -> Result<Vec<VersionRow>, ConsoleError> {
+    let records = state.store.model_versions().list_for(&model.record.model).await.map_err(anyhow::Error::from)?;
+    let snapshot = state.models.live.snapshot().await?;
+    let live = snapshot.versions.get(&model.record.model);
+    Ok(records
+        .iter()
+        .map(|v| VersionRow {
+            id: v.id.clone(),
+            created: v.created_at.to_chrono().format("%Y-%m-%d %H:%M UTC").to_string(),
+            live: live.is_some_and(|l| l.contains(&v.id)),
+            latest: v.id == model.record.version,
+        })
+        .collect())
 }
 
 async fn model(state: &AppState, owner: &str, name: &str) -> Result<std::sync::Arc<RegisteredModel>, ConsoleError> {
@@ -164,6 +193,7 @@ pub async fn form(
         can_run: signed.key.has_scope(Scope::Write),
         fields: fields(&model.input_schema),
         error: None,
+        versions: versions(&state, &model).await?,
     }))
 }
 
@@ -194,6 +224,7 @@ pub async fn run(
                 can_run: true,
                 fields: form_fields,
                 error: Some(problem.detail),
+                versions: versions(&state, &model).await?,
             };
             return Ok((StatusCode::BAD_REQUEST, html(&page)).into_response());
         }

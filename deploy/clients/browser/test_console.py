@@ -221,3 +221,55 @@ def test_a_waiting_prediction_shows_its_queue_position_until_it_starts(browser, 
     finally:
         for prediction_id in running:
             api.call("POST", f"/v1/predictions/{prediction_id}/cancel")
+
+
+def deployment_row_text(driver, name):
+    """The text of the deployments table's row of `name`, empty while the page changes."""
+    try:
+        return driver.find_element(By.XPATH, f"//table[@id='deployments']//tr[@data-deployment='{name}']").text
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def test_a_deployment_is_created_released_again_and_deleted_from_the_deployments_page(browser, api):
+    version = api.call("GET", "/v1/models/demo/versioned")[1]["latest_version"]["id"]
+    name = f"browser-{time.time_ns()}"
+    browser.get(BASE_URL + "/deployments")
+    wait_for(browser, lambda d: d.find_element(By.ID, "deployment-name")).send_keys(name)
+    browser.find_element(By.ID, "deployment-model").send_keys("demo/versioned")
+    browser.find_element(By.ID, "deployment-version").send_keys(version)
+    maximum = browser.find_element(By.ID, "deployment-max")
+    maximum.clear()
+    maximum.send_keys("2")
+    browser.find_element(By.ID, "create-deployment-button").click()
+    wait_for(browser, lambda d: "at release 1" in text_of(d, "deployment-notice"))
+    row = browser.find_element(By.XPATH, f"//tr[@data-deployment='{name}']")
+    assert row.find_element(By.CSS_SELECTOR, "td.release").text == "1"
+    owner = api.call("GET", "/v1/account")[1]["username"]
+    assert api.call("GET", f"/v1/deployments/{owner}/{name}")[1]["current_release"]["configuration"]["max_instances"] == 2
+
+    row.find_element(By.TAG_NAME, "summary").click()
+    form = row.find_element(By.CSS_SELECTOR, "form.release-form")
+    form.find_element(By.NAME, "max_instances").send_keys("3")
+    form.find_element(By.CSS_SELECTOR, "button.release-button").click()
+    wait_for(browser, lambda d: "at release 2" in text_of(d, "deployment-notice"))
+    assert "0 to 3" in deployment_row_text(browser, name)
+    assert api.call("GET", f"/v1/deployments/{owner}/{name}")[1]["current_release"]["number"] == 2
+
+    browser.find_element(By.XPATH, f"//tr[@data-deployment='{name}']//button[contains(@class, 'delete-deployment')]").click()
+    wait_for(browser, lambda d: deployment_row_text(d, name) == "" and d.find_elements(By.ID, "create-deployment"))
+    assert api.call("GET", f"/v1/deployments/{owner}/{name}")[0] == 404
+
+
+def test_a_bad_deployment_shows_every_field_error(browser):
+    browser.get(BASE_URL + "/deployments")
+    wait_for(browser, lambda d: d.find_element(By.ID, "deployment-name")).send_keys("Bad Name")
+    browser.find_element(By.ID, "create-deployment-button").click()
+    error = wait_for(browser, lambda d: text_of(d, "deployment-error"))
+    assert "name:" in error and "model:" in error and "version:" in error
+
+
+def test_the_model_page_lists_its_versions_and_which_is_live(browser):
+    browser.get(BASE_URL + "/models/demo/versioned")
+    rows = wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#versions tbody tr"))
+    assert any("latest" in r.text and "live" in r.text for r in rows), [r.text for r in rows]
