@@ -227,7 +227,17 @@ impl Scheduler {
                 }
                 continue;
             };
-            match self.fetch(&key, &consumer, most, held, start).await {
+            let fetched = if draining {
+                // The drain's end bounds its last fetch too: jobs a cut-short fetch would have
+                // brought are redelivered after their ack wait.
+                tokio::select! {
+                    fetched = self.fetch(&key, &consumer, most, held, start) => fetched,
+                    () = &mut stop => return total,
+                }
+            } else {
+                self.fetch(&key, &consumer, most, held, start).await
+            };
+            match fetched {
                 // Nothing asked: the lane's account had no free slot; the lane is passed over
                 // until one frees, not marked empty.
                 Ok((0, _)) => {}
