@@ -16,7 +16,10 @@
 //! estimate without a finished run to average or a slot running.
 //!
 //! **Cost**: four indexed MongoDB reads ([`common::store::QueueFigures`]), only for a
-//! prediction that is `starting`; `bench api` measures a get with it beside one without.
+//! prediction that is `starting`; `bench queue` measures a get with it beside one without
+//! (1,450 against 12,964 reads a second at 8 clients on the stand-in: it costs the reads).
+//! Lanes are per version too; the position counts a model's waiting predictions of every
+//! version.
 
 use bson::DateTime;
 use chrono::Utc;

@@ -207,3 +207,18 @@ test("deployments.predictions.create runs the deployment's release, and the depl
   assert.equal(updated.current_release.number, 2);
   assert.equal(await replicate.deployments.delete(account.username, name), true);
 });
+
+test("a waiting prediction carries its queue place", async () => {
+  // The local runner has 4 slots: the fifth of five long sleeps waits.
+  const created = [];
+  for (let i = 0; i < 5; i++) {
+    created.push(await replicate.predictions.create({ model: "demo/sleep", input: { seconds: 30, quiet: true } }));
+  }
+  try {
+    const waiting = await replicate.predictions.get(created[4].id);
+    assert.equal(waiting.status, "starting");
+    assert.ok(waiting.queue.position >= 1, JSON.stringify(waiting.queue));
+  } finally {
+    for (const p of created) await replicate.predictions.cancel(p.id);
+  }
+});

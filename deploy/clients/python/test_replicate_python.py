@@ -252,3 +252,16 @@ def test_a_deployment_is_created_used_updated_to_release_2_and_deleted(client):
     with pytest.raises(ReplicateError) as gone:
         client.deployments.get(f"{owner}/{name}")
     assert gone.value.status == 404
+
+
+def test_a_waiting_prediction_carries_its_queue_place_and_the_client_still_reads_it(client):
+    # The local runner has 4 slots: the fifth of five long sleeps waits.
+    created = [client.predictions.create(model="demo/sleep", input={"seconds": 30, "quiet": True}) for _ in range(5)]
+    try:
+        waiting = client.predictions.get(created[-1].id)
+        assert waiting.status == "starting"
+        raw = client._client.get(f"{BASE_URL}/replicate/v1/predictions/{created[-1].id}").json()
+        assert raw["queue"]["position"] >= 1, raw
+    finally:
+        for p in created:
+            p.cancel()

@@ -23,6 +23,10 @@
 //! not picked at all until a slot frees, which wakes the scheduler. An account with no cap
 //! costs one cache look-up per fetch.
 //!
+//! **Slots for the jobs announced.** The scheduler takes as many of a capped account's slots
+//! as its lane's doorbells announced jobs not yet fetched (at least one), so few slots are
+//! taken for jobs that are not there, while a backlog is still fetched in batches.
+//!
 //! **The cap** is read from MongoDB through a cache of [`CAP_TTL`]: a change applies within it.
 //! An account counts as full while it holds at least its cap, so lowering a cap below what
 //! runs lets the running jobs end and starts no new one until the account is under it.

@@ -257,6 +257,14 @@ impl<T: Clone> FairPick<T> {
         });
     }
 
+    /// Jobs of `key` announced by doorbells and not yet fetched (at least one is assumed when
+    /// the lane was picked for other reasons).
+    pub fn announced(&self, key: &LaneKey) -> usize {
+        let lanes = self.lanes();
+        let rings = lanes.iter().find(|e| &e.key == key).map_or(0, |e| e.state.unanswered_rings);
+        usize::try_from(rings).unwrap_or(usize::MAX).max(1)
+    }
+
     /// A free slot of `model`.
     pub(super) fn model_slot(&self, model: &ModelRef) -> Option<OwnedSemaphorePermit> {
         self.models[model].free.clone().try_acquire_owned().ok()
