@@ -15,9 +15,12 @@
 //! of the model's average recent run time, plus half a run for the round it waits in. No
 //! estimate without a finished run to average or a slot running.
 //!
-//! **Cost**: four indexed MongoDB reads ([`common::store::QueueFigures`]), only for a
-//! prediction that is `starting`; `bench queue` measures a get with it beside one without
-//! (1,450 against 12,964 reads a second at 8 clients on the stand-in: it costs the reads).
+//! **Cost**: one indexed MongoDB read of the prediction's own (its lane's predictions ahead
+//! of it), and the model's queue ([`common::store::ModelQueue`]: each lane's waiting count,
+//! the running ones, the recent run times; three reads) at most once every
+//! [`MODEL_QUEUE_TTL`] per model and replica; only for a prediction that is `starting`.
+//! `bench queue` measures a get with it beside one without (before the model's part was
+//! cached: 1,450 against 12,964 reads a second at 8 clients on the stand-in).
 //! Lanes are per version too; the position counts a model's waiting predictions of every
 //! version.
 
@@ -29,6 +32,11 @@ use common::{
 };
 
 use crate::{error::ApiError, state::AppState};
+
+/// How long a model's queue ([`common::store::ModelQueue`]) is reused: the other lanes'
+/// counts, the running count and the run times may be this old; the prediction's own place in
+/// its lane is always read.
+pub const MODEL_QUEUE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// 1 + the jobs that start before a prediction with `figures` (see the module doc).
 pub fn position(figures: &QueueFigures) -> u64 {
@@ -51,7 +59,16 @@ pub async fn place(state: &AppState, p: &Prediction) -> Result<Option<QueuePlace
     if p.status != PredictionStatus::Starting {
         return Ok(None);
     }
-    let figures = state.store.predictions().queue_figures(p).await?;
+    let predictions = state.store.predictions();
+    let model = match state.model_queues.get(&p.model) {
+        Some(model) => model,
+        None => {
+            let model = std::sync::Arc::new(predictions.model_queue(&p.model).await?);
+            state.model_queues.insert(p.model.clone(), model.clone());
+            model
+        }
+    };
+    let figures = model.figures_for(p.account_id.as_str(), predictions.ahead_in_lane(p).await?);
     let position = position(&figures);
     let estimated_start_at = seconds_to_start(position, &figures).map(|s| {
         let at = DateTime::now().to_chrono() + chrono::Duration::milliseconds((s * 1000.0) as i64);

@@ -52,6 +52,8 @@ pub struct Shared {
     pub wait_slots: WaitSlots,
     /// What `/metrics` shows.
     pub metrics: Arc<HttpMetrics>,
+    /// Each model's queue, reused for [`crate::queue::MODEL_QUEUE_TTL`].
+    pub model_queues: common::cache::TtlCache<common::domain::ModelRef, Arc<common::store::ModelQueue>>,
     /// The deployments' figures on `/metrics`.
     pub deployment_figures: crate::deployment_metrics::DeploymentFigures,
     /// Work that outlives its request (confirming that a job was stored); waited for on
@@ -71,6 +73,7 @@ impl AppState {
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background: TaskTracker::new(),
             metrics: Arc::new(HttpMetrics::new()),
+            model_queues: common::cache::TtlCache::new(crate::queue::MODEL_QUEUE_TTL, 10_000),
             deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),
             files: Files::new(&store),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),

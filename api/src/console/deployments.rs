@@ -77,6 +77,11 @@ async fn render(
     Ok((status, html(&page)).into_response())
 }
 
+/// Every field error in one line: `field: message` each.
+fn message_of(errors: &[common::problem::FieldError]) -> String {
+    errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(" ")
+}
+
 /// The error of a refused change, for the page.
 fn refusal(e: ApiError) -> Result<String, ConsoleError> {
     match e {
@@ -118,10 +123,7 @@ pub async fn create(State(state): State<AppState>, action: ConsoleAction) -> Res
     let body = body_of(&action, &["name", "model", "version", "hardware", "min_instances", "max_instances"]);
     let new = match deployment::parse_new(&body) {
         Ok(new) => new,
-        Err(errors) => {
-            let message = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(" ");
-            return render(&state, &action.signed, None, Some(message)).await;
-        }
+        Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
     };
     match deployments::create(&state, &action.signed.key.account_id, new).await {
         Ok(created) => {
@@ -143,10 +145,7 @@ pub async fn release(
     let body = body_of(&action, &["version", "hardware", "min_instances", "max_instances"]);
     let change = match deployment::parse_change(&body, (configuration.min_instances, configuration.max_instances)) {
         Ok(change) => change,
-        Err(errors) => {
-            let message = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(" ");
-            return render(&state, &action.signed, None, Some(message)).await;
-        }
+        Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
     };
     match deployments::change(&state, current, change).await {
         Ok(changed) => {

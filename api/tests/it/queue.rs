@@ -46,6 +46,8 @@ async fn queued_predictions_stand_one_to_ten_in_order_and_move_up_as_jobs_start(
     for _ in 0..3 {
         sleep_of(&system, &other, 0.3).await;
     }
+    // The model's part of the queue (the other lanes) is reused for up to a second.
+    tokio::time::sleep(api::queue::MODEL_QUEUE_TTL).await;
     assert_eq!(queue_of(&system, &ids[0]).await["position"], 1);
     assert_eq!(queue_of(&system, &ids[1]).await["position"], 3, "one turn of the other lane first");
     assert_eq!(queue_of(&system, &ids[4]).await["position"], 1 + 4 + 3);
@@ -84,6 +86,8 @@ async fn the_estimate_comes_from_recent_runs_and_busy_slots() {
     .await
     .expect("the long one runs");
     let waiting = sleep_of(&system, &key, 0.2).await;
+    // The model's running count and run times are reused for up to a second.
+    tokio::time::sleep(api::queue::MODEL_QUEUE_TTL).await;
     let queue = queue_of(&system, &waiting).await;
     assert_eq!(queue["position"], 1);
     let at =
