@@ -11,7 +11,7 @@ use common::{
 };
 use serde_json::json;
 
-use crate::fixture::Fixture;
+use crate::fixture::{Fixture, finished, start_delay};
 
 /// Stores an account capped at `max` running predictions.
 async fn capped_account(fixture: &Fixture, max: u32) -> AccountId {
@@ -34,18 +34,6 @@ fn most_at_once(done: &[Prediction]) -> usize {
         .map(|p| done.iter().filter(|q| q.started_at <= p.started_at && q.completed_at > p.started_at).count())
         .max()
         .unwrap_or(0)
-}
-
-fn start_delay(p: &Prediction) -> i64 {
-    p.started_at.expect("started").timestamp_millis() - p.created_at.timestamp_millis()
-}
-
-async fn finished(fixture: &Fixture, created: &[Prediction]) -> Vec<Prediction> {
-    let mut done = Vec::new();
-    for p in created {
-        done.push(fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await);
-    }
-    done
 }
 
 #[tokio::test]

@@ -123,6 +123,20 @@ impl Fixture {
     }
 }
 
+/// Milliseconds from a prediction's creation to its start.
+pub fn start_delay(p: &Prediction) -> i64 {
+    p.started_at.expect("started").timestamp_millis() - p.created_at.timestamp_millis()
+}
+
+/// `created`, each once it has ended (at most a minute each).
+pub async fn finished(fixture: &Fixture, created: &[Prediction]) -> Vec<Prediction> {
+    let mut done = Vec::new();
+    for p in created {
+        done.push(fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await);
+    }
+    done
+}
+
 /// The version a runner serves a built-in model as (without `RUNNER_MODEL_VERSIONS`): jobs
 /// are routed by it.
 pub fn builtin_version(model: &common::domain::ModelRef) -> Option<String> {

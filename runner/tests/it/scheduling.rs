@@ -5,25 +5,12 @@
 use std::time::Duration;
 
 use common::{
-    domain::{AccountId, Prediction, PredictionStatus},
+    domain::{AccountId, PredictionStatus},
     messages::JobMessage,
 };
 use serde_json::json;
 
-use crate::fixture::Fixture;
-
-/// Milliseconds from creation to start.
-fn start_delay(p: &Prediction) -> i64 {
-    p.started_at.expect("started").timestamp_millis() - p.created_at.timestamp_millis()
-}
-
-async fn finished(fixture: &Fixture, created: &[Prediction]) -> Vec<Prediction> {
-    let mut done = Vec::new();
-    for p in created {
-        done.push(fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await);
-    }
-    done
-}
+use crate::fixture::{Fixture, finished, start_delay};
 
 #[tokio::test]
 async fn the_default_model_set_starts_jobs_without_idle_slots() {
