@@ -42,6 +42,11 @@ impl ApiError {
         Self::Problem(Problem::validation(detail, errors))
     }
 
+    /// 400 for a body with invalid fields, listing them.
+    pub fn invalid_fields(errors: Vec<FieldError>) -> Self {
+        Self::validation("The request has invalid fields; see errors.", errors)
+    }
+
     /// 400 for a query string with invalid parameters, listing them.
     pub fn invalid_query(errors: Vec<FieldError>) -> Self {
         Self::validation("The query has invalid parameters; see errors.", errors)

@@ -44,7 +44,7 @@ pub async fn validated(
         (r, i) => {
             let mut errors = r.err().unwrap_or_default();
             errors.extend(i.err().unwrap_or_default());
-            return Err(ApiError::validation("The request has invalid fields; see errors.", errors));
+            return Err(ApiError::invalid_fields(errors));
         }
     };
     let uris = input::uri_values(&model.input_schema, &model_input);

@@ -111,8 +111,7 @@ pub async fn create(
     body: Bytes,
 ) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
     let body = body::optional_json_object(&headers, &body)?;
-    let request = create_api_key::parse(&body)
-        .map_err(|errors| ApiError::validation("The request has invalid fields; see errors.", errors))?;
+    let request = create_api_key::parse(&body).map_err(ApiError::invalid_fields)?;
     let (record, value) = accounts::create_key(&state, &auth.caller.key, request).await?;
     Ok((StatusCode::CREATED, Json(ApiKeyView::of(&record, value.expose().to_owned()))))
 }
@@ -192,14 +191,8 @@ pub async fn list(
     let account = &auth.caller.key.account_id;
     let (keys, total_count) =
         state.store.api_keys().list_for_account(account, paging.offset, i64::from(paging.limit)).await?;
-    let link = |offset: u64| format!("{}/v1/account/api-keys?limit={}&offset={offset}", state.base_url(), paging.limit);
-    let (next, previous) = paging.neighbours(total_count);
-    Ok(Json(ApiKeyPage {
-        results: keys.iter().map(ApiKeySummary::of).collect(),
-        next: next.map(link),
-        previous: previous.map(link),
-        total_count,
-    }))
+    let (next, previous) = paging.links(total_count, &format!("{}/v1/account/api-keys", state.base_url()));
+    Ok(Json(ApiKeyPage { results: keys.iter().map(ApiKeySummary::of).collect(), next, previous, total_count }))
 }
 
 /// The body of `PATCH /v1/account/api-keys/{id}` (no other field is accepted).

@@ -125,8 +125,7 @@ pub async fn create(
     body: Bytes,
 ) -> Result<(StatusCode, Json<DeploymentView>), ApiError> {
     let body = body::json_object(&headers, &body)?;
-    let new = deployment::parse_new(&body)
-        .map_err(|errors| ApiError::validation("The request has invalid fields; see errors.", errors))?;
+    let new = deployment::parse_new(&body).map_err(ApiError::invalid_fields)?;
     let record = deployments::create(&state, &auth.caller.key.account_id, new).await?;
     Ok((StatusCode::CREATED, Json(view(&record))))
 }
@@ -150,13 +149,8 @@ pub async fn list(
     let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
     let account: &AccountId = &auth.caller.key.account_id;
     let (records, total) = state.store.deployments().list(account, paging.offset, i64::from(paging.limit)).await?;
-    let link = |offset: u64| format!("{}/deployments?limit={}&offset={offset}", state.links.api(surface), paging.limit);
-    let (next, previous) = paging.neighbours(total);
-    Ok(Json(DeploymentPage {
-        results: records.iter().map(view).collect(),
-        next: next.map(link),
-        previous: previous.map(link),
-    }))
+    let (next, previous) = paging.links(total, &format!("{}/deployments", state.links.api(surface)));
+    Ok(Json(DeploymentPage { results: records.iter().map(view).collect(), next, previous }))
 }
 
 /// `GET /v1/deployments/{owner}/{name}`
@@ -199,7 +193,7 @@ pub async fn update(
     let current = owned(&state, &auth.caller, &owner, &name).await?;
     let configuration = &current.current_release.configuration;
     let change = deployment::parse_change(&body, (configuration.min_instances, configuration.max_instances))
-        .map_err(|errors| ApiError::validation("The request has invalid fields; see errors.", errors))?;
+        .map_err(ApiError::invalid_fields)?;
     Ok(Json(view(&deployments::change(&state, current, change).await?)))
 }
 

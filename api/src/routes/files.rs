@@ -185,12 +185,11 @@ pub async fn list(
     let (records, total_count) =
         state.files.list(account, paging.offset, paging.limit).await.map_err(anyhow::Error::from)?;
     let now = now_seconds();
-    let link = |offset: u64| format!("{}/files?limit={}&offset={offset}", state.links.api(surface), paging.limit);
-    let (next, previous) = paging.neighbours(total_count);
+    let (next, previous) = paging.links(total_count, &format!("{}/files", state.links.api(surface)));
     Ok(Json(FilePage {
         results: records.iter().map(|r| state.links.file_view(r, surface, now)).collect(),
-        next: next.map(link),
-        previous: previous.map(link),
+        next,
+        previous,
         total_count,
     }))
 }

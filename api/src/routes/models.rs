@@ -180,9 +180,8 @@ pub async fn list(
         let model = RegisteredModel { record, input_schema };
         results.push(model_view(&state, surface, &auth.caller.key.account_id, &model).await?);
     }
-    let link = |offset: u64| format!("{}/models?limit={}&offset={offset}", state.links.api(surface), paging.limit);
-    let (next, previous) = paging.neighbours(total);
-    Ok(Json(ModelPage { results, next: next.map(link), previous: previous.map(link) }))
+    let (next, previous) = paging.links(total, &format!("{}/models", state.links.api(surface)));
+    Ok(Json(ModelPage { results, next, previous }))
 }
 
 /// `GET /v1/models/{owner}/{name}`

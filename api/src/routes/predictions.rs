@@ -89,7 +89,7 @@ pub async fn create_by_version(
         Err(versions::Unresolved::Field(error)) => {
             let mut errors = vec![error];
             errors.extend(create_prediction::parse(&body).err().unwrap_or_default());
-            return Err(ApiError::validation("The request has invalid fields; see errors.", errors));
+            return Err(ApiError::invalid_fields(errors));
         }
     };
     tracing::Span::current().record("model", model.record.model.to_string());

@@ -90,6 +90,14 @@ impl Paging {
         if errors.is_empty() { Ok(paging) } else { Err(errors) }
     }
 
+    /// The URLs of the next and previous pages of the list at `url` (no query), given the
+    /// number of matches: `url?limit=L&offset=O`, `None` where there is no such page.
+    pub fn links(&self, total: u64, url: &str) -> (Option<String>, Option<String>) {
+        let link = |offset: u64| format!("{url}?limit={}&offset={offset}", self.limit);
+        let (next, previous) = self.neighbours(total);
+        (next.map(link), previous.map(link))
+    }
+
     /// The offsets of the next and previous pages, given the number of matches.
     pub fn neighbours(&self, total: u64) -> (Option<u64>, Option<u64>) {
         let next = self.offset + u64::from(self.limit);
@@ -107,6 +115,16 @@ mod tests {
         let mut errors = Vec::new();
         let paging = Paging::parse(&QueryPairs::parse(Some(q)), &mut errors);
         (paging, errors.into_iter().map(|e| e.field).collect())
+    }
+
+    #[test]
+    fn links_name_the_neighbouring_pages_only_where_they_exist() {
+        let page = Paging { limit: 10, offset: 10 };
+        assert_eq!(
+            page.links(25, "http://h/v1/files"),
+            (Some("http://h/v1/files?limit=10&offset=20".into()), Some("http://h/v1/files?limit=10&offset=0".into()))
+        );
+        assert_eq!(Paging { limit: 10, offset: 0 }.links(10, "u"), (None, None));
     }
 
     #[test]

@@ -3,23 +3,9 @@
 use std::time::Duration;
 
 use common::testkit::eventually;
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::harness::{JsonBody, Options, System};
-
-async fn run(system: &System, model: &str, input: Value) -> Value {
-    let response = system
-        .request(Method::POST, &format!("/v1/models/{model}/predictions"))
-        .header("content-type", "application/json")
-        .header("prefer", "wait=30")
-        .body(json!({ "input": input }).to_string())
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(response.status(), 201);
-    response.json_body().await
-}
 
 async fn file(system: &System, url: &str, key: &str) -> reqwest::Response {
     system.http().get(url).bearer_auth(key).send().await.expect("sent")
@@ -28,7 +14,7 @@ async fn file(system: &System, url: &str, key: &str) -> reqwest::Response {
 #[tokio::test]
 async fn text_to_image_writes_a_png_of_the_requested_size_served_to_its_account_only() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
-    let done = run(&system, "demo/text-to-image", json!({"prompt": "a red fox", "width": 64, "height": 48})).await;
+    let done = system.run("demo/text-to-image", json!({"prompt": "a red fox", "width": 64, "height": 48})).await;
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["capability"], "text-to-image");
     let url = done["output"].as_str().expect("a file URL");
@@ -56,7 +42,7 @@ async fn text_to_image_writes_a_png_of_the_requested_size_served_to_its_account_
 async fn text_to_video_writes_an_animated_gif() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
     let done =
-        run(&system, "demo/text-to-video", json!({"prompt": "waves", "frames": 4, "width": 40, "height": 30})).await;
+        system.run("demo/text-to-video", json!({"prompt": "waves", "frames": 4, "width": 40, "height": 30})).await;
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["capability"], "text-to-video");
     let response = file(&system, done["output"].as_str().expect("url"), &system.admin_key).await;
@@ -71,7 +57,7 @@ async fn text_to_video_writes_an_animated_gif() {
 #[tokio::test]
 async fn demo_fail_fails_with_its_message() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
-    let done = run(&system, "demo/fail", json!({"message": "out of ideas"})).await;
+    let done = system.run("demo/fail", json!({"message": "out of ideas"})).await;
     assert_eq!(done["status"], "failed");
     assert_eq!(done["error"], json!({"code": "MODEL_ERROR", "message": "out of ideas"}));
     assert_eq!(done["logs"], "about to fail: out of ideas\n");
@@ -86,7 +72,7 @@ async fn after_retention_input_output_logs_and_files_are_gone() {
         ..Options::default()
     })
     .await;
-    let done = run(&system, "demo/text-to-image", json!({"prompt": "ephemeral", "width": 16, "height": 16})).await;
+    let done = system.run("demo/text-to-image", json!({"prompt": "ephemeral", "width": 16, "height": 16})).await;
     let url = done["output"].as_str().expect("url").to_owned();
     let id = done["id"].as_str().expect("id").to_owned();
     let removed = eventually(Duration::from_secs(15), || async {

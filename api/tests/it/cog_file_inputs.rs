@@ -10,7 +10,7 @@ use std::{
 
 use common::testkit::{eventually, installed};
 use reqwest::{Method, multipart};
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::harness::{JsonBody, Options, System};
@@ -49,18 +49,6 @@ impl Drop for HashServer {
     }
 }
 
-async fn run(system: &System, file: &str) -> Value {
-    let response = system
-        .request(Method::POST, "/v1/models/acme/hash/predictions")
-        .header("prefer", "wait=60")
-        .json(&json!({"input": {"file": file}}))
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(response.status(), 201);
-    response.json_body().await
-}
-
 #[tokio::test]
 async fn a_cog_model_with_a_path_input_sees_the_exact_bytes_of_an_upload_and_of_a_data_uri() {
     let server = HashServer::start();
@@ -91,13 +79,13 @@ async fn a_cog_model_with_a_path_input_sees_the_exact_bytes_of_an_upload_and_of_
     assert_eq!(upload.status(), 201);
     let file = upload.json_body().await;
 
-    let done = run(&system, file["urls"]["get"].as_str().expect("url")).await;
+    let done = system.run("acme/hash", json!({"file": file["urls"]["get"].as_str().expect("url")})).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["output"], expected, "the model read the uploaded bytes");
 
     use base64::Engine;
     let small = b"inline through a data URI";
     let inline = format!("data:text/plain;base64,{}", base64::engine::general_purpose::STANDARD.encode(small));
-    let done = run(&system, &inline).await;
+    let done = system.run("acme/hash", json!({"file": &inline})).await;
     assert_eq!(done["output"], format!("{:x} {}", Sha256::digest(small), small.len()));
 }

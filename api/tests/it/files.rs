@@ -234,7 +234,7 @@ async fn a_file_input_reaches_a_built_in_model_as_its_exact_bytes_by_upload_on_e
         system.url(&format!("/replicate/v1/files/{id}")),
     ];
     for url in urls {
-        let done = run_checksum(&system, &url).await;
+        let done = system.run("demo/checksum", json!({"file": &url})).await;
         assert_eq!(done["status"], "succeeded", "{done}");
         let output: Value = serde_json::from_str(done["output"].as_str().expect("output")).expect("json");
         assert_eq!(output["sha256"], digest, "{url}");
@@ -242,7 +242,7 @@ async fn a_file_input_reaches_a_built_in_model_as_its_exact_bytes_by_upload_on_e
         assert_eq!(done["input"]["file"], url, "the input shows what the client sent");
     }
     let inline = format!("data:text/plain;base64,{}", base64_of(b"inline bytes"));
-    let done = run_checksum(&system, &inline).await;
+    let done = system.run("demo/checksum", json!({"file": &inline})).await;
     let output: Value = serde_json::from_str(done["output"].as_str().expect("output")).expect("json");
     assert_eq!(output["sha256"], hex(&Sha256::digest(b"inline bytes")));
 
@@ -261,18 +261,6 @@ async fn a_file_input_reaches_a_built_in_model_as_its_exact_bytes_by_upload_on_e
 fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-async fn run_checksum(system: &System, url: &str) -> Value {
-    let response = system
-        .request(Method::POST, "/v1/models/demo/checksum/predictions")
-        .header("prefer", "wait=30")
-        .json(&json!({"input": {"file": url}}))
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(response.status(), 201);
-    response.json_body().await
 }
 
 #[tokio::test]

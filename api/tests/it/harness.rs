@@ -165,6 +165,20 @@ impl System {
         boot.key.expose().to_owned()
     }
 
+    /// Creates a prediction of `model` (`owner/name`) on `input` with `Prefer: wait=60`, expects
+    /// 201, and returns it as answered (ended, unless the wait ran out).
+    pub async fn run(&self, model: &str, input: Value) -> Value {
+        let response = self
+            .request(Method::POST, &format!("/v1/models/{model}/predictions"))
+            .header("prefer", "wait=60")
+            .json(&serde_json::json!({ "input": input }))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), 201, "a create of {model}");
+        response.json_body().await
+    }
+
     /// Sets the concurrency cap of the account `name` as `api admin set-concurrency` does.
     pub async fn set_max_concurrency(&self, name: &str, max: Option<u32>) {
         let env = Env::from_fn(|k| self.vars.get(k).cloned());

@@ -3,7 +3,6 @@
 //! admins can read it back. `last_used_at` is written at most once a minute per key.
 
 use bson::{DateTime, doc};
-use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
@@ -138,16 +137,7 @@ impl ApiKeys {
         limit: i64,
     ) -> Result<(Vec<ApiKeyRecord>, u64), StoreError> {
         let filter = doc! { "account_id": account.as_str() };
-        let page = self
-            .coll
-            .find(filter.clone())
-            .sort(doc! { "created_at": -1, "_id": -1 })
-            .skip(offset)
-            .limit(limit)
-            .await?
-            .try_collect()
-            .await?;
-        Ok((page, self.coll.count_documents(filter).await?))
+        super::page(&self.coll, filter, doc! { "created_at": -1, "_id": -1 }, offset, limit).await
     }
 
     /// Deactivates key `id` of `account`; returns it as it is now, `None` if `account` has no

@@ -3,8 +3,6 @@
 //! a new release (`number + 1`), written only if the release it replaces is still current, so
 //! two concurrent updates cannot both claim the same number.
 
-use std::future::IntoFuture;
-
 use bson::{DateTime, doc};
 use futures::TryStreamExt;
 use mongodb::{Collection, Database};
@@ -105,17 +103,7 @@ impl Deployments {
         limit: i64,
     ) -> Result<(Vec<DeploymentRecord>, u64), StoreError> {
         let filter = doc! { "account_id": account.as_str() };
-        let page = async {
-            self.coll
-                .find(filter.clone())
-                .sort(doc! { "created_at": -1, "_id": -1 })
-                .skip(offset)
-                .limit(limit)
-                .await?
-                .try_collect::<Vec<_>>()
-                .await
-        };
-        tokio::try_join!(page, self.coll.count_documents(filter.clone()).into_future())
+        super::page(&self.coll, filter, doc! { "created_at": -1, "_id": -1 }, offset, limit).await
     }
 
     /// Every deployment (the api's metrics).

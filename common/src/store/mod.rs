@@ -63,6 +63,25 @@ pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
 /// A storage failure.
 pub type StoreError = mongodb::error::Error;
 
+/// One page of `coll`'s documents matching `filter` in `sort` order (`offset` skipped, at most
+/// `limit`), and how many match in all: the two queries run at once. Every list of the API
+/// pages this way.
+pub async fn page<T>(
+    coll: &mongodb::Collection<T>,
+    filter: bson::Document,
+    sort: bson::Document,
+    offset: u64,
+    limit: i64,
+) -> Result<(Vec<T>, u64), StoreError>
+where
+    T: serde::de::DeserializeOwned + Send + Sync,
+{
+    use futures::TryStreamExt;
+    use std::future::IntoFuture;
+    let documents = async { coll.find(filter.clone()).sort(sort).skip(offset).limit(limit).await?.try_collect().await };
+    tokio::try_join!(documents, coll.count_documents(filter.clone()).into_future())
+}
+
 /// The MongoDB error code of a unique-index violation.
 const DUPLICATE_KEY: i32 = 11000;
 

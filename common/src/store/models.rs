@@ -4,10 +4,7 @@
 //! The schema is kept as JSON text: JSON Schemas contain keys such as `$ref` that MongoDB
 //! reserves in stored documents.
 
-use std::future::IntoFuture;
-
 use bson::{DateTime, doc};
-use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -82,17 +79,7 @@ impl Models {
 
     /// One page of the registered models by address, and how many there are in all.
     pub async fn list(&self, offset: u64, limit: i64) -> Result<(Vec<ModelRecord>, u64), StoreError> {
-        let page = async {
-            self.coll
-                .find(doc! {})
-                .sort(doc! { "_id": 1 })
-                .skip(offset)
-                .limit(limit)
-                .await?
-                .try_collect::<Vec<_>>()
-                .await
-        };
-        tokio::try_join!(page, self.coll.count_documents(doc! {}).into_future())
+        super::page(&self.coll, doc! {}, doc! { "_id": 1 }, offset, limit).await
     }
 
     /// A registered model.

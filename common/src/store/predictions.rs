@@ -3,8 +3,6 @@
 //! which also increments `seq`, so concurrent writers can never move a prediction backwards,
 //! out of a terminal state, or both to the same place.
 
-use std::future::IntoFuture;
-
 use bson::{Bson, Document, doc};
 use futures::TryStreamExt;
 use mongodb::{Collection, Database, options::ReturnDocument};
@@ -157,17 +155,7 @@ impl Predictions {
         if let Some(s) = status {
             filter.insert("status", s.as_str());
         }
-        let page = async {
-            self.coll
-                .find(filter.clone())
-                .sort(doc! { "created_at": -1, "_id": -1 })
-                .skip(offset)
-                .limit(limit)
-                .await?
-                .try_collect::<Vec<_>>()
-                .await
-        };
-        tokio::try_join!(page, self.coll.count_documents(filter.clone()).into_future())
+        super::page(&self.coll, filter, doc! { "created_at": -1, "_id": -1 }, offset, limit).await
     }
 
     /// The current status of a prediction (reads the status alone).
