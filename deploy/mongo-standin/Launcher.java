@@ -19,6 +19,15 @@
 // memory one of tests and benchmarks, the H2 one of `up` and the fault suite), so tests and
 // benchmarks measure the service rather than the stand-in's scans, and a long-lived `up` does
 // not slow down as its predictions accumulate.
+//
+// Two behaviours of real MongoDB that the library lacks, so tests can hold the service to them:
+// - An update whose resulting document passes 16 MiB is refused with error 17419 and changes
+//   nothing (the library stored it). See Limits.
+// - The `failCommand` failpoint of MongoDB's test commands (`configureFailPoint`, as mongod
+//   started with enableTestCommands=1 takes it): fail the next N commands of the named kinds,
+//   optionally only those of one client `appName`, with an error code, a closed connection or a
+//   write concern error after the command ran. Tests inject a primary's stepdown with it.
+//   See FailPoint.
 
 import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoCollection;
@@ -36,11 +45,19 @@ import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.bson.Document;
+import de.bwaldvogel.mongo.exception.MongoServerError;
+import de.bwaldvogel.mongo.wire.bson.BsonEncoder;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.Channel;
+import io.netty.util.AttributeKey;
 import java.net.InetSocketAddress;
 import org.h2.mvstore.MVMap;
 import org.h2.mvstore.MVStore;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Function;
+import java.util.function.IntConsumer;
 import java.util.function.Supplier;
 
 public class Launcher {
@@ -71,6 +88,128 @@ public class Launcher {
         return plan.get();
     }
 
+
+    /** MongoDB's document size limit, which the library checks only on documents it decodes. */
+    static final class Limits {
+        static final int MAX_DOCUMENT_BYTES = 16 * 1024 * 1024;
+
+        static int size(Document document) {
+            ByteBuf buffer = Unpooled.buffer();
+            try {
+                BsonEncoder.encodeDocument(document, buffer);
+                return buffer.writerIndex();
+            } finally {
+                buffer.release();
+            }
+        }
+
+        /**
+         * Called where the library has already applied an update to the stored `document` and
+         * its indexes: when the result passes 16 MiB, puts both back as they were and refuses
+         * the update as MongoDB does (error 17419), so nothing of it is kept.
+         */
+        static <P> void checkUpdate(MongoCollection<P> collection, List<Index<P>> indexes, P position,
+                                    Document oldDocument, Document document, IntConsumer dataSize) {
+            int newSize = size(document);
+            if (newSize <= MAX_DOCUMENT_BYTES) {
+                return;
+            }
+            Document updated = document.cloneDeeply();
+            for (Index<P> index : indexes) {
+                index.updateInPlace(updated, oldDocument, position, collection);
+            }
+            document.clear();
+            document.putAll(oldDocument);
+            dataSize.accept(size(oldDocument) - newSize);
+            throw new MongoServerError(17419,
+                "Resulting document after update is larger than " + MAX_DOCUMENT_BYTES);
+        }
+    }
+
+    /** The `failCommand` failpoint of mongod's test commands (see the top of this file). */
+    static final class FailPoint {
+        static final AttributeKey<String> APP_NAME = AttributeKey.valueOf("appName");
+        private static Document data;
+        private static int remaining;
+
+        /** Handles `command` of `channel`, failing it if the failpoint says so. */
+        static Document handle(Channel channel, String command, Document query, Supplier<Document> run) {
+            if (command.equalsIgnoreCase("ismaster") || command.equals("hello")) {
+                Object client = query.get("client");
+                if (client instanceof Document c && c.get("application") instanceof Document app
+                    && app.get("name") instanceof String name) {
+                    channel.attr(APP_NAME).set(name);
+                }
+            }
+            if (command.equals("configureFailPoint")) {
+                return configure(query);
+            }
+            Document failing = take(channel.attr(APP_NAME).get(), command);
+            if (failing == null) {
+                return run.get();
+            }
+            if (Boolean.TRUE.equals(failing.get("closeConnection"))) {
+                channel.close();
+                return new Document("ok", 0);
+            }
+            if (failing.get("writeConcernError") instanceof Document concern) {
+                Document reply = run.get();
+                reply.put("writeConcernError", concern);
+                if (failing.get("errorLabels") != null) reply.put("errorLabels", failing.get("errorLabels"));
+                return reply;
+            }
+            Document reply = new Document("ok", 0);
+            reply.put("errmsg", "Failing command via 'failCommand' failpoint");
+            reply.put("code", ((Number) failing.getOrDefault("errorCode", 1)).intValue());
+            if (failing.get("errorLabels") != null) reply.put("errorLabels", failing.get("errorLabels"));
+            return reply;
+        }
+
+        /** `{configureFailPoint: "failCommand", mode: "off" | "alwaysOn" | {times: N}, data: {...}}` */
+        static synchronized Document configure(Document query) {
+            if (!"failCommand".equals(query.get("configureFailPoint"))) {
+                throw new MongoServerError(2, "only the failCommand failpoint is known");
+            }
+            Object mode = query.get("mode");
+            Document reply = new Document("count", remaining);
+            if ("off".equals(mode)) {
+                data = null;
+                remaining = 0;
+            } else if ("alwaysOn".equals(mode)) {
+                data = (Document) query.get("data");
+                remaining = -1;
+            } else if (mode instanceof Document m && m.get("times") instanceof Number times) {
+                data = (Document) query.get("data");
+                remaining = times.intValue();
+            } else {
+                throw new MongoServerError(2, "mode must be off, alwaysOn or {times: N}");
+            }
+            reply.put("ok", 1.0);
+            return reply;
+        }
+
+        /** The failpoint's data if it fails this command now (counting it down), else null. */
+        private static synchronized Document take(String appName, String command) {
+            if (data == null || remaining == 0) {
+                return null;
+            }
+            Object commands = data.get("failCommands");
+            if (!(commands instanceof List<?> names) || !names.contains(command)) {
+                return null;
+            }
+            Object app = data.get("appName");
+            if (app != null && !app.equals(appName)) {
+                return null;
+            }
+            if (remaining > 0 && --remaining == 0) {
+                Document last = data;
+                data = null;
+                return last;
+            }
+            return data;
+        }
+    }
+
     /** A memory collection that finds a document by an `_id` equality first, whatever else the filter holds. */
     static final class IdIndexedCollection extends MemoryCollection {
         IdIndexedCollection(MongoDatabase database, String name, CollectionOptions options, CursorRegistry cursors) {
@@ -83,6 +222,12 @@ public class Launcher {
             return queryById(getIndexes(), query,
                 found -> matchDocuments(query, found, orderBy, skip, limit, batchSize, fields),
                 () -> super.queryDocuments(query, orderBy, skip, limit, batchSize, fields));
+        }
+
+        @Override
+        protected void handleUpdate(Integer position, Document oldDocument, Document newDocument) {
+            Limits.checkUpdate(this, getIndexes(), position, oldDocument, newDocument, this::updateDataSize);
+            super.handleUpdate(position, oldDocument, newDocument);
         }
     }
 
@@ -100,6 +245,11 @@ public class Launcher {
         public MemoryDatabase openOrCreateDatabase(String name) {
             return new IdIndexedDatabase(name, getCursorRegistry());
         }
+
+        @Override
+        public Document handleCommand(Channel channel, String database, String command, Document query) {
+            return FailPoint.handle(channel, command, query, () -> super.handleCommand(channel, database, command, query));
+        }
     }
 
     /** The same for the H2 file backend (`up`, the fault suite). */
@@ -115,6 +265,12 @@ public class Launcher {
             return queryById(getIndexes(), query,
                 found -> matchDocuments(query, found, orderBy, skip, limit, batchSize, fields),
                 () -> super.queryDocuments(query, orderBy, skip, limit, batchSize, fields));
+        }
+
+        @Override
+        protected void handleUpdate(Object position, Document oldDocument, Document newDocument) {
+            Limits.checkUpdate(this, getIndexes(), position, oldDocument, newDocument, this::updateDataSize);
+            super.handleUpdate(position, oldDocument, newDocument);
         }
     }
 
@@ -143,6 +299,11 @@ public class Launcher {
         @Override
         protected MongoDatabase openOrCreateDatabase(String name) {
             return new IdIndexedH2Database(name, getCursorRegistry());
+        }
+
+        @Override
+        public Document handleCommand(Channel channel, String database, String command, Document query) {
+            return FailPoint.handle(channel, command, query, () -> super.handleCommand(channel, database, command, query));
         }
     }
 

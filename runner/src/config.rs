@@ -18,11 +18,16 @@
 //! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it |
 //! | `RUNNER_RETENTION_SWEEP_SECONDS` | `60` | how often expired data is removed |
 //! | `RUNNER_HARDWARE` | `cpu` | the hardware pool this runner declares: deployments on that pool run here |
+//! | `PREDICTION_MAX_LOG_BYTES` | `1048576` (1 MiB) | the logs a prediction keeps: past it the oldest lines go, after a line saying how much was cut |
+//! | `PREDICTION_MAX_OUTPUT_BYTES` | `4194304` (4 MiB) | the longest text output: past it the prediction fails with `OUTPUT_TOO_LARGE` (file outputs are files) |
 //! | `RUNNER_MODEL_VERSIONS` | derived | version ids of served models: `owner/name=id`, comma-separated (an image digest's hex, say; 1-64 letters and digits); a model not named has the digest of what it registers |
 
 use std::{collections::HashMap, fmt, time::Duration};
 
-use crate::models::cog::{CogTarget, parse_targets};
+use crate::{
+    models::cog::{CogTarget, parse_targets},
+    progress::Limits,
+};
 use common::{
     config::{CommonConfig, ConfigError, Env},
     domain::{ModelRef, Pool, model::is_valid_segment},
@@ -146,6 +151,36 @@ pub struct RunnerConfig {
     pub hardware: Pool,
     /// `RUNNER_MODEL_VERSIONS`: version ids chosen by the operator.
     pub versions: HashMap<ModelRef, String>,
+    /// `PREDICTION_MAX_LOG_BYTES`, `PREDICTION_MAX_OUTPUT_BYTES`: what a prediction keeps.
+    pub limits: Limits,
+}
+
+/// The most logs and output together: with an input of up to 1 MiB and the rest of the
+/// prediction they stay well inside MongoDB's 16 MiB document.
+const MAX_LOGS_AND_OUTPUT: usize = 12 * 1024 * 1024;
+
+/// `PREDICTION_MAX_LOG_BYTES` and `PREDICTION_MAX_OUTPUT_BYTES`, each at least 1 KiB and
+/// together at most [`MAX_LOGS_AND_OUTPUT`].
+fn limits(env: &Env<'_>) -> Result<Limits, ConfigError> {
+    let defaults = Limits::default();
+    let limits = Limits {
+        max_log_bytes: env.parse("PREDICTION_MAX_LOG_BYTES", defaults.max_log_bytes)?,
+        max_output_bytes: env.parse("PREDICTION_MAX_OUTPUT_BYTES", defaults.max_output_bytes)?,
+    };
+    let bad = |var: &str, reason: &str| ConfigError { var: var.into(), reason: reason.into() };
+    if limits.max_log_bytes < 1024 {
+        return Err(bad("PREDICTION_MAX_LOG_BYTES", "must be at least 1024"));
+    }
+    if limits.max_output_bytes < 1024 {
+        return Err(bad("PREDICTION_MAX_OUTPUT_BYTES", "must be at least 1024"));
+    }
+    if limits.max_log_bytes + limits.max_output_bytes > MAX_LOGS_AND_OUTPUT {
+        return Err(bad(
+            "PREDICTION_MAX_OUTPUT_BYTES",
+            "with PREDICTION_MAX_LOG_BYTES must stay within 12 MiB (a prediction is one MongoDB document of at most 16 MiB)",
+        ));
+    }
+    Ok(limits)
 }
 
 impl RunnerConfig {
@@ -193,6 +228,7 @@ impl RunnerConfig {
                 .map_err(|e| bad("RUNNER_HARDWARE", e.to_string()))?,
             versions: parse_versions(&env.string("RUNNER_MODEL_VERSIONS", ""))
                 .map_err(|e| bad("RUNNER_MODEL_VERSIONS", e))?,
+            limits: limits(env)?,
             retention_sweep_interval: env
                 .seconds("RUNNER_RETENTION_SWEEP_SECONDS", Duration::from_secs(60))?
                 .max(Duration::from_millis(100)),

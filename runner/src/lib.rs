@@ -70,7 +70,9 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
-    let executor = Arc::new(Executor::new(store.clone(), bus.clone(), links, common.prediction_deadline));
+    let executor = Arc::new(
+        Executor::new(store.clone(), bus.clone(), links, common.prediction_deadline).with_limits(config.limits),
+    );
     if let Some(bind) = config.metrics_bind {
         let (counts, metrics) = (store.command_counts().clone(), executor.metrics().clone());
         let render = move || format!("{}{}", metrics.render(), counts.openmetrics());

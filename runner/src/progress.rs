@@ -1,8 +1,30 @@
 //! Logs and output while a model runs. The model writes here as often as it likes; the
 //! executor takes the changes at most every 500 ms and stores them in one update, so a chatty
 //! model cannot flood the database or the event stream.
+//!
+//! Both are bounded ([`Limits`]), because a prediction is one MongoDB document of at most
+//! 16 MiB: past that it could no longer be updated, and would never end. The logs keep their
+//! tail: once they pass `max_log_bytes` the oldest lines go, and the text starts with a line
+//! saying how much was cut. Text output is never cut: past `max_output_bytes` it stops
+//! growing and [`Progress::output_overflowed`] tells the executor to fail the prediction
+//! (`OUTPUT_TOO_LARGE`).
 
 use std::sync::Mutex;
+
+/// The most bytes of logs and of text output one prediction keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `PREDICTION_MAX_LOG_BYTES`: the logs' tail kept, the cut line included.
+    pub max_log_bytes: usize,
+    /// `PREDICTION_MAX_OUTPUT_BYTES`: the longest text output (a file output is a file).
+    pub max_output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_log_bytes: 1024 * 1024, max_output_bytes: 4 * 1024 * 1024 }
+    }
+}
 
 /// The logs and output of one running prediction.
 #[derive(Default)]
@@ -12,10 +34,61 @@ pub struct Progress {
 
 #[derive(Default)]
 struct State {
+    limits: Limits,
+    /// The logs' kept tail.
     logs: String,
+    /// Bytes cut from the head of the logs so far.
+    cut: usize,
     output: Option<String>,
+    /// The output passed its limit (and stopped growing).
+    overflowed: bool,
     logs_changed: bool,
     output_changed: bool,
+}
+
+/// The room a cut line takes (`[... N bytes of earlier logs cut ...]`).
+const CUT_LINE_ROOM: usize = 64;
+
+impl State {
+    /// Cuts the head of the logs so that they and the cut line fit the limit; cuts a quarter
+    /// more than needed, at a line's start where one is near, so that a chatty model does
+    /// not pay a cut per line.
+    fn bound_logs(&mut self) {
+        let budget = self.limits.max_log_bytes.saturating_sub(CUT_LINE_ROOM);
+        if self.logs.len() <= budget {
+            return;
+        }
+        let mut at = self.logs.len() - budget * 3 / 4;
+        while !self.logs.is_char_boundary(at) {
+            at += 1;
+        }
+        if let Some(newline) = self.logs[at..].find('\n').filter(|n| *n < budget / 4) {
+            at += newline + 1;
+        }
+        self.logs.drain(..at);
+        self.cut += at;
+    }
+
+    /// The logs as stored: the cut line, if any, then the kept tail.
+    fn shown_logs(&self) -> String {
+        if self.cut == 0 {
+            return self.logs.clone();
+        }
+        format!("[... {} bytes of earlier logs cut ...]\n{}", self.cut, self.logs)
+    }
+
+    /// Keeps `output` unless it passes the limit, which marks the output overflowed.
+    fn bound_output(&mut self) {
+        if self.output.as_ref().is_some_and(|o| o.len() > self.limits.max_output_bytes) {
+            let output = self.output.as_mut().expect("checked");
+            let mut at = self.limits.max_output_bytes;
+            while !output.is_char_boundary(at) {
+                at -= 1;
+            }
+            output.truncate(at);
+            self.overflowed = true;
+        }
+    }
 }
 
 /// What changed since the last [`Progress::take_changes`].
@@ -28,6 +101,11 @@ pub struct Changes {
 }
 
 impl Progress {
+    /// Progress kept within `limits`.
+    pub fn with_limits(limits: Limits) -> Self {
+        Self { state: Mutex::new(State { limits, ..State::default() }) }
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
@@ -37,6 +115,7 @@ impl Progress {
         self.with(|s| {
             s.logs.push_str(line);
             s.logs.push('\n');
+            s.bound_logs();
             s.logs_changed = true;
         });
     }
@@ -44,16 +123,25 @@ impl Progress {
     /// Appends text to the output (streaming text models).
     pub fn append_output(&self, text: &str) {
         self.with(|s| {
+            if s.overflowed {
+                return;
+            }
             s.output.get_or_insert_with(String::new).push_str(text);
+            s.bound_output();
             s.output_changed = true;
         });
     }
 
-    /// Replaces the whole log text (models that report snapshots, like Cog servers).
+    /// Replaces the whole log text (models that report snapshots, like Cog servers). A
+    /// snapshot that starts with what was cut before is cut the same way.
     pub fn set_logs(&self, logs: &str) {
         self.with(|s| {
-            if s.logs != logs {
-                s.logs = logs.to_owned();
+            let same_head = s.cut > 0 && logs.len() >= s.cut && logs.is_char_boundary(s.cut);
+            let (cut, tail) = if same_head { (s.cut, &logs[s.cut..]) } else { (0, logs) };
+            if s.cut != cut || s.logs != tail {
+                s.cut = cut;
+                s.logs = tail.to_owned();
+                s.bound_logs();
                 s.logs_changed = true;
             }
         });
@@ -64,6 +152,7 @@ impl Progress {
         self.with(|s| {
             if s.output.as_deref() != Some(output) {
                 s.output = Some(output.to_owned());
+                s.bound_output();
                 s.output_changed = true;
             }
         });
@@ -73,7 +162,7 @@ impl Progress {
     pub fn take_changes(&self) -> Option<Changes> {
         self.with(|s| {
             let changes = Changes {
-                logs: s.logs_changed.then(|| s.logs.clone()),
+                logs: s.logs_changed.then(|| s.shown_logs()),
                 output: if s.output_changed { s.output.clone() } else { None },
             };
             s.logs_changed = false;
@@ -82,20 +171,79 @@ impl Progress {
         })
     }
 
-    /// All logs so far.
+    /// All logs kept so far (with the cut line, if the head was cut).
     pub fn logs(&self) -> String {
-        self.with(|s| s.logs.clone())
+        self.with(|s| s.shown_logs())
     }
 
     /// The output so far.
     pub fn output(&self) -> Option<String> {
         self.with(|s| s.output.clone())
     }
+
+    /// Whether the output passed its limit.
+    pub fn output_overflowed(&self) -> bool {
+        self.with(|s| s.overflowed)
+    }
+
+    /// The limits kept.
+    pub fn limits(&self) -> Limits {
+        self.with(|s| s.limits)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn small(max_log_bytes: usize, max_output_bytes: usize) -> Progress {
+        Progress::with_limits(Limits { max_log_bytes, max_output_bytes })
+    }
+
+    #[test]
+    fn logs_past_their_limit_keep_their_tail_after_a_line_saying_what_was_cut() {
+        let p = small(1024, 1024);
+        for i in 0..200 {
+            p.log(&format!("line {i:03}"));
+        }
+        let logs = p.logs();
+        assert!(logs.len() <= 1024, "{}", logs.len());
+        assert!(
+            logs.starts_with("[... ")
+                && logs.lines().next().is_some_and(|l| l.ends_with("bytes of earlier logs cut ...]"))
+        );
+        assert!(logs.ends_with("line 199\n"), "the newest line is kept");
+        let cut: usize = logs[5..].split(' ').next().and_then(|n| n.parse().ok()).expect("a count");
+        let kept = logs.split_once('\n').map(|(_, tail)| tail.len()).expect("a tail");
+        assert_eq!(cut + kept, 200 * 9, "every byte is either kept or counted as cut");
+        assert!(logs.split_once('\n').is_some_and(|(_, tail)| tail.starts_with("line ")), "cut at a line's start");
+    }
+
+    #[test]
+    fn a_growing_snapshot_of_logs_is_cut_as_the_lines_were() {
+        let p = small(1024, 1024);
+        let mut snapshot = String::new();
+        for i in 0..300 {
+            snapshot.push_str(&format!("line {i:03}\n"));
+            p.set_logs(&snapshot);
+        }
+        let logs = p.logs();
+        assert!(logs.len() <= 1024 && logs.ends_with("line 299\n"), "{logs}");
+    }
+
+    #[test]
+    fn an_output_past_its_limit_stops_growing_and_says_so() {
+        let p = small(1024, 10);
+        p.append_output("12345");
+        assert!(!p.output_overflowed());
+        p.append_output("678901");
+        p.append_output("more");
+        assert!(p.output_overflowed());
+        assert_eq!(p.output().as_deref(), Some("1234567890"));
+        let q = small(1024, 10);
+        q.set_output("é".repeat(8).as_str());
+        assert!(q.output_overflowed() && q.output().is_some_and(|o| o.len() <= 10));
+    }
 
     #[test]
     fn changes_are_reported_once_and_carry_the_whole_text() {

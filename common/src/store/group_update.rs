@@ -14,8 +14,22 @@
 //! free write slot a lone update is written at once, so a quiet service pays no latency; under
 //! load updates queue while the slots are busy and the next command carries them all, which
 //! saves the driver's and the server's per-command work (one round trip instead of several).
+//!
+//! What real MongoDB holds a command to, and the driver does not do for `run_command`:
+//! - **Size.** A command is one BSON document of at most 16 MiB, so a batch is cut into
+//!   commands of at most [`COMMAND_BUDGET`] bytes of statements; a statement larger than that
+//!   alone is refused here ([`TOO_LARGE`]), as the server would refuse it.
+//! - **Retries.** The driver retries `update_one` across an election, never `run_command`. A
+//!   command that fails because the primary stepped down or could not be reached
+//!   ([`super::is_unreachable`]) is sent again, for up to [`RETRY_FOR`] (an election takes up to
+//!   about 12 s). A command whose reply was lost may have been applied, so after a retry a
+//!   statement that did not match is settled by its `applied` filter: "matched nothing" no
+//!   longer means "applied nothing".
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use bson::{Bson, Document, doc};
 use mongodb::{Collection, Database, options::WriteConcern};
@@ -25,6 +39,15 @@ use super::{
     StoreError,
     group_commit::{Batching, run_writer},
 };
+
+/// The most bytes of statements one `update` command carries: MongoDB's 16 MiB limit on a
+/// command document, less room for the command's other fields (name, options, session,
+/// cluster time).
+pub const COMMAND_BUDGET: usize = 16 * 1024 * 1024 - 16 * 1024;
+/// The error code of a document or command over MongoDB's size limit (`BSONObjectTooLarge`).
+pub const TOO_LARGE: i32 = 10334;
+/// How long a command that could not reach a primary is tried again.
+pub const RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// One conditional update of a single document.
 #[derive(Debug, Clone)]
@@ -102,8 +125,23 @@ struct Target {
 }
 
 impl Target {
-    /// Writes one batch with an unordered `update` command and answers each of its callers.
+    /// Writes one batch, in as many unordered `update` commands as its size needs, and
+    /// answers each of its callers.
     async fn write(&self, batch: Vec<Waiting>) {
+        for command in by_size(batch, COMMAND_BUDGET) {
+            match command {
+                Command::Alone(waiting) => {
+                    let Waiting { done, .. } = *waiting;
+                    let message = format!("the update is larger than a command may be ({COMMAND_BUDGET} bytes)");
+                    let _ = done.send(Err(GroupUpdateError::Refused { code: TOO_LARGE, message }));
+                }
+                Command::Batch(batch) => self.write_command(batch).await,
+            }
+        }
+    }
+
+    /// Writes one command's statements and answers each of their callers.
+    async fn write_command(&self, batch: Vec<Waiting>) {
         let count = batch.len();
         let (mut updates, mut applied, mut answers) =
             (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count));
@@ -113,11 +151,10 @@ impl Target {
             answers.push(done);
         }
         let command = update_command(self.documents.name(), updates, self.documents.write_concern());
-        let reply = self.database.run_command(command).await;
-        let outcomes = match reply.map(|reply| Reply::read(&reply, count)) {
-            Ok(Ok(reply)) => self.settle(applied, reply).await,
-            Ok(Err(e)) | Err(e) => {
-                tracing::warn!(error = %e, updates = count, "group update failed");
+        let outcomes = match self.send(&command, count).await {
+            Ok((reply, retried)) => self.settle(applied, reply, retried).await,
+            Err(e) => {
+                tracing::warn!(error = super::describe(&e), updates = count, "group update failed");
                 let e = Arc::new(e);
                 vec![Err(GroupUpdateError::Write(e)); count]
             }
@@ -127,9 +164,32 @@ impl Target {
         }
     }
 
+    /// Sends `command` until it is answered, retrying while the primary cannot be reached (for
+    /// up to [`RETRY_FOR`]); the reply, and whether it took more than one try.
+    async fn send(&self, command: &Document, count: usize) -> Result<(Reply, bool), StoreError> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(50);
+        let mut retried = false;
+        loop {
+            let reply = self.database.run_command(command.clone()).await.and_then(|r| Reply::read(&r, count));
+            match reply {
+                Ok(reply) => return Ok((reply, retried)),
+                Err(e) if super::is_unreachable(&e) && started.elapsed() + pause < RETRY_FOR => {
+                    let error = super::describe(&e);
+                    tracing::warn!(%error, updates = count, retry_in = ?pause, "group update not written; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                    retried = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Each statement's outcome from the command's reply; reads the `applied` filters when the
-    /// count leaves it open.
-    async fn settle(&self, applied: Vec<Document>, reply: Reply) -> Vec<Result<bool, GroupUpdateError>> {
+    /// count leaves it open. After a retry an earlier try may have applied a statement that
+    /// the last one did not match, so no count of zero settles anything.
+    async fn settle(&self, applied: Vec<Document>, reply: Reply, retried: bool) -> Vec<Result<bool, GroupUpdateError>> {
         let written = applied.len() - reply.refused.iter().filter(|r| r.is_some()).count();
         let ambiguous = reply.matched < written;
         let mut outcomes = Vec::with_capacity(applied.len());
@@ -137,7 +197,7 @@ impl Target {
             outcomes.push(match refused {
                 Some(refused) => Err(refused),
                 None if !ambiguous => Ok(true),
-                None if reply.matched == 0 => Ok(false),
+                None if reply.matched == 0 && !retried => Ok(false),
                 None => self.was_applied(applied).await,
             });
         }
@@ -154,6 +214,44 @@ impl Target {
             .map_err(|e| GroupUpdateError::Write(Arc::new(e)))?;
         Ok(found.is_some())
     }
+}
+
+/// One command's worth of a batch.
+enum Command {
+    /// Statements that fit one command together.
+    Batch(Vec<Waiting>),
+    /// A statement larger than a command may be.
+    Alone(Box<Waiting>),
+}
+
+/// Cuts `batch` into commands of at most `budget` bytes of statements, in order.
+fn by_size(batch: Vec<Waiting>, budget: usize) -> Vec<Command> {
+    let mut commands = Vec::new();
+    let (mut current, mut bytes) = (Vec::new(), 0);
+    for waiting in batch {
+        let size = statement_size(&waiting.update);
+        if size > budget {
+            commands.push(Command::Alone(Box::new(waiting)));
+            continue;
+        }
+        if bytes + size > budget && !current.is_empty() {
+            commands.push(Command::Batch(std::mem::take(&mut current)));
+            bytes = 0;
+        }
+        bytes += size;
+        current.push(waiting);
+    }
+    if !current.is_empty() {
+        commands.push(Command::Batch(current));
+    }
+    commands
+}
+
+/// The bytes a statement adds to an `update` command: its `{q, u, multi}` document and its
+/// array entry's type byte and index key.
+fn statement_size(update: &ConditionalUpdate) -> usize {
+    let document = |d: &Document| bson::to_vec(d).map_or(usize::MAX / 4, |bytes| bytes.len());
+    document(&update.filter) + document(&update.update) + 32
 }
 
 /// The unordered `update` command of `updates` (filter, update) on `collection`. `run_command` sends only what
@@ -186,7 +284,7 @@ impl Reply {
     /// whole command.
     fn read(reply: &Document, count: usize) -> Result<Self, StoreError> {
         if let Ok(concern) = reply.get_document("writeConcernError") {
-            return Err(StoreError::custom(format!("write concern error: {concern}")));
+            return Err(write_concern_error(concern, reply));
         }
         let matched = match reply.get("n") {
             Some(Bson::Int32(n)) => usize::try_from(*n).unwrap_or(0),
@@ -205,6 +303,22 @@ impl Reply {
             }
         }
         Ok(Self { matched, refused })
+    }
+}
+
+/// The error of a reply that carries a write concern error: retryable (as
+/// [`super::is_unreachable`] tells) when its code is one of a primary stepping down or shutting
+/// down, or the server labels it so.
+fn write_concern_error(concern: &Document, reply: &Document) -> StoreError {
+    let code = number(concern.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
+    let labelled = reply
+        .get_array("errorLabels")
+        .is_ok_and(|labels| labels.iter().any(|l| l.as_str() == Some(super::RETRYABLE_WRITE_LABEL)));
+    let message = format!("write concern error: {concern}");
+    if labelled || super::is_retryable_code(code) {
+        StoreError::custom(super::PrimaryLost(message))
+    } else {
+        StoreError::custom(message)
     }
 }
 
@@ -249,6 +363,40 @@ mod tests {
         let read = Reply::read(&reply, 3).expect("read");
         assert!(read.refused[0].is_none() && read.refused[2].is_none());
         assert!(matches!(&read.refused[1], Some(GroupUpdateError::Refused { code: 121, .. })), "{read:?}");
+    }
+
+    fn waiting(bytes: usize) -> Waiting {
+        let update = ConditionalUpdate {
+            filter: doc! { "_id": "a" },
+            update: doc! { "$set": { "output": "x".repeat(bytes) } },
+            applied: doc! {},
+        };
+        Waiting { update, done: oneshot::channel().0 }
+    }
+
+    #[test]
+    fn a_batch_is_cut_into_commands_within_the_budget_and_an_oversized_statement_goes_alone() {
+        let sizes = [400, 400, 400, 5_000, 100];
+        let commands = by_size(sizes.iter().map(|b| waiting(*b)).collect(), 1_000);
+        let shapes: Vec<String> = commands
+            .iter()
+            .map(|c| match c {
+                Command::Batch(b) => format!("batch of {}", b.len()),
+                Command::Alone(_) => "alone".into(),
+            })
+            .collect();
+        assert_eq!(shapes, ["batch of 2", "alone", "batch of 2"]);
+    }
+
+    #[test]
+    fn a_write_concern_error_of_a_lost_primary_is_worth_a_retry_and_another_is_not() {
+        let lost = doc! { "n": 1, "writeConcernError": { "code": 91, "errmsg": "shutting down" } };
+        assert!(Reply::read(&lost, 1).is_err_and(|e| super::super::is_unreachable(&e)));
+        let labelled = doc! { "n": 1, "writeConcernError": { "code": 100, "errmsg": "x" }, "errorLabels": ["RetryableWriteError"] };
+        assert!(Reply::read(&labelled, 1).is_err_and(|e| super::super::is_unreachable(&e)));
+        let timeout =
+            doc! { "n": 1, "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
+        assert!(Reply::read(&timeout, 1).is_err_and(|e| !super::super::is_unreachable(&e)));
     }
 
     #[test]

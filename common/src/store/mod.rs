@@ -45,7 +45,7 @@ use bson::doc;
 use mongodb::{
     Client, Database, IndexModel,
     error::{ErrorKind, WriteFailure},
-    options::{ClientOptions, IndexOptions},
+    options::{ClientOptions, IndexOptions, ReadPreference, SelectionCriteria},
 };
 
 pub use accounts::{Account, Accounts};
@@ -94,15 +94,63 @@ pub fn is_duplicate_key(err: &StoreError) -> bool {
     }
 }
 
+/// The label MongoDB puts on an error that a retried write may get past.
+const RETRYABLE_WRITE_LABEL: &str = "RetryableWriteError";
+
+/// The codes of a primary that stepped down, is shutting down or cannot be reached (the
+/// driver's list of retryable errors): `HostUnreachable` 6, `HostNotFound` 7, `NetworkTimeout`
+/// 89, `ShutdownInProgress` 91, `PrimarySteppedDown` 189, `ExceededTimeLimit` 262,
+/// `SocketException` 9001, `NotWritablePrimary` 10107, `InterruptedAtShutdown` 11600,
+/// `InterruptedDueToReplStateChange` 11602, `NotPrimaryNoSecondaryOk` 13435,
+/// `NotPrimaryOrSecondary` 13436.
+fn is_retryable_code(code: i32) -> bool {
+    matches!(code, 6 | 7 | 89 | 91 | 189 | 262 | 9001 | 10107 | 11600 | 11602 | 13435 | 13436)
+}
+
+/// A reply of a command the driver does not retry (`run_command`) that says the primary was
+/// lost before the write was safe: worth sending again, as [`is_unreachable`] tells.
+#[derive(Debug)]
+struct PrimaryLost(String);
+
+/// What `err` says, with the server's message where the driver's text of a custom error would
+/// hide it.
+pub fn describe(err: &StoreError) -> String {
+    match (err.get_custom::<PrimaryLost>(), err.get_custom::<String>()) {
+        (Some(PrimaryLost(message)), _) | (None, Some(message)) => message.clone(),
+        (None, None) => err.to_string(),
+    }
+}
+
 /// Whether `err` means the database could not be reached (no server selected, a broken
-/// connection, a pool cleared after a failure, or an error the server marks as worth
-/// retrying): a condition that passes, unlike a refused or malformed command.
+/// connection, a pool cleared after a failure, a primary that stepped down or is shutting
+/// down during an election, or an error the server marks as worth retrying): a condition that
+/// passes, unlike a refused or malformed command.
 pub fn is_unreachable(err: &StoreError) -> bool {
+    let code = match err.kind.as_ref() {
+        ErrorKind::Command(e) => Some(e.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(e)) => Some(e.code),
+        _ => None,
+    };
     matches!(
         err.kind.as_ref(),
         ErrorKind::ServerSelection { .. } | ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. }
-    ) || err.contains_label("RetryableWriteError")
+    ) || code.is_some_and(is_retryable_code)
+        || err.get_custom::<PrimaryLost>().is_some()
+        || err.contains_label(RETRYABLE_WRITE_LABEL)
         || err.contains_label("TransientTransactionError")
+}
+
+/// How long connecting and selecting a server may take when the URI does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The client options of a service: the URI's, with [`DEFAULT_TIMEOUT`] and `app_name` where it
+/// names none, and reads from the primary always.
+fn client_options(mut options: ClientOptions, app_name: &str) -> ClientOptions {
+    options.app_name.get_or_insert_with(|| app_name.to_owned());
+    options.connect_timeout.get_or_insert(DEFAULT_TIMEOUT);
+    options.server_selection_timeout.get_or_insert(DEFAULT_TIMEOUT);
+    options.selection_criteria = Some(SelectionCriteria::ReadPreference(ReadPreference::Primary));
+    options
 }
 
 /// A connected database with typed access to each collection.
@@ -113,19 +161,22 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects (lazily: the driver connects on first use) with timeouts that make an
-    /// unreachable server fail a request in seconds rather than hang it; counts its commands
-    /// when `monitoring` asks for it.
+    /// Connects (lazily: the driver connects on first use); counts its commands when
+    /// `monitoring` asks for it.
+    ///
+    /// The URI's own settings stand: `connectTimeoutMS` and `serverSelectionTimeoutMS` default
+    /// to [`DEFAULT_TIMEOUT`] (30 s, so a request rides out an election of a replica set,
+    /// which takes up to about 12 s), and `appName` to `app_name`. Reads go to the primary
+    /// whatever `readPreference` the URI names: every service reads what it has just written
+    /// (a job's prediction, a status it conditions on), which a secondary may not have yet.
     pub async fn connect(
         uri: &str,
         database: &str,
         app_name: &str,
         monitoring: commands::Monitoring,
     ) -> Result<Self, StoreError> {
-        let mut options = ClientOptions::parse(uri).await?;
-        options.app_name = Some(app_name.to_owned());
-        options.connect_timeout = Some(Duration::from_secs(5));
-        options.server_selection_timeout = Some(Duration::from_secs(5));
+        let options = client_options(ClientOptions::parse(uri).await?, app_name);
+        let mut options = options;
         let commands = commands::CommandCounts::default();
         if monitoring == commands::Monitoring::Counted {
             options.command_event_handler = Some(commands.handler());
@@ -248,5 +299,23 @@ impl Store {
     /// The database itself (tests and tools).
     pub fn database(&self) -> &Database {
         &self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_uris_timeouts_and_name_stand_and_reads_go_to_the_primary_whatever_it_asks() {
+        let uri = "mongodb://db.example:27017/?readPreference=secondaryPreferred&connectTimeoutMS=1234&appName=ops";
+        let options = client_options(ClientOptions::parse(uri).await.expect("a valid URI"), "runner");
+        assert_eq!(options.connect_timeout, Some(Duration::from_millis(1234)));
+        assert_eq!(options.server_selection_timeout, Some(DEFAULT_TIMEOUT), "30 s where the URI says nothing");
+        assert_eq!(options.app_name.as_deref(), Some("ops"));
+        assert!(matches!(options.selection_criteria, Some(SelectionCriteria::ReadPreference(ReadPreference::Primary))));
+
+        let plain = client_options(ClientOptions::parse("mongodb://db.example").await.expect("valid"), "runner");
+        assert_eq!((plain.connect_timeout, plain.app_name.as_deref()), (Some(DEFAULT_TIMEOUT), Some("runner")));
     }
 }

@@ -23,9 +23,11 @@ pub(super) fn docker_available() -> bool {
 }
 
 pub(super) fn mongo() -> String {
+    // Test commands on: the tests inject failures with the `failCommand` failpoint.
     let container = GenericImage::new("mongo", "7")
         .with_wait_for(WaitFor::message_on_stdout("Waiting for connections"))
         .with_exposed_port(27017.tcp())
+        .with_cmd(["mongod", "--setParameter", "enableTestCommands=1"])
         .with_container_name("prediction-service-test-mongo")
         .with_reuse(ReuseDirective::Always)
         .start()

@@ -115,6 +115,27 @@ impl TestContext {
             .expect("connect to MongoDB")
     }
 
+    /// A store on this test's database whose client names itself after this test (its
+    /// `appName`), so that a failpoint set with [`Self::fail_commands`] fails its commands and
+    /// no other test's.
+    pub async fn named_store(&self) -> Store {
+        Store::connect(&self.mongodb_uri, &self.database, &self.prefix, Monitoring::Counted)
+            .await
+            .expect("connect to MongoDB")
+    }
+
+    /// Fails the next `times` commands named in `commands` of this test's named clients, as
+    /// `data` says (`errorCode`, `closeConnection`, `writeConcernError`, `errorLabels`): the
+    /// `failCommand` failpoint of mongod's test commands (`enableTestCommands=1`, which the
+    /// test container and the stand-in both take).
+    pub async fn fail_commands(&self, store: &Store, commands: &[&str], mut data: bson::Document, times: i32) {
+        data.insert("failCommands", commands.iter().map(|c| bson::Bson::from(*c)).collect::<Vec<_>>());
+        data.insert("appName", self.prefix.as_str());
+        let admin = store.database().client().database("admin");
+        let command = bson::doc! { "configureFailPoint": "failCommand", "mode": { "times": times }, "data": data };
+        admin.run_command(command).await.expect("the server takes the failCommand failpoint");
+    }
+
     /// A bus under this test's prefix, with the streams created.
     pub async fn bus(&self) -> Bus {
         let cfg = self.common_config(&[]);

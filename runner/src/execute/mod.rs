@@ -64,7 +64,7 @@ use crate::{
         Model, ModelError, ModelOutput, Progress,
         file_inputs::{self, FileAccess, FileInputs, NamedFiles},
     },
-    progress::Changes,
+    progress::{Changes, Limits},
 };
 
 /// How often logs and output of a running model are stored at most.
@@ -107,6 +107,24 @@ pub fn timeout_error() -> ModelError {
     }
 }
 
+/// A model's output, or `OUTPUT_TOO_LARGE` when its text passed the output limit (while it
+/// streamed, or as returned); a file output is a file, whatever its size.
+fn within_limits(output: ModelOutput, progress: &Progress) -> Result<ModelOutput, ModelError> {
+    let limit = progress.limits().max_output_bytes;
+    let size = match &output {
+        ModelOutput::Text(text) => text.len(),
+        ModelOutput::Json(value) => serde_json::to_string(value).map_or(usize::MAX, |text| text.len()),
+        ModelOutput::File { .. } => 0,
+    };
+    if progress.output_overflowed() || size > limit {
+        return Err(ModelError {
+            code: "OUTPUT_TOO_LARGE".into(),
+            message: format!("The output is larger than {limit} bytes (PREDICTION_MAX_OUTPUT_BYTES)."),
+        });
+    }
+    Ok(output)
+}
+
 /// What to do with the job message after executing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -140,6 +158,8 @@ pub struct Executor {
     changes: GroupUpdate,
     /// Resolves file inputs before a model runs.
     file_inputs: FileInputs,
+    /// The most logs and text output a prediction keeps.
+    limits: Limits,
 }
 
 /// How state changes that read nothing back are gathered: what is queued while two writes
@@ -186,7 +206,14 @@ impl Executor {
             flush_clock,
             changes,
             file_inputs,
+            limits: Limits::default(),
         }
+    }
+
+    /// Keeps each prediction's logs and text output within `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Its metrics.
@@ -280,7 +307,7 @@ impl Executor {
         // The steps' futures are boxed (`Box::pin`): a job's future is moved whole when it is
         // spawned and polled, and unboxed they made it 36 KB, copied on every move (memmove
         // was 9 % of the runner's profile); boxed, each step costs one allocation instead.
-        let progress = Progress::default();
+        let progress = Progress::with_limits(self.limits);
         // Registered before the model may start, so a cancel broadcast finds it from then on.
         let running = Running::register(self, id);
         let model_name = model.descriptor().model.to_string();
@@ -431,6 +458,7 @@ impl Executor {
     ) -> anyhow::Result<()> {
         let completed_at = DateTime::now();
         let metrics = Metrics::at_completion(prediction.created_at, prediction.started_at, completed_at);
+        let result = result.and_then(|output| within_limits(output, progress));
         // The change, typed once: the document written and the copy published come from it.
         let mut done = prediction.clone();
         done.logs = progress.logs();

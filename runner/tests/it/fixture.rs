@@ -18,6 +18,8 @@ pub struct Fixture {
     pub store: Store,
     pub bus: Bus,
     pub vars: HashMap<String, String>,
+    /// The test's names (database, prefix) and servers.
+    pub ctx: TestContext,
     shutdown: CancellationToken,
 }
 
@@ -34,7 +36,7 @@ impl Fixture {
         let store = ctx.store().await;
         store.ensure_indexes().await.expect("indexes");
         let bus = ctx.bus().await;
-        Self { store, bus, vars, shutdown: CancellationToken::new() }
+        Self { store, bus, vars, ctx, shutdown: CancellationToken::new() }
     }
 
     /// Starts a runner in this process serving `models`.

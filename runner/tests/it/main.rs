@@ -8,6 +8,7 @@ mod crash;
 mod deadlines;
 mod depth;
 mod fixture;
+mod limits;
 mod reconcile;
 mod results;
 mod scheduling;

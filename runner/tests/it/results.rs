@@ -8,7 +8,7 @@ use std::time::Duration;
 use bson::doc;
 use common::{
     domain::{Prediction, PredictionStatus},
-    store::{Batching, ConditionalUpdate, GroupUpdateError, Predictions, Store},
+    store::{Batching, ConditionalUpdate, GroupUpdate, GroupUpdateError, Predictions, Store},
 };
 use futures::future::join_all;
 use serde_json::json;
@@ -181,4 +181,67 @@ async fn a_job_whose_prediction_changed_since_it_was_created_starts_it_as_stored
     assert_eq!(done.status, PredictionStatus::Succeeded, "the stale copy's change did not apply; the stored one did");
     assert_eq!(done.seq, p.seq + 5 + 2);
     assert_eq!(done.output.as_deref(), Some("x"));
+}
+
+/// A context whose named store a failpoint can aim at, with `count` predictions moved to
+/// `processing`, and a writer on that store.
+async fn failing_writer(count: usize) -> (Fixture, Store, GroupUpdate, Vec<Prediction>) {
+    let fixture = Fixture::new(&[]).await;
+    let running = processing(&fixture, count).await;
+    let named = fixture.ctx.named_store().await;
+    let writer = named.predictions().group_update(TOGETHER);
+    (fixture, named, writer, running)
+}
+
+#[tokio::test]
+async fn a_shared_write_refused_by_a_stepping_down_primary_is_sent_again_and_applies_once() {
+    let (fixture, named, writer, running) = failing_writer(3).await;
+    fixture.ctx.fail_commands(&named, &["update"], doc! { "errorCode": 11602 }, 2).await;
+
+    let applied = join_all(running.iter().map(|p| writer.apply(success_of(p)))).await;
+
+    assert!(applied.iter().all(|a| matches!(a, Ok(true))), "{applied:?}");
+    for p in &running {
+        let stored = fixture.current(&p.id).await;
+        assert_eq!((stored.status, stored.seq), (PredictionStatus::Succeeded, p.seq + 1), "applied once");
+    }
+}
+
+#[tokio::test]
+async fn a_shared_write_whose_reply_was_lost_after_it_applied_is_settled_by_reading_each_result() {
+    let (fixture, named, writer, running) = failing_writer(3).await;
+    // The command applies, then the primary steps down before the write is safe: the retry
+    // matches nothing, and only a read tells that every result is stored.
+    let lost = doc! { "writeConcernError": { "code": 91, "errmsg": "shutdown in progress" } };
+    fixture.ctx.fail_commands(&named, &["update"], lost, 1).await;
+
+    let applied = join_all(running.iter().map(|p| writer.apply(success_of(p)))).await;
+
+    assert!(applied.iter().all(|a| matches!(a, Ok(true))), "each result is known applied: {applied:?}");
+    for p in &running {
+        assert_eq!(fixture.current(&p.id).await.status, PredictionStatus::Succeeded);
+    }
+}
+
+#[tokio::test]
+async fn results_larger_together_than_a_command_may_be_are_written_in_several_commands() {
+    let fixture = Fixture::new(&[]).await;
+    let running = processing(&fixture, 40).await;
+    let writer = fixture.store.predictions().group_update(TOGETHER);
+    let before = update_commands(&fixture.store);
+    let large = "x".repeat(900 * 1024);
+    let result_of = |p: &Prediction| {
+        let change = doc! { "output": &large };
+        Predictions::change_at_seq(&p.id, PredictionStatus::Processing, p.seq, PredictionStatus::Succeeded, change)
+            .expect("processing may succeed")
+    };
+
+    let applied = join_all(running.iter().map(|p| writer.apply(result_of(p)))).await;
+
+    assert!(applied.iter().all(|a| matches!(a, Ok(true))), "{applied:?}");
+    let commands = update_commands(&fixture.store) - before;
+    assert!((3..=8).contains(&commands), "36 MB of results in commands under 16 MiB each: {commands}");
+    for p in &running {
+        assert_eq!(fixture.current(&p.id).await.output.map(|o| o.len()), Some(large.len()));
+    }
 }

@@ -2,6 +2,7 @@
 //! model servers. They are served and registered like any other model; nothing outside the
 //! runner knows they are built in.
 
+pub mod chatty;
 pub mod checksum;
 pub mod echo;
 pub mod fail;
@@ -83,5 +84,6 @@ pub fn all_with_versions(
         Arc::new(text_to_image::model()),
         Arc::new(text_to_video::model()),
         Arc::new(checksum::model()),
+        Arc::new(chatty::model()),
     ]
 }
