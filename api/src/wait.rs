@@ -3,8 +3,9 @@
 //!
 //! The handler subscribes to the prediction's status-event subject *before* it publishes the
 //! job, so even an instant completion cannot be missed; the `completed` event carries the
-//! prediction as `GET` shows it, which becomes the response. When the time is up, the
-//! prediction is read once more and returned as it stands.
+//! prediction as `GET` shows it, which becomes the response (an event too large to carry it
+//! names it, and the response is read from MongoDB). When the time is up, the prediction is
+//! read once more and returned as it stands.
 
 use std::time::Duration;
 
@@ -48,14 +49,23 @@ pub fn requested(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
     Ok(None)
 }
 
-/// The prediction as its `completed` event shows it, if that arrives within `limit`.
-pub async fn completion(mut events: Subscriber, limit: Duration) -> Option<PredictionView> {
+/// How a prediction that ended within the wait is shown.
+pub enum Ended {
+    /// As its `completed` event carries it.
+    Shown(Box<PredictionView>),
+    /// As stored: its event was too large to carry it.
+    Stored,
+}
+
+/// The prediction's end, if its `completed` event arrives within `limit`.
+pub async fn completion(mut events: Subscriber, limit: Duration) -> Option<Ended> {
     let wait = async {
         while let Some(message) = events.next().await {
-            if let Ok(StatusEvent::PredictionChangedV1(change)) = serde_json::from_slice(&message.payload)
+            if let Some(change) =
+                serde_json::from_slice::<StatusEvent>(&message.payload).ok().and_then(StatusEvent::prediction_change)
                 && change.event == common::domain::WebhookEvent::Completed
             {
-                return Some(change.prediction);
+                return Some(change.prediction.map_or(Ended::Stored, |view| Ended::Shown(Box::new(view))));
             }
         }
         None

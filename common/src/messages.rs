@@ -102,6 +102,24 @@ pub enum StatusEvent {
     /// prediction's own events subject, so streams and waits never see it.
     #[serde(rename = "webhook_resend.v1")]
     WebhookResendV1(PredictionChanged),
+    /// [`Self::PredictionChangedV1`] of a prediction too large to carry within the server's
+    /// message limit (NATS's `max_payload`, 1 MiB by default): the same fields without
+    /// `prediction`, which readers take from MongoDB (see [`PredictionChanged::encode_within`]).
+    #[serde(rename = "prediction_changed_ref.v1")]
+    PredictionChangedRefV1(PredictionChanged),
+    /// [`Self::WebhookResendV1`] of a prediction too large to carry, likewise.
+    #[serde(rename = "webhook_resend_ref.v1")]
+    WebhookResendRefV1(PredictionChanged),
+}
+
+impl StatusEvent {
+    /// The change of a prediction's own event (a resend is not one).
+    pub fn prediction_change(self) -> Option<PredictionChanged> {
+        match self {
+            Self::PredictionChangedV1(change) | Self::PredictionChangedRefV1(change) => Some(change),
+            Self::WebhookResendV1(_) | Self::WebhookResendRefV1(_) => None,
+        }
+    }
 }
 
 /// The NATS header of a status event that says who announces the change (see [`Announcement`]).
@@ -152,8 +170,11 @@ pub struct PredictionChanged {
     pub webhook: Option<WebhookUrl>,
     /// Which events are delivered (absent = all).
     pub webhook_events_filter: Option<Vec<WebhookEvent>>,
-    /// The prediction as `GET` on the surface that created it shows it right after the change.
-    pub prediction: PredictionView,
+    /// The prediction as `GET` on the surface that created it shows it right after the change;
+    /// `None` in an event by reference (too large to carry), whose readers take the stored
+    /// prediction from MongoDB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<PredictionView>,
 }
 
 impl PredictionChanged {
@@ -167,8 +188,26 @@ impl PredictionChanged {
             seq: prediction.seq,
             webhook: prediction.webhook.clone(),
             webhook_events_filter: prediction.webhook_events_filter.clone(),
-            prediction: prediction.view(links, prediction.surface),
+            prediction: Some(prediction.view(links, prediction.surface)),
         }
+    }
+
+    /// This change as a message of at most `limit` bytes: as `kind` with its prediction when
+    /// that fits (the usual case), else by reference (the `_ref` kind of the same event,
+    /// without the prediction). `kind` is [`StatusEvent::PredictionChangedV1`] or
+    /// [`StatusEvent::WebhookResendV1`]. Only a message that does not fit is encoded twice.
+    pub fn encode_within(mut self, kind: fn(Self) -> StatusEvent, limit: usize) -> Vec<u8> {
+        let whole = serde_json::to_vec(&kind(self.clone())).expect("status events always serialize");
+        if whole.len() <= limit || self.prediction.is_none() {
+            return whole;
+        }
+        self.prediction = None;
+        let by_reference = match kind(self) {
+            StatusEvent::PredictionChangedV1(change) => StatusEvent::PredictionChangedRefV1(change),
+            StatusEvent::WebhookResendV1(change) => StatusEvent::WebhookResendRefV1(change),
+            other => other,
+        };
+        serde_json::to_vec(&by_reference).expect("status events always serialize")
     }
 
     /// The id of this event, one per prediction, change and event (one stored change can be
@@ -194,6 +233,19 @@ pub enum StatusEventKind {
     /// [`StatusEvent::WebhookResendV1`].
     #[serde(rename = "webhook_resend.v1")]
     WebhookResendV1,
+    /// [`StatusEvent::PredictionChangedRefV1`].
+    #[serde(rename = "prediction_changed_ref.v1")]
+    PredictionChangedRefV1,
+    /// [`StatusEvent::WebhookResendRefV1`].
+    #[serde(rename = "webhook_resend_ref.v1")]
+    WebhookResendRefV1,
+}
+
+impl StatusEventKind {
+    /// Whether this is a resend request rather than a prediction's own event.
+    pub fn is_resend(self) -> bool {
+        matches!(self, Self::WebhookResendV1 | Self::WebhookResendRefV1)
+    }
 }
 
 /// A [`StatusEvent`] as the notifier reads it: the same wire format, decoded without the
@@ -222,8 +274,10 @@ pub struct DeliverableEvent {
     pub webhook: Option<WebhookUrl>,
     /// See [`PredictionChanged::webhook_events_filter`].
     pub webhook_events_filter: Option<Vec<WebhookEvent>>,
-    /// The prediction's JSON, byte for byte as published.
-    pub prediction: Box<serde_json::value::RawValue>,
+    /// The prediction's JSON, byte for byte as published; `None` in an event by reference,
+    /// whose body is read from MongoDB.
+    #[serde(default)]
+    pub prediction: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl DeliverableEvent {
@@ -232,9 +286,9 @@ impl DeliverableEvent {
         event_message_id(&self.prediction_id, self.seq, self.event)
     }
 
-    /// The webhook body: the prediction's JSON as published.
-    pub fn body(&self) -> &[u8] {
-        self.prediction.get().as_bytes()
+    /// The webhook body: the prediction's JSON as published (`None` by reference).
+    pub fn body(&self) -> Option<&[u8]> {
+        self.prediction.as_deref().map(|p| p.get().as_bytes())
     }
 }
 
@@ -393,7 +447,8 @@ mod tests {
             });
             p.error = Some(PredictionError { code: "MODEL_ERROR".into(), message: "boom".into() });
             let change = PredictionChanged::of(&p, WebhookEvent::Start, &links);
-            assert!(change.prediction.urls.get.starts_with(&links.api(surface)), "rendered for its creator's surface");
+            let view = change.prediction.as_ref().expect("carried");
+            assert!(view.urls.get.starts_with(&links.api(surface)), "rendered for its creator's surface");
             for event in [StatusEvent::PredictionChangedV1(change.clone()), StatusEvent::WebhookResendV1(change)] {
                 let bytes = serde_json::to_vec(&event).expect("serializes");
                 assert_eq!(serde_json::from_slice::<StatusEvent>(&bytes).ok(), Some(event));
@@ -431,13 +486,47 @@ mod tests {
             assert_eq!(read.webhook, change.webhook);
             assert_eq!(read.webhook_events_filter, change.webhook_events_filter);
             assert_eq!(
-                read.body(),
-                serde_json::to_vec(&change.prediction).expect("serializes"),
+                read.body().map(<[u8]>::to_vec),
+                Some(serde_json::to_vec(&change.prediction).expect("serializes")),
                 "the body is what encoding the prediction gives"
             );
         }
+        for (kind, read_kind) in [
+            (
+                StatusEvent::PredictionChangedV1 as fn(PredictionChanged) -> StatusEvent,
+                StatusEventKind::PredictionChangedRefV1,
+            ),
+            (StatusEvent::WebhookResendV1, StatusEventKind::WebhookResendRefV1),
+        ] {
+            let by_reference = change.clone().encode_within(kind, 100);
+            let read: DeliverableEvent = serde_json::from_slice(&by_reference).expect("decodes");
+            assert_eq!((read.kind, read.body(), read.message_id()), (read_kind, None, change.message_id()));
+            assert_eq!(read.webhook, change.webhook, "everything but the prediction");
+        }
         let unknown = json!({"kind": "prediction_changed.v9", "prediction_id": "x"});
         assert!(serde_json::from_value::<DeliverableEvent>(unknown).is_err());
+    }
+
+    #[test]
+    fn a_change_is_carried_whole_when_it_fits_and_by_reference_when_it_does_not() {
+        let links = Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"));
+        let p = crate::samples::starting_prediction(
+            AccountId::generate(),
+            "demo/echo".parse().expect("valid"),
+            json!({"prompt": "x".repeat(2000)}),
+        );
+        let change = PredictionChanged::of(&p, WebhookEvent::Completed, &links);
+        let whole = change.clone().encode_within(StatusEvent::PredictionChangedV1, 1 << 20);
+        assert_eq!(
+            serde_json::from_slice::<StatusEvent>(&whole).ok(),
+            Some(StatusEvent::PredictionChangedV1(change.clone()))
+        );
+        let small = change.clone().encode_within(StatusEvent::PredictionChangedV1, 1000);
+        assert!(small.len() <= 1000, "{}", small.len());
+        let read = serde_json::from_slice::<StatusEvent>(&small).expect("decodes");
+        let expected = PredictionChanged { prediction: None, ..change };
+        assert_eq!(read, StatusEvent::PredictionChangedRefV1(expected.clone()));
+        assert_eq!(read.prediction_change(), Some(expected));
     }
 
     #[test]

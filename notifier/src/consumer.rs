@@ -30,7 +30,7 @@ use common::{
         pull::{Permits, pull_with_permits},
     },
     domain::{WebhookEvent, WebhookUrl},
-    messages::{ANNOUNCEMENT_HEADER, Announcement, DeliverableEvent, StatusEventKind},
+    messages::{ANNOUNCEMENT_HEADER, Announcement, DeliverableEvent},
     store::{
         WebhookAttempts,
         webhook_attempts::{AttemptOutcome, WebhookAttempt},
@@ -49,6 +49,7 @@ use crate::{
     recorder::AttemptRecorder,
     retry::RetrySchedule,
     secrets::SecretCache,
+    stored_bodies::StoredBodies,
     targets::Targets,
 };
 
@@ -85,6 +86,8 @@ pub struct Notifier {
     pub heartbeat: Heartbeat,
     /// What `/metrics` shows.
     pub metrics: NotifierMetrics,
+    /// The bodies of events that name their prediction instead of carrying it.
+    pub stored_bodies: StoredBodies,
 }
 
 /// What to do with the event message.
@@ -153,17 +156,14 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
     let (delivery, _) = event.delivery();
     let announcement = Announcement::from_header(event.header(ANNOUNCEMENT_HEADER));
     let change = event.payload();
-    let settle = match change.kind {
-        StatusEventKind::PredictionChangedV1 => {
-            let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
-            common::trace_context::continue_trace(&span, event.trace_context());
-            route(Arrival { delivery, announcement }, &notifier, change).instrument(span).await
-        }
-        StatusEventKind::WebhookResendV1 => {
-            let span = tracing::info_span!("webhook_resend", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
-            common::trace_context::continue_trace(&span, event.trace_context());
-            resend(&notifier, change).instrument(span).await
-        }
+    let settle = if change.kind.is_resend() {
+        let span = tracing::info_span!("webhook_resend", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
+        common::trace_context::continue_trace(&span, event.trace_context());
+        resend(&notifier, change).instrument(span).await
+    } else {
+        let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
+        common::trace_context::continue_trace(&span, event.trace_context());
+        route(Arrival { delivery, announcement }, &notifier, change).instrument(span).await
     };
     event.settle(settle).await;
 }
@@ -350,8 +350,26 @@ impl Notifier {
                 return Outcome::NotAttempted(Disposition::RetryAfter(DEPENDENCY_RETRY));
             }
         };
+        let stored;
+        let body = match change.body() {
+            Some(body) => body,
+            None => match self.stored_bodies.body(&change.prediction_id).await {
+                Ok(Some(body)) => {
+                    stored = body;
+                    stored.as_slice()
+                }
+                Ok(None) => {
+                    tracing::warn!("the prediction of an event by reference is not stored; nothing to send");
+                    return Outcome::NotAttempted(Disposition::Terminate);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the prediction of an event by reference is unreadable; retrying");
+                    return Outcome::NotAttempted(Disposition::RetryAfter(DEPENDENCY_RETRY));
+                }
+            },
+        };
         let webhook_id = change.message_id();
-        let hook = Webhook { id: &webhook_id, event: change.event, seq: change.seq, url, body: change.body() };
+        let hook = Webhook { id: &webhook_id, event: change.event, seq: change.seq, url, body };
         let attempt_span = tracing::info_span!("webhook_attempt", attempt, url = %url);
         let signing = secrets.signing_at(DateTime::now());
         let (result, latency) = self.deliverer.send(&hook, &signing).instrument(attempt_span).await;

@@ -22,16 +22,17 @@ pub mod recorder;
 pub mod retry;
 pub mod secrets;
 pub mod ssrf;
+pub mod stored_bodies;
 pub mod targets;
 
 use std::sync::Arc;
 
-use common::bus::heartbeat::Heartbeat;
+use common::{bus::heartbeat::Heartbeat, links::Links};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::NotifierConfig, consumer::Notifier, deliver::Deliverer, lanes::Lanes, ledger::DeliveryLedger,
-    recorder::AttemptRecorder, secrets::SecretCache, targets::Targets,
+    recorder::AttemptRecorder, secrets::SecretCache, stored_bodies::StoredBodies, targets::Targets,
 };
 
 /// How much longer than the longest retry delay the ledger remembers a handed-back event.
@@ -61,6 +62,10 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         schedule: config.retry_schedule.clone(),
         heartbeat: Heartbeat::start((config.timeout + consumer::ACK_MARGIN) / 3),
         metrics,
+        stored_bodies: StoredBodies::new(
+            store.predictions(),
+            Links::new(common.public_base_url.clone(), common.master_key.clone()),
+        ),
     });
     consumer::consume(&config, &bus, notifier, shutdown).await
 }

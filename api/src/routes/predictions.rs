@@ -144,8 +144,8 @@ pub async fn create_for(
         // The `completed` event shows the prediction as the surface that created it does: this one.
         (Some((limit, _slot)), Some(events)) => {
             match wait::completion(events, limit).instrument(tracing::info_span!("wait_for_end")).await {
-                Some(done) => done,
-                None => still_running(state, prediction, surface).await?,
+                Some(wait::Ended::Shown(done)) => *done,
+                Some(wait::Ended::Stored) | None => still_running(state, prediction, surface).await?,
             }
         }
         _ => prediction.view(&state.links, surface),

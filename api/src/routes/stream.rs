@@ -247,23 +247,44 @@ async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxSt
     let messages = consumer.messages().await?;
     let changes = messages.filter_map(|m| async move {
         let message = m.ok()?;
-        match serde_json::from_slice::<StatusEvent>(&message.payload).ok()? {
-            StatusEvent::PredictionChangedV1(change) => Some(change),
-            StatusEvent::WebhookResendV1(_) => None,
-        }
+        serde_json::from_slice::<StatusEvent>(&message.payload).ok()?.prediction_change()
     });
+    let (store, links) = (state.store.clone(), state.links.clone());
     // Ends right after the `completed` step, without waiting for another event.
-    let steps =
-        stream::unfold((changes.boxed(), Sent::default(), false), |(mut changes, mut sent, finished)| async move {
+    let steps = stream::unfold((changes.boxed(), Sent::default(), false), move |(mut changes, mut sent, finished)| {
+        let (store, links) = (store.clone(), links.clone());
+        async move {
             if finished {
                 return None;
             }
             let change: PredictionChanged = changes.next().await?;
             let completed = change.event == WebhookEvent::Completed;
-            let steps = sent.catch_up(&change.prediction, change.seq, completed);
+            let (view, seq) = match change.prediction {
+                Some(view) => (view, change.seq),
+                None => stored_view(&store, &links, &change.prediction_id).await?,
+            };
+            let steps = sent.catch_up(&view, seq, completed);
             Some((stream::iter(steps), (changes, sent, completed)))
-        });
+        }
+    });
     Ok(steps.flatten().boxed())
+}
+
+/// The stored prediction and its change sequence, for an event too large to carry it (it may
+/// be newer than the event; [`Sent::catch_up`] takes it as the state at its own `seq`).
+async fn stored_view(
+    store: &common::store::Store,
+    links: &common::links::Links,
+    id: &PredictionId,
+) -> Option<(PredictionView, i64)> {
+    match store.predictions().get(id).await {
+        Ok(Some(p)) => Some((p.view(links, p.surface), p.seq)),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "prediction not readable for an event by reference; the stream ends");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod files;
 mod fuzz;
 mod harness;
 mod keys_lifecycle;
+mod large_predictions;
 mod list;
 mod new_predictions;
 mod openapi;

@@ -55,7 +55,11 @@ impl Receiver {
     /// A receiver that answers every delivery with `status` until [`Self::answer`] changes it.
     pub async fn answering(status: u16) -> Self {
         let shared = Shared { deliveries: Arc::default(), status: Arc::new(AtomicU16::new(status)) };
-        let app = Router::new().route("/hook", post(record)).with_state(shared.clone());
+        // Any body: a prediction's webhook carries its whole input and output.
+        let app = Router::new()
+            .route("/hook", post(record))
+            .layer(axum::extract::DefaultBodyLimit::disable())
+            .with_state(shared.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
         let addr = listener.local_addr().expect("receiver address");
         tokio::spawn(async move { axum::serve(listener, app).await });

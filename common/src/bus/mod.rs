@@ -56,6 +56,8 @@ use crate::{
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// How long status events are kept.
 const EVENTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// What a message's headers may take of the server's `max_payload`.
+const PAYLOAD_HEADER_ROOM: usize = 8 * 1024;
 /// The bound on every request to NATS that a caller waits for.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -266,23 +268,31 @@ impl Bus {
         let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
         let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
         match handle.get_last_raw_message_by_subject(&self.subjects.events(&prediction.id)).await {
-            Ok(message) => Ok(matches!(
-                serde_json::from_slice::<StatusEvent>(&message.payload),
-                Ok(StatusEvent::PredictionChangedV1(change)) if change.event == crate::domain::WebhookEvent::Completed
-            )),
+            Ok(message) => Ok(serde_json::from_slice::<StatusEvent>(&message.payload)
+                .ok()
+                .and_then(StatusEvent::prediction_change)
+                .is_some_and(|change| change.event == crate::domain::WebhookEvent::Completed)),
             Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
             Err(e) => Err(fail(e.into())),
         }
     }
 
     /// Publishes a status event, saying who announces it, and waits for the stream to store it.
+    /// A change whose prediction does not fit the server's message limit goes by reference
+    /// (see [`PredictionChanged::encode_within`]).
     pub async fn publish_event(&self, change: PredictionChanged, announcement: Announcement) -> Result<(), BusError> {
         let id = change.message_id();
         let subject = self.subjects.events(&change.prediction_id);
-        let event = StatusEvent::PredictionChangedV1(change);
+        let payload = change.encode_within(StatusEvent::PredictionChangedV1, self.payload_limit());
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(ANNOUNCEMENT_HEADER, announcement.as_str());
-        self.publish_stored(subject, id, encode(&event), headers).await
+        self.publish_stored(subject, id, Bytes::from(payload), headers).await
+    }
+
+    /// The most bytes of payload a message of ours may carry: the server's `max_payload`
+    /// (which counts headers too) less room for our headers (message id, trace context).
+    fn payload_limit(&self) -> usize {
+        self.client.server_info().max_payload.saturating_sub(PAYLOAD_HEADER_ROOM)
     }
 
     /// Broadcasts a cancel to every runner (not stored: runners also poll the status).

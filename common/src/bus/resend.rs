@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
 use futures::StreamExt;
 
-use super::{Bus, BusError, encode};
+use super::{Bus, BusError};
 use crate::{
     domain::{PredictionId, WebhookEvent},
     messages::{PredictionChanged, StatusEvent},
@@ -45,7 +45,9 @@ impl Bus {
             while let Some(message) = messages.next().await {
                 let message = message.map_err(|e| fail(e.into()))?;
                 let last = message.info().map(|i| i.pending == 0).unwrap_or(true);
-                if let Ok(StatusEvent::PredictionChangedV1(change)) = serde_json::from_slice(&message.payload)
+                if let Some(change) = serde_json::from_slice::<StatusEvent>(&message.payload)
+                    .ok()
+                    .and_then(StatusEvent::prediction_change)
                     && change.event == event
                     && change.seq == seq
                 {
@@ -69,12 +71,7 @@ impl Bus {
     pub async fn publish_resend(&self, change: PredictionChanged) -> Result<(), BusError> {
         let subject = self.subjects.resends(&change.prediction_id);
         let msg_id = format!("resend.{:032x}", rand::random::<u128>());
-        self.publish_stored(
-            subject,
-            msg_id,
-            encode(&StatusEvent::WebhookResendV1(change)),
-            async_nats::HeaderMap::new(),
-        )
-        .await
+        let payload = change.encode_within(StatusEvent::WebhookResendV1, self.payload_limit());
+        self.publish_stored(subject, msg_id, bytes::Bytes::from(payload), async_nats::HeaderMap::new()).await
     }
 }

@@ -1,0 +1,102 @@
+//! Predictions larger than a NATS message: their events name the prediction instead of
+//! carrying it (`prediction_changed_ref.v1`), and the notifier, a `Prefer: wait` and a stream
+//! read it from MongoDB, so every webhook still arrives whole. Many large results finishing at
+//! once are written in commands under MongoDB's 16 MiB.
+
+use std::time::Duration;
+
+use common::testkit::eventually;
+use futures::future::join_all;
+use serde_json::{Value, json};
+
+use crate::{
+    harness::{JsonBody, Options, System},
+    receiver::Receiver,
+};
+
+/// A prompt of `kib` KiB whose text says which prediction it is.
+fn prompt(n: usize, kib: usize) -> String {
+    let head = format!("prediction {n:04} ");
+    format!("{head}{}", "p".repeat(kib * 1024 - head.len()))
+}
+
+#[tokio::test]
+async fn a_hundred_and_twenty_eight_predictions_of_900_kb_on_64_slots_succeed_whole_and_each_webhook_arrives() {
+    let options = Options { env: vec![("RUNNER_CONCURRENCY", "64".into())], ..Default::default() };
+    let system = System::start_with(options).await;
+    let receiver = Receiver::start().await;
+
+    let creates = (0..128).map(|n| {
+        let body = json!({"input": {"prompt": prompt(n, 900)}, "webhook": receiver.url(), "webhook_events_filter": ["completed"]});
+        let system = &system;
+        async move {
+            let response = system.post_json("/v1/models/demo/echo/predictions", &body).await;
+            assert_eq!(response.status(), 201);
+            response.json_body().await["id"].as_str().expect("an id").to_owned()
+        }
+    });
+    let ids = join_all(creates).await;
+
+    let arrived = eventually(Duration::from_secs(120), || async {
+        let completed = receiver.of_event("completed");
+        (completed.len() >= 128).then_some(completed)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{} of 128 completed webhooks arrived", receiver.of_event("completed").len()));
+    assert_eq!(arrived.len(), 128, "one webhook each");
+    for delivery in arrived {
+        let body: Value = delivery.json();
+        let id = body["id"].as_str().expect("an id");
+        let n = ids.iter().position(|i| i == id).expect("one of ours");
+        assert_eq!(body["status"], "succeeded", "{id}");
+        assert_eq!(body["output"].as_str().map(str::len), Some(900 * 1024), "the whole output of {id}");
+        assert_eq!(body["output"], body["input"]["prompt"], "echoed whole");
+        assert_eq!(body["input"]["prompt"], prompt(n, 900));
+    }
+}
+
+#[tokio::test]
+async fn a_five_mb_output_reaches_its_webhook_a_wait_and_a_stream_whole() {
+    let options = Options { env: vec![("PREDICTION_MAX_OUTPUT_BYTES", "8388608".into())], ..Default::default() };
+    let system = System::start_with(options).await;
+    let receiver = Receiver::start().await;
+    let output_kib = 5 * 1024;
+
+    let response = system
+        .request(reqwest::Method::POST, "/v1/models/demo/chatty/predictions")
+        .header("prefer", "wait=30")
+        .json(&json!({"input": {"log_kib": 2, "output_kib": output_kib}, "webhook": receiver.url()}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(response.status(), 201);
+    let waited = response.json_body().await;
+    assert_eq!(waited["status"], "succeeded", "the wait answers the end, read from MongoDB");
+    assert_eq!(waited["output"].as_str().map(str::len), Some(output_kib * 1024));
+    let id = waited["id"].as_str().expect("an id");
+
+    let completed = eventually(Duration::from_secs(30), || async { receiver.of_event("completed").pop() })
+        .await
+        .expect("the completed webhook arrives");
+    let body = completed.json();
+    assert_eq!((body["id"].as_str(), body["status"].as_str()), (Some(id), Some("succeeded")));
+    assert_eq!(body["output"], waited["output"], "the webhook carries the whole output");
+
+    // Resuming replays the events stream, whose events name the prediction.
+    let stream = system
+        .request(reqwest::Method::GET, &format!("/v1/predictions/{id}/stream"))
+        .header("last-event-id", "0")
+        .send()
+        .await
+        .expect("a stream")
+        .text()
+        .await
+        .expect("its events");
+    let streamed: String = stream
+        .split("\n\n")
+        .filter(|event| event.contains("event: output"))
+        .flat_map(|event| event.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))))
+        .collect();
+    assert_eq!(streamed.len(), output_kib * 1024, "the stream sends the whole output");
+    assert!(stream.contains("event: done"), "and ends");
+}
