@@ -55,7 +55,7 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
 pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let grace = config.shutdown_grace;
     let state = connect(config).await?;
-    let background = state.background.clone();
+    let (background, job_outbox) = (state.background.clone(), state.job_outbox.clone());
     let app = app(state);
     tracing::info!(addr = %listener.local_addr()?, "api listening");
     let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
@@ -73,6 +73,7 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
             tracing::warn!(?grace, "requests still in flight after the grace period; closing them");
         }
     }
+    job_outbox.close();
     background.close();
     if tokio::time::timeout(grace, background.wait()).await.is_err() {
         tracing::warn!("job confirmations still pending after the grace period; the reconciler covers them");

@@ -24,6 +24,7 @@ pub mod deployments;
 pub mod error;
 pub mod file_response;
 pub mod idempotency;
+pub mod job_outbox;
 pub mod keys;
 pub mod metrics;
 pub mod models;

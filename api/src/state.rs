@@ -14,8 +14,8 @@ use common::{
 use tokio_util::task::TaskTracker;
 
 use crate::{
-    config::ApiConfig, keys::KeyDirectory, metrics::HttpMetrics, models::ModelCatalog, ratelimit::RateLimiter,
-    wait_slots::WaitSlots,
+    config::ApiConfig, job_outbox::JobOutbox, keys::KeyDirectory, metrics::HttpMetrics, models::ModelCatalog,
+    ratelimit::RateLimiter, wait_slots::WaitSlots,
 };
 
 /// How creates share writes: no waiting (a lone create is written at once), but creates that
@@ -59,19 +59,23 @@ pub struct Shared {
     /// Work that outlives its request (confirming that a job was stored); waited for on
     /// shutdown.
     pub background: TaskTracker,
+    /// Jobs not yet published, published again as soon as NATS takes them.
+    pub job_outbox: JobOutbox,
 }
 
 impl AppState {
     /// Builds the state around connected clients (and subscribes to key deactivations).
     pub async fn new(config: ApiConfig, store: Store, bus: Bus) -> Result<Self, common::bus::BusError> {
         let deactivations = bus.subscribe_key_deactivations().await?;
+        let background = TaskTracker::new();
         Ok(Self(Arc::new(Shared {
+            job_outbox: JobOutbox::start(bus.clone(), &background),
             keys: KeyDirectory::new(store.api_keys(), deactivations),
             models: ModelCatalog::new(store.models(), store.model_versions(), store.runners()),
             rate_limiter: RateLimiter::new(bus.clone()),
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
-            background: TaskTracker::new(),
+            background,
             metrics: Arc::new(HttpMetrics::new()),
             model_queues: common::cache::TtlCache::new(crate::queue::MODEL_QUEUE_TTL, 10_000),
             deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),

@@ -5,8 +5,8 @@
 //!
 //! Nothing is written before everything is validated. The job is sent without waiting for the
 //! stream's confirmation, which a background task awaits: if the publish fails the prediction
-//! is still accepted, and the runner's reconciler republishes `starting` predictions whose job
-//! never reached the stream.
+//! is still accepted, and its job waits in the [`crate::job_outbox`], published again as soon
+//! as NATS takes it (the runners' reconciler covers an api that dies meanwhile).
 
 use bson::DateTime;
 use common::{
@@ -93,14 +93,19 @@ pub async fn store_and_publish(
     state.metrics.created(&prediction.model.to_string());
     match state.bus.send_job(prediction).instrument(tracing::info_span!("publish_job")).await {
         Ok(stored) => {
+            let (outbox, job) = (state.job_outbox.clone(), prediction.clone());
             let confirm = async move {
                 if let Err(e) = stored.await {
-                    tracing::error!(error = %e, "job not stored; the reconciler will republish it");
+                    tracing::warn!(error = %e, "job not stored; publishing it again as soon as NATS takes it");
+                    outbox.hold(job);
                 }
             };
             state.background.spawn(confirm.instrument(tracing::Span::current()));
         }
-        Err(e) => tracing::error!(error = %e, "job not published; the reconciler will republish it"),
+        Err(e) => {
+            tracing::warn!(error = %e, "job not published; publishing it again as soon as NATS takes it");
+            state.job_outbox.hold(prediction.clone());
+        }
     }
     Ok(Claim::New)
 }

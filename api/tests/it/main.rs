@@ -16,6 +16,7 @@ mod harness;
 mod keys_lifecycle;
 mod large_predictions;
 mod list;
+mod nats_outage;
 mod new_predictions;
 mod openapi;
 mod queue;

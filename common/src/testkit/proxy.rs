@@ -1,7 +1,16 @@
 //! A TCP proxy a test can cut, to take a server away from a service without stopping the
-//! shared server: after [`TcpProxy::stop`] open connections are closed and new ones refused.
+//! shared server: after [`TcpProxy::stop`] open connections are closed and new ones refused;
+//! after [`TcpProxy::cut`] the same happens until [`TcpProxy::restore`], on the same address
+//! (a server that restarts).
 
-use std::{io, net::SocketAddr};
+use std::{
+    io,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -10,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 pub struct TcpProxy {
     addr: SocketAddr,
     stop: CancellationToken,
+    /// Whether connections are refused for now.
+    down: Arc<AtomicBool>,
+    /// Closes the connections open now (a child of `stop`, replaced at each cut).
+    open: Arc<Mutex<CancellationToken>>,
 }
 
 impl TcpProxy {
@@ -18,7 +31,9 @@ impl TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
-        let token = stop.clone();
+        let down = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(Mutex::new(stop.child_token()));
+        let (token, refusing, current) = (stop.clone(), down.clone(), open.clone());
         tokio::spawn(async move {
             loop {
                 let (mut inbound, _) = tokio::select! {
@@ -28,25 +43,41 @@ impl TcpProxy {
                         Err(_) => continue,
                     },
                 };
+                if refusing.load(Ordering::SeqCst) {
+                    continue;
+                }
                 let target = target.clone();
-                let token = token.clone();
+                let closed = current.lock().expect("lock").clone();
                 tokio::spawn(async move {
                     let Ok(mut outbound) = TcpStream::connect(&target).await else {
                         return;
                     };
                     tokio::select! {
-                        _ = token.cancelled() => {}
+                        _ = closed.cancelled() => {}
                         _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
                     }
                 });
             }
         });
-        Ok(Self { addr, stop })
+        Ok(Self { addr, stop, down, open })
     }
 
     /// The proxy's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Closes every connection and refuses new ones until [`Self::restore`].
+    pub fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        let mut open = self.open.lock().expect("lock");
+        open.cancel();
+        *open = self.stop.child_token();
+    }
+
+    /// Takes connections again after a [`Self::cut`].
+    pub fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
     }
 
     /// Closes every connection and stops listening.

@@ -9,13 +9,17 @@
 //! - no 5xx answer outside the fault's window (from the fault until the part is back and has
 //!   had [`SETTLE`] to reconnect);
 //! - every signature verifies (with the new secret after a rotation), and no retry comes
-//!   before the `Retry-After` it was given.
+//!   before the `Retry-After` it was given;
+//! - where the scenario bounds it (NATS restarted), no accepted prediction waits longer than
+//!   the bound to start (`started_at - created_at`); every scenario with a fault also shows the
+//!   longest a prediction still waited to start once the part was back.
 
 use std::{
     collections::{BTreeSet, HashMap},
     time::Duration,
 };
 
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -39,7 +43,12 @@ pub struct Window {
     pub from: Instant,
     /// When the part was back, plus the settle time.
     pub until: Instant,
+    /// When the part was back, by the wall clock the services stamp predictions with.
+    pub back: DateTime<Utc>,
 }
+
+/// When an accepted prediction was created and started, as it says.
+pub type Started = (DateTime<Utc>, DateTime<Utc>);
 
 impl Window {
     fn contains(&self, at: Instant, took: Duration) -> bool {
@@ -77,6 +86,13 @@ pub struct Outcome {
     pub create_p99_ms: f64,
     /// p99 of the read-backs, in ms.
     pub get_p99_ms: f64,
+    /// The longest an accepted prediction waited to start (`started_at - created_at`), in s.
+    pub start_wait_s: f64,
+    /// The longest a prediction still waited to start after the part was back, in s (where
+    /// the scenario has a fault).
+    pub start_wait_after_fault_s: Option<f64>,
+    /// The longest wait to start allowed, where the scenario has a bound.
+    pub start_bound: Option<Duration>,
     /// The recorder's counts.
     pub tally: Tally,
     /// Whether duplicates are allowed (the scenario kills or restarts a part).
@@ -103,6 +119,8 @@ pub struct Evidence<'a> {
     pub deliveries: &'a [Delivery],
     /// The fault's window, if the scenario has one.
     pub window: Option<Window>,
+    /// When each accepted prediction that started was created and started.
+    pub started: &'a HashMap<String, Started>,
 }
 
 fn terminal(status: &str) -> bool {
@@ -145,7 +163,14 @@ impl Outcome {
             .filter(|a| !inside(a) && matches!(a.answer, Answer::Unanswered))
             .count();
         let p99 = |samples: Vec<Duration>| ms(Samples::new(samples).percentile(99.0));
+        let seconds = |d: chrono::TimeDelta| d.num_milliseconds().max(0) as f64 / 1000.0;
+        let longest = |wait: &dyn Fn(&Started) -> f64| evidence.started.values().map(wait).fold(0.0, f64::max);
         Self {
+            start_wait_s: longest(&|(created, started)| seconds(*started - *created)),
+            start_wait_after_fault_s: evidence
+                .window
+                .map(|w| longest(&|(created, started)| seconds(*started - w.back.max(*created)))),
+            start_bound: None,
             scenario: scenario.to_owned(),
             accepted: accepted.len(),
             terminal: ended.len(),
@@ -191,6 +216,13 @@ impl Outcome {
             let worst = self.create_p99_ms.max(self.get_p99_ms);
             fail(worst > ms(bound), format!("p99 {worst:.1} ms over {} ms", ms(bound)));
         }
+        if let Some(bound) = self.start_bound {
+            let waited = self.start_wait_s;
+            fail(
+                waited > bound.as_secs_f64(),
+                format!("a prediction waited {waited:.1} s to start, over {} s", bound.as_secs()),
+            );
+        }
         fail(!self.crashed.is_empty(), format!("exited by themselves: {}", self.crashed.join(", ")));
         if let Some(files) = &self.uploads {
             fail(files.accepted == 0, "no upload was accepted".into());
@@ -222,6 +254,7 @@ impl Outcome {
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
             "not_accepted_in_fault": self.refused_in_fault, "unanswered_outside_fault": self.refused_outside,
             "create_p99_ms": self.create_p99_ms, "get_p99_ms": self.get_p99_ms,
+            "longest_start_wait_s": self.start_wait_s, "longest_start_wait_after_fault_s": self.start_wait_after_fault_s,
             "bad_signatures": self.tally.bad_signatures, "old_signatures": self.tally.old_signatures,
             "early_retries": self.tally.early_retries, "failures": self.failures(),
         })
@@ -231,8 +264,8 @@ impl Outcome {
 /// The table of outcomes, in Markdown.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
-        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | files accepted / listed / partial | most running / cap | ran on v1 / v2 / another | create p99 ms | get p99 ms | result |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | longest wait to start s (after the fault) | files accepted / listed / partial | most running / cap | ran on v1 / v2 / another | create p99 ms | get p99 ms | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for o in outcomes {
         let failures = o.failures();
@@ -244,8 +277,12 @@ pub fn table(outcomes: &[Outcome]) -> String {
         let cap = o.cap.as_ref().map_or("—".to_owned(), |c| format!("{} / {}", c.most, c.cap));
         let versions =
             o.rollout.as_ref().map_or("—".to_owned(), |r| format!("{} / {} / {}", r.on_v1, r.on_v2, r.wrong_version));
+        let waits = match o.start_wait_after_fault_s {
+            Some(after) => format!("{:.1} ({after:.1})", o.start_wait_s),
+            None => format!("{:.1}", o.start_wait_s),
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
             o.scenario,
             o.accepted,
             o.terminal,
@@ -254,6 +291,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             duplicated,
             o.server_errors,
             o.refused_in_fault,
+            waits,
             files,
             cap,
             versions,
@@ -298,7 +336,13 @@ mod tests {
                 .map(|(k, v)| (k.into(), v.into()))
                 .collect();
         let deliveries = [completed("a", "msg_a"), completed("a", "msg_a"), completed("b", "msg_b")];
-        let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &deliveries, window: None };
+        let evidence = Evidence {
+            attempts: &attempts,
+            statuses: &statuses,
+            deliveries: &deliveries,
+            window: None,
+            started: &HashMap::new(),
+        };
         let outcome = Outcome::of("t", &evidence, Tally::default(), false);
         assert_eq!((outcome.accepted, outcome.terminal, outcome.unsuccessful), (4, 3, 1));
         assert_eq!((outcome.stuck, outcome.missing, outcome.duplicated, outcome.ids_differ), (1, 1, 1, 0));
@@ -313,7 +357,13 @@ mod tests {
         let attempts = [accepted("a", Instant::now())];
         let statuses = HashMap::from([("a".to_owned(), "succeeded".to_owned())]);
         let deliveries = [completed("a", "msg_1"), completed("a", "msg_2")];
-        let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &deliveries, window: None };
+        let evidence = Evidence {
+            attempts: &attempts,
+            statuses: &statuses,
+            deliveries: &deliveries,
+            window: None,
+            started: &HashMap::new(),
+        };
         let outcome = Outcome::of("t", &evidence, Tally::default(), true);
         assert_eq!(outcome.ids_differ, 1);
         assert!(!outcome.failures().is_empty());
@@ -325,9 +375,17 @@ mod tests {
         let error =
             |at: Instant| Attempt { at, answer: Answer::Status(503), create: Duration::from_millis(1), get: None };
         let attempts = [error(start), error(start + Duration::from_secs(2)), error(start + Duration::from_secs(9))];
-        let window = Window { from: start + Duration::from_secs(1), until: start + Duration::from_secs(5) };
+        let window =
+            Window { from: start + Duration::from_secs(1), until: start + Duration::from_secs(5), back: Utc::now() };
         let statuses = HashMap::new();
-        let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &[], window: Some(window) };
+        let started = HashMap::new();
+        let evidence = Evidence {
+            attempts: &attempts,
+            statuses: &statuses,
+            deliveries: &[],
+            window: Some(window),
+            started: &started,
+        };
         let outcome = Outcome::of("t", &evidence, Tally::default(), false);
         assert_eq!((outcome.server_errors, outcome.refused_in_fault), (2, 1));
     }
@@ -337,7 +395,10 @@ mod tests {
         let passing = Outcome { scenario: "steady".into(), accepted: 10, terminal: 10, ..Outcome::default() };
         let failing = Outcome { scenario: "broken".into(), accepted: 10, terminal: 9, stuck: 1, ..Outcome::default() };
         let table = table(&[passing, failing]);
-        assert!(table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | — | — | — | 0.0 | 0.0 | pass |"), "{table}");
+        assert!(
+            table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 0.0 | — | — | — | 0.0 | 0.0 | pass |"),
+            "{table}"
+        );
         assert!(table.contains("FAIL: 1 predictions did not end"), "{table}");
     }
 
@@ -385,6 +446,34 @@ mod tests {
         assert_eq!(rolled(0, 2, 5).failures(), ["2 ran on another version than they name"]);
         assert_eq!(rolled(0, 0, 0).failures(), ["not both versions ran"]);
         assert!(table(&[rolled(0, 0, 5)]).contains("| 5 / 5 / 0 |"));
+    }
+
+    #[test]
+    fn waits_to_start_are_measured_from_creation_and_from_the_parts_return_and_bounded_where_asked() {
+        let at = |s: i64| DateTime::<Utc>::from_timestamp(1_700_000_000 + s, 0).expect("a time");
+        let started: HashMap<String, Started> =
+            HashMap::from([("early".into(), (at(0), at(9))), ("late".into(), (at(12), at(13)))]);
+        let now = Instant::now();
+        let window = Window { from: now, until: now, back: at(5) };
+        let attempts = [accepted("early", now), accepted("late", now)];
+        let statuses: HashMap<String, String> =
+            [("early", "succeeded"), ("late", "succeeded")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        let evidence = Evidence {
+            attempts: &attempts,
+            statuses: &statuses,
+            deliveries: &[],
+            window: Some(window),
+            started: &started,
+        };
+        let mut outcome = Outcome::of("t", &evidence, Tally::default(), true);
+        assert_eq!((outcome.start_wait_s, outcome.start_wait_after_fault_s), (9.0, Some(4.0)));
+        outcome.start_bound = Some(Duration::from_secs(8));
+        assert!(
+            outcome.failures().iter().any(|f| f == "a prediction waited 9.0 s to start, over 8 s"),
+            "{:?}",
+            outcome.failures()
+        );
+        assert!(table(&[outcome]).contains("| 9.0 (4.0) |"));
     }
 
     #[test]

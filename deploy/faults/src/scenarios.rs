@@ -85,7 +85,16 @@ impl Fault {
     fn may_duplicate(self) -> bool {
         !matches!(self, Self::None | Self::Rotate | Self::Rollout)
     }
+
+    /// The longest an accepted prediction may wait to start: with NATS down for a few
+    /// seconds, a job accepted meanwhile is published as soon as NATS is back.
+    fn start_bound(self) -> Option<Duration> {
+        matches!(self, Self::RestartNats).then_some(NATS_OUTAGE_START_BOUND)
+    }
 }
+
+/// See [`Fault::start_bound`] (NATS down for the default 3 s).
+const NATS_OUTAGE_START_BOUND: Duration = Duration::from_secs(8);
 
 /// One scenario.
 struct Scenario {
@@ -358,7 +367,7 @@ async fn run_scenario(
     tokio::time::sleep(Duration::from_secs(options.fault_at)).await;
     let window = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder, &pinned).await?;
     let attempts = load.await??;
-    let statuses = drain(&topology, &recorder).await?;
+    let (statuses, started) = drain(&topology, &recorder).await?;
     let files = match uploading {
         Some(task) => {
             let (sent, accepted) = task.await??;
@@ -371,9 +380,12 @@ async fn run_scenario(
         Some(task) => Some(capped::tally(&task.await??, window.map(|w| w.until))),
         None => None,
     };
-    let evidence = Evidence { attempts: &attempts, statuses: &statuses, deliveries: &recorder.deliveries(), window };
+    let deliveries = recorder.deliveries();
+    let evidence =
+        Evidence { attempts: &attempts, statuses: &statuses, deliveries: &deliveries, window, started: &started };
     let mut outcome = Outcome::of(scenario.name, &evidence, recorder.tally(), scenario.fault.may_duplicate());
     outcome.latency_bound = scenario.latency_bound;
+    outcome.start_bound = scenario.fault.start_bound();
     outcome.crashed = topology.crashed();
     outcome.uploads = files;
     outcome.cap = cap;
@@ -428,7 +440,7 @@ async fn inject(
             nats.stop(node, true).await?;
         }
     }
-    Ok(Some(Window { from, until: Instant::now() + SETTLE }))
+    Ok(Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }))
 }
 
 /// The cluster node (`node-N`) that leads the jobs stream.
@@ -457,11 +469,17 @@ async fn rotate(topology: &Topology, recorder: &Recorder) -> anyhow::Result<()> 
 }
 
 /// Waits until every accepted prediction has ended and has its `completed` webhook (or the
-/// drain times out), then until deliveries stay quiet; returns each prediction's last status.
-async fn drain(topology: &Topology, recorder: &Recorder) -> anyhow::Result<HashMap<String, String>> {
+/// drain times out), then until deliveries stay quiet; returns each prediction's last status,
+/// and when each that started was created and started.
+async fn drain(
+    topology: &Topology,
+    recorder: &Recorder,
+) -> anyhow::Result<(HashMap<String, String>, HashMap<String, report::Started>)> {
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     let mut statuses: HashMap<String, String> = HashMap::new();
+    let mut started: HashMap<String, report::Started> = HashMap::new();
+    let time = |v: &Value| v.as_str().and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok());
     let ids = accepted_ids(topology).await?;
     loop {
         for id in &ids {
@@ -474,6 +492,10 @@ async fn drain(topology: &Topology, recorder: &Recorder) -> anyhow::Result<HashM
                 && let Some(status) = prediction["status"].as_str()
             {
                 statuses.insert(id.clone(), status.to_owned());
+                if let (Some(created), Some(began)) = (time(&prediction["created_at"]), time(&prediction["started_at"]))
+                {
+                    started.insert(id.clone(), (created, began));
+                }
             }
         }
         let completed: std::collections::HashSet<String> = recorder
@@ -495,7 +517,7 @@ async fn drain(topology: &Topology, recorder: &Recorder) -> anyhow::Result<HashM
     while recorder.tally().quiet_for < QUIET && Instant::now() < quiet_deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok(statuses)
+    Ok((statuses, started))
 }
 
 /// Every prediction of the scenario's account, from the database: the drain checks them all,

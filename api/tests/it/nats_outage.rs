@@ -1,0 +1,54 @@
+//! Jobs accepted while NATS is away start within seconds of its return: the api keeps each
+//! job it could not publish and publishes it again as soon as NATS takes it (`job_outbox`),
+//! instead of leaving it to the runners' reconciler (a `starting` prediction 30 s old).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::testkit::{host_port, infra, proxy::TcpProxy};
+use futures::future::join_all;
+use serde_json::{Value, json};
+
+use crate::harness::{JsonBody, Options, System};
+
+fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("not a timestamp: {v}"))
+}
+
+#[tokio::test]
+async fn jobs_accepted_while_nats_is_away_start_within_seconds_of_its_return() {
+    let proxy = TcpProxy::start(host_port(&infra().nats_url)).await.expect("proxy");
+    let nats_url = format!("nats://{}", proxy.addr());
+    let system = System::start_with(Options { env: vec![("NATS_URL", nats_url)], ..Default::default() }).await;
+
+    // The runner consumes: one prediction runs before NATS goes away.
+    assert_eq!(system.run("demo/echo", json!({"prompt": "before"})).await["status"], "succeeded");
+
+    proxy.cut();
+    let creates = (0..5).map(|n| {
+        let system = &system;
+        async move {
+            let body = json!({"input": {"prompt": format!("during the outage {n}")}});
+            let response = system.post_json("/v1/models/demo/echo/predictions", &body).await;
+            assert_eq!(response.status(), 201, "accepted while NATS is away");
+            response.json_body().await["id"].as_str().expect("an id").to_owned()
+        }
+    });
+    let ids = join_all(creates).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let back = Utc::now();
+    proxy.restore();
+
+    for id in ids {
+        let done = system.wait_for_terminal(&id, Duration::from_secs(60)).await;
+        assert_eq!(done["status"], "succeeded");
+        let (created, started) = (time(&done["created_at"]), time(&done["started_at"]));
+        let after_return = (started - back.max(created)).num_milliseconds();
+        assert!(after_return < 5_000, "{id} started {after_return} ms after NATS was back");
+        assert!(
+            (started - created).num_milliseconds() < 8_000,
+            "{id} waited {} ms",
+            (started - created).num_milliseconds()
+        );
+    }
+}
