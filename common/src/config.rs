@@ -15,6 +15,7 @@
 //! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
 //! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
 //! | `MONGODB_COMMAND_METRICS` | `false` | count MongoDB commands for `/metrics` (driver command monitoring; costs CPU, see [`crate::store::commands`]) |
+//! | `MONGODB_QUERY_SHAPES` | `false` | also keep the shape of every query in memory (a test aid: the test that checks every query has an index) |
 
 use std::{fmt::Display, str::FromStr, time::Duration};
 
@@ -118,7 +119,8 @@ pub struct CommonConfig {
     pub master_key: MasterKey,
     /// `PREDICTION_DEADLINE_SECONDS`: the longest a prediction may take from creation.
     pub prediction_deadline: Duration,
-    /// `MONGODB_COMMAND_METRICS`: whether MongoDB commands are counted.
+    /// `MONGODB_COMMAND_METRICS`, `MONGODB_QUERY_SHAPES`: whether MongoDB commands are counted,
+    /// and their queries' shapes kept.
     pub command_monitoring: Monitoring,
 }
 
@@ -154,10 +156,13 @@ impl CommonConfig {
             public_base_url: public_base_url.trim_end_matches('/').to_owned(),
             master_key,
             prediction_deadline: env.seconds("PREDICTION_DEADLINE_SECONDS", Duration::from_secs(1800))?,
-            command_monitoring: if env.flag("MONGODB_COMMAND_METRICS", false)? {
-                Monitoring::Counted
-            } else {
-                Monitoring::Off
+            command_monitoring: match (
+                env.flag("MONGODB_COMMAND_METRICS", false)?,
+                env.flag("MONGODB_QUERY_SHAPES", false)?,
+            ) {
+                (_, true) => Monitoring::Shapes,
+                (true, false) => Monitoring::Counted,
+                (false, false) => Monitoring::Off,
             },
         })
     }

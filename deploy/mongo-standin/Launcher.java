@@ -23,6 +23,9 @@
 // Two behaviours of real MongoDB that the library lacks, so tests can hold the service to them:
 // - An update whose resulting document passes 16 MiB is refused with error 17419 and changes
 //   nothing (the library stored it). See Limits.
+// - An index requested with the keys (or the name) of an existing one but other options is
+//   refused with error 85 (IndexOptionsConflict), or 86 (IndexKeySpecsConflict) for a name
+//   with other keys; the library accepted it silently. See Limits.checkIndexes.
 // - The `failCommand` failpoint of MongoDB's test commands (`configureFailPoint`, as mongod
 //   started with enableTestCommands=1 takes it): fail the next N commands of the named kinds,
 //   optionally only those of one client `appName`, with an error code, a closed connection or a
@@ -54,7 +57,6 @@ import io.netty.util.AttributeKey;
 import java.net.InetSocketAddress;
 import org.h2.mvstore.MVMap;
 import org.h2.mvstore.MVStore;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Function;
 import java.util.function.IntConsumer;
@@ -123,6 +125,57 @@ public class Launcher {
             dataSize.accept(size(oldDocument) - newSize);
             throw new MongoServerError(17419,
                 "Resulting document after update is larger than " + MAX_DOCUMENT_BYTES);
+        }
+    }
+
+    /** Index requests that conflict with existing indexes, refused as MongoDB refuses them. */
+    static final class IndexConflicts {
+        /** The options two indexes with the same keys must share. */
+        static final List<String> OPTIONS = List.of("unique", "sparse", "expireAfterSeconds", "partialFilterExpression");
+
+        /** Handles a `createIndexes` command: refused if it conflicts, else run. */
+        static Document check(Document query, Function<String, List<?>> existing, Supplier<Document> run) {
+            List<?> current;
+            try {
+                current = existing.apply((String) query.get("createIndexes"));
+            } catch (RuntimeException e) {
+                return run.get(); // no such collection yet: nothing to conflict with
+            }
+            if (current != null && query.get("indexes") instanceof List<?> requested) {
+                for (Object r : requested) {
+                    for (Object e : current) {
+                        if (r instanceof Document want && e instanceof Document have) {
+                            conflict(want, have);
+                        }
+                    }
+                }
+            }
+            return run.get();
+        }
+
+        static void conflict(Document want, Document have) {
+            boolean sameName = want.get("name") != null && want.get("name").equals(have.get("name"));
+            boolean sameKeys = String.valueOf(want.get("key")).equals(String.valueOf(have.get("key")));
+            if (sameName && !sameKeys) {
+                throw new MongoServerError(86, "IndexKeySpecsConflict",
+                    "An existing index has the same name as the requested index but different keys: " + have);
+            }
+            if (!sameKeys) {
+                return;
+            }
+            for (String option : OPTIONS) {
+                if (!String.valueOf(number(want.get(option))).equals(String.valueOf(number(have.get(option))))) {
+                    throw new MongoServerError(85, "IndexOptionsConflict",
+                        "An equivalent index already exists with a different name or options: " + have);
+                }
+            }
+        }
+
+        /** Numbers of any width compare as longs; false and absent are the same. */
+        static Object number(Object value) {
+            if (value instanceof Number n) return n.longValue();
+            if (Boolean.FALSE.equals(value)) return null;
+            return value;
         }
     }
 
@@ -248,7 +301,16 @@ public class Launcher {
 
         @Override
         public Document handleCommand(Channel channel, String database, String command, Document query) {
-            return FailPoint.handle(channel, command, query, () -> super.handleCommand(channel, database, command, query));
+            return FailPoint.handle(channel, command, query, () -> strict(channel, database, command, query));
+        }
+
+        private Document strict(Channel channel, String database, String command, Document query) {
+            if (!command.equals("createIndexes")) {
+                return super.handleCommand(channel, database, command, query);
+            }
+            Function<String, List<?>> existing = collection -> firstBatch(
+                super.handleCommand(channel, database, "listIndexes", new Document("listIndexes", collection)));
+            return IndexConflicts.check(query, existing, () -> super.handleCommand(channel, database, command, query));
         }
     }
 
@@ -303,8 +365,25 @@ public class Launcher {
 
         @Override
         public Document handleCommand(Channel channel, String database, String command, Document query) {
-            return FailPoint.handle(channel, command, query, () -> super.handleCommand(channel, database, command, query));
+            return FailPoint.handle(channel, command, query, () -> strict(channel, database, command, query));
         }
+
+        private Document strict(Channel channel, String database, String command, Document query) {
+            if (!command.equals("createIndexes")) {
+                return super.handleCommand(channel, database, command, query);
+            }
+            Function<String, List<?>> existing = collection -> firstBatch(
+                super.handleCommand(channel, database, "listIndexes", new Document("listIndexes", collection)));
+            return IndexConflicts.check(query, existing, () -> super.handleCommand(channel, database, command, query));
+        }
+    }
+
+    /** The documents of a command's cursor reply (`cursor.firstBatch`), or null. */
+    static List<?> firstBatch(Document reply) {
+        if (reply != null && reply.get("cursor") instanceof Document cursor && cursor.get("firstBatch") instanceof List<?> batch) {
+            return batch;
+        }
+        return null;
     }
 
     public static void main(String[] args) throws Exception {

@@ -7,20 +7,29 @@
 //!   whose job JetStream gave up on (a runner that died on its last delivery): no prediction
 //!   stays `processing` forever.
 //! - A prediction still `starting` [`ORPHAN_AFTER`] after creation whose job is not in the
-//!   jobs stream (the api stored it but could not publish) gets its job republished.
+//!   jobs stream (the api stored it but could not publish, and then died) gets its job
+//!   republished.
 //! - A prediction canceled through the api between [`ANNOUNCE_WITHIN`] and [`ORPHAN_AFTER`] ago
 //!   whose `completed` event is not in the events stream (the api's publish failed, and no
 //!   runner held its job to announce it) gets the event published: every terminal state
 //!   produces its event, so its `completed` webhook goes out.
+//!
+//! The last two read [`BATCH`] predictions a pass, oldest first, each pass after where the
+//! previous one ended ([`PageMark`]), back at the start once a pass reads fewer: a backlog of
+//! waiting predictions (whose jobs exist) does not hide the orphans behind it.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use bson::DateTime;
 use common::{
     bus::Bus,
+    domain::Prediction,
     domain::WebhookEvent,
     messages::{Announcement, PredictionChanged},
-    store::Store,
+    store::{Store, predictions::PageMark},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +62,20 @@ pub struct Reconciler {
     bus: Bus,
     executor: Arc<Executor>,
     interval: Duration,
+    /// Where the scan of `starting` predictions goes on from.
+    orphans_from: Mutex<Option<PageMark>>,
+    /// Where the scan of canceled predictions goes on from.
+    canceled_from: Mutex<Option<PageMark>>,
+}
+
+/// The mark a page leaves for the next: after its last prediction, or back at the start when
+/// the page was not full.
+fn next_mark(page: &[Prediction], at: impl Fn(&Prediction) -> Option<DateTime>) -> Option<PageMark> {
+    if page.len() < usize::try_from(BATCH).unwrap_or(usize::MAX) {
+        return None;
+    }
+    let last = page.last()?;
+    Some(PageMark { at: at(last)?, id: last.id.to_string() })
 }
 
 fn ago(d: Duration) -> DateTime {
@@ -62,7 +85,7 @@ fn ago(d: Duration) -> DateTime {
 impl Reconciler {
     /// A reconciler running every `interval`.
     pub fn new(store: Store, bus: Bus, executor: Arc<Executor>, interval: Duration) -> Self {
-        Self { store, bus, executor, interval }
+        Self { store, bus, executor, interval, orphans_from: Mutex::new(None), canceled_from: Mutex::new(None) }
     }
 
     /// Runs passes until `shutdown` fires.
@@ -91,7 +114,10 @@ impl Reconciler {
                 }
             }
         }
-        for p in self.store.predictions().starting_since_before(ago(ORPHAN_AFTER), BATCH).await? {
+        let from = self.orphans_from.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let orphans = self.store.predictions().starting_since_before(ago(ORPHAN_AFTER), from.as_ref(), BATCH).await?;
+        *self.orphans_from.lock().unwrap_or_else(|p| p.into_inner()) = next_mark(&orphans, |p| Some(p.created_at));
+        for p in orphans {
             if !self.bus.job_exists(&p).await? {
                 tracing::warn!(prediction_id = %p.id, "starting prediction without a job; republishing it");
                 self.bus.publish_job(&p).await?;
@@ -99,7 +125,11 @@ impl Reconciler {
             }
         }
         let predictions = self.store.predictions();
-        for p in predictions.canceled_between(ago(ANNOUNCE_WITHIN), ago(ORPHAN_AFTER), BATCH).await? {
+        let from = self.canceled_from.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let canceled =
+            predictions.canceled_between(ago(ANNOUNCE_WITHIN), ago(ORPHAN_AFTER), from.as_ref(), BATCH).await?;
+        *self.canceled_from.lock().unwrap_or_else(|p| p.into_inner()) = next_mark(&canceled, |p| p.completed_at);
+        for p in canceled {
             if !self.bus.completed_event_exists(&p).await? {
                 tracing::warn!(prediction_id = %p.id, "canceled prediction without its completed event; publishing it");
                 self.bus

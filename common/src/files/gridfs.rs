@@ -30,6 +30,10 @@ const BUCKET: &str = "files";
 /// many chunks as the server allows in one message (measured with the stand-in, which does not
 /// cap a batch at 16 MiB as MongoDB does: a 100 MiB file's second batch exceeded the driver's
 /// 48 MB message limit).
+///
+/// Each round trip is a query of its own (`n` from the next chunk, at most this many), not a
+/// `getMore` of one cursor: a client that reads slower than about 3.5 KB/s would leave a
+/// cursor idle past MongoDB's 10 minutes, and the server would have closed it (error 43).
 const READ_BATCH: u32 = 8;
 
 /// Files' bytes in GridFS.
@@ -128,13 +132,22 @@ impl FileStore for GridFsStore {
                 return Ok(futures::stream::empty().boxed());
             }
             let (first, last) = (range.start / chunk_size, (end - 1) / chunk_size);
-            let filter = doc! { "files_id": id.as_str(), "n": { "$gte": first as i64, "$lte": last as i64 } };
-            let cursor =
-                self.chunks.find(filter).sort(doc! { "n": 1 }).batch_size(READ_BATCH).await.map_err(storage)?;
-            let start = range.start;
-            let stream = cursor
-                .map_err(|e| std::io::Error::other(e.to_string()))
-                .and_then(move |chunk| async move { trimmed(&chunk, chunk_size, start, end) });
+            let (chunks, id, start) = (self.chunks.clone(), id.to_string(), range.start);
+            let pages = futures::stream::try_unfold(first, move |next| {
+                let (chunks, id) = (chunks.clone(), id.clone());
+                async move {
+                    if next > last {
+                        return Ok(None);
+                    }
+                    let page = chunk_page(&chunks, &id, next, last).await?;
+                    let Some(n) = page.last().and_then(chunk_number) else {
+                        return Err(std::io::Error::other(format!("GridFS chunk {next} of file {id} is missing")));
+                    };
+                    Ok(Some((futures::stream::iter(page.into_iter().map(Ok)), n as u64 + 1)))
+                }
+            });
+            let stream =
+                pages.try_flatten().and_then(move |chunk| async move { trimmed(&chunk, chunk_size, start, end) });
             Ok(stream.boxed())
         })
     }
@@ -150,9 +163,29 @@ impl FileStore for GridFsStore {
     }
 }
 
+/// Chunks `next..=last` of file `id`, at most [`READ_BATCH`] of them, in one query whose cursor
+/// the server closes with its reply.
+async fn chunk_page(chunks: &Collection<Document>, id: &str, next: u64, last: u64) -> std::io::Result<Vec<Document>> {
+    let filter = doc! { "files_id": id, "n": { "$gte": next as i64, "$lte": last as i64 } };
+    let limit = i64::from(READ_BATCH);
+    let cursor = chunks
+        .find(filter)
+        .sort(doc! { "n": 1 })
+        .limit(limit)
+        .batch_size(READ_BATCH)
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    cursor.try_collect().await.map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// A chunk's number `n`, whatever its integer width.
+fn chunk_number(chunk: &Document) -> Option<i64> {
+    chunk.get("n").and_then(|n| n.as_i64().or_else(|| n.as_i32().map(i64::from)))
+}
+
 /// The part of chunk document `chunk` (of `chunk_size`-byte chunks) that falls in `start..end`.
 fn trimmed(chunk: &Document, chunk_size: u64, start: u64, end: u64) -> Result<bytes::Bytes, std::io::Error> {
-    let n = chunk.get("n").and_then(|n| n.as_i64().or_else(|| n.as_i32().map(i64::from)));
+    let n = chunk_number(chunk);
     let data = match chunk.get("data") {
         Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Generic => Some(&b.bytes),
         _ => None,

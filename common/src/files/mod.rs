@@ -146,9 +146,11 @@ impl Files {
     }
 
     /// Deletes file `id`; whether there was one.
+    /// The bytes go first: a failure after them leaves a record whose delete can be retried,
+    /// where the other order would leave bytes that nothing names any more.
     pub async fn delete(&self, id: &FileId) -> Result<bool, FilesError> {
-        let removed = self.records.remove(id).await?;
         self.bytes.delete(id).await?;
+        let removed = self.records.remove(id).await?;
         Ok(removed.is_some())
     }
 

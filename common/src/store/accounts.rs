@@ -141,10 +141,6 @@ impl Accounts {
         Self { coll: db.collection("accounts") }
     }
 
-    pub(super) fn collection(&self) -> &Collection<Account> {
-        &self.coll
-    }
-
     /// Stores a new account; a taken name is a duplicate-key error.
     pub async fn insert(&self, account: &Account) -> Result<(), StoreError> {
         self.coll.insert_one(account).await.map(|_| ())

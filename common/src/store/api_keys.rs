@@ -105,10 +105,6 @@ impl ApiKeys {
         Self { coll: db.collection("api_keys") }
     }
 
-    pub(super) fn collection(&self) -> &Collection<ApiKeyRecord> {
-        &self.coll
-    }
-
     /// Stores a new key.
     pub async fn insert(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
         self.coll.insert_one(key).await.map(|_| ())

@@ -12,6 +12,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use bson::{Bson, Document};
 use mongodb::event::{EventHandler, command::CommandEvent};
 
 /// Whether a store counts its commands.
@@ -21,6 +22,93 @@ pub enum Monitoring {
     Off,
     /// Every command started is counted by name.
     Counted,
+    /// Counted, and the shape of every query kept ([`QueryShape`], `MONGODB_QUERY_SHAPES`): for
+    /// the test that checks each query the services make has an index to use.
+    Shapes,
+}
+
+/// What an index needs to know of one query: its collection and the fields it filters and
+/// sorts on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueryShape {
+    /// The command (`find`, `aggregate`, `update`, `delete`, `findAndModify`, `distinct`).
+    pub command: String,
+    /// The collection.
+    pub collection: String,
+    /// The field paths the filter names (those of `$and` and `$or` branches included).
+    pub filter: Vec<String>,
+    /// The field paths it sorts on, in order.
+    pub sort: Vec<String>,
+}
+
+/// The shapes of the queries of each database so far, in every store of this process that
+/// keeps them.
+static SHAPES: Mutex<BTreeMap<String, std::collections::BTreeSet<QueryShape>>> = Mutex::new(BTreeMap::new());
+
+/// The shapes of the queries made on `database` so far (see [`Monitoring::Shapes`]).
+pub fn query_shapes(database: &str) -> Vec<QueryShape> {
+    SHAPES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(database)
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The field paths of `filter`, with those of `$and`, `$or` and `$nor` branches.
+fn filter_fields(filter: &Document, into: &mut Vec<String>) {
+    for (key, value) in filter {
+        match (key.as_str(), value) {
+            ("$and" | "$or" | "$nor", Bson::Array(branches)) => {
+                for branch in branches.iter().filter_map(Bson::as_document) {
+                    filter_fields(branch, into);
+                }
+            }
+            (k, _) if k.starts_with('$') => {}
+            (k, _) => {
+                if !into.iter().any(|f| f == k) {
+                    into.push(k.to_owned());
+                }
+            }
+        }
+    }
+}
+
+/// The shapes of the queries of one command (an `update` or `delete` carries several).
+fn shapes_of(name: &str, command: &Document) -> Vec<QueryShape> {
+    let collection = command.get_str(name).unwrap_or_default().to_owned();
+    let shape = |filter: Option<&Document>, sort: Option<&Document>| {
+        let mut fields = Vec::new();
+        if let Some(filter) = filter {
+            filter_fields(filter, &mut fields);
+        }
+        let sort = sort.map(|s| s.keys().cloned().collect()).unwrap_or_default();
+        QueryShape { command: name.to_owned(), collection: collection.clone(), filter: fields, sort }
+    };
+    let statements = |list: &str| -> Vec<QueryShape> {
+        command
+            .get_array(list)
+            .map(|items| {
+                items.iter().filter_map(Bson::as_document).map(|s| shape(s.get_document("q").ok(), None)).collect()
+            })
+            .unwrap_or_default()
+    };
+    match name {
+        "find" => vec![shape(command.get_document("filter").ok(), command.get_document("sort").ok())],
+        "findAndModify" => vec![shape(command.get_document("query").ok(), command.get_document("sort").ok())],
+        "count" | "distinct" => vec![shape(command.get_document("query").ok(), None)],
+        "aggregate" => {
+            let stages: Vec<&Document> = command
+                .get_array("pipeline")
+                .map(|p| p.iter().filter_map(Bson::as_document).collect())
+                .unwrap_or_default();
+            let first = |op: &str| stages.iter().find_map(|s| s.get_document(op).ok());
+            vec![shape(first("$match"), first("$sort"))]
+        }
+        "update" => statements("updates"),
+        "delete" => statements("deletes"),
+        _ => Vec::new(),
+    }
 }
 
 /// Commands started, by name; shared by every clone of a [`super::Store`].
@@ -28,11 +116,23 @@ pub enum Monitoring {
 pub struct CommandCounts(Arc<Mutex<BTreeMap<String, u64>>>);
 
 impl CommandCounts {
-    /// The driver hook that counts every command started.
-    pub fn handler(&self) -> EventHandler<CommandEvent> {
+    /// The driver hook that counts every command started, and keeps the shapes of its queries
+    /// when `shapes` asks for them.
+    pub fn handler(&self, shapes: bool) -> EventHandler<CommandEvent> {
         let counts = self.clone();
         EventHandler::callback(move |event| {
             if let CommandEvent::Started(started) = event {
+                if shapes {
+                    let found = shapes_of(&started.command_name, &started.command);
+                    if !found.is_empty() {
+                        SHAPES
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(started.db.clone())
+                            .or_default()
+                            .extend(found);
+                    }
+                }
                 *counts.0.lock().unwrap_or_else(|p| p.into_inner()).entry(started.command_name).or_default() += 1;
             }
         })

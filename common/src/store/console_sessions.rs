@@ -44,10 +44,6 @@ impl ConsoleSessions {
         Self { coll: db.collection("console_sessions") }
     }
 
-    pub(super) fn collection(&self) -> &Collection<ConsoleSession> {
-        &self.coll
-    }
-
     /// Stores a new session.
     pub async fn insert(&self, session: &ConsoleSession) -> Result<(), StoreError> {
         self.coll.insert_one(session).await.map(|_| ())

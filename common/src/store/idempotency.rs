@@ -49,10 +49,6 @@ impl IdempotencyKeys {
         Self { coll: db.collection("idempotency_keys") }
     }
 
-    pub(super) fn collection(&self) -> &Collection<IdempotencyRecord> {
-        &self.coll
-    }
-
     /// Claims `key` of `account` for `prediction`, unless a live claim exists.
     pub async fn claim(
         &self,

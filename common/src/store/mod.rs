@@ -140,6 +140,61 @@ pub fn is_unreachable(err: &StoreError) -> bool {
         || err.contains_label("TransientTransactionError")
 }
 
+/// Every index the services rely on, by collection. Each query a service makes has one to use
+/// (the api's test `every_query_the_services_make_has_an_index_to_use` checks them all).
+pub fn indexes() -> Vec<(&'static str, IndexModel)> {
+    let unique = |keys| IndexModel::builder().keys(keys).options(IndexOptions::builder().unique(true).build()).build();
+    let plain = |keys| IndexModel::builder().keys(keys).build();
+    let expiring = || {
+        IndexModel::builder()
+            .keys(doc! { "expires_at": 1 })
+            .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
+            .build()
+    };
+    vec![
+        ("api_keys", unique(doc! { "key_hash": 1 })),
+        ("api_keys", plain(doc! { "account_id": 1 })),
+        ("api_keys", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
+        ("accounts", unique(doc! { "name": 1 })),
+        // Lists of an account, all or by status, newest first.
+        ("predictions", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
+        ("predictions", plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 })),
+        // A model's run count for an account, and a waiting prediction's place in its lane.
+        ("predictions", plain(doc! { "account_id": 1, "model": 1, "status": 1, "created_at": 1 })),
+        // The reconciler (orphans, deadlines, recent cancels) and the retention sweep.
+        ("predictions", plain(doc! { "status": 1, "created_at": 1 })),
+        ("predictions", plain(doc! { "status": 1, "deadline_at": 1 })),
+        ("predictions", plain(doc! { "status": 1, "completed_at": 1 })),
+        ("predictions", plain(doc! { "data_removed": 1, "completed_at": 1 })),
+        ("predictions", plain(doc! { "input_files": 1 })),
+        // A model's queue: its waiting and running predictions, its latest runs.
+        ("predictions", plain(doc! { "model": 1, "status": 1, "created_at": 1 })),
+        ("predictions", plain(doc! { "model": 1, "status": 1, "completed_at": -1 })),
+        ("predictions", plain(doc! { "deployment": 1, "status": 1 })),
+        ("runners", plain(doc! { "seen_at": 1 })),
+        ("deployments", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
+        ("idempotency_keys", expiring()),
+        ("console_sessions", expiring()),
+        ("webhook_attempts", plain(doc! { "webhook_id": 1 })),
+        ("webhook_attempts", plain(doc! { "prediction_id": 1, "at": 1 })),
+        ("model_versions", plain(doc! { "model": 1, "created_at": -1 })),
+        ("file_records", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
+        ("file_records", plain(doc! { "expires_at": 1 })),
+        ("file_records", plain(doc! { "prediction_id": 1 })),
+        // GridFS (bucket `files`): the driver's own two, made here too (it makes them only on a
+        // first upload into an empty bucket), and the output files of a prediction.
+        ("files.files", plain(doc! { "filename": 1, "uploadDate": 1 })),
+        ("files.files", plain(doc! { "metadata.prediction_id": 1 })),
+        ("files.chunks", unique(doc! { "files_id": 1, "n": 1 })),
+    ]
+}
+
+/// Whether creating an index failed because one with the same keys (or name) exists with
+/// other options: `IndexOptionsConflict` (85) or `IndexKeySpecsConflict` (86).
+fn is_index_conflict(err: &StoreError) -> bool {
+    matches!(err.kind.as_ref(), ErrorKind::Command(e) if e.code == 85 || e.code == 86)
+}
+
 /// How long connecting and selecting a server may take when the URI does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -178,8 +233,8 @@ impl Store {
         let options = client_options(ClientOptions::parse(uri).await?, app_name);
         let mut options = options;
         let commands = commands::CommandCounts::default();
-        if monitoring == commands::Monitoring::Counted {
-            options.command_event_handler = Some(commands.handler());
+        if monitoring != commands::Monitoring::Off {
+            options.command_event_handler = Some(commands.handler(monitoring == commands::Monitoring::Shapes));
         }
         let client = Client::with_options(options)?;
         Ok(Self { db: client.database(database), commands })
@@ -190,43 +245,21 @@ impl Store {
         self.db.run_command(doc! { "ping": 1 }).await.map(|_| ())
     }
 
-    /// Creates every index the collections rely on; idempotent, run by each service at start.
+    /// Creates every index the collections rely on ([`indexes`]); idempotent, run by each
+    /// service at start. An index that exists with the same keys but other options (MongoDB's
+    /// errors 85 and 86: an operator made it, or an earlier release did) is kept as it is, with
+    /// a warning, instead of stopping the service.
     pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
-        let unique =
-            |keys| IndexModel::builder().keys(keys).options(IndexOptions::builder().unique(true).build()).build();
-        let plain = |keys| IndexModel::builder().keys(keys).build();
-        self.api_keys().collection().create_index(unique(doc! { "key_hash": 1 })).await?;
-        self.api_keys().collection().create_index(plain(doc! { "account_id": 1 })).await?;
-        self.accounts().collection().create_index(unique(doc! { "name": 1 })).await?;
-        let predictions = self.predictions();
-        let coll = predictions.collection();
-        coll.create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })).await?;
-        coll.create_index(plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 })).await?;
-        coll.create_index(plain(doc! { "status": 1, "created_at": 1 })).await?;
-        coll.create_index(plain(doc! { "status": 1, "deadline_at": 1 })).await?;
-        coll.create_index(plain(doc! { "status": 1, "completed_at": 1 })).await?;
-        coll.create_index(plain(doc! { "data_removed": 1, "completed_at": 1 })).await?;
-        coll.create_index(plain(doc! { "input_files": 1 })).await?;
-        coll.create_index(plain(doc! { "model": 1, "status": 1, "created_at": 1 })).await?;
-        coll.create_index(plain(doc! { "deployment": 1, "status": 1 })).await?;
-        self.runners().collection().create_index(plain(doc! { "seen_at": 1 })).await?;
-        self.deployments()
-            .collection()
-            .create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 }))
-            .await?;
-        let expiring = IndexModel::builder()
-            .keys(doc! { "expires_at": 1 })
-            .options(IndexOptions::builder().expire_after(Duration::ZERO).build())
-            .build();
-        self.idempotency_keys().collection().create_index(expiring.clone()).await?;
-        self.console_sessions().collection().create_index(expiring).await?;
-        self.webhook_attempts().collection().create_index(plain(doc! { "webhook_id": 1 })).await?;
-        self.webhook_attempts().collection().create_index(plain(doc! { "prediction_id": 1, "at": 1 })).await?;
-        self.model_versions().collection().create_index(plain(doc! { "model": 1, "created_at": -1 })).await?;
-        let files = self.file_records();
-        files.collection().create_index(plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })).await?;
-        files.collection().create_index(plain(doc! { "expires_at": 1 })).await?;
-        files.collection().create_index(plain(doc! { "prediction_id": 1 })).await?;
+        for (collection, index) in indexes() {
+            let keys = index.keys.clone();
+            match self.db.collection::<bson::Document>(collection).create_index(index).await {
+                Ok(_) => {}
+                Err(e) if is_index_conflict(&e) => {
+                    tracing::warn!(collection, %keys, error = %e, "an index with these keys exists with other options; kept as it is");
+                }
+                Err(e) => return Err(e),
+            }
+        }
         Ok(())
     }
 

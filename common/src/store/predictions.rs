@@ -195,33 +195,40 @@ impl Predictions {
             .await
     }
 
-    /// Predictions still `starting` that were created before `before` (at most `limit`).
+    /// Predictions still `starting` that were created before `before`, oldest first, after
+    /// `from` (the last one a previous page ended with), at most `limit`.
     pub async fn starting_since_before(
         &self,
         before: bson::DateTime,
+        from: Option<&PageMark>,
         limit: i64,
     ) -> Result<Vec<Prediction>, StoreError> {
+        let filter = doc! { "status": PredictionStatus::Starting.as_str(), "created_at": { "$lt": before } };
         self.coll
-            .find(doc! { "status": PredictionStatus::Starting.as_str(), "created_at": { "$lt": before } })
+            .find(after_mark(filter, "created_at", from))
+            .sort(doc! { "created_at": 1, "_id": 1 })
             .limit(limit)
             .await?
             .try_collect()
             .await
     }
 
-    /// Predictions canceled between `after` and `before` (at most `limit`, oldest first).
+    /// Predictions canceled between `after` and `before`, oldest first, after `from` (the last
+    /// one a previous page ended with), at most `limit`.
     pub async fn canceled_between(
         &self,
         after: bson::DateTime,
         before: bson::DateTime,
+        from: Option<&PageMark>,
         limit: i64,
     ) -> Result<Vec<Prediction>, StoreError> {
+        let filter = doc! {
+            "status": PredictionStatus::Canceled.as_str(),
+            "completed_at": { "$gt": after, "$lt": before },
+        };
         self.coll
-            .find(doc! {
-                "status": PredictionStatus::Canceled.as_str(),
-                "completed_at": { "$gt": after, "$lt": before },
-            })
-            .sort(doc! { "completed_at": 1 })
+            .find(after_mark(filter, "completed_at", from))
+            .sort(doc! { "completed_at": 1, "_id": 1 })
             .limit(limit)
             .await?
             .try_collect()
@@ -273,4 +280,24 @@ impl Predictions {
             .return_document(ReturnDocument::After)
             .await
     }
+}
+
+/// Where a page of a scan in `(time, _id)` order ended: the next page starts after it, so a
+/// scan that repeats (the reconciler's) walks the whole set instead of reading its first page
+/// again and again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageMark {
+    /// The time field's value of the last prediction read.
+    pub at: bson::DateTime,
+    /// Its id.
+    pub id: String,
+}
+
+/// `filter`, limited to what comes after `from` in `(field, _id)` order.
+fn after_mark(filter: bson::Document, field: &str, from: Option<&PageMark>) -> bson::Document {
+    let Some(mark) = from else { return filter };
+    doc! { "$and": [filter, { "$or": [
+        { field: { "$gt": mark.at } },
+        { field: mark.at, "_id": { "$gt": mark.id.as_str() } },
+    ] }] }
 }

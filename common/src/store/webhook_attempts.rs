@@ -66,10 +66,6 @@ impl WebhookAttempts {
         Self { coll: db.collection("webhook_attempts") }
     }
 
-    pub(super) fn collection(&self) -> &Collection<WebhookAttempt> {
-        &self.coll
-    }
-
     /// Records an attempt.
     pub async fn record(&self, attempt: &WebhookAttempt) -> Result<(), StoreError> {
         self.coll.insert_one(attempt).await.map(|_| ())
@@ -101,6 +97,11 @@ impl WebhookAttempts {
 
     /// Every attempt for a prediction, oldest first.
     pub async fn for_prediction(&self, id: &PredictionId) -> Result<Vec<WebhookAttempt>, StoreError> {
-        self.coll.find(doc! { "prediction_id": id.as_str() }).sort(doc! { "at": 1 }).await?.try_collect().await
+        self.coll
+            .find(doc! { "prediction_id": id.as_str() })
+            .sort(doc! { "at": 1, "_id": 1 })
+            .await?
+            .try_collect()
+            .await
     }
 }

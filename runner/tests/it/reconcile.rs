@@ -67,3 +67,24 @@ async fn a_canceled_prediction_whose_completed_event_was_lost_gets_it_published(
     .await;
     assert_eq!(announced, Some(true), "the reconciler published the completed event");
 }
+
+#[tokio::test]
+async fn an_orphan_behind_a_backlog_of_waiting_predictions_is_found() {
+    let fixture = Fixture::new(&[]).await;
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    let at = |seconds_ago: i64| DateTime::from_millis(DateTime::now().timestamp_millis() - seconds_ago * 1000);
+    // 120 predictions of a model no runner here serves, waiting with their jobs in the stream:
+    // older than the orphan, so a reconciler that reads the oldest 100 each pass never reaches it.
+    for n in 0..120 {
+        let p = fixture.store_prediction("demo/sleep", json!({"seconds": 1}), Duration::from_secs(1800)).await;
+        fixture.publish_job(&p).await;
+        coll.update_one(doc! {"_id": p.id.as_str()}, doc! {"$set": {"created_at": at(200 - n)}}).await.expect("update");
+    }
+    let orphan = fixture.store_prediction("demo/echo", json!({"prompt": "found"}), Duration::from_secs(1800)).await;
+    coll.update_one(doc! {"_id": orphan.id.as_str()}, doc! {"$set": {"created_at": at(40)}}).await.expect("update");
+
+    fixture.start_runner("demo/echo");
+
+    let done = fixture.wait_until(&orphan.id, Duration::from_secs(20), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded);
+}

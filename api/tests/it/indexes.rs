@@ -1,0 +1,209 @@
+//! Every query the services make has an index to use. The MongoDB stand-in ignores indexes,
+//! so nothing else would notice a query that real MongoDB answers by scanning a collection:
+//! this test drives every kind of request, lets the runner's reconciler and retention sweep
+//! and the notifier run, and checks the shape of each query the three services sent
+//! (`MONGODB_QUERY_SHAPES`) against the indexes they created.
+
+use std::{collections::HashMap, time::Duration};
+
+use bson::Document;
+use common::store::commands::{QueryShape, query_shapes};
+use futures::TryStreamExt;
+use reqwest::{Method, multipart};
+use serde_json::json;
+
+use crate::{
+    harness::{JsonBody, Options, System},
+    receiver::Receiver,
+};
+
+/// Whether an index with these keys serves `shape`: it holds every field the query filters
+/// and sorts on (`_id` aside: a document found by `_id` is one document), and it leads with
+/// one the filter names (or, for a query without a filter, with the first it sorts on).
+fn serves(keys: &[String], shape: &QueryShape) -> bool {
+    let Some(first) = keys.first() else { return false };
+    let covered = shape.filter.iter().chain(&shape.sort).all(|f| f == "_id" || keys.contains(f));
+    let leads = if shape.filter.is_empty() { shape.sort.first() == Some(first) } else { shape.filter.contains(first) };
+    covered && leads
+}
+
+/// Queries that may scan, and why: the `models` collection holds one document per model
+/// served, and its list counts them all.
+fn may_scan(shape: &QueryShape) -> bool {
+    shape.collection == "models" && shape.filter.is_empty()
+}
+
+/// Each collection's indexes, by their keys.
+async fn indexes(store: &common::store::Store) -> HashMap<String, Vec<Vec<String>>> {
+    let db = store.database();
+    let mut all = HashMap::new();
+    for name in db.list_collection_names().await.expect("collections") {
+        let specs: Vec<Document> = db
+            .collection::<Document>(&name)
+            .list_indexes()
+            .await
+            .expect("indexes")
+            .try_collect::<Vec<_>>()
+            .await
+            .map(|models| models.into_iter().map(|m| m.keys).collect())
+            .expect("read indexes");
+        all.insert(name, specs.into_iter().map(|keys| keys.keys().cloned().collect()).collect());
+    }
+    all
+}
+
+/// Runs a little of everything the api, runner and notifier do.
+async fn workload(system: &System, receiver: &Receiver) {
+    let echo = json!({"input": {"prompt": "hi"}, "webhook": receiver.url()});
+    let created = system
+        .request(Method::POST, "/v1/models/demo/echo/predictions")
+        .header("idempotency-key", "once")
+        .header("prefer", "wait=10")
+        .json(&echo)
+        .send()
+        .await
+        .expect("create")
+        .json_body()
+        .await;
+    let id = created["id"].as_str().expect("an id").to_owned();
+    for path in [
+        format!("/v1/predictions/{id}"),
+        "/v1/predictions".into(),
+        "/v1/predictions?status=succeeded".into(),
+        format!("/v1/predictions/{id}/webhook-deliveries"),
+        "/v1/models".into(),
+        "/v1/models/demo/echo".into(),
+        "/v1/models/demo/echo/versions".into(),
+        "/v1/account".into(),
+        "/v1/hardware".into(),
+        "/v1/account/api-keys".into(),
+        "/v1/account/webhooks/secret".into(),
+        "/replicate/v1/predictions".into(),
+    ] {
+        assert!(system.get(&path).await.status().is_success(), "{path}");
+    }
+    let by_version =
+        system.post_json("/v1/predictions", &json!({"version": "demo/echo", "input": {"prompt": "v"}})).await;
+    assert_eq!(by_version.status(), 201);
+    let stream = system.get(&format!("/v1/predictions/{id}/stream")).await;
+    assert!(stream.text().await.expect("events").contains("event: done"));
+
+    // A waiting prediction behind a running one (one slot), its queue place, and cancels.
+    let sleep = |seconds: u64| json!({"input": {"seconds": seconds}});
+    let running = system.post_json("/v1/models/demo/sleep/predictions", &sleep(30)).await.json_body().await;
+    let waiting = system.post_json("/v1/models/demo/sleep/predictions", &sleep(30)).await.json_body().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let place = system.get(&format!("/v1/predictions/{}", waiting["id"].as_str().expect("id"))).await.json_body().await;
+    assert!(place["queue"]["position"].is_number(), "{place}");
+    for p in [&waiting, &running] {
+        let cancel =
+            system.post_json(&format!("/v1/predictions/{}/cancel", p["id"].as_str().expect("id")), &json!({})).await;
+        assert_eq!(cancel.status(), 200);
+    }
+
+    // Files.
+    let part = multipart::Part::bytes(b"hello".to_vec()).file_name("a.txt").mime_str("text/plain").expect("mime");
+    let file = system
+        .request(Method::POST, "/v1/files")
+        .multipart(multipart::Form::new().part("content", part))
+        .send()
+        .await
+        .expect("upload")
+        .json_body()
+        .await;
+    let file_id = file["id"].as_str().expect("a file id").to_owned();
+    for path in ["/v1/files".to_owned(), format!("/v1/files/{file_id}"), format!("/v1/files/{file_id}/download")] {
+        assert!(system.get(&path).await.status().is_success(), "{path}");
+    }
+    let checksum = system
+        .post_json("/v1/models/demo/checksum/predictions", &json!({"input": {"file": file["urls"]["get"]}}))
+        .await;
+    assert_eq!(checksum.status(), 201);
+    let deleted = system.request(Method::DELETE, &format!("/v1/files/{file_id}")).send().await.expect("delete");
+    assert_eq!(deleted.status(), 204);
+
+    // Deployments and keys.
+    let deployment = json!({"name": "app", "model": "demo/echo", "version": created["version"], "hardware": "cpu",
+                            "min_instances": 0, "max_instances": 1});
+    let made = system.post_json("/v1/deployments", &deployment).await;
+    assert_eq!(made.status(), 201, "{}", made.text().await.unwrap_or_default());
+    for path in ["/v1/deployments", "/v1/deployments/test-account/app"] {
+        assert!(system.get(path).await.status().is_success(), "{path}");
+    }
+    let patched = system
+        .request(Method::PATCH, "/v1/deployments/test-account/app")
+        .json(&json!({"max_instances": 2}))
+        .send()
+        .await;
+    assert!(patched.expect("patch").status().is_success());
+    let run =
+        system.post_json("/v1/deployments/test-account/app/predictions", &json!({"input": {"prompt": "d"}})).await;
+    assert_eq!(run.status(), 201);
+    let key = system.post_json("/v1/account/api-keys", &json!({"name": "k"})).await.json_body().await;
+    assert!(
+        system.get(&format!("/v1/account/api-keys/{}", key["id"].as_str().expect("id"))).await.status().is_success()
+    );
+    let removed = system.request(Method::DELETE, "/v1/deployments/test-account/app").send().await.expect("delete");
+    assert!(removed.status().is_success());
+    assert!(
+        system
+            .post_json("/v1/account/webhooks/secret/rotate", &json!({"transition_hours": 1}))
+            .await
+            .status()
+            .is_success()
+    );
+
+    let deliveries = system.get(&format!("/v1/predictions/{id}/webhook-deliveries")).await.json_body().await;
+    if let Some(webhook_id) = deliveries["results"][0]["webhook_id"].as_str() {
+        let path = format!("/v1/predictions/{id}/webhook-deliveries/{webhook_id}/resend");
+        assert!(system.post_json(&path, &json!({})).await.status().is_success());
+    }
+}
+
+#[tokio::test]
+async fn every_query_the_services_make_has_an_index_to_use() {
+    let env = vec![
+        ("MONGODB_QUERY_SHAPES", "true".into()),
+        ("RUNNER_CONCURRENCY", "1".into()),
+        ("RUNNER_RECONCILE_SECONDS", "0.2".into()),
+        ("RUNNER_RETENTION_SWEEP_SECONDS", "0.2".into()),
+        ("RETENTION_SECONDS", "1".into()),
+    ];
+    let system = System::start_with(Options { env, ..Default::default() }).await;
+    let receiver = Receiver::start().await;
+
+    workload(&system, &receiver).await;
+    // The reconciler, the retention sweep and the notifier's retries have their turns.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let store = system.ctx.store().await;
+    let indexes = indexes(&store).await;
+    let shapes = query_shapes(&system.ctx.database);
+    assert!(shapes.len() > 20, "the workload made queries of many shapes: {}", shapes.len());
+    let unserved: Vec<&QueryShape> = shapes
+        .iter()
+        .filter(|shape| {
+            let by_id = shape.filter.iter().any(|f| f == "_id");
+            let served = indexes.get(&shape.collection).is_some_and(|all| all.iter().any(|keys| serves(keys, shape)));
+            !by_id && !served && !may_scan(shape)
+        })
+        .collect();
+    assert!(unserved.is_empty(), "queries no index serves:\n{unserved:#?}");
+}
+
+#[tokio::test]
+async fn an_index_made_before_with_the_same_keys_and_other_options_does_not_stop_a_start() {
+    let ctx = common::testkit::TestContext::new();
+    let store = ctx.store().await;
+    let options = mongodb::options::IndexOptions::builder().expire_after(Duration::from_secs(3600)).build();
+    let theirs = mongodb::IndexModel::builder().keys(bson::doc! { "seen_at": 1 }).options(options).build();
+    store.database().collection::<Document>("runners").create_index(theirs).await.expect("an operator's index");
+    let conflict = store
+        .database()
+        .collection::<Document>("runners")
+        .create_index(mongodb::IndexModel::builder().keys(bson::doc! { "seen_at": 1 }).build())
+        .await;
+    assert!(conflict.is_err(), "the server refuses the same keys with other options");
+
+    store.ensure_indexes().await.expect("the service starts, keeping the operator's index");
+}
