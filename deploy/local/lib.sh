@@ -27,15 +27,24 @@ wait_for_port() { # port seconds what
 }
 
 # start_mongo LOGFILE [H2FILE]: memory backend, or the H2 file backend when H2FILE is given.
-# Exports MONGODB_URI.
+# Exports MONGODB_URI. Opening a large H2 file takes a while (the stand-in rebuilds its indexes
+# in memory): it is waited for as long as the stand-in reports progress, and given up once it
+# has said nothing new for MONGO_STANDIN_STALL seconds (default 60).
 start_mongo() {
-  local logfile="$1" h2=() deadline=$((SECONDS + 60))
+  local logfile="$1" h2=() stall="${MONGO_STANDIN_STALL:-60}" seen=0 size deadline
   [ -n "${2:-}" ] && h2=(--h2 "$2")
   java -cp "$MONGO_STANDIN_CLASSPATH" "$root/deploy/mongo-standin/Launcher.java" "${h2[@]}" >"$logfile" 2>&1 &
   INFRA_PIDS+=("$!")
+  deadline=$((SECONDS + stall))
   until grep -q '^LISTENING ' "$logfile" 2>/dev/null; do
+    size=$(wc -c <"$logfile" 2>/dev/null || echo 0)
+    if [ "$size" -gt "$seen" ]; then
+      grep -E '^(OPENING|PROGRESS) ' "$logfile" | tail -n 1 | sed 's/^/MongoDB stand-in: /' >&2
+      seen="$size"
+      deadline=$((SECONDS + stall))
+    fi
     if ! kill -0 "${INFRA_PIDS[-1]}" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
-      log "the MongoDB stand-in did not start; see $logfile"; cat "$logfile" >&2; return 1
+      log "the MongoDB stand-in did not start (no progress for $stall s, or it exited); see $logfile"; cat "$logfile" >&2; return 1
     fi
     sleep 0.2
   done

@@ -5,6 +5,12 @@
 // --port 0 (the default) binds a free port. Once listening it prints one line
 // "LISTENING mongodb://HOST:PORT" on stdout, so a caller never races for a port.
 // --h2 FILE keeps data in an H2 file that survives restarts; without it data lives in memory.
+// Opening a file rebuilds its indexes in memory, which takes time and memory in proportion to
+// the data: the launcher prints "OPENING FILE BYTES", then "PROGRESS ..." as it opens each
+// collection, so a caller can wait for progress rather than for a fixed time. A file whose
+// live data fills less than half of it (after retention removed much) is compacted first
+// ("COMPACTING ..."), and a stop compacts it for up to 10 s, so the file stays bounded by
+// what is kept.
 // --exit-on-stdin-eof stops the server when its stdin closes: a test harness that starts it
 // through a pipe cannot leave it running, even when the harness itself is killed.
 //
@@ -40,6 +46,7 @@ import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.CollectionOptions;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
 import de.bwaldvogel.mongo.backend.Index;
+import de.bwaldvogel.mongo.backend.IndexKey;
 import de.bwaldvogel.mongo.backend.QueryResult;
 import de.bwaldvogel.mongo.backend.h2.H2Backend;
 import de.bwaldvogel.mongo.backend.h2.H2Collection;
@@ -301,16 +308,7 @@ public class Launcher {
 
         @Override
         public Document handleCommand(Channel channel, String database, String command, Document query) {
-            return FailPoint.handle(channel, command, query, () -> strict(channel, database, command, query));
-        }
-
-        private Document strict(Channel channel, String database, String command, Document query) {
-            if (!command.equals("createIndexes")) {
-                return super.handleCommand(channel, database, command, query);
-            }
-            Function<String, List<?>> existing = collection -> firstBatch(
-                super.handleCommand(channel, database, "listIndexes", new Document("listIndexes", collection)));
-            return IndexConflicts.check(query, existing, () -> super.handleCommand(channel, database, command, query));
+            return strictly(channel, command, query, (c, q) -> super.handleCommand(channel, database, c, q));
         }
     }
 
@@ -349,9 +347,16 @@ public class Launcher {
         @Override
         protected MongoCollection<Object> openOrCreateCollection(String name, CollectionOptions options) {
             String fullName = getFullCollectionNamespace(name);
+            progress("opening collection " + fullName);
             MVMap<Object, Document> data = store.openMap("databases." + fullName);
             MVMap<String, Object> meta = store.openMap("meta." + fullName);
             return new IdIndexedH2Collection(this, name, options, data, meta, cursorRegistry);
+        }
+
+        @Override
+        protected Index<Object> openOrCreateUniqueIndex(String collection, String name, List<IndexKey> keys, boolean sparse) {
+            progress("opening index " + getDatabaseName() + "." + collection + "." + name);
+            return super.openOrCreateUniqueIndex(collection, name, keys, sparse);
         }
     }
 
@@ -365,17 +370,25 @@ public class Launcher {
 
         @Override
         public Document handleCommand(Channel channel, String database, String command, Document query) {
-            return FailPoint.handle(channel, command, query, () -> strict(channel, database, command, query));
+            return strictly(channel, command, query, (c, q) -> super.handleCommand(channel, database, c, q));
         }
+    }
 
-        private Document strict(Channel channel, String database, String command, Document query) {
+    /** A backend's own handling of commands (the library's), for one connection and database. */
+    interface Commands {
+        Document run(String command, Document query);
+    }
+
+    /** A command as MongoDB answers it: the failpoint first, then index conflicts, then the library. */
+    static Document strictly(Channel channel, String command, Document query, Commands library) {
+        return FailPoint.handle(channel, command, query, () -> {
             if (!command.equals("createIndexes")) {
-                return super.handleCommand(channel, database, command, query);
+                return library.run(command, query);
             }
-            Function<String, List<?>> existing = collection -> firstBatch(
-                super.handleCommand(channel, database, "listIndexes", new Document("listIndexes", collection)));
-            return IndexConflicts.check(query, existing, () -> super.handleCommand(channel, database, command, query));
-        }
+            Function<String, List<?>> existing =
+                collection -> firstBatch(library.run("listIndexes", new Document("listIndexes", collection)));
+            return IndexConflicts.check(query, existing, () -> library.run(command, query));
+        });
     }
 
     /** The documents of a command's cursor reply (`cursor.firstBatch`), or null. */
@@ -384,6 +397,34 @@ public class Launcher {
             return batch;
         }
         return null;
+    }
+
+    /** One line on stdout, at once: what the stand-in is doing while it starts. */
+    static void progress(String what) {
+        System.out.println("PROGRESS " + what);
+        System.out.flush();
+    }
+
+    /**
+     * Opens the H2 file, compacting it first when live data fills less than half of its chunks
+     * (a file only grows; removed data leaves space that the next writes reuse, or this
+     * reclaims), by rewriting it whole (MVStoreTool.compact).
+     */
+    static MVStore openH2(String file) {
+        java.io.File f = new java.io.File(file);
+        System.out.println("OPENING " + file + " " + f.length());
+        System.out.flush();
+        MVStore store = MVStore.open(file);
+        int live = store.getFileStore().getChunksFillRate();
+        progress("file of " + f.length() + " bytes, " + live + "% of it live data");
+        if (f.length() > 64L * 1024 * 1024 && live < 50) {
+            progress("compacting " + file);
+            store.close();
+            org.h2.mvstore.MVStoreTool.compact(file, false);
+            progress("compacted to " + f.length() + " bytes");
+            store = MVStore.open(file);
+        }
+        return store;
     }
 
     public static void main(String[] args) throws Exception {
@@ -408,13 +449,19 @@ public class Launcher {
         if (h2File == null) {
             backend = new IdIndexedBackend();
         } else {
-            IdIndexedH2Database.store = MVStore.open(h2File);
+            IdIndexedH2Database.store = openH2(h2File);
             backend = new IdIndexedH2Backend(IdIndexedH2Database.store);
         }
         backend.version(new Mongo60());
         MongoServer server = new MongoServer(backend);
         server.bind(host, port);
-        Runtime.getRuntime().addShutdownHook(new Thread(server::shutdown));
+        MVStore h2 = IdIndexedH2Database.store;
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            server.shutdown();
+            if (h2 != null && !h2.isClosed()) {
+                h2.close(10_000); // compacts for up to 10 s
+            }
+        }));
 
         InetSocketAddress addr = server.getLocalAddress();
         System.out.println("LISTENING mongodb://" + host + ":" + addr.getPort());

@@ -3,7 +3,7 @@
 import os
 import time
 
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 
 from conftest import ADMIN_KEY, BASE_URL, Api, sign_in, wait_for
@@ -11,10 +11,12 @@ from conftest import ADMIN_KEY, BASE_URL, Api, sign_in, wait_for
 
 def text_of(driver, element_id):
     """The element's text, empty while the page is being replaced (after a form post or the
-    reload at the end of a stream), so waits poll through navigation."""
+    reload at the end of a stream), so waits poll through navigation. Chromium reports an
+    element replaced mid-read as stale, missing, or (DevTools) "does not belong to the
+    document": all are the base WebDriverException."""
     try:
         return driver.find_element(By.ID, element_id).text
-    except (NoSuchElementException, StaleElementReferenceException):
+    except WebDriverException:
         return ""
 
 
@@ -22,7 +24,7 @@ def key_row_text(driver, name):
     """The text of the keys table's row of key `name`, empty while the page changes."""
     try:
         return driver.find_element(By.XPATH, f"//table[@id='keys']//tr[td[contains(., '{name}')]]").text
-    except (NoSuchElementException, StaleElementReferenceException):
+    except WebDriverException:
         return ""
 
 
@@ -227,7 +229,7 @@ def deployment_row_text(driver, name):
     """The text of the deployments table's row of `name`, empty while the page changes."""
     try:
         return driver.find_element(By.XPATH, f"//table[@id='deployments']//tr[@data-deployment='{name}']").text
-    except (NoSuchElementException, StaleElementReferenceException):
+    except WebDriverException:
         return ""
 
 
