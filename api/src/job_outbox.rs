@@ -27,6 +27,11 @@ const ROUND: usize = 256;
 const PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(1));
 /// How long a stopping api keeps trying the jobs still waiting.
 const LAST_TRY: Duration = Duration::from_secs(2);
+/// How long a job's publish may wait for the stream's confirmation before the job is taken for
+/// lost and published again: far above a confirmation's time under load (milliseconds), far
+/// below the client's 5 s request timeout, so a job published as NATS went away is sent again
+/// within moments of its return (republishing is harmless, see above).
+pub const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
 
 /// Hands jobs to the republishing task. Cheap to clone.
 #[derive(Clone)]
@@ -93,7 +98,13 @@ async fn republish(bus: Bus, mut queue: mpsc::Receiver<Prediction>, stop: Cancel
 /// Whether every one was published.
 async fn round(bus: &Bus, waiting: &mut VecDeque<Prediction>) -> bool {
     let batch: Vec<Prediction> = waiting.drain(..waiting.len().min(ROUND)).collect();
-    let results = join_all(batch.iter().map(|p| bus.publish_job(p))).await;
+    let publish = |p| async move {
+        match tokio::time::timeout(CONFIRM_WITHIN, bus.publish_job(p)).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("not confirmed within {CONFIRM_WITHIN:?}")),
+        }
+    };
+    let results = join_all(batch.iter().map(publish)).await;
     let mut failed = Vec::new();
     for (job, result) in batch.into_iter().zip(results) {
         match result {

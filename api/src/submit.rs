@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::{
     auth::Caller,
     error::ApiError,
+    job_outbox,
     models::RegisteredModel,
     state::AppState,
     validate::{create_prediction, file_inputs, input},
@@ -95,10 +96,13 @@ pub async fn store_and_publish(
         Ok(stored) => {
             let (outbox, job) = (state.job_outbox.clone(), prediction.clone());
             let confirm = async move {
-                if let Err(e) = stored.await {
-                    tracing::warn!(error = %e, "job not stored; publishing it again as soon as NATS takes it");
-                    outbox.hold(job);
-                }
+                let error = match tokio::time::timeout(job_outbox::CONFIRM_WITHIN, stored).await {
+                    Ok(Ok(())) => return,
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => format!("not confirmed within {:?}", job_outbox::CONFIRM_WITHIN),
+                };
+                tracing::warn!(%error, "job not stored; publishing it again as soon as NATS takes it");
+                outbox.hold(job);
             };
             state.background.spawn(confirm.instrument(tracing::Span::current()));
         }

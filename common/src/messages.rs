@@ -510,11 +510,17 @@ mod tests {
     #[test]
     fn a_change_is_carried_whole_when_it_fits_and_by_reference_when_it_does_not() {
         let links = Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"));
-        let p = crate::samples::starting_prediction(
-            AccountId::generate(),
-            "demo/echo".parse().expect("valid"),
-            json!({"prompt": "x".repeat(2000)}),
-        );
+        let p = Prediction::new_starting(NewPrediction {
+            account_id: AccountId::generate(),
+            model: "demo/echo".parse().expect("valid"),
+            version: "v".into(),
+            capability: "text-generation".into(),
+            input: json!({"prompt": "x".repeat(2000)}),
+            model_input: json!({}),
+            webhook: None,
+            webhook_events_filter: None,
+            surface: ApiSurface::Canonical,
+        });
         let change = PredictionChanged::of(&p, WebhookEvent::Completed, &links);
         let whole = change.clone().encode_within(StatusEvent::PredictionChangedV1, 1 << 20);
         assert_eq!(
