@@ -24,14 +24,15 @@
 //! Lanes are per version too; the position counts a model's waiting predictions of every
 //! version.
 
+use std::sync::Arc;
+
 use bson::DateTime;
 use chrono::Utc;
 use common::{
-    domain::{Prediction, PredictionStatus, QueuePlace},
-    store::QueueFigures,
+    cache::TtlCache,
+    domain::{ModelRef, Prediction, PredictionStatus, QueuePlace},
+    store::{ModelQueue, Predictions, QueueFigures, StoreError},
 };
-
-use crate::{error::ApiError, state::AppState};
 
 /// How long a model's queue ([`common::store::ModelQueue`]) is reused: the other lanes'
 /// counts, the running count and the run times may be this old; the prediction's own place in
@@ -54,27 +55,40 @@ pub fn seconds_to_start(position: u64, figures: &QueueFigures) -> Option<f64> {
     Some((rounds + 0.5) * average)
 }
 
-/// The queue place of `p` if it is waiting; `None` otherwise.
-pub async fn place(state: &AppState, p: &Prediction) -> Result<Option<QueuePlace>, ApiError> {
-    if p.status != PredictionStatus::Starting {
-        return Ok(None);
+/// Waiting predictions' places, with each model's queue reused for [`MODEL_QUEUE_TTL`] by
+/// this replica.
+pub struct QueuePlaces {
+    predictions: Predictions,
+    models: TtlCache<ModelRef, Arc<ModelQueue>>,
+}
+
+impl QueuePlaces {
+    /// Places read from `predictions`, remembering up to 10,000 models' queues.
+    pub fn new(predictions: Predictions) -> Self {
+        Self { predictions, models: TtlCache::new(MODEL_QUEUE_TTL, 10_000) }
     }
-    let predictions = state.store.predictions();
-    let model = match state.model_queues.get(&p.model) {
-        Some(model) => model,
-        None => {
-            let model = std::sync::Arc::new(predictions.model_queue(&p.model).await?);
-            state.model_queues.insert(p.model.clone(), model.clone());
-            model
+
+    /// The queue place of `p` if it is waiting; `None` otherwise.
+    pub async fn place(&self, p: &Prediction) -> Result<Option<QueuePlace>, StoreError> {
+        if p.status != PredictionStatus::Starting {
+            return Ok(None);
         }
-    };
-    let figures = model.figures_for(p.account_id.as_str(), predictions.ahead_in_lane(p).await?);
-    let position = position(&figures);
-    let estimated_start_at = seconds_to_start(position, &figures).map(|s| {
-        let at = DateTime::now().to_chrono() + chrono::Duration::milliseconds((s * 1000.0) as i64);
-        at.max(Utc::now())
-    });
-    Ok(Some(QueuePlace { position, estimated_start_at }))
+        let model = match self.models.get(&p.model) {
+            Some(model) => model,
+            None => {
+                let model = Arc::new(self.predictions.model_queue(&p.model).await?);
+                self.models.insert(p.model.clone(), model.clone());
+                model
+            }
+        };
+        let figures = model.figures_for(p.account_id.as_str(), self.predictions.ahead_in_lane(p).await?);
+        let position = position(&figures);
+        let estimated_start_at = seconds_to_start(position, &figures).map(|s| {
+            let at = DateTime::now().to_chrono() + chrono::Duration::milliseconds((s * 1000.0) as i64);
+            at.max(Utc::now())
+        });
+        Ok(Some(QueuePlace { position, estimated_start_at }))
+    }
 }
 
 #[cfg(test)]

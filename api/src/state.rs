@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::{
     config::ApiConfig, job_outbox::JobOutbox, keys::KeyDirectory, metrics::HttpMetrics, models::ModelCatalog,
-    ratelimit::RateLimiter, wait_slots::WaitSlots,
+    queue::QueuePlaces, ratelimit::RateLimiter, wait_slots::WaitSlots,
 };
 
 /// How creates share writes: no waiting (a lone create is written at once), but creates that
@@ -52,8 +52,8 @@ pub struct Shared {
     pub wait_slots: WaitSlots,
     /// What `/metrics` shows.
     pub metrics: Arc<HttpMetrics>,
-    /// Each model's queue, reused for [`crate::queue::MODEL_QUEUE_TTL`].
-    pub model_queues: common::cache::TtlCache<common::domain::ModelRef, Arc<common::store::ModelQueue>>,
+    /// Waiting predictions' places in their queue.
+    pub queue_places: QueuePlaces,
     /// The deployments' figures on `/metrics`.
     pub deployment_figures: crate::deployment_metrics::DeploymentFigures,
     /// Work that outlives its request (confirming that a job was stored); waited for on
@@ -77,7 +77,7 @@ impl AppState {
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             background,
             metrics: Arc::new(HttpMetrics::new()),
-            model_queues: common::cache::TtlCache::new(crate::queue::MODEL_QUEUE_TTL, 10_000),
+            queue_places: QueuePlaces::new(store.predictions()),
             deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),
             files: Files::new(&store),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),

@@ -193,7 +193,7 @@ pub async fn get(
 ) -> Result<Json<PredictionView>, ApiError> {
     let prediction = owned_prediction(&state, &auth.caller, &id).await?;
     let mut view = prediction.view(&state.links, surface);
-    view.queue = crate::queue::place(&state, &prediction).await?;
+    view.queue = state.queue_places.place(&prediction).await?;
     Ok(Json(view))
 }
 
