@@ -122,7 +122,9 @@ pub fn app(state: AppState) -> Router {
             }
         })
     };
+    let in_flight = crate::shed::InFlight::new(state.config.max_in_flight);
     routes::router(state)
+        .layer(middleware::from_fn_with_state(in_flight, crate::shed::shed))
         .route("/metrics", serve_metrics)
         .route("/openapi.json", get(move || std::future::ready(crate::openapi::serve(&base_url))))
         .merge(crate::reference::router())

@@ -37,6 +37,7 @@ pub mod replicate;
 pub mod request_id;
 pub mod routes;
 pub mod run_to_completion;
+pub mod shed;
 pub mod signing_secret;
 pub mod state;
 pub mod submit;

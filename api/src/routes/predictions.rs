@@ -143,6 +143,7 @@ pub async fn create_for(
     let view = match (wait_for, events) {
         // The `completed` event shows the prediction as the surface that created it does: this one.
         (Some((limit, _slot)), Some(events)) => {
+            crate::shed::release_while_waiting();
             match wait::completion(events, limit).instrument(tracing::info_span!("wait_for_end")).await {
                 Some(wait::Ended::Shown(done)) => *done,
                 Some(wait::Ended::Stored) | None => still_running(state, prediction, surface).await?,

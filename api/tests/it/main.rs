@@ -27,6 +27,7 @@ mod readiness;
 mod receiver;
 mod replicate_parity;
 mod replicate_surface;
+mod shedding;
 mod signing_secret;
 mod streaming;
 mod tracing;
