@@ -63,9 +63,15 @@ impl ServiceProcess {
         self.child.kill().await.with_context(|| format!("killing {} ({})", self.name, self.pid))
     }
 
-    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL. Returns its last usage.
+    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL. Returns its last usage. A
+    /// process that has already exited by itself is left as it is (whoever runs it reports
+    /// that, as [`Self::exited`] tells), rather than failing the stop with "no such process".
     pub async fn stop(mut self, grace: Duration) -> anyhow::Result<Usage> {
         let last = self.usage().unwrap_or_default();
+        if self.exited() {
+            tracing::warn!(service = self.name, pid = self.pid, "had exited by itself before the stop");
+            return Ok(last);
+        }
         let status = Command::new("kill").args(["-TERM", &self.pid.to_string()]).status().await?;
         anyhow::ensure!(status.success(), "kill -TERM {} failed", self.pid);
         if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
@@ -166,6 +172,24 @@ fn peak_rss_kib(status: &str) -> anyhow::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn stopping_a_process_that_exited_by_itself_is_not_an_error() {
+        let mut command = Command::new("true");
+        let log = std::env::temp_dir().join(format!("harness-exited-{}.log", std::process::id()));
+        let child = spawn_logged(&mut command, &log, "true").expect("spawn");
+        let pid = child.id().expect("a pid");
+        let mut process = ServiceProcess { name: "runner", child, pid };
+        for _ in 0..100 {
+            if process.exited() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(process.exited(), "true exits at once");
+        assert!(process.stop(Duration::from_secs(1)).await.is_ok());
+        let _ = std::fs::remove_file(log);
+    }
 
     #[test]
     fn cpu_ticks_count_from_the_last_parenthesis() {
