@@ -14,7 +14,7 @@
 
 use std::{collections::VecDeque, time::Duration};
 
-use common::{bus::Bus, domain::Prediction};
+use common::bus::{Bus, BusError, EncodedJob};
 use futures::future::join_all;
 use tokio::sync::mpsc;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -36,7 +36,7 @@ pub const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
 /// Hands jobs to the republishing task. Cheap to clone.
 #[derive(Clone)]
 pub struct JobOutbox {
-    queue: mpsc::Sender<Prediction>,
+    queue: mpsc::Sender<EncodedJob>,
     stop: CancellationToken,
 }
 
@@ -49,9 +49,9 @@ impl JobOutbox {
         Self { queue, stop }
     }
 
-    /// Keeps `prediction`'s job until it is published.
-    pub fn hold(&self, prediction: Prediction) {
-        if let Err(e) = self.queue.try_send(prediction) {
+    /// Keeps `job` until it is published.
+    pub fn hold(&self, job: EncodedJob) {
+        if let Err(e) = self.queue.try_send(job) {
             tracing::error!(error = %e, "the job outbox is full; the reconciler will republish this job");
         }
     }
@@ -62,8 +62,17 @@ impl JobOutbox {
     }
 }
 
-async fn republish(bus: Bus, mut queue: mpsc::Receiver<Prediction>, stop: CancellationToken) {
-    let mut waiting: VecDeque<Prediction> = VecDeque::new();
+/// Waits up to [`CONFIRM_WITHIN`] for the jobs stream to confirm a sent job; the error says
+/// why it was not confirmed.
+pub async fn confirmed(stored: impl Future<Output = Result<(), BusError>>) -> Result<(), String> {
+    match tokio::time::timeout(CONFIRM_WITHIN, stored).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("not confirmed within {CONFIRM_WITHIN:?}")),
+    }
+}
+
+async fn republish(bus: Bus, mut queue: mpsc::Receiver<EncodedJob>, stop: CancellationToken) {
+    let mut waiting: VecDeque<EncodedJob> = VecDeque::new();
     let mut pause = PAUSE.0;
     loop {
         if waiting.is_empty() {
@@ -96,21 +105,19 @@ async fn republish(bus: Bus, mut queue: mpsc::Receiver<Prediction>, stop: Cancel
 
 /// Publishes up to [`ROUND`] waiting jobs at once; those that fail wait again, in front.
 /// Whether every one was published.
-async fn round(bus: &Bus, waiting: &mut VecDeque<Prediction>) -> bool {
-    let batch: Vec<Prediction> = waiting.drain(..waiting.len().min(ROUND)).collect();
-    let publish = |p| async move {
-        match tokio::time::timeout(CONFIRM_WITHIN, bus.publish_job(p)).await {
-            Ok(result) => result.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("not confirmed within {CONFIRM_WITHIN:?}")),
-        }
+async fn round(bus: &Bus, waiting: &mut VecDeque<EncodedJob>) -> bool {
+    let batch: Vec<EncodedJob> = waiting.drain(..waiting.len().min(ROUND)).collect();
+    let publish = |job| async move {
+        let stored = bus.send_job(job).await.map_err(|e| e.to_string())?;
+        confirmed(stored).await
     };
     let results = join_all(batch.iter().map(publish)).await;
     let mut failed = Vec::new();
     for (job, result) in batch.into_iter().zip(results) {
         match result {
-            Ok(()) => tracing::info!(prediction_id = %job.id, "job published after an earlier failure"),
+            Ok(()) => tracing::info!(prediction_id = job.prediction_id(), "job published after an earlier failure"),
             Err(e) => {
-                tracing::debug!(prediction_id = %job.id, error = %e, "job still not published");
+                tracing::debug!(prediction_id = job.prediction_id(), error = %e, "job still not published");
                 failed.push(job);
             }
         }
@@ -122,7 +129,7 @@ async fn round(bus: &Bus, waiting: &mut VecDeque<Prediction>) -> bool {
     all
 }
 
-async fn last_try(bus: &Bus, mut waiting: VecDeque<Prediction>) {
+async fn last_try(bus: &Bus, mut waiting: VecDeque<EncodedJob>) {
     let _ =
         tokio::time::timeout(LAST_TRY, async { while !waiting.is_empty() && round(bus, &mut waiting).await {} }).await;
     if !waiting.is_empty() {

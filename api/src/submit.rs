@@ -92,23 +92,21 @@ pub async fn store_and_publish(
         return Err(e.into());
     }
     state.metrics.created(&prediction.model.to_string());
-    match state.bus.send_job(prediction).instrument(tracing::info_span!("publish_job")).await {
+    let job = state.bus.job_of(prediction);
+    match state.bus.send_job(&job).instrument(tracing::info_span!("publish_job")).await {
         Ok(stored) => {
-            let (outbox, job) = (state.job_outbox.clone(), prediction.clone());
+            let outbox = state.job_outbox.clone();
             let confirm = async move {
-                let error = match tokio::time::timeout(job_outbox::CONFIRM_WITHIN, stored).await {
-                    Ok(Ok(())) => return,
-                    Ok(Err(e)) => e.to_string(),
-                    Err(_) => format!("not confirmed within {:?}", job_outbox::CONFIRM_WITHIN),
-                };
-                tracing::warn!(%error, "job not stored; publishing it again as soon as NATS takes it");
-                outbox.hold(job);
+                if let Err(error) = job_outbox::confirmed(stored).await {
+                    tracing::warn!(%error, "job not stored; publishing it again as soon as NATS takes it");
+                    outbox.hold(job);
+                }
             };
             state.background.spawn(confirm.instrument(tracing::Span::current()));
         }
         Err(e) => {
             tracing::warn!(error = %e, "job not published; publishing it again as soon as NATS takes it");
-            state.job_outbox.hold(prediction.clone());
+            state.job_outbox.hold(job);
         }
     }
     Ok(Claim::New)

@@ -150,6 +150,24 @@ fn server_list(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
     Ok(servers)
 }
 
+/// A prediction's job as sent to the jobs stream: its subject, its `Nats-Msg-Id` (the
+/// prediction id, so a copy within the duplicate window is dropped) and its encoded
+/// [`JobMessage`]. Cheap to clone (the payload is shared), so a job kept for sending again
+/// costs its message, not its prediction.
+#[derive(Debug, Clone)]
+pub struct EncodedJob {
+    subject: String,
+    prediction_id: String,
+    payload: Bytes,
+}
+
+impl EncodedJob {
+    /// The id of the job's prediction.
+    pub fn prediction_id(&self) -> &str {
+        &self.prediction_id
+    }
+}
+
 impl Bus {
     /// Connects as `name` to `url`, one server or a comma-separated list of them (the
     /// servers of one cluster, as NATS clients conventionally take them). The client
@@ -229,26 +247,40 @@ impl Bus {
 
     /// Publishes the job of `prediction` and waits for the stream to store it.
     pub async fn publish_job(&self, prediction: &Prediction) -> Result<(), BusError> {
-        self.send_job(prediction).await?.await
+        self.send_job(&self.job_of(prediction)).await?.await
     }
 
-    /// Sends the job of `prediction` without waiting for the stream to confirm it; the returned
-    /// future resolves once the jobs stream has stored it (for callers that answer first and
-    /// confirm after).
+    /// The job of `prediction`, encoded once for every send of it.
+    pub fn job_of(&self, prediction: &Prediction) -> EncodedJob {
+        EncodedJob {
+            subject: self.subjects.job(&prediction.model, &prediction.route(), &prediction.account_id, &prediction.id),
+            prediction_id: prediction.id.to_string(),
+            payload: Bytes::from(JobMessage::encode_for(prediction)),
+        }
+    }
+
+    /// Sends `job` without waiting for the stream to confirm it; the returned future resolves
+    /// once the jobs stream has stored it (for callers that answer first and confirm after).
     pub async fn send_job(
         &self,
-        prediction: &Prediction,
+        job: &EncodedJob,
     ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
-        let subject = self.subjects.job(&prediction.model, &prediction.route(), &prediction.account_id, &prediction.id);
-        let (msg_id, payload) = (prediction.id.to_string(), Bytes::from(JobMessage::encode_for(prediction)));
-        let stored =
-            self.send_stored(subject.clone(), msg_id.clone(), payload.clone(), async_nats::HeaderMap::new()).await?;
-        let bus = self.clone();
+        let stored = self
+            .send_stored(
+                job.subject.clone(),
+                job.prediction_id.clone(),
+                job.payload.clone(),
+                async_nats::HeaderMap::new(),
+            )
+            .await?;
+        let (bus, job) = (self.clone(), job.clone());
         Ok(async move {
             match stored.await {
                 // The stream was lost: made again, and the job sent once more.
                 Err(e) if bus.remade_after(&e).await => {
-                    bus.send_stored(subject, msg_id, payload, async_nats::HeaderMap::new()).await?.await
+                    bus.send_stored(job.subject, job.prediction_id, job.payload, async_nats::HeaderMap::new())
+                        .await?
+                        .await
                 }
                 result => result,
             }

@@ -18,7 +18,8 @@
 //! What real MongoDB holds a command to, and the driver does not do for `run_command`:
 //! - **Size.** A command is one BSON document of at most 16 MiB, so a batch is cut into
 //!   commands of at most [`COMMAND_BUDGET`] bytes of statements; a statement larger than that
-//!   alone is refused here ([`TOO_LARGE`]), as the server would refuse it.
+//!   alone is refused here ([`TOO_LARGE`]), as the server would refuse it. Each statement is
+//!   encoded once, measured by its bytes, and sent as they are (`run_raw_command`).
 //! - **Retries.** The driver retries `update_one` across an election, never `run_command`. A
 //!   command that fails because the primary stepped down or could not be reached
 //!   ([`super::is_unreachable`]) is sent again, for up to [`RETRY_FOR`] (an election takes up to
@@ -31,7 +32,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bson::{Bson, Document, doc};
+use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc};
 use mongodb::{Collection, Database, options::WriteConcern};
 use tokio::sync::{mpsc, oneshot};
 
@@ -46,6 +47,8 @@ use super::{
 pub const COMMAND_BUDGET: usize = 16 * 1024 * 1024 - 16 * 1024;
 /// The error code of a document or command over MongoDB's size limit (`BSONObjectTooLarge`).
 pub const TOO_LARGE: i32 = 10334;
+/// The error code of a value the server cannot take (`BadValue`).
+const BAD_VALUE: i32 = 2;
 /// How long a command that could not reach a primary is tried again.
 pub const RETRY_FOR: Duration = Duration::from_secs(30);
 
@@ -128,12 +131,11 @@ impl Target {
     /// Writes one batch, in as many unordered `update` commands as its size needs, and
     /// answers each of its callers.
     async fn write(&self, batch: Vec<Waiting>) {
-        for command in by_size(batch, COMMAND_BUDGET) {
+        for command in by_size(batch.into_iter().filter_map(Statement::encode).collect(), COMMAND_BUDGET) {
             match command {
-                Command::Alone(waiting) => {
-                    let Waiting { done, .. } = *waiting;
+                Command::Alone(statement) => {
                     let message = format!("the update is larger than a command may be ({COMMAND_BUDGET} bytes)");
-                    let _ = done.send(Err(GroupUpdateError::Refused { code: TOO_LARGE, message }));
+                    let _ = statement.done.send(Err(GroupUpdateError::Refused { code: TOO_LARGE, message }));
                 }
                 Command::Batch(batch) => self.write_command(batch).await,
             }
@@ -141,16 +143,16 @@ impl Target {
     }
 
     /// Writes one command's statements and answers each of their callers.
-    async fn write_command(&self, batch: Vec<Waiting>) {
+    async fn write_command(&self, batch: Vec<Statement>) {
         let count = batch.len();
-        let (mut updates, mut applied, mut answers) =
+        let (mut encoded, mut applied, mut answers) =
             (Vec::with_capacity(count), Vec::with_capacity(count), Vec::with_capacity(count));
-        for Waiting { update, done } in batch {
-            updates.push((update.filter, update.update));
-            applied.push(update.applied);
+        for Statement { statement, applied: filter, done } in batch {
+            encoded.push(statement);
+            applied.push(filter);
             answers.push(done);
         }
-        let command = update_command(self.documents.name(), updates, self.documents.write_concern());
+        let command = update_command(self.documents.name(), encoded, self.documents.write_concern());
         let outcomes = match self.send(&command, count).await {
             Ok((reply, retried)) => self.settle(applied, reply, retried).await,
             Err(e) => {
@@ -166,12 +168,12 @@ impl Target {
 
     /// Sends `command` until it is answered, retrying while the primary cannot be reached (for
     /// up to [`RETRY_FOR`]); the reply, and whether it took more than one try.
-    async fn send(&self, command: &Document, count: usize) -> Result<(Reply, bool), StoreError> {
+    async fn send(&self, command: &RawDocumentBuf, count: usize) -> Result<(Reply, bool), StoreError> {
         let started = Instant::now();
         let mut pause = Duration::from_millis(50);
         let mut retried = false;
         loop {
-            let reply = self.database.run_command(command.clone()).await.and_then(|r| Reply::read(&r, count));
+            let reply = self.database.run_raw_command(command.clone()).await.and_then(|r| Reply::read(&r, count));
             match reply {
                 Ok(reply) => return Ok((reply, retried)),
                 Err(e) if super::is_unreachable(&e) && started.elapsed() + pause < RETRY_FOR => {
@@ -216,22 +218,58 @@ impl Target {
     }
 }
 
+/// A waiting update as a command carries it: its `{q, u, multi}` statement, encoded once.
+struct Statement {
+    statement: RawDocumentBuf,
+    applied: Document,
+    done: oneshot::Sender<Result<bool, GroupUpdateError>>,
+}
+
+impl Statement {
+    /// Encodes `waiting`'s statement; one that cannot be encoded (a key BSON does not allow)
+    /// is refused to its caller here.
+    fn encode(waiting: Waiting) -> Option<Self> {
+        let Waiting { update, done } = waiting;
+        let encoded = (|| -> Result<RawDocumentBuf, bson::raw::Error> {
+            let mut statement = RawDocumentBuf::new();
+            statement.append("q", RawDocumentBuf::from_document(&update.filter)?);
+            statement.append("u", RawDocumentBuf::from_document(&update.update)?);
+            statement.append("multi", false);
+            Ok(statement)
+        })();
+        match encoded {
+            Ok(statement) => Some(Self { statement, applied: update.applied, done }),
+            Err(e) => {
+                let message = format!("the update cannot be encoded: {e}");
+                let _ = done.send(Err(GroupUpdateError::Refused { code: BAD_VALUE, message }));
+                None
+            }
+        }
+    }
+
+    /// The bytes it adds to an `update` command: its document, and its array entry's type byte
+    /// and index key (at most 8 digits and a NUL).
+    fn size(&self) -> usize {
+        self.statement.as_bytes().len() + 10
+    }
+}
+
 /// One command's worth of a batch.
 enum Command {
     /// Statements that fit one command together.
-    Batch(Vec<Waiting>),
+    Batch(Vec<Statement>),
     /// A statement larger than a command may be.
-    Alone(Box<Waiting>),
+    Alone(Box<Statement>),
 }
 
 /// Cuts `batch` into commands of at most `budget` bytes of statements, in order.
-fn by_size(batch: Vec<Waiting>, budget: usize) -> Vec<Command> {
+fn by_size(batch: Vec<Statement>, budget: usize) -> Vec<Command> {
     let mut commands = Vec::new();
     let (mut current, mut bytes) = (Vec::new(), 0);
-    for waiting in batch {
-        let size = statement_size(&waiting.update);
+    for statement in batch {
+        let size = statement.size();
         if size > budget {
-            commands.push(Command::Alone(Box::new(waiting)));
+            commands.push(Command::Alone(Box::new(statement)));
             continue;
         }
         if bytes + size > budget && !current.is_empty() {
@@ -239,7 +277,7 @@ fn by_size(batch: Vec<Waiting>, budget: usize) -> Vec<Command> {
             bytes = 0;
         }
         bytes += size;
-        current.push(waiting);
+        current.push(statement);
     }
     if !current.is_empty() {
         commands.push(Command::Batch(current));
@@ -247,25 +285,20 @@ fn by_size(batch: Vec<Waiting>, budget: usize) -> Vec<Command> {
     commands
 }
 
-/// The bytes a statement adds to an `update` command: its `{q, u, multi}` document and its
-/// array entry's type byte and index key.
-fn statement_size(update: &ConditionalUpdate) -> usize {
-    let document = |d: &Document| bson::to_vec(d).map_or(usize::MAX / 4, |bytes| bytes.len());
-    document(&update.filter) + document(&update.update) + 32
-}
-
-/// The unordered `update` command of `updates` (filter, update) on `collection`. `run_command` sends only what
-/// it is given, so the write concern the driver would add to an `update_one` (from the URI or
-/// the client's options) is added here.
-fn update_command(collection: &str, updates: Vec<(Document, Document)>, concern: Option<&WriteConcern>) -> Document {
-    let statements: Vec<Bson> =
-        updates.into_iter().map(|(q, u)| Bson::Document(doc! { "q": q, "u": u, "multi": false })).collect();
-    let mut command = doc! { "update": collection, "updates": statements, "ordered": false };
+/// The unordered `update` command of `statements` on `collection`. `run_raw_command` sends
+/// only what it is given, so the write concern the driver would add to an `update_one` (from
+/// the URI or the client's options) is added here.
+fn update_command(collection: &str, statements: Vec<RawDocumentBuf>, concern: Option<&WriteConcern>) -> RawDocumentBuf {
+    let mut command = RawDocumentBuf::new();
+    command.append("update", collection);
+    command.append("updates", statements.into_iter().collect::<RawArrayBuf>());
+    command.append("ordered", false);
     if let Some(concern) = concern
         && let Ok(concern) = bson::to_document(concern)
         && !concern.is_empty()
+        && let Ok(concern) = RawDocumentBuf::from_document(&concern)
     {
-        command.insert("writeConcern", concern);
+        command.append("writeConcern", concern);
     }
     command
 }
@@ -337,15 +370,19 @@ mod tests {
 
     #[test]
     fn the_command_carries_every_statement_and_the_collections_write_concern() {
-        let update = (doc! { "_id": "a", "seq": 1 }, doc! { "$inc": { "seq": 1 } });
-        let updates = vec![update.clone(), update];
-        let plain = update_command("predictions", updates.clone(), None);
+        let statements = || (0..2).map(|n| statement(n * 10).statement).collect::<Vec<_>>();
+        let plain = update_command("predictions", statements(), None).to_document().expect("a document");
         assert_eq!(plain.get_str("update").ok(), Some("predictions"));
-        assert_eq!(plain.get_array("updates").map(Vec::len).ok(), Some(2));
+        let updates = plain.get_array("updates").expect("updates");
+        assert_eq!(updates.len(), 2);
+        let first = updates[0].as_document().expect("a statement");
+        assert_eq!(first.get_document("q").ok(), Some(&doc! { "_id": "a" }));
+        assert_eq!(first.get_bool("multi").ok(), Some(false));
         assert_eq!(plain.get_bool("ordered").ok(), Some(false));
         assert!(!plain.contains_key("writeConcern"), "the server's default, as for update_one");
 
-        let majority = update_command("predictions", updates, Some(&WriteConcern::majority()));
+        let majority = update_command("predictions", statements(), Some(&WriteConcern::majority()));
+        let majority = majority.to_document().expect("a document");
         let concern = majority.get_document("writeConcern").expect("a write concern");
         assert_eq!(concern.get_str("w").ok(), Some("majority"));
     }
@@ -365,19 +402,19 @@ mod tests {
         assert!(matches!(&read.refused[1], Some(GroupUpdateError::Refused { code: 121, .. })), "{read:?}");
     }
 
-    fn waiting(bytes: usize) -> Waiting {
+    fn statement(bytes: usize) -> Statement {
         let update = ConditionalUpdate {
             filter: doc! { "_id": "a" },
             update: doc! { "$set": { "output": "x".repeat(bytes) } },
             applied: doc! {},
         };
-        Waiting { update, done: oneshot::channel().0 }
+        Statement::encode(Waiting { update, done: oneshot::channel().0 }).expect("encodes")
     }
 
     #[test]
     fn a_batch_is_cut_into_commands_within_the_budget_and_an_oversized_statement_goes_alone() {
         let sizes = [400, 400, 400, 5_000, 100];
-        let commands = by_size(sizes.iter().map(|b| waiting(*b)).collect(), 1_000);
+        let commands = by_size(sizes.iter().map(|b| statement(*b)).collect(), 1_000);
         let shapes: Vec<String> = commands
             .iter()
             .map(|c| match c {
