@@ -3,13 +3,15 @@
 //!
 //! The change is a conditional update on the status just read (so the metrics computed from
 //! it are right), followed by the `completed` event and, for a `processing` prediction, the
-//! cancel broadcast that makes the runner holding it abort the model call.
+//! cancel broadcast that makes the runner holding it abort the model call. A `starting` one
+//! gives its ticket back to its queue lane, so those behind it move up.
 
 use bson::{DateTime, doc};
 use common::{
     domain::{Metrics, Prediction, PredictionStatus, WebhookEvent},
     messages::{Announcement, PredictionChanged},
     problem::FieldError,
+    store::LaneId,
 };
 
 use crate::{auth::Caller, error::ApiError, owned::owned_prediction, state::AppState};
@@ -42,6 +44,12 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Result<Predi
             continue;
         };
         tracing::info!(was = %current.status, "prediction canceled");
+        if current.status == PredictionStatus::Starting
+            && let Some(ticket) = canceled.queue_ticket
+            && let Err(e) = state.store.queue_lanes().skipped(&LaneId::of(&canceled), ticket).await
+        {
+            tracing::warn!(error = %e, "the canceled prediction's ticket was not given back to its queue lane");
+        }
         if current.status == PredictionStatus::Processing
             && let Err(e) = state.bus.publish_cancel(&prediction_id).await
         {

@@ -15,14 +15,15 @@
 //! of the model's average recent run time, plus half a run for the round it waits in. No
 //! estimate without a finished run to average or a slot running.
 //!
-//! **Cost**: one indexed MongoDB read of the prediction's own (its lane's predictions ahead
-//! of it), and the model's queue ([`common::store::ModelQueue`]: each lane's waiting count,
-//! the running ones, the recent run times; three reads) at most once every
-//! [`MODEL_QUEUE_TTL`] per model and replica; only for a prediction that is `starting`.
-//! `bench queue` measures a get with it beside one without (before the model's part was
-//! cached: 1,450 against 12,964 reads a second at 8 clients on the stand-in).
-//! Lanes are per version too; the position counts a model's waiting predictions of every
-//! version.
+//! **Lanes** are a model's jobs of one route (version and pool) and one account, as the
+//! runners take turns between them; the other lanes counted are those of the same route.
+//!
+//! **Cost**, whatever the length of the queue: one read of the prediction's lane (a document
+//! by its id: its tickets and marks), and the model's queue ([`common::store::ModelQueue`]:
+//! its lanes, its running predictions, its recent run times; three reads) at most once every
+//! [`MODEL_QUEUE_TTL`] per model and replica; only for a prediction that is `starting`. The place of a prediction stored
+//! before lanes had tickets is counted (a query that grows with its lane's queue).
+//! `bench queue` measures a get with it beside one without.
 
 use std::sync::Arc;
 
@@ -31,7 +32,7 @@ use chrono::Utc;
 use common::{
     cache::TtlCache,
     domain::{ModelRef, Prediction, PredictionStatus, QueuePlace},
-    store::{ModelQueue, Predictions, QueueFigures, StoreError},
+    store::{LaneId, ModelQueue, Predictions, QueueFigures, QueueLanes, StoreError},
 };
 
 /// How long a model's queue ([`common::store::ModelQueue`]) is reused: the other lanes'
@@ -59,13 +60,14 @@ pub fn seconds_to_start(position: u64, figures: &QueueFigures) -> Option<f64> {
 /// this replica.
 pub struct QueuePlaces {
     predictions: Predictions,
+    lanes: QueueLanes,
     models: TtlCache<ModelRef, Arc<ModelQueue>>,
 }
 
 impl QueuePlaces {
-    /// Places read from `predictions`, remembering up to 10,000 models' queues.
-    pub fn new(predictions: Predictions) -> Self {
-        Self { predictions, models: TtlCache::new(MODEL_QUEUE_TTL, 10_000) }
+    /// Places read from `predictions` and `lanes`, remembering up to 10,000 models' queues.
+    pub fn new(predictions: Predictions, lanes: QueueLanes) -> Self {
+        Self { predictions, lanes, models: TtlCache::new(MODEL_QUEUE_TTL, 10_000) }
     }
 
     /// The queue place of `p` if it is waiting; `None` otherwise.
@@ -76,12 +78,17 @@ impl QueuePlaces {
         let model = match self.models.get(&p.model) {
             Some(model) => model,
             None => {
-                let model = Arc::new(self.predictions.model_queue(&p.model).await?);
+                let model = Arc::new(self.predictions.model_queue(&self.lanes, &p.model).await?);
                 self.models.insert(p.model.clone(), model.clone());
                 model
             }
         };
-        let figures = model.figures_for(p.account_id.as_str(), self.predictions.ahead_in_lane(p).await?);
+        let lane = LaneId::of(p);
+        let ahead = match p.queue_ticket {
+            Some(ticket) => self.lanes.get(&lane).await?.map_or(0, |state| state.ahead_of(ticket)),
+            None => self.predictions.ahead_in_lane(p).await?,
+        };
+        let figures = model.figures_for(&lane, ahead);
         let position = position(&figures);
         let estimated_start_at = seconds_to_start(position, &figures).map(|s| {
             let at = DateTime::now().to_chrono() + chrono::Duration::milliseconds((s * 1000.0) as i64);

@@ -9,7 +9,7 @@ use common::{
     domain::Prediction,
     files::Files,
     links::Links,
-    store::{Batching, GroupCommit, Store},
+    store::{Batching, GroupCommit, Store, TicketDesk},
 };
 use tokio_util::task::TaskTracker;
 
@@ -46,6 +46,8 @@ pub struct Shared {
     pub models: ModelCatalog,
     /// Stores new predictions, several per write when creates arrive together.
     pub new_predictions: GroupCommit<Prediction>,
+    /// Hands each new prediction its ticket in its queue lane, several per write under load.
+    pub tickets: TicketDesk,
     /// The per-key rate limit.
     pub rate_limiter: RateLimiter,
     /// The cap on held `Prefer: wait` creates.
@@ -75,9 +77,10 @@ impl AppState {
             rate_limiter: RateLimiter::new(bus.clone()),
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
+            tickets: TicketDesk::start(store.queue_lanes(), NEW_PREDICTIONS),
             background,
             metrics: Arc::new(HttpMetrics::new()),
-            queue_places: QueuePlaces::new(store.predictions()),
+            queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes()),
             deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),
             files: Files::new(&store),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),

@@ -11,7 +11,7 @@
 use bson::DateTime;
 use common::{
     domain::{AccountId, ApiSurface, NewPrediction, Prediction},
-    store::Claim,
+    store::{Claim, LaneId},
 };
 use serde_json::{Map, Value};
 use tracing::Instrument;
@@ -65,15 +65,15 @@ pub async fn validated(
     Ok(prediction)
 }
 
-/// Claims the idempotency key (if any), stores the prediction and sends its job; returns the
-/// claim (an existing one means nothing was written). The client is answered once the job is
+/// Claims the idempotency key (if any), gives the prediction its ticket in its queue lane,
+/// stores it and sends its job; returns the claim (an existing one means nothing was written). The client is answered once the job is
 /// sent; the stream's confirmation is awaited in the background (a job the stream did not
 /// store is republished by the runner's reconciler, as after any failed publish).
 pub async fn store_and_publish(
     state: &AppState,
     account: &AccountId,
     idempotency_key: Option<String>,
-    prediction: &Prediction,
+    prediction: &mut Prediction,
 ) -> Result<Claim, ApiError> {
     if let Some(key) = &idempotency_key
         && let Claim::Existing(first) =
@@ -81,9 +81,16 @@ pub async fn store_and_publish(
     {
         return Ok(Claim::Existing(first));
     }
-    if let Err(e) =
-        state.new_predictions.insert(prediction.clone()).instrument(tracing::info_span!("store_prediction")).await
-    {
+    let stored = async {
+        prediction.queue_ticket = Some(state.tickets.take(prediction).await?);
+        state.new_predictions.insert(prediction.clone()).await
+    };
+    if let Err(e) = stored.instrument(tracing::info_span!("store_prediction")).await {
+        if let Some(ticket) = prediction.queue_ticket
+            && let Err(skip) = state.store.queue_lanes().skipped(&LaneId::of(prediction), ticket).await
+        {
+            tracing::warn!(error = %skip, "the ticket of a prediction not stored was not given back");
+        }
         if let Some(key) = &idempotency_key
             && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
         {

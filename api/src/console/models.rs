@@ -209,7 +209,7 @@ pub async fn run(
     let body = json!({"input": input_of(&form_fields, &action.fields)});
     let body = body.as_object().cloned().unwrap_or_default();
     let caller = action.signed.caller();
-    let prediction = match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical).await {
+    let mut prediction = match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical).await {
         Ok(p) => p,
         Err(ApiError::Problem(problem)) => {
             for field in &mut form_fields {
@@ -230,7 +230,7 @@ pub async fn run(
         }
         Err(e) => return Err(e.into()),
     };
-    submit::store_and_publish(&state, &caller.key.account_id, None, &prediction).await?;
+    submit::store_and_publish(&state, &caller.key.account_id, None, &mut prediction).await?;
     Ok(see_other(&format!("/predictions/{}", prediction.id)))
 }
 

@@ -134,7 +134,7 @@ pub async fn create_for(
     };
     // A client that disconnects cannot stop the writes halfway: the handler runs to
     // completion (see `run_to_completion`).
-    match submit::store_and_publish(state, &account, idempotency_key, &prediction).await? {
+    match submit::store_and_publish(state, &account, idempotency_key, &mut prediction).await? {
         Claim::New => {}
         Claim::Existing(first) => return idempotency::replay(state, &account, &first, surface).await,
     }

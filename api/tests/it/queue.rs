@@ -6,6 +6,8 @@ use std::time::Duration;
 use common::testkit::eventually;
 use serde_json::{Value, json};
 
+use common::store::commands::query_shapes;
+
 use crate::harness::{JsonBody, Options, System};
 
 async fn sleep_of(system: &System, key: &str, seconds: f64) -> String {
@@ -65,6 +67,51 @@ async fn queued_predictions_stand_one_to_ten_in_order_and_move_up_as_jobs_start(
     let done = system.wait_for_terminal(&last, Duration::from_secs(60)).await;
     assert_eq!(done["status"], "succeeded");
     assert_eq!(queue_of(&system, &last).await, Value::Null, "an ended prediction has no queue");
+}
+
+#[tokio::test]
+async fn a_prediction_canceled_while_waiting_gives_its_place_to_those_behind_it() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let key = system.admin_key.clone();
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(sleep_of(&system, &key, 0.3).await);
+    }
+    assert_eq!(queue_of(&system, &ids[4]).await["position"], 5);
+    let canceled = system.post_json(&format!("/v1/predictions/{}/cancel", ids[1]), &json!({})).await;
+    assert_eq!(canceled.status(), 200);
+    assert_eq!(queue_of(&system, &ids[0]).await["position"], 1, "the one ahead of it keeps its place");
+    assert_eq!(queue_of(&system, &ids[4]).await["position"], 4, "those behind it move up");
+    assert_eq!(queue_of(&system, &ids[5]).await["position"], 5);
+
+    system.start_runner();
+    let done = system.wait_for_terminal(&ids[5], Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "succeeded");
+}
+
+/// Many waiting predictions, each read: their places come from their lane's tickets, and no
+/// query counts the predictions waiting ahead (a count grows with the queue, and under load
+/// the queue grows with the cost of the reads: the overload that would not end).
+#[tokio::test]
+async fn a_waiting_predictions_place_costs_no_query_that_grows_with_the_queue() {
+    let env = vec![("MONGODB_QUERY_SHAPES", "true".into())];
+    let system = System::start_with(Options { runner: false, notifier: false, env }).await;
+    system.register_models_only().await;
+    let key = system.admin_key.clone();
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        ids.push(sleep_of(&system, &key, 0.3).await);
+    }
+    for (i, id) in ids.iter().enumerate().rev() {
+        assert_eq!(queue_of(&system, id).await["position"], i as u64 + 1);
+    }
+    let over_predictions: Vec<_> = query_shapes(&system.ctx.database)
+        .into_iter()
+        .filter(|shape| shape.collection == "predictions" && shape.filter.iter().any(|f| f == "status"))
+        .filter(|shape| !shape.filter.iter().all(|f| f == "model" || f == "status"))
+        .collect();
+    assert!(over_predictions.is_empty(), "queries over the waiting predictions: {over_predictions:#?}");
 }
 
 #[tokio::test]

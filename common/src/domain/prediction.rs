@@ -137,6 +137,10 @@ pub struct Prediction {
     /// The hardware pool whose runners may run it (a deployment's); any pool when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<super::Pool>,
+    /// Its ticket in its queue lane (see [`crate::store::queue_lanes`]): where it stands among
+    /// the lane's waiting predictions. Absent on predictions stored before lanes had tickets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ticket: Option<i64>,
 }
 
 /// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).
@@ -239,6 +243,7 @@ impl Prediction {
             input_files: Vec::new(),
             deployment: None,
             hardware: None,
+            queue_ticket: None,
         }
     }
 

@@ -328,9 +328,9 @@ impl Reply {
         let mut refused = vec![None; count];
         for error in reply.get_array("writeErrors").map(Vec::as_slice).unwrap_or_default() {
             let Bson::Document(error) = error else { continue };
-            let index = number(error.get("index")).and_then(|i| usize::try_from(i).ok());
+            let index = super::integer(error.get("index")).and_then(|i| usize::try_from(i).ok());
             if let Some(slot) = index.and_then(|i| refused.get_mut(i)) {
-                let code = number(error.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
+                let code = super::integer(error.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
                 let message = error.get_str("errmsg").unwrap_or_default().to_owned();
                 *slot = Some(GroupUpdateError::Refused { code, message });
             }
@@ -343,7 +343,7 @@ impl Reply {
 /// [`super::is_unreachable`] tells) when its code is one of a primary stepping down or shutting
 /// down, or the server labels it so.
 fn write_concern_error(concern: &Document, reply: &Document) -> StoreError {
-    let code = number(concern.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
+    let code = super::integer(concern.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
     let labelled = reply
         .get_array("errorLabels")
         .is_ok_and(|labels| labels.iter().any(|l| l.as_str() == Some(super::RETRYABLE_WRITE_LABEL)));
@@ -352,15 +352,6 @@ fn write_concern_error(concern: &Document, reply: &Document) -> StoreError {
         StoreError::custom(super::PrimaryLost(message))
     } else {
         StoreError::custom(message)
-    }
-}
-
-/// An integer field of a reply, whatever its BSON width.
-fn number(value: Option<&Bson>) -> Option<i64> {
-    match value? {
-        Bson::Int32(n) => Some(i64::from(*n)),
-        Bson::Int64(n) => Some(*n),
-        _ => None,
     }
 }
 

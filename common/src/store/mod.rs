@@ -12,6 +12,7 @@
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
 //! | `console_sessions` | [`console_sessions`] | api (console sign-in, sign-out) |
+//! | `queue_lanes` | [`queue_lanes`] | api (tickets at create, cancel of `starting`), runner (starts, failures while waiting) |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
 //! | `file_records` | [`files`] | api (uploads, deletes), runner (outputs, retention) |
 //! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
@@ -36,6 +37,7 @@ pub mod model_versions;
 pub mod models;
 pub mod predictions;
 pub mod queue;
+pub mod queue_lanes;
 pub mod runners;
 pub mod webhook_attempts;
 
@@ -58,6 +60,7 @@ pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;
 pub use queue::{ModelQueue, QueueFigures};
+pub use queue_lanes::{LaneId, LaneState, QueueLanes, TicketDesk};
 pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
 
 /// A storage failure.
@@ -80,6 +83,15 @@ where
     use std::future::IntoFuture;
     let documents = async { coll.find(filter.clone()).sort(sort).skip(offset).limit(limit).await?.try_collect().await };
     tokio::try_join!(documents, coll.count_documents(filter.clone()).into_future())
+}
+
+/// An integer field of a document, whatever its BSON width.
+pub(super) fn integer(value: Option<&bson::Bson>) -> Option<i64> {
+    match value? {
+        bson::Bson::Int32(n) => Some(i64::from(*n)),
+        bson::Bson::Int64(n) => Some(*n),
+        _ => None,
+    }
 }
 
 /// The MongoDB error code of a unique-index violation.
@@ -171,6 +183,8 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("predictions", plain(doc! { "model": 1, "status": 1, "created_at": 1 })),
         ("predictions", plain(doc! { "model": 1, "status": 1, "completed_at": -1 })),
         ("predictions", plain(doc! { "deployment": 1, "status": 1 })),
+        // A model's lanes (its queue's figures).
+        ("queue_lanes", plain(doc! { "model": 1 })),
         ("runners", plain(doc! { "seen_at": 1 })),
         ("deployments", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
         ("idempotency_keys", expiring()),
@@ -271,6 +285,11 @@ impl Store {
     /// The `predictions` collection.
     pub fn predictions(&self) -> Predictions {
         Predictions::new(&self.db)
+    }
+
+    /// The `queue_lanes` collection.
+    pub fn queue_lanes(&self) -> QueueLanes {
+        QueueLanes::new(&self.db)
     }
 
     /// The `accounts` collection.

@@ -1,14 +1,20 @@
-//! The queue as one waiting prediction sees it, read from the `predictions` collection: the
-//! `starting` predictions of its model ahead of it in its own lane (same account, created
-//! before it), how many of every other account's are waiting, how many of the model's are
-//! running, and the model's latest run times: one query of the prediction's own
-//! ([`Predictions::ahead_in_lane`]) and three of its model's ([`Predictions::model_queue`]),
-//! each on an index led by the model or the status.
+//! The queue as one waiting prediction sees it: the predictions of its lane waiting ahead of
+//! it, how many each lane it takes turns with has waiting (both from the lanes' tickets and
+//! marks, [`super::queue_lanes`]), how many of the model's are running, and the model's latest
+//! run times. [`ModelQueue`] reads the model's part in three queries whose cost does not grow
+//! with the queue: its lanes (one document each), its running predictions (at most its
+//! slots) and its last [`RECENT_RUNS`] runs, each on an index.
+//!
+//! A prediction stored before lanes had tickets has its place counted instead
+//! ([`Predictions::ahead_in_lane`], a count of its lane's waiting predictions created before
+//! it), as before.
 
-use bson::{Bson, Document, doc};
+use std::future::IntoFuture;
+
+use bson::{Document, doc};
 use futures::TryStreamExt;
 
-use super::{Predictions, StoreError};
+use super::{LaneId, LaneState, Predictions, QueueLanes, StoreError};
 use crate::domain::{ModelRef, Prediction};
 
 /// How many finished runs the estimate averages.
@@ -32,8 +38,8 @@ pub struct QueueFigures {
 /// cached briefly by the api, so a read of a waiting prediction costs one query of its own.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelQueue {
-    /// Waiting predictions of each account (each lane of the model).
-    pub waiting_by_account: Vec<(String, u64)>,
+    /// The model's lanes: their tickets and marks.
+    pub lanes: Vec<LaneState>,
     /// Predictions of the model running now.
     pub running: u64,
     /// The model's latest run times (`predict_time`, seconds), newest first.
@@ -41,12 +47,12 @@ pub struct ModelQueue {
 }
 
 impl ModelQueue {
-    /// The figures of a waiting prediction of account `account` with `ahead_in_lane` of its
-    /// own lane ahead of it.
-    pub fn figures_for(&self, account: &str, ahead_in_lane: u64) -> QueueFigures {
+    /// The figures of a waiting prediction of lane `lane` with `ahead_in_lane` of its own
+    /// lane ahead of it.
+    pub fn figures_for(&self, lane: &LaneId, ahead_in_lane: u64) -> QueueFigures {
         QueueFigures {
             ahead_in_lane,
-            other_lanes: self.waiting_by_account.iter().filter(|(a, _)| a != account).map(|(_, n)| *n).collect(),
+            other_lanes: self.lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),
             running: self.running,
             recent_run_seconds: self.recent_run_seconds.clone(),
         }
@@ -67,48 +73,24 @@ impl Predictions {
         coll.count_documents(ahead).await
     }
 
-    /// The queue of `model`: each account's waiting predictions, the running ones, the
-    /// latest run times (three queries).
-    pub async fn model_queue(&self, model: &ModelRef) -> Result<ModelQueue, StoreError> {
+    /// The queue of `model`: its lanes (from `lanes`), its running predictions, its latest
+    /// run times (three queries).
+    pub async fn model_queue(&self, lanes: &QueueLanes, model: &ModelRef) -> Result<ModelQueue, StoreError> {
         let coll = self.collection().clone_with_type::<Document>();
-        let model = model.to_string();
-        let lanes = vec![
-            doc! { "$match": { "model": &model, "status": "starting" } },
-            doc! { "$group": { "_id": "$account_id", "n": { "$sum": 1 } } },
-        ];
-        let waiting_by_account: Vec<(String, u64)> = coll
-            .aggregate(lanes)
-            .await?
-            .try_collect::<Vec<Document>>()
-            .await?
-            .iter()
-            .filter_map(|d| {
-                let account = d.get_str("_id").ok()?.to_owned();
-                let n = match d.get("n") {
-                    Some(Bson::Int32(n)) => u64::try_from(*n).ok(),
-                    Some(Bson::Int64(n)) => u64::try_from(*n).ok(),
-                    _ => None,
-                }?;
-                Some((account, n))
-            })
-            .collect();
-        let running = coll.count_documents(doc! { "model": &model, "status": "processing" }).await?;
-        let recent = coll
-            .find(doc! { "model": &model, "status": "succeeded" })
-            .sort(doc! { "completed_at": -1 })
-            .limit(RECENT_RUNS)
-            .projection(doc! { "metrics.predict_time": 1 })
-            .await?
-            .try_collect::<Vec<Document>>()
-            .await?;
+        let name = model.to_string();
+        let running = coll.count_documents(doc! { "model": &name, "status": "processing" }).into_future();
+        let recent = async {
+            coll.find(doc! { "model": &name, "status": "succeeded" })
+                .sort(doc! { "completed_at": -1 })
+                .limit(RECENT_RUNS)
+                .projection(doc! { "metrics.predict_time": 1 })
+                .await?
+                .try_collect::<Vec<Document>>()
+                .await
+        };
+        let (lanes, running, recent) = tokio::try_join!(lanes.of_model(model), running, recent)?;
         let recent_run_seconds =
             recent.iter().filter_map(|d| d.get_document("metrics").ok()?.get_f64("predict_time").ok()).collect();
-        Ok(ModelQueue { waiting_by_account, running, recent_run_seconds })
-    }
-
-    /// The queue figures of waiting prediction `p`, all read now (four queries).
-    pub async fn queue_figures(&self, p: &Prediction) -> Result<QueueFigures, StoreError> {
-        let model = self.model_queue(&p.model).await?;
-        Ok(model.figures_for(p.account_id.as_str(), self.ahead_in_lane(p).await?))
+        Ok(ModelQueue { lanes, running, recent_run_seconds })
     }
 }

@@ -69,6 +69,7 @@ impl Executor {
                 self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
                 (p.status, p.started_at, p.job_seq, p.seq) =
                     (PredictionStatus::Processing, Some(started_at), Some(job_seq), p.seq + 1);
+                self.mark_started(&p);
                 return Ok(Some((*p, true)));
             }
         }
@@ -79,6 +80,7 @@ impl Executor {
             .context("marking the prediction processing")?;
         self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
         if let Some(p) = started {
+            self.mark_started(&p);
             return Ok(Some((p, true)));
         }
         match predictions.get(id).await.context("reading the prediction")? {

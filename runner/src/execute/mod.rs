@@ -50,7 +50,7 @@ use common::{
     files::{Files, NewFile},
     links::Links,
     messages::{Announcement, PredictionChanged},
-    store::{Batching, GroupUpdate, Predictions, Store},
+    store::{Batching, GroupUpdate, LaneId, Predictions, QueueLanes, Store},
 };
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use serde_json::{Map, Value};
@@ -160,6 +160,8 @@ pub struct Executor {
     file_inputs: FileInputs,
     /// The most logs and text output a prediction keeps.
     limits: Limits,
+    /// Writes the marks of started tickets to their queue lanes, several per command.
+    lane_marks: GroupUpdate,
 }
 
 /// How state changes that read nothing back are gathered: what is queued while two writes
@@ -195,6 +197,7 @@ impl Executor {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
         let changes = store.predictions().group_update(CHANGE_WRITES);
+        let lane_marks = store.queue_lanes().group_update(CHANGE_WRITES);
         let file_inputs = FileInputs::new(Files::new(&store), links.clone());
         Self {
             store,
@@ -207,6 +210,7 @@ impl Executor {
             changes,
             file_inputs,
             limits: Limits::default(),
+            lane_marks,
         }
     }
 
@@ -260,10 +264,35 @@ impl Executor {
         let failed =
             self.store.predictions().transition_from(&p.id, p.status, PredictionStatus::Failed, changes).await?;
         if let Some(done) = &failed {
+            if p.status == PredictionStatus::Starting {
+                self.left_queue_unstarted(p).await;
+            }
             tracing::info!(prediction_id = %p.id, code = %error.code, "prediction failed");
             self.publish(done, WebhookEvent::Completed, Announcement::First).await?;
         }
         Ok(failed)
+    }
+
+    /// Marks `p`'s ticket started in its queue lane, in the background (a lost mark is made up
+    /// for by the lane's next start, see [`common::store::queue_lanes`]).
+    fn mark_started(&self, p: &Prediction) {
+        if let Some(ticket) = p.queue_ticket {
+            let (marks, mark) = (self.lane_marks.clone(), QueueLanes::started(&LaneId::of(p), ticket));
+            tokio::spawn(async move {
+                if let Err(e) = marks.apply(mark).await {
+                    tracing::debug!(error = %e, "a queue lane's start mark was not written");
+                }
+            });
+        }
+    }
+
+    /// Gives the ticket of `p`, which ended while waiting, back to its queue lane.
+    async fn left_queue_unstarted(&self, p: &Prediction) {
+        if let Some(ticket) = p.queue_ticket
+            && let Err(e) = self.store.queue_lanes().skipped(&LaneId::of(p), ticket).await
+        {
+            tracing::warn!(error = %e, "a queue lane's skipped ticket was not written");
+        }
     }
 
     /// Fails prediction `id` because its job will not be delivered again.

@@ -1,11 +1,13 @@
 //! `bench queue`: what the queue's visibility and the account caps cost.
 //!
-//! 1. **A read with its queue place, beside one without.** One runner serves `demo/sleep` one
-//!    at a time: one prediction runs for minutes and [`WAITING`] wait behind it. A closed loop
-//!    of `--clients` clients reads the last waiting one (`GET /v1/predictions/{id}`: the
-//!    prediction, then its queue place, four indexed reads) for `--seconds`, then an ended
-//!    prediction (the prediction alone) as long: reads per second and latency percentiles of
-//!    each, and the ratio.
+//! 1. **A read with its queue place, beside one without, as the queue grows.** One runner
+//!    serves `demo/sleep` one at a time: one prediction runs for minutes and the others wait
+//!    behind it, `--waiting` of them in turn (100, 1,000, 3,000 by default). At each size a
+//!    closed loop of `--clients` clients reads the newest waiting one
+//!    (`GET /v1/predictions/{id}`: the prediction and its queue place) for `--seconds`; then
+//!    an ended prediction (the prediction alone) as long: reads per second and latency
+//!    percentiles of each, and the ratio at the largest queue. A place that cost a query
+//!    growing with the queue shows as reads slowing from one size to the next.
 //! 2. **The cap check per job.** `--predictions` demo/echo predictions (8 in flight, a webhook
 //!    with every event, as `bench cost`) on fresh systems, the account uncapped, then capped at
 //!    a cap the load never reaches (only the check is paid: a KV create before the job is
@@ -43,10 +45,13 @@ pub struct Options {
     /// Cost runs of each kind (uncapped, capped), alternated.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// The queue sizes at which a waiting prediction is read, in order.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,3000")]
+    waiting: Vec<usize>,
 }
 
-/// Predictions waiting behind the running one when reads are measured.
-const WAITING: usize = 50;
+/// Creates at once while the queue is filled.
+const FILLING: usize = 16;
 /// Predictions made one after another for the round-trip latency.
 const ONE_AT_A_TIME: usize = 200;
 /// The cap of the capped runs: more than the load ever runs at once.
@@ -77,40 +82,59 @@ async fn reads(options: &Options) -> anyhow::Result<Value> {
             }
         };
         let ended = create("demo/echo", json!({"prompt": "ended"})).await?;
-        let mut waiting = String::new();
-        for _ in 0..=WAITING {
-            waiting = create("demo/sleep", json!({"seconds": 300})).await?;
-        }
         let get = |id: &str| Template::new(Method::GET, &cluster.base, &format!("/v1/predictions/{id}"), &cluster.key);
-        // The last one waits behind all the others, and the ended one has ended.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let place = http.get(format!("{}/v1/predictions/{waiting}", cluster.base)).bearer_auth(&cluster.key);
-            let read: Value = place.send().await?.json().await?;
-            let done = http.get(format!("{}/v1/predictions/{ended}", cluster.base)).bearer_auth(&cluster.key);
-            let ended_status: Value = done.send().await?.json().await?;
-            if read["queue"]["position"].as_u64() == Some(WAITING as u64) && ended_status["status"] == "succeeded" {
-                break;
-            }
-            anyhow::ensure!(Instant::now() < deadline, "the queue did not settle: {read} / {ended_status}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let (with_rate, with_latency, _) =
-            closed_loop(options.seconds, options.clients, &cluster.base, &get(&waiting)?, 200).await?;
-        let (without_rate, without_latency, _) =
-            closed_loop(options.seconds, options.clients, &cluster.base, &get(&ended)?, 200).await?;
         let row = |rate: f64, latency: &Samples| {
             json!({"per_second": round(rate, 0), "p50_ms": round(ms(latency.percentile(50.0)), 2), "p99_ms": round(ms(latency.percentile(99.0)), 2)})
         };
+        // The first one runs; every later one waits.
+        let mut newest = create("demo/sleep", json!({"seconds": 300})).await?;
+        let (mut waiting, mut by_size) = (0, Vec::new());
+        for &size in &options.waiting {
+            while waiting < size {
+                let batch = (size - waiting).min(FILLING);
+                let made = futures::future::try_join_all(
+                    (0..batch).map(|_| create("demo/sleep", json!({"seconds": 300}))),
+                )
+                .await?;
+                waiting += batch;
+                newest = made.last().cloned().unwrap_or(newest);
+            }
+            settle(&http, &cluster.base, &cluster.key, &newest, &ended).await?;
+            let (rate, latency, _) =
+                closed_loop(options.seconds, options.clients, &cluster.base, &get(&newest)?, 200).await?;
+            by_size.push(json!({"waiting": waiting, "read": row(rate, &latency)}));
+        }
+        let (without_rate, without_latency, _) =
+            closed_loop(options.seconds, options.clients, &cluster.base, &get(&ended)?, 200).await?;
+        let largest = by_size.last().map(|r| r["read"].clone()).unwrap_or_default();
+        let with_rate = largest["per_second"].as_f64().unwrap_or_default();
         anyhow::Ok(json!({
-            "clients": options.clients, "seconds": options.seconds, "waiting_ahead": WAITING - 1,
-            "with_queue": row(with_rate, &with_latency), "without_queue": row(without_rate, &without_latency),
+            "clients": options.clients, "seconds": options.seconds,
+            "with_queue_by_waiting": by_size, "with_queue": largest,
+            "without_queue": row(without_rate, &without_latency),
             "rate_ratio": round(with_rate / without_rate.max(1e-9), 3),
         }))
     }
     .await;
     cluster.stop().await?;
     measured
+}
+
+/// Waits until the newest waiting prediction shows a queue place (the places are reused
+/// for up to a second) and the ended one has ended.
+async fn settle(http: &reqwest::Client, base: &str, key: &str, newest: &str, ended: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read: Value =
+            http.get(format!("{base}/v1/predictions/{newest}")).bearer_auth(key).send().await?.json().await?;
+        let done: Value =
+            http.get(format!("{base}/v1/predictions/{ended}")).bearer_auth(key).send().await?.json().await?;
+        if read["queue"]["position"].as_u64().is_some() && done["status"] == "succeeded" {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the queue did not settle: {read} / {done}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Part 2: the runner's CPU and a prediction's round trip, uncapped and capped.
@@ -201,10 +225,13 @@ pub fn table(reads: &Value, cap: &Value) -> String {
         "reads of one prediction, {} clients for {} s each\n| read | per second | p50 ms | p99 ms |\n|---|---:|---:|---:|\n",
         reads["clients"], reads["seconds"]
     );
-    for (name, key) in [("waiting (with its queue place)", "with_queue"), ("ended (no queue place)", "without_queue")] {
-        let r = &reads[key];
+    for size in reads["with_queue_by_waiting"].as_array().into_iter().flatten() {
+        let r = &size["read"];
+        let name = format!("the newest of {} waiting (with its queue place)", size["waiting"]);
         out.push_str(&format!("| {name} | {} | {} | {} |\n", r["per_second"], r["p50_ms"], r["p99_ms"]));
     }
+    let r = &reads["without_queue"];
+    out.push_str(&format!("| ended (no queue place) | {} | {} | {} |\n", r["per_second"], r["p50_ms"], r["p99_ms"]));
     out.push_str(&format!("ratio of rates: {}\n\n", reads["rate_ratio"]));
     let cpu = &cap["runner_cpu_us_per_prediction"];
     let trip = &cap["round_trip_ms"];

@@ -1,0 +1,275 @@
+//! The `queue_lanes` collection: a ticket counter per lane, so that a waiting prediction's
+//! place in its lane costs one small document, however long the queue.
+//!
+//! A lane is what a runner takes turns between: one model's jobs of one route (version and
+//! pool) and one account ([`LaneId`]). Each new prediction takes the lane's next **ticket**
+//! (`taken`, a counter) before it is stored, and keeps it (`Prediction::queue_ticket`). Jobs
+//! of a lane start in ticket order, so one mark says how far the lane has moved:
+//! `started_through`, the highest ticket a runner has started (`$max`, so marks may arrive in
+//! any order and twice). A prediction that leaves the lane without starting (canceled or
+//! failed while waiting, or never stored after taking its ticket) is listed in `skipped`
+//! until the lane moves past it. So the predictions of the lane waiting ahead of ticket `t`
+//! are the tickets between `started_through` and `t` less the skipped ones among them
+//! ([`LaneState::ahead_of`]), and the lane's waiting count is the same up to `taken`.
+//!
+//! What it gives up for its constant cost, each bounded and mended by the next start in the
+//! lane (the `$max` moves past whatever was missed):
+//! - a departure whose mark was lost (a process killed between the prediction's write and
+//!   the lane's) counts as waiting until the lane moves past its ticket;
+//! - a job started out of turn (redelivered after a runner died) moves the mark past tickets
+//!   still waiting, which then stand first;
+//! - the skipped list keeps the [`SKIPPED_KEPT`] newest entries.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use bson::{Document, doc};
+use futures::{TryStreamExt, future::join_all};
+use mongodb::{Collection, Database, options::ReturnDocument};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    StoreError,
+    group_commit::{Batching, GroupCommitError, run_writer},
+    group_update::{ConditionalUpdate, GroupUpdate},
+};
+use crate::domain::{AccountId, ModelRef, Prediction, Route};
+
+/// The most skipped tickets a lane keeps (the newest).
+pub const SKIPPED_KEPT: i64 = 1_000;
+
+/// Which lane a prediction waits in: its model, route and account.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaneId {
+    model: String,
+    route: String,
+    account: String,
+}
+
+impl LaneId {
+    /// The lane of `model`'s jobs on `route` of `account`.
+    pub fn new(model: &ModelRef, route: &Route, account: &AccountId) -> Self {
+        let pool = route.pool.as_ref().map_or("any", |p| p.as_str());
+        Self {
+            model: model.to_string(),
+            route: format!("{}|{pool}", route.version),
+            account: account.as_str().to_owned(),
+        }
+    }
+
+    /// The lane of `prediction`.
+    pub fn of(prediction: &Prediction) -> Self {
+        Self::new(&prediction.model, &prediction.route(), &prediction.account_id)
+    }
+
+    /// The lane's `_id` as stored.
+    pub fn key(&self) -> String {
+        format!("{}|{}|{}", self.model, self.route, self.account)
+    }
+
+    /// Whether `state` is a lane of the same model and route, of another account: one the
+    /// runners of this lane take turns with.
+    pub fn shares_turns_with(&self, state: &LaneState) -> bool {
+        state.model == self.model && state.route == self.route && state.account_id != self.account
+    }
+}
+
+/// A lane's counters as stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaneState {
+    /// The lane ([`LaneId`]).
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// Its model (`owner/name`).
+    pub model: String,
+    /// Its route: version and pool (`any` for none), `|` between.
+    #[serde(default)]
+    pub route: String,
+    /// Its account.
+    pub account_id: String,
+    /// Tickets taken: the last one given out.
+    pub taken: i64,
+    /// The highest ticket started.
+    #[serde(default)]
+    pub started_through: i64,
+    /// Tickets above `started_through` that left without starting.
+    #[serde(default)]
+    pub skipped: Vec<i64>,
+}
+
+impl LaneState {
+    /// The predictions of the lane waiting ahead of ticket `ticket`.
+    pub fn ahead_of(&self, ticket: i64) -> u64 {
+        let between = ticket - 1 - self.started_through;
+        let skipped = self.skipped.iter().filter(|s| **s > self.started_through && **s < ticket).count();
+        u64::try_from(between - i64::try_from(skipped).unwrap_or(i64::MAX)).unwrap_or(0)
+    }
+
+    /// The predictions of the lane waiting.
+    pub fn waiting(&self) -> u64 {
+        self.ahead_of(self.taken + 1)
+    }
+}
+
+/// Typed access to the `queue_lanes` collection.
+#[derive(Clone, Debug)]
+pub struct QueueLanes {
+    coll: Collection<LaneState>,
+}
+
+impl QueueLanes {
+    pub(super) fn new(db: &Database) -> Self {
+        Self { coll: db.collection("queue_lanes") }
+    }
+
+    /// Takes `count` tickets of `lane` at once; returns the first
+    /// (the others follow it).
+    pub async fn take(&self, lane: &LaneId, count: u64) -> Result<i64, StoreError> {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        let after = self
+            .coll
+            .clone_with_type::<Document>()
+            .find_one_and_update(
+                doc! { "_id": lane.key() },
+                doc! {
+                    "$inc": { "taken": count },
+                    "$setOnInsert": {
+                        "model": &lane.model, "route": &lane.route, "account_id": &lane.account,
+                        "started_through": 0_i64, "skipped": [],
+                    },
+                },
+            )
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .projection(doc! { "taken": 1 })
+            .await?;
+        let taken = after.and_then(|d| super::integer(d.get("taken"))).unwrap_or(count);
+        Ok(taken - count + 1)
+    }
+
+    /// The mark that `ticket` of `lane` started (the lane has moved at least that far), as a
+    /// statement for [`Self::group_update`]: a runner's starts, several per command.
+    pub fn started(lane: &LaneId, ticket: i64) -> ConditionalUpdate {
+        let id = lane.key();
+        ConditionalUpdate {
+            filter: doc! { "_id": &id },
+            update: doc! { "$max": { "started_through": ticket }, "$pull": { "skipped": { "$lte": ticket } } },
+            applied: doc! { "_id": id, "started_through": { "$gte": ticket } },
+        }
+    }
+
+    /// A writer of [`Self::started`] marks, several per `update` command under load.
+    pub fn group_update(&self, batching: Batching) -> GroupUpdate {
+        GroupUpdate::start(&self.coll, batching)
+    }
+
+    /// Marks `ticket` of `lane` gone without starting (unless the lane has moved past it).
+    pub async fn skipped(&self, lane: &LaneId, ticket: i64) -> Result<(), StoreError> {
+        self.coll
+            .update_one(
+                doc! { "_id": lane.key(), "started_through": { "$lt": ticket } },
+                doc! { "$push": { "skipped": { "$each": [ticket], "$slice": -SKIPPED_KEPT } } },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The lane `lane`, if a ticket of it was ever taken.
+    pub async fn get(&self, lane: &LaneId) -> Result<Option<LaneState>, StoreError> {
+        self.coll.find_one(doc! { "_id": lane.key() }).await
+    }
+
+    /// Every lane of `model`.
+    pub async fn of_model(&self, model: &ModelRef) -> Result<Vec<LaneState>, StoreError> {
+        self.coll.find(doc! { "model": model.to_string() }).await?.try_collect().await
+    }
+}
+
+/// Hands out tickets: the requests of one lane that arrive while earlier ones are in flight
+/// share one `$inc` (as [`super::GroupCommit`] batches inserts), so a lane's document takes
+/// one write per batch of creates, not one per create. Cheap to clone.
+#[derive(Clone)]
+pub struct TicketDesk {
+    queue: mpsc::Sender<TicketRequest>,
+}
+
+/// A request for a ticket of a prediction's lane, with whom to tell.
+struct TicketRequest {
+    lane: LaneId,
+    done: oneshot::Sender<Result<i64, GroupCommitError>>,
+}
+
+impl TicketDesk {
+    /// Starts the desk's task for `lanes` (needs a Tokio runtime).
+    pub fn start(lanes: QueueLanes, batching: Batching) -> Self {
+        let batching = batching.at_least_one();
+        let (queue, receiver) = mpsc::channel(4 * batching.max_batch);
+        tokio::spawn(run_writer(batching, receiver, move |batch| {
+            let lanes = lanes.clone();
+            async move { hand_out(&lanes, batch).await }
+        }));
+        Self { queue }
+    }
+
+    /// The next ticket of `prediction`'s lane.
+    pub async fn take(&self, prediction: &Prediction) -> Result<i64, GroupCommitError> {
+        let (done, answer) = oneshot::channel();
+        let request = TicketRequest { lane: LaneId::of(prediction), done };
+        self.queue.send(request).await.map_err(|_| GroupCommitError::Stopped)?;
+        answer.await.map_err(|_| GroupCommitError::Stopped)?
+    }
+}
+
+/// Takes the tickets of one batch, one `$inc` per lane, and answers each request in order.
+async fn hand_out(lanes: &QueueLanes, batch: Vec<TicketRequest>) {
+    let mut by_lane: BTreeMap<LaneId, Vec<TicketRequest>> = BTreeMap::new();
+    for request in batch {
+        by_lane.entry(request.lane.clone()).or_default().push(request);
+    }
+    join_all(by_lane.into_iter().map(|(lane, requests)| async move {
+        match lanes.take(&lane, requests.len() as u64).await {
+            Ok(ticket) => {
+                for (n, request) in (0..).zip(requests) {
+                    let _ = request.done.send(Ok(ticket + n));
+                }
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                for request in requests {
+                    let _ = request.done.send(Err(GroupCommitError::Write(e.clone())));
+                }
+            }
+        }
+    }))
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lane(taken: i64, started_through: i64, skipped: &[i64]) -> LaneState {
+        LaneState { taken, started_through, skipped: skipped.to_vec(), ..Default::default() }
+    }
+
+    #[test]
+    fn the_tickets_between_the_mark_and_a_prediction_wait_ahead_of_it() {
+        assert_eq!(lane(10, 0, &[]).ahead_of(1), 0, "the first ticket waits behind nobody");
+        assert_eq!(lane(10, 0, &[]).ahead_of(4), 3);
+        assert_eq!(lane(10, 3, &[]).ahead_of(4), 0, "three started");
+        assert_eq!(lane(10, 3, &[]).waiting(), 7);
+    }
+
+    #[test]
+    fn skipped_tickets_ahead_do_not_count_and_those_behind_or_passed_do_not_matter() {
+        let state = lane(10, 2, &[1, 4, 9]);
+        assert_eq!(state.ahead_of(6), 2, "3 and 5; 4 left, 1 was passed");
+        assert_eq!(state.ahead_of(4), 1, "3 only");
+        assert_eq!(state.waiting(), 6, "3, 5, 6, 7, 8, 10");
+    }
+
+    #[test]
+    fn a_mark_past_a_ticket_still_waiting_puts_it_first() {
+        assert_eq!(lane(10, 8, &[]).ahead_of(5), 0, "started out of turn ahead of it");
+    }
+}
