@@ -13,6 +13,8 @@
 //!   memory during a transfer, and the latency a file input adds to a Cog model.
 //! - `bench queue`: a read of a waiting prediction (with its queue place) beside a read of an
 //!   ended one, and what an account's concurrency cap costs per job.
+//! - `bench overload [--rate N]`: a step load at 1x, 2x and 1x of N a second, with a
+//!   timeline of goodput, rejections and p99 per second (see [`scenarios::overload`]).
 //! - `bench scaling`: demo/sleep completions per second with 1, 2, 4 and 8 runner processes,
 //!   then creates per second with 1 and 2 api replicas.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
@@ -59,6 +61,8 @@ enum Scenario {
     Files(scenarios::files::Options),
     /// A read with the queue place beside one without, and the cost of the cap check per job.
     Queue(scenarios::queue::Options),
+    /// A step load at 1x, 2x and 1x the sustained rate: goodput, rejections and recovery.
+    Overload(scenarios::overload::Options),
     /// Runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes, then api replicas.
     Scaling(scenarios::scaling::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
@@ -111,6 +115,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Api(options) => scenarios::api_alone::run(options).await,
         Scenario::Files(options) => scenarios::files::run(options).await,
         Scenario::Queue(options) => scenarios::queue::run(options).await,
+        Scenario::Overload(options) => scenarios::overload::run(options).await,
         Scenario::Scaling(options) => scenarios::scaling::run(options).await,
         Scenario::Scheduling(options) => scenarios::scheduling::run(options).await,
         Scenario::Standard(options) => {

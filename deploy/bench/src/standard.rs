@@ -188,7 +188,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
 /// Runs `measure` on a fresh system (api, notifier, one demo/echo runner and a webhook
 /// receiver, with `extra` settings), checks that every webhook it received was signed right,
 /// and stops it whatever the outcome.
-async fn on_fresh_system<T>(
+pub(crate) async fn on_fresh_system<T>(
     extra: &[(&str, &str)],
     measure: impl AsyncFnOnce(&mut Cluster, &Receiver) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {

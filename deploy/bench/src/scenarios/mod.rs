@@ -9,6 +9,7 @@ pub mod cost;
 pub mod create_vs_insert;
 pub mod e2e;
 pub mod files;
+pub mod overload;
 pub mod queue;
 pub mod scaling;
 pub mod scheduling;

@@ -1,0 +1,231 @@
+//! `bench overload`: a step load past what the service sustains, and how it comes back.
+//!
+//! One open loop, the end-to-end client of [`super::e2e`] (demo/echo, `Prefer: wait`, a
+//! `completed` webhook): [`STEP_SECONDS`] at the sustained rate, as long at twice it, as long
+//! at it again. Every create is followed to its end. Per second of sending, the timeline
+//! counts what was offered, the **goodput** (predictions that succeeded within the sustained
+//! bound, one second from create to `succeeded`), the rejections (503 or 429 answers) and
+//! the failures (any other answer, an error, or a prediction that did not succeed), with the
+//! p99 of the succeeded ones and of the rejections' answers.
+//!
+//! The targets it is read against: at 2x the goodput stays at least 0.9 of the sustained
+//! rate; a rejection is answered within 50 ms (p99) and carries `Retry-After`; no accepted
+//! prediction is lost; once the load is back at 1x, the p99 is under 100 ms again within 5 s.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tokio::{task::JoinSet, time::Instant};
+
+use harness::cluster::{Cluster, round};
+use harness::receiver::Receiver;
+use harness::stats::{Samples, ms};
+
+/// Seconds of each step.
+pub const STEP_SECONDS: u64 = 10;
+/// How long a client follows its prediction in all.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The sustained bound: a prediction seen `succeeded` within it counts as goodput.
+const GOOD_WITHIN: Duration = Duration::from_secs(1);
+/// The p99 the service must be back under once the overload ends, and how soon.
+const RECOVERED_P99: Duration = Duration::from_millis(100);
+const RECOVERY_TARGET_S: u64 = 5;
+/// The most a rejection may take to be answered (p99).
+const REJECTION_P99: Duration = Duration::from_millis(50);
+/// How long the webhooks may trail the last answer.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Options of `bench overload`.
+#[derive(clap::Args)]
+pub struct Options {
+    /// The sustained rate (predictions per second): the steps are 1x, 2x and 1x of it.
+    #[arg(long, default_value_t = 800)]
+    rate: u64,
+}
+
+/// `bench overload`: on a fresh system of one demo/echo runner.
+pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let result =
+        crate::standard::on_fresh_system(&[], async |cluster, receiver| measure(cluster, receiver, options.rate).await)
+            .await?;
+    println!("{}", table(&result).trim_end());
+    Ok(result)
+}
+
+/// What became of one create.
+enum Outcome {
+    /// Seen `succeeded` this long after the create was sent.
+    Succeeded { id: String, took: Duration },
+    /// Refused at the door: answered this fast, with or without `Retry-After`.
+    Rejected { took: Duration, retry_after: bool },
+    /// Anything else: an error answer, a timeout, or a prediction that did not succeed.
+    Failed { accepted: bool, error: String },
+}
+
+/// Runs the step load at `rate` against `cluster` and reads the outcome.
+pub async fn measure(cluster: &Cluster, receiver: &Receiver, rate: u64) -> anyhow::Result<Value> {
+    let http = reqwest::Client::builder().timeout(FINISH_TIMEOUT).build()?;
+    let steps = [rate, rate * 2, rate];
+    let mut tasks = JoinSet::new();
+    let start = Instant::now();
+    let mut n = 0;
+    for (step, &step_rate) in steps.iter().enumerate() {
+        let step_start = start + Duration::from_secs(STEP_SECONDS * step as u64);
+        let count = step_rate * STEP_SECONDS;
+        for k in 0..count {
+            tokio::time::sleep_until(step_start + Duration::from_secs_f64(k as f64 / step_rate as f64)).await;
+            let second = start.elapsed().as_secs();
+            let create = create(http.clone(), cluster.base.clone(), cluster.key.clone(), receiver.url.clone(), n);
+            tasks.spawn(async move { (second, create.await) });
+            n += 1;
+        }
+    }
+    let mut outcomes = Vec::with_capacity(n);
+    while let Some(joined) = tasks.join_next().await {
+        outcomes.push(joined?);
+    }
+    let deadline = Instant::now() + WEBHOOK_TIMEOUT;
+    let succeeded =
+        || outcomes.iter().filter_map(|(_, o)| if let Outcome::Succeeded { id, .. } = o { Some(id) } else { None });
+    while Instant::now() < deadline && succeeded().any(|id| receiver.completed_at(id).is_none()) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let missing_webhooks = succeeded().filter(|id| receiver.completed_at(id).is_none()).count();
+    Ok(summary(rate, &outcomes, missing_webhooks))
+}
+
+/// One create as the end-to-end client makes it, followed to its end.
+async fn create(http: reqwest::Client, base: String, key: String, hook: String, n: usize) -> Outcome {
+    let sent = Instant::now();
+    let body =
+        json!({"input": {"prompt": format!("overload {n}")}, "webhook": hook, "webhook_events_filter": ["completed"]});
+    let answer = http
+        .post(format!("{base}/v1/models/demo/echo/predictions"))
+        .bearer_auth(&key)
+        .header("prefer", "wait=10")
+        .json(&body)
+        .send()
+        .await;
+    let response = match answer {
+        Ok(response) => response,
+        Err(e) => return Outcome::Failed { accepted: false, error: format!("create: {e}") },
+    };
+    let status = response.status().as_u16();
+    if status == 503 || status == 429 {
+        let retry_after = response.headers().contains_key("retry-after");
+        return Outcome::Rejected { took: sent.elapsed(), retry_after };
+    }
+    if status != 201 {
+        return Outcome::Failed { accepted: false, error: format!("create answered {status}") };
+    }
+    let followed = async {
+        let mut prediction: Value = response.json().await?;
+        let id = prediction["id"].as_str().context("the answer has no id")?.to_owned();
+        while matches!(prediction["status"].as_str(), Some("starting" | "processing")) {
+            anyhow::ensure!(sent.elapsed() < FINISH_TIMEOUT, "{id} did not finish within {FINISH_TIMEOUT:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let url = format!("{base}/v1/predictions/{id}");
+            let read = http.get(url).bearer_auth(&key).send().await?;
+            if read.status().as_u16() == 503 {
+                continue; // a poll shed under load: the prediction is still there
+            }
+            prediction = read.error_for_status()?.json().await?;
+        }
+        anyhow::ensure!(prediction["status"] == "succeeded", "{id} ended {}", prediction["status"]);
+        Ok((id, sent.elapsed()))
+    };
+    match followed.await {
+        Ok((id, took)) => Outcome::Succeeded { id, took },
+        Err(e) => Outcome::Failed { accepted: true, error: format!("{e:#}") },
+    }
+}
+
+/// The timeline and the targets.
+fn summary(rate: u64, outcomes: &[(u64, Outcome)], missing_webhooks: usize) -> Value {
+    let seconds = STEP_SECONDS * 3;
+    let mut timeline = Vec::new();
+    for second in 0..seconds {
+        let of_second = || outcomes.iter().filter(move |(s, _)| *s == second).map(|(_, o)| o);
+        let took: Vec<Duration> = of_second()
+            .filter_map(|o| if let Outcome::Succeeded { took, .. } = o { Some(*took) } else { None })
+            .collect();
+        let rejected: Vec<Duration> = of_second()
+            .filter_map(|o| if let Outcome::Rejected { took, .. } = o { Some(*took) } else { None })
+            .collect();
+        let good = took.iter().filter(|t| **t <= GOOD_WITHIN).count();
+        let failed = of_second().filter(|o| matches!(o, Outcome::Failed { .. })).count();
+        let p99 = (!took.is_empty()).then(|| round(ms(Samples::new(took.clone()).percentile(99.0)), 1));
+        timeline.push(json!({
+            "second": second, "offered": of_second().count(), "goodput": good, "succeeded": took.len(),
+            "rejected": rejected.len(), "failed": failed, "p99_ms": p99,
+        }));
+    }
+    let in_step = |step: u64| timeline[(step * STEP_SECONDS) as usize..((step + 1) * STEP_SECONDS) as usize].to_vec();
+    let goodput_at_2x =
+        in_step(1).iter().map(|s| s["goodput"].as_f64().unwrap_or_default()).sum::<f64>() / STEP_SECONDS as f64;
+    let rejections: Vec<Duration> = outcomes
+        .iter()
+        .filter_map(|(_, o)| if let Outcome::Rejected { took, .. } = o { Some(*took) } else { None })
+        .collect();
+    let without_retry_after =
+        outcomes.iter().filter(|(_, o)| matches!(o, Outcome::Rejected { retry_after: false, .. })).count();
+    let lost = outcomes.iter().filter(|(_, o)| matches!(o, Outcome::Failed { accepted: true, .. })).count();
+    let failed = outcomes.iter().filter(|(_, o)| matches!(o, Outcome::Failed { .. })).count();
+    let first_error = outcomes
+        .iter()
+        .find_map(|(_, o)| if let Outcome::Failed { error, .. } = o { Some(error.clone()) } else { None });
+    let rejection_p99 = (!rejections.is_empty()).then(|| Samples::new(rejections.clone()).percentile(99.0));
+    // Seconds after the overload until every later second's p99 is under the bound.
+    let after = in_step(2);
+    let recovered_after = (0..after.len())
+        .find(|&from| after[from..].iter().all(|s| s["p99_ms"].as_f64().is_some_and(|p| p < ms(RECOVERED_P99))))
+        .map(|s| s as u64);
+    json!({
+        "sustained_rate": rate, "step_seconds": STEP_SECONDS, "timeline": timeline,
+        "goodput_at_2x_per_second": round(goodput_at_2x, 0),
+        "goodput_at_2x_ratio": round(goodput_at_2x / rate.max(1) as f64, 3),
+        "rejections": rejections.len(), "rejections_without_retry_after": without_retry_after,
+        "rejection_p99_ms": rejection_p99.map(|d| round(ms(d), 1)),
+        "accepted_lost": lost, "failed": failed, "first_error": first_error, "missing_webhooks": missing_webhooks,
+        "recovered_within_s": recovered_after,
+        "targets": {
+            "goodput_at_2x_at_least_0_9": goodput_at_2x >= 0.9 * rate as f64,
+            "rejections_p99_within_50_ms": rejection_p99.is_none_or(|p| p <= REJECTION_P99),
+            "rejections_carry_retry_after": without_retry_after == 0,
+            "no_accepted_prediction_lost": lost == 0 && missing_webhooks == 0,
+            "p99_under_100_ms_within_5_s": recovered_after.is_some_and(|s| s <= RECOVERY_TARGET_S),
+        },
+    })
+}
+
+/// The timeline as a table, then the targets.
+pub fn table(result: &Value) -> String {
+    let mut out = format!(
+        "overload: {} s at {r}/s, {} s at {}/s, {} s at {r}/s\n| second | offered | goodput | rejected | failed | p99 ms |\n|---:|---:|---:|---:|---:|---:|\n",
+        STEP_SECONDS,
+        STEP_SECONDS,
+        result["sustained_rate"].as_u64().unwrap_or_default() * 2,
+        STEP_SECONDS,
+        r = result["sustained_rate"],
+    );
+    for s in result["timeline"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            s["second"], s["offered"], s["goodput"], s["rejected"], s["failed"], s["p99_ms"]
+        ));
+    }
+    out.push_str(&format!(
+        "goodput at 2x: {}/s ({} of the sustained rate); rejections: {} (p99 {} ms, {} without Retry-After); accepted and lost: {}; missing webhooks: {}; p99 under 100 ms again {} s after the overload\ntargets: {}\n",
+        result["goodput_at_2x_per_second"],
+        result["goodput_at_2x_ratio"],
+        result["rejections"],
+        result["rejection_p99_ms"],
+        result["rejections_without_retry_after"],
+        result["accepted_lost"],
+        result["missing_webhooks"],
+        result["recovered_within_s"],
+        result["targets"],
+    ));
+    out
+}
