@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::{
     catch_panic::CatchPanicLayer,
+    classify::ServerErrorsFailureClass,
     request_id::{PropagateRequestIdLayer, SetRequestIdLayer},
     timeout::TimeoutLayer,
     trace::{DefaultOnResponse, TraceLayer},
@@ -88,6 +89,17 @@ pub async fn connect(config: ApiConfig) -> anyhow::Result<AppState> {
     Ok(AppState::new(config, store, bus).await?)
 }
 
+/// Logs a failed request at ERROR, but a 503: it is the answer of a shed request, a request
+/// past its time or an unready service, each counted by `http_requests_total` and logged in
+/// summary where it is decided (see [`crate::shed`]); a line for each would flood the log
+/// just when the service has least time to write it.
+fn log_failure(failure: ServerErrorsFailureClass, latency: std::time::Duration, _span: &tracing::Span) {
+    if matches!(failure, ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE)) {
+        return;
+    }
+    tracing::error!(classification = %failure, latency = %format!("{} ms", latency.as_millis()), "response failed");
+}
+
 /// The routes wrapped in the middleware stack.
 pub fn app(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
@@ -99,7 +111,8 @@ pub fn app(state: AppState) -> Router {
             common::trace_context::continue_trace(&span, common::trace_context::extract_http(req.headers()));
             span
         })
-        .on_response(DefaultOnResponse::new().level(Level::INFO));
+        .on_response(DefaultOnResponse::new().level(Level::INFO))
+        .on_failure(log_failure);
     let middleware = ServiceBuilder::new()
         .layer(SetRequestIdLayer::new(request_id.clone(), MakeRandomRequestId))
         .layer(trace)

@@ -10,8 +10,15 @@
 //! back once its prediction is stored and its job sent ([`release_while_waiting`]): a held
 //! wait costs a subscription, not work, and waits have their own cap (`API_MAX_WAITS`).
 //! `/health`, `/ready` and `/metrics` are never shed.
+//!
+//! A shed request costs as little as it can: it is not logged one by one (the request log
+//! leaves 503s out, see [`crate::app`]); the first shed of a second logs how many were shed in
+//! the last second that shed any, and `http_requests_total{status="503"}` counts them all.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{
+    Arc, Mutex,
+    atomic::{AtomicU64, Ordering},
+};
 
 use axum::{
     extract::{Request, State},
@@ -27,14 +34,43 @@ use crate::error::ApiError;
 /// The `Retry-After` of a shed request, in seconds.
 pub const RETRY_AFTER_SECONDS: u32 = 1;
 
-/// The bound on requests in flight, shared by every route of one api replica.
+/// The bound on requests in flight, shared by every route of one api replica, and the count of what it shed.
 #[derive(Clone)]
-pub struct InFlight(Arc<Semaphore>);
+pub struct InFlight {
+    slots: Arc<Semaphore>,
+    log: Arc<ShedLog>,
+}
 
 impl InFlight {
     /// At most `bound` requests at once.
     pub fn new(bound: usize) -> Self {
-        Self(Arc::new(Semaphore::new(bound.max(1))))
+        Self { slots: Arc::new(Semaphore::new(bound.max(1))), log: Arc::default() }
+    }
+}
+
+/// Sheds counted per second, for one log line a second at most.
+#[derive(Default)]
+struct ShedLog {
+    /// The second (since the Unix epoch) being counted.
+    second: AtomicU64,
+    /// Sheds in that second.
+    count: AtomicU64,
+}
+
+impl ShedLog {
+    /// Counts one shed; the first of a new second logs the count of the one before.
+    fn count(&self) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let before = self.second.swap(now, Ordering::Relaxed);
+        if before == now {
+            self.count.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let shed = self.count.swap(1, Ordering::Relaxed);
+        if shed > 0 {
+            let at = chrono::DateTime::from_timestamp(i64::try_from(before).unwrap_or_default(), 0).unwrap_or_default();
+            tracing::warn!(shed, second = %at.format("%H:%M:%S"), "requests shed in one second at the in-flight bound (503 with Retry-After)");
+        }
     }
 }
 
@@ -48,7 +84,8 @@ pub async fn shed(State(in_flight): State<InFlight>, request: Request, next: Nex
     if matches!(request.uri().path(), "/health" | "/ready" | "/metrics") {
         return next.run(request).await;
     }
-    let Ok(permit) = in_flight.0.try_acquire_owned() else {
+    let Ok(permit) = in_flight.slots.try_acquire_owned() else {
+        in_flight.log.count();
         return overloaded();
     };
     SLOT.scope(Arc::new(Mutex::new(Some(permit))), next.run(request)).await

@@ -27,7 +27,9 @@ pub const SUSTAINED_SEARCH_CEILING: u64 = 1600;
 
 /// How long a client waits in `Prefer`, and in all, for its prediction to finish.
 const PREFER_WAIT: &str = "wait=10";
-const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
+pub const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a client polls a prediction that has not ended.
+const POLL_EVERY: Duration = Duration::from_millis(20);
 /// How long the webhooks of a phase may trail its last answer.
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(15);
 /// How many rates are tried between the highest fixed rate that held and one that did not.
@@ -231,18 +233,37 @@ impl CreateRequest {
             .send()
             .await?;
         anyhow::ensure!(response.status().is_success(), "create answered {}", response.status());
-        let mut prediction: Value = response.json().await?;
-        let id = prediction["id"].as_str().context("the answer has no id")?.to_owned();
-        while matches!(prediction["status"].as_str(), Some("starting" | "processing")) {
-            anyhow::ensure!(started.elapsed() < FINISH_TIMEOUT, "{id} did not finish within {FINISH_TIMEOUT:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let url = format!("{}/v1/predictions/{id}", self.base);
-            prediction = self.http.get(url).bearer_auth(&self.key).send().await?.error_for_status()?.json().await?;
-        }
-        let elapsed = started.elapsed();
-        anyhow::ensure!(prediction["status"] == "succeeded", "{id} ended {}", prediction["status"]);
+        let (id, elapsed) = follow(&self.http, &self.base, &self.key, response.json().await?, started).await?;
         Ok((id, started, elapsed))
     }
+}
+
+/// Polls the prediction a create answered with until it ends (every 20 ms; after a 503 or
+/// 429, after its `Retry-After`, as a well-behaved client does); its id and how long after
+/// `started` it was seen `succeeded`.
+pub async fn follow(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    mut prediction: Value,
+    started: Instant,
+) -> anyhow::Result<(String, Duration)> {
+    let id = prediction["id"].as_str().context("the answer has no id")?.to_owned();
+    let mut pause = POLL_EVERY;
+    while matches!(prediction["status"].as_str(), Some("starting" | "processing")) {
+        anyhow::ensure!(started.elapsed() < FINISH_TIMEOUT, "{id} did not finish within {FINISH_TIMEOUT:?}");
+        tokio::time::sleep(pause).await;
+        let read = http.get(format!("{base}/v1/predictions/{id}")).bearer_auth(key).send().await?;
+        if matches!(read.status().as_u16(), 429 | 503) {
+            let seconds = read.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1);
+            pause = Duration::from_secs(seconds);
+            continue;
+        }
+        pause = POLL_EVERY;
+        prediction = read.error_for_status()?.json().await?;
+    }
+    anyhow::ensure!(prediction["status"] == "succeeded", "{id} ended {}", prediction["status"]);
+    Ok((id, started.elapsed()))
 }
 
 #[cfg(test)]

@@ -14,7 +14,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{Value, json};
 use tokio::{task::JoinSet, time::Instant};
 
@@ -22,10 +21,10 @@ use harness::cluster::{Cluster, round};
 use harness::receiver::Receiver;
 use harness::stats::{Samples, ms};
 
+use super::e2e::FINISH_TIMEOUT;
+
 /// Seconds of each step.
 pub const STEP_SECONDS: u64 = 10;
-/// How long a client follows its prediction in all.
-const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
 /// The sustained bound: a prediction seen `succeeded` within it counts as goodput.
 const GOOD_WITHIN: Duration = Duration::from_secs(1);
 /// The p99 the service must be back under once the overload ends, and how soon.
@@ -119,22 +118,7 @@ async fn create(http: reqwest::Client, base: String, key: String, hook: String, 
     if status != 201 {
         return Outcome::Failed { accepted: false, error: format!("create answered {status}") };
     }
-    let followed = async {
-        let mut prediction: Value = response.json().await?;
-        let id = prediction["id"].as_str().context("the answer has no id")?.to_owned();
-        while matches!(prediction["status"].as_str(), Some("starting" | "processing")) {
-            anyhow::ensure!(sent.elapsed() < FINISH_TIMEOUT, "{id} did not finish within {FINISH_TIMEOUT:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let url = format!("{base}/v1/predictions/{id}");
-            let read = http.get(url).bearer_auth(&key).send().await?;
-            if read.status().as_u16() == 503 {
-                continue; // a poll shed under load: the prediction is still there
-            }
-            prediction = read.error_for_status()?.json().await?;
-        }
-        anyhow::ensure!(prediction["status"] == "succeeded", "{id} ended {}", prediction["status"]);
-        Ok((id, sent.elapsed()))
-    };
+    let followed = async { super::e2e::follow(&http, &base, &key, response.json().await?, sent).await };
     match followed.await {
         Ok((id, took)) => Outcome::Succeeded { id, took },
         Err(e) => Outcome::Failed { accepted: true, error: format!("{e:#}") },
