@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod capped;
+mod flood;
 mod load;
 mod recorder;
 mod report;

@@ -27,6 +27,7 @@ use harness::stats::{Samples, ms};
 
 use crate::{
     capped::CapTally,
+    flood::FloodTally,
     load::{Answer, Attempt},
     recorder::{Delivery, Tally},
     rollout::RolloutTally,
@@ -107,6 +108,8 @@ pub struct Outcome {
     pub cap: Option<CapTally>,
     /// What ran where, in a rollout.
     pub rollout: Option<RolloutTally>,
+    /// What the flood's requests got, in an overload.
+    pub overload: Option<FloodTally>,
 }
 
 /// The inputs of an outcome.
@@ -191,6 +194,7 @@ impl Outcome {
             uploads: None,
             cap: None,
             rollout: None,
+            overload: None,
         }
     }
 
@@ -239,6 +243,9 @@ impl Outcome {
             fail(r.on_v1 == 0 || r.on_v2 == 0, "not both versions ran".into());
             fail(!r.deployment_on_both, "the deployment's predictions did not run on both versions".into());
         }
+        if let Some(flood) = &self.overload {
+            why.extend(flood.failures());
+        }
         why
     }
 
@@ -249,6 +256,7 @@ impl Outcome {
             "uploads": self.uploads.as_ref().map(UploadTally::json),
             "cap": self.cap.as_ref().map(CapTally::json),
             "rollout": self.rollout.as_ref().map(RolloutTally::json),
+            "overload": self.overload.as_ref().map(FloodTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
@@ -264,8 +272,8 @@ impl Outcome {
 /// The table of outcomes, in Markdown.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
-        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | longest wait to start s (after the fault) | files accepted / listed / partial | most running / cap | ran on v1 / v2 / another | create p99 ms | get p99 ms | result |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| scenario | accepted | terminal | stuck | missing | duplicated | 5xx | not accepted in fault | longest wait to start s (after the fault) | files accepted / listed / partial | most running / cap | ran on v1 / v2 / another | flood served / shed (no Retry-After) | create p99 ms | get p99 ms | result |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for o in outcomes {
         let failures = o.failures();
@@ -277,12 +285,16 @@ pub fn table(outcomes: &[Outcome]) -> String {
         let cap = o.cap.as_ref().map_or("—".to_owned(), |c| format!("{} / {}", c.most, c.cap));
         let versions =
             o.rollout.as_ref().map_or("—".to_owned(), |r| format!("{} / {} / {}", r.on_v1, r.on_v2, r.wrong_version));
+        let flood = o
+            .overload
+            .as_ref()
+            .map_or("—".to_owned(), |f| format!("{} / {} ({})", f.served, f.shed, f.shed_without_retry_after));
         let waits = match o.start_wait_after_fault_s {
             Some(after) => format!("{:.1} ({after:.1})", o.start_wait_s),
             None => format!("{:.1}", o.start_wait_s),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
             o.scenario,
             o.accepted,
             o.terminal,
@@ -295,6 +307,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             files,
             cap,
             versions,
+            flood,
             o.create_p99_ms,
             o.get_p99_ms,
             result

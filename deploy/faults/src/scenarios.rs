@@ -16,7 +16,8 @@
 //! pinned, latest and deployment traffic (nothing may fail or run on another version than the
 //! one it names); a secret rotation under load; two api, three runner and two notifier
 //! replicas; a three-node JetStream cluster (streams R3) losing the node that leads the jobs
-//! stream.
+//! stream; an overload of twice as many clients as the api works on at once (it must shed the
+//! rest at once with 503 and `Retry-After`, and lose nothing it accepted).
 //!
 //! Run by `deploy/local/fault-tests` (which `deploy/local/test` calls): the table goes to
 //! stdout and to the `--out` file's name with `.md`; any failing scenario fails the run.
@@ -32,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats};
 
 use crate::{
-    capped, load,
+    capped, flood, load,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -78,12 +79,15 @@ enum Fault {
     Rotate,
     /// A rolling update of a model version (see [`rollout`]).
     Rollout,
+    /// [`FLOOD_CLIENTS`] clients reading back to back for [`FLOOD_SECONDS`] (see [`flood`]),
+    /// twice the api's in-flight bound ([`FLOOD_BOUND`]).
+    Overload,
 }
 
 impl Fault {
     /// Whether a part dies or restarts, so a delivery may be made twice (at least once).
     fn may_duplicate(self) -> bool {
-        !matches!(self, Self::None | Self::Rotate | Self::Rollout)
+        !matches!(self, Self::None | Self::Rotate | Self::Rollout | Self::Overload)
     }
 
     /// The longest an accepted prediction may wait to start: with NATS down for a few
@@ -92,6 +96,12 @@ impl Fault {
         matches!(self, Self::RestartNats).then_some(NATS_OUTAGE_START_BOUND)
     }
 }
+
+/// The api's in-flight bound in the overload scenario, the clients of its flood (twice as
+/// many), and how long the flood lasts.
+const FLOOD_BOUND: usize = 16;
+const FLOOD_CLIENTS: usize = 2 * FLOOD_BOUND;
+const FLOOD_SECONDS: u64 = 10;
 
 /// See [`Fault::start_bound`] (NATS down for the default 3 s).
 const NATS_OUTAGE_START_BOUND: Duration = Duration::from_secs(8);
@@ -251,6 +261,16 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
     },
     Scenario {
+        name: "overload: 2x the api's in-flight bound for 10 s",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Overload,
+        latency_bound: None,
+        uploads: false,
+        capped: false,
+    },
+    Scenario {
         name: "3-node NATS cluster (R3), stream leader killed",
         shape: Shape { apis: 2, runners: 2, notifiers: 2 },
         nats_nodes: 3,
@@ -338,6 +358,9 @@ async fn run_scenario(
     if rolling {
         vars.extend(rollout::V1_RUNNER.iter().map(|(k, v)| (*k, (*v).to_owned())));
     }
+    if matches!(scenario.fault, Fault::Overload) {
+        vars.push(("API_MAX_IN_FLIGHT", FLOOD_BOUND.to_string()));
+    }
     let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
     let pinned = rollout::Pinned::new();
     if rolling {
@@ -365,7 +388,7 @@ async fn run_scenario(
         tokio::spawn(async move { uploads::run(&api, &key, seconds).await })
     });
     tokio::time::sleep(Duration::from_secs(options.fault_at)).await;
-    let window = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder, &pinned).await?;
+    let (window, flooded) = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder, &pinned).await?;
     let attempts = load.await??;
     let (statuses, started) = drain(&topology, &recorder).await?;
     let files = match uploading {
@@ -389,6 +412,7 @@ async fn run_scenario(
     outcome.crashed = topology.crashed();
     outcome.uploads = files;
     outcome.cap = cap;
+    outcome.overload = flooded;
     if rolling {
         outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);
     }
@@ -396,7 +420,7 @@ async fn run_scenario(
     Ok(outcome)
 }
 
-/// Does `fault`; returns its window.
+/// Does `fault`; returns its window, and what an overload's flood got.
 async fn inject(
     fault: Fault,
     options: &Options,
@@ -405,18 +429,19 @@ async fn inject(
     nats: &mut Nats,
     recorder: &Recorder,
     pinned: &rollout::Pinned,
-) -> anyhow::Result<Option<Window>> {
+) -> anyhow::Result<(Option<Window>, Option<flood::FloodTally>)> {
     let down = Duration::from_secs(options.down);
     let from = Instant::now();
+    let mut flooded = None;
     match fault {
-        Fault::None => return Ok(None),
+        Fault::None => return Ok((None, None)),
         Fault::Rotate => {
             rotate(topology, recorder).await?;
-            return Ok(None);
+            return Ok((None, None));
         }
         Fault::Rollout => {
             rollout::roll(topology, pinned).await?;
-            return Ok(None);
+            return Ok((None, None));
         }
         Fault::Kill(role) => {
             topology.kill(role, 0).await?;
@@ -433,6 +458,10 @@ async fn inject(
             tokio::time::sleep(down).await;
             mongo.restart().await?;
         }
+        Fault::Overload => {
+            let length = Duration::from_secs(FLOOD_SECONDS);
+            flooded = Some(flood::run(&topology.apis[0], &topology.key, FLOOD_CLIENTS, length).await?);
+        }
         Fault::KillStreamLeader => {
             let leader = jobs_stream_leader(topology).await?;
             println!("  killing {leader}, the jobs stream's leader");
@@ -440,7 +469,7 @@ async fn inject(
             nats.stop(node, true).await?;
         }
     }
-    Ok(Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }))
+    Ok((Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), flooded))
 }
 
 /// The cluster node (`node-N`) that leads the jobs stream.
