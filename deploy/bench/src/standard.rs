@@ -12,7 +12,8 @@
 //!    predictions/s for 30 s, each on a fresh system, with the cost of each (CPU and peak
 //!    memory per process, MongoDB commands per service); then three times, each on a fresh
 //!    system, 200/s and doubling and bisecting to find the highest sustained rate (see
-//!    [`e2e`]), for the median of three;
+//!    [`e2e`]), up to 3,200/s, for the median of three; then, on another fresh system, a step
+//!    load at 1x, 2x and 1x that median, 10 s each (see [`overload`]);
 //! 4. cost with a webhook for every event, as deployed (no MongoDB command monitoring), then
 //!    again with the commands counted;
 //! 5. runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes;
@@ -47,6 +48,7 @@ use crate::scenarios::cog;
 use crate::scenarios::cost;
 use crate::scenarios::create_vs_insert;
 use crate::scenarios::e2e::{self, SUSTAINED_SEARCH_CEILING};
+use crate::scenarios::overload;
 use crate::scenarios::scaling;
 use crate::scenarios::scheduling;
 use harness::cluster::{self, Cluster, round};
@@ -57,6 +59,16 @@ const HEAD_TO_HEAD_ROUNDS: usize = 3;
 /// Searches for the highest sustained end-to-end rate, each on a fresh system; the median
 /// is the figure (one search swings with the machine: 87/s to 200/s on the same build).
 const SUSTAINED_SEARCHES: usize = 3;
+/// The overload step's rate when no search held any (1x of it; 2x is twice).
+const MIN_OVERLOAD_RATE: u64 = 200;
+
+/// The median of the searches' highest sustained rates (a search where none held counts 0).
+fn median(repeats: &[Option<u64>]) -> u64 {
+    let mut rates: Vec<u64> = repeats.iter().map(|r| r.unwrap_or(0)).collect();
+    rates.sort_unstable();
+    rates.get(rates.len() / 2).copied().unwrap_or(0)
+}
+
 /// Predictions of each cost batch (a second of CPU at most, against /proc's 10 ms ticks).
 const COST_PREDICTIONS: usize = 1000;
 /// Predictions per path and level of the Cog overhead.
@@ -121,6 +133,11 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         }
     }
 
+    // A step to twice the sustained rate and back, on a fresh system.
+    let rate = median(&sustained_repeats).max(MIN_OVERLOAD_RATE);
+    let overload =
+        on_fresh_system(&[], async |cluster, receiver| overload::measure(cluster, receiver, rate).await).await?;
+
     // Each later step gets a fresh system, so an overload found by the ramp above does not
     // linger in its peak memory or its queues.
     // CPU as deployed (no command monitoring), then the commands counted on another system.
@@ -169,6 +186,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         scaling,
         api_replicas,
         sustained_repeats,
+        overload,
         cog,
         scheduling,
     };

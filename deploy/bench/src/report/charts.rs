@@ -1,7 +1,8 @@
 //! The standard set's pictures, drawn with plotters from the results JSON (so a committed
 //! results file can be drawn again): end-to-end latency against offered rate, completions per
-//! second against runner processes, and CPU per prediction per service beside the floor of
-//! the calls the CONTRACT requires. Each is an SVG next to the results file.
+//! second against runner processes, CPU per prediction per service beside the floor of
+//! the calls the CONTRACT requires, and the overload's timeline (goodput and rejections per
+//! second through a step to twice the sustained rate). Each is an SVG next to the results file.
 
 use std::path::{Path, PathBuf};
 
@@ -17,10 +18,11 @@ const SIZE: (u32, u32) = (720, 420);
 /// Draws every chart the results have data for into `dir`; returns the files written.
 pub fn write_all(results: &Value, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    let charts: [(&str, Draw); 3] = [
+    let charts: [(&str, Draw); 4] = [
         ("latency-by-rate.svg", latency_by_rate),
         ("completions-by-runners.svg", completions_by_runners),
         ("cpu-by-service.svg", cpu_by_service),
+        ("overload-timeline.svg", overload_timeline),
     ];
     for (name, draw) in charts {
         let path = dir.join(name);
@@ -105,6 +107,39 @@ fn latency_by_rate(results: &Value, path: &Path) -> anyhow::Result<bool> {
         chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
     }
     legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    root.present()?;
+    Ok(true)
+}
+
+/// The overload step load, second by second: what was offered, the goodput, the rejections.
+fn overload_timeline(results: &Value, path: &Path) -> anyhow::Result<bool> {
+    let overload = &results["overload"];
+    let seconds: Vec<(f64, f64, f64, f64)> = overload["timeline"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((f(&s["second"])?, f(&s["offered"])?, f(&s["goodput"])?, f(&s["rejected"])?)))
+        .collect();
+    if seconds.is_empty() {
+        return Ok(false);
+    }
+    let top = seconds.iter().map(|s| s.1.max(s.2).max(s.3)).fold(1.0, f64::max) * 1.1;
+    let root = canvas(path)?;
+    let caption = format!("Overload: 1x, 2x, 1x of {}/s, 10 s each", overload["sustained_rate"]);
+    let mut chart = frame(&root, &caption).build_cartesian_2d(0.0..seconds.len() as f64, 0.0..top)?;
+    chart.configure_mesh().x_desc("second").y_desc("predictions per second").draw()?;
+    for (name, color, pick) in [
+        ("offered", BLACK.mix(0.5), 1),
+        ("goodput (succeeded within 1 s)", BLUE.to_rgba(), 2),
+        ("rejected (503 + Retry-After)", RED.to_rgba(), 3),
+    ] {
+        let points = seconds.iter().map(move |s| (s.0, [s.1, s.2, s.3][pick - 1]));
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(true)
 }

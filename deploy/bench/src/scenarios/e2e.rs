@@ -23,7 +23,7 @@ use harness::stats::{Samples, ms};
 
 /// The highest rate a search for the sustained rate tries (doubling from 200/s); a search
 /// that holds it reports it as "at least" this rate.
-pub const SUSTAINED_SEARCH_CEILING: u64 = 1600;
+pub const SUSTAINED_SEARCH_CEILING: u64 = 3200;
 
 /// How long a client waits in `Prefer`, and in all, for its prediction to finish.
 const PREFER_WAIT: &str = "wait=10";

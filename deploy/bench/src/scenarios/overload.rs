@@ -213,3 +213,44 @@ pub fn table(result: &Value) -> String {
     ));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn succeeded(ms: u64) -> Outcome {
+        Outcome::Succeeded { id: format!("p{ms}"), took: Duration::from_millis(ms) }
+    }
+
+    #[test]
+    fn the_summary_counts_goodput_at_2x_and_the_seconds_until_the_p99_is_back() {
+        let mut outcomes = Vec::new();
+        for second in 0..STEP_SECONDS * 3 {
+            let overloaded = (STEP_SECONDS..STEP_SECONDS * 2).contains(&second);
+            // 10 a second at 1x, all good; at 2x 9 good, 1 slow and 10 rejected; two slow
+            // seconds after it.
+            let slow_after = second == STEP_SECONDS * 2 || second == STEP_SECONDS * 2 + 1;
+            for n in 0..10 {
+                let took = if (overloaded && n == 0) || slow_after { 2_000 } else { 20 };
+                outcomes.push((second, succeeded(took)));
+            }
+            if overloaded {
+                for _ in 0..10 {
+                    outcomes.push((second, Outcome::Rejected { took: Duration::from_millis(3), retry_after: true }));
+                }
+            }
+        }
+        let read = summary(10, &outcomes, 0);
+        assert_eq!(read["goodput_at_2x_per_second"], 9.0);
+        assert_eq!(read["goodput_at_2x_ratio"], 0.9);
+        assert_eq!(read["rejections"], 100);
+        assert_eq!(read["recovered_within_s"], 2, "two slow seconds after the overload");
+        assert_eq!(read["targets"]["goodput_at_2x_at_least_0_9"], true);
+        assert_eq!(read["targets"]["p99_under_100_ms_within_5_s"], true);
+
+        outcomes.push((25, Outcome::Failed { accepted: true, error: "lost".into() }));
+        let lost = summary(10, &outcomes, 0);
+        assert_eq!(lost["accepted_lost"], 1);
+        assert_eq!(lost["targets"]["no_accepted_prediction_lost"], false);
+    }
+}
