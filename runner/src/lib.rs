@@ -7,7 +7,8 @@
 //! - [`consumer`]: takes the jobs of every served model; [`lanes`]: one durable consumer per
 //!   model and account; [`doorbell`]: which lanes have work; [`scheduler`]: which job starts next (no idle slot while work waits,
 //!   fair share between models and between the accounts of a model).
-//! - [`execute`]: one job through the status machine: `starting → processing → terminal`.
+//! - [`execute`]: one job through the status machine: `starting → processing → terminal`;
+//!   [`lane_marks`]: how far each queue lane has moved, written a few times a second.
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms, on the
 //!   ticks of one [`flush_clock`].
 //! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
@@ -22,6 +23,7 @@ pub mod consumer;
 pub mod doorbell;
 pub mod execute;
 pub mod flush_clock;
+pub mod lane_marks;
 pub mod lanes;
 pub mod metrics;
 pub mod models;

@@ -31,7 +31,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::{
     StoreError,
     group_commit::{Batching, GroupCommitError, run_writer},
-    group_update::{ConditionalUpdate, GroupUpdate},
 };
 use crate::domain::{AccountId, ModelRef, Prediction, Route};
 
@@ -147,20 +146,15 @@ impl QueueLanes {
         Ok(taken - count + 1)
     }
 
-    /// The mark that `ticket` of `lane` started (the lane has moved at least that far), as a
-    /// statement for [`Self::group_update`]: a runner's starts, several per command.
-    pub fn started(lane: &LaneId, ticket: i64) -> ConditionalUpdate {
-        let id = lane.key();
-        ConditionalUpdate {
-            filter: doc! { "_id": &id },
-            update: doc! { "$max": { "started_through": ticket }, "$pull": { "skipped": { "$lte": ticket } } },
-            applied: doc! { "_id": id, "started_through": { "$gte": ticket } },
-        }
-    }
-
-    /// A writer of [`Self::started`] marks, several per `update` command under load.
-    pub fn group_update(&self, batching: Batching) -> GroupUpdate {
-        GroupUpdate::start(&self.coll, batching)
+    /// Marks `ticket` of `lane` started: the lane has moved at least that far.
+    pub async fn mark_started(&self, lane: &LaneId, ticket: i64) -> Result<(), StoreError> {
+        self.coll
+            .update_one(
+                doc! { "_id": lane.key() },
+                doc! { "$max": { "started_through": ticket }, "$pull": { "skipped": { "$lte": ticket } } },
+            )
+            .await?;
+        Ok(())
     }
 
     /// Marks `ticket` of `lane` gone without starting (unless the lane has moved past it).

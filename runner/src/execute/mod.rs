@@ -50,7 +50,7 @@ use common::{
     files::{Files, NewFile},
     links::Links,
     messages::{Announcement, PredictionChanged},
-    store::{Batching, GroupUpdate, LaneId, Predictions, QueueLanes, Store},
+    store::{Batching, GroupUpdate, LaneId, Predictions, Store},
 };
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use serde_json::{Map, Value};
@@ -59,6 +59,7 @@ use tracing::Instrument;
 
 use crate::{
     flush_clock::FlushClock,
+    lane_marks::{LaneMarks, MARK_INTERVAL},
     metrics::RunnerMetrics,
     models::{
         Model, ModelError, ModelOutput, Progress,
@@ -160,8 +161,8 @@ pub struct Executor {
     file_inputs: FileInputs,
     /// The most logs and text output a prediction keeps.
     limits: Limits,
-    /// Writes the marks of started tickets to their queue lanes, several per command.
-    lane_marks: GroupUpdate,
+    /// Gathers the marks of started tickets for their queue lanes.
+    lane_marks: LaneMarks,
 }
 
 /// How state changes that read nothing back are gathered: what is queued while two writes
@@ -197,7 +198,7 @@ impl Executor {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
         let changes = store.predictions().group_update(CHANGE_WRITES);
-        let lane_marks = store.queue_lanes().group_update(CHANGE_WRITES);
+        let lane_marks = LaneMarks::start(store.queue_lanes(), MARK_INTERVAL);
         let file_inputs = FileInputs::new(Files::new(&store), links.clone());
         Self {
             store,
@@ -273,16 +274,11 @@ impl Executor {
         Ok(failed)
     }
 
-    /// Marks `p`'s ticket started in its queue lane, in the background (a lost mark is made up
-    /// for by the lane's next start, see [`common::store::queue_lanes`]).
+    /// Marks `p`'s ticket started in its queue lane (written with the lane's other marks, see
+    /// [`crate::lane_marks`]).
     fn mark_started(&self, p: &Prediction) {
         if let Some(ticket) = p.queue_ticket {
-            let (marks, mark) = (self.lane_marks.clone(), QueueLanes::started(&LaneId::of(p), ticket));
-            tokio::spawn(async move {
-                if let Err(e) = marks.apply(mark).await {
-                    tracing::debug!(error = %e, "a queue lane's start mark was not written");
-                }
-            });
+            self.lane_marks.started(LaneId::of(p), ticket);
         }
     }
 

@@ -8,6 +8,7 @@ mod crash;
 mod deadlines;
 mod depth;
 mod fixture;
+mod lane_marks;
 mod limits;
 mod reconcile;
 mod results;

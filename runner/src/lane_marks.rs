@@ -1,0 +1,66 @@
+//! The start marks of queue lanes (see [`common::store::queue_lanes`]), gathered: a runner
+//! remembers the highest ticket it started in each lane and writes each lane's mark once per
+//! [`MARK_INTERVAL`], not once per start. A lane's mark is a maximum, so only the highest
+//! ticket matters; a runner starting hundreds of predictions a second of one lane writes four
+//! marks a second, where it wrote one per start (a write per prediction: 5.2 MongoDB writes
+//! per prediction at 200/s instead of 4.2).
+//!
+//! What a waiting prediction sees: its place may lag the starts by up to the interval. A mark
+//! lost to a write that failed or a runner that stopped is made up for by the lane's next one.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use common::store::{LaneId, QueueLanes};
+use futures::future::join_all;
+
+/// How often the marks gathered are written.
+pub const MARK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The marks not yet written: the highest ticket started, per lane.
+#[derive(Clone)]
+pub struct LaneMarks {
+    pending: Arc<Mutex<HashMap<LaneId, i64>>>,
+}
+
+impl LaneMarks {
+    /// Starts writing the marks of `lanes` every `interval`, until the last clone is dropped
+    /// (the marks gathered by then are written first).
+    pub fn start(lanes: QueueLanes, interval: Duration) -> Self {
+        let pending: Arc<Mutex<HashMap<LaneId, i64>>> = Arc::default();
+        let writer = pending.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let marks = std::mem::take(&mut *writer.lock().unwrap_or_else(|p| p.into_inner()));
+                write(&lanes, marks).await;
+                if Arc::strong_count(&writer) == 1 {
+                    let marks = std::mem::take(&mut *writer.lock().unwrap_or_else(|p| p.into_inner()));
+                    write(&lanes, marks).await;
+                    return;
+                }
+            }
+        });
+        Self { pending }
+    }
+
+    /// Notes that `ticket` of `lane` started.
+    pub fn started(&self, lane: LaneId, ticket: i64) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let highest = pending.entry(lane).or_insert(ticket);
+        *highest = (*highest).max(ticket);
+    }
+}
+
+/// Writes each lane's mark, all at once.
+async fn write(lanes: &QueueLanes, marks: HashMap<LaneId, i64>) {
+    join_all(marks.into_iter().map(|(lane, ticket)| async move {
+        if let Err(e) = lanes.mark_started(&lane, ticket).await {
+            tracing::debug!(error = %e, "a queue lane's start mark was not written");
+        }
+    }))
+    .await;
+}
