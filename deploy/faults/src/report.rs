@@ -409,7 +409,7 @@ mod tests {
         let failing = Outcome { scenario: "broken".into(), accepted: 10, terminal: 9, stuck: 1, ..Outcome::default() };
         let table = table(&[passing, failing]);
         assert!(
-            table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 0.0 | — | — | — | 0.0 | 0.0 | pass |"),
+            table.contains("| steady | 10 | 10 | 0 | 0 | 0 | 0 | 0 | 0.0 | — | — | — | — | 0.0 | 0.0 | pass |"),
             "{table}"
         );
         assert!(table.contains("FAIL: 1 predictions did not end"), "{table}");
