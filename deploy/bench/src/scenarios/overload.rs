@@ -1,8 +1,8 @@
 //! `bench overload`: a step load past what the service sustains, and how it comes back.
 //!
 //! One open loop, the end-to-end client of [`super::e2e`] (demo/echo, `Prefer: wait`, a
-//! `completed` webhook): [`STEP_SECONDS`] at the sustained rate, as long at twice it, as long
-//! at it again. Every create is followed to its end. Per second of sending, the timeline
+//! `completed` webhook): after a warm-up not counted, [`STEP_SECONDS`] at the sustained rate,
+//! as long at twice it, as long at it again. Every create is followed to its end. Per second of sending, the timeline
 //! counts what was offered, the **goodput** (predictions that succeeded within the sustained
 //! bound, one second from create to `succeeded`), the rejections (503 or 429 answers) and
 //! the failures (any other answer, an error, or a prediction that did not succeed), with the
@@ -25,6 +25,9 @@ use super::e2e::FINISH_TIMEOUT;
 
 /// Seconds of each step.
 pub const STEP_SECONDS: u64 = 10;
+/// Seconds at the sustained rate before the steps, not counted: a fresh system's first
+/// seconds (connection pools, the stand-in's JIT) would otherwise show in the first step.
+const WARM_UP_SECONDS: u64 = 3;
 /// The sustained bound: a prediction seen `succeeded` within it counts as goodput.
 const GOOD_WITHIN: Duration = Duration::from_secs(1);
 /// The p99 the service must be back under once the overload ends, and how soon.
@@ -65,6 +68,7 @@ enum Outcome {
 /// Runs the step load at `rate` against `cluster` and reads the outcome.
 pub async fn measure(cluster: &Cluster, receiver: &Receiver, rate: u64) -> anyhow::Result<Value> {
     let http = reqwest::Client::builder().timeout(FINISH_TIMEOUT).build()?;
+    warm_up(cluster, &http, receiver, rate).await;
     let steps = [rate, rate * 2, rate];
     let mut tasks = JoinSet::new();
     let start = Instant::now();
@@ -92,6 +96,18 @@ pub async fn measure(cluster: &Cluster, receiver: &Receiver, rate: u64) -> anyho
     }
     let missing_webhooks = succeeded().filter(|id| receiver.completed_at(id).is_none()).count();
     Ok(summary(rate, &outcomes, missing_webhooks))
+}
+
+/// [`WARM_UP_SECONDS`] at `rate`, each create followed to its end; the outcomes are dropped.
+async fn warm_up(cluster: &Cluster, http: &reqwest::Client, receiver: &Receiver, rate: u64) {
+    let mut tasks = JoinSet::new();
+    let start = Instant::now();
+    for k in 0..rate * WARM_UP_SECONDS {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(k as f64 / rate as f64)).await;
+        let (base, key, hook) = (cluster.base.clone(), cluster.key.clone(), receiver.url.clone());
+        tasks.spawn(create(http.clone(), base, key, hook, usize::MAX - k as usize));
+    }
+    while tasks.join_next().await.is_some() {}
 }
 
 /// One create as the end-to-end client makes it, followed to its end.
