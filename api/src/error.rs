@@ -84,18 +84,17 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = match self {
             Self::Problem(p) => p,
+            Self::Internal(e) if read_timed_out(&e) => {
+                tracing::warn!(error = format!("{e:#}"), "a read ran past its time limit; answered 503");
+                return retry_later(format!(
+                    "The service is too busy to answer in time; retry in {RETRY_AFTER_SECONDS} seconds."
+                ));
+            }
             Self::Internal(e) if dependency_unreachable(&e) => {
                 tracing::warn!(error = format!("{e:#}"), "a dependency is unreachable; answered 503");
-                let problem = Problem::new(
-                    ProblemKind::Unavailable,
-                    format!(
-                        "The service cannot reach its database or message bus right now; retry in {RETRY_AFTER_SECONDS} seconds."
-                    ),
-                );
-                let mut response = StatusCode::SERVICE_UNAVAILABLE.into_response();
-                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
-                response.extensions_mut().insert(problem);
-                return response;
+                return retry_later(format!(
+                    "The service cannot reach its database or message bus right now; retry in {RETRY_AFTER_SECONDS} seconds."
+                ));
             }
             Self::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "internal error");
@@ -109,8 +108,22 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The `Retry-After` of a 503 answered while a dependency is unreachable.
+/// A 503 problem saying `detail`, with `Retry-After`.
+fn retry_later(detail: String) -> Response {
+    let mut response = StatusCode::SERVICE_UNAVAILABLE.into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    response.extensions_mut().insert(Problem::new(ProblemKind::Unavailable, detail));
+    response
+}
+
+/// The `Retry-After` of a 503 answered while a dependency is unreachable or too busy.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
+
+/// Whether a failure is a read MongoDB stopped at its time limit
+/// ([`common::store::READ_TIME_LIMIT`]): the service is too busy, the client is told to retry.
+fn read_timed_out(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| cause.downcast_ref::<StoreError>().is_some_and(common::store::is_time_limit))
+}
 
 /// Whether a failure comes from MongoDB or NATS being out of reach (a restart, a partition):
 /// the client is told to retry (503), not that the service is broken (500).
@@ -200,6 +213,20 @@ mod tests {
         let broken = ApiError::from(anyhow::anyhow!("a bug")).into_response();
         assert_eq!(broken.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(broken.headers().get(header::RETRY_AFTER).is_none());
+    }
+
+    #[test]
+    fn a_read_stopped_at_its_time_limit_is_503_with_retry_after() {
+        let stopped: mongodb::error::CommandError = bson::from_document(
+            bson::doc! { "code": 50, "codeName": "MaxTimeMSExpired", "errmsg": "operation exceeded time limit" },
+        )
+        .expect("a command error");
+        let err = StoreError::from(mongodb::error::ErrorKind::Command(stopped));
+        let response = ApiError::from(anyhow::Error::from(err)).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        let problem = response.extensions().get::<Problem>().expect("a problem");
+        assert!(problem.detail.contains("too busy"), "{}", problem.detail);
     }
 
     #[test]

@@ -112,6 +112,16 @@ async fn a_waiting_predictions_place_costs_no_query_that_grows_with_the_queue() 
         .filter(|shape| !shape.filter.iter().all(|f| f == "model" || f == "status"))
         .collect();
     assert!(over_predictions.is_empty(), "queries over the waiting predictions: {over_predictions:#?}");
+
+    // Every read of predictions and lanes made for these requests stops on the server at its
+    // time limit (`maxTimeMS`).
+    assert_eq!(system.get("/v1/predictions?limit=5").await.status(), 200);
+    let unlimited: Vec<_> = query_shapes(&system.ctx.database)
+        .into_iter()
+        .filter(|shape| matches!(shape.collection.as_str(), "predictions" | "queue_lanes"))
+        .filter(|shape| matches!(shape.command.as_str(), "find" | "aggregate") && !shape.time_limited)
+        .collect();
+    assert!(unlimited.is_empty(), "reads without a time limit: {unlimited:#?}");
 }
 
 #[tokio::test]

@@ -39,6 +39,8 @@ pub struct QueryShape {
     pub filter: Vec<String>,
     /// The field paths it sorts on, in order.
     pub sort: Vec<String>,
+    /// Whether the command carries a time limit for the server (`maxTimeMS`).
+    pub time_limited: bool,
 }
 
 /// The shapes of the queries of each database so far, in every store of this process that
@@ -83,7 +85,8 @@ fn shapes_of(name: &str, command: &Document) -> Vec<QueryShape> {
             filter_fields(filter, &mut fields);
         }
         let sort = sort.map(|s| s.keys().cloned().collect()).unwrap_or_default();
-        QueryShape { command: name.to_owned(), collection: collection.clone(), filter: fields, sort }
+        let time_limited = command.contains_key("maxTimeMS");
+        QueryShape { command: name.to_owned(), collection: collection.clone(), filter: fields, sort, time_limited }
     };
     let statements = |list: &str| -> Vec<QueryShape> {
         command

@@ -67,8 +67,8 @@ pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
 pub type StoreError = mongodb::error::Error;
 
 /// One page of `coll`'s documents matching `filter` in `sort` order (`offset` skipped, at most
-/// `limit`), and how many match in all: the two queries run at once. Every list of the API
-/// pages this way.
+/// `limit`), and how many match in all: the two queries run at once, each within
+/// [`READ_TIME_LIMIT`]. Every list of the API pages this way.
 pub async fn page<T>(
     coll: &mongodb::Collection<T>,
     filter: bson::Document,
@@ -81,8 +81,17 @@ where
 {
     use futures::TryStreamExt;
     use std::future::IntoFuture;
-    let documents = async { coll.find(filter.clone()).sort(sort).skip(offset).limit(limit).await?.try_collect().await };
-    tokio::try_join!(documents, coll.count_documents(filter.clone()).into_future())
+    let documents = async {
+        coll.find(filter.clone())
+            .sort(sort)
+            .skip(offset)
+            .limit(limit)
+            .max_time(READ_TIME_LIMIT)
+            .await?
+            .try_collect()
+            .await
+    };
+    tokio::try_join!(documents, coll.count_documents(filter.clone()).max_time(READ_TIME_LIMIT).into_future())
 }
 
 /// An integer field of a document, whatever its BSON width.
@@ -92,6 +101,20 @@ pub(super) fn integer(value: Option<&bson::Bson>) -> Option<i64> {
         bson::Bson::Int64(n) => Some(*n),
         _ => None,
     }
+}
+
+/// The longest a read made for an api request may run on the server (`maxTimeMS`): past it
+/// MongoDB stops the read itself (`MaxTimeMSExpired`) and the request is answered 503 with
+/// `Retry-After`, instead of the read holding a connection and the server's CPU for a client
+/// that has long given up (a read is milliseconds; under overload it would only queue).
+pub const READ_TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// The error code of a read stopped by its time limit (`MaxTimeMSExpired`).
+const MAX_TIME_EXPIRED: i32 = 50;
+
+/// Whether `err` is a read stopped by its time limit ([`READ_TIME_LIMIT`]).
+pub fn is_time_limit(err: &StoreError) -> bool {
+    matches!(err.kind.as_ref(), ErrorKind::Command(e) if e.code == MAX_TIME_EXPIRED)
 }
 
 /// The MongoDB error code of a unique-index violation.

@@ -46,7 +46,7 @@ impl Predictions {
 
     /// A prediction by id, whoever owns it (services only; never for a client's request).
     pub async fn get(&self, id: &PredictionId) -> Result<Option<Prediction>, StoreError> {
-        self.coll.find_one(doc! { "_id": id.as_str() }).await
+        self.coll.find_one(doc! { "_id": id.as_str() }).max_time(super::READ_TIME_LIMIT).await
     }
 
     /// A prediction by id, only if `account` owns it: another account's prediction is
@@ -175,13 +175,19 @@ impl Predictions {
 
     /// How many predictions of `model` the account has made (a model's `run_count`).
     pub async fn count_of_model(&self, account: &AccountId, model: &ModelRef) -> Result<u64, StoreError> {
-        self.coll.count_documents(doc! { "account_id": account.as_str(), "model": model.to_string() }).await
+        self.coll
+            .count_documents(doc! { "account_id": account.as_str(), "model": model.to_string() })
+            .max_time(super::READ_TIME_LIMIT)
+            .await
     }
 
     /// Predictions of the deployment `owner/name` not yet ended (waiting or running).
     pub async fn count_pending_of_deployment(&self, deployment: &str) -> Result<u64, StoreError> {
         let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);
-        self.coll.count_documents(doc! { "deployment": deployment, "status": { "$in": open } }).await
+        self.coll
+            .count_documents(doc! { "deployment": deployment, "status": { "$in": open } })
+            .max_time(super::READ_TIME_LIMIT)
+            .await
     }
 
     /// Predictions not yet ended whose deadline passed before `before` (at most `limit`).

@@ -70,7 +70,7 @@ impl Predictions {
                 { "created_at": p.created_at, "_id": { "$lt": p.id.as_str() } },
             ],
         };
-        coll.count_documents(ahead).await
+        coll.count_documents(ahead).max_time(super::READ_TIME_LIMIT).await
     }
 
     /// The queue of `model`: its lanes (from `lanes`), its running predictions, its latest
@@ -78,12 +78,16 @@ impl Predictions {
     pub async fn model_queue(&self, lanes: &QueueLanes, model: &ModelRef) -> Result<ModelQueue, StoreError> {
         let coll = self.collection().clone_with_type::<Document>();
         let name = model.to_string();
-        let running = coll.count_documents(doc! { "model": &name, "status": "processing" }).into_future();
+        let running = coll
+            .count_documents(doc! { "model": &name, "status": "processing" })
+            .max_time(super::READ_TIME_LIMIT)
+            .into_future();
         let recent = async {
             coll.find(doc! { "model": &name, "status": "succeeded" })
                 .sort(doc! { "completed_at": -1 })
                 .limit(RECENT_RUNS)
                 .projection(doc! { "metrics.predict_time": 1 })
+                .max_time(super::READ_TIME_LIMIT)
                 .await?
                 .try_collect::<Vec<Document>>()
                 .await
