@@ -39,7 +39,6 @@ use std::time::Duration;
 use bson::doc;
 use serde_json::{Value, json};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::report::tables::Measured;
 use crate::scenarios::api_alone;
@@ -48,11 +47,11 @@ use crate::scenarios::cog;
 use crate::scenarios::cost;
 use crate::scenarios::create_vs_insert;
 use crate::scenarios::e2e::{self, SUSTAINED_SEARCH_CEILING};
+use crate::scenarios::on_fresh_system;
 use crate::scenarios::overload;
 use crate::scenarios::scaling;
 use crate::scenarios::scheduling;
 use harness::cluster::{self, Cluster, round};
-use harness::receiver::Receiver;
 
 /// Rounds of the head-to-head create-throughput measurement ([`create_vs_insert`]).
 const HEAD_TO_HEAD_ROUNDS: usize = 3;
@@ -201,29 +200,6 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
         "machine": machine(),
     });
     Ok(results)
-}
-
-/// Runs `measure` on a fresh system (api, notifier, one demo/echo runner and a webhook
-/// receiver, with `extra` settings), checks that every webhook it received was signed right,
-/// and stops it whatever the outcome.
-pub(crate) async fn on_fresh_system<T>(
-    extra: &[(&str, &str)],
-    measure: impl AsyncFnOnce(&mut Cluster, &Receiver) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let mut cluster = Cluster::start(extra, true).await?;
-    let stop = CancellationToken::new();
-    let outcome = async {
-        cluster.add_runners(1, &cost::ECHO_RUNNER).await?;
-        let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
-        let measured = measure(&mut cluster, &receiver).await?;
-        let bad = receiver.bad_signatures();
-        anyhow::ensure!(bad == 0, "{bad} webhooks had bad signatures");
-        Ok(measured)
-    }
-    .await;
-    stop.cancel();
-    cluster.stop().await?;
-    outcome
 }
 
 /// The versions of the servers in use, as they report them, and what the run script said of

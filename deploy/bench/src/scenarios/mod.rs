@@ -1,6 +1,7 @@
 //! The scenarios, one file each: what each starts, what load it puts on it, and what it reads
 //! back. Each is a `bench` subcommand of its own and a step of the standard set
-//! ([`crate::standard`]).
+//! ([`crate::standard`]). [`on_fresh_system`] gives a scenario, or a step of the standard
+//! set, a system of its own.
 
 pub mod api_alone;
 pub mod baselines;
@@ -13,3 +14,30 @@ pub mod overload;
 pub mod queue;
 pub mod scaling;
 pub mod scheduling;
+
+use harness::cluster::Cluster;
+use harness::receiver::Receiver;
+use tokio_util::sync::CancellationToken;
+
+/// Runs `measure` on a fresh system (api, notifier, one demo/echo runner and a webhook
+/// receiver, with `extra` settings), checks that every webhook it received was signed right,
+/// and stops it whatever the outcome.
+pub async fn on_fresh_system<T>(
+    extra: &[(&str, &str)],
+    measure: impl AsyncFnOnce(&mut Cluster, &Receiver) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut cluster = Cluster::start(extra, true).await?;
+    let stop = CancellationToken::new();
+    let outcome = async {
+        cluster.add_runners(1, &cost::ECHO_RUNNER).await?;
+        let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
+        let measured = measure(&mut cluster, &receiver).await?;
+        let bad = receiver.bad_signatures();
+        anyhow::ensure!(bad == 0, "{bad} webhooks had bad signatures");
+        Ok(measured)
+    }
+    .await;
+    stop.cancel();
+    cluster.stop().await?;
+    outcome
+}

@@ -49,8 +49,7 @@ pub struct Options {
 /// `bench overload`: on a fresh system of one demo/echo runner.
 pub async fn run(options: Options) -> anyhow::Result<Value> {
     let result =
-        crate::standard::on_fresh_system(&[], async |cluster, receiver| measure(cluster, receiver, options.rate).await)
-            .await?;
+        super::on_fresh_system(&[], async |cluster, receiver| measure(cluster, receiver, options.rate).await).await?;
     println!("{}", table(&result).trim_end());
     Ok(result)
 }
