@@ -11,7 +11,6 @@ use common::{
     domain::{Metrics, Prediction, PredictionStatus, WebhookEvent},
     messages::{Announcement, PredictionChanged},
     problem::FieldError,
-    store::LaneId,
 };
 
 use crate::{auth::Caller, error::ApiError, owned::owned_prediction, state::AppState};
@@ -44,11 +43,8 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Result<Predi
             continue;
         };
         tracing::info!(was = %current.status, "prediction canceled");
-        if current.status == PredictionStatus::Starting
-            && let Some(ticket) = canceled.queue_ticket
-            && let Err(e) = state.store.queue_lanes().skipped(&LaneId::of(&canceled), ticket).await
-        {
-            tracing::warn!(error = %e, "the canceled prediction's ticket was not given back to its queue lane");
+        if current.status == PredictionStatus::Starting {
+            state.store.queue_lanes().give_back(&canceled).await;
         }
         if current.status == PredictionStatus::Processing
             && let Err(e) = state.bus.publish_cancel(&prediction_id).await

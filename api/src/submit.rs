@@ -11,7 +11,7 @@
 use bson::DateTime;
 use common::{
     domain::{AccountId, ApiSurface, NewPrediction, Prediction},
-    store::{Claim, LaneId},
+    store::Claim,
 };
 use serde_json::{Map, Value};
 use tracing::Instrument;
@@ -86,11 +86,7 @@ pub async fn store_and_publish(
         state.new_predictions.insert(prediction.clone()).await
     };
     if let Err(e) = stored.instrument(tracing::info_span!("store_prediction")).await {
-        if let Some(ticket) = prediction.queue_ticket
-            && let Err(skip) = state.store.queue_lanes().skipped(&LaneId::of(prediction), ticket).await
-        {
-            tracing::warn!(error = %skip, "the ticket of a prediction not stored was not given back");
-        }
+        state.store.queue_lanes().give_back(prediction).await;
         if let Some(key) = &idempotency_key
             && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
         {

@@ -168,6 +168,17 @@ impl QueueLanes {
         Ok(())
     }
 
+    /// Gives the ticket of `prediction`, which left its lane without starting (canceled or
+    /// failed while waiting, or never stored), back to its lane ([`Self::skipped`]); a write
+    /// that fails is logged, and mended by the lane's next start.
+    pub async fn give_back(&self, prediction: &Prediction) {
+        if let Some(ticket) = prediction.queue_ticket
+            && let Err(e) = self.skipped(&LaneId::of(prediction), ticket).await
+        {
+            tracing::warn!(prediction_id = %prediction.id, error = %e, "a ticket was not given back to its queue lane");
+        }
+    }
+
     /// The lane `lane`, if a ticket of it was ever taken.
     pub async fn get(&self, lane: &LaneId) -> Result<Option<LaneState>, StoreError> {
         self.coll.find_one(doc! { "_id": lane.key() }).max_time(super::READ_TIME_LIMIT).await

@@ -61,13 +61,6 @@ const SUSTAINED_SEARCHES: usize = 3;
 /// The overload step's rate when no search held any (1x of it; 2x is twice).
 const MIN_OVERLOAD_RATE: u64 = 200;
 
-/// The median of the searches' highest sustained rates (a search where none held counts 0).
-fn median(repeats: &[Option<u64>]) -> u64 {
-    let mut rates: Vec<u64> = repeats.iter().map(|r| r.unwrap_or(0)).collect();
-    rates.sort_unstable();
-    rates.get(rates.len() / 2).copied().unwrap_or(0)
-}
-
 /// Predictions of each cost batch (a second of CPU at most, against /proc's 10 ms ticks).
 const COST_PREDICTIONS: usize = 1000;
 /// Predictions per path and level of the Cog overhead.
@@ -133,7 +126,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     }
 
     // A step to twice the sustained rate and back, on a fresh system.
-    let rate = median(&sustained_repeats).max(MIN_OVERLOAD_RATE);
+    let rate = e2e::median(&sustained_repeats).unwrap_or(0).max(MIN_OVERLOAD_RATE);
     let overload =
         on_fresh_system(&[], async |cluster, receiver| overload::measure(cluster, receiver, rate).await).await?;
 

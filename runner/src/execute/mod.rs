@@ -266,7 +266,7 @@ impl Executor {
             self.store.predictions().transition_from(&p.id, p.status, PredictionStatus::Failed, changes).await?;
         if let Some(done) = &failed {
             if p.status == PredictionStatus::Starting {
-                self.left_queue_unstarted(p).await;
+                self.store.queue_lanes().give_back(p).await;
             }
             tracing::info!(prediction_id = %p.id, code = %error.code, "prediction failed");
             self.publish(done, WebhookEvent::Completed, Announcement::First).await?;
@@ -279,15 +279,6 @@ impl Executor {
     fn mark_started(&self, p: &Prediction) {
         if let Some(ticket) = p.queue_ticket {
             self.lane_marks.started(LaneId::of(p), ticket);
-        }
-    }
-
-    /// Gives the ticket of `p`, which ended while waiting, back to its queue lane.
-    async fn left_queue_unstarted(&self, p: &Prediction) {
-        if let Some(ticket) = p.queue_ticket
-            && let Err(e) = self.store.queue_lanes().skipped(&LaneId::of(p), ticket).await
-        {
-            tracing::warn!(error = %e, "a queue lane's skipped ticket was not written");
         }
     }
 

@@ -125,9 +125,7 @@ impl Measured {
     /// The median of the repetitions' highest sustained rates (a repetition where none held
     /// counts as 0).
     fn sustained_median(&self) -> Option<u64> {
-        let mut rates: Vec<u64> = self.sustained_repeats.iter().map(|r| r.unwrap_or(0)).collect();
-        rates.sort_unstable();
-        rates.get(rates.len() / 2).copied()
+        e2e::median(&self.sustained_repeats)
     }
 
     fn targets(&self) -> Vec<Target> {

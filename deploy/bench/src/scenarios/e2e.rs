@@ -154,6 +154,14 @@ fn lowest_failed_above(phases: &[Phase], held: u64) -> Option<u64> {
     phases.iter().filter(|p| !p.sustained() && p.rate > held).map(|p| p.rate).min()
 }
 
+/// The median of several searches' highest sustained rates (a search where none held counts
+/// as 0); `None` without a search.
+pub fn median(repeats: &[Option<u64>]) -> Option<u64> {
+    let mut rates: Vec<u64> = repeats.iter().map(|r| r.unwrap_or(0)).collect();
+    rates.sort_unstable();
+    rates.get(rates.len() / 2).copied()
+}
+
 /// The highest rate that held, if any did.
 pub fn sustainable(phases: &[Phase]) -> Option<u64> {
     phases.iter().filter(|p| p.sustained()).map(|p| p.rate).max()
