@@ -231,19 +231,29 @@ impl CreateRequest {
     /// The prediction's id, when its request started, and how long until it was seen succeeded.
     async fn run_to_completion(self, n: usize) -> anyhow::Result<(String, Instant, Duration)> {
         let started = Instant::now();
-        let body = json!({"input": {"prompt": format!("e2e {n}")}, "webhook": self.hook, "webhook_events_filter": ["completed"]});
-        let response = self
-            .http
-            .post(format!("{}/v1/models/demo/echo/predictions", self.base))
-            .bearer_auth(&self.key)
-            .header("prefer", PREFER_WAIT)
-            .json(&body)
-            .send()
-            .await?;
+        let response = send_create(&self.http, &self.base, &self.key, &self.hook, &format!("e2e {n}")).await?;
         anyhow::ensure!(response.status().is_success(), "create answered {}", response.status());
         let (id, elapsed) = follow(&self.http, &self.base, &self.key, response.json().await?, started).await?;
         Ok((id, started, elapsed))
     }
+}
+
+/// The end-to-end client's create: demo/echo with `prompt`, `Prefer: wait`, and a webhook to
+/// `hook` for `completed` only.
+pub async fn send_create(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    hook: &str,
+    prompt: &str,
+) -> reqwest::Result<reqwest::Response> {
+    let body = json!({"input": {"prompt": prompt}, "webhook": hook, "webhook_events_filter": ["completed"]});
+    http.post(format!("{base}/v1/models/demo/echo/predictions"))
+        .bearer_auth(key)
+        .header("prefer", PREFER_WAIT)
+        .json(&body)
+        .send()
+        .await
 }
 
 /// Polls the prediction a create answered with until it ends (every 20 ms; after a 503 or

@@ -112,16 +112,7 @@ async fn warm_up(cluster: &Cluster, http: &reqwest::Client, receiver: &Receiver,
 /// One create as the end-to-end client makes it, followed to its end.
 async fn create(http: reqwest::Client, base: String, key: String, hook: String, n: usize) -> Outcome {
     let sent = Instant::now();
-    let body =
-        json!({"input": {"prompt": format!("overload {n}")}, "webhook": hook, "webhook_events_filter": ["completed"]});
-    let answer = http
-        .post(format!("{base}/v1/models/demo/echo/predictions"))
-        .bearer_auth(&key)
-        .header("prefer", "wait=10")
-        .json(&body)
-        .send()
-        .await;
-    let response = match answer {
+    let response = match super::e2e::send_create(&http, &base, &key, &hook, &format!("overload {n}")).await {
         Ok(response) => response,
         Err(e) => return Outcome::Failed { accepted: false, error: format!("create: {e}") },
     };
