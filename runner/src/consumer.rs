@@ -77,7 +77,8 @@ pub async fn consume(
     let model_concurrency = config.model_concurrency.unwrap_or(config.concurrency);
     let routes = versions.iter().map(|s| (s.model.clone(), s.version.clone())).collect();
     let scheduler = Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone())
-        .with_routes(routes, config.hardware.clone());
+        .with_routes(routes, config.hardware.clone())
+        .with_reconnects(bus.reconnects());
     let lease = account_slots::lease_for(config.ack_wait);
     let slots_bucket = bus.account_slots(lease).await.context("opening the account slots")?;
     let holder = format!("{}:{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "runner".into()), std::process::id());

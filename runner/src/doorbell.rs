@@ -1,7 +1,8 @@
 //! How a runner learns that a lane has work ([`crate::lanes`]):
 //! - **doorbells**: a core-NATS subscription to each served model's job subjects; a published
 //!   job names its lane in its subject, and rings it (opening it first if it is new);
-//! - **a scan** at start and every [`SCAN_INTERVAL`]: the jobs stream's subjects of each
+//! - **a scan** at start, every [`SCAN_INTERVAL`] and whenever the connection to NATS is made
+//!   again (doorbells rung while the runner was away are lost): the jobs stream's subjects of each
 //!   served model, which name every lane with a job waiting or running (a work queue keeps a
 //!   message until it is acked). This finds what no doorbell announced: jobs queued while no
 //!   runner was up, or handed back by a runner that died; lanes it sees empty stop being
@@ -22,8 +23,8 @@ use crate::{
 };
 
 /// Rings the scheduler for every job published for `models` (core NATS), and scans for lanes
-/// at start and every [`SCAN_INTERVAL`] (reporting each model's unfinished jobs to `metrics`),
-/// until `shutdown` fires.
+/// at start, every [`SCAN_INTERVAL`] and after each reconnect to NATS (reporting each model's
+/// unfinished jobs to `metrics`), until `shutdown` fires.
 pub async fn announce(
     bus: &Bus,
     models: Vec<ModelRef>,
@@ -56,41 +57,63 @@ pub async fn announce(
         });
     }
     let bus = bus.clone();
+    let mut reconnects = bus.reconnects();
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(SCAN_INTERVAL);
+        let connected_again = || tracing::info!("connected to NATS again; scanning for jobs whose doorbells rang while away");
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
+                Ok(()) = reconnects.changed() => {
+                    connected_again();
+                    tick.reset();
+                }
             }
-            for model in &models {
-                let scanned_at = std::time::Instant::now();
-                match lanes.with_jobs(model).await {
-                    Ok((found, jobs)) => {
-                        let name = model.to_string();
-                        metrics.set_pending(&name, i64::try_from(jobs).unwrap_or(i64::MAX));
-                        match lanes.running(&found).await {
-                            Ok(running) => {
-                                let running = running.min(jobs);
-                                let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-                                metrics.set_depth(&name, count(jobs - running), count(running));
-                            }
-                            Err(e) => tracing::debug!(%model, error = format!("{e:#}"), "the running jobs were not counted"),
-                        }
-                        scheduler.scanned(model, &found, scanned_at);
-                        for key in found {
-                            scheduler.ring(key).await;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(%model, error = format!("{e:#}"), "scanning for lanes failed; making sure the streams exist");
-                        if let Err(e) = bus.ensure_streams().await {
-                            tracing::warn!(error = %e, "streams not created");
-                        }
+            // A scan's requests sent before a lost connection are never answered: it is begun
+            // again as soon as the connection is back, not after their timeouts.
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = scan(&bus, &models, &scheduler, &lanes, &metrics) => break,
+                    Ok(()) = reconnects.changed() => {
+                        connected_again();
+                        tick.reset();
                     }
                 }
             }
         }
     });
     Ok(tasks)
+}
+
+/// One scan of each model's lanes with jobs: rings each, and reports the model's jobs.
+async fn scan(bus: &Bus, models: &[ModelRef], scheduler: &Scheduler, lanes: &Lanes, metrics: &RunnerMetrics) {
+    for model in models {
+        let scanned_at = std::time::Instant::now();
+        match lanes.with_jobs(model).await {
+            Ok((found, jobs)) => {
+                let name = model.to_string();
+                metrics.set_pending(&name, i64::try_from(jobs).unwrap_or(i64::MAX));
+                match lanes.running(&found).await {
+                    Ok(running) => {
+                        let running = running.min(jobs);
+                        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+                        metrics.set_depth(&name, count(jobs - running), count(running));
+                    }
+                    Err(e) => tracing::debug!(%model, error = format!("{e:#}"), "the running jobs were not counted"),
+                }
+                scheduler.scanned(model, &found, scanned_at);
+                for key in found {
+                    scheduler.ring(key).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%model, error = format!("{e:#}"), "scanning for lanes failed; making sure the streams exist");
+                if let Err(e) = bus.ensure_streams().await {
+                    tracing::warn!(error = %e, "streams not created");
+                }
+            }
+        }
+    }
 }

@@ -216,8 +216,14 @@ impl System {
 
     /// Polls the prediction until its status is terminal (at most `limit`).
     pub async fn wait_for_terminal(&self, id: &str, limit: Duration) -> Value {
+        self.wait_for_terminal_as(&self.admin_key, id, limit).await
+    }
+
+    /// Polls the prediction with `key` until its status is terminal (at most `limit`).
+    pub async fn wait_for_terminal_as(&self, key: &str, id: &str, limit: Duration) -> Value {
         eventually(limit, || async {
-            let body: Value = self.get(&format!("/v1/predictions/{id}")).await.json_body().await;
+            let response = self.with_key(Method::GET, &format!("/v1/predictions/{id}"), key).send().await.ok()?;
+            let body: Value = response.json_body().await;
             matches!(body["status"].as_str(), Some("succeeded" | "failed" | "canceled")).then_some(body)
         })
         .await

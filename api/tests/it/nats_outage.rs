@@ -52,3 +52,42 @@ async fn jobs_accepted_while_nats_is_away_start_within_seconds_of_its_return() {
         );
     }
 }
+
+/// A runner away from NATS misses the doorbells of the jobs published meanwhile (core NATS
+/// keeps nothing for it): once connected again it scans the jobs stream at once, instead of
+/// at its next periodic scan (every 10 s from its start).
+#[tokio::test]
+async fn a_runner_back_from_a_nats_outage_starts_the_jobs_published_while_it_was_away() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Default::default() }).await;
+    let proxy = TcpProxy::start(host_port(&system.vars["NATS_URL"])).await.expect("proxy");
+    system.register_models_only().await;
+    system.start_runner_with(&[("NATS_URL", &format!("nats://{}", proxy.addr()))]);
+    assert_eq!(system.run("demo/echo", json!({"prompt": "before"})).await["status"], "succeeded");
+
+    // Only the runner loses NATS: the api publishes, and the doorbells ring for no one. The
+    // jobs are another account's, a lane the runner has never pulled from.
+    let other = system.bootstrap_account("other").await;
+    proxy.cut();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let body = json!({"input": {"prompt": format!("while the runner is away {n}")}});
+        let response = system
+            .with_key(reqwest::Method::POST, "/v1/models/demo/echo/predictions", &other)
+            .json(&body)
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), 201);
+        ids.push(response.json_body().await["id"].as_str().expect("an id").to_owned());
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let back = Utc::now();
+    proxy.restore();
+
+    for id in ids {
+        let done = system.wait_for_terminal_as(&other, &id, Duration::from_secs(30)).await;
+        assert_eq!(done["status"], "succeeded");
+        let after_return = (time(&done["started_at"]) - back).num_milliseconds();
+        assert!(after_return < 3_000, "{id} started {after_return} ms after the runner was back");
+    }
+}

@@ -125,6 +125,8 @@ pub struct Bus {
     recreating: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// Copies of each stream (`NATS_STREAM_REPLICAS`).
     replicas: usize,
+    /// How many times the connection was made (the first connect and every reconnect).
+    connects: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Whether a stream look-up failed because the server has no such stream.
@@ -175,8 +177,18 @@ impl Bus {
     pub async fn connect(url: &str, subjects: Subjects, name: &str) -> Result<Self, BusError> {
         let fail = |e: async_nats::Error| BusError::Connect { url: url.to_owned(), source: e };
         let servers = server_list(url).map_err(|e| fail(e.into()))?;
+        let (connected, connects) = tokio::sync::watch::channel(0_u64);
+        let connected = std::sync::Arc::new(connected);
         let client = ConnectOptions::new()
             .name(name)
+            .event_callback(move |event| {
+                let connected = connected.clone();
+                async move {
+                    if matches!(event, async_nats::Event::Connected) {
+                        connected.send_modify(|n| *n += 1);
+                    }
+                }
+            })
             .connection_timeout(REQUEST_TIMEOUT)
             .request_timeout(Some(REQUEST_TIMEOUT))
             .reconnect_delay_callback(reconnect_pause)
@@ -184,7 +196,7 @@ impl Bus {
             .await
             .map_err(|e| fail(e.into()))?;
         let js = jetstream::new(client.clone());
-        Ok(Self { client, js, subjects, recreating: Default::default(), replicas: 1 })
+        Ok(Self { client, js, subjects, recreating: Default::default(), replicas: 1, connects })
     }
 
     /// Streams created with `replicas` copies (3 on a three-node cluster, so losing a node
@@ -517,6 +529,16 @@ impl Bus {
             .create_or_update_key_value(config)
             .await
             .map_err(|e| BusError::Stream { stream: format!("KV_{bucket}"), source: e.into() })
+    }
+
+    /// Changes each time the connection is made again after a loss (the value counts the
+    /// connects). Core-NATS messages sent while a service was away are lost to it; one that
+    /// relies on them looks again at what is stored once this changes (the runner scans the
+    /// jobs stream for lanes whose doorbells it missed).
+    pub fn reconnects(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut connects = self.connects.clone();
+        connects.mark_unchanged();
+        connects
     }
 
     /// The core NATS client.

@@ -39,7 +39,7 @@ use std::{
 
 use async_nats::jetstream::{Message, consumer::PullConsumer};
 use futures::StreamExt;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use common::domain::{ModelRef, Pool};
@@ -52,14 +52,15 @@ use crate::lanes::{LaneKey, Lanes};
 
 /// The longest a stopping runner keeps starting the jobs its lanes already announced.
 pub const DRAIN: Duration = Duration::from_secs(5);
-/// How long to wait before trying again after a fetch failed.
+/// How long to wait before opening a lane again after a fetch from it failed.
 const FETCH_RETRY: Duration = Duration::from_millis(500);
 /// The longest a fetch may take. It asks for what is pending and is answered within
 /// milliseconds, but a pull request nobody answers (the lane's consumer lost its leader with a
 /// cluster node, and the request went to it) is otherwise waited for forever: the scheduler,
 /// and with it every free slot of the runner, stopped for good (the fault suite's stream-leader
 /// scenario left 140 of 200 predictions stuck so). Jobs a timed-out fetch still brings are
-/// redelivered after their ack wait.
+/// redelivered after their ack wait. A fetch sent before a lost connection is given up at once
+/// when the connection is made again (the server forgot its request).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The slots one job holds while it runs: one of the runner, one of its model, and one of its
@@ -87,6 +88,8 @@ pub struct Scheduler {
     wake: Arc<Notify>,
     accounts: Option<Arc<AccountSlots>>,
     routes: Option<Routes>,
+    /// Changes when the connection to NATS is made again ([`common::bus::Bus::reconnects`]).
+    reconnects: Option<watch::Receiver<u64>>,
 }
 
 /// The version this runner serves of each model, and its pool: the lanes it takes.
@@ -112,7 +115,15 @@ impl Scheduler {
             wake: Arc::new(Notify::new()),
             accounts: None,
             routes: None,
+            reconnects: None,
         }
+    }
+
+    /// Gives up a fetch in flight when `reconnects` changes: its request was lost with the
+    /// connection, and would otherwise hold the lane for [`FETCH_TIMEOUT`].
+    pub fn with_reconnects(mut self, reconnects: watch::Receiver<u64>) -> Self {
+        self.reconnects = Some(reconnects);
+        self
     }
 
     /// Takes only the lanes of `versions` (one per model) for any pool or `pool`; without it,
@@ -247,7 +258,9 @@ impl Scheduler {
                     self.pick.mark(&key, asked, started, Instant::now());
                 }
                 Err(e) => {
-                    tracing::warn!(model = %key.model, account = ?key.account, error = %e, "fetching jobs failed; the lane is reopened when a job rings it");
+                    // The lane is dropped (its consumer may be gone) and opened again after a
+                    // pause: doorbells that rang while the fetch was out are not lost with it.
+                    tracing::warn!(model = %key.model, account = ?key.account, error = %e, "fetching jobs failed; opening the lane again");
                     self.pick.forget(Some(&key), Instant::now());
                     if draining {
                         return total;
@@ -256,6 +269,7 @@ impl Scheduler {
                         () = &mut stop => return total,
                         () = tokio::time::sleep(FETCH_RETRY) => {}
                     }
+                    self.ring(key).await;
                 }
             }
         }
@@ -298,7 +312,19 @@ impl Scheduler {
             return Ok((0, 0));
         }
         let mut started = 0;
-        let fetched = tokio::time::timeout(FETCH_TIMEOUT, async {
+        let mut reconnects = self.reconnects.clone();
+        if let Some(reconnects) = &mut reconnects {
+            reconnects.mark_unchanged();
+        }
+        let reconnected = async {
+            if let Some(reconnects) = &mut reconnects
+                && reconnects.changed().await.is_ok()
+            {
+                return;
+            }
+            std::future::pending().await
+        };
+        let fetch = tokio::time::timeout(FETCH_TIMEOUT, async {
             let mut batch = consumer.fetch().max_messages(asked).messages().await?;
             while let Some(message) = batch.next().await {
                 let message = message?;
@@ -307,8 +333,11 @@ impl Scheduler {
                 started += 1;
             }
             Ok::<_, async_nats::Error>(())
-        })
-        .await;
+        });
+        let fetched = tokio::select! {
+            fetched = fetch => fetched,
+            () = reconnected => Ok(Err("connected to NATS again while fetching".into())),
+        };
         match fetched {
             Ok(Ok(())) => Ok((asked, started)),
             Ok(Err(e)) => Err(e),
