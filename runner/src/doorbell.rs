@@ -60,7 +60,8 @@ pub async fn announce(
     let mut reconnects = bus.reconnects();
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(SCAN_INTERVAL);
-        let connected_again = || tracing::info!("connected to NATS again; scanning for jobs whose doorbells rang while away");
+        let connected_again =
+            || tracing::info!("connected to NATS again; scanning for jobs whose doorbells rang while away");
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
