@@ -18,7 +18,11 @@ use bson::DateTime;
 use common::{
     cache::TtlCache,
     domain::{ModelRef, Pool},
-    store::{ModelRecord, ModelVersionRecord, Models, model_versions::ModelVersions, runners::Runners},
+    store::{
+        ModelRecord, ModelVersionRecord, Models,
+        model_versions::ModelVersions,
+        runners::{ModelRuns, Runners},
+    },
 };
 use serde_json::Value;
 
@@ -62,6 +66,8 @@ pub struct LiveSnapshot {
     pub versions: HashMap<ModelRef, HashSet<String>>,
     /// The pools live runners declare.
     pub pools: BTreeSet<Pool>,
+    /// What they run of each model, summed, with all their recent run times of it.
+    pub runs: HashMap<ModelRef, ModelRuns>,
 }
 
 /// The live runners, read from the `runners` collection at most every [`LIVE_CACHE_TTL`].
@@ -89,6 +95,15 @@ impl LiveRunners {
             for served in runner.serves {
                 snapshot.versions.entry(served.model).or_default().insert(served.version);
             }
+            for runs in runner.runs {
+                let model = snapshot.runs.entry(runs.model.clone()).or_insert_with(|| ModelRuns {
+                    model: runs.model,
+                    running: 0,
+                    recent_run_seconds: Vec::new(),
+                });
+                model.running += runs.running;
+                model.recent_run_seconds.extend(runs.recent_run_seconds);
+            }
         }
         let snapshot = Arc::new(snapshot);
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), snapshot.clone()));
@@ -101,14 +116,19 @@ pub struct ModelCatalog {
     models: Models,
     versions: ModelVersions,
     /// The live runners.
-    pub live: LiveRunners,
+    pub live: Arc<LiveRunners>,
     cache: TtlCache<ModelRef, Option<Arc<RegisteredModel>>>,
 }
 
 impl ModelCatalog {
     /// A catalog over the `models`, `model_versions` and `runners` collections.
     pub fn new(models: Models, versions: ModelVersions, runners: Runners) -> Self {
-        Self { models, versions, live: LiveRunners::new(runners), cache: TtlCache::new(MODEL_CACHE_TTL, 10_000) }
+        Self {
+            models,
+            versions,
+            live: Arc::new(LiveRunners::new(runners)),
+            cache: TtlCache::new(MODEL_CACHE_TTL, 10_000),
+        }
     }
 
     /// The model at its latest version, if some runner registered it.

@@ -19,11 +19,13 @@
 //! runners take turns between them; the other lanes counted are those of the same route.
 //!
 //! **Cost**, whatever the length of the queue: one read of the prediction's lane (a document
-//! by its id: its tickets and marks), and the model's queue ([`common::store::ModelQueue`]:
-//! its lanes, its running predictions, its recent run times; three reads) at most once every
-//! [`MODEL_QUEUE_TTL`] per model and replica; only for a prediction that is `starting`. The place of a prediction stored
-//! before lanes had tickets is counted (a query that grows with its lane's queue).
-//! `bench queue` measures a get with it beside one without.
+//! by its id: its tickets and marks), and the model's lanes (one read) at most once every
+//! [`MODEL_QUEUE_TTL`] per model and replica, fetched by one request while the others use the
+//! last ones; only for a prediction that is `starting`. The running count and run times come
+//! from the live runners' records ([`crate::models::LiveRunners`], read every 2 s for versions
+//! anyway), which each runner rewrites within a second of a change: they may be 3 s old.
+//! The place of a prediction stored before lanes had tickets is counted (a query that grows
+//! with its lane's queue). `bench queue` measures a get with it beside one without.
 
 use std::sync::Arc;
 
@@ -32,12 +34,14 @@ use chrono::Utc;
 use common::{
     cache::TtlCache,
     domain::{ModelRef, Prediction, PredictionStatus, QueuePlace},
-    store::{LaneId, ModelQueue, Predictions, QueueFigures, QueueLanes, StoreError},
+    store::{LaneId, LaneState, ModelQueue, Predictions, QueueFigures, QueueLanes, StoreError},
 };
+use tokio::sync::Mutex;
 
-/// How long a model's queue ([`common::store::ModelQueue`]) is reused: the other lanes'
-/// counts, the running count and the run times may be this old; the prediction's own place in
-/// its lane is always read.
+use crate::{error::ApiError, models::LiveRunners};
+
+/// How long a model's lanes are reused: the other lanes' counts may be this old; the
+/// prediction's own place in its lane is always read.
 pub const MODEL_QUEUE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// 1 + the jobs that start before a prediction with `figures` (see the module doc).
@@ -56,32 +60,37 @@ pub fn seconds_to_start(position: u64, figures: &QueueFigures) -> Option<f64> {
     Some((rounds + 0.5) * average)
 }
 
-/// Waiting predictions' places, with each model's queue reused for [`MODEL_QUEUE_TTL`] by
+/// Waiting predictions' places, with each model's lanes reused for [`MODEL_QUEUE_TTL`] by
 /// this replica.
 pub struct QueuePlaces {
     predictions: Predictions,
     lanes: QueueLanes,
-    models: TtlCache<ModelRef, Arc<ModelQueue>>,
+    live: Arc<LiveRunners>,
+    models: TtlCache<ModelRef, Arc<Vec<LaneState>>>,
+    /// Held while a model's lanes are read: one read at a time refreshes them, and the
+    /// requests that find it under way use the lanes read before (a refresh per request when
+    /// the cache expired was a burst of identical reads each second under load).
+    refreshing: Mutex<()>,
 }
 
 impl QueuePlaces {
-    /// Places read from `predictions` and `lanes`, remembering up to 10,000 models' queues.
-    pub fn new(predictions: Predictions, lanes: QueueLanes) -> Self {
-        Self { predictions, lanes, models: TtlCache::new(MODEL_QUEUE_TTL, 10_000) }
+    /// Places read from `predictions` and `lanes`, with what `live` runners run.
+    pub fn new(predictions: Predictions, lanes: QueueLanes, live: Arc<LiveRunners>) -> Self {
+        Self { predictions, lanes, live, models: TtlCache::new(MODEL_QUEUE_TTL, 10_000), refreshing: Mutex::new(()) }
     }
 
     /// The queue place of `p` if it is waiting; `None` otherwise.
-    pub async fn place(&self, p: &Prediction) -> Result<Option<QueuePlace>, StoreError> {
+    pub async fn place(&self, p: &Prediction) -> Result<Option<QueuePlace>, ApiError> {
         if p.status != PredictionStatus::Starting {
             return Ok(None);
         }
-        let model = match self.models.get(&p.model) {
-            Some(model) => model,
-            None => {
-                let model = Arc::new(self.predictions.model_queue(&self.lanes, &p.model).await?);
-                self.models.insert(p.model.clone(), model.clone());
-                model
-            }
+        let lanes = self.model_lanes(&p.model).await?;
+        let live = self.live.snapshot().await?;
+        let runs = live.runs.get(&p.model);
+        let model = ModelQueue {
+            lanes: lanes.as_ref().clone(),
+            running: runs.map_or(0, |r| r.running),
+            recent_run_seconds: runs.map(|r| r.recent_run_seconds.clone()).unwrap_or_default(),
         };
         let lane = LaneId::of(p);
         let ahead = match p.queue_ticket {
@@ -95,6 +104,25 @@ impl QueuePlaces {
             at.max(Utc::now())
         });
         Ok(Some(QueuePlace { position, estimated_start_at }))
+    }
+
+    /// The lanes of `model`, at most [`MODEL_QUEUE_TTL`] old, or older while another request
+    /// reads them.
+    async fn model_lanes(&self, model: &ModelRef) -> Result<Arc<Vec<LaneState>>, StoreError> {
+        if let Some(lanes) = self.models.get(model) {
+            return Ok(lanes);
+        }
+        let _reading = match (self.refreshing.try_lock(), self.models.get_stale(model)) {
+            (Ok(guard), _) => guard,
+            (Err(_), Some(last)) => return Ok(last),
+            (Err(_), None) => self.refreshing.lock().await,
+        };
+        if let Some(lanes) = self.models.get(model) {
+            return Ok(lanes);
+        }
+        let lanes = Arc::new(self.lanes.of_model(model).await?);
+        self.models.insert(model.clone(), lanes.clone());
+        Ok(lanes)
     }
 }
 

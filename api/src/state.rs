@@ -70,17 +70,18 @@ impl AppState {
     pub async fn new(config: ApiConfig, store: Store, bus: Bus) -> Result<Self, common::bus::BusError> {
         let deactivations = bus.subscribe_key_deactivations().await?;
         let background = TaskTracker::new();
+        let models = ModelCatalog::new(store.models(), store.model_versions(), store.runners());
         Ok(Self(Arc::new(Shared {
             job_outbox: JobOutbox::start(bus.clone(), &background),
             keys: KeyDirectory::new(store.api_keys(), deactivations),
-            models: ModelCatalog::new(store.models(), store.model_versions(), store.runners()),
+            queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes(), models.live.clone()),
+            models,
             rate_limiter: RateLimiter::new(bus.clone()),
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
             tickets: TicketDesk::start(store.queue_lanes(), NEW_PREDICTIONS),
             background,
             metrics: Arc::new(HttpMetrics::new()),
-            queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes()),
             deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),
             files: Files::new(&store),
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),

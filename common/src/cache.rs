@@ -31,6 +31,13 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
         entries.get(key).filter(|(_, at)| at.elapsed() < self.ttl).map(|(v, _)| v.clone())
     }
 
+    /// The entry, if present, however old (for a caller that prefers an old value to waiting
+    /// while another refreshes it).
+    pub fn get_stale(&self, key: &K) -> Option<V> {
+        let entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        entries.get(key).map(|(v, _)| v.clone())
+    }
+
     /// Stores an entry; when full, expired entries are dropped first, then everything.
     pub fn insert(&self, key: K, value: V) {
         let mut entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -68,6 +75,7 @@ mod tests {
         let expired = TtlCache::new(Duration::ZERO, 10);
         expired.insert("a", 1);
         assert_eq!(expired.get(&"a"), None);
+        assert_eq!(expired.get_stale(&"a"), Some(1), "kept until replaced or dropped");
     }
 
     #[test]

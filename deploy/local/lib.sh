@@ -39,7 +39,8 @@ start_mongo() {
   until grep -q '^LISTENING ' "$logfile" 2>/dev/null; do
     size=$(wc -c <"$logfile" 2>/dev/null || echo 0)
     if [ "$size" -gt "$seen" ]; then
-      grep -E '^(OPENING|PROGRESS) ' "$logfile" | tail -n 1 | sed 's/^/MongoDB stand-in: /' >&2
+      # Other lines (a JVM's "Picked up JAVA_TOOL_OPTIONS") are not progress, and not a failure.
+      { grep -E '^(OPENING|PROGRESS) ' "$logfile" || true; } | tail -n 1 | sed 's/^/MongoDB stand-in: /' >&2
       seen="$size"
       deadline=$((SECONDS + stall))
     fi

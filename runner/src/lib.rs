@@ -32,6 +32,7 @@ pub mod progress;
 pub mod reconcile;
 pub mod registry;
 pub mod retention;
+pub mod run_figures;
 pub mod scheduler;
 
 use std::sync::Arc;
@@ -66,15 +67,14 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let served = registry::select(&config.models, available);
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
     let versions = registry::register(&store, &served, &config.versions).await?;
-    let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
-    presence::announce(store.runners(), record, shutdown.clone()).await?;
-
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let executor = Arc::new(
         Executor::new(store.clone(), bus.clone(), links, common.prediction_deadline).with_limits(config.limits),
     );
+    let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
+    presence::announce(store.runners(), record, executor.run_figures(), shutdown.clone()).await?;
     if let Some(bind) = config.metrics_bind {
         let (counts, metrics) = (store.command_counts().clone(), executor.metrics().clone());
         let render = move || format!("{}{}", metrics.render(), counts.openmetrics());

@@ -27,7 +27,7 @@ use super::{
     page::{Chrome, ago, html, see_other},
     session::Signed,
 };
-use crate::{cancel, deliveries, error::ApiError, owned::owned_prediction, state::AppState};
+use crate::{cancel, deliveries, owned::owned_prediction, state::AppState};
 
 /// Predictions on one page of the list.
 const PAGE_SIZE: u64 = 20;
@@ -255,7 +255,7 @@ pub async fn page(
         output_json,
         output_files,
         input_files: file_views(&state, &p.input_files).await?,
-        queue: state.queue_places.place(&p).await.map_err(ApiError::from)?.map(|q| QueueRow {
+        queue: state.queue_places.place(&p).await?.map(|q| QueueRow {
             position: q.position,
             estimate: q.estimated_start_at.map(|t| t.format("%H:%M:%S UTC").to_string()),
         }),

@@ -202,9 +202,6 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("predictions", plain(doc! { "status": 1, "completed_at": 1 })),
         ("predictions", plain(doc! { "data_removed": 1, "completed_at": 1 })),
         ("predictions", plain(doc! { "input_files": 1 })),
-        // A model's queue: its waiting and running predictions, its latest runs.
-        ("predictions", plain(doc! { "model": 1, "status": 1, "created_at": 1 })),
-        ("predictions", plain(doc! { "model": 1, "status": 1, "completed_at": -1 })),
         ("predictions", plain(doc! { "deployment": 1, "status": 1 })),
         // A model's lanes (its queue's figures).
         ("queue_lanes", plain(doc! { "model": 1 })),

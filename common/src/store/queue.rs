@@ -1,24 +1,20 @@
 //! The queue as one waiting prediction sees it: the predictions of its lane waiting ahead of
 //! it, how many each lane it takes turns with has waiting (both from the lanes' tickets and
 //! marks, [`super::queue_lanes`]), how many of the model's are running, and the model's latest
-//! run times. [`ModelQueue`] reads the model's part in three queries whose cost does not grow
-//! with the queue: its lanes (one document each), its running predictions (at most its
-//! slots) and its last [`RECENT_RUNS`] runs, each on an index.
+//! run times. [`ModelQueue`] is the model's part: its lanes (one document each, one query) and
+//! what the live runners report they run of it, with their recent run times
+//! ([`super::runners::ModelRuns`]); nothing is counted over the predictions. (Before, the
+//! running count and the latest runs were two queries over `predictions`: cheap on MongoDB's
+//! indexes, but the stand-in scans, and under load they held the collection for seconds.)
 //!
 //! A prediction stored before lanes had tickets has its place counted instead
 //! ([`Predictions::ahead_in_lane`], a count of its lane's waiting predictions created before
 //! it), as before.
 
-use std::future::IntoFuture;
-
 use bson::{Document, doc};
-use futures::TryStreamExt;
 
-use super::{LaneId, LaneState, Predictions, QueueLanes, StoreError};
-use crate::domain::{ModelRef, Prediction};
-
-/// How many finished runs the estimate averages.
-pub const RECENT_RUNS: i64 = 20;
+use super::{LaneId, LaneState, Predictions, StoreError};
+use crate::domain::Prediction;
 
 /// What the queue looks like to one waiting prediction.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -30,7 +26,7 @@ pub struct QueueFigures {
     /// Predictions of the model running now: with work waiting, every slot serving the model
     /// is busy (no slot idles while work waits), so this is the slots that serve it.
     pub running: u64,
-    /// The model's latest run times (`predict_time`, seconds), newest first.
+    /// The model's latest run times (seconds).
     pub recent_run_seconds: Vec<f64>,
 }
 
@@ -40,9 +36,9 @@ pub struct QueueFigures {
 pub struct ModelQueue {
     /// The model's lanes: their tickets and marks.
     pub lanes: Vec<LaneState>,
-    /// Predictions of the model running now.
+    /// Predictions of the model running now, as the live runners last reported.
     pub running: u64,
-    /// The model's latest run times (`predict_time`, seconds), newest first.
+    /// The model's latest run times (seconds) on each live runner.
     pub recent_run_seconds: Vec<f64>,
 }
 
@@ -71,30 +67,5 @@ impl Predictions {
             ],
         };
         coll.count_documents(ahead).max_time(super::READ_TIME_LIMIT).await
-    }
-
-    /// The queue of `model`: its lanes (from `lanes`), its running predictions, its latest
-    /// run times (three queries).
-    pub async fn model_queue(&self, lanes: &QueueLanes, model: &ModelRef) -> Result<ModelQueue, StoreError> {
-        let coll = self.collection().clone_with_type::<Document>();
-        let name = model.to_string();
-        let running = coll
-            .count_documents(doc! { "model": &name, "status": "processing" })
-            .max_time(super::READ_TIME_LIMIT)
-            .into_future();
-        let recent = async {
-            coll.find(doc! { "model": &name, "status": "succeeded" })
-                .sort(doc! { "completed_at": -1 })
-                .limit(RECENT_RUNS)
-                .projection(doc! { "metrics.predict_time": 1 })
-                .max_time(super::READ_TIME_LIMIT)
-                .await?
-                .try_collect::<Vec<Document>>()
-                .await
-        };
-        let (lanes, running, recent) = tokio::try_join!(lanes.of_model(model), running, recent)?;
-        let recent_run_seconds =
-            recent.iter().filter_map(|d| d.get_document("metrics").ok()?.get_f64("predict_time").ok()).collect();
-        Ok(ModelQueue { lanes, running, recent_run_seconds })
     }
 }

@@ -30,6 +30,23 @@ pub struct Served {
     pub version: String,
 }
 
+/// What a runner is running of one model, and how long its last runs of it took: the model's
+/// part of a waiting prediction's queue place (`api::queue`), summed over the live runners,
+/// with no query over the predictions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRuns {
+    /// The model.
+    pub model: ModelRef,
+    /// Its predictions running on this runner now.
+    pub running: u64,
+    /// How long its last succeeded runs here took (seconds), newest first, at most
+    /// [`RECENT_RUNS`].
+    pub recent_run_seconds: Vec<f64>,
+}
+
+/// The most run times a runner reports per model.
+pub const RECENT_RUNS: usize = 20;
+
 /// A runner process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunnerRecord {
@@ -44,6 +61,10 @@ pub struct RunnerRecord {
     pub started_at: DateTime,
     /// When it last rewrote its record.
     pub seen_at: DateTime,
+    /// What it runs of each model it ran since it started (rewritten within a second of a
+    /// change; absent from records of runners before this field).
+    #[serde(default)]
+    pub runs: Vec<ModelRuns>,
 }
 
 /// Typed access to the `runners` collection.

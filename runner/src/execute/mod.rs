@@ -36,7 +36,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        Mutex,
+        Arc, Mutex,
         atomic::{AtomicI64, Ordering},
     },
     time::Duration,
@@ -66,6 +66,7 @@ use crate::{
         file_inputs::{self, FileAccess, FileInputs, NamedFiles},
     },
     progress::{Changes, Limits},
+    run_figures::RunFigures,
 };
 
 /// How often logs and output of a running model are stored at most.
@@ -163,6 +164,8 @@ pub struct Executor {
     limits: Limits,
     /// Gathers the marks of started tickets for their queue lanes.
     lane_marks: LaneMarks,
+    /// What runs here of each model, and its recent run times (reported with the presence).
+    figures: Arc<RunFigures>,
 }
 
 /// How state changes that read nothing back are gathered: what is queued while two writes
@@ -212,7 +215,13 @@ impl Executor {
             file_inputs,
             limits: Limits::default(),
             lane_marks,
+            figures: Arc::default(),
         }
+    }
+
+    /// What runs here of each model, and its recent run times.
+    pub fn run_figures(&self) -> Arc<RunFigures> {
+        self.figures.clone()
     }
 
     /// Keeps each prediction's logs and text output within `limits`.
@@ -356,6 +365,7 @@ impl Executor {
             call(prediction.model_input.as_object().cloned().unwrap_or_default(), self.named_files(&prediction))
         });
         let flight = self.metrics.started(&model_name);
+        let running_here = self.figures.started(&model.descriptor().model);
         if just_started && let Some(started_at) = prediction.started_at {
             let waited_ms = started_at.timestamp_millis() - prediction.created_at.timestamp_millis();
             self.metrics.waited(&model_name, waited_ms as f64 / 1000.0);
@@ -409,6 +419,10 @@ impl Executor {
             Err(e) if e.code == timeout_error().code => "timeout",
             Err(_) => "failed",
         });
+        if result.is_ok() {
+            self.figures.succeeded(&model.descriptor().model, flight.started.elapsed().as_secs_f64());
+        }
+        drop(running_here);
         Box::pin(self.finish(&prediction, seq.load(Ordering::Acquire), result, &progress)).await?;
         drop(flight);
         Ok(Outcome::Done)
