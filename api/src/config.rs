@@ -5,7 +5,7 @@
 //! | `API_BIND` | `0.0.0.0:8080` | address to listen on |
 //! | `DEFAULT_RATE_LIMIT_RPM` | `600` | `rate_limit_rpm` of new keys |
 //! | `SHUTDOWN_GRACE_SECONDS` | `30` | how long in-flight requests may finish after SIGTERM |
-//! | `API_MAX_IN_FLIGHT` | `256` | requests this replica works on at once; past it, 503 with `Retry-After: 1` at once (`/health`, `/ready`, `/metrics` excepted; held waits give their slot back) |
+//! | `API_MAX_IN_FLIGHT` | `512` | requests this replica works on at once; past it, 503 with `Retry-After: 1` at once (`/health`, `/ready`, `/metrics` excepted; held waits give their slot back) |
 //! | `API_MAX_WAITS` | `1000` | `Prefer: wait` creates held at once by this replica; past it, answered at once |
 //! | `API_MAX_WAITS_PER_KEY` | `100` | the same, per API key |
 //! | `API_MAX_FILE_BYTES` | `104857600` (100 MiB) | the largest upload of the Files API; past it, 413 |
@@ -71,7 +71,7 @@ impl ApiConfig {
             bind: env.parse("API_BIND", SocketAddr::from(([0, 0, 0, 0], 8080)))?,
             default_rate_limit_rpm,
             shutdown_grace: env.seconds("SHUTDOWN_GRACE_SECONDS", Duration::from_secs(30))?,
-            max_in_flight: env.parse("API_MAX_IN_FLIGHT", 256)?,
+            max_in_flight: env.parse("API_MAX_IN_FLIGHT", 512)?,
             max_waits: env.parse("API_MAX_WAITS", 1000)?,
             max_waits_per_key: env.parse("API_MAX_WAITS_PER_KEY", 100)?,
         })

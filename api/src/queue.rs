@@ -1,7 +1,7 @@
 //! Where a waiting prediction stands: the `queue` of `GET /predictions/{id}` while it is
 //! `starting`.
 //!
-//! **Position** follows the scheduler's rules (see the README's *Scheduling*): within a lane
+//! **Position** follows the scheduler's rules (see docs/scheduling.md): within a lane
 //! (a model and an account) jobs start in the order they were created; the lanes of a model
 //! with work take turns, one job each. A prediction with `k` jobs ahead in its own lane starts
 //! on its lane's turn `k + 1`, after at most `k` jobs of every other lane, so its position is

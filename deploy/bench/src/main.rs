@@ -15,6 +15,8 @@
 //!   ended one, and what an account's concurrency cap costs per job.
 //! - `bench overload [--rate N]`: a step load at 1x, 2x and 1x of N a second, with a
 //!   timeline of goodput, rejections and p99 per second (see [`scenarios::overload`]).
+//! - `bench sustained [--searches N]`: the standard set's searches for the sustained
+//!   end-to-end rate alone, each on a fresh system, every phase printed.
 //! - `bench scaling`: demo/sleep completions per second with 1, 2, 4 and 8 runner processes,
 //!   then creates per second with 1 and 2 api replicas.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
@@ -63,6 +65,8 @@ enum Scenario {
     Queue(scenarios::queue::Options),
     /// A step load at 1x, 2x and 1x the sustained rate: goodput, rejections and recovery.
     Overload(scenarios::overload::Options),
+    /// The searches for the sustained end-to-end rate alone, every phase of each.
+    Sustained(scenarios::e2e::Options),
     /// Runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes, then api replicas.
     Scaling(scenarios::scaling::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
@@ -116,6 +120,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Files(options) => scenarios::files::run(options).await,
         Scenario::Queue(options) => scenarios::queue::run(options).await,
         Scenario::Overload(options) => scenarios::overload::run(options).await,
+        Scenario::Sustained(options) => scenarios::e2e::run(options).await,
         Scenario::Scaling(options) => scenarios::scaling::run(options).await,
         Scenario::Scheduling(options) => scenarios::scheduling::run(options).await,
         Scenario::Standard(options) => {

@@ -46,7 +46,7 @@ use crate::scenarios::baselines;
 use crate::scenarios::cog;
 use crate::scenarios::cost;
 use crate::scenarios::create_vs_insert;
-use crate::scenarios::e2e::{self, SUSTAINED_SEARCH_CEILING};
+use crate::scenarios::e2e;
 use crate::scenarios::on_fresh_system;
 use crate::scenarios::overload;
 use crate::scenarios::scaling;
@@ -113,7 +113,7 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
             on_fresh_system(&[], async |cluster, receiver| e2e::measure(cluster, receiver, &fixed).await).await?,
         );
     }
-    let search = e2e::Plan { fixed: vec![(200, 10)], ramp_seconds: 10, max_rate: SUSTAINED_SEARCH_CEILING };
+    let search = e2e::search_plan();
     let mut sustained_repeats = Vec::new();
     for n in 0..SUSTAINED_SEARCHES {
         let phases =

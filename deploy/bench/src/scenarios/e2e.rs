@@ -39,6 +39,52 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// The p99 above which a rate is not sustained.
 const SUSTAINED_P99: Duration = Duration::from_secs(1);
 
+/// Options of `bench sustained`.
+#[derive(clap::Args)]
+pub struct Options {
+    /// How many searches, each on a fresh system.
+    #[arg(long, default_value_t = 3)]
+    searches: usize,
+}
+
+/// `bench sustained`: the standard set's searches for the sustained rate alone, each on a
+/// fresh system, with every phase of each (the standard set keeps the first search's).
+pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let mut searches = Vec::new();
+    let mut rates = Vec::new();
+    for n in 0..options.searches {
+        let phases =
+            super::on_fresh_system(&[], async |cluster, receiver| measure(cluster, receiver, &search_plan()).await)
+                .await?;
+        let held = sustainable(&phases);
+        println!("search {}: {}", n + 1, held.map_or("none held".into(), |r| format!("{r}/s")));
+        for p in &phases {
+            println!(
+                "  {:>5}/s: {} failed ({}), p99 {:.1} ms to succeeded, {:.1} ms to the webhook, {} webhooks missing",
+                p.rate,
+                p.failed,
+                p.first_error.as_deref().unwrap_or("-"),
+                ms(p.client.percentile(99.0)),
+                ms(p.webhook.percentile(99.0)),
+                p.missing_webhooks
+            );
+        }
+        rates.push(held);
+        searches.push(
+            json!({"highest_sustained_rate": held, "phases": phases.iter().map(Phase::json).collect::<Vec<_>>()}),
+        );
+    }
+    Ok(
+        json!({"scenario": "sustained", "highest_sustained_rate_of_each_search": rates, "median": median(&rates), "searches": searches}),
+    )
+}
+
+/// A search for the sustained rate: 200/s, then doubling up to [`SUSTAINED_SEARCH_CEILING`]
+/// and bisecting, 10 s a phase.
+pub fn search_plan() -> Plan {
+    Plan { fixed: vec![(200, 10)], ramp_seconds: 10, max_rate: SUSTAINED_SEARCH_CEILING }
+}
+
 /// The open-loop settings.
 pub struct Plan {
     /// Fixed phases: (predictions per second, seconds); their costs are measured.

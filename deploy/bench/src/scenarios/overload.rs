@@ -25,9 +25,11 @@ use super::e2e::FINISH_TIMEOUT;
 
 /// Seconds of each step.
 pub const STEP_SECONDS: u64 = 10;
-/// Seconds at the sustained rate before the steps, not counted: a fresh system's first
-/// seconds (connection pools, the stand-in's JIT) would otherwise show in the first step.
-const WARM_UP_SECONDS: u64 = 3;
+/// The warm-up before the steps, not counted: 2 s at each quarter of the sustained rate up to
+/// it, as the search that found the rate came to it through lower ones. A fresh system's first
+/// seconds (connection pools, the stand-in's JIT) would otherwise show in the first step: at
+/// 2,200 a second straight from cold, the first step fell over within 6 s.
+const WARM_UP_STAGES: [(u64, u64); 4] = [(1, 2), (2, 2), (3, 2), (4, 2)];
 /// The sustained bound: a prediction seen `succeeded` within it counts as goodput.
 const GOOD_WITHIN: Duration = Duration::from_secs(1);
 /// The p99 the service must be back under once the overload ends, and how soon.
@@ -97,14 +99,20 @@ pub async fn measure(cluster: &Cluster, receiver: &Receiver, rate: u64) -> anyho
     Ok(summary(rate, &outcomes, missing_webhooks))
 }
 
-/// [`WARM_UP_SECONDS`] at `rate`, each create followed to its end; the outcomes are dropped.
+/// The [`WARM_UP_STAGES`] (quarters of `rate`, seconds), each create followed to its end; the
+/// outcomes are dropped.
 async fn warm_up(cluster: &Cluster, http: &reqwest::Client, receiver: &Receiver, rate: u64) {
     let mut tasks = JoinSet::new();
-    let start = Instant::now();
-    for k in 0..rate * WARM_UP_SECONDS {
-        tokio::time::sleep_until(start + Duration::from_secs_f64(k as f64 / rate as f64)).await;
-        let (base, key, hook) = (cluster.base.clone(), cluster.key.clone(), receiver.url.clone());
-        tasks.spawn(create(http.clone(), base, key, hook, usize::MAX - k as usize));
+    let mut sent = 0_usize;
+    for (quarters, seconds) in WARM_UP_STAGES {
+        let stage_rate = (rate * quarters / 4).max(1);
+        let start = Instant::now();
+        for k in 0..stage_rate * seconds {
+            tokio::time::sleep_until(start + Duration::from_secs_f64(k as f64 / stage_rate as f64)).await;
+            let (base, key, hook) = (cluster.base.clone(), cluster.key.clone(), receiver.url.clone());
+            tasks.spawn(create(http.clone(), base, key, hook, usize::MAX - sent));
+            sent += 1;
+        }
     }
     while tasks.join_next().await.is_some() {}
 }
