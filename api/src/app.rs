@@ -139,7 +139,10 @@ pub fn app(state: AppState) -> Router {
     routes::router(state)
         .layer(middleware::from_fn_with_state(in_flight, crate::shed::shed))
         .route("/metrics", serve_metrics)
-        .route("/openapi.json", get(move || std::future::ready(crate::openapi::serve(&base_url))))
+        .route(
+            "/openapi.json",
+            get(move || std::future::ready(crate::openapi::serve(crate::routes::document(), &base_url))),
+        )
         .merge(crate::reference::router())
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
         .layer(middleware)

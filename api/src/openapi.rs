@@ -1,15 +1,17 @@
-//! The OpenAPI 3.1 description served at `GET /openapi.json`, generated from the handlers'
-//! `#[utoipa::path]` annotations and the response types themselves.
+//! The OpenAPI 3.1 description served at `GET /openapi.json`. Each route declares its own
+//! operation beside its handler (`#[utoipa::path]`, with the problems it answers from
+//! [`problems`]), and the router collects them ([`crate::routes::document`]): nothing here
+//! lists the routes. This module holds what the whole document shares: its title and tags,
+//! the bearer scheme, the problem responses, and two rules applied to every operation
+//! ([`complete`]):
 //!
-//! Error responses are added here rather than on each handler, from `ERRORS`: which problem
-//! statuses each operation can answer. Every authenticated operation can also answer 401, 403,
-//! 429, 500 and 503. All of them carry the `ProblemBody` schema as `application/problem+json`.
+//! - every authenticated operation can also answer 401, 403, 429, 500 and 503 (the auth layer's,
+//!   the rate limit's, the shed's and a dependency's answers, not any handler's);
+//! - the Replicate-compatible surface is a copy of every `/v1` operation under `/replicate/v1`
+//!   (operation ids suffixed `Replicate`), as the router mounts it ([`crate::replicate`]);
+//!   `error` is documented as either shape.
 //!
-//! The Replicate-compatible surface is described by a copy of every `/v1` operation under
-//! `/replicate/v1` (operation ids suffixed `Replicate`), as the router mounts it
-//! ([`crate::replicate`]); `error` is documented as either shape.
-
-use std::sync::OnceLock;
+//! All problems carry the `ProblemBody` schema as `application/problem+json`.
 
 use axum::Json;
 use common::problem::{FieldError, FieldErrorCode, ProblemBody};
@@ -20,43 +22,6 @@ use utoipa::{
         security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
     },
 };
-
-use crate::routes;
-
-/// The problem statuses of each operation beyond those of every authenticated one.
-const ERRORS: &[(&str, &str, &[u16])] = &[
-    ("post", "/v1/models/{owner}/{model}/predictions", &[400, 404, 413]),
-    ("post", "/v1/predictions", &[400, 404, 413]),
-    ("get", "/v1/models", &[400]),
-    ("get", "/v1/models/{owner}/{name}", &[404]),
-    ("get", "/v1/models/{owner}/{name}/versions", &[404]),
-    ("get", "/v1/models/{owner}/{name}/versions/{id}", &[404]),
-    ("get", "/v1/predictions", &[400]),
-    ("get", "/v1/predictions/{id}", &[404]),
-    ("post", "/v1/predictions/{id}/cancel", &[400, 404]),
-    ("get", "/v1/predictions/{id}/stream", &[404]),
-    ("get", "/v1/files", &[400]),
-    ("post", "/v1/files", &[400, 413]),
-    ("get", "/v1/files/{id}", &[404]),
-    ("delete", "/v1/files/{id}", &[404]),
-    ("get", "/v1/files/{id}/download", &[400, 404, 416]),
-    ("post", "/v1/account/api-keys", &[400, 413]),
-    ("get", "/v1/account/api-keys/{id}", &[404]),
-    ("get", "/v1/account/api-keys", &[400]),
-    ("patch", "/v1/account/api-keys/{id}", &[400, 404, 413]),
-    ("get", "/v1/predictions/{id}/webhook-deliveries", &[404]),
-    ("post", "/v1/predictions/{id}/webhook-deliveries/{webhook_id}/resend", &[404, 409]),
-    ("get", "/v1/account/webhooks/secret", &[]),
-    ("get", "/v1/account", &[404]),
-    ("get", "/v1/hardware", &[]),
-    ("post", "/v1/deployments", &[400, 409, 413]),
-    ("get", "/v1/deployments", &[400]),
-    ("get", "/v1/deployments/{owner}/{name}", &[404]),
-    ("patch", "/v1/deployments/{owner}/{name}", &[400, 404, 409, 413]),
-    ("delete", "/v1/deployments/{owner}/{name}", &[404]),
-    ("post", "/v1/deployments/{owner}/{name}/predictions", &[400, 404, 413]),
-    ("post", "/v1/account/webhooks/secret/rotate", &[400, 413]),
-];
 
 /// What every authenticated operation may answer.
 const AUTHENTICATED: &[u16] = &[401, 403, 429, 500, 503];
@@ -82,43 +47,8 @@ fn describe(status: u16) -> &'static str {
         title = "Prediction service API",
         description = "Asynchronous generation jobs (predictions) on hosted models, with signed webhooks."
     ),
-    paths(
-        routes::predictions::create,
-        routes::predictions::create_by_version,
-        routes::predictions::list,
-        routes::predictions::get,
-        routes::predictions::cancel,
-        routes::stream::stream,
-        routes::models::list,
-        routes::models::get,
-        routes::models::versions,
-        routes::models::version,
-        routes::files::create,
-        routes::files::list,
-        routes::files::get,
-        routes::files::delete,
-        routes::files::download,
-        routes::api_keys::create,
-        routes::api_keys::list,
-        routes::api_keys::get,
-        routes::api_keys::update,
-        routes::webhook_deliveries::list,
-        routes::webhook_deliveries::resend,
-        routes::webhook_secret::get,
-        routes::webhook_secret::rotate,
-        routes::account::get,
-        routes::hardware::list,
-        routes::deployments::create,
-        routes::deployments::list,
-        routes::deployments::get,
-        routes::deployments::update,
-        routes::deployments::delete,
-        routes::deployments::predict,
-        routes::health::ready,
-        routes::health::health,
-    ),
     components(schemas(ProblemBody, FieldError, FieldErrorCode)),
-    modifiers(&Security, &ProblemResponses, &ReplicateSurface),
+    modifiers(&Security),
     tags(
         (name = "predictions", description = "Create, read, list and cancel predictions"),
         (name = "models", description = "Registered models and their versions"),
@@ -148,116 +78,97 @@ impl Modify for Security {
     }
 }
 
-struct ProblemResponses;
-
-/// The operation of `item` for `method` (lowercase).
-fn operation_mut<'a>(
-    item: &'a mut utoipa::openapi::PathItem,
-    method: &str,
-) -> Option<&'a mut utoipa::openapi::path::Operation> {
-    match method {
-        "get" => item.get.as_mut(),
-        "patch" => item.patch.as_mut(),
-        "delete" => item.delete.as_mut(),
-        _ => item.post.as_mut(),
-    }
+/// A problem+json response with `status`'s description.
+fn problem_response(status: u16) -> utoipa::openapi::Response {
+    ResponseBuilder::new()
+        .description(describe(status))
+        .content(
+            common::problem::PROBLEM_CONTENT_TYPE,
+            ContentBuilder::new().schema(Some(Ref::from_schema_name("ProblemBody"))).build(),
+        )
+        .build()
 }
 
-impl Modify for ProblemResponses {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        for (method, path, extra) in ERRORS {
-            let Some(item) = openapi.paths.paths.get_mut(*path) else { continue };
-            let Some(operation) = operation_mut(item, method) else { continue };
-            for status in extra.iter().chain(AUTHENTICATED) {
-                let response = ResponseBuilder::new()
-                    .description(describe(*status))
-                    .content(
-                        common::problem::PROBLEM_CONTENT_TYPE,
-                        ContentBuilder::new().schema(Some(Ref::from_schema_name("ProblemBody"))).build(),
-                    )
-                    .build();
-                operation.responses.responses.insert(status.to_string(), response.into());
-            }
-        }
-    }
-}
+/// The problems a handler names in its `responses(...)`, inlined:
+/// `(status = 404, response = inline(problems::NotFound))`.
+pub mod problems {
+    macro_rules! problems {
+        ($($name:ident = $status:literal),* $(,)?) => {$(
+            #[doc = concat!("The problem+json answer of status ", stringify!($status), ".")]
+            pub struct $name;
 
-struct ReplicateSurface;
-
-impl Modify for ReplicateSurface {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let canonical: Vec<_> = openapi
-            .paths
-            .paths
-            .iter()
-            .filter(|(path, _)| path.starts_with("/v1/"))
-            .map(|(p, i)| (p.clone(), i.clone()))
-            .collect();
-        for (path, mut item) in canonical {
-            for operation in [&mut item.get, &mut item.post, &mut item.patch, &mut item.delete].into_iter().flatten() {
-                operation.operation_id = operation.operation_id.take().map(|id| format!("{id}Replicate"));
-                operation.tags = Some(vec!["replicate".into()]);
-            }
-            openapi.paths.paths.insert(format!("{}{}", crate::replicate::ROOT, &path["/v1".len()..]), item);
-        }
-        openapi.tags.get_or_insert_with(Vec::new).push(
-            utoipa::openapi::tag::TagBuilder::new()
-                .name("replicate")
-                .description(Some(
-                    "The same operations in Replicate's shapes (`error` a string, links inside `/replicate/v1`)",
-                ))
-                .build(),
-        );
-    }
-}
-
-/// The document, built once.
-pub fn document() -> &'static utoipa::openapi::OpenApi {
-    static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
-    DOC.get_or_init(ApiDoc::openapi)
-}
-
-/// `GET /openapi.json`: the document with this deployment's base URL as its server.
-pub fn serve(base_url: &str) -> Json<utoipa::openapi::OpenApi> {
-    let mut doc = document().clone();
-    doc.servers = Some(vec![Server::new(base_url)]);
-    Json(doc)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_listed_operation_exists_and_gets_its_problems_on_both_surfaces() {
-        let doc = document();
-        assert_eq!(serde_json::to_value(doc).expect("json")["openapi"], "3.1.0");
-        for (method, path, extra) in ERRORS {
-            let replicate = format!("/replicate{path}");
-            for path in [*path, replicate.as_str()] {
-                let mut item = doc.paths.paths.get(path).unwrap_or_else(|| panic!("{path} is documented")).clone();
-                let op = operation_mut(&mut item, method).unwrap_or_else(|| panic!("{method} {path} is documented"));
-                for status in extra.iter().chain(AUTHENTICATED) {
-                    assert!(op.responses.responses.contains_key(&status.to_string()), "{method} {path} {status}");
+            impl<'r> utoipa::ToResponse<'r> for $name {
+                fn response() -> (&'r str, utoipa::openapi::RefOr<utoipa::openapi::Response>) {
+                    (stringify!($name), super::problem_response($status).into())
                 }
             }
-        }
+        )*};
     }
 
-    #[test]
-    fn operation_ids_are_unique() {
-        let doc = serde_json::to_value(document()).expect("json");
-        let mut ids: Vec<String> = doc["paths"]
-            .as_object()
-            .expect("paths")
-            .values()
-            .flat_map(|item| item.as_object().expect("item").values())
-            .filter_map(|op| op["operationId"].as_str().map(str::to_owned))
-            .collect();
-        let count = ids.len();
-        ids.sort();
-        ids.dedup();
-        assert_eq!(ids.len(), count);
-        assert!(ids.contains(&"getModelReplicate".to_owned()));
+    problems!(BadRequest = 400, NotFound = 404, Conflict = 409, TooLarge = 413, RangeNotSatisfiable = 416);
+}
+
+/// Every operation of `item`.
+fn operations(item: &mut utoipa::openapi::PathItem) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [&mut item.get, &mut item.post, &mut item.patch, &mut item.delete, &mut item.put].into_iter().flatten()
+}
+
+/// Adds [`AUTHENTICATED`] problems to every operation that takes a key.
+fn authenticated_problems(openapi: &mut utoipa::openapi::OpenApi) {
+    for item in openapi.paths.paths.values_mut() {
+        for operation in operations(item) {
+            if operation.security.as_ref().is_none_or(Vec::is_empty) {
+                continue;
+            }
+            for status in AUTHENTICATED {
+                operation.responses.responses.insert(status.to_string(), problem_response(*status).into());
+            }
+        }
     }
+}
+
+/// Copies every `/v1` operation under `/replicate/v1`.
+fn replicate_surface(openapi: &mut utoipa::openapi::OpenApi) {
+    let canonical: Vec<_> = openapi
+        .paths
+        .paths
+        .iter()
+        .filter(|(path, _)| path.starts_with("/v1/"))
+        .map(|(p, i)| (p.clone(), i.clone()))
+        .collect();
+    for (path, mut item) in canonical {
+        for operation in operations(&mut item) {
+            operation.operation_id = operation.operation_id.take().map(|id| format!("{id}Replicate"));
+            operation.tags = Some(vec!["replicate".into()]);
+        }
+        openapi.paths.paths.insert(format!("{}{}", crate::replicate::ROOT, &path["/v1".len()..]), item);
+    }
+    openapi.tags.get_or_insert_with(Vec::new).push(
+        utoipa::openapi::tag::TagBuilder::new()
+            .name("replicate")
+            .description(Some(
+                "The same operations in Replicate's shapes (`error` a string, links inside `/replicate/v1`)",
+            ))
+            .build(),
+    );
+}
+
+/// What the document starts from before the routes add their operations: title, tags,
+/// the bearer scheme, the problem schema.
+pub fn base() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// The routes' document with the rules every operation shares (see the module doc).
+pub fn complete(mut openapi: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    authenticated_problems(&mut openapi);
+    replicate_surface(&mut openapi);
+    openapi
+}
+
+/// `GET /openapi.json`: `doc` with this deployment's base URL as its server.
+pub fn serve(doc: &utoipa::openapi::OpenApi, base_url: &str) -> Json<utoipa::openapi::OpenApi> {
+    let mut doc = doc.clone();
+    doc.servers = Some(vec![Server::new(base_url)]);
+    Json(doc)
 }

@@ -1,11 +1,9 @@
 //! One clock for the progress flushes of every prediction running here: a tick every
 //! [`crate::execute::FLUSH_INTERVAL`] that each running job waits for.
 //!
-//! Before, each job ran a timer of its own. A timer that becomes the runtime's earliest wakes
-//! its driver through an eventfd as it is set (0.87 such writes per prediction, counted with
-//! `perf stat` on the runner), and a short job set one only to drop it. A job still stores
-//! its progress at most once per tick; its first store now comes at the next tick after it
-//! starts rather than a whole interval later.
+//! One clock rather than a timer per job: a timer that becomes the runtime's earliest wakes its
+//! driver through an eventfd as it is set, and a short job would set one only to drop it. A
+//! job stores its progress at most once per tick, the first at the next tick after it starts.
 
 use std::time::Duration;
 

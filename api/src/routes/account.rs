@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::{
     auth::{Authorized, Read},
     error::ApiError,
+    openapi::problems,
     state::AppState,
 };
 
@@ -26,10 +27,10 @@ pub struct AccountView {
 /// `GET /v1/account`
 #[utoipa::path(
     get,
-    path = "/v1/account",
+    path = "/account",
     operation_id = "getAccount",
     tag = "account",
-    responses((status = 200, description = "The calling key's account", body = AccountView)),
+    responses((status = 200, description = "The calling key's account", body = AccountView), (status = 404, response = inline(problems::NotFound)), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn get(State(state): State<AppState>, auth: Authorized<Read>) -> Result<Json<AccountView>, ApiError> {

@@ -24,6 +24,7 @@ use crate::{
     accounts,
     auth::{Admin, Authorized},
     error::ApiError,
+    openapi::problems,
     state::AppState,
     validate::{
         body, create_api_key,
@@ -97,11 +98,11 @@ impl ApiKeyView {
 /// `POST /v1/account/api-keys`
 #[utoipa::path(
     post,
-    path = "/v1/account/api-keys",
+    path = "/account/api-keys",
     operation_id = "createApiKey",
     tag = "account",
     request_body(content = Option<create_api_key::CreateApiKeyBody>, content_type = "application/json", description = "Optional: every field has a default"),
-    responses((status = 201, description = "Created; `key` is the full value", body = ApiKeyView)),
+    responses((status = 201, description = "Created; `key` is the full value", body = ApiKeyView), (status = 400, response = inline(problems::BadRequest)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 pub async fn create(
@@ -119,11 +120,11 @@ pub async fn create(
 /// `GET /v1/account/api-keys/{id}`
 #[utoipa::path(
     get,
-    path = "/v1/account/api-keys/{id}",
+    path = "/account/api-keys/{id}",
     operation_id = "getApiKey",
     tag = "account",
     params(("id" = String, Path, description = "The key id")),
-    responses((status = 200, description = "The key, with its full value", body = ApiKeyDetails)),
+    responses((status = 200, description = "The key, with its full value", body = ApiKeyDetails), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -175,11 +176,11 @@ pub struct ApiKeyPage {
 /// `GET /v1/account/api-keys`
 #[utoipa::path(
     get,
-    path = "/v1/account/api-keys",
+    path = "/account/api-keys",
     operation_id = "listApiKeys",
     tag = "account",
     params(PagingParams),
-    responses((status = 200, description = "A page of the account's keys, newest first, without their values", body = ApiKeyPage)),
+    responses((status = 200, description = "A page of the account's keys, newest first, without their values", body = ApiKeyPage), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -217,12 +218,12 @@ fn false_only() -> utoipa::openapi::Object {
 /// `PATCH /v1/account/api-keys/{id}`: `{"is_active": false}` deactivates the key.
 #[utoipa::path(
     patch,
-    path = "/v1/account/api-keys/{id}",
+    path = "/account/api-keys/{id}",
     operation_id = "updateApiKey",
     tag = "account",
     params(("id" = String, Path, description = "The key id")),
     request_body(content = UpdateApiKeyBody, content_type = "application/json"),
-    responses((status = 200, description = "The key as it is now", body = ApiKeySummary)),
+    responses((status = 200, description = "The key as it is now", body = ApiKeySummary), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 pub async fn update(

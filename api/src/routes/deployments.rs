@@ -21,6 +21,7 @@ use crate::{
     auth::{Admin, Authorized, Caller, Read, Write},
     deployments,
     error::ApiError,
+    openapi::problems,
     routes::{account::AccountView, predictions},
     state::AppState,
     surface::Surface,
@@ -111,11 +112,11 @@ async fn owned(state: &AppState, caller: &Caller, owner: &str, name: &str) -> Re
 /// `POST /v1/deployments`
 #[utoipa::path(
     post,
-    path = "/v1/deployments",
+    path = "/deployments",
     operation_id = "createDeployment",
     tag = "deployments",
     request_body(content = deployment::CreateDeploymentBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, release 1", body = DeploymentView)),
+    responses((status = 201, description = "Created, release 1", body = DeploymentView), (status = 400, response = inline(problems::BadRequest)), (status = 409, response = inline(problems::Conflict)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 pub async fn create(
@@ -133,11 +134,11 @@ pub async fn create(
 /// `GET /v1/deployments`
 #[utoipa::path(
     get,
-    path = "/v1/deployments",
+    path = "/deployments",
     operation_id = "listDeployments",
     tag = "deployments",
     params(PagingParams),
-    responses((status = 200, description = "A page of the account's deployments, newest first", body = DeploymentPage)),
+    responses((status = 200, description = "A page of the account's deployments, newest first", body = DeploymentPage), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -156,11 +157,11 @@ pub async fn list(
 /// `GET /v1/deployments/{owner}/{name}`
 #[utoipa::path(
     get,
-    path = "/v1/deployments/{owner}/{name}",
+    path = "/deployments/{owner}/{name}",
     operation_id = "getDeployment",
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
-    responses((status = 200, description = "The deployment", body = DeploymentView)),
+    responses((status = 200, description = "The deployment", body = DeploymentView), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -174,12 +175,12 @@ pub async fn get(
 /// `PATCH /v1/deployments/{owner}/{name}`: any change makes release `number + 1`.
 #[utoipa::path(
     patch,
-    path = "/v1/deployments/{owner}/{name}",
+    path = "/deployments/{owner}/{name}",
     operation_id = "updateDeployment",
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
     request_body(content = deployment::UpdateDeploymentBody, content_type = "application/json"),
-    responses((status = 200, description = "The deployment at its new release", body = DeploymentView)),
+    responses((status = 200, description = "The deployment at its new release", body = DeploymentView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 409, response = inline(problems::Conflict)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 pub async fn update(
@@ -200,11 +201,11 @@ pub async fn update(
 /// `DELETE /v1/deployments/{owner}/{name}`
 #[utoipa::path(
     delete,
-    path = "/v1/deployments/{owner}/{name}",
+    path = "/deployments/{owner}/{name}",
     operation_id = "deleteDeployment",
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
-    responses((status = 204, description = "Deleted; its predictions keep their `deployment`")),
+    responses((status = 204, description = "Deleted; its predictions keep their `deployment`"), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn delete(
@@ -220,12 +221,12 @@ pub async fn delete(
 /// `POST /v1/deployments/{owner}/{name}/predictions`
 #[utoipa::path(
     post,
-    path = "/v1/deployments/{owner}/{name}/predictions",
+    path = "/deployments/{owner}/{name}/predictions",
     operation_id = "createDeploymentPrediction",
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
     request_body(content = crate::validate::create_prediction::CreatePredictionBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::domain::PredictionView)),
+    responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::domain::PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(deployment = %format!("{owner}/{name}"), prediction_id))]

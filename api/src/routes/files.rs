@@ -32,6 +32,7 @@ use crate::{
     auth::{Authorized, Read, Write},
     error::ApiError,
     file_response,
+    openapi::problems,
     owned::owned_file,
     state::AppState,
     surface::Surface,
@@ -72,14 +73,13 @@ fn now_seconds() -> i64 {
 /// `POST /v1/files`
 #[utoipa::path(
     post,
-    path = "/v1/files",
+    path = "/files",
     operation_id = "createFile",
     tag = "files",
     request_body(content = UploadBody, content_type = "multipart/form-data"),
     responses(
         (status = 201, description = "Stored", body = FileView),
-        (status = 413, description = "Larger than `API_MAX_FILE_BYTES`")
-    ),
+        (status = 413, description = "Larger than `API_MAX_FILE_BYTES`"), (status = 400, response = inline(problems::BadRequest)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(file_id))]
@@ -167,11 +167,11 @@ fn bad_metadata() -> ApiError {
 /// `GET /v1/files`
 #[utoipa::path(
     get,
-    path = "/v1/files",
+    path = "/files",
     operation_id = "listFiles",
     tag = "files",
     params(PagingParams),
-    responses((status = 200, description = "A page of the account's files, newest first", body = FilePage)),
+    responses((status = 200, description = "A page of the account's files, newest first", body = FilePage), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -197,11 +197,11 @@ pub async fn list(
 /// `GET /v1/files/{id}`
 #[utoipa::path(
     get,
-    path = "/v1/files/{id}",
+    path = "/files/{id}",
     operation_id = "getFile",
     tag = "files",
     params(("id" = String, Path, description = "The file id")),
-    responses((status = 200, description = "The file", body = FileView)),
+    responses((status = 200, description = "The file", body = FileView), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -217,11 +217,11 @@ pub async fn get(
 /// `DELETE /v1/files/{id}`
 #[utoipa::path(
     delete,
-    path = "/v1/files/{id}",
+    path = "/files/{id}",
     operation_id = "deleteFile",
     tag = "files",
     params(("id" = String, Path, description = "The file id")),
-    responses((status = 204, description = "Deleted")),
+    responses((status = 204, description = "Deleted"), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(file_id = %id))]
@@ -275,7 +275,7 @@ fn bad_signature() -> ApiError {
 /// `GET /v1/files/{id}/download`
 #[utoipa::path(
     get,
-    path = "/v1/files/{id}/download",
+    path = "/files/{id}/download",
     operation_id = "downloadFile",
     tag = "files",
     params(
@@ -289,8 +289,7 @@ fn bad_signature() -> ApiError {
         (status = 200, description = "The file's bytes, with its own content type", content_type = "*/*", body = Vec<u8>),
         (status = 206, description = "The range asked for", content_type = "*/*", body = Vec<u8>),
         (status = 304, description = "The `If-None-Match` ETag matches"),
-        (status = 416, description = "The range lies outside the file")
-    ),
+        (status = 416, description = "The range lies outside the file"), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 416, response = inline(problems::RangeNotSatisfiable))),
     security(("bearer" = []), ())
 )]
 pub async fn download(

@@ -24,7 +24,7 @@ pub struct HardwareView {
 /// `GET /v1/hardware`
 #[utoipa::path(
     get,
-    path = "/v1/hardware",
+    path = "/hardware",
     operation_id = "listHardware",
     tag = "models",
     responses((status = 200, description = "The pools of live runners, by name", body = Vec<HardwareView>)),

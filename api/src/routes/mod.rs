@@ -4,47 +4,12 @@
 //! Every `/v1` route is also mounted under `/replicate/v1` (see [`crate::replicate`]); the
 //! handlers render for the request's [`crate::surface::Surface`].
 //!
-//! | route (under `/v1` and `/replicate/v1`) | handler | scope |
-//! |---|---|---|
-//! | `GET /account` | [`account::get`] | read |
-//! | `GET /hardware` | [`hardware::list`] | read |
-//! | `POST /deployments` | [`deployments::create`] | admin |
-//! | `GET /deployments` | [`deployments::list`] | read |
-//! | `GET /deployments/{owner}/{name}` | [`deployments::get`] | read |
-//! | `PATCH /deployments/{owner}/{name}` (a new release) | [`deployments::update`] | admin |
-//! | `DELETE /deployments/{owner}/{name}` | [`deployments::delete`] | admin |
-//! | `POST /deployments/{owner}/{name}/predictions` | [`deployments::predict`] | write |
-//! | `POST /account/api-keys` | [`api_keys::create`] | admin |
-//! | `GET /account/api-keys` | [`api_keys::list`] | admin |
-//! | `GET /account/api-keys/{id}` | [`api_keys::get`] | admin |
-//! | `PATCH /account/api-keys/{id}` (deactivate) | [`api_keys::update`] | admin |
-//! | `POST /models/{owner}/{model}/predictions` | [`predictions::create`] | write |
-//! | `POST /predictions` (by `version`) | [`predictions::create_by_version`] | write |
-//! | `GET /predictions` | [`predictions::list`] | read |
-//! | `GET /predictions/{id}` | [`predictions::get`] | read |
-//! | `POST /predictions/{id}/cancel` | [`predictions::cancel`] | write |
-//! | `GET /predictions/{id}/stream` | [`stream::stream`] | read, or the `token` of `urls.stream` |
-//! | `GET /predictions/{id}/webhook-deliveries` | [`webhook_deliveries::list`] | read |
-//! | `POST /predictions/{id}/webhook-deliveries/{webhook_id}/resend` | [`webhook_deliveries::resend`] | write |
-//! | `GET /models` | [`models::list`] | read |
-//! | `GET /models/{owner}/{name}` | [`models::get`] | read |
-//! | `GET /models/{owner}/{name}/versions` | [`models::versions`] | read |
-//! | `GET /models/{owner}/{name}/versions/{id}` | [`models::version`] | read |
-//! | `POST /files` (multipart upload) | [`files::create`] | write |
-//! | `GET /files` | [`files::list`] | read |
-//! | `GET /files/{id}` | [`files::get`] | read |
-//! | `DELETE /files/{id}` | [`files::delete`] | write |
-//! | `GET /files/{id}/download` | [`files::download`] | read, or a signed URL |
-//! | `GET /account/webhooks/secret` (alias `GET /webhooks/default/secret`) | [`webhook_secret::get`] | admin |
-//! | `POST /account/webhooks/secret/rotate` | [`webhook_secret::rotate`] | admin |
-//!
-//! Outside both surfaces:
-//!
-//! | route | handler | scope |
-//! |---|---|---|
-//! | `GET /ready`, `GET /health` | [`health`] | none |
-//! | `GET /openapi.json` (mounted by [`crate::app`]) | [`crate::openapi::serve`] | none |
-//! | the console's pages (`/`, `/login`, `/predictions/{id}`, …) | [`crate::console`] | a session |
+//! **A route is declared once**, beside its handler: its `#[utoipa::path]` names its method,
+//! its path (relative to the surface's root), its scope's security and every answer it gives,
+//! problems included. [`api`] lists the handlers (`routes!`), and the router and the OpenAPI
+//! document ([`document`]) are both made from that list. `docs/api.md` lists the same routes
+//! (a test compares them). Outside both surfaces: `/ready` and `/health` ([`health`]),
+//! `/openapi.json` (mounted by [`crate::app`]) and the console's pages ([`crate::console`]).
 
 pub mod account;
 pub mod api_keys;
@@ -58,58 +23,77 @@ pub mod stream;
 pub mod webhook_deliveries;
 pub mod webhook_secret;
 
-use axum::{
-    Extension, Router,
-    extract::DefaultBodyLimit,
-    routing::{get, post},
-};
-use common::domain::ApiSurface;
+use std::sync::OnceLock;
 
-use crate::{error::ApiError, replicate, state::AppState, surface::Surface};
+use axum::{Extension, Router, extract::DefaultBodyLimit, routing::get};
+use common::domain::ApiSurface;
+use utoipa_axum::{
+    router::{OpenApiRouter, UtoipaMethodRouter},
+    routes,
+};
+
+use crate::{error::ApiError, openapi, replicate, state::AppState, surface::Surface};
 
 /// Every route, with unknown paths answered 404 problem+json.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .nest(ApiSurface::Canonical.root(), api().layer(Extension(Surface(ApiSurface::Canonical))))
-        .merge(replicate::mount(api()))
+    let (documented, _) = documented().split_for_parts();
+    let (replicate_surface, _) = api().split_for_parts();
+    documented
+        .merge(replicate::mount(replicate_surface))
         .merge(crate::console::router())
-        .route("/ready", get(health::ready))
-        .route("/health", get(health::health))
         .fallback(unknown_route)
         .with_state(state)
 }
 
-/// The routes of an API surface, relative to its root.
-fn api() -> Router<AppState> {
-    Router::new()
-        .route("/account", get(account::get))
-        .route("/hardware", get(hardware::list))
-        .route("/deployments", post(deployments::create).get(deployments::list))
-        .route(
-            "/deployments/{owner}/{name}",
-            get(deployments::get).patch(deployments::update).delete(deployments::delete),
-        )
-        .route("/deployments/{owner}/{name}/predictions", post(deployments::predict))
-        .route("/account/api-keys", post(api_keys::create).get(api_keys::list))
-        .route("/account/api-keys/{id}", get(api_keys::get).patch(api_keys::update))
-        .route("/models", get(models::list))
-        .route("/models/{owner}/{model}", get(models::get))
-        .route("/models/{owner}/{model}/versions", get(models::versions))
-        .route("/models/{owner}/{model}/versions/{id}", get(models::version))
-        .route("/models/{owner}/{model}/predictions", post(predictions::create))
-        .route("/predictions", get(predictions::list).post(predictions::create_by_version))
-        .route("/predictions/{id}", get(predictions::get))
-        .route("/predictions/{id}/cancel", post(predictions::cancel))
-        .route("/predictions/{id}/stream", get(stream::stream))
-        .route("/predictions/{id}/webhook-deliveries", get(webhook_deliveries::list))
-        .route("/predictions/{id}/webhook-deliveries/{webhook_id}/resend", post(webhook_deliveries::resend))
-        // An upload streams to the file store under its own limit (API_MAX_FILE_BYTES).
-        .route("/files", post(files::create).layer(DefaultBodyLimit::disable()).get(files::list))
-        .route("/files/{id}", get(files::get).delete(files::delete))
-        .route("/files/{id}/download", get(files::download))
-        .route("/account/webhooks/secret", get(webhook_secret::get))
-        .route("/account/webhooks/secret/rotate", post(webhook_secret::rotate))
+/// The OpenAPI document of every route (built once): what the routes declare, completed by
+/// [`openapi::complete`].
+pub fn document() -> &'static utoipa::openapi::OpenApi {
+    static DOCUMENT: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+    DOCUMENT.get_or_init(|| openapi::complete(documented().into_openapi()))
+}
+
+/// The canonical surface under its root and the operations' routes, with their document.
+fn documented() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .nest(ApiSurface::Canonical.root(), api().layer(Extension(Surface(ApiSurface::Canonical))))
+        .routes(routes!(health::ready))
+        .routes(routes!(health::health))
+}
+
+/// The routes of an API surface, relative to its root: one `routes!` per path.
+fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(account::get))
+        .routes(routes!(hardware::list))
+        .routes(routes!(deployments::create, deployments::list))
+        .routes(routes!(deployments::get, deployments::update, deployments::delete))
+        .routes(routes!(deployments::predict))
+        .routes(routes!(api_keys::create, api_keys::list))
+        .routes(routes!(api_keys::get, api_keys::update))
+        .routes(routes!(models::list))
+        .routes(routes!(models::get))
+        .routes(routes!(models::versions))
+        .routes(routes!(models::version))
+        .routes(routes!(predictions::create))
+        .routes(routes!(predictions::list, predictions::create_by_version))
+        .routes(routes!(predictions::get))
+        .routes(routes!(predictions::cancel))
+        .routes(routes!(stream::stream))
+        .routes(routes!(webhook_deliveries::list))
+        .routes(routes!(webhook_deliveries::resend))
+        .routes(streamed_upload(routes!(files::create, files::list)))
+        .routes(routes!(files::get, files::delete))
+        .routes(routes!(files::download))
+        .routes(routes!(webhook_secret::get))
+        .routes(routes!(webhook_secret::rotate))
+        // The secret's older address: the same operation, documented once.
         .route("/webhooks/default/secret", get(webhook_secret::get))
+}
+
+/// An upload streams to the file store under its own limit (`API_MAX_FILE_BYTES`), not the
+/// 1 MiB of other bodies.
+fn streamed_upload((schemas, paths, methods): UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
+    (schemas, paths, methods.layer(DefaultBodyLimit::disable()))
 }
 
 /// An unknown path: a 404 page for a browser outside the APIs, problem+json otherwise.
@@ -122,4 +106,112 @@ async fn unknown_route(uri: axum::http::Uri, headers: axum::http::HeaderMap) -> 
         return crate::console::not_found().into_response();
     }
     ApiError::not_found("No such route.").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Every documented operation as `METHOD path`.
+    fn operations(doc: &utoipa::openapi::OpenApi) -> BTreeSet<String> {
+        let doc = serde_json::to_value(doc).expect("json");
+        let mut found = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("item").keys() {
+                found.insert(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_authenticated_operation_answers_the_auth_layers_problems_on_both_surfaces() {
+        let doc = serde_json::to_value(document()).expect("json");
+        assert_eq!(doc["openapi"], "3.1.0");
+        let mut checked = 0;
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("item") {
+                if op["security"].as_array().is_none_or(Vec::is_empty) {
+                    assert!(["/ready", "/health"].contains(&path.as_str()), "{method} {path} takes no key");
+                    continue;
+                }
+                for status in ["401", "403", "429", "500", "503"] {
+                    let content = &op["responses"][status]["content"]["application/problem+json"];
+                    assert!(content.is_object(), "{method} {path} {status}");
+                }
+                checked += 1;
+            }
+        }
+        let canonical = operations(document()).iter().filter(|op| op.contains(" /v1/")).count();
+        assert_eq!(checked, 2 * canonical, "each /v1 operation and its /replicate/v1 copy");
+    }
+
+    #[test]
+    fn a_handler_declares_its_own_problems() {
+        let doc = serde_json::to_value(document()).expect("json");
+        let problems = |path: &str, method: &str| -> BTreeSet<String> {
+            doc["paths"][path][method]["responses"]
+                .as_object()
+                .expect("responses")
+                .iter()
+                .filter(|(_, r)| r["content"]["application/problem+json"].is_object())
+                .map(|(status, _)| status.clone())
+                .filter(|status| !["401", "403", "429", "500", "503"].contains(&status.as_str()))
+                .collect()
+        };
+        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(problems("/v1/predictions/{id}/cancel", "post"), set(&["400", "404"]));
+        assert_eq!(problems("/replicate/v1/files/{id}/download", "get"), set(&["400", "404", "416"]));
+        assert_eq!(problems("/v1/hardware", "get"), set(&[]));
+    }
+
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = serde_json::to_value(document()).expect("json");
+        let mut ids: Vec<String> = doc["paths"]
+            .as_object()
+            .expect("paths")
+            .values()
+            .flat_map(|item| item.as_object().expect("item").values())
+            .filter_map(|op| op["operationId"].as_str().map(str::to_owned))
+            .collect();
+        let count = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), count);
+        assert!(ids.contains(&"getModelReplicate".to_owned()));
+    }
+
+    /// `docs/api.md` names every `/v1` route the router serves, and no other.
+    #[test]
+    fn the_api_reference_page_lists_the_routers_routes() {
+        let page =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api.md")).expect("docs/api.md");
+        let named: BTreeSet<String> = routes_named(&page);
+        let mut served: BTreeSet<String> =
+            operations(document()).into_iter().filter(|op| op.contains(" /v1/")).collect();
+        // Served beside its documented address, and named by the page as such.
+        served.insert("GET /v1/webhooks/default/secret".into());
+        let missing: Vec<_> = served.difference(&named).collect();
+        let unknown: Vec<_> = named.difference(&served).collect();
+        assert!(missing.is_empty(), "routes docs/api.md does not name: {missing:?}");
+        assert!(unknown.is_empty(), "routes docs/api.md names that the router does not serve: {unknown:?}");
+    }
+
+    /// Every "`METHOD /v1/path`" of `page` (a query string dropped).
+    fn routes_named(page: &str) -> BTreeSet<String> {
+        let mut found = BTreeSet::new();
+        for (i, _) in page.match_indices('`') {
+            let rest = &page[i + 1..];
+            let Some((method, tail)) = rest.split_once(' ') else { continue };
+            if !["GET", "POST", "PATCH", "DELETE", "PUT"].contains(&method) || !tail.starts_with("/v1/") {
+                continue;
+            }
+            let end = tail.find(['`', ' ', '?']).unwrap_or(tail.len());
+            found.insert(format!("{method} {}", &tail[..end]));
+        }
+        found
+    }
 }

@@ -26,6 +26,7 @@ use crate::{
     auth::{Authorized, Read},
     error::ApiError,
     models::RegisteredModel,
+    openapi::problems,
     state::AppState,
     surface::Surface,
     validate::paging::{Paging, PagingParams},
@@ -159,11 +160,11 @@ async fn registered(state: &AppState, owner: &str, name: &str) -> Result<Arc<Reg
 /// `GET /v1/models`
 #[utoipa::path(
     get,
-    path = "/v1/models",
+    path = "/models",
     operation_id = "listModels",
     tag = "models",
     params(PagingParams),
-    responses((status = 200, description = "A page of the registered models, by address", body = ModelPage)),
+    responses((status = 200, description = "A page of the registered models, by address", body = ModelPage), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -187,11 +188,11 @@ pub async fn list(
 /// `GET /v1/models/{owner}/{name}`
 #[utoipa::path(
     get,
-    path = "/v1/models/{owner}/{name}",
+    path = "/models/{owner}/{name}",
     operation_id = "getModel",
     tag = "models",
     params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
-    responses((status = 200, description = "The model and its current version", body = ModelView)),
+    responses((status = 200, description = "The model and its current version", body = ModelView), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -207,11 +208,11 @@ pub async fn get(
 /// `GET /v1/models/{owner}/{name}/versions`
 #[utoipa::path(
     get,
-    path = "/v1/models/{owner}/{name}/versions",
+    path = "/models/{owner}/{name}/versions",
     operation_id = "listModelVersions",
     tag = "models",
     params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
-    responses((status = 200, description = "Every version the model has had, newest first", body = VersionPage)),
+    responses((status = 200, description = "Every version the model has had, newest first", body = VersionPage), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn versions(
@@ -231,7 +232,7 @@ pub async fn versions(
 /// `GET /v1/models/{owner}/{name}/versions/{id}`
 #[utoipa::path(
     get,
-    path = "/v1/models/{owner}/{name}/versions/{id}",
+    path = "/models/{owner}/{name}/versions/{id}",
     operation_id = "getModelVersion",
     tag = "models",
     params(
@@ -239,7 +240,7 @@ pub async fn versions(
         ("name" = String, Path, description = "The model's name"),
         ("id" = String, Path, description = "The version id"),
     ),
-    responses((status = 200, description = "The version", body = VersionView)),
+    responses((status = 200, description = "The version", body = VersionView), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn version(

@@ -29,6 +29,7 @@ use crate::{
     error::ApiError,
     idempotency,
     models::RegisteredModel,
+    openapi::problems,
     state::AppState,
     submit,
     surface::Surface,
@@ -36,15 +37,15 @@ use crate::{
     versions, wait,
 };
 
-/// `POST /v1/models/{owner}/{model}/predictions`
+/// `POST /v1/models/{owner}/{name}/predictions`
 #[utoipa::path(
     post,
-    path = "/v1/models/{owner}/{model}/predictions",
+    path = "/models/{owner}/{name}/predictions",
     operation_id = "createPrediction",
     tag = "predictions",
-    params(("owner" = String, Path, description = "The model's owner"), ("model" = String, Path, description = "The model's name")),
+    params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
     request_body(content = create_prediction::CreatePredictionBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView)),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(model = %format!("{owner}/{name}"), prediction_id))]
@@ -67,11 +68,11 @@ pub async fn create(
 /// id; see [`versions::resolve`]), otherwise as the model route.
 #[utoipa::path(
     post,
-    path = "/v1/predictions",
+    path = "/predictions",
     operation_id = "createPredictionByVersion",
     tag = "predictions",
     request_body(content = create_prediction::CreateByVersionBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView)),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(model, prediction_id))]
@@ -179,11 +180,11 @@ pub use crate::owned::owned_prediction;
 /// `GET /v1/predictions/{id}`
 #[utoipa::path(
     get,
-    path = "/v1/predictions/{id}",
+    path = "/predictions/{id}",
     operation_id = "getPrediction",
     tag = "predictions",
     params(("id" = String, Path, description = "The prediction id")),
-    responses((status = 200, description = "The prediction", body = PredictionView)),
+    responses((status = 200, description = "The prediction", body = PredictionView), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -214,11 +215,11 @@ pub struct PredictionPage {
 /// `GET /v1/predictions`
 #[utoipa::path(
     get,
-    path = "/v1/predictions",
+    path = "/predictions",
     operation_id = "listPredictions",
     tag = "predictions",
     params(list_predictions::StatusParams, paging::PagingParams),
-    responses((status = 200, description = "A page of the account's predictions, newest first", body = PredictionPage)),
+    responses((status = 200, description = "A page of the account's predictions, newest first", body = PredictionPage), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -250,11 +251,11 @@ pub async fn list(
 /// cancel broadcast that makes the runner holding it abort the model call.
 #[utoipa::path(
     post,
-    path = "/v1/predictions/{id}/cancel",
+    path = "/predictions/{id}/cancel",
     operation_id = "cancelPrediction",
     tag = "predictions",
     params(("id" = String, Path, description = "The prediction id")),
-    responses((status = 200, description = "Canceled", body = PredictionView)),
+    responses((status = 200, description = "Canceled", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(prediction_id = %id))]

@@ -45,6 +45,7 @@ use super::predictions::owned_prediction;
 use crate::{
     auth::{Authorized, Read},
     error::ApiError,
+    openapi::problems,
     state::AppState,
     surface::Surface,
 };
@@ -165,7 +166,7 @@ fn token(query: Option<&str>) -> Option<String> {
 /// `GET /v1/predictions/{id}/stream`
 #[utoipa::path(
     get,
-    path = "/v1/predictions/{id}/stream",
+    path = "/predictions/{id}/stream",
     operation_id = "streamPrediction",
     tag = "predictions",
     params(
@@ -173,7 +174,7 @@ fn token(query: Option<&str>) -> Option<String> {
         ("token" = Option<String>, Query, description = "The capability token of `urls.stream`; opens the stream without `Authorization`"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
     ),
-    responses((status = 200, description = "Server-Sent Events `output`, `logs`, `error`, then `done`; each with an `id`", content_type = "text/event-stream", body = StreamEvent)),
+    responses((status = 200, description = "Server-Sent Events `output`, `logs`, `error`, then `done`; each with an `id`", content_type = "text/event-stream", body = StreamEvent), (status = 404, response = inline(problems::NotFound))),
     security((), ("bearer" = []))
 )]
 pub async fn stream(

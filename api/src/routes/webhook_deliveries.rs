@@ -20,6 +20,7 @@ use crate::{
     auth::{Authorized, Read, Write},
     deliveries,
     error::ApiError,
+    openapi::problems,
     owned::owned_prediction,
     state::AppState,
 };
@@ -76,11 +77,11 @@ pub struct DeliveryAttempts {
 /// `GET /v1/predictions/{id}/webhook-deliveries`
 #[utoipa::path(
     get,
-    path = "/v1/predictions/{id}/webhook-deliveries",
+    path = "/predictions/{id}/webhook-deliveries",
     operation_id = "listWebhookDeliveries",
     tag = "predictions",
     params(("id" = String, Path, description = "The prediction id")),
-    responses((status = 200, description = "Every recorded delivery attempt of the prediction's webhooks, oldest first", body = DeliveryAttempts)),
+    responses((status = 200, description = "Every recorded delivery attempt of the prediction's webhooks, oldest first", body = DeliveryAttempts), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -108,14 +109,14 @@ pub struct ResendAccepted {
 /// `POST /v1/predictions/{id}/webhook-deliveries/{webhook_id}/resend`
 #[utoipa::path(
     post,
-    path = "/v1/predictions/{id}/webhook-deliveries/{webhook_id}/resend",
+    path = "/predictions/{id}/webhook-deliveries/{webhook_id}/resend",
     operation_id = "resendWebhookDelivery",
     tag = "predictions",
     params(
         ("id" = String, Path, description = "The prediction id"),
         ("webhook_id" = String, Path, description = "The delivery's webhook-id"),
     ),
-    responses((status = 202, description = "Queued: one more attempt of the event, with the same webhook-id", body = ResendAccepted)),
+    responses((status = 202, description = "Queued: one more attempt of the event, with the same webhook-id", body = ResendAccepted), (status = 404, response = inline(problems::NotFound)), (status = 409, response = inline(problems::Conflict))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(prediction_id = %id))]

@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::{
     auth::{Admin, Authorized},
     error::ApiError,
+    openapi::problems,
     signing_secret,
     state::AppState,
     validate::body,
@@ -50,7 +51,7 @@ impl SecretView {
 /// `GET /v1/account/webhooks/secret` (also `GET /v1/webhooks/default/secret`)
 #[utoipa::path(
     get,
-    path = "/v1/account/webhooks/secret",
+    path = "/account/webhooks/secret",
     operation_id = "getWebhookSecret",
     tag = "account",
     responses((status = 200, description = "The signing secret", body = SecretView)),
@@ -85,11 +86,11 @@ fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result
 
 #[utoipa::path(
     post,
-    path = "/v1/account/webhooks/secret/rotate",
+    path = "/account/webhooks/secret/rotate",
     operation_id = "rotateWebhookSecret",
     tag = "account",
     request_body(content = Option<RotateSecretBody>, content_type = "application/json", description = "Optional: `transition_hours` defaults to 24"),
-    responses((status = 200, description = "The new secret; `previous_key_expires_at` ends the transition", body = SecretView)),
+    responses((status = 200, description = "The new secret; `previous_key_expires_at` ends the transition", body = SecretView), (status = 400, response = inline(problems::BadRequest)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 /// `POST /v1/account/webhooks/secret/rotate`: a new secret now (every notifier is told before

@@ -1,4 +1,4 @@
-//! The body of `POST /v1/models/{owner}/{model}/predictions`, parsed with every field error
+//! The body of `POST /v1/models/{owner}/{name}/predictions`, parsed with every field error
 //! collected: `input` (an object, required), `webhook` (an absolute http(s) URL) and
 //! `webhook_events_filter` (event names). Unknown top-level fields are ignored.
 

@@ -39,7 +39,7 @@ async fn the_document_describes_every_endpoint_and_matches_real_responses() {
     assert_eq!(doc["openapi"], "3.1.0");
     assert_eq!(doc["servers"][0]["url"], system.base_url);
     for (method, path) in [
-        ("post", "/v1/models/{owner}/{model}/predictions"),
+        ("post", "/v1/models/{owner}/{name}/predictions"),
         ("get", "/v1/predictions"),
         ("get", "/v1/predictions/{id}"),
         ("post", "/v1/predictions/{id}/cancel"),

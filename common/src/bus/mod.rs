@@ -1,4 +1,4 @@
-//! NATS JetStream: the two streams and the publishing side of every message.
+//! NATS JetStream: the three streams and the publishing side of every message.
 //!
 //! - **Jobs** (`<P>_JOBS`, work-queue retention): one message per prediction to run, on a
 //!   subject of its model and account (each account of a model is a lane of its own for the
@@ -206,7 +206,7 @@ impl Bus {
         self
     }
 
-    /// Creates both streams, or updates them to this configuration.
+    /// Creates the three streams (jobs, events, rate-limit counters), or updates them to this configuration.
     pub async fn ensure_streams(&self) -> Result<(), BusError> {
         let jobs = StreamConfig {
             name: self.subjects.jobs_stream(),

@@ -3,9 +3,7 @@
 //! marks, [`super::queue_lanes`]), how many of the model's are running, and the model's latest
 //! run times. [`ModelQueue`] is the model's part: its lanes (one document each, one query) and
 //! what the live runners report they run of it, with their recent run times
-//! ([`super::runners::ModelRuns`]); nothing is counted over the predictions. (Before, the
-//! running count and the latest runs were two queries over `predictions`: cheap on MongoDB's
-//! indexes, but the stand-in scans, and under load they held the collection for seconds.)
+//! ([`super::runners::ModelRuns`]); nothing is counted over the predictions.
 //!
 //! A prediction stored before lanes had tickets has its place counted instead
 //! ([`Predictions::ahead_in_lane`], a count of its lane's waiting predictions created before

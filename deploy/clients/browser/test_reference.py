@@ -16,7 +16,7 @@ def test_the_reference_renders_the_create_prediction_operation(fresh_browser):
     operation = wait_for(
         fresh_browser, lambda d: d.find_elements(By.ID, "operation/createPrediction"), seconds=30
     )[0]
-    assert "/v1/models/{owner}/{model}/predictions" in operation.text
+    assert "/v1/models/{owner}/{name}/predictions" in operation.text
     # The request body's fields are rendered from the document, not only the operation's name.
     assert "webhook_events_filter" in operation.text
     messages = [entry["message"] for entry in fresh_browser.get_log("browser")]

@@ -6,16 +6,9 @@
 //! scheduler holds one free runner slot, picks a lane that may have work and whose model has a
 //! free slot, and *fetches* from it, a request that answers at once with what is pending
 //! (never a long poll). Each message fetched starts at once with its slots; an empty answer,
-//! or fewer jobs than asked for, marks the lane empty and the next lane is tried. (Before, a
-//! lane was asked again after every job, and re-asked within milliseconds four times after
-//! its doorbell: six fetches per job at 50 jobs/s, 15 context switches and 1.8 ms of the
-//! runner's CPU per prediction.) Nothing is pulled ahead into a local
-//! buffer, so no job's ack wait runs out on this runner while another runner has a free slot.
-//!
-//! (Before, each model's loop took every free slot it could and then held them through a 2 s
-//! long poll: the loops of idle models sat on the runner's slots while the busy model waited.
-//! Eight one-second `demo/sleep` jobs on the default model set started 1.0, 3.0, 4.0, 5.0,
-//! 6.0, 7.0, 8.0 and 9.0 s after creation: one at a time.)
+//! or fewer jobs than asked for, marks the lane empty and the next lane is tried. Nothing is
+//! pulled ahead into a local buffer, so no job's ack wait runs out on this runner while another
+//! runner has a free slot.
 //!
 //! **Knowing there is work** costs no polling while jobs flow: a published job rings its
 //! lane's doorbell ([`Scheduler::ring`]). When a lane found empty is asked again (its
