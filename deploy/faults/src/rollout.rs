@@ -1,6 +1,6 @@
 //! A rolling update of a model under load: `demo/versioned` runs as `v1` on one runner; a
 //! runner of `v2` starts; once `v2` is the model's latest, the deployment `rollout` moves to it
-//! (release 2) and the pinned clients pin `v2`; then the `v1` runner gets SIGTERM.
+//! (release 2) and the pinned clients pin `v2`; a second later the `v1` runner gets SIGTERM.
 //!
 //! The load is the suite's rate of one-second predictions, each with its webhook: half pinned
 //! (`POST /v1/predictions` with `demo/versioned:<the version pinned clients use>`), a quarter by
@@ -111,6 +111,9 @@ pub fn target(pinned: Pinned, webhook: String) -> Target {
     })
 }
 
+/// How long creates sent before the switch to `v2` may take to be stored and published.
+const IN_FLIGHT_CREATES_LAND: Duration = Duration::from_secs(1);
+
 /// The rollout itself: a `v2` runner, the deployment and the pinned clients moved to it once
 /// it is the latest, then SIGTERM of the `v1` runner.
 pub async fn roll(topology: &mut Topology, pinned: &Pinned) -> anyhow::Result<()> {
@@ -125,6 +128,10 @@ pub async fn roll(topology: &mut Topology, pinned: &Pinned) -> anyhow::Result<()
         .await?;
     anyhow::ensure!(moved.status() == 200, "the deployment did not move: {}", moved.status());
     pinned.set("v2");
+    // As an operator shifts traffic and then waits: creates of v1 already sent land (and ring
+    // the v1 runner's lanes) before it stops; one that reached the api after the runner's
+    // drain had ended would wait for a v1 runner for good (seen once in about 20 runs).
+    tokio::time::sleep(IN_FLIGHT_CREATES_LAND).await;
     println!("  v2 is the latest and the deployment's release 2; stopping the v1 runner");
     topology.terminate(Role::Runner, 0).await
 }
