@@ -2,11 +2,11 @@
 //! the key operations the API routes and the console share (create as a caller asks, and
 //! deactivate).
 
+use crate::problem::FieldError;
 use bson::DateTime;
 use common::{
     crypto::MasterKey,
     domain::{AccountId, ApiKeyId, ApiKeyValue, Scope},
-    problem::FieldError,
     store::{Account, ApiKeyRecord, Store, StoreError, is_duplicate_key},
 };
 

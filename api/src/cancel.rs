@@ -6,11 +6,11 @@
 //! cancel broadcast that makes the runner holding it abort the model call. A `starting` one
 //! gives its ticket back to its queue lane, so those behind it move up.
 
+use crate::problem::FieldError;
 use bson::{DateTime, doc};
 use common::{
     domain::{Metrics, Prediction, PredictionStatus, WebhookEvent},
     messages::{Announcement, PredictionChanged},
-    problem::FieldError,
 };
 
 use crate::{auth::Caller, error::ApiError, owned::owned_prediction, state::AppState};

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use crate::problem::FieldError;
 use axum::http::HeaderMap;
-use common::problem::FieldError;
 
 use crate::error::ApiError;
 

@@ -7,11 +7,8 @@
 //! no longer in the stream is rebuilt from the stored prediction, which no longer changes
 //! once ended; any other event older than the stream keeps is answered 409.
 
-use common::{
-    domain::WebhookEvent,
-    messages::PredictionChanged,
-    problem::{Problem, ProblemKind},
-};
+use crate::problem::{Problem, ProblemKind};
+use common::{domain::WebhookEvent, messages::PredictionChanged};
 
 use crate::{auth::Caller, error::ApiError, owned::owned_prediction, state::AppState};
 

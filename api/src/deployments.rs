@@ -3,10 +3,10 @@
 //! replaces is still current), delete, and the look-up of the caller's own (another
 //! account's is 404, never 403).
 
+use crate::problem::{FieldError, Problem, ProblemKind};
 use bson::DateTime;
 use common::{
     domain::{AccountId, ModelRef},
-    problem::{FieldError, Problem, ProblemKind},
     store::{
         Account,
         deployments::{DeploymentRecord, Release, ReleaseConfiguration},

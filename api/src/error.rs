@@ -6,6 +6,7 @@
 //! (unknown route, wrong method, body over the limit, a panic), so no error response is ever
 //! plain text.
 
+use crate::problem::{FieldError, PROBLEM_CONTENT_TYPE, Problem, ProblemKind};
 use axum::{
     extract::{Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
@@ -14,7 +15,6 @@ use axum::{
 };
 use common::{
     bus::BusError,
-    problem::{FieldError, PROBLEM_CONTENT_TYPE, Problem, ProblemKind},
     store::{GroupCommitError, StoreError},
 };
 

@@ -3,16 +3,13 @@
 //! (304), and one byte range with `Range` (206 with `Content-Range`; 416 for a range past the
 //! end). Several ranges in one request are answered with the whole file, which HTTP allows.
 
+use crate::problem::{Problem, ProblemKind};
 use axum::{
     body::Body,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use common::{
-    files::Files,
-    problem::{Problem, ProblemKind},
-    store::FileRecord,
-};
+use common::{files::Files, store::FileRecord};
 
 use crate::error::ApiError;
 

@@ -6,15 +6,13 @@
 
 use std::time::Duration;
 
+use crate::problem::{FieldError, Problem, ProblemKind};
 use axum::{
     Json,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use common::{
-    domain::{AccountId, ApiSurface, PredictionId},
-    problem::{FieldError, Problem, ProblemKind},
-};
+use common::domain::{AccountId, ApiSurface, PredictionId};
 
 use crate::{error::ApiError, state::AppState};
 

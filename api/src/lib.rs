@@ -1,6 +1,6 @@
 //! The public HTTP API (axum).
 //!
-//! A request flows: request id ([`request_id`]) and tracing ([`app`]) → problem rendering ([`error`]) →
+//! A request flows: request id ([`request_id`]) and tracing ([`app`]) → problem rendering ([`error`], [`problem`]: the problem+json body every HTTP error uses) →
 //! authentication, scope and rate limit ([`auth`], [`ratelimit`]) → the route's handler ([`routes`]), which parses the
 //! body ([`validate`]), writes MongoDB and publishes to JetStream through [`common`].
 //!
@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod models;
 pub mod openapi;
 pub mod owned;
+pub mod problem;
 pub mod queue;
 pub mod ratelimit;
 pub mod reference;

@@ -13,8 +13,8 @@
 //!
 //! All problems carry the `ProblemBody` schema as `application/problem+json`.
 
+use crate::problem::{FieldError, FieldErrorCode, ProblemBody};
 use axum::Json;
-use common::problem::{FieldError, FieldErrorCode, ProblemBody};
 use utoipa::{
     Modify, OpenApi,
     openapi::{
@@ -83,7 +83,7 @@ fn problem_response(status: u16) -> utoipa::openapi::Response {
     ResponseBuilder::new()
         .description(describe(status))
         .content(
-            common::problem::PROBLEM_CONTENT_TYPE,
+            crate::problem::PROBLEM_CONTENT_TYPE,
             ContentBuilder::new().schema(Some(Ref::from_schema_name("ProblemBody"))).build(),
         )
         .build()

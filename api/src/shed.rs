@@ -20,13 +20,13 @@ use std::sync::{
     atomic::{AtomicU64, Ordering},
 };
 
+use crate::problem::{Problem, ProblemKind};
 use axum::{
     extract::{Request, State},
     http::{HeaderValue, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use common::problem::{Problem, ProblemKind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;

@@ -3,12 +3,12 @@
 //! `API_MAX_FILE_BYTES`, with a media type kept only when well formed, and the file expires
 //! `FILES_RETENTION_HOURS` later.
 
+use crate::problem::{FieldError, Problem, ProblemKind};
 use axum::extract::multipart::Field;
 use bson::DateTime;
 use common::{
     domain::AccountId,
     files::{ByteStream, FileStoreError, FilesError, NewFile},
-    problem::{FieldError, Problem, ProblemKind},
     store::FileRecord,
 };
 use futures::{StreamExt, TryStreamExt};

@@ -14,7 +14,8 @@
 
 use std::sync::Arc;
 
-use common::{domain::ModelRef, problem::FieldError};
+use crate::problem::FieldError;
+use common::domain::ModelRef;
 use serde_json::Value;
 
 use crate::{error::ApiError, models::RegisteredModel, state::AppState};

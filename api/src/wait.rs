@@ -9,9 +9,10 @@
 
 use std::time::Duration;
 
+use crate::problem::FieldError;
 use async_nats::Subscriber;
 use axum::http::HeaderMap;
-use common::{domain::PredictionView, messages::StatusEvent, problem::FieldError};
+use common::{domain::PredictionView, messages::StatusEvent};
 use futures::StreamExt;
 
 use crate::error::ApiError;

@@ -9,7 +9,6 @@
 //! - [`store`]: the MongoDB collections, one module per collection, each written by the service
 //!   its module doc names.
 //! - [`bus`]: the JetStream streams and the publishing side of the messages.
-//! - [`problem`]: the problem+json error body every HTTP error uses.
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
 //! - [`links`]: every URL handed out (both API surfaces, files, stream capability tokens).
 //! - [`metrics`]: the OpenMetrics page every service serves.
@@ -29,7 +28,6 @@ pub mod files;
 pub mod links;
 pub mod messages;
 pub mod metrics;
-pub mod problem;
 pub mod readiness;
 pub mod runtime;
 #[cfg(feature = "samples")]

@@ -78,7 +78,7 @@ async fn render(
 }
 
 /// Every field error in one line: `field: message` each.
-fn message_of(errors: &[common::problem::FieldError]) -> String {
+fn message_of(errors: &[crate::problem::FieldError]) -> String {
     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(" ")
 }
 

@@ -2,12 +2,12 @@
 //! JSON. A request without a session is sent to the sign-in page (303) with its path as
 //! `next`; every other error renders `error.html` with its status.
 
+use crate::problem::ProblemKind;
 use askama::Template;
 use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use common::problem::ProblemKind;
 
 use super::page::{html, see_other};
 use crate::error::ApiError;

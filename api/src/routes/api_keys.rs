@@ -5,6 +5,7 @@
 //! api replica before it is answered, so the key stops working everywhere at once
 //! ([`crate::keys`]); it cannot be undone (create a new key instead).
 
+use crate::problem::FieldError;
 use axum::{
     Json,
     extract::{Path, RawQuery, State},
@@ -15,7 +16,6 @@ use bytes::Bytes;
 use chrono::Utc;
 use common::{
     domain::{ApiKeyId, Scope},
-    problem::FieldError,
     store::ApiKeyRecord,
 };
 use serde::Serialize;

@@ -14,6 +14,7 @@
 //! never holds a whole file. The file becomes visible when its record is written, after the last
 //! byte is stored. Another account's file is 404 on every route.
 
+use crate::problem::{FieldError, Problem, ProblemKind};
 use axum::{
     Json,
     extract::{Multipart, Path, RawQuery, State},
@@ -24,7 +25,6 @@ use bson::DateTime;
 use common::{
     domain::{FileId, FileView},
     files::Written,
-    problem::{FieldError, Problem, ProblemKind},
 };
 use serde::Serialize;
 

@@ -24,6 +24,7 @@
 
 use std::{convert::Infallible, time::Duration};
 
+use crate::problem::{Problem, ProblemKind};
 use async_nats::jetstream::{
     consumer::{DeliverPolicy, pull::OrderedConfig},
     stream::LastRawMessageErrorKind,
@@ -36,7 +37,6 @@ use axum::{
 use common::{
     domain::{Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
     messages::{PredictionChanged, StatusEvent},
-    problem::{Problem, ProblemKind},
 };
 use futures::{Stream, StreamExt, stream};
 use serde_json::json;

@@ -2,11 +2,12 @@
 //! (and its Replicate-compatible alias `GET /v1/webhooks/default/secret`), and
 //! `POST /v1/account/webhooks/secret/rotate`.
 
+use crate::problem::FieldError;
 use axum::{Json, extract::State, http::HeaderMap};
 use bson::DateTime;
 use bytes::Bytes;
 use chrono::Utc;
-use common::{problem::FieldError, store::accounts::SigningSecrets};
+use common::store::accounts::SigningSecrets;
 use serde::Serialize;
 
 use crate::{

@@ -1,9 +1,9 @@
 //! The JSON body of a request: it must be declared JSON (`application/json` or `+json`), parse,
 //! and be an object. Each failure is a 400 whose `errors[]` item names the field `body`.
 
+use crate::problem::FieldError;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
-use common::problem::FieldError;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;

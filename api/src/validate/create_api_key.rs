@@ -3,7 +3,8 @@
 //! empty, duplicates dropped); `expires_in_days` an integer from 1 to 365; `rate_limit_rpm`
 //! an integer from 1 to 1,000,000 (default: the deployment's `DEFAULT_RATE_LIMIT_RPM`).
 
-use common::{domain::Scope, problem::FieldError};
+use crate::problem::FieldError;
+use common::domain::Scope;
 use serde_json::{Map, Value};
 
 /// The longest key name.

@@ -2,10 +2,8 @@
 //! collected: `input` (an object, required), `webhook` (an absolute http(s) URL) and
 //! `webhook_events_filter` (event names). Unknown top-level fields are ignored.
 
-use common::{
-    domain::{WebhookEvent, WebhookUrl},
-    problem::FieldError,
-};
+use crate::problem::FieldError;
+use common::domain::{WebhookEvent, WebhookUrl};
 use serde_json::{Map, Value};
 
 /// The request body as the OpenAPI description shows it; [`parse`] reads it.
@@ -136,7 +134,7 @@ fn events(items: &[Value], errors: &mut Vec<FieldError>) -> Vec<WebhookEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::problem::FieldErrorCode;
+    use crate::problem::FieldErrorCode;
     use serde_json::json;
 
     fn parse_json(v: Value) -> Result<CreatePrediction, Vec<FieldError>> {

@@ -12,10 +12,8 @@
 //!
 //! Whether the model and version exist is checked by the handler.
 
-use common::{
-    domain::{ModelRef, Pool, route::is_version_id},
-    problem::FieldError,
-};
+use crate::problem::FieldError;
+use common::domain::{ModelRef, Pool, route::is_version_id};
 use serde_json::{Map, Value};
 
 use super::body::integer;

@@ -4,10 +4,8 @@
 //! could not read. The prediction records them (`input_files`) and the retention sweep keeps
 //! them until it ends.
 
-use common::{
-    domain::{AccountId, FileId},
-    problem::FieldError,
-};
+use crate::problem::FieldError;
+use common::domain::{AccountId, FileId};
 
 use crate::{error::ApiError, owned::owned_file, state::AppState};
 

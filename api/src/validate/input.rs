@@ -15,7 +15,7 @@
 //! `http(s)` URL (a file of this service is one of those, checked against its owner later, in
 //! [`super::file_inputs`]) or a `data:` URI. [`uri_values`] lists them.
 
-use common::problem::FieldError;
+use crate::problem::FieldError;
 use serde_json::{Map, Number, Value};
 
 const MAX_REF_DEPTH: usize = 16;
@@ -256,7 +256,7 @@ fn check_length(value: &Value, schema: &Value, path: &str, errors: &mut Vec<Fiel
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::problem::FieldErrorCode;
+    use crate::problem::FieldErrorCode;
     use serde_json::json;
 
     fn echo_schema() -> Value {

@@ -2,7 +2,8 @@
 //! default 20) and `offset` (0 or more, default 0). Unknown parameters are ignored; a repeated
 //! parameter counts once (the first).
 
-use common::{domain::PredictionStatus, problem::FieldError};
+use crate::problem::FieldError;
+use common::domain::PredictionStatus;
 
 use super::paging::{Paging, QueryPairs};
 

@@ -1,7 +1,7 @@
 //! `limit` (1 to 100, default 20) and `offset` (0 to 2^63-1, default 0): the paging of every list
 //! (predictions, models), with the offsets of the neighbouring pages.
 
-use common::problem::FieldError;
+use crate::problem::FieldError;
 
 /// The default page size.
 pub const DEFAULT_LIMIT: u32 = 20;

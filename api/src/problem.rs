@@ -123,8 +123,7 @@ impl ProblemKind {
 }
 
 /// The code of one item of `errors[]`.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FieldErrorCode {
     /// A required field is absent.
     #[serde(rename = "VALIDATION_MISSING_FIELD")]
@@ -135,8 +134,7 @@ pub enum FieldErrorCode {
 }
 
 /// One item of `errors[]`: which field, and what is wrong with it.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldError {
     /// A path such as `input.prompt` or `webhook_events_filter[1]`.
     pub field: String,
@@ -170,8 +168,7 @@ pub struct Problem {
 }
 
 /// The rendered body.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProblemBody {
     /// `{base_url}/errors/<kind>`.
     #[serde(rename = "type")]
