@@ -23,12 +23,7 @@ use async_nats::jetstream::{
 };
 use bson::DateTime;
 use common::{
-    bus::{
-        Bus,
-        heartbeat::Heartbeat,
-        held::HeldMessage,
-        pull::{Permits, pull_with_permits},
-    },
+    bus::{Bus, heartbeat::Heartbeat, held::HeldMessage},
     domain::{WebhookEvent, WebhookUrl},
     messages::{ANNOUNCEMENT_HEADER, Announcement, DeliverableEvent},
     store::{
@@ -46,6 +41,7 @@ use crate::{
     lanes::{self, Lane, Lanes, Verdict},
     ledger::DeliveryLedger,
     metrics::{BACKLOG_REFRESH, NotifierMetrics},
+    pull::{Permits, pull_with_permits},
     recorder::AttemptRecorder,
     retry::RetrySchedule,
     secrets::SecretCache,

@@ -1,6 +1,7 @@
 //! The notifier: turns status events into signed webhook deliveries.
 //!
 //! - [`consumer`]: the durable consumer on the events stream, shared by every replica.
+//! - [`pull`]: its pull loop, as many messages as there are free permits.
 //! - [`deliver`]: one signed HTTP POST, bounded in time, no redirects.
 //! - [`retry`]: the retry schedule with jitter.
 //! - [`secrets`]: the accounts' signing secrets, opened and cached briefly.
@@ -18,6 +19,7 @@ pub mod deliver;
 pub mod lanes;
 pub mod ledger;
 pub mod metrics;
+pub mod pull;
 pub mod recorder;
 pub mod retry;
 pub mod secrets;

@@ -15,10 +15,7 @@
 use async_nats::jetstream::{AckKind, Message};
 use serde::de::DeserializeOwned;
 
-use super::{
-    heartbeat::{Beating, Heartbeat},
-    pull::acknowledge,
-};
+use super::heartbeat::{Beating, Heartbeat};
 use crate::store::dead_letters::DeadLetters;
 
 /// A decoded message held by its handler.
@@ -103,5 +100,13 @@ impl<T> Drop for HeldMessage<T> {
             // is going away, the ack wait redelivers it anyway.
             runtime.spawn(async move { acknowledge(&message, AckKind::Nak(None)).await });
         }
+    }
+}
+
+/// Acknowledges `message` as `kind`, logging (not failing) when the server cannot be told: the
+/// message is then redelivered, which every handler tolerates.
+pub async fn acknowledge(message: &Message, kind: AckKind) {
+    if let Err(e) = message.ack_with(kind).await {
+        tracing::warn!(error = %e, "acknowledgement not sent; the message may be redelivered");
     }
 }

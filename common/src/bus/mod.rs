@@ -25,7 +25,6 @@
 
 pub mod heartbeat;
 pub mod held;
-pub mod pull;
 pub mod resend;
 
 use std::time::Duration;

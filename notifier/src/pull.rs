@@ -1,4 +1,4 @@
-//! The notifier's pull loop (one consumer): pull only as many messages as there are free
+//! The pull loop of the notifier's one consumer: pull only as many messages as there are free
 //! permits, so no message waits in a local buffer while its `ack_wait` runs out, and hand each
 //! message with its permits to a task in the caller's tracker. A message needs one permit of
 //! every semaphore given. The loop stops pulling when `shutdown` fires; the caller then waits
@@ -8,7 +8,7 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use async_nats::jetstream::{AckKind, Message, consumer::PullConsumer};
+use async_nats::jetstream::{Message, consumer::PullConsumer};
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -83,13 +83,5 @@ pub async fn pull_with_permits<F, Fut>(
                 }
             }
         }
-    }
-}
-
-/// Acknowledges `message` as `kind`, logging (not failing) when the server cannot be told: the
-/// message is then redelivered, which every handler tolerates.
-pub async fn acknowledge(message: &Message, kind: AckKind) {
-    if let Err(e) = message.ack_with(kind).await {
-        tracing::warn!(error = %e, "acknowledgement not sent; the message may be redelivered");
     }
 }
