@@ -34,7 +34,7 @@ use chrono::Utc;
 use common::{
     cache::TtlCache,
     domain::{ModelRef, Prediction, PredictionStatus, QueuePlace},
-    store::{LaneId, LaneState, ModelQueue, Predictions, QueueFigures, QueueLanes, StoreError},
+    store::{LaneId, LaneState, Predictions, QueueFigures, QueueLanes, StoreError},
 };
 use tokio::sync::Mutex;
 
@@ -87,17 +87,17 @@ impl QueuePlaces {
         let lanes = self.model_lanes(&p.model).await?;
         let live = self.live.snapshot().await?;
         let runs = live.runs.get(&p.model);
-        let model = ModelQueue {
-            lanes: lanes.as_ref().clone(),
-            running: runs.map_or(0, |r| r.running),
-            recent_run_seconds: runs.map(|r| r.recent_run_seconds.clone()).unwrap_or_default(),
-        };
         let lane = LaneId::of(p);
         let ahead = match p.queue_ticket {
             Some(ticket) => self.lanes.get(&lane).await?.map_or(0, |state| state.ahead_of(ticket)),
             None => self.predictions.ahead_in_lane(p).await?,
         };
-        let figures = model.figures_for(&lane, ahead);
+        let figures = QueueFigures {
+            ahead_in_lane: ahead,
+            other_lanes: lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),
+            running: runs.map_or(0, |r| r.running),
+            recent_run_seconds: runs.map(|r| r.recent_run_seconds.clone()).unwrap_or_default(),
+        };
         let position = position(&figures);
         let estimated_start_at = seconds_to_start(position, &figures).map(|s| {
             let at = DateTime::now().to_chrono() + chrono::Duration::milliseconds((s * 1000.0) as i64);

@@ -59,7 +59,7 @@ pub use idempotency::{Claim, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;
-pub use queue::{ModelQueue, QueueFigures};
+pub use queue::QueueFigures;
 pub use queue_lanes::{LaneId, LaneState, QueueLanes, TicketDesk};
 pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
 

@@ -1,7 +1,7 @@
 //! The queue as one waiting prediction sees it: the predictions of its lane waiting ahead of
 //! it, how many each lane it takes turns with has waiting (both from the lanes' tickets and
 //! marks, [`super::queue_lanes`]), how many of the model's are running, and the model's latest
-//! run times. [`ModelQueue`] is the model's part: its lanes (one document each, one query) and
+//! run times. The model's part comes from its lanes (one document each, one query) and from
 //! what the live runners report they run of it, with their recent run times
 //! ([`super::runners::ModelRuns`]); nothing is counted over the predictions.
 //!
@@ -11,7 +11,7 @@
 
 use bson::{Document, doc};
 
-use super::{LaneId, LaneState, Predictions, StoreError};
+use super::{Predictions, StoreError};
 use crate::domain::Prediction;
 
 /// What the queue looks like to one waiting prediction.
@@ -26,31 +26,6 @@ pub struct QueueFigures {
     pub running: u64,
     /// The model's latest run times (seconds).
     pub recent_run_seconds: Vec<f64>,
-}
-
-/// What the queue of one model looks like, the same for each of its waiting predictions:
-/// cached briefly by the api, so a read of a waiting prediction costs one query of its own.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ModelQueue {
-    /// The model's lanes: their tickets and marks.
-    pub lanes: Vec<LaneState>,
-    /// Predictions of the model running now, as the live runners last reported.
-    pub running: u64,
-    /// The model's latest run times (seconds) on each live runner.
-    pub recent_run_seconds: Vec<f64>,
-}
-
-impl ModelQueue {
-    /// The figures of a waiting prediction of lane `lane` with `ahead_in_lane` of its own
-    /// lane ahead of it.
-    pub fn figures_for(&self, lane: &LaneId, ahead_in_lane: u64) -> QueueFigures {
-        QueueFigures {
-            ahead_in_lane,
-            other_lanes: self.lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),
-            running: self.running,
-            recent_run_seconds: self.recent_run_seconds.clone(),
-        }
-    }
 }
 
 impl Predictions {
