@@ -7,6 +7,7 @@
 //! → rate-limit headers → panic catching → request timeout → body limit (1 MiB) → the handler
 //! in its own task ([`crate::run_to_completion`]) → routes.
 
+use common::files::Files;
 use std::{future::IntoFuture, time::Duration};
 
 use anyhow::Context;
@@ -86,7 +87,8 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
 /// Connects to MongoDB and NATS and prepares indexes and streams.
 pub async fn connect(config: ApiConfig) -> anyhow::Result<AppState> {
     let (store, bus) = common::connect::connect(&config.common, "api").await?;
-    Ok(AppState::new(config, store, bus).await?)
+    let files = Files::open(&store, &config.common.files).await.context("opening the file store")?;
+    Ok(AppState::new(config, store, bus, files).await?)
 }
 
 /// Logs a failed request at ERROR, but a 503: it is the answer of a shed request, a request

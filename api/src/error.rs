@@ -15,6 +15,7 @@ use axum::{
 };
 use common::{
     bus::BusError,
+    files::{FileStoreError, FilesError},
     store::{GroupCommitError, StoreError},
 };
 
@@ -93,7 +94,7 @@ impl IntoResponse for ApiError {
             Self::Internal(e) if dependency_unreachable(&e) => {
                 tracing::warn!(error = format!("{e:#}"), "a dependency is unreachable; answered 503");
                 return retry_later(format!(
-                    "The service cannot reach its database or message bus right now; retry in {RETRY_AFTER_SECONDS} seconds."
+                    "The service cannot reach its database, message bus or file store right now; retry in {RETRY_AFTER_SECONDS} seconds."
                 ));
             }
             Self::Internal(e) => {
@@ -125,12 +126,17 @@ fn read_timed_out(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| cause.downcast_ref::<StoreError>().is_some_and(common::store::is_time_limit))
 }
 
-/// Whether a failure comes from MongoDB or NATS being out of reach (a restart, a partition):
+/// Whether a failure comes from MongoDB, NATS or the file store being out of reach (a restart,
+/// a partition):
 /// the client is told to retry (503), not that the service is broken (500).
 fn dependency_unreachable(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause.downcast_ref::<StoreError>().is_some_and(common::store::is_unreachable)
             || cause.downcast_ref::<GroupCommitError>().is_some_and(GroupCommitError::is_unavailable)
+            || cause.downcast_ref::<FileStoreError>().is_some_and(|f| matches!(f, FileStoreError::Unavailable(_)))
+            || cause
+                .downcast_ref::<FilesError>()
+                .is_some_and(|f| matches!(f, FilesError::Bytes(FileStoreError::Unavailable(_))))
             || cause
                 .downcast_ref::<BusError>()
                 .is_some_and(|b| matches!(b, BusError::Unreachable(_) | BusError::Connect { .. }))

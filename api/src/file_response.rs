@@ -2,6 +2,11 @@
 //! the console's file links alike: `Content-Length`, `ETag` (the MD5) with `If-None-Match`
 //! (304), and one byte range with `Range` (206 with `Content-Range`; 416 for a range past the
 //! end). Several ranges in one request are answered with the whole file, which HTTP allows.
+//!
+//! A file in an S3-compatible store is answered, after the `If-None-Match` and range checks, with a 307
+//! to a presigned URL of its object (unless `FILES_S3_REDIRECT=false`): the bytes go from the
+//! store to the client, the `Range` header travels with the redirected request, and the URL
+//! lives no longer than the link that led to it.
 
 use crate::problem::{Problem, ProblemKind};
 use axum::{
@@ -9,6 +14,8 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use std::time::Duration;
+
 use common::{files::Files, store::FileRecord};
 
 use crate::error::ApiError;
@@ -48,8 +55,18 @@ pub fn parse_range(header: Option<&str>, size: u64) -> Ranged {
     }
 }
 
-/// The answer to a GET of `file`'s bytes with the request's `headers`.
-pub async fn serve(files: &Files, file: &FileRecord, headers: &HeaderMap) -> Result<Response, ApiError> {
+/// How long the presigned URL of a redirected download lives when the request carried a key
+/// (or a console session) rather than a signed link.
+pub const REDIRECT_VALID_FOR: Duration = Duration::from_secs(900);
+
+/// The answer to a GET of `file`'s bytes with the request's `headers`; a redirect to its
+/// store, if any, is valid for `valid_for`.
+pub async fn serve(
+    files: &Files,
+    file: &FileRecord,
+    headers: &HeaderMap,
+    valid_for: Duration,
+) -> Result<Response, ApiError> {
     let size = u64::try_from(file.size).unwrap_or(0);
     let etag = (!file.md5.is_empty()).then(|| format!("\"{}\"", file.md5));
     let mut out = HeaderMap::new();
@@ -87,8 +104,17 @@ pub async fn serve(files: &Files, file: &FileRecord, headers: &HeaderMap) -> Res
             return Ok(response);
         }
     };
+    if let Some(url) = files.redirect_for(file, valid_for) {
+        let mut redirect = HeaderMap::new();
+        redirect.insert(header::LOCATION, HeaderValue::from_str(url.as_str()).map_err(anyhow::Error::from)?);
+        redirect.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+        if let Some(etag) = out.remove(header::ETAG) {
+            redirect.insert(header::ETAG, etag);
+        }
+        return Ok((StatusCode::TEMPORARY_REDIRECT, redirect).into_response());
+    }
     out.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
-    let stream = files.read(file, start..end).await.map_err(anyhow::Error::from)?;
+    let stream = files.read(file, start..end).await?;
     Ok((status, out, Body::from_stream(stream)).into_response())
 }
 

@@ -67,7 +67,7 @@ pub struct Shared {
 
 impl AppState {
     /// Builds the state around connected clients (and subscribes to key deactivations).
-    pub async fn new(config: ApiConfig, store: Store, bus: Bus) -> Result<Self, common::bus::BusError> {
+    pub async fn new(config: ApiConfig, store: Store, bus: Bus, files: Files) -> Result<Self, common::bus::BusError> {
         let deactivations = bus.subscribe_key_deactivations().await?;
         let background = TaskTracker::new();
         let models = ModelCatalog::new(store.models(), store.model_versions(), store.runners());
@@ -83,7 +83,7 @@ impl AppState {
             background,
             metrics: Arc::new(HttpMetrics::new()),
             deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),
-            files: Files::new(&store),
+            files,
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),
             config,
             store,

@@ -16,10 +16,23 @@
 //! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
 //! | `MONGODB_COMMAND_METRICS` | `false` | count MongoDB commands for `/metrics` (driver command monitoring; costs CPU, see [`crate::store::commands`]) |
 //! | `MONGODB_QUERY_SHAPES` | `false` | also keep the shape of every query in memory (a test aid: the test that checks every query has an index) |
+//! | `FILES_STORE` | `gridfs` | where new files' bytes go: `gridfs` (MongoDB) or `s3` |
+//! | `S3_BUCKET` | none | the S3-compatible bucket (required by `FILES_STORE=s3`; keep it set after switching back to `gridfs` while files stored there should stay readable) |
+//! | `S3_ENDPOINT` | AWS | the store's address, for a store other than AWS S3 |
+//! | `S3_REGION` | `AWS_REGION`, else `us-east-1` | the region requests are signed for |
+//! | `S3_FORCE_PATH_STYLE` | `false` | `<endpoint>/<bucket>/<key>` addressing (MinIO, S3Proxy) |
+//! | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | required with `S3_BUCKET` (token optional) | the store's credentials |
+//! | `FILES_UPLOAD_TIMEOUT_SECONDS` | `3600` | the longest a file's bytes may take to be stored; unfinished uploads older than this (and a minute) are swept |
+//! | `FILES_S3_REDIRECT` | `true` | downloads of files in S3 answer 307 to a presigned object URL; `false` streams them through the api |
 
 use std::{fmt::Display, str::FromStr, time::Duration};
 
-use crate::{crypto::MasterKey, store::commands::Monitoring, subjects::Subjects};
+use crate::{
+    crypto::MasterKey,
+    files::{FileStoreKind, FilesConfig, S3Settings},
+    store::commands::Monitoring,
+    subjects::Subjects,
+};
 
 /// Why configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,6 +135,8 @@ pub struct CommonConfig {
     /// `MONGODB_COMMAND_METRICS`, `MONGODB_QUERY_SHAPES`: whether MongoDB commands are counted,
     /// and their queries' shapes kept.
     pub command_monitoring: Monitoring,
+    /// `FILES_STORE`, `S3_*`, `AWS_*`, `FILES_S3_REDIRECT`: where files' bytes go.
+    pub files: FilesConfig,
 }
 
 impl CommonConfig {
@@ -164,8 +179,44 @@ impl CommonConfig {
                 (true, false) => Monitoring::Counted,
                 (false, false) => Monitoring::Off,
             },
+            files: files_config(env)?,
         })
     }
+}
+
+/// Where files' bytes go: `FILES_STORE` (`gridfs` or `s3`), and the S3 store when `S3_BUCKET`
+/// is set.
+fn files_config(env: &Env<'_>) -> Result<FilesConfig, ConfigError> {
+    let bad = |var: &str, reason: String| ConfigError { var: var.into(), reason };
+    let store: FileStoreKind = env.string("FILES_STORE", "gridfs").parse().map_err(|e| bad("FILES_STORE", e))?;
+    let s3 = match env.get("S3_BUCKET").filter(|b| !b.is_empty()) {
+        None if store == FileStoreKind::S3 => {
+            return Err(bad("S3_BUCKET", "FILES_STORE=s3 needs the bucket's name".into()));
+        }
+        None => None,
+        Some(bucket) => {
+            let endpoint = match env.get("S3_ENDPOINT").filter(|e| !e.is_empty()) {
+                None => None,
+                Some(e) => Some(url::Url::parse(&e).map_err(|err| bad("S3_ENDPOINT", err.to_string()))?),
+            };
+            let region = env.get("S3_REGION").or_else(|| env.get("AWS_REGION")).unwrap_or_else(|| "us-east-1".into());
+            Some(S3Settings {
+                bucket,
+                endpoint,
+                region,
+                force_path_style: env.flag("S3_FORCE_PATH_STYLE", false)?,
+                access_key_id: env.required("AWS_ACCESS_KEY_ID")?,
+                secret_access_key: env.required("AWS_SECRET_ACCESS_KEY")?,
+                session_token: env.get("AWS_SESSION_TOKEN").filter(|t| !t.is_empty()),
+            })
+        }
+    };
+    Ok(FilesConfig {
+        store,
+        s3,
+        s3_redirect: env.flag("FILES_S3_REDIRECT", true)?,
+        upload_timeout: env.seconds("FILES_UPLOAD_TIMEOUT_SECONDS", crate::files::DEFAULT_UPLOAD_TIMEOUT)?,
+    })
 }
 
 #[cfg(test)]

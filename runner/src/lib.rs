@@ -67,11 +67,12 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let served = registry::select(&config.models, available);
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
     let versions = registry::register(&store, &served, &config.versions).await?;
+    let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let executor = Arc::new(
-        Executor::new(store.clone(), bus.clone(), links, common.prediction_deadline).with_limits(config.limits),
+        Executor::new(store.clone(), bus.clone(), files.clone(), links, common.prediction_deadline).with_limits(config.limits),
     );
     let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
     presence::announce(store.runners(), record, executor.run_figures(), shutdown.clone()).await?;
@@ -85,7 +86,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     cancel::listen(&bus, executor.clone(), &background, shutdown.clone()).await?;
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
     background.spawn(reconciler.run(shutdown.clone()));
-    let sweeper = retention::Sweeper::new(store_for_sweeper, config.retention, config.retention_sweep_interval);
+    let sweeper = retention::Sweeper::new(store_for_sweeper, files, config.retention, config.retention_sweep_interval);
     background.spawn(sweeper.run(shutdown.clone()));
     let consumed = consumer::consume(&config, &bus, served, &versions, executor, &store_for_consumer, shutdown).await;
     background.close();

@@ -4,6 +4,9 @@
 //! sweepers never trip over each other. Files go first: a crash between the two steps leaves
 //! a prediction that the next pass finishes, never a file that nothing points to.
 //!
+//! Uploads cut off mid-write (a killed process) are swept here too, once they are older than
+//! the upload timeout: [`Files::sweep_unfinished`] removes their partial bytes from the store.
+//!
 //! Uploads of the Files API expire at their `expires_at` (`FILES_RETENTION_HOURS` after the
 //! upload) and the same passes delete them, record first, then bytes. A file that a prediction
 //! which has not ended names in its input is kept: its expiry moves [`IN_USE_GRACE`] on, and a
@@ -23,14 +26,15 @@ pub const IN_USE_GRACE: Duration = Duration::from_secs(600);
 /// The retention sweeper of one runner.
 pub struct Sweeper {
     store: Store,
+    files: Files,
     retention: Duration,
     interval: Duration,
 }
 
 impl Sweeper {
     /// A sweeper clearing data `retention` after completion, every `interval`.
-    pub fn new(store: Store, retention: Duration, interval: Duration) -> Self {
-        Self { store, retention, interval }
+    pub fn new(store: Store, files: Files, retention: Duration, interval: Duration) -> Self {
+        Self { store, files, retention, interval }
     }
 
     /// Sweeps until `shutdown` fires.
@@ -62,12 +66,12 @@ impl Sweeper {
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(retention_ms));
         let expired = self.store.predictions().data_expired(before, BATCH).await?;
-        let files = Files::new(&self.store);
         for p in &expired {
-            files.delete_outputs_of(&p.id).await?;
+            self.files.delete_outputs_of(&p.id).await?;
             self.store.predictions().remove_data(&p.id).await?;
         }
-        Ok(expired.len().max(self.expire_files(&files).await?))
+        let swept = self.files.sweep_unfinished(BATCH).await?;
+        Ok(expired.len().max(self.expire_files(&self.files).await?).max(swept))
     }
 
     /// Deletes a batch of expired uploads (postponing those still in use); how many it looked at.

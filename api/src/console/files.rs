@@ -86,7 +86,7 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Response, ConsoleError> {
     let record = owned_file(&state, &signed.key.account_id, &id).await?;
-    Ok(file_response::serve(&state.files, &record, &headers).await?)
+    Ok(file_response::serve(&state.files, &record, &headers, file_response::REDIRECT_VALID_FOR).await?)
 }
 
 /// `POST /files/{id}/delete` (scope `write`)

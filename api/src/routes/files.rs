@@ -23,8 +23,8 @@ use axum::{
 };
 use bson::DateTime;
 use common::{
-    domain::{FileId, FileView},
-    files::Written,
+    domain::FileView,
+    files::StoredBytes,
 };
 use serde::Serialize;
 
@@ -89,7 +89,7 @@ pub async fn create(
     auth: Authorized<Write>,
     mut multipart: Multipart,
 ) -> Result<Response, ApiError> {
-    let mut stored: Option<(FileId, Written, String, String)> = None;
+    let mut stored: Option<(StoredBytes, String, String)> = None;
     let mut metadata: Option<String> = None;
     let outcome = async {
         while let Some(field) = multipart.next_field().await.map_err(uploads::bad_multipart)? {
@@ -100,12 +100,12 @@ pub async fn create(
                         .content_type()
                         .and_then(uploads::media_type)
                         .unwrap_or_else(|| "application/octet-stream".into());
-                    let (id, written) = state
+                    let bytes = state
                         .files
                         .put_bytes(&name, uploads::body_of(field), state.config.max_file_bytes)
                         .await
                         .map_err(|e| uploads::upload_error(e, state.config.max_file_bytes))?;
-                    stored = Some((id, written, name, content_type));
+                    stored = Some((bytes, name, content_type));
                 }
                 "metadata" => metadata = Some(uploads::small_text(field, "metadata").await?),
                 other => {
@@ -123,7 +123,7 @@ pub async fn create(
         Ok::<(), ApiError>(())
     }
     .await;
-    let Some((id, written, part_name, part_type)) = stored else {
+    let Some((bytes, part_name, part_type)) = stored else {
         outcome?;
         return Err(ApiError::validation("The upload has no file.", vec![FieldError::missing("content")]));
     };
@@ -134,11 +134,11 @@ pub async fn create(
     let new = match new {
         Ok(new) => new,
         Err(e) => {
-            state.files.discard(&id).await;
+            state.files.discard(&bytes).await;
             return Err(e);
         }
     };
-    let record = state.files.add_record(id, written, new).await.map_err(anyhow::Error::from)?;
+    let record = state.files.add_record(bytes, new).await.map_err(anyhow::Error::from)?;
     tracing::Span::current().record("file_id", record.id.as_str());
     let view = state.links.file_view(&record, surface, now_seconds());
     Ok((StatusCode::CREATED, [(axum::http::header::LOCATION, view.urls.get.clone())], Json(view)).into_response())
@@ -289,6 +289,7 @@ fn bad_signature() -> ApiError {
         (status = 200, description = "The file's bytes, with its own content type", content_type = "*/*", body = Vec<u8>),
         (status = 206, description = "The range asked for", content_type = "*/*", body = Vec<u8>),
         (status = 304, description = "The `If-None-Match` ETag matches"),
+        (status = 307, description = "A file in the S3-compatible store: `Location` is a presigned URL of its object, valid no longer than the link (or 15 minutes with a key); the `Range` header travels with the redirect"),
         (status = 416, description = "The range lies outside the file"), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 416, response = inline(problems::RangeNotSatisfiable))),
     security(("bearer" = []), ())
 )]
@@ -298,21 +299,22 @@ pub async fn download(
     RawQuery(query): RawQuery,
     mut parts: Parts,
 ) -> Result<Response, ApiError> {
-    let record = match signed_query(query.as_deref())? {
+    let (record, valid_for) = match signed_query(query.as_deref())? {
         Some(signed) => {
             let fresh = signed.expiry > now_seconds();
             if !fresh || !state.links.file_signature_valid(&signed.owner, &id, signed.expiry, &signed.signature) {
                 return Err(bad_signature());
             }
             let account = common::domain::AccountId::parse(&signed.owner).map_err(|_| bad_signature())?;
-            owned_file(&state, &account, &id).await?
+            let left = u64::try_from(signed.expiry - now_seconds()).unwrap_or(0);
+            (owned_file(&state, &account, &id).await?, std::time::Duration::from_secs(left))
         }
         None => {
             let auth =
                 <Authorized<Read> as axum::extract::FromRequestParts<AppState>>::from_request_parts(&mut parts, &state)
                     .await?;
-            owned_file(&state, &auth.caller.key.account_id, &id).await?
+            (owned_file(&state, &auth.caller.key.account_id, &id).await?, file_response::REDIRECT_VALID_FOR)
         }
     };
-    file_response::serve(&state.files, &record, &parts.headers).await
+    file_response::serve(&state.files, &record, &parts.headers, valid_for).await
 }

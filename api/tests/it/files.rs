@@ -191,8 +191,7 @@ async fn an_upload_past_the_limit_is_413_and_leaves_nothing_behind() {
     let body = response.json_body().await;
     assert_eq!(body["code"], "PAYLOAD_TOO_LARGE");
     assert_eq!(system.get("/v1/files").await.json_body().await["total_count"], 0);
-    let chunks = system.ctx.store().await.database().collection::<bson::Document>("files.chunks");
-    assert_eq!(chunks.count_documents(bson::doc! {}).await.expect("count"), 0, "no chunk of the refused upload");
+    assert_eq!(system.stored_pieces().await, 0, "no byte of the refused upload");
     let at_limit = upload_as(&system, &system.admin_key, "/v1", "ok.bin", sample(100_000), None).await;
     assert_eq!(at_limit.status(), 201);
 }
@@ -301,8 +300,9 @@ async fn expired_uploads_are_deleted_unless_a_running_prediction_uses_them() {
         .await
         .expect("expired");
     let store = system.ctx.store().await;
-    let sweeper = runner::retention::Sweeper::new(store.clone(), Duration::from_secs(3600), Duration::from_secs(3600));
-    let files = common::files::Files::new(&store);
+    let files = system.files().await;
+    let sweeper =
+        runner::retention::Sweeper::new(store.clone(), files.clone(), Duration::from_secs(3600), Duration::from_secs(3600));
     eventually(Duration::from_secs(10), || async {
         (sweeper.expire_files(&files).await.expect("swept") > 0).then_some(())
     })

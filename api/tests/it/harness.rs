@@ -55,6 +55,12 @@ impl System {
             ("RUNNER_SHUTDOWN_GRACE_SECONDS", "1".into()),
             ("NOTIFIER_SHUTDOWN_GRACE_SECONDS", "1".into()),
         ];
+        // FILES_STORE=s3 among the options: this test's bucket on the S3 store, whatever the run's.
+        if options.env.iter().any(|(k, v)| *k == "FILES_STORE" && v == "s3") {
+            extra.extend(ctx.s3_env());
+        } else {
+            extra.extend(ctx.files_env());
+        }
         extra.extend(options.env);
         let pairs: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let vars: HashMap<String, String> = ctx.env_vars(&pairs);
@@ -184,6 +190,27 @@ impl System {
         let env = Env::from_fn(|k| self.vars.get(k).cloned());
         let config = ApiConfig::from_env(&env).expect("api configuration");
         api::admin::set_max_concurrency(&config, name, max).await.expect("cap set");
+    }
+
+    /// The files of this system, opened with its own settings (its store, its bucket).
+    pub async fn files(&self) -> common::files::Files {
+        let env = Env::from_fn(|k| self.vars.get(k).cloned());
+        let config = common::config::CommonConfig::from_env(&env).expect("configuration");
+        common::files::Files::open(&self.ctx.store().await, &config.files).await.expect("the file store opens")
+    }
+
+    /// How many pieces of files' bytes the stores hold: GridFS chunks and S3 objects (every
+    /// upload, finished or not).
+    pub async fn stored_pieces(&self) -> usize {
+        let db = self.ctx.store().await;
+        let chunks = db.database().collection::<bson::Document>("files.chunks");
+        let in_gridfs = chunks.count_documents(bson::doc! {}).await.expect("count chunks") as usize;
+        let files = self.files().await;
+        let in_s3 = match files.s3() {
+            Some(s3) => s3.list_keys().await.expect("list the bucket").len(),
+            None => 0,
+        };
+        in_gridfs + in_s3
     }
 
     pub fn url(&self, path: &str) -> String {

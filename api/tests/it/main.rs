@@ -19,6 +19,7 @@ mod keys_lifecycle;
 mod large_predictions;
 mod list;
 mod nats_outage;
+mod object_store;
 mod new_predictions;
 mod openapi;
 mod queue;

@@ -4,7 +4,8 @@
 //! A write streams through GridFS's upload stream, which stores each chunk as it fills and the
 //! `files.files` document only when it is closed: bytes of an upload cut short (a limit, a
 //! client gone, a killed api) are never a readable file. An upload stream dropped before it is
-//! closed removes its chunks. A read asks `files.chunks` for just the chunks a byte range
+//! closed removes its chunks; one whose process was killed leaves them, and the sweep of
+//! unfinished uploads removes them ([`FileStore::discard_unfinished`]). A read asks `files.chunks` for just the chunks a byte range
 //! covers, in order, and trims the first and last, so a `Range` request reads no more than it
 //! needs and nothing is held whole.
 
@@ -20,7 +21,7 @@ use mongodb::{
 };
 
 use super::store::{ByteStream, FileStore, FileStoreError, Tally, Written};
-use crate::domain::FileId;
+use crate::{domain::FileId, store::UnfinishedUpload};
 
 /// The GridFS bucket's name.
 const BUCKET: &str = "files";
@@ -41,6 +42,7 @@ const READ_BATCH: u32 = 8;
 pub struct GridFsStore {
     bucket: GridFsBucket,
     chunks: Collection<Document>,
+    files: Collection<Document>,
 }
 
 impl GridFsStore {
@@ -49,6 +51,7 @@ impl GridFsStore {
         Self {
             bucket: db.gridfs_bucket(GridFsBucketOptions::builder().bucket_name(BUCKET.to_owned()).build()),
             chunks: db.collection(&format!("{BUCKET}.chunks")),
+            files: db.collection(&format!("{BUCKET}.files")),
         }
     }
 
@@ -159,6 +162,15 @@ impl FileStore for GridFsStore {
                 Err(e) if matches!(e.kind.as_ref(), ErrorKind::GridFs(GridFsErrorKind::FileNotFound { .. })) => Ok(()),
                 Err(e) => Err(storage(e)),
             }
+        })
+    }
+
+    fn discard_unfinished<'a>(&'a self, upload: &'a UnfinishedUpload) -> BoxFuture<'a, Result<(), FileStoreError>> {
+        Box::pin(async move {
+            // Chunks first: a files document without them would read as a broken file.
+            self.chunks.delete_many(doc! { "files_id": upload.id.as_str() }).await.map_err(storage)?;
+            self.files.delete_one(doc! { "_id": upload.id.as_str() }).await.map_err(storage)?;
+            Ok(())
         })
     }
 }

@@ -1,19 +1,53 @@
-//! A file's bytes, behind one small interface: [`FileStore`]. GridFS in MongoDB is the one
-//! implementation today ([`super::gridfs`]); an S3-compatible object store would be a second,
-//! and nothing above this trait (handlers, runner, retention) would change.
+//! A file's bytes, behind one small interface: [`FileStore`]. Two implementations: GridFS in
+//! MongoDB ([`super::gridfs`], the default) and any S3-compatible object store
+//! ([`super::s3`]). Each file's record names its store ([`FileStoreKind`]), so nothing above
+//! this trait (handlers, runner, retention) knows which one holds a file's bytes.
 //!
 //! Bytes go in and out as streams, never whole: [`FileStore::put`] writes a body chunk by chunk
 //! while it counts and hashes it, and stops past a size limit without keeping anything;
 //! [`FileStore::read`] answers a byte range as a stream.
 
-use std::{fmt, ops::Range};
+use std::{fmt, ops::Range, time::Duration};
 
 use bytes::Bytes;
 use futures::{future::BoxFuture, stream::BoxStream};
 use md5::Md5;
 use sha2::{Digest, Sha256};
 
-use crate::domain::FileId;
+use crate::{domain::FileId, store::UnfinishedUpload};
+
+/// Where a file's bytes are kept; recorded with each file, so files written before the
+/// configured store changed stay readable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileStoreKind {
+    /// GridFS in the service's MongoDB database (files recorded before stores were named).
+    #[default]
+    Gridfs,
+    /// The S3-compatible object store of `S3_*`.
+    S3,
+}
+
+impl FileStoreKind {
+    /// Its name in settings (`FILES_STORE`) and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gridfs => "gridfs",
+            Self::S3 => "s3",
+        }
+    }
+}
+
+impl std::str::FromStr for FileStoreKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "gridfs" => Ok(Self::Gridfs),
+            "s3" => Ok(Self::S3),
+            other => Err(format!("`{other}` is not a file store: use gridfs or s3")),
+        }
+    }
+}
 
 /// A stream of a file's bytes.
 pub type ByteStream<'a> = BoxStream<'a, Result<Bytes, std::io::Error>>;
@@ -44,6 +78,14 @@ pub enum FileStoreError {
     /// No bytes are stored under this id.
     #[error("no such file")]
     NotFound,
+    /// The store cannot be reached or answers that it is unavailable: worth a retry later
+    /// (the api answers 503 with `Retry-After`).
+    #[error("the file store is unavailable: {0}")]
+    Unavailable(String),
+    /// The store holds no bytes of this kind of file (a file recorded in a store this process
+    /// is not configured for).
+    #[error("this process has no {0} file store configured")]
+    NotConfigured(&'static str),
     /// The storage failed.
     #[error("file storage failed: {0}")]
     Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -71,6 +113,18 @@ pub trait FileStore: Send + Sync + fmt::Debug {
 
     /// Removes file `id`'s bytes; removing a file that is not there succeeds.
     fn delete<'a>(&'a self, id: &'a FileId) -> BoxFuture<'a, Result<(), FileStoreError>>;
+
+    /// Removes whatever an upload cut short left of its file (GridFS chunks, an incomplete
+    /// multipart upload, an object whose record was never stored); nothing left succeeds.
+    fn discard_unfinished<'a>(&'a self, upload: &'a UnfinishedUpload) -> BoxFuture<'a, Result<(), FileStoreError>>;
+
+    /// A URL that reads file `id`'s bytes straight from the store, without a key, for
+    /// `valid_for`, answered with `content_type` and as a download named `name`; none for a
+    /// store that cannot hand one out (GridFS).
+    fn presigned_get(&self, id: &FileId, name: &str, content_type: &str, valid_for: Duration) -> Option<url::Url> {
+        let _ = (id, name, content_type, valid_for);
+        None
+    }
 }
 
 /// Counts and hashes bytes as they pass, for [`Written`].

@@ -43,6 +43,9 @@ pub struct FileRecord {
     /// The prediction that produced it, for an output.
     #[serde(default)]
     pub prediction_id: Option<PredictionId>,
+    /// The store that holds its bytes (GridFS for files recorded before stores were named).
+    #[serde(default)]
+    pub store: crate::files::FileStoreKind,
 }
 
 /// Typed access to `file_records`.

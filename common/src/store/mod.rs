@@ -15,6 +15,7 @@
 //! | `queue_lanes` | [`queue_lanes`] | api (tickets at create, cancel of `starting`), runner (starts, failures while waiting) |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
 //! | `file_records` | [`files`] | api (uploads, deletes), runner (outputs, retention) |
+//! | `unfinished_uploads` | [`unfinished_uploads`] | api, runner (through [`crate::files::Files`]) |
 //! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
@@ -39,6 +40,7 @@ pub mod predictions;
 pub mod queue;
 pub mod queue_lanes;
 pub mod runners;
+pub mod unfinished_uploads;
 pub mod webhook_attempts;
 
 use std::time::Duration;
@@ -53,6 +55,7 @@ use mongodb::{
 pub use accounts::{Account, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{FileRecord, FileRecords};
+pub use unfinished_uploads::{UnfinishedUpload, UnfinishedUploads};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
 pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
 pub use idempotency::{Claim, IdempotencyKeys};
@@ -215,6 +218,7 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("file_records", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
         ("file_records", plain(doc! { "expires_at": 1 })),
         ("file_records", plain(doc! { "prediction_id": 1 })),
+        ("unfinished_uploads", plain(doc! { "started_at": 1 })),
         // GridFS (bucket `files`): the driver's own two, made here too (it makes them only on a
         // first upload into an empty bucket), and the output files of a prediction.
         ("files.files", plain(doc! { "filename": 1, "uploadDate": 1 })),
@@ -350,6 +354,11 @@ impl Store {
     /// The `dead_letters` collection.
     pub fn dead_letters(&self) -> dead_letters::DeadLetters {
         dead_letters::DeadLetters::new(&self.db)
+    }
+
+    /// The `unfinished_uploads` collection (files whose bytes are being written).
+    pub fn unfinished_uploads(&self) -> UnfinishedUploads {
+        UnfinishedUploads::new(&self.db)
     }
 
     /// The `file_records` collection (files' bytes: [`crate::files`]).

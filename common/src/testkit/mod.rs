@@ -7,6 +7,12 @@
 //!    answers;
 //! 3. else the local stand-ins (mongo-java-server, nats-server from PyPI), installed by
 //!    `deploy/local/install` and stopped when the test process exits.
+//!
+//! An S3-compatible store, for the tests that put files there ([`TestContext::s3_env`]):
+//! `S3_ENDPOINT` with `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` when set, else S3Proxy
+//! (the stand-in that `deploy/local/up` also starts), started on first use. Each test gets a
+//! bucket of its own. `TEST_FILES_STORE=s3` makes every test's files go there
+//! ([`TestContext::files_env`]): the test command runs the file tests once per store.
 
 mod containers;
 pub mod proxy;
@@ -34,6 +40,38 @@ pub struct Infra {
 }
 
 static INFRA: OnceLock<Infra> = OnceLock::new();
+
+/// Where the S3-compatible store of this test run is.
+#[derive(Debug)]
+pub struct S3Infra {
+    /// Its endpoint.
+    pub endpoint: String,
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret_access_key: String,
+}
+
+static S3: OnceLock<S3Infra> = OnceLock::new();
+
+/// The S3-compatible store, started on first use.
+pub fn s3() -> &'static S3Infra {
+    S3.get_or_init(|| {
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        match from_env("S3_ENDPOINT") {
+            Some(endpoint) => S3Infra {
+                endpoint,
+                access_key_id: from_env("AWS_ACCESS_KEY_ID").expect("AWS_ACCESS_KEY_ID beside S3_ENDPOINT"),
+                secret_access_key: from_env("AWS_SECRET_ACCESS_KEY").expect("AWS_SECRET_ACCESS_KEY beside S3_ENDPOINT"),
+            },
+            None => S3Infra {
+                endpoint: standins::s3(),
+                access_key_id: "local-identity".into(),
+                secret_access_key: "local-credential".into(),
+            },
+        }
+    })
+}
 
 /// The servers, started on first use.
 pub fn infra() -> &'static Infra {
@@ -100,6 +138,30 @@ impl TestContext {
         .collect();
         vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         vars
+    }
+
+    /// Settings that put this test's new files in a bucket of its own on the S3 store.
+    pub fn s3_env(&self) -> Vec<(&'static str, String)> {
+        let s3 = s3();
+        vec![
+            ("FILES_STORE", "s3".into()),
+            ("S3_BUCKET", format!("t-{}", self.prefix.to_lowercase())),
+            ("S3_ENDPOINT", s3.endpoint.clone()),
+            ("S3_REGION", "us-east-1".into()),
+            ("S3_FORCE_PATH_STYLE", "true".into()),
+            ("AWS_ACCESS_KEY_ID", s3.access_key_id.clone()),
+            ("AWS_SECRET_ACCESS_KEY", s3.secret_access_key.clone()),
+        ]
+    }
+
+    /// The file store of this run's tests: [`Self::s3_env`] when `TEST_FILES_STORE=s3`, else
+    /// nothing (GridFS, the default).
+    pub fn files_env(&self) -> Vec<(&'static str, String)> {
+        match std::env::var("TEST_FILES_STORE").as_deref() {
+            Ok("s3") => self.s3_env(),
+            Ok("gridfs") | Ok("") | Err(_) => Vec::new(),
+            Ok(other) => panic!("TEST_FILES_STORE={other}: use gridfs or s3"),
+        }
     }
 
     /// The shared configuration of this test's services.

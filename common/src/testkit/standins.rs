@@ -81,3 +81,32 @@ kill "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir""#;
     }
     format!("nats://127.0.0.1:{port}")
 }
+
+/// S3Proxy on a free port, keeping objects under a temporary directory removed when it stops;
+/// its endpoint.
+pub(super) fn s3() -> String {
+    let classpath = installed("S3_STANDIN_CLASSPATH");
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("find a free port").port();
+    let dir = std::env::temp_dir().join(format!("ps-test-s3-{}-{port}", std::process::id()));
+    let run = repo_root().join("deploy/s3-standin/run");
+    // The shell stops S3Proxy (and removes its objects) once stdin reaches EOF.
+    let script = r#"run="$1"; dir="$2"; shift 2
+"$run" "$@" "$dir" & pid=$!
+cat >/dev/null
+kill "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir""#;
+    let child = Command::new("sh")
+        .args(["-c", script, "sh", run.to_str().expect("utf-8 path"), dir.to_str().expect("utf-8 temp dir")])
+        .args([&classpath, &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start S3Proxy");
+    keep(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "S3Proxy did not listen on {port} within 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    format!("http://127.0.0.1:{port}")
+}

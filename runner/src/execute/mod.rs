@@ -160,6 +160,8 @@ pub struct Executor {
     changes: GroupUpdate,
     /// Resolves file inputs before a model runs.
     file_inputs: FileInputs,
+    /// Where output files go.
+    files: Files,
     /// The most logs and text output a prediction keeps.
     limits: Limits,
     /// Gathers the marks of started tickets for their queue lanes.
@@ -196,13 +198,14 @@ impl Drop for Running<'_> {
 }
 
 impl Executor {
-    /// An executor writing to `store` and publishing on `bus`, with URLs from `links`.
-    pub fn new(store: Store, bus: Bus, links: Links, default_deadline: Duration) -> Self {
+    /// An executor writing to `store` and `files` and publishing on `bus`, with URLs from
+    /// `links`.
+    pub fn new(store: Store, bus: Bus, files: Files, links: Links, default_deadline: Duration) -> Self {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
         let changes = store.predictions().group_update(CHANGE_WRITES);
         let lane_marks = LaneMarks::start(store.queue_lanes(), MARK_INTERVAL);
-        let file_inputs = FileInputs::new(Files::new(&store), links.clone());
+        let file_inputs = FileInputs::new(files.clone(), links.clone());
         Self {
             store,
             bus,
@@ -213,6 +216,7 @@ impl Executor {
             flush_clock,
             changes,
             file_inputs,
+            files,
             limits: Limits::default(),
             lane_marks,
             figures: Arc::default(),
@@ -566,7 +570,7 @@ impl Executor {
                 };
                 let body = futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
                 let record =
-                    Files::new(&self.store).create(new, body, u64::MAX).await.context("storing the output file")?;
+                    self.files.create(new, body, u64::MAX).await.context("storing the output file")?;
                 self.links.file(&record.id, ApiSurface::Canonical)
             }
         })

@@ -4,8 +4,10 @@
 //! The api has checked, at create, that every file of this service the input names is the
 //! caller's, and recorded them on the prediction (`input_files`). Here each is looked up again
 //! (a file deleted since fails the prediction with `INPUT_FILE_MISSING`) and replaced by:
-//! - for a Cog model ([`FileAccess::Url`]): a signed download URL under `PUBLIC_BASE_URL`,
-//!   valid until the prediction's deadline, which the model server fetches without a key;
+//! - for a Cog model ([`FileAccess::Url`]): a URL valid until the prediction's deadline, which
+//!   the model server fetches without a key: a presigned URL of the object for a file in the
+//!   S3-compatible store (the bytes never pass through the api), else a signed download URL
+//!   under `PUBLIC_BASE_URL`;
 //! - for a built-in model ([`FileAccess::Bytes`]): a `data:` URI of its bytes, which the model
 //!   reads with [`data_uri_bytes`]. An `http(s)` URL in a `format: uri` field is fetched for it
 //!   too (at most [`MAX_FETCH_BYTES`], within [`FETCH_TIMEOUT`]); a `data:` URI is passed as is.
@@ -131,7 +133,11 @@ impl FileInputs {
                 .ok_or_else(|| missing(path, format!("file {id} was deleted before the prediction ran")))?;
             return Ok(Some(match access {
                 FileAccess::Url => {
-                    self.links.file_signed_download(&id, &named.account, named.until, ApiSurface::Canonical)
+                    let left = u64::try_from(named.until - chrono::Utc::now().timestamp()).unwrap_or(0);
+                    match self.files.presigned(&record, Duration::from_secs(left)) {
+                        Some(url) => url.to_string(),
+                        None => self.links.file_signed_download(&id, &named.account, named.until, ApiSurface::Canonical),
+                    }
                 }
                 FileAccess::Bytes => {
                     let size = u64::try_from(record.size).unwrap_or(u64::MAX);
