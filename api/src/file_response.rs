@@ -6,7 +6,10 @@
 //! A file in an S3-compatible store is answered, after the `If-None-Match` and range checks, with a 307
 //! to a presigned URL of its object (unless `FILES_S3_REDIRECT=false`): the bytes go from the
 //! store to the client, the `Range` header travels with the redirected request, and the URL
-//! lives no longer than the link that led to it.
+//! lives no longer than the link that led to it. One exception: a request made with a key by
+//! the official Python client (`User-Agent: replicate-python/…`) is streamed, because its
+//! `FileOutput.read()` does not follow redirects (it raises on a 307) and code written for
+//! Replicate reads file outputs that way.
 
 use crate::problem::{Problem, ProblemKind};
 use axum::{
@@ -104,7 +107,9 @@ pub async fn serve(
             return Ok(response);
         }
     };
-    if let Some(url) = files.redirect_for(file, valid_for) {
+    if !follows_no_redirects(headers)
+        && let Some(url) = files.redirect_for(file, valid_for)
+    {
         let mut redirect = HeaderMap::new();
         redirect.insert(header::LOCATION, HeaderValue::from_str(url.as_str()).map_err(anyhow::Error::from)?);
         redirect.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
@@ -118,9 +123,30 @@ pub async fn serve(
     Ok((status, out, Body::from_stream(stream)).into_response())
 }
 
+/// Whether the request comes from a client known not to follow redirects with its key: the
+/// official Python client's `FileOutput.read()` (httpx, redirects not followed, 3xx raised).
+fn follows_no_redirects(headers: &HeaderMap) -> bool {
+    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    agent.starts_with("replicate-python/") && headers.contains_key(header::AUTHORIZATION)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_python_clients_keyed_requests_are_streamed_rather_than_redirected() {
+        let headers = |pairs: &[(header::HeaderName, &'static str)]| {
+            pairs.iter().map(|(k, v)| (k.clone(), HeaderValue::from_static(v))).collect::<HeaderMap>()
+        };
+        let python = headers(&[(header::USER_AGENT, "replicate-python/1.0.7"), (header::AUTHORIZATION, "Bearer k")]);
+        assert!(follows_no_redirects(&python));
+        assert!(!follows_no_redirects(&headers(&[(header::USER_AGENT, "replicate-python/1.0.7")])), "a signed link");
+        assert!(!follows_no_redirects(&headers(&[
+            (header::USER_AGENT, "curl/8"),
+            (header::AUTHORIZATION, "Bearer k")
+        ])));
+    }
 
     #[test]
     fn ranges_are_read_as_http_says() {

@@ -12,6 +12,7 @@ install_standins() {
   out="$("$root/deploy/local/install")"
   NATS_SERVER="$(printf '%s\n' "$out" | sed -n 's/^NATS_SERVER=//p')"
   MONGO_STANDIN_CLASSPATH="$(printf '%s\n' "$out" | sed -n 's/^MONGO_STANDIN_CLASSPATH=//p')"
+  S3_STANDIN_CLASSPATH="$(printf '%s\n' "$out" | sed -n 's/^S3_STANDIN_CLASSPATH=//p')"
 }
 
 free_port() {
@@ -68,6 +69,20 @@ start_nats() {
   wait_for_port "$port" 30 nats-server || { cat "$logfile" >&2; return 1; }
   NATS_URL="nats://127.0.0.1:$port"
   export NATS_URL
+}
+
+# start_s3 LOGFILE DIR: S3Proxy on a free port, objects as files under DIR/objects. Exports
+# S3_ENDPOINT, S3_REGION, S3_FORCE_PATH_STYLE, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+# S3_BUCKET (default "files"; the services create it at start).
+start_s3() {
+  local logfile="$1" dir="$2" port
+  port="$(free_port)"
+  "$root/deploy/s3-standin/run" "$S3_STANDIN_CLASSPATH" "$port" "$dir" >"$logfile" 2>&1 &
+  INFRA_PIDS+=("$!")
+  wait_for_port "$port" 60 S3Proxy || { cat "$logfile" >&2; return 1; }
+  export S3_ENDPOINT="http://127.0.0.1:$port" S3_REGION="${S3_REGION:-us-east-1}" S3_FORCE_PATH_STYLE=true
+  export AWS_ACCESS_KEY_ID=local-identity AWS_SECRET_ACCESS_KEY=local-credential
+  export S3_BUCKET="${S3_BUCKET:-files}"
 }
 
 stop_infra() {

@@ -22,10 +22,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use bson::DateTime;
-use common::{
-    domain::FileView,
-    files::StoredBytes,
-};
+use common::{domain::FileView, files::StoredBytes};
 use serde::Serialize;
 
 use crate::{

@@ -301,8 +301,12 @@ async fn expired_uploads_are_deleted_unless_a_running_prediction_uses_them() {
         .expect("expired");
     let store = system.ctx.store().await;
     let files = system.files().await;
-    let sweeper =
-        runner::retention::Sweeper::new(store.clone(), files.clone(), Duration::from_secs(3600), Duration::from_secs(3600));
+    let sweeper = runner::retention::Sweeper::new(
+        store.clone(),
+        files.clone(),
+        Duration::from_secs(3600),
+        Duration::from_secs(3600),
+    );
     eventually(Duration::from_secs(10), || async {
         (sweeper.expire_files(&files).await.expect("swept") > 0).then_some(())
     })

@@ -188,7 +188,8 @@ async fn an_upload_cut_off_leaves_nothing_in_either_store_after_the_sweep() {
         .await;
         let files = system.files().await;
         let writer = files.clone();
-        let cut_off = tokio::spawn(async move { writer.put_bytes("big.bin", stalled_body(2 * PART_SIZE), u64::MAX).await });
+        let cut_off =
+            tokio::spawn(async move { writer.put_bytes("big.bin", stalled_body(2 * PART_SIZE), u64::MAX).await });
         let unfinished = system.ctx.store().await.database().collection::<bson::Document>("unfinished_uploads");
         // Wait until bytes have reached the store: GridFS chunks, or a part of a multipart upload.
         let noted = eventually(Duration::from_secs(30), || async {
@@ -239,8 +240,7 @@ async fn a_finished_upload_is_never_swept() {
 async fn the_store_down_is_a_503_with_retry_after_and_back_up_it_serves_again() {
     let proxy = TcpProxy::start(common::testkit::host_port(&common::testkit::s3().endpoint)).await.expect("proxy");
     let endpoint = format!("http://{}", proxy.addr());
-    let system =
-        System::start_with(on_s3(&[("S3_ENDPOINT", endpoint.as_str()), ("FILES_S3_REDIRECT", "false")])).await;
+    let system = System::start_with(on_s3(&[("S3_ENDPOINT", endpoint.as_str()), ("FILES_S3_REDIRECT", "false")])).await;
     let file = upload(&system, "a.bin", sample(2000)).await;
     let download = system.url(&format!("/v1/files/{}/download", file["id"].as_str().expect("id")));
 

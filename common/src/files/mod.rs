@@ -231,7 +231,9 @@ impl Files {
                     tracing::warn!(file_id = %stored.id, error = %e, "a discarded upload stays noted until the sweep");
                 }
             }
-            Err(e) => tracing::warn!(file_id = %stored.id, error = %e, "the bytes of a failed upload wait for the sweep"),
+            Err(e) => {
+                tracing::warn!(file_id = %stored.id, error = %e, "the bytes of a failed upload wait for the sweep")
+            }
         }
     }
 

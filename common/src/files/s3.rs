@@ -109,8 +109,7 @@ impl S3Store {
             None => Url::parse(&format!("https://s3.{}.amazonaws.com", settings.region)).map_err(other)?,
         };
         let style = if settings.force_path_style { UrlStyle::Path } else { UrlStyle::VirtualHost };
-        let bucket =
-            Bucket::new(endpoint, style, settings.bucket.clone(), settings.region.clone()).map_err(other)?;
+        let bucket = Bucket::new(endpoint, style, settings.bucket.clone(), settings.region.clone()).map_err(other)?;
         let credentials = match &settings.session_token {
             Some(token) => {
                 Credentials::new_with_token(&settings.access_key_id, &settings.secret_access_key, token.clone())
@@ -380,7 +379,8 @@ impl FileStore for S3Store {
         let key = object_key(id);
         let mut get = self.bucket.get_object(Some(&self.credentials), &key);
         get.query_mut().insert("response-content-type", content_type.to_owned());
-        get.query_mut().insert("response-content-disposition", format!("inline; filename=\"{}\"", name.replace('"', "")));
+        get.query_mut()
+            .insert("response-content-disposition", format!("inline; filename=\"{}\"", name.replace('"', "")));
         Some(get.sign(valid_for.clamp(Duration::from_secs(1), MAX_PRESIGN)))
     }
 }

@@ -55,7 +55,6 @@ use mongodb::{
 pub use accounts::{Account, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{FileRecord, FileRecords};
-pub use unfinished_uploads::{UnfinishedUpload, UnfinishedUploads};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
 pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
 pub use idempotency::{Claim, IdempotencyKeys};
@@ -64,6 +63,7 @@ pub use models::{ModelRecord, Models};
 pub use predictions::Predictions;
 pub use queue::QueueFigures;
 pub use queue_lanes::{LaneId, LaneState, QueueLanes, TicketDesk};
+pub use unfinished_uploads::{UnfinishedUpload, UnfinishedUploads};
 pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
 
 /// A storage failure.

@@ -160,6 +160,12 @@ test("files.create, files.get, files.list and files.delete", async () => {
   assert.deepEqual(got.checksums, created.checksums);
   const listed = await replicate.files.list();
   assert.ok(listed.results.some((f) => f.id === created.id));
+  if (process.env.FILES_STORE === "s3") {
+    // The bytes come from the object store: the api answers a redirect to it.
+    const redirect = await fetch(created.urls.download, { redirect: "manual" });
+    assert.equal(redirect.status, 307);
+    assert.ok(!redirect.headers.get("location").startsWith(BASE_URL));
+  }
   const download = await fetch(created.urls.download);
   assert.equal(download.status, 200);
   assert.equal(sha256(Buffer.from(await download.arrayBuffer())), sha256(bytes));

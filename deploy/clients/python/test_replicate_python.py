@@ -20,6 +20,10 @@ from replicate.pagination import paginate
 BASE_URL = os.environ["BASE_URL"]
 ADMIN_KEY = os.environ["ADMIN_KEY"]
 OTHER_KEY = os.environ["OTHER_KEY"]
+# Where new files go: "gridfs" (the first pass) or "s3" (deploy/local/client-tests runs the file
+# tests again with S3Proxy), where a download answers 307 to the object store.
+FILES_STORE = os.environ.get("FILES_STORE", "gridfs")
+MAX_FILE_BYTES = int(os.environ.get("API_MAX_FILE_BYTES", str(100 * 1024 * 1024)))
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +42,8 @@ def test_run_returns_a_file_url_that_the_client_can_fetch(client):
     response = client._client.get(url)
     assert response.status_code == 200
     assert response.content.startswith(b"\x89PNG")
+    # As code written for Replicate reads it: FileOutput.read(), which follows no redirect.
+    assert output.read() == response.content
 
 
 def test_run_of_a_model_that_outlasts_its_wait_keeps_polling(client):
@@ -171,15 +177,47 @@ def test_files_are_created_read_listed_and_deleted(client, tmp_path):
 
     assert client.files.get(created.id).checksums == created.checksums
     assert created.id in [f.id for f in client.files.list()]
-    downloaded = client._client.get(created.urls["get"] + "/download")
+    downloaded = client._client.get(created.urls["get"] + "/download", follow_redirects=True)
     assert downloaded.content == data
     anonymous = httpx.get(created.urls["download"])
+    if FILES_STORE == "s3":
+        # The bytes come from the object store, not through the api.
+        assert anonymous.status_code == 307
+        location = anonymous.headers["location"]
+        assert not location.startswith(BASE_URL)
+        anonymous = httpx.get(location)
     assert anonymous.status_code == 200 and anonymous.content == data
+    ranged = httpx.get(created.urls["download"], headers={"Range": "bytes=10-19"}, follow_redirects=True)
+    assert ranged.status_code == 206 and ranged.content == data[10:20]
 
     assert client.files.delete(created.id) is True
     with pytest.raises(ReplicateError) as raised:
         client.files.get(created.id)
     assert raised.value.status == 404
+
+
+def test_another_accounts_file_is_404_and_cannot_be_an_input(client, tmp_path):
+    path = tmp_path / "private.bin"
+    path.write_bytes(_bytes(1000))
+    created = client.files.create(path)
+    other = replicate.Client(api_token=OTHER_KEY, base_url=f"{BASE_URL}/replicate")
+    with pytest.raises(ReplicateError) as raised:
+        other.files.get(created.id)
+    assert raised.value.status == 404
+    assert created.id not in [f.id for f in other.files.list()]
+    with pytest.raises(ReplicateError) as raised:
+        other.run("demo/checksum", input={"file": created.urls["get"]})
+    assert raised.value.status == 400
+
+
+def test_a_file_over_the_limit_is_refused_with_413_and_not_listed(client, tmp_path):
+    path = tmp_path / "too-big.bin"
+    path.write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    before = {f.id for f in client.files.list()}
+    with pytest.raises(ReplicateError) as raised:
+        client.files.create(path)
+    assert raised.value.status == 413
+    assert {f.id for f in client.files.list()} == before
 
 
 def test_run_with_an_open_file_uploads_it_and_the_model_sees_its_exact_bytes(client, tmp_path):

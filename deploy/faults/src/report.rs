@@ -232,6 +232,9 @@ impl Outcome {
             fail(files.accepted == 0, "no upload was accepted".into());
             fail(files.partial > 0, format!("{} partial files visible", files.partial));
             fail(files.lost > 0, format!("{} accepted uploads lost", files.lost));
+            if let Some(orphans) = files.orphans {
+                fail(orphans > 0, format!("{orphans} objects in the bucket that no file names, after the sweep"));
+            }
         }
         if let Some(cap) = &self.cap {
             fail(cap.most > u64::from(cap.cap), format!("{} running at once, past the cap of {}", cap.most, cap.cap));
@@ -280,8 +283,10 @@ pub fn table(outcomes: &[Outcome]) -> String {
         let result = if failures.is_empty() { "pass".to_owned() } else { format!("FAIL: {}", failures.join("; ")) };
         let duplicated =
             if o.duplicates_allowed { format!("{} (allowed)", o.duplicated) } else { o.duplicated.to_string() };
-        let files =
-            o.uploads.as_ref().map_or("—".to_owned(), |f| format!("{} / {} / {}", f.accepted, f.listed, f.partial));
+        let files = o.uploads.as_ref().map_or("—".to_owned(), |f| {
+            let orphans = f.orphans.map_or(String::new(), |n| format!(" / {n} orphans"));
+            format!("{} / {} / {}{orphans}", f.accepted, f.listed, f.partial)
+        });
         let cap = o.cap.as_ref().map_or("—".to_owned(), |c| format!("{} / {}", c.most, c.cap));
         let versions =
             o.rollout.as_ref().map_or("—".to_owned(), |r| format!("{} / {} / {}", r.on_v1, r.on_v2, r.wrong_version));
@@ -417,12 +422,25 @@ mod tests {
 
     #[test]
     fn a_partial_or_lost_upload_fails_the_scenario() {
-        let files = |partial, lost| UploadTally { sent: 5, accepted: 4, listed: 4 - lost + partial, partial, lost };
+        let files = |partial, lost| UploadTally {
+            sent: 5,
+            accepted: 4,
+            listed: 4 - lost + partial,
+            partial,
+            lost,
+            orphans: None,
+        };
         let with = |f| Outcome { accepted: 10, terminal: 10, uploads: Some(f), ..Outcome::default() };
         assert!(with(files(0, 0)).failures().is_empty());
         assert_eq!(with(files(1, 0)).failures(), vec!["1 partial files visible".to_owned()]);
         assert_eq!(with(files(0, 1)).failures(), vec!["1 accepted uploads lost".to_owned()]);
         assert!(table(&[with(files(0, 0))]).contains("| 4 / 4 / 0 |"));
+        let orphaned = UploadTally { orphans: Some(2), ..files(0, 0) };
+        assert_eq!(
+            with(orphaned.clone()).failures(),
+            vec!["2 objects in the bucket that no file names, after the sweep".to_owned()]
+        );
+        assert!(table(&[with(orphaned)]).contains("| 4 / 4 / 0 / 2 orphans |"));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! restarted after a few seconds; nats-server restarted; the stand-in restarted; a receiver
 //! that hangs past the delivery timeout on each event's first attempt; one that answers 503
 //! with `Retry-After`; the api killed while files are being uploaded (no partial file may
-//! become visible, no accepted one may be lost); an account capped at 8 running predictions
+//! become visible, no accepted one may be lost), with files in GridFS and in S3 (S3Proxy),
+//! and the object store restarted during uploads (no partial file, no accepted one lost, and
+//! after the sweep of unfinished uploads no object in the bucket that no file names); an account capped at 8 running predictions
 //! while one of two runners is killed (the cap must hold throughout, and be reached again once
 //! the dead runner's slots age out); a rolling update from one model version to the next under
 //! pinned, latest and deployment traffic (nothing may fail or run on another version than the
@@ -30,7 +32,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use harness::servers::{MongoStandin, Nats};
+use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
     capped, flood, load,
@@ -73,6 +75,8 @@ enum Fault {
     RestartNats,
     /// The MongoDB stand-in stopped, started again after `down`.
     RestartMongo,
+    /// The S3 stand-in stopped, started again after `down`.
+    RestartS3,
     /// SIGKILL of the cluster node that leads the jobs stream; it stays down.
     KillStreamLeader,
     /// The webhook secret rotated.
@@ -119,6 +123,9 @@ struct Scenario {
     uploads: bool,
     /// Whether the account is capped (see [`capped`]).
     capped: bool,
+    /// Whether files go to the S3 stand-in rather than GridFS (and are swept and compared
+    /// with the bucket afterwards).
+    s3: bool,
 }
 
 const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -139,6 +146,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "runner killed (SIGKILL)",
@@ -149,6 +157,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "capped account, runner killed",
@@ -159,6 +168,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: true,
+        s3: false,
     },
     Scenario {
         name: "notifier killed (SIGKILL)",
@@ -169,6 +179,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "api killed (SIGKILL)",
@@ -179,6 +190,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "api killed during uploads",
@@ -189,6 +201,29 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: true,
         capped: false,
+        s3: false,
+    },
+    Scenario {
+        name: "api killed during uploads (s3)",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Api),
+        latency_bound: None,
+        uploads: true,
+        capped: false,
+        s3: true,
+    },
+    Scenario {
+        name: "object store restarted during uploads (s3)",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::RestartS3,
+        latency_bound: None,
+        uploads: true,
+        capped: false,
+        s3: true,
     },
     Scenario {
         name: "nats-server restarted",
@@ -199,6 +234,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "MongoDB stand-in restarted",
@@ -209,6 +245,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "receiver hangs on first attempts",
@@ -219,6 +256,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "receiver answers 503 + Retry-After: 2",
@@ -229,6 +267,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "rolling update v1 -> v2 (pinned, latest, deployment)",
@@ -239,6 +278,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "secret rotated under load",
@@ -249,6 +289,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "2 api, 3 runner, 2 notifier replicas",
@@ -259,6 +300,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "overload: 2x the api's in-flight bound for 10 s",
@@ -269,6 +311,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: None,
         uploads: false,
         capped: false,
+        s3: false,
     },
     Scenario {
         name: "3-node NATS cluster (R3), stream leader killed",
@@ -279,6 +322,7 @@ const SCENARIOS: &[Scenario] = &[
         latency_bound: Some(LATENCY_BOUND),
         uploads: false,
         capped: false,
+        s3: false,
     },
 ];
 
@@ -294,17 +338,34 @@ pub async fn run(options: Options, table: &mut String) -> anyhow::Result<Value> 
     let mut mongo = MongoStandin::start(&dir).await?;
     let mut nats = Nats::single(&dir.join("single")).await?;
     let mut outcomes = Vec::new();
-    let chosen = SCENARIOS.iter().filter(|s| options.only.as_ref().is_none_or(|only| s.name.contains(only.as_str())));
+    let chosen: Vec<&Scenario> =
+        SCENARIOS.iter().filter(|s| options.only.as_ref().is_none_or(|only| s.name.contains(only.as_str()))).collect();
+    let mut s3 = match chosen.iter().any(|s| s.s3) {
+        true => Some(S3Standin::start(&dir).await?),
+        false => None,
+    };
     for scenario in chosen {
         println!("scenario: {}", scenario.name);
         let logs = dir.join(slug(scenario.name));
         let outcome = if scenario.nats_nodes > 1 {
             let mut cluster = Nats::cluster(&logs, scenario.nats_nodes).await?;
-            let outcome = run_scenario(scenario, &options, &mut mongo, &mut cluster, &logs).await;
+            let outcome = run_scenario(
+                scenario,
+                &options,
+                &mut Servers { mongo: &mut mongo, nats: &mut cluster, s3: s3.as_mut() },
+                &logs,
+            )
+            .await;
             cluster.shutdown().await?;
             outcome
         } else {
-            run_scenario(scenario, &options, &mut mongo, &mut nats, &logs).await
+            run_scenario(
+                scenario,
+                &options,
+                &mut Servers { mongo: &mut mongo, nats: &mut nats, s3: s3.as_mut() },
+                &logs,
+            )
+            .await
         }
         .with_context(|| format!("scenario {:?} (logs in {})", scenario.name, logs.display()))?;
         println!("  {}", outcome.json());
@@ -312,6 +373,9 @@ pub async fn run(options: Options, table: &mut String) -> anyhow::Result<Value> 
     }
     nats.shutdown().await?;
     mongo.stop(false).await?;
+    if let Some(s3) = s3.as_mut() {
+        s3.stop(false).await?;
+    }
     table.push_str(&report::table(&outcomes));
     let failed: Vec<&str> = outcomes.iter().filter(|o| !o.failures().is_empty()).map(|o| o.scenario.as_str()).collect();
     if failed.is_empty() {
@@ -323,6 +387,14 @@ pub async fn run(options: Options, table: &mut String) -> anyhow::Result<Value> 
     Ok(
         json!({"rate_per_second": options.rate, "seconds": options.seconds, "scenarios": outcomes.iter().map(Outcome::json).collect::<Vec<_>>()}),
     )
+}
+
+/// A bucket of this run for scenario `name` (S3 names: lowercase, digits and single hyphens).
+fn bucket(name: &str) -> String {
+    let words: Vec<String> = slug(name).split('-').filter(|w| !w.is_empty()).map(str::to_owned).collect();
+    let mut bucket = format!("faults-{}-{}", std::process::id(), words.join("-"));
+    bucket.truncate(63);
+    bucket.trim_end_matches('-').to_owned()
 }
 
 fn slug(name: &str) -> String {
@@ -346,14 +418,25 @@ fn service_vars(mongo: &MongoStandin, nats: &Nats, replicas: usize) -> Vec<(&'st
     ]
 }
 
+/// The servers a scenario runs on, and may restart.
+struct Servers<'a> {
+    mongo: &'a mut MongoStandin,
+    nats: &'a mut Nats,
+    /// Started when a chosen scenario keeps files in S3.
+    s3: Option<&'a mut S3Standin>,
+}
+
 async fn run_scenario(
     scenario: &Scenario,
     options: &Options,
-    mongo: &mut MongoStandin,
-    nats: &mut Nats,
+    servers: &mut Servers<'_>,
     logs: &Path,
 ) -> anyhow::Result<Outcome> {
-    let mut vars = service_vars(mongo, nats, scenario.nats_nodes);
+    let mut vars = service_vars(servers.mongo, servers.nats, scenario.nats_nodes);
+    if scenario.s3 {
+        let s3 = servers.s3.as_deref().context("an S3 scenario without the S3 stand-in")?;
+        vars.extend(s3.env(&bucket(scenario.name)));
+    }
     let rolling = matches!(scenario.fault, Fault::Rollout);
     if rolling {
         vars.extend(rollout::V1_RUNNER.iter().map(|(k, v)| (*k, (*v).to_owned())));
@@ -383,18 +466,23 @@ async fn run_scenario(
             }
         }
     });
+    let file_bytes = if scenario.s3 { uploads::S3_FILE_BYTES } else { uploads::FILE_BYTES };
     let uploading = scenario.uploads.then(|| {
         let (api, key, seconds) = (topology.apis[0].clone(), topology.key.clone(), options.seconds);
-        tokio::spawn(async move { uploads::run(&api, &key, seconds).await })
+        tokio::spawn(async move { uploads::run(&api, &key, seconds, file_bytes).await })
     });
     tokio::time::sleep(Duration::from_secs(options.fault_at)).await;
-    let (window, flooded) = inject(scenario.fault, options, &mut topology, mongo, nats, &recorder, &pinned).await?;
+    let (window, flooded) = inject(scenario.fault, options, &mut topology, servers, &recorder, &pinned).await?;
     let attempts = load.await??;
     let (statuses, started) = drain(&topology, &recorder).await?;
     let files = match uploading {
         Some(task) => {
             let (sent, accepted) = task.await??;
-            Some(uploads::check(&topology.apis[0], &topology.key, &sent, &accepted).await?)
+            let mut tally = uploads::check(&topology.apis[0], &topology.key, &sent, &accepted, file_bytes).await?;
+            if scenario.s3 {
+                tally.orphans = Some(uploads::orphans_after_sweep(&topology.setup).await?);
+            }
+            Some(tally)
         }
         None => None,
     };
@@ -425,8 +513,7 @@ async fn inject(
     fault: Fault,
     options: &Options,
     topology: &mut Topology,
-    mongo: &mut MongoStandin,
-    nats: &mut Nats,
+    servers: &mut Servers<'_>,
     recorder: &Recorder,
     pinned: &rollout::Pinned,
 ) -> anyhow::Result<(Option<Window>, Option<flood::FloodTally>)> {
@@ -449,14 +536,20 @@ async fn inject(
             topology.restart(role, 0).await?;
         }
         Fault::RestartNats => {
-            nats.stop(0, false).await?;
+            servers.nats.stop(0, false).await?;
             tokio::time::sleep(down).await;
-            nats.start(0).await?;
+            servers.nats.start(0).await?;
         }
         Fault::RestartMongo => {
-            mongo.stop(false).await?;
+            servers.mongo.stop(false).await?;
             tokio::time::sleep(down).await;
-            mongo.restart().await?;
+            servers.mongo.restart().await?;
+        }
+        Fault::RestartS3 => {
+            let s3 = servers.s3.as_deref_mut().context("an S3 fault without the S3 stand-in")?;
+            s3.stop(false).await?;
+            tokio::time::sleep(down).await;
+            s3.restart().await?;
         }
         Fault::Overload => {
             let length = Duration::from_secs(FLOOD_SECONDS);
@@ -466,7 +559,7 @@ async fn inject(
             let leader = jobs_stream_leader(topology).await?;
             println!("  killing {leader}, the jobs stream's leader");
             let node: usize = leader.trim_start_matches("node-").parse().context("a node name")?;
-            nats.stop(node, true).await?;
+            servers.nats.stop(node, true).await?;
         }
     }
     Ok((Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), flooded))

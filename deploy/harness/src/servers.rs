@@ -1,10 +1,12 @@
 //! The servers a fault run owns, so it can kill and restart them: nats-server (one node, or a
-//! three-node JetStream cluster on loopback) and the MongoDB stand-in with its H2 file backend
-//! (data survives a restart of the stand-in, as a real database's would).
+//! three-node JetStream cluster on loopback), the MongoDB stand-in with its H2 file backend
+//! (data survives a restart of the stand-in, as a real database's would) and the S3 stand-in
+//! (S3Proxy, objects as files).
 //!
 //! The programs come from the environment `deploy/local/fault-tests` sets: `NATS_SERVER` (the
 //! nats-server binary), `MONGO_STANDIN_CLASSPATH` and `MONGO_STANDIN_LAUNCHER` (the stand-in's
-//! jars and its launcher source). A restarted server comes back on the same port and the same
+//! jars and its launcher source), `S3_STANDIN_CLASSPATH` and `S3_STANDIN_RUN` (S3Proxy's jars
+//! and `deploy/s3-standin/run`). A restarted server comes back on the same port and the same
 //! data directory, so the services' clients find it again by themselves.
 
 use std::{
@@ -202,5 +204,64 @@ impl MongoStandin {
                 }
             }
         }
+    }
+}
+
+/// The S3 stand-in (S3Proxy) keeping its objects as files under a directory, so they survive a
+/// restart as a real store's would.
+pub struct S3Standin {
+    server: Server,
+    address: SocketAddr,
+}
+
+impl S3Standin {
+    /// The credentials it takes.
+    pub const KEY_ID: &'static str = "local-identity";
+    /// The secret of [`Self::KEY_ID`].
+    pub const SECRET: &'static str = "local-credential";
+
+    /// Starts it on a free port with its objects under `dir`.
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        let classpath =
+            std::env::var("S3_STANDIN_CLASSPATH").context("S3_STANDIN_CLASSPATH (S3Proxy's jars) is not set")?;
+        let run = std::env::var("S3_STANDIN_RUN").context("S3_STANDIN_RUN (deploy/s3-standin/run) is not set")?;
+        let port = free_port()?;
+        let data = dir.join("s3");
+        let command = vec![run, classpath, port.to_string(), data.display().to_string()];
+        let mut standin = Self {
+            server: Server::new("S3Proxy", command, dir.join("s3.log")),
+            address: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        standin.restart().await?;
+        Ok(standin)
+    }
+
+    /// Its endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// The settings that put a service's files in bucket `bucket` of it.
+    pub fn env(&self, bucket: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("FILES_STORE", "s3".into()),
+            ("S3_BUCKET", bucket.into()),
+            ("S3_ENDPOINT", self.endpoint()),
+            ("S3_REGION", "us-east-1".into()),
+            ("S3_FORCE_PATH_STYLE", "true".into()),
+            ("AWS_ACCESS_KEY_ID", Self::KEY_ID.into()),
+            ("AWS_SECRET_ACCESS_KEY", Self::SECRET.into()),
+        ]
+    }
+
+    /// Stops it (SIGKILL when `crash`, else SIGTERM).
+    pub async fn stop(&mut self, crash: bool) -> anyhow::Result<()> {
+        self.server.stop(crash).await
+    }
+
+    /// Starts it (again) on the same port and directory.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.server.spawn()?;
+        await_listening(self.address, "S3Proxy").await
     }
 }

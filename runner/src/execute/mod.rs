@@ -569,8 +569,7 @@ impl Executor {
                     prediction_id: Some(p.id.clone()),
                 };
                 let body = futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
-                let record =
-                    self.files.create(new, body, u64::MAX).await.context("storing the output file")?;
+                let record = self.files.create(new, body, u64::MAX).await.context("storing the output file")?;
                 self.links.file(&record.id, ApiSurface::Canonical)
             }
         })

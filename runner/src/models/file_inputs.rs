@@ -136,7 +136,9 @@ impl FileInputs {
                     let left = u64::try_from(named.until - chrono::Utc::now().timestamp()).unwrap_or(0);
                     match self.files.presigned(&record, Duration::from_secs(left)) {
                         Some(url) => url.to_string(),
-                        None => self.links.file_signed_download(&id, &named.account, named.until, ApiSurface::Canonical),
+                        None => {
+                            self.links.file_signed_download(&id, &named.account, named.until, ApiSurface::Canonical)
+                        }
                     }
                 }
                 FileAccess::Bytes => {
