@@ -265,3 +265,28 @@ async fn the_store_down_is_a_503_with_retry_after_and_back_up_it_serves_again() 
     assert_eq!(read.bytes().await.expect("body").to_vec(), sample(2000));
     assert_eq!(system.get("/v1/files").await.json_body().await["total_count"], 1, "the refused upload is not listed");
 }
+
+#[tokio::test]
+async fn a_store_unreachable_at_start_does_not_stop_the_api_and_files_work_once_it_answers() {
+    let proxy = TcpProxy::start(common::testkit::host_port(&common::testkit::s3().endpoint)).await.expect("proxy");
+    proxy.cut();
+    let endpoint = format!("http://{}", proxy.addr());
+    let system = System::start_with(on_s3(&[("S3_ENDPOINT", endpoint.as_str())])).await;
+    let part = || multipart::Part::bytes(sample(1000)).file_name("b.bin");
+    let refused = system
+        .request(Method::POST, "/v1/files")
+        .multipart(multipart::Form::new().part("content", part()))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(refused.status(), 503);
+
+    proxy.restore();
+    let stored = eventually(Duration::from_secs(20), || async {
+        let form = multipart::Form::new().part("content", part());
+        let response = system.request(Method::POST, "/v1/files").multipart(form).send().await.ok()?;
+        (response.status() == 201).then_some(())
+    })
+    .await;
+    assert!(stored.is_some(), "uploads work once the store answers (its bucket created then)");
+}

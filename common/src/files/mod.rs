@@ -56,6 +56,8 @@ impl Default for FilesConfig {
 
 /// The default of `FILES_UPLOAD_TIMEOUT_SECONDS`.
 pub const DEFAULT_UPLOAD_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How often the bucket is checked again while the S3 store was unreachable at start.
+const BUCKET_RETRY: Duration = Duration::from_secs(2);
 /// How much older than the upload timeout an unfinished upload must be before it is swept.
 const SWEEP_MARGIN: Duration = Duration::from_secs(60);
 
@@ -125,12 +127,27 @@ impl Files {
     }
 
     /// Files on `store`'s database, their bytes where `config` says; checks that the S3
-    /// bucket answers (creating it if it does not exist).
+    /// bucket answers (creating it if it does not exist). A store that cannot be reached does
+    /// not stop the service (file requests answer 503 until it is back); one that refuses the
+    /// credentials or the bucket does.
     pub async fn open(store: &Store, config: &FilesConfig) -> Result<Self, FileStoreError> {
         let mut files = Self::new(store);
         if let Some(settings) = &config.s3 {
             let s3 = S3Store::new(settings, store.unfinished_uploads())?;
-            s3.ensure_bucket().await?;
+            match s3.ensure_bucket().await {
+                Ok(()) => {}
+                Err(FileStoreError::Unavailable(e)) => {
+                    tracing::warn!(error = %e, "the S3 store is unreachable at start; file requests answer 503 until it is back");
+                    let s3 = s3.clone();
+                    tokio::spawn(async move {
+                        // Until it answers: then the bucket is there (or created).
+                        while let Err(FileStoreError::Unavailable(_)) = s3.ensure_bucket().await {
+                            tokio::time::sleep(BUCKET_RETRY).await;
+                        }
+                    });
+                }
+                Err(e) => return Err(e),
+            }
             files.s3 = Some(Arc::new(s3));
         }
         files.write_to = config.store;

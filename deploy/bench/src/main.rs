@@ -9,7 +9,7 @@
 //!   process (with `--traces`, every span exported over OTLP to a sink on loopback).
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
 //! - `bench api`: create, get and list through the api at 1, 8, 32 and 128 clients.
-//! - `bench files`: upload and download MB/s through the api against raw GridFS, the api's
+//! - `bench files`: upload and download MB/s through the api against the raw store (GridFS and S3), the api's
 //!   memory during a transfer, and the latency a file input adds to a Cog model.
 //! - `bench queue`: a read of a waiting prediction (with its queue place) beside a read of an
 //!   ended one, and what an account's concurrency cap costs per job.

@@ -1,9 +1,13 @@
-//! `bench files`: what files cost through the service.
+//! `bench files`: what files cost through the service, on each file store (`--store gridfs`,
+//! `s3` or `both`, the default; S3 is S3Proxy, started for the run).
 //!
 //! - **Throughput**: one file of `--mib` MiB uploaded through the api (`POST /v1/files`,
 //!   multipart, streamed from the load tool) and downloaded back (`…/download`), in MB/s,
-//!   beside a raw GridFS write and read of the same bytes by the load tool on the same MongoDB
-//!   (the floor the api's path is held against: ratio = through the api / raw).
+//!   beside a raw write and read of the same bytes by the load tool on the same store (GridFS
+//!   on the same MongoDB; a `PutObject`/multipart upload and a `GetObject` to the same S3Proxy):
+//!   the floor the api's path is held against (ratio = through the api / raw; target for the
+//!   S3 upload: at least 0.8). With S3 a download is a redirect to the store: the MB/s is that
+//!   of the redirect followed, and the bytes the api itself sends are counted (target: none).
 //! - **Memory**: the api's resident memory while the upload and the download run, sampled every
 //!   10 ms from `/proc/<pid>/status`, against its resident memory just before each (idle before
 //!   the upload; before the download, what the upload left, which the allocator keeps): what a
@@ -21,7 +25,7 @@ use base64::Engine;
 use bytes::Bytes;
 use common::{
     domain::FileId,
-    files::{FileStore, GridFsStore},
+    files::{FileStore, Files, GridFsStore},
 };
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
@@ -30,11 +34,14 @@ use tokio::time::Instant;
 use harness::{
     cluster::{AS_DEPLOYED, Cluster, round},
     cog_server::CogServer,
+    servers::S3Standin,
     stats::{Samples, ms},
 };
 
 /// What one transfer may add to the api's resident memory.
 pub const TARGET_ADDED_RSS_MIB: f64 = 32.0;
+/// The least an upload to S3 through the api may reach of a raw upload to the same store.
+pub const TARGET_S3_UPLOAD_RATIO: f64 = 0.8;
 /// The Cog fixture with a `Path` input (shared with the runner's tests).
 const HASH_FIXTURE: &str = "runner/tests/fixtures/cog/hash";
 /// The pieces the load tool sends and the raw write takes: 1 MiB each.
@@ -49,21 +56,43 @@ pub struct Options {
     /// Predictions per kind of file input on the Cog model.
     #[arg(long, default_value_t = 30)]
     samples: usize,
+    /// The file store(s) to measure: gridfs, s3 or both.
+    #[arg(long, default_value = "both")]
+    store: String,
 }
 
 /// `bench files`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
-    let results = measure(options.mib, options.samples).await?;
+    let stores: &[&str] = match options.store.as_str() {
+        "both" => &["gridfs", "s3"],
+        "gridfs" => &["gridfs"],
+        "s3" => &["s3"],
+        other => anyhow::bail!("--store {other}: use gridfs, s3 or both"),
+    };
+    let mut results = serde_json::Map::new();
+    for store in stores {
+        results.insert((*store).to_owned(), measure(store, options.mib, options.samples).await?);
+    }
+    let results = Value::Object(results);
     println!("{}", table(&results));
     Ok(results)
 }
 
-/// Every figure, on a fresh system.
-pub async fn measure(mib: usize, samples: usize) -> anyhow::Result<Value> {
+/// Every figure of `store`, on a fresh system.
+pub async fn measure(store: &str, mib: usize, samples: usize) -> anyhow::Result<Value> {
     let limit = ((mib + 1) * PIECE).to_string();
-    let mut extra: Vec<(&str, &str)> = AS_DEPLOYED.to_vec();
-    extra.push(("API_MAX_FILE_BYTES", &limit));
-    let mut cluster = Cluster::start(&extra, false).await?;
+    let mut extra: Vec<(&str, String)> = AS_DEPLOYED.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    extra.push(("API_MAX_FILE_BYTES", limit));
+    let dir = std::env::temp_dir().join(format!("bench-files-{}", std::process::id()));
+    let mut s3 = match store {
+        "s3" => Some(S3Standin::start(&dir).await?),
+        _ => None,
+    };
+    if let Some(s3) = &s3 {
+        extra.extend(s3.env("bench-files"));
+    }
+    let pairs: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut cluster = Cluster::start(&pairs, false).await?;
     let outcome = async {
         let transfer = transfer(&cluster, mib).await?;
         let cog = CogServer::start(Path::new(HASH_FIXTURE), 1).await?;
@@ -74,6 +103,10 @@ pub async fn measure(mib: usize, samples: usize) -> anyhow::Result<Value> {
     }
     .await;
     cluster.stop().await?;
+    if let Some(s3) = s3.as_mut() {
+        s3.stop(false).await?;
+    }
+    std::fs::remove_dir_all(&dir).ok();
     outcome
 }
 
@@ -154,8 +187,18 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
     let (read, download_peak) = with_peak_rss(pid, download).await?;
     let download_took = started.elapsed();
     anyhow::ensure!(read == bytes, "downloaded {read} of {bytes} bytes");
+    // What the api itself sends for a download (the redirect is not followed here).
+    let direct = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+    let answer =
+        direct.get(format!("{}/v1/files/{id}/download", cluster.base)).bearer_auth(&cluster.key).send().await?;
+    let (answer_status, through_api) = (answer.status().as_u16(), answer.bytes().await?.len());
 
-    let raw = Arc::new(GridFsStore::new(cluster.setup.store.database()));
+    // The same bytes raw, on the store the api wrote to.
+    let files = Files::open(&cluster.setup.store, &cluster.setup.common.files).await?;
+    let raw: Arc<dyn FileStore> = match files.s3() {
+        Some(s3) => Arc::new(s3.clone()),
+        None => Arc::new(GridFsStore::new(cluster.setup.store.database())),
+    };
     let raw_id = FileId::generate();
     let started = Instant::now();
     raw.put(&raw_id, "raw.bin", pieces(mib).boxed(), u64::MAX).await?;
@@ -165,6 +208,7 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
         raw.read(&raw_id, 0..bytes as u64).await?.try_fold(0, |n, c| async move { Ok(n + c.len()) }).await?;
     let raw_read_took = started.elapsed();
     anyhow::ensure!(raw_read == bytes, "read {raw_read} of {bytes} raw bytes");
+    raw.delete(&raw_id).await?;
 
     let mib_of = |kib: u64| round(kib as f64 / 1024.0, 1);
     let (upload_mbs, download_mbs) = (mb_per_s(bytes, upload_took), mb_per_s(bytes, download_took));
@@ -172,10 +216,13 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
     Ok(json!({
         "mib": mib,
         "upload_mb_per_s": upload_mbs,
-        "raw_gridfs_write_mb_per_s": raw_write_mbs,
+        "store": files.writes_to().as_str(),
+        "raw_write_mb_per_s": raw_write_mbs,
         "upload_ratio": round(upload_mbs / raw_write_mbs, 2),
         "download_mb_per_s": download_mbs,
-        "raw_gridfs_read_mb_per_s": raw_read_mbs,
+        "raw_read_mb_per_s": raw_read_mbs,
+        "download_answer_status": answer_status,
+        "download_bytes_through_api": through_api,
         "download_ratio": round(download_mbs / raw_read_mbs, 2),
         "api_idle_rss_mib": mib_of(idle),
         "api_peak_rss_upload_mib": mib_of(upload_peak),
@@ -244,11 +291,20 @@ async fn cog_inputs(cluster: &Cluster, samples: usize) -> anyhow::Result<Value> 
     Ok(json!({"samples": samples, "sizes": out}))
 }
 
-/// The figures as Markdown.
+/// The figures as Markdown: one block per store.
 pub fn table(results: &Value) -> String {
+    let mut out = String::new();
+    for (store, figures) in results.as_object().into_iter().flatten() {
+        out.push_str(&store_table(store, figures));
+        out.push('\n');
+    }
+    out
+}
+
+fn store_table(store: &str, results: &Value) -> String {
     let t = &results["transfer"];
     let mut out = format!(
-        "| {mib} MiB through the api | MB/s | raw GridFS MB/s | ratio | api peak RSS MiB | added over the RSS before it (idle: {idle} MiB) | target |\n|---|---:|---:|---:|---:|---:|---|\n",
+        "| {store}: {mib} MiB through the api | MB/s | raw MB/s | ratio | api peak RSS MiB | added over the RSS before it (idle: {idle} MiB) | target |\n|---|---:|---:|---:|---:|---:|---|\n",
         mib = t["mib"],
         idle = t["api_idle_rss_mib"]
     );
@@ -256,7 +312,7 @@ pub fn table(results: &Value) -> String {
         (
             "upload",
             "upload_mb_per_s",
-            "raw_gridfs_write_mb_per_s",
+            "raw_write_mb_per_s",
             "upload_ratio",
             "api_peak_rss_upload_mib",
             "api_added_rss_upload_mib",
@@ -264,23 +320,33 @@ pub fn table(results: &Value) -> String {
         (
             "download",
             "download_mb_per_s",
-            "raw_gridfs_read_mb_per_s",
+            "raw_read_mb_per_s",
             "download_ratio",
             "api_peak_rss_download_mib",
             "api_added_rss_download_mib",
         ),
     ] {
-        let met = t[added].as_f64().is_some_and(|a| a < TARGET_ADDED_RSS_MIB);
+        let mut targets = vec![met(t[added].as_f64().is_some_and(|a| a < TARGET_ADDED_RSS_MIB), "< 32 MiB")];
+        if store == "s3" && what == "upload" {
+            let ratio_met = t[ratio].as_f64().is_some_and(|r| r >= TARGET_S3_UPLOAD_RATIO);
+            targets.push(met(ratio_met, &format!("ratio >= {TARGET_S3_UPLOAD_RATIO}")));
+        }
         out.push_str(&format!(
-            "| {what} | {} | {} | {} | {} | {} | < {TARGET_ADDED_RSS_MIB} MiB: {} |\n",
+            "| {what} | {} | {} | {} | {} | {} | {} |\n",
             t[key],
             t[raw],
             t[ratio],
             t[peak],
             t[added],
-            if met { "met" } else { "not met" }
+            targets.join("; ")
         ));
     }
+    let through = t["download_bytes_through_api"].as_u64().unwrap_or(u64::MAX);
+    out.push_str(&format!(
+        "| bytes the api sends for a download | {through} (answer {}) | | | | | {} |\n",
+        t["download_answer_status"],
+        if store == "s3" { met(through == 0, "none with redirects") } else { "—".to_owned() }
+    ));
     out.push_str("\n| Cog file input | data: URI p50 / p99 ms | uploaded file p50 / p99 ms | added p50 ms |\n|---|---:|---:|---:|\n");
     for s in results["cog_file_input"]["sizes"].as_array().into_iter().flatten() {
         out.push_str(&format!(
@@ -296,23 +362,32 @@ pub fn table(results: &Value) -> String {
     out
 }
 
+fn met(met: bool, target: &str) -> String {
+    format!("{target}: {}", if met { "met" } else { "not met" })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_table_holds_each_transfer_against_the_memory_target() {
-        let results = json!({
-            "transfer": {"mib": 100, "api_idle_rss_mib": 10.0, "upload_mb_per_s": 50.0, "raw_gridfs_write_mb_per_s": 100.0,
+        let store = json!({
+            "transfer": {"mib": 100, "api_idle_rss_mib": 10.0, "upload_mb_per_s": 50.0, "raw_write_mb_per_s": 100.0,
                          "upload_ratio": 0.5, "api_peak_rss_upload_mib": 20.0, "api_added_rss_upload_mib": 10.0,
-                         "download_mb_per_s": 80.0, "raw_gridfs_read_mb_per_s": 160.0, "download_ratio": 0.5,
-                         "api_peak_rss_download_mib": 50.0, "api_added_rss_download_mib": 40.0},
+                         "download_mb_per_s": 80.0, "raw_read_mb_per_s": 160.0, "download_ratio": 0.5,
+                         "api_peak_rss_download_mib": 50.0, "api_added_rss_download_mib": 40.0,
+                         "download_answer_status": 307, "download_bytes_through_api": 0},
             "cog_file_input": {"sizes": [{"kib": 1, "data_uri_p50_ms": 5.0, "data_uri_p99_ms": 7.0,
                                           "uploaded_p50_ms": 8.0, "uploaded_p99_ms": 9.0, "added_p50_ms": 3.0}]},
         });
-        let table = table(&results);
-        assert!(table.contains("| upload | 50.0 | 100.0 | 0.5 | 20.0 | 10.0 | < 32 MiB: met |"), "{table}");
+        let table = table(&json!({"s3": store}));
+        assert!(
+            table.contains("| upload | 50.0 | 100.0 | 0.5 | 20.0 | 10.0 | < 32 MiB: met; ratio >= 0.8: not met |"),
+            "{table}"
+        );
         assert!(table.contains("| download | 80.0 | 160.0 | 0.5 | 50.0 | 40.0 | < 32 MiB: not met |"), "{table}");
+        assert!(table.contains("| 0 (answer 307) | | | | | none with redirects: met |"), "{table}");
         assert!(table.contains("| 1 KiB | 5.0 / 7.0 | 8.0 / 9.0 | 3.0 |"), "{table}");
     }
 }
