@@ -1,7 +1,8 @@
 //! Operator commands: `api admin bootstrap --account NAME` creates the account (or reuses the
 //! one with that name) and issues a new key with scopes `read`, `write` and `admin`;
 //! `api admin set-concurrency --account NAME --max-concurrency N` (or `--unlimited`) caps how many
-//! of the account's predictions run at once.
+//! of the account's predictions run at once; `api admin usage [--account NAME] [--since TIME]
+//! [--csv]` prints every account's usage (or one's) by day and model.
 
 use anyhow::{Context, bail};
 use common::{
@@ -65,4 +66,64 @@ pub async fn set_max_concurrency(config: &ApiConfig, name: &str, max: Option<u32
     };
     store.accounts().set_max_concurrency(&account.id, max).await?;
     Ok(Account { max_concurrency: max, ..account })
+}
+
+/// Every account's usage (or that of the account `name`) since `since` (RFC 3339; 30 days ago
+/// by default), by day and model: a table for people, or CSV with an `account` column first.
+pub async fn usage(config: &ApiConfig, name: Option<&str>, since: Option<&str>, csv: bool) -> anyhow::Result<String> {
+    let common = &config.common;
+    let store =
+        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
+    let account = match name.map(str::trim) {
+        None => None,
+        Some(name) => match store.accounts().find_by_name(name).await? {
+            Some(account) => Some(account),
+            None => bail!("no account is named {name:?}"),
+        },
+    };
+    let query =
+        since.map(|s| format!("start={}", url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()));
+    let query = crate::validate::usage_query::parse(query.as_deref(), chrono::Utc::now()).map_err(|errors| {
+        let fields: Vec<String> = errors.into_iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+        anyhow::anyhow!("--since: {}", fields.join("; "))
+    })?;
+    let from = bson::DateTime::from_millis(query.start.timestamp_millis());
+    let until = bson::DateTime::from_millis(query.end.timestamp_millis());
+    let totals = store.usage_totals().between(account.as_ref().map(|a| &a.id), from, until).await?;
+    let mut by_account: std::collections::BTreeMap<String, Vec<common::store::usage::UsageTotal>> = Default::default();
+    for total in totals {
+        by_account.entry(total.account_id.to_string()).or_default().push(total);
+    }
+    let mut out = String::new();
+    if csv {
+        out.push_str("account,bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time\n");
+    }
+    for (id, totals) in by_account {
+        let parsed = common::domain::AccountId::parse(&id).ok();
+        let name = match parsed {
+            Some(id) => store.accounts().get(&id).await?.map_or(id.to_string(), |a| a.name),
+            None => id,
+        };
+        let report = crate::usage::UsageReport::of(query.clone(), &totals);
+        for line in report.csv().lines().skip(1) {
+            if csv {
+                out.push_str(&format!("{name},{line}\n"));
+            } else {
+                let cells: Vec<&str> = line.split(',').collect();
+                out.push_str(&format!("{name:<20} {}\n", cells.join("  ")));
+            }
+        }
+    }
+    if !csv && out.is_empty() {
+        out.push_str("no usage in the range\n");
+    } else if !csv {
+        out.insert_str(
+            0,
+            &format!(
+                "{:<20} {}\n",
+                "account", "day start  day end  model  succeeded  failed  canceled  predict_time  total_time"
+            ),
+        );
+    }
+    Ok(out)
 }

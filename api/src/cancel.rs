@@ -36,13 +36,15 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Result<Predi
         }
         let now = DateTime::now();
         let metrics = Metrics::at_completion(current.created_at, current.started_at, now);
-        let changes = doc! { "completed_at": now, "metrics": bson::to_bson(&metrics)? };
+        let mut changes = doc! { "completed_at": now, "metrics": bson::to_bson(&metrics)? };
+        common::usage::mark_pending(&mut changes);
         let Some(canceled) =
             predictions.transition_from(&prediction_id, current.status, PredictionStatus::Canceled, changes).await?
         else {
             continue;
         };
         tracing::info!(was = %current.status, "prediction canceled");
+        state.usage.record(&canceled);
         if current.status == PredictionStatus::Starting {
             state.store.queue_lanes().give_back(&canceled).await;
         }

@@ -44,6 +44,7 @@ pub mod state;
 pub mod submit;
 pub mod surface;
 pub mod uploads;
+pub mod usage;
 pub mod validate;
 pub mod versions;
 pub mod wait;

@@ -1,7 +1,8 @@
 //! The api binary: `api` serves the HTTP API; `api admin bootstrap --account NAME` creates an
 //! account (or reuses one of that name) and prints a new admin key on stdout;
 //! `api admin set-concurrency --account NAME --max-concurrency N` (or `--unlimited`) sets the
-//! account's concurrency cap.
+//! account's concurrency cap; `api admin usage [--account NAME] [--since TIME] [--csv]` prints
+//! usage by account, day and model.
 
 use std::process::ExitCode;
 
@@ -45,6 +46,18 @@ enum AdminCommand {
         /// Lift the account's cap.
         #[arg(long)]
         unlimited: bool,
+    },
+    /// Print the usage of every account (or one) by day and model.
+    Usage {
+        /// Only this account (by name).
+        #[arg(long)]
+        account: Option<String>,
+        /// From this time (RFC 3339; 30 days ago by default).
+        #[arg(long)]
+        since: Option<String>,
+        /// CSV, with the account's name first.
+        #[arg(long)]
+        csv: bool,
     },
 }
 
@@ -90,6 +103,9 @@ async fn serve() -> ExitCode {
                     None => eprintln!("account {} ({}) has no concurrency cap", account.name, account.id),
                 }
             })
+        }
+        Command::Admin { command: AdminCommand::Usage { account, since, csv } } => {
+            api::admin::usage(&config, account.as_deref(), since.as_deref(), csv).await.map(|out| print!("{out}"))
         }
     };
     match result {

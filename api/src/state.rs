@@ -63,6 +63,8 @@ pub struct Shared {
     pub background: TaskTracker,
     /// Jobs not yet published, published again as soon as NATS takes them.
     pub job_outbox: JobOutbox,
+    /// Counts the predictions this api ends (cancels) in the usage totals.
+    pub usage: common::usage::UsageLedger,
 }
 
 impl AppState {
@@ -73,6 +75,7 @@ impl AppState {
         let models = ModelCatalog::new(store.models(), store.model_versions(), store.runners());
         Ok(Self(Arc::new(Shared {
             job_outbox: JobOutbox::start(bus.clone(), &background),
+            usage: common::usage::UsageLedger::start(&store),
             keys: KeyDirectory::new(store.api_keys(), deactivations),
             queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes(), models.live.clone()),
             models,

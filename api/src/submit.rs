@@ -62,6 +62,7 @@ pub async fn validated(
         surface,
     });
     prediction.input_files = input_files;
+    prediction.api_key_id = Some(caller.key.id.clone());
     Ok(prediction)
 }
 

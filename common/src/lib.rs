@@ -5,7 +5,8 @@
 //! - [`domain`]: the parsed domain types (ids, statuses, models, keys, secrets, predictions).
 //! - [`messages`]: the versioned wire messages on NATS, and [`subjects`]: where they travel.
 //! - [`files`]: uploaded files and file outputs: their records, and their bytes behind the
-//!   [`files::FileStore`] interface (GridFS today).
+//!   [`files::FileStore`] interface (GridFS or an S3-compatible store).
+//! - [`usage`]: usage per account, each ended prediction counted once in running totals.
 //! - [`store`]: the MongoDB collections, one module per collection, each written by the service
 //!   its module doc names.
 //! - [`bus`]: the JetStream streams and the publishing side of the messages.
@@ -40,6 +41,7 @@ pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod trace_context;
+pub mod usage;
 
 /// The release version every service reports (`/ready`, logs).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

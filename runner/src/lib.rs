@@ -87,7 +87,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     cancel::listen(&bus, executor.clone(), &background, shutdown.clone()).await?;
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
     background.spawn(reconciler.run(shutdown.clone()));
-    let sweeper = retention::Sweeper::new(store_for_sweeper, files, config.retention, config.retention_sweep_interval);
+    let sweeper = retention::Sweeper::new(store_for_sweeper, files, config.retention, config.retention_sweep_interval)
+        .with_usage(executor.usage().clone());
     background.spawn(sweeper.run(shutdown.clone()));
     let consumed = consumer::consume(&config, &bus, served, &versions, executor, &store_for_consumer, shutdown).await;
     background.close();

@@ -4,6 +4,9 @@
 //! sweepers never trip over each other. Files go first: a crash between the two steps leaves
 //! a prediction that the next pass finishes, never a file that nothing points to.
 //!
+//! The usage of predictions whose writer died before counting it is counted here too
+//! ([`UsageLedger::recover`]).
+//!
 //! Uploads cut off mid-write (a killed process) are swept here too, once they are older than
 //! the upload timeout: [`Files::sweep_unfinished`] removes their partial bytes from the store.
 //!
@@ -15,7 +18,7 @@
 use std::time::Duration;
 
 use bson::DateTime;
-use common::{files::Files, store::Store};
+use common::{files::Files, store::Store, usage::UsageLedger};
 use tokio_util::sync::CancellationToken;
 
 /// The most predictions (and expired files) one pass clears.
@@ -27,6 +30,7 @@ pub const IN_USE_GRACE: Duration = Duration::from_secs(600);
 pub struct Sweeper {
     store: Store,
     files: Files,
+    usage: Option<UsageLedger>,
     retention: Duration,
     interval: Duration,
 }
@@ -34,7 +38,13 @@ pub struct Sweeper {
 impl Sweeper {
     /// A sweeper clearing data `retention` after completion, every `interval`.
     pub fn new(store: Store, files: Files, retention: Duration, interval: Duration) -> Self {
-        Self { store, files, retention, interval }
+        Self { store, files, usage: None, retention, interval }
+    }
+
+    /// Also counts the usage of predictions whose writer died before counting it.
+    pub fn with_usage(mut self, usage: UsageLedger) -> Self {
+        self.usage = Some(usage);
+        self
     }
 
     /// Sweeps until `shutdown` fires.
@@ -71,7 +81,11 @@ impl Sweeper {
             self.store.predictions().remove_data(&p.id).await?;
         }
         let swept = self.files.sweep_unfinished(BATCH).await?;
-        Ok(expired.len().max(self.expire_files(&self.files).await?).max(swept))
+        let recovered = match &self.usage {
+            Some(usage) => usage.recover(BATCH).await?,
+            None => 0,
+        };
+        Ok(expired.len().max(self.expire_files(&self.files).await?).max(swept).max(recovered))
     }
 
     /// Deletes a batch of expired uploads (postponing those still in use); how many it looked at.

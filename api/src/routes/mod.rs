@@ -20,6 +20,7 @@ pub mod health;
 pub mod models;
 pub mod predictions;
 pub mod stream;
+pub mod usage;
 pub mod webhook_deliveries;
 pub mod webhook_secret;
 
@@ -86,6 +87,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(files::download))
         .routes(routes!(webhook_secret::get))
         .routes(routes!(webhook_secret::rotate))
+        .routes(routes!(usage::get))
         // The secret's older address: the same operation, documented once.
         .route("/webhooks/default/secret", get(webhook_secret::get))
 }

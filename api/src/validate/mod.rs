@@ -14,3 +14,4 @@ pub mod file_inputs;
 pub mod input;
 pub mod list_predictions;
 pub mod paging;
+pub mod usage_query;

@@ -32,4 +32,5 @@ mod shedding;
 mod signing_secret;
 mod streaming;
 mod tracing;
+mod usage;
 mod webhook_deliveries;

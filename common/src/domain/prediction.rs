@@ -141,6 +141,26 @@ pub struct Prediction {
     /// the lane's waiting predictions. Absent on predictions stored before lanes had tickets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_ticket: Option<i64>,
+    /// The API key that created it (its id), for usage by key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_id: Option<super::ApiKeyId>,
+    /// Where its usage stands, once it has ended (see [`crate::usage`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageMark>,
+}
+
+/// Where an ended prediction's usage stands: written `pending` with its final state, then
+/// claimed by one writer under its next number, then counted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageMark {
+    /// Not counted in the usage totals yet.
+    pub pending: bool,
+    /// The writer (a process's ledger) that counts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<String>,
+    /// Its number among the writer's additions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i64>,
 }
 
 /// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).
@@ -243,6 +263,8 @@ impl Prediction {
             input_files: Vec::new(),
             deployment: None,
             hardware: None,
+            api_key_id: None,
+            usage: None,
             queue_ticket: None,
         }
     }

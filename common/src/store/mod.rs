@@ -15,6 +15,7 @@
 //! | `queue_lanes` | [`queue_lanes`] | api (tickets at create, cancel of `starting`), runner (starts, failures while waiting) |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
 //! | `file_records` | [`files`] | api (uploads, deletes), runner (outputs, retention) |
+//! | `usage_totals` | [`usage`] | api (cancels), runner (results, failures), through [`crate::usage`] |
 //! | `unfinished_uploads` | [`unfinished_uploads`] | api, runner (through [`crate::files::Files`]) |
 //! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
 //!
@@ -41,6 +42,7 @@ pub mod queue;
 pub mod queue_lanes;
 pub mod runners;
 pub mod unfinished_uploads;
+pub mod usage;
 pub mod webhook_attempts;
 
 use std::time::Duration;
@@ -219,6 +221,9 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("file_records", plain(doc! { "expires_at": 1 })),
         ("file_records", plain(doc! { "prediction_id": 1 })),
         ("unfinished_uploads", plain(doc! { "started_at": 1 })),
+        ("usage_totals", plain(doc! { "account_id": 1, "hour": 1 })),
+        ("usage_totals", plain(doc! { "hour": 1 })),
+        ("predictions", plain(doc! { "usage.pending": 1, "completed_at": 1 })),
         // GridFS (bucket `files`): the driver's own two, made here too (it makes them only on a
         // first upload into an empty bucket), and the output files of a prediction.
         ("files.files", plain(doc! { "filename": 1, "uploadDate": 1 })),
@@ -354,6 +359,11 @@ impl Store {
     /// The `dead_letters` collection.
     pub fn dead_letters(&self) -> dead_letters::DeadLetters {
         dead_letters::DeadLetters::new(&self.db)
+    }
+
+    /// The `usage_totals` collection (usage per account, hour and group).
+    pub fn usage_totals(&self) -> usage::UsageTotals {
+        usage::UsageTotals::new(&self.db)
     }
 
     /// The `unfinished_uploads` collection (files whose bytes are being written).

@@ -307,3 +307,30 @@ fn after_mark(filter: bson::Document, field: &str, from: Option<&PageMark>) -> b
         { field: mark.at, "_id": { "$gt": mark.id.as_str() } },
     ] }] }
 }
+
+/// Usage marks ([`crate::usage`]).
+impl Predictions {
+    /// Claims ended prediction `id`'s usage for `writer` as its addition `seq`, if its usage is
+    /// pending and no writer claimed it; whether it did.
+    pub async fn claim_usage(&self, id: &PredictionId, writer: &str, seq: i64) -> Result<bool, StoreError> {
+        let filter = doc! { "_id": id.as_str(), "usage.pending": true, "usage.writer": { "$exists": false } };
+        let update = doc! { "$set": { "usage.writer": writer, "usage.seq": seq } };
+        Ok(self.coll.update_one(filter, update).await?.matched_count == 1)
+    }
+
+    /// Marks prediction `id`'s usage counted.
+    pub async fn usage_counted(&self, id: &PredictionId) -> Result<(), StoreError> {
+        self.coll.update_one(doc! { "_id": id.as_str() }, doc! { "$set": { "usage.pending": false } }).await.map(drop)
+    }
+
+    /// Up to `limit` predictions that ended before `before` whose usage is still pending (their
+    /// writer died, or is far behind), oldest first.
+    pub async fn usage_pending_before(
+        &self,
+        before: bson::DateTime,
+        limit: i64,
+    ) -> Result<Vec<Prediction>, StoreError> {
+        let filter = doc! { "usage.pending": true, "completed_at": { "$lt": before } };
+        self.coll.find(filter).sort(doc! { "completed_at": 1 }).limit(limit).await?.try_collect().await
+    }
+}

@@ -51,6 +51,7 @@ use common::{
     links::Links,
     messages::{Announcement, PredictionChanged},
     store::{Batching, GroupUpdate, LaneId, Predictions, Store},
+    usage::{self, UsageLedger},
 };
 use futures::{FutureExt, StreamExt, future::BoxFuture};
 use serde_json::{Map, Value};
@@ -162,6 +163,8 @@ pub struct Executor {
     file_inputs: FileInputs,
     /// Where output files go.
     files: Files,
+    /// Counts the predictions this runner ends in the usage totals.
+    usage: UsageLedger,
     /// The most logs and text output a prediction keeps.
     limits: Limits,
     /// Gathers the marks of started tickets for their queue lanes.
@@ -206,6 +209,7 @@ impl Executor {
         let changes = store.predictions().group_update(CHANGE_WRITES);
         let lane_marks = LaneMarks::start(store.queue_lanes(), MARK_INTERVAL);
         let file_inputs = FileInputs::new(files.clone(), links.clone());
+        let usage = UsageLedger::start(&store);
         Self {
             store,
             bus,
@@ -217,10 +221,16 @@ impl Executor {
             changes,
             file_inputs,
             files,
+            usage,
             limits: Limits::default(),
             lane_marks,
             figures: Arc::default(),
         }
+    }
+
+    /// This runner's usage ledger (its sweep recovers what dead writers left).
+    pub fn usage(&self) -> &UsageLedger {
+        &self.usage
     }
 
     /// What runs here of each model, and its recent run times.
@@ -270,14 +280,16 @@ impl Executor {
     pub async fn fail(&self, p: &Prediction, error: ModelError) -> anyhow::Result<Option<Prediction>> {
         let completed_at = DateTime::now();
         let metrics = Metrics::at_completion(p.created_at, p.started_at, completed_at);
-        let changes = doc! {
+        let mut changes = doc! {
             "completed_at": completed_at,
             "metrics": bson::to_bson(&metrics)?,
             "error": { "code": &error.code, "message": &error.message },
         };
+        usage::mark_pending(&mut changes);
         let failed =
             self.store.predictions().transition_from(&p.id, p.status, PredictionStatus::Failed, changes).await?;
         if let Some(done) = &failed {
+            self.usage.record(done);
             if p.status == PredictionStatus::Starting {
                 self.store.queue_lanes().give_back(p).await;
             }
@@ -503,6 +515,7 @@ impl Executor {
             "completed_at": completed_at,
             "metrics": bson::to_bson(&metrics)?,
         };
+        usage::mark_pending(&mut changes);
         match result {
             Ok(output) => {
                 let output = self.store_output(prediction, output).await?;
@@ -544,6 +557,7 @@ impl Executor {
         match stored {
             Some(p) => {
                 tracing::info!(status = %p.status, "prediction completed");
+                self.usage.record(&p);
                 self.publish(&p, WebhookEvent::Completed, Announcement::First)
                     .instrument(tracing::info_span!("publish_completed"))
                     .await?;

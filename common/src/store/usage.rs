@@ -1,0 +1,152 @@
+//! The `usage_totals` collection: running totals of ended predictions per account, hour (UTC)
+//! and group (model, deployment, hardware, API key, kind), written by the [`crate::usage`]
+//! ledger of each process that ends predictions (api: cancels; runner: results, failures).
+//!
+//! A prediction is counted exactly once without a transaction: each writer process has its own
+//! id (`writer`) and numbers the predictions it counts (`seq`, increasing, one at a time), and
+//! keeps its own documents (`writer` is part of `_id`). A total is added only where the
+//! document's `last_seq` is below the prediction's `seq`, and `last_seq` set in the same
+//! update; so adding the same prediction again (after a crash between adding it and marking it
+//! counted) matches nothing, and the upsert's insert is refused by the unique `_id` (11000):
+//! already counted. Reads add up every writer's documents.
+
+use bson::{DateTime, doc};
+use futures::TryStreamExt;
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::{StoreError, is_duplicate_key};
+use crate::domain::{AccountId, PredictionStatus};
+
+/// What a usage total is grouped by, besides the account and the hour.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct UsageGroup {
+    /// The model, `owner/name`.
+    pub model: String,
+    /// The deployment it ran through, if any (`owner/name`).
+    pub deployment: Option<String>,
+    /// The hardware pool it was routed to, if any.
+    pub hardware: Option<String>,
+    /// The id of the API key that created it (none for predictions made before keys were
+    /// recorded with them).
+    pub api_key: Option<String>,
+    /// `prediction` or `training`.
+    pub kind: String,
+}
+
+/// One writer's totals of one account, hour and group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageTotal {
+    /// `{writer}|{account}|{hour}|{group}`: one document per writer, so each writer's `seq`
+    /// orders its own additions.
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// The account.
+    pub account_id: AccountId,
+    /// The hour (UTC) the predictions ended in.
+    pub hour: DateTime,
+    /// The group.
+    pub group: UsageGroup,
+    /// Predictions that succeeded.
+    #[serde(default)]
+    pub succeeded: i64,
+    /// Predictions that failed.
+    #[serde(default)]
+    pub failed: i64,
+    /// Predictions that were canceled.
+    #[serde(default)]
+    pub canceled: i64,
+    /// The sum of their `predict_time`, seconds.
+    #[serde(default)]
+    pub predict_time: f64,
+    /// The sum of their `total_time`, seconds.
+    #[serde(default)]
+    pub total_time: f64,
+    /// The writer's last `seq` added here.
+    #[serde(default)]
+    pub last_seq: i64,
+}
+
+/// One ended prediction, as a usage total counts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counted {
+    /// Its account.
+    pub account_id: AccountId,
+    /// The hour (UTC) it ended in.
+    pub hour: DateTime,
+    /// Its group.
+    pub group: UsageGroup,
+    /// How it ended.
+    pub status: PredictionStatus,
+    /// Its `predict_time`, seconds.
+    pub predict_time: f64,
+    /// Its `total_time`, seconds.
+    pub total_time: f64,
+}
+
+/// Typed access to `usage_totals`.
+#[derive(Clone, Debug)]
+pub struct UsageTotals {
+    coll: Collection<UsageTotal>,
+}
+
+impl UsageTotals {
+    pub(super) fn new(db: &Database) -> Self {
+        Self { coll: db.collection("usage_totals") }
+    }
+
+    /// Adds `counted` to the totals of `writer`, as its addition number `seq`; whether it was
+    /// added now (false: it had been already).
+    pub async fn add(&self, writer: &str, seq: i64, counted: &Counted) -> Result<bool, StoreError> {
+        let group = bson::to_bson(&counted.group).map_err(|e| mongodb::error::Error::custom(e.to_string()))?;
+        let id = total_id(writer, counted);
+        let status = match counted.status {
+            PredictionStatus::Succeeded => "succeeded",
+            PredictionStatus::Failed => "failed",
+            PredictionStatus::Canceled => "canceled",
+            _ => return Ok(false),
+        };
+        let update = doc! {
+            "$inc": { status: 1_i64, "predict_time": counted.predict_time, "total_time": counted.total_time },
+            "$set": { "last_seq": seq },
+            "$setOnInsert": { "account_id": counted.account_id.as_str(), "hour": counted.hour, "group": group },
+        };
+        let filter = doc! { "_id": &id, "last_seq": { "$lt": seq } };
+        match self.coll.update_one(filter, update).upsert(true).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_duplicate_key(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every writer's totals of `account` (every account when `None`) for the hours in
+    /// `from..until`.
+    pub async fn between(
+        &self,
+        account: Option<&AccountId>,
+        from: DateTime,
+        until: DateTime,
+    ) -> Result<Vec<UsageTotal>, StoreError> {
+        let mut filter = doc! { "hour": { "$gte": from, "$lt": until } };
+        if let Some(account) = account {
+            filter.insert("account_id", account.as_str());
+        }
+        self.coll.find(filter).sort(doc! { "hour": 1 }).await?.try_collect().await
+    }
+}
+
+/// The `_id` of `writer`'s total that `counted` goes into.
+fn total_id(writer: &str, counted: &Counted) -> String {
+    let g = &counted.group;
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    format!(
+        "{writer}|{}|{}|{}|{}|{}|{}|{}",
+        counted.account_id,
+        counted.hour.timestamp_millis(),
+        g.model,
+        or_dash(&g.deployment),
+        or_dash(&g.hardware),
+        or_dash(&g.api_key),
+        g.kind
+    )
+}

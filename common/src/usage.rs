@@ -1,0 +1,199 @@
+//! Usage per account: each ended prediction counted exactly once in running totals
+//! ([`crate::store::usage`]), per hour of its `completed_at` and group (model, deployment,
+//! hardware, API key, kind), without scanning predictions to answer.
+//!
+//! How a prediction is counted, with no transaction across the two collections:
+//! 1. its final state is written with `usage.pending: true`, in the same write
+//!    ([`mark_pending`]): an ended prediction always says whether it is counted;
+//! 2. the writer's [`UsageLedger`] claims it under the writer's next number (`usage.writer`,
+//!    `usage.seq`), adds it to the writer's own totals where their `last_seq` is below that
+//!    number, and marks it counted. One task per process does this, one prediction at a time,
+//!    so a writer's numbers reach its totals in order;
+//! 3. a process killed between any two steps leaves `usage.pending`; the runners' sweep
+//!    ([`UsageLedger::recover`]) takes predictions still pending [`RECOVER_AFTER`] after they
+//!    ended: a claimed one is added again under its writer and number (which its totals refuse
+//!    if it was added), an unclaimed one goes through the sweeping process's own ledger.
+//!
+//! So a prediction whose job runs twice (its runner killed) ends once (the final write is
+//! conditional) and is counted once; removing its data later leaves the totals as they are.
+
+use std::time::Duration;
+
+use bson::{DateTime, Document, doc};
+use tokio::sync::mpsc;
+
+use crate::{
+    domain::{Prediction, ids::random_base32},
+    store::{
+        Predictions, Store, StoreError,
+        usage::{Counted, UsageGroup, UsageTotals},
+    },
+};
+
+/// How long after a prediction ended the sweep takes its still pending usage over.
+pub const RECOVER_AFTER: Duration = Duration::from_secs(30);
+/// The pause before a failed step is tried again.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Adds the pending usage mark to the changes of a prediction's final state.
+pub fn mark_pending(changes: &mut Document) {
+    changes.insert("usage", doc! { "pending": true });
+}
+
+/// What `ended` counts as; none for a prediction that has not ended.
+pub fn counted(ended: &Prediction) -> Option<Counted> {
+    let completed_at = ended.completed_at?;
+    if !ended.status.is_terminal() {
+        return None;
+    }
+    let millis = completed_at.timestamp_millis();
+    let hour = DateTime::from_millis(millis - millis.rem_euclid(3_600_000));
+    let metrics = ended.metrics.unwrap_or(crate::domain::Metrics { predict_time: 0.0, total_time: 0.0 });
+    Some(Counted {
+        account_id: ended.account_id.clone(),
+        hour,
+        group: UsageGroup {
+            model: ended.model.to_string(),
+            deployment: ended.deployment.clone(),
+            hardware: ended.hardware.as_ref().map(|h| h.as_str().to_owned()),
+            api_key: ended.api_key_id.as_ref().map(ToString::to_string),
+            kind: "prediction".into(),
+        },
+        status: ended.status,
+        predict_time: metrics.predict_time,
+        total_time: metrics.total_time,
+    })
+}
+
+/// A process's writer of usage totals.
+#[derive(Clone, Debug)]
+pub struct UsageLedger {
+    ended: mpsc::UnboundedSender<Prediction>,
+    predictions: Predictions,
+    totals: UsageTotals,
+}
+
+impl UsageLedger {
+    /// Starts the ledger of this process on `store`: a task that counts what [`Self::record`]
+    /// sends, in order, until every handle is dropped.
+    pub fn start(store: &Store) -> Self {
+        let (ended, mut queue) = mpsc::unbounded_channel::<Prediction>();
+        let (predictions, totals) = (store.predictions(), store.usage_totals());
+        let writer =
+            Writer { id: random_base32(16), next_seq: 1, predictions: predictions.clone(), totals: totals.clone() };
+        tokio::spawn(async move {
+            let mut writer = writer;
+            while let Some(prediction) = queue.recv().await {
+                writer.count(&prediction).await;
+            }
+        });
+        Self { ended, predictions, totals }
+    }
+
+    /// Counts `ended`, whose final state was written with [`mark_pending`] (in the background;
+    /// a prediction this process dies before counting is the sweep's).
+    pub fn record(&self, ended: &Prediction) {
+        if ended.status.is_terminal() && self.ended.send(ended.clone()).is_err() {
+            tracing::warn!(prediction_id = %ended.id, "the usage ledger has stopped; the sweep counts this prediction");
+        }
+    }
+
+    /// Counts up to `limit` predictions whose usage is still pending [`RECOVER_AFTER`] after
+    /// they ended; how many it took over.
+    pub async fn recover(&self, limit: i64) -> Result<usize, StoreError> {
+        self.recover_ended_before(RECOVER_AFTER, limit).await
+    }
+
+    /// [`Self::recover`] of predictions that ended more than `ago` ago (tests).
+    pub async fn recover_ended_before(&self, ago: Duration, limit: i64) -> Result<usize, StoreError> {
+        let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
+        let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(ago));
+        let pending = self.predictions.usage_pending_before(before, limit).await?;
+        for prediction in &pending {
+            let claimed: Option<(String, i64)> =
+                prediction.usage.as_ref().and_then(|u| Some((u.writer.clone()?, u.seq?)));
+            match (claimed, counted(prediction)) {
+                (Some((writer, seq)), Some(counted)) => {
+                    self.totals.add(&writer, seq, &counted).await?;
+                    self.predictions.usage_counted(&prediction.id).await?;
+                }
+                (None, Some(_)) => self.record(prediction),
+                (_, None) => self.predictions.usage_counted(&prediction.id).await?,
+            }
+        }
+        if !pending.is_empty() {
+            tracing::info!(predictions = pending.len(), "counted the usage of predictions whose writer did not");
+        }
+        Ok(pending.len())
+    }
+}
+
+/// The task that counts a process's ended predictions, one at a time.
+struct Writer {
+    id: String,
+    next_seq: i64,
+    predictions: Predictions,
+    totals: UsageTotals,
+}
+
+impl Writer {
+    /// Claims, adds and marks `ended`, each step tried until it succeeds.
+    async fn count(&mut self, ended: &Prediction) {
+        let Some(counted) = counted(ended) else { return };
+        let seq = self.next_seq;
+        let claimed = retried("claim", || self.predictions.claim_usage(&ended.id, &self.id, seq)).await;
+        if !claimed {
+            return; // the sweep took it over, or it is counted
+        }
+        self.next_seq += 1;
+        retried("add", || self.totals.add(&self.id, seq, &counted)).await;
+        retried("mark counted", || self.predictions.usage_counted(&ended.id)).await;
+    }
+}
+
+/// `step` until it succeeds, pausing [`RETRY_PAUSE`] between failures.
+async fn retried<T, F, Fut>(what: &str, mut step: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    loop {
+        match step().await {
+            Ok(value) => return value,
+            Err(e) => {
+                tracing::warn!(step = what, error = %e, "counting usage failed; trying again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::PredictionStatus;
+
+    #[test]
+    fn an_ended_prediction_counts_in_the_hour_it_ended_and_a_running_one_not_at_all() {
+        let mut p = Prediction::new_starting(crate::domain::NewPrediction {
+            account_id: crate::domain::AccountId::generate(),
+            model: "demo/echo".parse().expect("model"),
+            version: "v1".into(),
+            capability: "text-generation".into(),
+            input: serde_json::json!({}),
+            model_input: serde_json::json!({}),
+            webhook: None,
+            webhook_events_filter: None,
+            surface: crate::domain::ApiSurface::Canonical,
+        });
+        assert_eq!(counted(&p), None);
+        p.status = PredictionStatus::Succeeded;
+        p.completed_at = Some(DateTime::from_millis(3 * 3_600_000 + 59 * 60_000));
+        p.metrics = Some(crate::domain::Metrics { predict_time: 1.5, total_time: 2.0 });
+        let c = counted(&p).expect("ended");
+        assert_eq!(c.hour, DateTime::from_millis(3 * 3_600_000));
+        assert_eq!(c.group.model, p.model.to_string());
+        assert_eq!(c.group.kind, "prediction");
+        assert_eq!((c.predict_time, c.total_time), (1.5, 2.0));
+    }
+}
