@@ -6,7 +6,7 @@
 //! - Pages, one file each: [`predictions`] (the list at `/`, a prediction at its `urls.web`,
 //!   Cancel, Resend), [`models`] (list, run form, versions), [`deployments`] (list, create, a
 //!   new release, delete), [`keys`], [`secret`], [`account`] (its
-//!   concurrency cap); [`files`] serves
+//!   concurrency cap), [`usage`] (a chart by day and model, and the CSV); [`files`] serves
 //!   file outputs to the pages.
 //! - [`page`]: rendering (askama templates in `templates/`, escaped by default) and the
 //!   security headers (a Content-Security-Policy without inline script); [`assets`]: the one
@@ -29,6 +29,7 @@ mod page;
 mod predictions;
 mod secret;
 mod session;
+mod usage;
 
 use axum::{
     Router,
@@ -61,6 +62,8 @@ pub fn router() -> Router<AppState> {
         .route("/keys/{id}/deactivate", post(keys::deactivate))
         .route("/secret", get(secret::show))
         .route("/account", get(account::show))
+        .route("/usage", get(usage::show))
+        .route("/usage.csv", get(usage::csv))
         .route("/deployments", get(deployments::list).post(deployments::create))
         .route("/deployments/{name}/release", post(deployments::release))
         .route("/deployments/{name}/delete", post(deployments::delete))

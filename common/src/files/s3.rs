@@ -36,11 +36,13 @@ use crate::{
 };
 
 /// The size of each part of a multipart upload (S3 wants at least 5 MiB but for the last).
-pub const PART_SIZE: usize = 8 * 1024 * 1024;
+pub const PART_SIZE: usize = 5 * 1024 * 1024;
 /// How long a URL this module signs for its own request lives.
 const SIGN_FOR: Duration = Duration::from_secs(300);
 /// The longest S3 accepts for a presigned URL.
 const MAX_PRESIGN: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The slices a part is sent in.
+const SEND_SLICE: usize = 256 * 1024;
 /// The longest a call without a body to stream (create, complete, abort, delete) may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest sending one part (or a whole small file) may take.
@@ -198,19 +200,34 @@ impl S3Store {
         Ok(Multipart { upload_id, etags: Vec::new(), in_flight: None })
     }
 
-    /// Sends `part` as the next part of `upload`, once the part before it has arrived.
-    async fn send_part(&self, key: &str, upload: &mut Multipart, part: Bytes) -> Result<(), FileStoreError> {
-        upload.settle().await?;
+    /// Sends `part` as the next part of `upload`, once the part before it has arrived; the
+    /// buffer of that earlier part, for the next one.
+    async fn send_part(
+        &self,
+        key: &str,
+        upload: &mut Multipart,
+        part: Bytes,
+    ) -> Result<Option<BytesMut>, FileStoreError> {
+        let spare = upload.settle().await?;
         let number = u16::try_from(upload.etags.len() + 1)
             .map_err(|_| FileStoreError::Storage("a file of more than 65,535 parts".into()))?;
         let url = self.bucket.upload_part(Some(&self.credentials), key, number, &upload.upload_id).sign(SIGN_FOR);
-        let request = self.http.put(url).timeout(PART_TIMEOUT).body(part);
+        // Sent as slices of the part (sharing its memory): a body sent whole may be copied
+        // whole into the connection's write buffer.
+        let length = part.len();
+        let slices: Vec<Bytes> =
+            (0..length).step_by(SEND_SLICE).map(|at| part.slice(at..(at + SEND_SLICE).min(length))).collect();
+        let body = reqwest::Body::wrap_stream(futures::stream::iter(slices.into_iter().map(Ok::<_, std::io::Error>)));
+        let request = self.http.put(url).timeout(PART_TIMEOUT).header(http::header::CONTENT_LENGTH, length).body(body);
         upload.in_flight = Some(tokio::spawn(async move {
             let response = checked(request.send().await.map_err(unavailable)?, "uploading a part").await?;
             let etag = response.headers().get(http::header::ETAG).and_then(|v| v.to_str().ok());
-            etag.map(str::to_owned).ok_or_else(|| FileStoreError::Storage("a part was stored without an ETag".into()))
+            let etag = etag
+                .map(str::to_owned)
+                .ok_or_else(|| FileStoreError::Storage("a part was stored without an ETag".into()))?;
+            Ok((etag, part))
         }));
-        Ok(())
+        Ok(spare)
     }
 
     async fn complete(&self, key: &str, mut upload: Multipart) -> Result<(), FileStoreError> {
@@ -252,20 +269,30 @@ impl S3Store {
         upload: &mut Option<Multipart>,
     ) -> Result<Written, FileStoreError> {
         let mut tally = Tally::default();
+        // Each part is exactly PART_SIZE bytes in a buffer allocated at that size (the chunk
+        // that crosses the boundary is cut: `Bytes` slices share memory), so a part is never
+        // copied into a bigger one; the first buffer grows as needed, so a small file takes little.
         let mut buffer = BytesMut::new();
+        // The buffer of the part sent before the one in flight, kept for the next part.
+        let mut spare: Option<BytesMut> = None;
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(FileStoreError::Body)?;
+            let mut chunk = chunk.map_err(FileStoreError::Body)?;
             if tally.add(&chunk) > max_bytes {
                 return Err(FileStoreError::TooLarge { max_bytes });
             }
-            buffer.extend_from_slice(&chunk);
-            while buffer.len() >= PART_SIZE {
-                let part = buffer.split_to(PART_SIZE).freeze();
-                if upload.is_none() {
-                    *upload = Some(self.create_multipart(id, key).await?);
-                }
-                if let Some(upload) = upload.as_mut() {
-                    self.send_part(key, upload, part).await?;
+            while !chunk.is_empty() {
+                let room = PART_SIZE - buffer.len();
+                let piece = chunk.split_to(room.min(chunk.len()));
+                buffer.extend_from_slice(&piece);
+                if buffer.len() == PART_SIZE {
+                    let next = spare.take().unwrap_or_else(|| BytesMut::with_capacity(PART_SIZE));
+                    let part = std::mem::replace(&mut buffer, next).freeze();
+                    if upload.is_none() {
+                        *upload = Some(self.create_multipart(id, key).await?);
+                    }
+                    if let Some(upload) = upload.as_mut() {
+                        spare = self.send_part(key, upload, part).await?;
+                    }
                 }
             }
         }
@@ -295,18 +322,21 @@ struct Multipart {
     upload_id: String,
     /// The ETags of the parts stored, in order.
     etags: Vec<String>,
-    /// The part being sent, answering its ETag.
-    in_flight: Option<JoinHandle<Result<String, FileStoreError>>>,
+    /// The part being sent, answering its ETag and giving its bytes back.
+    in_flight: Option<JoinHandle<Result<(String, Bytes), FileStoreError>>>,
 }
 
 impl Multipart {
-    /// Waits for the part in flight, if any, and keeps its ETag.
-    async fn settle(&mut self) -> Result<(), FileStoreError> {
-        if let Some(part) = self.in_flight.take() {
-            let etag = part.await.map_err(|e| FileStoreError::Storage(Box::new(e)))??;
-            self.etags.push(etag);
-        }
-        Ok(())
+    /// Waits for the part in flight, if any, and keeps its ETag; its buffer, emptied, when
+    /// nothing else holds it.
+    async fn settle(&mut self) -> Result<Option<BytesMut>, FileStoreError> {
+        let Some(part) = self.in_flight.take() else { return Ok(None) };
+        let (etag, bytes) = part.await.map_err(|e| FileStoreError::Storage(Box::new(e)))??;
+        self.etags.push(etag);
+        Ok(bytes.try_into_mut().ok().map(|mut buffer| {
+            buffer.clear();
+            buffer
+        }))
     }
 }
 

@@ -275,3 +275,20 @@ def test_the_model_page_lists_its_versions_and_which_is_live(browser):
     browser.get(BASE_URL + "/models/demo/versioned")
     rows = wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#versions tbody tr"))
     assert any("latest" in r.text and "live" in r.text for r in rows), [r.text for r in rows]
+
+
+def test_the_usage_page_charts_the_days_by_model_and_offers_the_csv(browser, api):
+    api.wait_terminal(api.create("demo/echo", {"prompt": "counted"})["id"])
+
+    def charted(driver):
+        driver.get(BASE_URL + "/usage")
+        return driver.find_elements(By.CSS_SELECTOR, "#usage-chart rect.usage-bar") and "demo/echo" in text_of(driver, "usage")
+
+    wait_for(browser, charted)
+    assert "demo/echo" in browser.find_element(By.CSS_SELECTOR, "figcaption").text
+    link = browser.find_element(By.ID, "usage-csv").get_attribute("href")
+    csv = browser.execute_async_script(
+        "const [url, done] = arguments; fetch(url, {credentials: 'include'}).then(r => r.text()).then(done);", link
+    )
+    assert csv.startswith("bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time")
+    assert ",demo/echo," in csv

@@ -110,6 +110,9 @@ pub struct Outcome {
     pub rollout: Option<RolloutTally>,
     /// What the flood's requests got, in an overload.
     pub overload: Option<FloodTally>,
+    /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
+    /// failed, canceled]` counted, and ended.
+    pub usage: Option<([i64; 3], [i64; 3])>,
 }
 
 /// The inputs of an outcome.
@@ -195,6 +198,7 @@ impl Outcome {
             cap: None,
             rollout: None,
             overload: None,
+            usage: None,
         }
     }
 
@@ -207,6 +211,12 @@ impl Outcome {
             }
         };
         fail(self.accepted == 0, "no create was accepted".into());
+        if let Some((counted, ended)) = self.usage {
+            fail(
+                counted != ended,
+                format!("usage counted {counted:?} (succeeded, failed, canceled) of {ended:?} ended"),
+            );
+        }
         fail(self.stuck > 0, format!("{} predictions did not end", self.stuck));
         fail(self.missing > 0, format!("{} completed webhooks missing", self.missing));
         fail(!self.duplicates_allowed && self.duplicated > 0, format!("{} completed duplicates", self.duplicated));
@@ -257,6 +267,7 @@ impl Outcome {
         json!({
             "scenario": self.scenario, "accepted": self.accepted, "terminal": self.terminal,
             "uploads": self.uploads.as_ref().map(UploadTally::json),
+            "usage": self.usage.map(|(counted, ended)| json!({"counted": counted, "ended": ended})),
             "cap": self.cap.as_ref().map(CapTally::json),
             "rollout": self.rollout.as_ref().map(RolloutTally::json),
             "overload": self.overload.as_ref().map(FloodTally::json),
@@ -418,6 +429,17 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("FAIL: 1 predictions did not end"), "{table}");
+    }
+
+    #[test]
+    fn usage_that_differs_from_the_ended_predictions_fails_the_scenario() {
+        let with =
+            |counted| Outcome { accepted: 10, terminal: 10, usage: Some((counted, [9, 1, 0])), ..Outcome::default() };
+        assert!(with([9, 1, 0]).failures().is_empty());
+        assert_eq!(
+            with([10, 1, 0]).failures(),
+            vec!["usage counted [10, 1, 0] (succeeded, failed, canceled) of [9, 1, 0] ended".to_owned()]
+        );
     }
 
     #[test]

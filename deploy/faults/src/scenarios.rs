@@ -21,6 +21,9 @@
 //! stream; an overload of twice as many clients as the api works on at once (it must shed the
 //! rest at once with 503 and `Retry-After`, and lose nothing it accepted).
 //!
+//! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
+//! by how it ended, also where a runner was killed mid-run.
+//!
 //! Run by `deploy/local/fault-tests` (which `deploy/local/test` calls): the table goes to
 //! stdout and to the `--out` file's name with `.md`; any failing scenario fails the run.
 
@@ -411,6 +414,8 @@ fn service_vars(mongo: &MongoStandin, nats: &Nats, replicas: usize) -> Vec<(&'st
         ("NOTIFIER_RETRY_SCHEDULE", "1,2,4,8,15,30".into()),
         ("NOTIFIER_TIMEOUT_SECONDS", DELIVERY_TIMEOUT_SECONDS.to_string()),
         ("RUNNER_CONCURRENCY", "48".into()),
+        // The sweep that counts the usage a killed runner left, soon after it is due.
+        ("RUNNER_RETENTION_SWEEP_SECONDS", "2".into()),
         ("DEFAULT_RATE_LIMIT_RPM", "1000000".into()),
         ("MONGODB_COMMAND_METRICS", "false".into()),
         ("TOKIO_WORKER_THREADS", "1".into()),
@@ -475,6 +480,7 @@ async fn run_scenario(
     let (window, flooded) = inject(scenario.fault, options, &mut topology, servers, &recorder, &pinned).await?;
     let attempts = load.await??;
     let (statuses, started) = drain(&topology, &recorder).await?;
+    let usage = usage_against(&topology, &statuses).await?;
     let files = match uploading {
         Some(task) => {
             let (sent, accepted) = task.await??;
@@ -501,6 +507,7 @@ async fn run_scenario(
     outcome.uploads = files;
     outcome.cap = cap;
     outcome.overload = flooded;
+    outcome.usage = Some(usage);
     if rolling {
         outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);
     }
@@ -563,6 +570,37 @@ async fn inject(
         }
     }
     Ok((Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), flooded))
+}
+
+/// How long the account's usage may take to count every ended prediction: a prediction whose
+/// runner was killed before counting it is counted by a sweep 30 s after it ended.
+const USAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The account's usage by status (`GET /v1/usage`), once it counts as many predictions as
+/// ended (or [`USAGE_TIMEOUT`] passed), beside the ended predictions by status.
+async fn usage_against(
+    topology: &Topology,
+    statuses: &HashMap<String, String>,
+) -> anyhow::Result<([i64; 3], [i64; 3])> {
+    let count = |status: &str| statuses.values().filter(|s| s.as_str() == status).count() as i64;
+    let ended = [count("succeeded"), count("failed"), count("canceled")];
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+    let deadline = Instant::now() + USAGE_TIMEOUT;
+    loop {
+        let body: Value = http
+            .get(format!("{}/v1/usage?bucket=hour", topology.apis[0]))
+            .bearer_auth(&topology.key)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let totals = &body["totals"]["count"];
+        let counted = ["succeeded", "failed", "canceled"].map(|s| totals[s].as_i64().unwrap_or(0));
+        if counted == ended || Instant::now() > deadline {
+            return Ok((counted, ended));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The cluster node (`node-N`) that leads the jobs stream.

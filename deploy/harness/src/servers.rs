@@ -226,6 +226,7 @@ impl S3Standin {
             std::env::var("S3_STANDIN_CLASSPATH").context("S3_STANDIN_CLASSPATH (S3Proxy's jars) is not set")?;
         let run = std::env::var("S3_STANDIN_RUN").context("S3_STANDIN_RUN (deploy/s3-standin/run) is not set")?;
         let port = free_port()?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let data = dir.join("s3");
         let command = vec![run, classpath, port.to_string(), data.display().to_string()];
         let mut standin = Self {
