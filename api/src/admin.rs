@@ -1,7 +1,9 @@
 //! Operator commands: `api admin bootstrap --account NAME` creates the account (or reuses the
 //! one with that name) and issues a new key with scopes `read`, `write` and `admin`;
 //! `api admin set-concurrency --account NAME --max-concurrency N` (or `--unlimited`) caps how many
-//! of the account's predictions run at once; `api admin usage [--account NAME] [--since TIME]
+//! of the account's predictions run at once; `api admin set-priority --account NAME
+//! --max-priority high|normal|low` sets the highest priority its predictions may ask for;
+//! `api admin usage [--account NAME] [--since TIME]
 //! [--csv]` prints every account's usage (or one's) by day and model.
 
 use anyhow::{Context, bail};
@@ -66,6 +68,23 @@ pub async fn set_max_concurrency(config: &ApiConfig, name: &str, max: Option<u32
     };
     store.accounts().set_max_concurrency(&account.id, max).await?;
     Ok(Account { max_concurrency: max, ..account })
+}
+
+/// Sets the highest priority the account `name`'s predictions may ask for; api replicas apply
+/// it within a few seconds.
+pub async fn set_max_priority(
+    config: &ApiConfig,
+    name: &str,
+    max: common::domain::Priority,
+) -> anyhow::Result<Account> {
+    let common = &config.common;
+    let store =
+        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
+    let Some(account) = store.accounts().find_by_name(name.trim()).await? else {
+        bail!("no account is named {:?}", name.trim());
+    };
+    store.accounts().set_max_priority(&account.id, max).await?;
+    Ok(Account { max_priority: Some(max), ..account })
 }
 
 /// Every account's usage (or that of the account `name`) since `since` (RFC 3339; 30 days ago

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod models;
 pub mod openapi;
 pub mod owned;
+pub mod priority;
 pub mod problem;
 pub mod queue;
 pub mod ratelimit;

@@ -2,7 +2,8 @@
 //! account (or reuses one of that name) and prints a new admin key on stdout;
 //! `api admin set-concurrency --account NAME --max-concurrency N` (or `--unlimited`) sets the
 //! account's concurrency cap; `api admin usage [--account NAME] [--since TIME] [--csv]` prints
-//! usage by account, day and model.
+//! usage by account, day and model; `api admin set-priority --account NAME --max-priority P`
+//! sets the highest priority its predictions may ask for.
 
 use std::process::ExitCode;
 
@@ -46,6 +47,15 @@ enum AdminCommand {
         /// Lift the account's cap.
         #[arg(long)]
         unlimited: bool,
+    },
+    /// Set the highest priority an account's predictions may ask for (normal by default).
+    SetPriority {
+        /// The account's name.
+        #[arg(long)]
+        account: String,
+        /// high, normal or low.
+        #[arg(long)]
+        max_priority: common::domain::Priority,
     },
     /// Print the usage of every account (or one) by day and model.
     Usage {
@@ -102,6 +112,11 @@ async fn serve() -> ExitCode {
                     }
                     None => eprintln!("account {} ({}) has no concurrency cap", account.name, account.id),
                 }
+            })
+        }
+        Command::Admin { command: AdminCommand::SetPriority { account, max_priority } } => {
+            api::admin::set_max_priority(&config, &account, max_priority).await.map(|account| {
+                eprintln!("account {} ({}) may ask for {max_priority} priority at most", account.name, account.id)
             })
         }
         Command::Admin { command: AdminCommand::Usage { account, since, csv } } => {

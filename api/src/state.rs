@@ -65,6 +65,8 @@ pub struct Shared {
     pub job_outbox: JobOutbox,
     /// Counts the predictions this api ends (cancels) in the usage totals.
     pub usage: common::usage::UsageLedger,
+    /// The highest priority each account may ask for.
+    pub priority_limits: crate::priority::PriorityLimits,
 }
 
 impl AppState {
@@ -76,6 +78,7 @@ impl AppState {
         Ok(Self(Arc::new(Shared {
             job_outbox: JobOutbox::start(bus.clone(), &background),
             usage: common::usage::UsageLedger::start(&store),
+            priority_limits: crate::priority::PriorityLimits::new(store.accounts()),
             keys: KeyDirectory::new(store.api_keys(), deactivations),
             queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes(), models.live.clone()),
             models,

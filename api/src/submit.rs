@@ -21,6 +21,7 @@ use crate::{
     error::ApiError,
     job_outbox,
     models::RegisteredModel,
+    problem::FieldError,
     state::AppState,
     validate::{create_prediction, file_inputs, input},
 };
@@ -40,11 +41,22 @@ pub async fn validated(
         Ok(req) => input::validate(&model.input_schema, &req.input),
         Err(_) => Ok(Default::default()),
     };
-    let (request, model_input) = match (request, model_input) {
-        (Ok(r), Ok(i)) => (r, i),
-        (r, i) => {
+    let priority = request.as_ref().ok().and_then(|r| r.priority).unwrap_or_default();
+    let max = state.priority_limits.max(&caller.key.account_id).await?;
+    let priority_error = priority.above(max).then(|| {
+        FieldError::invalid(
+            "priority",
+            format!(
+                "This account may ask for at most {max} priority; the operator sets it with api admin set-priority."
+            ),
+        )
+    });
+    let (request, model_input) = match (request, model_input, priority_error) {
+        (Ok(r), Ok(i), None) => (r, i),
+        (r, i, p) => {
             let mut errors = r.err().unwrap_or_default();
             errors.extend(i.err().unwrap_or_default());
+            errors.extend(p);
             return Err(ApiError::invalid_fields(errors));
         }
     };
@@ -63,6 +75,7 @@ pub async fn validated(
     });
     prediction.input_files = input_files;
     prediction.api_key_id = Some(caller.key.id.clone());
+    prediction.priority = priority;
     Ok(prediction)
 }
 

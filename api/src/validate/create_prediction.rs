@@ -1,9 +1,10 @@
 //! The body of `POST /v1/models/{owner}/{name}/predictions`, parsed with every field error
 //! collected: `input` (an object, required), `webhook` (an absolute http(s) URL) and
-//! `webhook_events_filter` (event names). Unknown top-level fields are ignored.
+//! `webhook_events_filter` (event names) and `priority` (`high`, `normal` or `low`). Unknown
+//! top-level fields are ignored.
 
 use crate::problem::FieldError;
-use common::domain::{WebhookEvent, WebhookUrl};
+use common::domain::{Priority, WebhookEvent, WebhookUrl};
 use serde_json::{Map, Value};
 
 /// The request body as the OpenAPI description shows it; [`parse`] reads it.
@@ -20,6 +21,8 @@ pub struct CreatePredictionBody {
     webhook: Option<String>,
     /// The events to deliver; all of them when absent.
     webhook_events_filter: Option<Vec<WebhookEvent>>,
+    /// How urgent it is (default `normal`); at most the account's `max_priority`.
+    priority: Option<Priority>,
 }
 
 /// The body of `POST /v1/predictions` as the OpenAPI description shows it: a create by version.
@@ -42,6 +45,8 @@ pub struct CreateByVersionBody {
     webhook: Option<String>,
     /// The events to deliver; all of them when absent.
     webhook_events_filter: Option<Vec<WebhookEvent>>,
+    /// How urgent it is (default `normal`); at most the account's `max_priority`.
+    priority: Option<Priority>,
 }
 
 /// A well-formed create request (the input is not yet checked against the model).
@@ -53,6 +58,8 @@ pub struct CreatePrediction {
     pub webhook: Option<WebhookUrl>,
     /// Which events are delivered (absent = all).
     pub webhook_events_filter: Option<Vec<WebhookEvent>>,
+    /// The priority asked for, if any.
+    pub priority: Option<Priority>,
 }
 
 /// Parses the body; on failure returns every field error.
@@ -94,8 +101,16 @@ pub fn parse(body: &Map<String, Value>) -> Result<CreatePrediction, Vec<FieldErr
             None
         }
     };
+    let priority = match body.get("priority") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.parse::<Priority>().is_ok() => s.parse().ok(),
+        Some(_) => {
+            errors.push(FieldError::invalid("priority", "Must be high, normal or low."));
+            None
+        }
+    };
     match input {
-        Some(input) if errors.is_empty() => Ok(CreatePrediction { input, webhook, webhook_events_filter }),
+        Some(input) if errors.is_empty() => Ok(CreatePrediction { input, webhook, webhook_events_filter, priority }),
         _ => Err(errors),
     }
 }

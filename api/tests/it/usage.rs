@@ -1,6 +1,7 @@
 //! `GET /v1/usage`: what an account ran, counted once per prediction from running totals, as
 //! JSON and CSV; bad parameters named; another account's usage apart; a prediction whose
-//! writer died before counting it counted once by the sweep.
+//! writer died before counting it counted once by the sweep; its usage kept when retention
+//! removes its data.
 
 use std::time::Duration;
 
@@ -150,4 +151,19 @@ async fn a_prediction_whose_writer_died_is_counted_once_by_the_sweep() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let again = system.get("/v1/usage").await.json_body().await;
     assert_eq!(again["totals"]["count"], json!({"succeeded": 1, "failed": 1, "canceled": 0}));
+}
+
+#[tokio::test]
+async fn removing_a_predictions_data_keeps_its_usage() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let done = system.run("demo/echo", json!({"prompt": "kept"})).await;
+    usage_when_counted(&system, &system.admin_key, "", 1).await;
+    let store = system.ctx.store().await;
+    let sweeper =
+        runner::retention::Sweeper::new(store, system.files().await, Duration::ZERO, Duration::from_secs(3600));
+    sweeper.pass().await.expect("swept");
+    let id = done["id"].as_str().expect("id");
+    assert_eq!(system.get(&format!("/v1/predictions/{id}")).await.json_body().await["data_removed"], true);
+    let body = system.get("/v1/usage").await.json_body().await;
+    assert_eq!(body["totals"]["count"], json!({"succeeded": 1, "failed": 0, "canceled": 0}));
 }

@@ -144,6 +144,9 @@ pub struct Prediction {
     /// The API key that created it (its id), for usage by key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_id: Option<super::ApiKeyId>,
+    /// How urgent it is (`normal` for predictions stored before priorities).
+    #[serde(default)]
+    pub priority: super::Priority,
     /// Where its usage stands, once it has ended (see [`crate::usage`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageMark>,
@@ -207,6 +210,9 @@ pub struct PredictionView {
     /// The deployment it was created through (`owner/name`), `null` if none.
     #[serde(default)]
     pub deployment: Option<String>,
+    /// How urgent it is: `high`, `normal` or `low`.
+    #[serde(default)]
+    pub priority: super::Priority,
 }
 
 /// Where a waiting prediction stands in its model's queue.
@@ -264,6 +270,7 @@ impl Prediction {
             deployment: None,
             hardware: None,
             api_key_id: None,
+            priority: super::Priority::Normal,
             usage: None,
             queue_ticket: None,
         }
@@ -306,6 +313,7 @@ impl Prediction {
             urls: links.prediction(&self.id, surface),
             queue: None,
             deployment: self.deployment.clone(),
+            priority: self.priority,
         }
     }
 }

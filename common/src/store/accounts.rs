@@ -66,6 +66,9 @@ pub struct Account {
     /// Past it, its jobs wait in the queue while other accounts' jobs take the free slots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<u32>,
+    /// The highest priority its predictions may ask for (`normal` when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<crate::domain::Priority>,
 }
 
 fn secret_context(id: &AccountId) -> String {
@@ -89,6 +92,7 @@ impl Account {
             name: name.to_owned(),
             created_at: now,
             max_concurrency: None,
+            max_priority: None,
         };
         (account, secret)
     }
@@ -172,6 +176,25 @@ impl Accounts {
             None => doc! { "$unset": { "max_concurrency": "" } },
         };
         Ok(self.coll.update_one(doc! { "_id": id.as_str() }, update).await?.matched_count == 1)
+    }
+
+    /// Sets the highest priority account `id`'s predictions may ask for; whether it exists.
+    pub async fn set_max_priority(&self, id: &AccountId, max: crate::domain::Priority) -> Result<bool, StoreError> {
+        let update = doc! { "$set": { "max_priority": max.as_str() } };
+        Ok(self.coll.update_one(doc! { "_id": id.as_str() }, update).await?.matched_count == 1)
+    }
+
+    /// The highest priority account `id`'s predictions may ask for (`normal` by default, and
+    /// for an account that does not exist).
+    pub async fn max_priority(&self, id: &AccountId) -> Result<crate::domain::Priority, StoreError> {
+        let options = mongodb::options::FindOneOptions::builder().projection(doc! { "max_priority": 1 }).build();
+        let found = self
+            .coll
+            .clone_with_type::<bson::Document>()
+            .find_one(doc! { "_id": id.as_str() })
+            .with_options(options)
+            .await?;
+        Ok(found.and_then(|d| d.get_str("max_priority").ok().and_then(|p| p.parse().ok())).unwrap_or_default())
     }
 
     /// An account's concurrency cap (`None`: no cap, or no such account).

@@ -1,0 +1,61 @@
+//! `priority` on a create: shown on the prediction (`normal` by default), refused when bad or
+//! above the account's `max_priority` (400 at `priority`), allowed once the operator raises it.
+
+use std::time::Duration;
+
+use common::testkit::eventually;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{JsonBody, Options, System};
+
+async fn create(system: &System, root: &str, body: Value) -> reqwest::Response {
+    system
+        .request(Method::POST, &format!("{root}/models/demo/echo/predictions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("sent")
+}
+
+#[tokio::test]
+async fn a_predictions_priority_is_shown_defaults_to_normal_and_is_limited_by_its_account() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let plain = create(&system, "/v1", json!({"input": {"prompt": "a"}})).await;
+    assert_eq!(plain.status(), 201);
+    let plain = plain.json_body().await;
+    assert_eq!(plain["priority"], "normal");
+    let low = create(&system, "/v1", json!({"input": {"prompt": "a"}, "priority": "low"})).await.json_body().await;
+    assert_eq!(low["priority"], "low");
+    let got = system.get(&format!("/v1/predictions/{}", low["id"].as_str().expect("id"))).await.json_body().await;
+    assert_eq!(got["priority"], "low", "stored");
+
+    for bad in [json!("urgent"), json!(1), json!(["high"])] {
+        let refused = create(&system, "/v1", json!({"input": {"prompt": "a"}, "priority": bad})).await;
+        assert_eq!(refused.status(), 400, "{bad}");
+        assert_eq!(refused.json_body().await["errors"][0]["field"], "priority");
+    }
+    // Above the account's limit (normal by default), on both surfaces.
+    for root in ["/v1", "/replicate/v1"] {
+        let above = create(&system, root, json!({"input": {"prompt": "a"}, "priority": "high"})).await;
+        assert_eq!(above.status(), 400, "{root}");
+        let body = above.json_body().await;
+        assert_eq!(body["errors"][0]["field"], "priority", "{body}");
+        assert!(body["errors"][0]["message"].as_str().expect("message").contains("normal"), "{body}");
+    }
+
+    let env = common::config::Env::from_fn(|k| system.vars.get(k).cloned());
+    let config = api::config::ApiConfig::from_env(&env).expect("configuration");
+    let account =
+        api::admin::set_max_priority(&config, "test-account", common::domain::Priority::High).await.expect("set");
+    assert_eq!(account.max_priority, Some(common::domain::Priority::High));
+    assert!(api::admin::set_max_priority(&config, "nobody", common::domain::Priority::High).await.is_err());
+    // Applied within the limits' cache time.
+    let high = eventually(Duration::from_secs(10), || async {
+        let response = create(&system, "/v1", json!({"input": {"prompt": "a"}, "priority": "high"})).await;
+        (response.status() == 201).then_some(())
+    })
+    .await;
+    assert!(high.is_some(), "high is allowed once the operator raised the limit");
+}
