@@ -5,14 +5,16 @@
 //! How a prediction is counted, with no transaction across the two collections:
 //! 1. its final state is written with `usage.pending: true`, in the same write
 //!    ([`mark_pending`]): an ended prediction always says whether it is counted;
-//! 2. the writer's [`UsageLedger`] claims it under the writer's next number (`usage.writer`,
-//!    `usage.seq`), adds it to the writer's own totals where their `last_seq` is below that
-//!    number, and marks it counted. One task per process does this, one prediction at a time,
-//!    so a writer's numbers reach its totals in order;
+//! 2. the writer's [`UsageLedger`] takes what ended meanwhile as one batch (up to
+//!    [`MAX_BATCH`]), claims it under the writer's next number (`usage.writer`, `usage.seq`),
+//!    adds its sums to the writer's own totals where their `last_seq` is below that number, and
+//!    marks it counted: three writes or so per batch, not per prediction. One task per process
+//!    does this, one batch at a time, so a writer's numbers reach its totals in order;
 //! 3. a process killed between any two steps leaves `usage.pending`; the runners' sweep
 //!    ([`UsageLedger::recover`]) takes predictions still pending [`RECOVER_AFTER`] after they
-//!    ended: a claimed one is added again under its writer and number (which its totals refuse
-//!    if it was added), an unclaimed one goes through the sweeping process's own ledger.
+//!    ended: a claimed batch is added again, whole, under its writer and number (which its
+//!    totals refuse where it was added), an unclaimed prediction goes through the sweeping
+//!    process's own ledger.
 //!
 //! So a prediction whose job runs twice (its runner killed) ends once (the final write is
 //! conditional) and is counted once; removing its data later leaves the totals as they are.
@@ -23,15 +25,17 @@ use bson::{DateTime, Document, doc};
 use tokio::sync::mpsc;
 
 use crate::{
-    domain::{Prediction, ids::random_base32},
+    domain::{Prediction, PredictionId, ids::random_base32},
     store::{
         Predictions, Store, StoreError,
-        usage::{Counted, UsageGroup, UsageTotals},
+        usage::{Counted, UsageGroup, UsageTotals, merged},
     },
 };
 
 /// How long after a prediction ended the sweep takes its still pending usage over.
 pub const RECOVER_AFTER: Duration = Duration::from_secs(30);
+/// The most ended predictions counted as one batch.
+pub const MAX_BATCH: usize = 256;
 /// The pause before a failed step is tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
@@ -49,20 +53,14 @@ pub fn counted(ended: &Prediction) -> Option<Counted> {
     let millis = completed_at.timestamp_millis();
     let hour = DateTime::from_millis(millis - millis.rem_euclid(3_600_000));
     let metrics = ended.metrics.unwrap_or(crate::domain::Metrics { predict_time: 0.0, total_time: 0.0 });
-    Some(Counted {
-        account_id: ended.account_id.clone(),
-        hour,
-        group: UsageGroup {
-            model: ended.model.to_string(),
-            deployment: ended.deployment.clone(),
-            hardware: ended.hardware.as_ref().map(|h| h.as_str().to_owned()),
-            api_key: ended.api_key_id.as_ref().map(ToString::to_string),
-            kind: "prediction".into(),
-        },
-        status: ended.status,
-        predict_time: metrics.predict_time,
-        total_time: metrics.total_time,
-    })
+    let group = UsageGroup {
+        model: ended.model.to_string(),
+        deployment: ended.deployment.clone(),
+        hardware: ended.hardware.as_ref().map(|h| h.as_str().to_owned()),
+        api_key: ended.api_key_id.as_ref().map(ToString::to_string),
+        kind: "prediction".into(),
+    };
+    Some(Counted::one(ended.account_id.clone(), hour, group, ended.status, metrics.predict_time, metrics.total_time))
 }
 
 /// A process's writer of usage totals.
@@ -83,8 +81,10 @@ impl UsageLedger {
             Writer { id: random_base32(16), next_seq: 1, predictions: predictions.clone(), totals: totals.clone() };
         tokio::spawn(async move {
             let mut writer = writer;
-            while let Some(prediction) = queue.recv().await {
-                writer.count(&prediction).await;
+            let mut batch = Vec::with_capacity(MAX_BATCH);
+            while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+                writer.count(&batch).await;
+                batch.clear();
             }
         });
         Self { ended, predictions, totals }
@@ -109,17 +109,23 @@ impl UsageLedger {
         let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
         let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(ago));
         let pending = self.predictions.usage_pending_before(before, limit).await?;
+        let mut batches: Vec<(String, i64)> = Vec::new();
         for prediction in &pending {
-            let claimed: Option<(String, i64)> =
-                prediction.usage.as_ref().and_then(|u| Some((u.writer.clone()?, u.seq?)));
-            match (claimed, counted(prediction)) {
-                (Some((writer, seq)), Some(counted)) => {
-                    self.totals.add(&writer, seq, &counted).await?;
-                    self.predictions.usage_counted(&prediction.id).await?;
-                }
-                (None, Some(_)) => self.record(prediction),
-                (_, None) => self.predictions.usage_counted(&prediction.id).await?,
+            match prediction.usage.as_ref().and_then(|u| Some((u.writer.clone()?, u.seq?))) {
+                Some(batch) if !batches.contains(&batch) => batches.push(batch),
+                Some(_) => {}
+                None => self.record(prediction),
             }
+        }
+        // A claimed batch is added again whole (all of it still pending: it is marked counted
+        // only once added), so its totals take it exactly where they had not.
+        for (writer, seq) in &batches {
+            let batch = self.predictions.usage_pending_of(writer, *seq).await?;
+            for sum in merged(writer, batch.iter().filter_map(counted)) {
+                self.totals.add(writer, *seq, &sum).await?;
+            }
+            let ids: Vec<&PredictionId> = batch.iter().map(|p| &p.id).collect();
+            self.predictions.usage_counted(&ids).await?;
         }
         if !pending.is_empty() {
             tracing::info!(predictions = pending.len(), "counted the usage of predictions whose writer did not");
@@ -128,7 +134,7 @@ impl UsageLedger {
     }
 }
 
-/// The task that counts a process's ended predictions, one at a time.
+/// The task that counts a process's ended predictions, a batch at a time.
 struct Writer {
     id: String,
     next_seq: i64,
@@ -138,16 +144,29 @@ struct Writer {
 
 impl Writer {
     /// Claims, adds and marks `ended`, each step tried until it succeeds.
-    async fn count(&mut self, ended: &Prediction) {
-        let Some(counted) = counted(ended) else { return };
-        let seq = self.next_seq;
-        let claimed = retried("claim", || self.predictions.claim_usage(&ended.id, &self.id, seq)).await;
-        if !claimed {
-            return; // the sweep took it over, or it is counted
+    async fn count(&mut self, ended: &[Prediction]) {
+        let countable: Vec<&Prediction> = ended.iter().filter(|p| counted(p).is_some()).collect();
+        if countable.is_empty() {
+            return;
         }
+        let seq = self.next_seq;
         self.next_seq += 1;
-        retried("add", || self.totals.add(&self.id, seq, &counted)).await;
-        retried("mark counted", || self.predictions.usage_counted(&ended.id)).await;
+        let ids: Vec<&PredictionId> = countable.iter().map(|p| &p.id).collect();
+        let claimed = retried("claim", || self.predictions.claim_usage(&ids, &self.id, seq)).await;
+        if claimed == 0 {
+            return; // the sweep took them over, or they are counted
+        }
+        // Those this writer claimed (all of them, unless the sweep took some over meanwhile).
+        let batch: Vec<Prediction> = if claimed as usize == ids.len() {
+            countable.into_iter().cloned().collect()
+        } else {
+            retried("read the batch", || self.predictions.usage_pending_of(&self.id, seq)).await
+        };
+        for sum in merged(&self.id, batch.iter().filter_map(counted)) {
+            retried("add", || self.totals.add(&self.id, seq, &sum)).await;
+        }
+        let ids: Vec<&PredictionId> = batch.iter().map(|p| &p.id).collect();
+        retried("mark counted", || self.predictions.usage_counted(&ids)).await;
     }
 }
 
@@ -194,6 +213,12 @@ mod tests {
         assert_eq!(c.hour, DateTime::from_millis(3 * 3_600_000));
         assert_eq!(c.group.model, p.model.to_string());
         assert_eq!(c.group.kind, "prediction");
+        assert_eq!((c.succeeded, c.failed, c.canceled), (1, 0, 0));
         assert_eq!((c.predict_time, c.total_time), (1.5, 2.0));
+        let mut failed = p.clone();
+        failed.status = PredictionStatus::Failed;
+        let sums = merged("w", [c.clone(), counted(&failed).expect("ended"), c]);
+        assert_eq!(sums.len(), 1, "one total");
+        assert_eq!((sums[0].succeeded, sums[0].failed, sums[0].predict_time), (2, 1, 4.5));
     }
 }

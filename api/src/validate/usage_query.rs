@@ -18,12 +18,16 @@ pub const MAX_DAYS: i64 = 366;
 #[allow(dead_code)]
 pub struct UsageParams {
     /// The start of the range (RFC 3339); default 30 days before `end`.
+    #[param(format = DateTime)]
     start: Option<String>,
     /// The end of the range (RFC 3339); default now.
+    #[param(format = DateTime)]
     end: Option<String>,
     /// `hour` or `day` (default `day`).
+    #[param(pattern = "^(hour|day)$")]
     bucket: Option<String>,
     /// A comma list of `model`, `deployment`, `hardware`, `api_key`, `kind` (default `model`).
+    #[param(pattern = "^(model|deployment|hardware|api_key|kind)(,(model|deployment|hardware|api_key|kind))*$")]
     group_by: Option<String>,
 }
 

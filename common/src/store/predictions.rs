@@ -310,17 +310,26 @@ fn after_mark(filter: bson::Document, field: &str, from: Option<&PageMark>) -> b
 
 /// Usage marks ([`crate::usage`]).
 impl Predictions {
-    /// Claims ended prediction `id`'s usage for `writer` as its addition `seq`, if its usage is
-    /// pending and no writer claimed it; whether it did.
-    pub async fn claim_usage(&self, id: &PredictionId, writer: &str, seq: i64) -> Result<bool, StoreError> {
-        let filter = doc! { "_id": id.as_str(), "usage.pending": true, "usage.writer": { "$exists": false } };
+    /// Claims the usage of the ended predictions `ids` for `writer` as its batch `seq`, those
+    /// whose usage is pending and that no writer claimed; how many it claimed.
+    pub async fn claim_usage(&self, ids: &[&PredictionId], writer: &str, seq: i64) -> Result<u64, StoreError> {
+        let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+        let filter = doc! { "_id": { "$in": ids }, "usage.pending": true, "usage.writer": { "$exists": false } };
         let update = doc! { "$set": { "usage.writer": writer, "usage.seq": seq } };
-        Ok(self.coll.update_one(filter, update).await?.matched_count == 1)
+        Ok(self.coll.update_many(filter, update).await?.modified_count)
     }
 
-    /// Marks prediction `id`'s usage counted.
-    pub async fn usage_counted(&self, id: &PredictionId) -> Result<(), StoreError> {
-        self.coll.update_one(doc! { "_id": id.as_str() }, doc! { "$set": { "usage.pending": false } }).await.map(drop)
+    /// The predictions whose usage is pending under `writer`'s batch `seq`.
+    pub async fn usage_pending_of(&self, writer: &str, seq: i64) -> Result<Vec<Prediction>, StoreError> {
+        let filter = doc! { "usage.pending": true, "usage.writer": writer, "usage.seq": seq };
+        self.coll.find(filter).await?.try_collect().await
+    }
+
+    /// Marks the usage of predictions `ids` counted.
+    pub async fn usage_counted(&self, ids: &[&PredictionId]) -> Result<(), StoreError> {
+        let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+        let update = doc! { "$set": { "usage.pending": false } };
+        self.coll.update_many(doc! { "_id": { "$in": ids } }, update).await.map(drop)
     }
 
     /// Up to `limit` predictions that ended before `before` whose usage is still pending (their

@@ -3,12 +3,12 @@
 //! ledger of each process that ends predictions (api: cancels; runner: results, failures).
 //!
 //! A prediction is counted exactly once without a transaction: each writer process has its own
-//! id (`writer`) and numbers the predictions it counts (`seq`, increasing, one at a time), and
-//! keeps its own documents (`writer` is part of `_id`). A total is added only where the
-//! document's `last_seq` is below the prediction's `seq`, and `last_seq` set in the same
-//! update; so adding the same prediction again (after a crash between adding it and marking it
-//! counted) matches nothing, and the upsert's insert is refused by the unique `_id` (11000):
-//! already counted. Reads add up every writer's documents.
+//! id (`writer`) and numbers the batches of predictions it counts (`seq`, increasing, one
+//! batch at a time), and keeps its own documents (`writer` is part of `_id`). A batch's sums
+//! are added only where the document's `last_seq` is below the batch's `seq`, and `last_seq`
+//! set in the same update; so adding the same batch again (after a crash between adding it
+//! and marking it counted) matches nothing, and the upsert's insert is refused by the unique
+//! `_id` (11000): already counted. Reads add up every writer's documents.
 
 use bson::{DateTime, doc};
 use futures::TryStreamExt;
@@ -67,21 +67,77 @@ pub struct UsageTotal {
     pub last_seq: i64,
 }
 
-/// One ended prediction, as a usage total counts it.
+/// Ended predictions of one account, hour and group, as a usage total counts them: one, or
+/// several added together (a writer adds a batch at once, see [`crate::usage`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Counted {
-    /// Its account.
+    /// Their account.
     pub account_id: AccountId,
-    /// The hour (UTC) it ended in.
+    /// The hour (UTC) they ended in.
     pub hour: DateTime,
-    /// Its group.
+    /// Their group.
     pub group: UsageGroup,
-    /// How it ended.
-    pub status: PredictionStatus,
-    /// Its `predict_time`, seconds.
+    /// How many succeeded.
+    pub succeeded: i64,
+    /// How many failed.
+    pub failed: i64,
+    /// How many were canceled.
+    pub canceled: i64,
+    /// The sum of their `predict_time`, seconds.
     pub predict_time: f64,
-    /// Its `total_time`, seconds.
+    /// The sum of their `total_time`, seconds.
     pub total_time: f64,
+}
+
+impl Counted {
+    /// One prediction that ended as `status` (not terminal: counts nothing).
+    pub fn one(
+        account_id: AccountId,
+        hour: DateTime,
+        group: UsageGroup,
+        status: PredictionStatus,
+        predict_time: f64,
+        total_time: f64,
+    ) -> Self {
+        let is = |s: PredictionStatus| i64::from(status == s);
+        Self {
+            account_id,
+            hour,
+            group,
+            succeeded: is(PredictionStatus::Succeeded),
+            failed: is(PredictionStatus::Failed),
+            canceled: is(PredictionStatus::Canceled),
+            predict_time,
+            total_time,
+        }
+    }
+
+    /// Adds `other` (of the same account, hour and group) to these.
+    pub fn merge(&mut self, other: &Self) {
+        self.succeeded += other.succeeded;
+        self.failed += other.failed;
+        self.canceled += other.canceled;
+        self.predict_time += other.predict_time;
+        self.total_time += other.total_time;
+    }
+
+    /// The `_id` of `writer`'s total these go into.
+    pub fn total_id(&self, writer: &str) -> String {
+        total_id(writer, self)
+    }
+}
+
+/// `counted`, those of the same total added together.
+pub fn merged(writer: &str, counted: impl IntoIterator<Item = Counted>) -> Vec<Counted> {
+    let mut by_total: Vec<(String, Counted)> = Vec::new();
+    for c in counted {
+        let id = c.total_id(writer);
+        match by_total.iter_mut().find(|(known, _)| *known == id) {
+            Some((_, sum)) => sum.merge(&c),
+            None => by_total.push((id, c)),
+        }
+    }
+    by_total.into_iter().map(|(_, c)| c).collect()
 }
 
 /// Typed access to `usage_totals`.
@@ -99,19 +155,18 @@ impl UsageTotals {
     /// added now (false: it had been already).
     pub async fn add(&self, writer: &str, seq: i64, counted: &Counted) -> Result<bool, StoreError> {
         let group = bson::to_bson(&counted.group).map_err(|e| mongodb::error::Error::custom(e.to_string()))?;
-        let id = total_id(writer, counted);
-        let status = match counted.status {
-            PredictionStatus::Succeeded => "succeeded",
-            PredictionStatus::Failed => "failed",
-            PredictionStatus::Canceled => "canceled",
-            _ => return Ok(false),
-        };
         let update = doc! {
-            "$inc": { status: 1_i64, "predict_time": counted.predict_time, "total_time": counted.total_time },
+            "$inc": {
+                "succeeded": counted.succeeded,
+                "failed": counted.failed,
+                "canceled": counted.canceled,
+                "predict_time": counted.predict_time,
+                "total_time": counted.total_time,
+            },
             "$set": { "last_seq": seq },
             "$setOnInsert": { "account_id": counted.account_id.as_str(), "hour": counted.hour, "group": group },
         };
-        let filter = doc! { "_id": &id, "last_seq": { "$lt": seq } };
+        let filter = doc! { "_id": counted.total_id(writer), "last_seq": { "$lt": seq } };
         match self.coll.update_one(filter, update).upsert(true).await {
             Ok(_) => Ok(true),
             Err(e) if is_duplicate_key(&e) => Ok(false),
