@@ -4,6 +4,7 @@
 pub mod api_key;
 pub mod events;
 pub mod file;
+pub mod file_store;
 pub mod ids;
 pub mod model;
 pub mod prediction;
@@ -17,6 +18,7 @@ pub mod webhook_url;
 pub use api_key::{ApiKeyValue, KeyHash, Scope};
 pub use events::WebhookEvent;
 pub use file::FileView;
+pub use file_store::FileStoreKind;
 pub use ids::{AccountId, ApiKeyId, FileId, PredictionId};
 pub use model::ModelRef;
 pub use prediction::{ErrorView, Metrics, NewPrediction, Prediction, PredictionError, PredictionView, QueuePlace};

@@ -16,38 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{domain::FileId, store::UnfinishedUpload};
 
-/// Where a file's bytes are kept; recorded with each file, so files written before the
-/// configured store changed stay readable.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FileStoreKind {
-    /// GridFS in the service's MongoDB database (files recorded before stores were named).
-    #[default]
-    Gridfs,
-    /// The S3-compatible object store of `S3_*`.
-    S3,
-}
-
-impl FileStoreKind {
-    /// Its name in settings (`FILES_STORE`) and records.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Gridfs => "gridfs",
-            Self::S3 => "s3",
-        }
-    }
-}
-
-impl std::str::FromStr for FileStoreKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "gridfs" => Ok(Self::Gridfs),
-            "s3" => Ok(Self::S3),
-            other => Err(format!("`{other}` is not a file store: use gridfs or s3")),
-        }
-    }
-}
+pub use crate::domain::FileStoreKind;
 
 /// A stream of a file's bytes.
 pub type ByteStream<'a> = BoxStream<'a, Result<Bytes, std::io::Error>>;

@@ -45,7 +45,7 @@ pub struct FileRecord {
     pub prediction_id: Option<PredictionId>,
     /// The store that holds its bytes (GridFS for files recorded before stores were named).
     #[serde(default)]
-    pub store: crate::files::FileStoreKind,
+    pub store: crate::domain::FileStoreKind,
 }
 
 /// Typed access to `file_records`.

@@ -14,7 +14,7 @@ use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
-use crate::{domain::FileId, files::FileStoreKind};
+use crate::domain::{FileId, FileStoreKind};
 
 /// A file being written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
