@@ -64,6 +64,7 @@ pub async fn create(
     new: NewDeployment,
 ) -> Result<DeploymentRecord, ApiError> {
     check_version(state, &new.model, &new.version).await?;
+    check_priority(state, account_id, new.priority).await?;
     let account = account(state, account_id).await?;
     let now = DateTime::now();
     let record = DeploymentRecord {
@@ -82,6 +83,7 @@ pub async fn create(
                 hardware: new.hardware,
                 min_instances: new.min_instances,
                 max_instances: new.max_instances,
+                priority: new.priority,
             },
         },
     };
@@ -104,6 +106,7 @@ pub async fn change(
     if let Some(version) = &change.version {
         check_version(state, &release.model, version).await?;
     }
+    check_priority(state, &current.account_id, change.priority).await?;
     let by = account(state, &current.account_id).await?.name;
     let configuration = &release.configuration;
     let next = Release {
@@ -116,6 +119,7 @@ pub async fn change(
             hardware: change.hardware.unwrap_or_else(|| configuration.hardware.clone()),
             min_instances: change.min_instances.unwrap_or(configuration.min_instances),
             max_instances: change.max_instances.unwrap_or(configuration.max_instances),
+            priority: change.priority.or(configuration.priority),
         },
     };
     if !state.store.deployments().release(&current.account_id, &current.name, release.number, &next).await? {
@@ -125,6 +129,25 @@ pub async fn change(
         )));
     }
     Ok(DeploymentRecord { current_release: next, ..current })
+}
+
+/// 400 at `priority` when a deployment's default priority is above its account's limit.
+async fn check_priority(
+    state: &AppState,
+    account: &AccountId,
+    priority: Option<common::domain::Priority>,
+) -> Result<(), ApiError> {
+    let Some(priority) = priority else { return Ok(()) };
+    let max = state.priority_limits.max(account).await?;
+    if priority.above(max) {
+        return Err(ApiError::invalid_fields(vec![crate::problem::FieldError::invalid(
+            "priority",
+            format!(
+                "This account may ask for at most {max} priority; the operator sets it with api admin set-priority."
+            ),
+        )]));
+    }
+    Ok(())
 }
 
 /// Deletes `deployment`; its predictions keep their `deployment`.

@@ -10,7 +10,7 @@
 
 use bson::DateTime;
 use common::{
-    domain::{AccountId, ApiSurface, NewPrediction, Prediction},
+    domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority},
     store::Claim,
 };
 use serde_json::{Map, Value};
@@ -28,20 +28,23 @@ use crate::{
 
 /// The `starting` prediction a create body asks for, or every field error of the body and of
 /// its input against `model`'s schema; then the files of this service its input names, each
-/// checked to be the caller's (see [`file_inputs`]).
+/// checked to be the caller's (see [`file_inputs`]). A body that asks for no priority gets
+/// `default_priority` (a deployment's, else `normal`); either must be within the account's
+/// `max_priority`.
 pub async fn validated(
     state: &AppState,
     caller: &Caller,
     model: &RegisteredModel,
     body: &Map<String, Value>,
     surface: ApiSurface,
+    default_priority: Priority,
 ) -> Result<Prediction, ApiError> {
     let request = create_prediction::parse(body);
     let model_input = match &request {
         Ok(req) => input::validate(&model.input_schema, &req.input),
         Err(_) => Ok(Default::default()),
     };
-    let priority = request.as_ref().ok().and_then(|r| r.priority).unwrap_or_default();
+    let priority = request.as_ref().ok().and_then(|r| r.priority).unwrap_or(default_priority);
     let max = state.priority_limits.max(&caller.key.account_id).await?;
     let priority_error = priority.above(max).then(|| {
         FieldError::invalid(

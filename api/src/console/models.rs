@@ -209,27 +209,28 @@ pub async fn run(
     let body = json!({"input": input_of(&form_fields, &action.fields)});
     let body = body.as_object().cloned().unwrap_or_default();
     let caller = action.signed.caller();
-    let mut prediction = match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical).await {
-        Ok(p) => p,
-        Err(ApiError::Problem(problem)) => {
-            for field in &mut form_fields {
-                field.value = action.field(&field.name).to_owned();
-                let path = format!("input.{}", field.name);
-                field.error = problem.errors.iter().find(|e| e.field == path).map(|e| e.message.clone());
+    let mut prediction =
+        match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical, Default::default()).await {
+            Ok(p) => p,
+            Err(ApiError::Problem(problem)) => {
+                for field in &mut form_fields {
+                    field.value = action.field(&field.name).to_owned();
+                    let path = format!("input.{}", field.name);
+                    field.error = problem.errors.iter().find(|e| e.field == path).map(|e| e.message.clone());
+                }
+                let page = RunPage {
+                    chrome: action.signed.chrome("models"),
+                    name: model.record.model.to_string(),
+                    capability: model.record.capability.clone(),
+                    can_run: true,
+                    fields: form_fields,
+                    error: Some(problem.detail),
+                    versions: versions(&state, &model).await?,
+                };
+                return Ok((StatusCode::BAD_REQUEST, html(&page)).into_response());
             }
-            let page = RunPage {
-                chrome: action.signed.chrome("models"),
-                name: model.record.model.to_string(),
-                capability: model.record.capability.clone(),
-                can_run: true,
-                fields: form_fields,
-                error: Some(problem.detail),
-                versions: versions(&state, &model).await?,
-            };
-            return Ok((StatusCode::BAD_REQUEST, html(&page)).into_response());
-        }
-        Err(e) => return Err(e.into()),
-    };
+            Err(e) => return Err(e.into()),
+        };
     submit::store_and_publish(&state, &caller.key.account_id, None, &mut prediction).await?;
     Ok(see_other(&format!("/predictions/{}", prediction.id)))
 }

@@ -40,6 +40,8 @@ pub struct ConfigurationView {
     pub min_instances: u32,
     /// The most runners an autoscaler starts.
     pub max_instances: u32,
+    /// The priority of its predictions that ask for none.
+    pub priority: common::domain::Priority,
 }
 
 /// A release.
@@ -100,6 +102,7 @@ fn view(d: &DeploymentRecord) -> DeploymentView {
                 hardware: r.configuration.hardware.to_string(),
                 min_instances: r.configuration.min_instances,
                 max_instances: r.configuration.max_instances,
+                priority: r.configuration.priority.unwrap_or_default(),
             },
         },
     }
@@ -244,7 +247,10 @@ pub async fn predict(
         ApiError::not_found(format!("Version {} of {} is no longer registered.", release.version, release.model))
     })?;
     let body = body::json_object(&headers, &body)?;
-    let placement =
-        predictions::Placement { deployment: found.full_name(), hardware: release.configuration.hardware.clone() };
+    let placement = predictions::Placement {
+        deployment: found.full_name(),
+        hardware: release.configuration.hardware.clone(),
+        priority: release.configuration.priority,
+    };
     predictions::create_for(&state, surface, &auth.caller, &model, &headers, body, Some(placement)).await
 }

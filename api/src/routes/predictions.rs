@@ -103,6 +103,8 @@ pub struct Placement {
     pub deployment: String,
     /// The pool of its current release.
     pub hardware: common::domain::Pool,
+    /// The priority of its predictions that ask for none.
+    pub priority: Option<common::domain::Priority>,
 }
 
 /// Validates the request for `model` (at the version it runs), stores the prediction and
@@ -123,7 +125,9 @@ pub async fn create_for(
     let idempotency_key = idempotency::key(headers)?;
     let time_limit = deadline::limit(headers, state.config.common.prediction_deadline)?;
     let account = caller.key.account_id.clone();
-    let mut prediction = submit::validated(state, caller, model, &body, surface).await?.with_deadline(time_limit);
+    let default_priority = placement.as_ref().and_then(|p| p.priority).unwrap_or_default();
+    let mut prediction =
+        submit::validated(state, caller, model, &body, surface, default_priority).await?.with_deadline(time_limit);
     if let Some(placement) = placement {
         prediction.deployment = Some(placement.deployment);
         prediction.hardware = Some(placement.hardware);

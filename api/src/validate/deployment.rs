@@ -9,11 +9,12 @@
 //! | `hardware` | required | optional | a pool name (see `GET /v1/hardware`) |
 //! | `min_instances` | required | optional | 0 to 100 |
 //! | `max_instances` | required | optional | 1 to 100, at least `min_instances` |
+//! | `priority` | optional | optional | `high`, `normal` or `low`: its predictions' priority when they ask for none |
 //!
 //! Whether the model and version exist is checked by the handler.
 
 use crate::problem::FieldError;
-use common::domain::{ModelRef, Pool, route::is_version_id};
+use common::domain::{ModelRef, Pool, Priority, route::is_version_id};
 use serde_json::{Map, Value};
 
 use super::body::integer;
@@ -40,6 +41,9 @@ pub struct CreateDeploymentBody {
     /// The most runners an autoscaler starts; at least `min_instances`.
     #[schema(minimum = 1, maximum = 100)]
     max_instances: u32,
+    /// The priority of its predictions that ask for none (default `normal`); at most the
+    /// account's `max_priority`.
+    priority: Option<Priority>,
 }
 
 /// `PATCH /v1/deployments/{owner}/{name}`'s body as the OpenAPI description shows it: at
@@ -59,6 +63,8 @@ pub struct UpdateDeploymentBody {
     /// The most runners an autoscaler starts.
     #[schema(minimum = 1, maximum = 100)]
     max_instances: Option<u32>,
+    /// The priority of its predictions that ask for none.
+    priority: Option<Priority>,
 }
 
 /// The most instances a release may name.
@@ -79,6 +85,8 @@ pub struct NewDeployment {
     pub min_instances: u32,
     /// Most instances.
     pub max_instances: u32,
+    /// The default priority of its predictions.
+    pub priority: Option<Priority>,
 }
 
 /// An update request, parsed: the fields it changes.
@@ -92,6 +100,8 @@ pub struct DeploymentChange {
     pub min_instances: Option<u32>,
     /// New most instances.
     pub max_instances: Option<u32>,
+    /// A new default priority.
+    pub priority: Option<Priority>,
 }
 
 /// Whether `name` can name a deployment.
@@ -146,6 +156,17 @@ fn hardware(body: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<P
     }
 }
 
+fn priority(body: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<Priority> {
+    let text = string(body, "priority", errors)?;
+    match text.parse() {
+        Ok(p) => Some(p),
+        Err(_) => {
+            errors.push(FieldError::invalid("priority", "Must be high, normal or low."));
+            None
+        }
+    }
+}
+
 fn check_bounds(min: Option<u32>, max: Option<u32>, errors: &mut Vec<FieldError>) {
     if let (Some(min), Some(max)) = (min, max)
         && max < min
@@ -178,6 +199,7 @@ pub fn parse_new(body: &Map<String, Value>) -> Result<NewDeployment, Vec<FieldEr
     let hardware = hardware(body, &mut errors);
     let min_instances = instances(body, "min_instances", 0, &mut errors);
     let max_instances = instances(body, "max_instances", 1, &mut errors);
+    let priority = priority(body, &mut errors);
     for (field, present) in [
         ("name", name.is_some()),
         ("model", model.is_some()),
@@ -193,7 +215,7 @@ pub fn parse_new(body: &Map<String, Value>) -> Result<NewDeployment, Vec<FieldEr
         (Some(name), Some(model), Some(version), Some(hardware), Some(min_instances), Some(max_instances))
             if errors.is_empty() =>
         {
-            Ok(NewDeployment { name, model, version, hardware, min_instances, max_instances })
+            Ok(NewDeployment { name, model, version, hardware, min_instances, max_instances, priority })
         }
         _ => Err(errors),
     }
@@ -203,7 +225,7 @@ pub fn parse_new(body: &Map<String, Value>) -> Result<NewDeployment, Vec<FieldEr
 pub fn parse_change(body: &Map<String, Value>, current: (u32, u32)) -> Result<DeploymentChange, Vec<FieldError>> {
     let mut errors = Vec::new();
     for field in body.keys() {
-        if !matches!(field.as_str(), "version" | "hardware" | "min_instances" | "max_instances") {
+        if !matches!(field.as_str(), "version" | "hardware" | "min_instances" | "max_instances" | "priority") {
             errors.push(FieldError::invalid(field, "Not a field a deployment's update can change."));
         }
     }
@@ -212,6 +234,7 @@ pub fn parse_change(body: &Map<String, Value>, current: (u32, u32)) -> Result<De
         hardware: hardware(body, &mut errors),
         min_instances: instances(body, "min_instances", 0, &mut errors),
         max_instances: instances(body, "max_instances", 1, &mut errors),
+        priority: priority(body, &mut errors),
     };
     if errors.is_empty() && change == DeploymentChange::default() {
         errors.push(FieldError::missing("version"));
@@ -235,6 +258,17 @@ mod tests {
                                  "min_instances": 0, "max_instances": 3}));
         let parsed = parse_new(&body).expect("valid");
         assert_eq!((parsed.name.as_str(), parsed.version.as_str(), parsed.max_instances), ("my-app", "v2", 3));
+        assert_eq!(parsed.priority, None);
+        let low = object(json!({"name": "b", "model": "demo/echo", "version": "v2", "hardware": "cpu",
+                                "min_instances": 0, "max_instances": 3, "priority": "low"}));
+        assert_eq!(parse_new(&low).expect("valid").priority, Some(Priority::Low));
+        let bad = object(json!({"name": "b", "model": "demo/echo", "version": "v2", "hardware": "cpu",
+                                "min_instances": 0, "max_instances": 3, "priority": "urgent"}));
+        assert_eq!(parse_new(&bad).expect_err("invalid")[0].field, "priority");
+        assert_eq!(
+            parse_change(&object(json!({"priority": "high"})), (0, 1)),
+            Ok(DeploymentChange { priority: Some(Priority::High), ..DeploymentChange::default() })
+        );
     }
 
     #[test]

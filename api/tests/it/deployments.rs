@@ -103,7 +103,7 @@ async fn a_deployment_is_created_used_updated_and_deleted_and_runs_only_on_its_p
     assert_eq!(created["current_release"]["number"], 1);
     assert_eq!(
         created["current_release"]["configuration"],
-        json!({"hardware": "gpu", "min_instances": 0, "max_instances": 2})
+        json!({"hardware": "gpu", "min_instances": 0, "max_instances": 2, "priority": "normal"})
     );
     let again = system.request(Method::POST, "/v1/deployments").json(&body).send().await.expect("sent");
     assert_eq!(again.status(), StatusCode::CONFLICT, "a name is unique in its account");

@@ -59,3 +59,45 @@ async fn a_predictions_priority_is_shown_defaults_to_normal_and_is_limited_by_it
     .await;
     assert!(high.is_some(), "high is allowed once the operator raised the limit");
 }
+
+#[tokio::test]
+async fn a_deployments_priority_is_the_default_of_its_predictions_and_within_the_accounts_limit() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let version = system.get("/v1/models/demo/echo").await.json_body().await["latest_version"]["id"].clone();
+    let body = |name: &str, priority: &str| {
+        json!({"name": name, "model": "demo/echo", "version": version, "hardware": "cpu",
+               "min_instances": 0, "max_instances": 1, "priority": priority})
+    };
+    let created =
+        system.request(Method::POST, "/v1/deployments").json(&body("batch", "low")).send().await.expect("sent");
+    assert_eq!(created.status(), 201);
+    assert_eq!(created.json_body().await["current_release"]["configuration"]["priority"], "low");
+    let predict = |input: Value| {
+        system.request(Method::POST, "/v1/deployments/test-account/batch/predictions").json(&input).send()
+    };
+    let by_default = predict(json!({"input": {"prompt": "x"}})).await.expect("sent").json_body().await;
+    assert_eq!(by_default["priority"], "low", "the deployment's default");
+    let asked = predict(json!({"input": {"prompt": "x"}, "priority": "normal"})).await.expect("sent").json_body().await;
+    assert_eq!(asked["priority"], "normal", "what the create asks for wins");
+
+    let above =
+        system.request(Method::POST, "/v1/deployments").json(&body("urgent", "high")).send().await.expect("sent");
+    assert_eq!(above.status(), 400);
+    assert_eq!(above.json_body().await["errors"][0]["field"], "priority");
+    let change = system
+        .request(Method::PATCH, "/v1/deployments/test-account/batch")
+        .json(&json!({"priority": "high"}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(change.status(), 400, "a change above the limit");
+    let change = system
+        .request(Method::PATCH, "/v1/deployments/test-account/batch")
+        .json(&json!({"priority": "normal"}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(change.status(), 200);
+    assert_eq!(change.json_body().await["current_release"]["configuration"]["priority"], "normal");
+}

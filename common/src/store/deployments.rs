@@ -20,6 +20,9 @@ pub struct ReleaseConfiguration {
     pub min_instances: u32,
     /// The most runners an autoscaler starts.
     pub max_instances: u32,
+    /// The priority of its predictions that ask for none (`normal` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::domain::Priority>,
 }
 
 /// One release of a deployment.
