@@ -58,27 +58,11 @@ pub(super) fn mongo() -> String {
 
 pub(super) fn nats() -> String {
     let binary = installed("NATS_SERVER");
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("find a free port").port();
+    let port = free_port();
     let store_dir = std::env::temp_dir().join(format!("ps-test-nats-{}-{port}", std::process::id()));
-    // The shell stops nats-server (and removes its data) once stdin reaches EOF.
-    let script = r#"bin="$1"; dir="$2"; shift 2
-"$bin" "$@" -sd "$dir" & pid=$!
-cat >/dev/null
-kill "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir""#;
-    let child = Command::new("sh")
-        .args(["-c", script, "sh", &binary, store_dir.to_str().expect("utf-8 temp dir")])
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nats-server");
-    keep(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not listen on {port} within 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let dir = store_dir.to_str().expect("utf-8 temp dir");
+    let args = ["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd", dir];
+    run_until_exit("nats-server", &binary, &args, dir, Stdio::null(), port, Duration::from_secs(20));
     format!("nats://127.0.0.1:{port}")
 }
 
@@ -86,27 +70,46 @@ kill "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir""#;
 /// its endpoint.
 pub(super) fn s3() -> String {
     let classpath = installed("S3_STANDIN_CLASSPATH");
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("find a free port").port();
+    let port = free_port();
     let dir = std::env::temp_dir().join(format!("ps-test-s3-{}-{port}", std::process::id()));
+    let dir = dir.to_str().expect("utf-8 temp dir");
     let run = repo_root().join("deploy/s3-standin/run");
-    // The shell stops S3Proxy (and removes its objects) once stdin reaches EOF.
-    let script = r#"run="$1"; dir="$2"; shift 2
-"$run" "$@" "$dir" & pid=$!
+    let run = run.to_str().expect("utf-8 path");
+    run_until_exit(
+        "S3Proxy",
+        run,
+        &[&classpath, &port.to_string(), dir],
+        dir,
+        Stdio::inherit(),
+        port,
+        Duration::from_secs(60),
+    );
+    format!("http://127.0.0.1:{port}")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("find a free port").port()
+}
+
+/// Runs `program` with `args` under a shell that stops it, and removes `dir`, once stdin
+/// reaches EOF (when this process exits, however it exits); waits until it listens on `port`.
+fn run_until_exit(what: &str, program: &str, args: &[&str], dir: &str, stderr: Stdio, port: u16, limit: Duration) {
+    let script = r#"program="$1"; dir="$2"; shift 2
+"$program" "$@" & pid=$!
 cat >/dev/null
 kill "$pid" 2>/dev/null; wait "$pid"; rm -rf "$dir""#;
     let child = Command::new("sh")
-        .args(["-c", script, "sh", run.to_str().expect("utf-8 path"), dir.to_str().expect("utf-8 temp dir")])
-        .args([&classpath, &port.to_string()])
+        .args(["-c", script, "sh", program, dir])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
-        .expect("start S3Proxy");
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
     keep(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + limit;
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "S3Proxy did not listen on {port} within 60 s");
+        assert!(Instant::now() < deadline, "{what} did not listen on {port} within {} s", limit.as_secs());
         std::thread::sleep(Duration::from_millis(50));
     }
-    format!("http://127.0.0.1:{port}")
 }
