@@ -178,6 +178,13 @@ impl Accounts {
         Ok(self.coll.update_one(doc! { "_id": id.as_str() }, update).await?.matched_count == 1)
     }
 
+    /// Field `field` of account `id` alone (a document with it, if set, and `_id`).
+    async fn field_of(&self, id: &AccountId, field: &str) -> Result<Option<bson::Document>, StoreError> {
+        let options = mongodb::options::FindOneOptions::builder().projection(doc! { field: 1 }).build();
+        let raw = self.coll.clone_with_type::<bson::Document>();
+        raw.find_one(doc! { "_id": id.as_str() }).with_options(options).await
+    }
+
     /// Sets the highest priority account `id`'s predictions may ask for; whether it exists.
     pub async fn set_max_priority(&self, id: &AccountId, max: crate::domain::Priority) -> Result<bool, StoreError> {
         let update = doc! { "$set": { "max_priority": max.as_str() } };
@@ -187,25 +194,13 @@ impl Accounts {
     /// The highest priority account `id`'s predictions may ask for (`normal` by default, and
     /// for an account that does not exist).
     pub async fn max_priority(&self, id: &AccountId) -> Result<crate::domain::Priority, StoreError> {
-        let options = mongodb::options::FindOneOptions::builder().projection(doc! { "max_priority": 1 }).build();
-        let found = self
-            .coll
-            .clone_with_type::<bson::Document>()
-            .find_one(doc! { "_id": id.as_str() })
-            .with_options(options)
-            .await?;
+        let found = self.field_of(id, "max_priority").await?;
         Ok(found.and_then(|d| d.get_str("max_priority").ok().and_then(|p| p.parse().ok())).unwrap_or_default())
     }
 
     /// An account's concurrency cap (`None`: no cap, or no such account).
     pub async fn max_concurrency(&self, id: &AccountId) -> Result<Option<u32>, StoreError> {
-        let options = mongodb::options::FindOneOptions::builder().projection(doc! { "max_concurrency": 1 }).build();
-        let found = self
-            .coll
-            .clone_with_type::<bson::Document>()
-            .find_one(doc! { "_id": id.as_str() })
-            .with_options(options)
-            .await?;
+        let found = self.field_of(id, "max_concurrency").await?;
         Ok(found
             .and_then(|d| {
                 d.get("max_concurrency")
