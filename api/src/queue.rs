@@ -1,13 +1,16 @@
 //! Where a waiting prediction stands: the `queue` of `GET /predictions/{id}` while it is
 //! `starting`.
 //!
-//! **Position** follows the scheduler's rules (see docs/scheduling.md): within a lane
-//! (a model and an account) jobs start in the order they were created; the lanes of a model
-//! with work take turns, one job each. A prediction with `k` jobs ahead in its own lane starts
-//! on its lane's turn `k + 1`, after at most `k` jobs of every other lane, so its position is
-//! `1 + k + Σ min(w, k)` over the other lanes' waiting counts `w`. It is exact up to one job
-//! per other lane with work: whether that lane's turn in the last round comes before or after
-//! it depends on where the turn stands, which only the runners know. Jobs of the same model
+//! **Position** follows the scheduler's rules (see docs/queue.md): within a lane (a model, an
+//! account and a priority level) jobs start in the order they were created; every waiting job
+//! of a higher level starts first; the lanes of a model at one level take turns, one job each.
+//! A prediction with `k` jobs ahead in its own lane starts on its lane's turn `k + 1`, after
+//! at most `k` jobs of every other lane of its level, so its position is
+//! `1 + k + H + Σ min(w, k)` over the other lanes' waiting counts `w` at its level, with `H`
+//! the jobs waiting at higher levels. It is exact up to one job per other lane with work:
+//! whether that lane's turn in the last round comes before or after it depends on where the
+//! turn stands, which only the runners know. Aging is not foreseen: a lane of a lower level
+//! that has waited past `PRIORITY_AGING_SECONDS` may still go first. Jobs of the same model
 //! handed back by a runner that stopped rejoin their lane in stream order.
 //!
 //! **Estimate**: with work waiting every slot serving the model is busy, so the model's
@@ -47,7 +50,7 @@ pub const MODEL_QUEUE_TTL: std::time::Duration = std::time::Duration::from_secs(
 /// 1 + the jobs that start before a prediction with `figures` (see the module doc).
 pub fn position(figures: &QueueFigures) -> u64 {
     let k = figures.ahead_in_lane;
-    1 + k + figures.other_lanes.iter().map(|w| (*w).min(k)).sum::<u64>()
+    1 + k + figures.higher_levels + figures.other_lanes.iter().map(|w| (*w).min(k)).sum::<u64>()
 }
 
 /// Seconds until a prediction at `position` starts, if they can be estimated.
@@ -95,6 +98,7 @@ impl QueuePlaces {
         let figures = QueueFigures {
             ahead_in_lane: ahead,
             other_lanes: lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),
+            higher_levels: lanes.iter().filter(|l| lane.ranks_below(l)).map(LaneState::waiting).sum(),
             running: runs.map_or(0, |r| r.running),
             recent_run_seconds: runs.map(|r| r.recent_run_seconds.clone()).unwrap_or_default(),
         };
@@ -134,6 +138,7 @@ mod tests {
         QueueFigures {
             ahead_in_lane: ahead,
             other_lanes: others.to_vec(),
+            higher_levels: 0,
             running,
             recent_run_seconds: recent.to_vec(),
         }
@@ -150,6 +155,12 @@ mod tests {
         // 3 ahead in its own lane: a lane of 10 gets 3 turns first, a lane of 1 one.
         assert_eq!(position(&figures(3, &[10, 1], 2, &[])), 1 + 3 + 3 + 1);
         assert_eq!(position(&figures(9, &[], 0, &[])), 10);
+    }
+
+    #[test]
+    fn every_job_waiting_at_a_higher_level_goes_first() {
+        let f = QueueFigures { higher_levels: 7, ..figures(3, &[10, 1], 2, &[]) };
+        assert_eq!(position(&f), 1 + 3 + 7 + 3 + 1);
     }
 
     #[test]

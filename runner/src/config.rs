@@ -6,6 +6,7 @@
 //! | `RUNNER_CONCURRENCY` | `4` | predictions running at once in this process |
 //! | `RUNNER_MODEL_CONCURRENCY` | `RUNNER_CONCURRENCY` | predictions of one model running at once here |
 //! | `RUNNER_MODEL_WEIGHTS` | each 1 | shares of busy models: `owner/name=weight`, comma-separated (weights 1-1000) |
+//! | `PRIORITY_AGING_SECONDS` | `60` | a job waiting this long counts one priority level higher (and one more for each such wait again), so low priority never starves |
 //! | `RUNNER_ACK_WAIT_SECONDS` | `6` | a job not acked or progressed for this long is redelivered (a running job sends progress every third of it; a killed runner's jobs resume elsewhere within about this plus 4 s) |
 //! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
@@ -125,6 +126,8 @@ pub struct RunnerConfig {
     /// `RUNNER_MODEL_WEIGHTS`: each busy model's share of slots relative to the others (1 when
     /// not named).
     pub model_weights: HashMap<ModelRef, u32>,
+    /// `PRIORITY_AGING_SECONDS`: a job waiting this long counts one level higher.
+    pub priority_aging: Duration,
     /// `RUNNER_ACK_WAIT_SECONDS`: redelivery after this long without an ack or progress.
     pub ack_wait: Duration,
     /// `RUNNER_MAX_DELIVER`: deliveries of one job before giving up.
@@ -200,8 +203,13 @@ impl RunnerConfig {
         if ack_wait < Duration::from_secs(1) {
             return Err(bad("RUNNER_ACK_WAIT_SECONDS", "must be at least 1".into()));
         }
+        let priority_aging = env.seconds("PRIORITY_AGING_SECONDS", Duration::from_secs(60))?;
+        if priority_aging < Duration::from_secs(1) {
+            return Err(bad("PRIORITY_AGING_SECONDS", "must be at least 1".into()));
+        }
         Ok(Self {
             common: CommonConfig::from_env(env)?,
+            priority_aging,
             models,
             concurrency,
             model_concurrency: env

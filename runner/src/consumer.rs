@@ -78,6 +78,7 @@ pub async fn consume(
     let routes = versions.iter().map(|s| (s.model.clone(), s.version.clone())).collect();
     let scheduler = Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone())
         .with_routes(routes, config.hardware.clone())
+        .with_aging(config.priority_aging)
         .with_reconnects(bus.reconnects());
     let lease = account_slots::lease_for(config.ack_wait);
     let slots_bucket = bus.account_slots(lease).await.context("opening the account slots")?;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     lanes::{Lanes, SCAN_INTERVAL},
     metrics::RunnerMetrics,
-    scheduler::Scheduler,
+    scheduler::{Scheduler, fair_pick::Heard},
 };
 
 /// Rings the scheduler for every job published for `models` (core NATS), and scans for lanes
@@ -47,7 +47,7 @@ pub async fn announce(
                     () = shutdown.cancelled() => return,
                     job = jobs.next() => match job {
                         Some(job) => match lanes.lane_of(&model, &job.subject) {
-                            Some(key) => scheduler.ring(key).await,
+                            Some(key) => scheduler.ring(key, Heard::Doorbell).await,
                             None => tracing::debug!(subject = %job.subject, "a job subject of no known format"),
                         },
                         None => return,
@@ -106,7 +106,7 @@ async fn scan(bus: &Bus, models: &[ModelRef], scheduler: &Scheduler, lanes: &Lan
                 }
                 scheduler.scanned(model, &found, scanned_at);
                 for key in found {
-                    scheduler.ring(key).await;
+                    scheduler.ring(key, Heard::Scan).await;
                 }
             }
             Err(e) => {

@@ -1,7 +1,8 @@
-//! Lanes: each model's jobs are split by route and account,
-//! `jobs.<owner>.<model>.<version>.<pool or any>.<account>.<id>`, and each (model, route,
-//! account) is a durable consumer of its own, shared by every runner serving that version (on
-//! that pool). Operators still scale runners per model and version: a runner serves a version
+//! Lanes: each model's jobs are split by route, account and priority,
+//! `jobs.<owner>.<model>.<version>.<pool or any>.<account>[.<high or low>].<id>`, and each
+//! (model, route, account, level) is a durable consumer of its own, shared by every runner
+//! serving that version (on that pool). A `normal` job has no level token, so the lanes of
+//! before levels are the `normal` ones. Operators still scale runners per model and version: a runner serves a version
 //! by serving all of its lanes, and never sees another version's jobs (JetStream's subject
 //! filters keep them apart). The scheduler ([`crate::scheduler`]) takes turns
 //! between the lanes of a model, so one account's backlog cannot hold up another account's job
@@ -26,13 +27,13 @@ use async_nats::jetstream::{
     stream::Stream,
 };
 use common::{
-    domain::{AccountId, ModelRef, Route},
+    domain::{AccountId, ModelRef, Priority, Route},
     subjects::{JobLane, Subjects},
 };
 use futures::TryStreamExt;
 
-/// Which jobs a lane holds: one model's, of one route, of one account (`None`s: jobs
-/// published in the formats of before, see the module's doc).
+/// Which jobs a lane holds: one model's, of one route, of one account, at one level
+/// (`None`s: jobs published in the formats of before, see the module's doc).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LaneKey {
     /// The model.
@@ -41,11 +42,13 @@ pub struct LaneKey {
     pub route: Option<Route>,
     /// The account.
     pub account: Option<AccountId>,
+    /// The priority its jobs were created with.
+    pub level: Priority,
 }
 
 impl LaneKey {
     fn lane(&self) -> JobLane {
-        JobLane { route: self.route.clone(), account: self.account.clone() }
+        JobLane { route: self.route.clone(), account: self.account.clone(), level: self.level }
     }
 }
 
@@ -97,7 +100,10 @@ impl Lanes {
         let mut lanes: Vec<LaneKey> = subjects.iter().filter_map(|(subject, _)| self.lane_of(model, subject)).collect();
         lanes.sort_by(|a, b| {
             let version = |k: &LaneKey| k.route.as_ref().map(|r| (r.version.clone(), r.pool.clone()));
-            version(a).cmp(&version(b)).then_with(|| a.account.cmp(&b.account))
+            version(a)
+                .cmp(&version(b))
+                .then_with(|| a.account.cmp(&b.account))
+                .then(a.level.rank().cmp(&b.level.rank()))
         });
         lanes.dedup();
         Ok((lanes, jobs))
@@ -123,6 +129,6 @@ impl Lanes {
     /// format).
     pub fn lane_of(&self, model: &ModelRef, subject: &str) -> Option<LaneKey> {
         let lane = self.subjects.lane_of_job(model, subject)?;
-        Some(LaneKey { model: model.clone(), route: lane.route, account: lane.account })
+        Some(LaneKey { model: model.clone(), route: lane.route, account: lane.account, level: lane.level })
     }
 }

@@ -101,3 +101,50 @@ async fn a_deployments_priority_is_the_default_of_its_predictions_and_within_the
     assert_eq!(change.status(), 200);
     assert_eq!(change.json_body().await["current_release"]["configuration"]["priority"], "normal");
 }
+
+/// A waiting prediction's `queue.position` counts every job waiting at a higher level, then
+/// its own lane and the turns of its level's other lanes; lower levels go after it.
+#[tokio::test]
+async fn a_queue_position_counts_the_higher_levels_first() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let env = common::config::Env::from_fn(|k| system.vars.get(k).cloned());
+    let config = api::config::ApiConfig::from_env(&env).expect("configuration");
+    api::admin::set_max_priority(&config, "test-account", common::domain::Priority::High).await.expect("set");
+    let sleep = |priority: &'static str| {
+        let system = &system;
+        async move {
+            let body = json!({"input": {"seconds": 0.2}, "priority": priority});
+            let created = eventually(Duration::from_secs(10), || async {
+                let response =
+                    system.request(Method::POST, "/v1/models/demo/sleep/predictions").json(&body).send().await.ok()?;
+                (response.status() == 201).then_some(response.json_body().await)
+            })
+            .await
+            .expect("created within the limits' cache time");
+            created["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let mut normal = Vec::new();
+    for _ in 0..3 {
+        normal.push(sleep("normal").await);
+    }
+    let low = [sleep("low").await, sleep("low").await];
+    let high = [sleep("high").await, sleep("high").await];
+    tokio::time::sleep(api::queue::MODEL_QUEUE_TTL).await; // the model's lanes are read again
+    let position = |id: String| {
+        let system = &system;
+        async move { system.get(&format!("/v1/predictions/{id}")).await.json_body().await["queue"]["position"].clone() }
+    };
+    assert_eq!(position(high[0].clone()).await, 1, "high before everything created earlier");
+    assert_eq!(position(high[1].clone()).await, 2);
+    assert_eq!(position(normal[0].clone()).await, 3, "behind the two high ones");
+    assert_eq!(position(normal[2].clone()).await, 5);
+    assert_eq!(position(low[0].clone()).await, 6, "behind every high and normal one");
+    assert_eq!(position(low[1].clone()).await, 7);
+
+    system.start_runner();
+    for id in high.iter().chain(&normal).chain(&low) {
+        assert_eq!(system.wait_for_terminal(id, Duration::from_secs(60)).await["status"], "succeeded");
+    }
+}

@@ -264,7 +264,13 @@ impl Bus {
     /// The job of `prediction`, encoded once for every send of it.
     pub fn job_of(&self, prediction: &Prediction) -> EncodedJob {
         EncodedJob {
-            subject: self.subjects.job(&prediction.model, &prediction.route(), &prediction.account_id, &prediction.id),
+            subject: self.subjects.job(
+                &prediction.model,
+                &prediction.route(),
+                &prediction.account_id,
+                prediction.priority,
+                &prediction.id,
+            ),
             prediction_id: prediction.id.to_string(),
             payload: Bytes::from(JobMessage::encode_for(prediction)),
         }
@@ -303,7 +309,13 @@ impl Bus {
         let stream = self.subjects.jobs_stream();
         let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
         let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
-        let subject = self.subjects.job(&prediction.model, &prediction.route(), &prediction.account_id, &prediction.id);
+        let subject = self.subjects.job(
+            &prediction.model,
+            &prediction.route(),
+            &prediction.account_id,
+            prediction.priority,
+            &prediction.id,
+        );
         match handle.get_last_raw_message_by_subject(&subject).await {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),

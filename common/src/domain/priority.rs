@@ -38,6 +38,15 @@ impl Priority {
         }
     }
 
+    /// The priority of `rank` ([`Self::rank`]; past `low`, `low`).
+    pub fn from_rank(rank: u8) -> Self {
+        match rank {
+            0 => Self::High,
+            1 => Self::Normal,
+            _ => Self::Low,
+        }
+    }
+
     /// Whether `self` asks for more than `max` allows.
     pub fn above(self, max: Self) -> bool {
         self.rank() < max.rank()
@@ -77,5 +86,8 @@ mod tests {
         assert!(!Priority::Normal.above(Priority::Normal));
         assert!(!Priority::Low.above(Priority::Normal));
         assert!(Priority::Normal.above(Priority::Low));
+        for p in [Priority::High, Priority::Normal, Priority::Low] {
+            assert_eq!(Priority::from_rank(p.rank()), p);
+        }
     }
 }

@@ -19,8 +19,10 @@ use crate::domain::Prediction;
 pub struct QueueFigures {
     /// Predictions of its lane (model and account) created before it and still waiting.
     pub ahead_in_lane: u64,
-    /// Waiting predictions of each other lane of the model.
+    /// Waiting predictions of each other lane of the model at the same level.
     pub other_lanes: Vec<u64>,
+    /// Waiting predictions of the model's lanes at a higher level: they all start first.
+    pub higher_levels: u64,
     /// Predictions of the model running now: with work waiting, every slot serving the model
     /// is busy (no slot idles while work waits), so this is the slots that serve it.
     pub running: u64,

@@ -2,7 +2,7 @@
 //! place in its lane costs one small document, however long the queue.
 //!
 //! A lane is what a runner takes turns between: one model's jobs of one route (version and
-//! pool) and one account ([`LaneId`]). Each new prediction takes the lane's next **ticket**
+//! pool), one account and one priority level ([`LaneId`]). Each new prediction takes the lane's next **ticket**
 //! (`taken`, a counter) before it is stored, and keeps it (`Prediction::queue_ticket`). Jobs
 //! of a lane start in ticket order, so one mark says how far the lane has moved:
 //! `started_through`, the highest ticket a runner has started (`$max`, so marks may arrive in
@@ -32,44 +32,64 @@ use super::{
     StoreError,
     group_commit::{Batching, GroupCommitError, run_writer},
 };
-use crate::domain::{AccountId, ModelRef, Prediction, Route};
+use crate::domain::{AccountId, ModelRef, Prediction, Priority, Route};
 
 /// The most skipped tickets a lane keeps (the newest).
 pub const SKIPPED_KEPT: i64 = 1_000;
 
-/// Which lane a prediction waits in: its model, route and account.
+/// Which lane a prediction waits in: its model, route, account and priority.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LaneId {
     model: String,
     route: String,
     account: String,
+    level: u8,
 }
 
 impl LaneId {
-    /// The lane of `model`'s jobs on `route` of `account`.
-    pub fn new(model: &ModelRef, route: &Route, account: &AccountId) -> Self {
+    /// The lane of `model`'s jobs on `route` of `account` at `level`.
+    pub fn new(model: &ModelRef, route: &Route, account: &AccountId, level: Priority) -> Self {
         let pool = route.pool.as_ref().map_or("any", |p| p.as_str());
         Self {
             model: model.to_string(),
             route: format!("{}|{pool}", route.version),
             account: account.as_str().to_owned(),
+            level: level.rank(),
         }
     }
 
     /// The lane of `prediction`.
     pub fn of(prediction: &Prediction) -> Self {
-        Self::new(&prediction.model, &prediction.route(), &prediction.account_id)
+        Self::new(&prediction.model, &prediction.route(), &prediction.account_id, prediction.priority)
     }
 
-    /// The lane's `_id` as stored.
+    fn level(&self) -> Priority {
+        Priority::from_rank(self.level)
+    }
+
+    /// The lane's `_id` as stored (a `normal` lane's as before levels, so its tickets go on).
     pub fn key(&self) -> String {
-        format!("{}|{}|{}", self.model, self.route, self.account)
+        let base = format!("{}|{}|{}", self.model, self.route, self.account);
+        match self.level() {
+            Priority::Normal => base,
+            other => format!("{base}|{other}"),
+        }
     }
 
-    /// Whether `state` is a lane of the same model and route, of another account: one the
-    /// runners of this lane take turns with.
+    /// Whether `state` is a lane of the same model, route and level, of another account: one
+    /// the runners of this lane take turns with.
     pub fn shares_turns_with(&self, state: &LaneState) -> bool {
-        state.model == self.model && state.route == self.route && state.account_id != self.account
+        self.same_route(state) && state.priority == self.level() && state.account_id != self.account
+    }
+
+    /// Whether `state` is a lane of the same model and route at a higher level (of any
+    /// account): its waiting jobs start before this lane's.
+    pub fn ranks_below(&self, state: &LaneState) -> bool {
+        self.same_route(state) && state.priority.above(self.level())
+    }
+
+    fn same_route(&self, state: &LaneState) -> bool {
+        state.model == self.model && state.route == self.route
     }
 }
 
@@ -86,6 +106,9 @@ pub struct LaneState {
     pub route: String,
     /// Its account.
     pub account_id: String,
+    /// Its level (`normal` for lanes of before levels).
+    #[serde(default)]
+    pub priority: Priority,
     /// Tickets taken: the last one given out.
     pub taken: i64,
     /// The highest ticket started.
@@ -134,7 +157,7 @@ impl QueueLanes {
                     "$inc": { "taken": count },
                     "$setOnInsert": {
                         "model": &lane.model, "route": &lane.route, "account_id": &lane.account,
-                        "started_through": 0_i64, "skipped": [],
+                        "priority": lane.level().as_str(), "started_through": 0_i64, "skipped": [],
                     },
                 },
             )

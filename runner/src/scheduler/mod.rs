@@ -15,13 +15,16 @@
 //! doorbell, a back-off while the scan of the jobs stream in [`crate::lanes`] still sees jobs
 //! in it: jobs handed back with a delay, or left by a runner that died, come back without a
 //! doorbell) and which lane goes first (fair share by model weight, then the account served
-//! least recently) is the [`fair_pick`] module's.
+//! least recently) is the [`fair_pick`] module's, and so is priority: higher levels first,
+//! with a lane aging one level up for each `PRIORITY_AGING_SECONDS` its oldest job waited
+//! (how long that is, [`arrivals`] knows from the doorbells and each fetch's `pending`).
 //!
 //! **Accounts with a concurrency cap** take one of their slots on NATS before a job of theirs
 //! is fetched ([`account_slots`]); a lane of an account at its cap is passed over until one of
 //! its slots frees, so other accounts' jobs take the free runner slots meanwhile.
 
 pub mod account_slots;
+pub mod arrivals;
 pub mod fair_pick;
 
 use std::{
@@ -39,7 +42,7 @@ use common::domain::{ModelRef, Pool};
 
 use self::{
     account_slots::{AccountSlot, AccountSlots, Claim},
-    fair_pick::FairPick,
+    fair_pick::{FairPick, Heard},
 };
 use crate::lanes::{LaneKey, Lanes};
 
@@ -112,6 +115,13 @@ impl Scheduler {
         }
     }
 
+    /// Lifts a lane one level for each `aging` its oldest job waited (default
+    /// [`fair_pick::DEFAULT_AGING`]).
+    pub fn with_aging(mut self, aging: Duration) -> Self {
+        self.pick = self.pick.with_aging(aging);
+        self
+    }
+
     /// Gives up a fetch in flight when `reconnects` changes: its request was lost with the
     /// connection, and would otherwise hold the lane for [`FETCH_TIMEOUT`].
     pub fn with_reconnects(mut self, reconnects: watch::Receiver<u64>) -> Self {
@@ -166,18 +176,20 @@ impl Scheduler {
         self.pick.scanned(model, with_jobs, scanned_at);
     }
 
-    /// A job of `key` is waiting: opens its lane if it is new, marks it, and wakes the loop.
-    pub async fn ring(&self, key: LaneKey) {
+    /// A job of `key` is waiting (`heard` by its doorbell or the scan): opens its lane if it
+    /// is new, marks it, and wakes the loop.
+    pub async fn ring(&self, key: LaneKey, heard: Heard) {
         if !self.serves(&key) {
             return;
         }
-        tracing::trace!(model = %key.model, account = ?key.account, "doorbell");
-        if !self.pick.ring(&key) {
+        tracing::trace!(model = %key.model, account = ?key.account, level = %key.level, "doorbell");
+        if !self.pick.ring(&key, heard) {
             match self.lanes.open(&key).await {
                 Ok(consumer) => {
                     if self.pick.add(key.clone(), consumer) {
-                        tracing::debug!(model = %key.model, account = ?key.account, "lane opened");
+                        tracing::debug!(model = %key.model, account = ?key.account, level = %key.level, "lane opened");
                     }
+                    self.pick.ring(&key, heard);
                 }
                 Err(e) => {
                     tracing::warn!(model = %key.model, error = %e, "lane not opened; the next scan retries");
@@ -262,7 +274,7 @@ impl Scheduler {
                         () = &mut stop => return total,
                         () = tokio::time::sleep(FETCH_RETRY) => {}
                     }
-                    self.ring(key).await;
+                    self.ring(key, Heard::Scan).await;
                 }
             }
         }
@@ -322,6 +334,9 @@ impl Scheduler {
             while let Some(message) = batch.next().await {
                 let message = message?;
                 let Some(slot) = slots.pop() else { break };
+                if let Ok(info) = message.info() {
+                    self.pick.left(key, info.pending, published_at(info.published.unix_timestamp_nanos()));
+                }
                 start(message, &key.model, slot);
                 started += 1;
             }
@@ -337,4 +352,12 @@ impl Scheduler {
             Err(_) => Err(format!("no answer within {FETCH_TIMEOUT:?} ({started} of {asked} jobs came)").into()),
         }
     }
+}
+
+/// The instant a message published at `unix_nanos` (the server's clock) corresponds to here,
+/// if the clocks allow it.
+fn published_at(unix_nanos: i128) -> Option<Instant> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    let age = i128::try_from(now).ok()?.checked_sub(unix_nanos)?.max(0);
+    Instant::now().checked_sub(Duration::from_nanos(u64::try_from(age).ok()?))
 }

@@ -51,6 +51,7 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
             pool: None,
         },
         &common::domain::AccountId::generate(),
+        common::domain::Priority::Normal,
         &id,
     );
     let ack = fixture.bus.jetstream().publish(subject, "not a job".into()).await.expect("publish");

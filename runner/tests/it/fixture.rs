@@ -69,9 +69,22 @@ impl Fixture {
         input: Value,
         limit: Duration,
     ) -> Prediction {
+        self.store_prediction_at(account, common::domain::Priority::Normal, model, input, limit).await
+    }
+
+    /// Stores a `starting` prediction of `account` at `priority` without publishing its job.
+    async fn store_prediction_at(
+        &self,
+        account: &AccountId,
+        priority: common::domain::Priority,
+        model: &str,
+        input: Value,
+        limit: Duration,
+    ) -> Prediction {
         let model = model.parse().expect("model");
         let mut p = samples::starting_prediction(account.clone(), model, input).with_deadline(limit);
         p.version = self.version_of(&p.model).await;
+        p.priority = priority;
         self.store.predictions().insert(&p).await.expect("insert");
         p
     }
@@ -79,6 +92,19 @@ impl Fixture {
     /// Stores a prediction of `account` and publishes its job, as the api does.
     pub async fn create_of(&self, account: &AccountId, model: &str, input: Value) -> Prediction {
         let p = self.store_prediction_of(account, model, input, Duration::from_secs(1800)).await;
+        self.publish_job(&p).await;
+        p
+    }
+
+    /// Stores a prediction of `account` at `priority` and publishes its job, as the api does.
+    pub async fn create_at(
+        &self,
+        account: &AccountId,
+        priority: common::domain::Priority,
+        model: &str,
+        input: Value,
+    ) -> Prediction {
+        let p = self.store_prediction_at(account, priority, model, input, Duration::from_secs(1800)).await;
         self.publish_job(&p).await;
         p
     }

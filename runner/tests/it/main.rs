@@ -9,6 +9,7 @@ mod deadlines;
 mod depth;
 mod fixture;
 mod lane_marks;
+mod levels;
 mod limits;
 mod reconcile;
 mod results;

@@ -141,7 +141,7 @@ async fn a_job_published_before_versions_were_routed_still_runs() {
         prediction: None,
     };
     // The subject of before: `<account>.<id>` after the model, no version or pool.
-    let lane = common::subjects::JobLane { route: None, account: Some(account.clone()) };
+    let lane = common::subjects::JobLane::of(None, Some(account.clone()));
     let subject = fixture.bus.subjects().lane_jobs(&p.model, &lane).replace('*', p.id.as_str());
     let ack = fixture
         .bus

@@ -83,8 +83,9 @@ async fn a_fetch_nobody_answers_does_not_stop_the_scheduler() {
 
     let account = AccountId::generate();
     let job = fixture.create_of(&account, "demo/echo", json!({"prompt": "held up"})).await;
-    let lane = LaneKey { model: model.clone(), route: Some(job.route()), account: Some(account.clone()) };
-    scheduler.ring(lane.clone()).await;
+    let lane =
+        LaneKey { model: model.clone(), route: Some(job.route()), account: Some(account.clone()), level: job.priority };
+    scheduler.ring(lane.clone(), runner::scheduler::fair_pick::Heard::Doorbell).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(starts.try_recv().is_err(), "its pull request was dropped, so nothing came");
 
@@ -93,7 +94,7 @@ async fn a_fetch_nobody_answers_does_not_stop_the_scheduler() {
     drop_pulls.store(false, Ordering::SeqCst);
     let asked_from = Instant::now();
     let (message, _slots) = loop {
-        scheduler.ring(lane.clone()).await;
+        scheduler.ring(lane.clone(), runner::scheduler::fair_pick::Heard::Doorbell).await;
         match tokio::time::timeout(Duration::from_millis(500), starts.recv()).await {
             Ok(got) => break got.expect("the scheduler runs"),
             Err(_) => assert!(

@@ -1,7 +1,13 @@
 //! The fair pick over a runner's lanes: which lane the scheduler ([`super`]) fetches from
 //! next, how many jobs it may ask for, and when a lane found empty is asked again.
 //!
-//! **Fair share.** Of the lanes that may have work, the one whose model holds the smallest
+//! **Priority first.** Of the lanes that may have work, those of the highest level go first
+//! (`high`, then `normal`, then `low`: a lane is one account's jobs of one level). A lane whose
+//! oldest waiting job has waited [`DEFAULT_AGING`] (`PRIORITY_AGING_SECONDS`) counts one level
+//! higher, and one more for each such wait again, so low never starves, even behind a backlog
+//! of normal work that has itself aged ([`super::arrivals`] knows the waits).
+//!
+//! **Fair share within a level.** Of those, the one whose model holds the smallest
 //! share of slots for its weight (`running / weight`, `RUNNER_MODEL_WEIGHTS`, default 1 each)
 //! goes first, so a flood of one model cannot keep another from its next free slot. Among the
 //! lanes of that model, the one served least recently goes first, and while several lanes of a
@@ -26,7 +32,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use common::domain::ModelRef;
 
+use super::arrivals::Arrivals;
 use crate::lanes::LaneKey;
+
+/// How long a job waits before its lane counts one level higher (`PRIORITY_AGING_SECONDS`).
+pub const DEFAULT_AGING: Duration = Duration::from_secs(60);
+
+/// How a runner heard of a lane's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// A job was published to it (its doorbell): one more job waits.
+    Doorbell,
+    /// The scan of the jobs stream saw jobs in it.
+    Scan,
+}
 
 /// The longest a lane found empty is left alone unless its doorbell rings (while the last
 /// scan saw jobs in it: they run elsewhere, and come back here if their runner dies).
@@ -59,7 +78,7 @@ impl ModelSlots {
 }
 
 /// What the scheduler knows of one lane.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct LaneState {
     /// The last scan saw no job in it, and nothing rang it since: asked again only when its
     /// doorbell rings or a scan sees a job.
@@ -79,6 +98,8 @@ struct LaneState {
     unanswered_rings: u32,
     /// When a job of it last started (ties go to the least recent).
     last_served: u64,
+    /// Its jobs waiting, as announced: how long the oldest has waited.
+    arrivals: Arrivals,
 }
 
 impl LaneState {
@@ -92,6 +113,7 @@ impl LaneState {
             settling: 0,
             unanswered_rings: 0,
             last_served: 0,
+            arrivals: Arrivals::default(),
         }
     }
 
@@ -127,6 +149,7 @@ pub struct FairPick<T> {
     models: HashMap<ModelRef, ModelSlots>,
     lanes: Mutex<Vec<Entry<T>>>,
     served: AtomicU64,
+    aging: Duration,
 }
 
 impl<T: Clone> FairPick<T> {
@@ -141,7 +164,13 @@ impl<T: Clone> FairPick<T> {
                 (model.clone(), ModelSlots { limit: model_concurrency, free, weight })
             })
             .collect();
-        Self { models, lanes: Mutex::new(Vec::new()), served: AtomicU64::new(0) }
+        Self { models, lanes: Mutex::new(Vec::new()), served: AtomicU64::new(0), aging: DEFAULT_AGING }
+    }
+
+    /// Lifts a lane one level for each `aging` its oldest job has waited (at least 1 ms).
+    pub fn with_aging(mut self, aging: Duration) -> Self {
+        self.aging = aging.max(Duration::from_millis(1));
+        self
     }
 
     fn lanes(&self) -> MutexGuard<'_, Vec<Entry<T>>> {
@@ -163,18 +192,42 @@ impl<T: Clone> FairPick<T> {
         true
     }
 
-    /// Marks a known lane as having work; `false` if the lane is not known.
-    pub fn ring(&self, key: &LaneKey) -> bool {
+    /// Marks a known lane as having work, as `heard`; `false` if the lane is not known.
+    pub fn ring(&self, key: &LaneKey, heard: Heard) -> bool {
+        self.ring_at(key, heard, Instant::now())
+    }
+
+    fn ring_at(&self, key: &LaneKey, heard: Heard, now: Instant) -> bool {
         let mut lanes = self.lanes();
         match lanes.iter_mut().find(|e| &e.key == key) {
             Some(entry) => {
-                entry.state.has_work();
-                entry.state.rung_at = Some(Instant::now());
-                entry.state.unanswered_rings = entry.state.unanswered_rings.saturating_add(1);
+                let state = &mut entry.state;
+                state.has_work();
+                state.rung_at = Some(now);
+                state.unanswered_rings = state.unanswered_rings.saturating_add(1);
+                match heard {
+                    Heard::Doorbell => state.arrivals.announced(now),
+                    Heard::Scan => state.arrivals.seen(now),
+                }
                 true
             }
             None => false,
         }
+    }
+
+    /// A fetch from `key` brought a job published at `published` (when known), after which
+    /// `pending` jobs of the lane still wait.
+    pub fn left(&self, key: &LaneKey, pending: u64, published: Option<Instant>) {
+        if let Some(entry) = self.lanes().iter_mut().find(|e| &e.key == key) {
+            entry.state.arrivals.left(pending, published);
+        }
+    }
+
+    /// The lane's level at `now`, as a rank (0 goes first): its priority's, lifted one level
+    /// for each [`Self::with_aging`] its oldest job has waited.
+    fn rank(&self, entry: &Entry<T>, now: Instant) -> u8 {
+        let steps = entry.state.arrivals.waited(now).as_millis() / self.aging.as_millis().max(1);
+        entry.key.level.rank().saturating_sub(u8::try_from(steps).unwrap_or(u8::MAX))
     }
 
     fn share(&self, model: &ModelRef) -> f64 {
@@ -184,7 +237,8 @@ impl<T: Clone> FairPick<T> {
 
     /// The lane to fetch from next, if any may have work, its model has a free slot and it is
     /// not `held_back` (its account is at its cap), with how many jobs to fetch at most (one
-    /// while other lanes of its model may have work).
+    /// while other lanes of its model may have work): the highest level first (aging
+    /// counted), then the model with the smallest share, then the lane served least recently.
     pub fn pick(&self, now: Instant, held_back: impl Fn(&LaneKey) -> bool) -> Option<(LaneKey, T, usize)> {
         let lanes = self.lanes();
         let ready = |e: &&Entry<T>| {
@@ -192,7 +246,9 @@ impl<T: Clone> FairPick<T> {
         };
         let best = lanes.iter().filter(ready).min_by(|a, b| {
             let (sa, sb) = (self.share(&a.key.model), self.share(&b.key.model));
-            sa.total_cmp(&sb).then(a.state.last_served.cmp(&b.state.last_served))
+            (self.rank(a, now).cmp(&self.rank(b, now)))
+                .then(sa.total_cmp(&sb))
+                .then(a.state.last_served.cmp(&b.state.last_served))
         })?;
         let others = lanes.iter().filter(ready).any(|e| e.key.model == best.key.model && e.key != best.key);
         Some((best.key.clone(), best.lane.clone(), if others { 1 } else { MAX_FETCH }))
@@ -234,6 +290,9 @@ impl<T: Clone> FairPick<T> {
             state.settling = 0;
             state.unanswered_rings = 0;
             state.empty_streak += 1;
+            if found == 0 {
+                state.arrivals.clear();
+            }
         }
     }
 
@@ -246,6 +305,7 @@ impl<T: Clone> FairPick<T> {
                 && entry.state.rung_at.is_none_or(|rung| rung < scanned_at)
             {
                 entry.state.dormant = true;
+                entry.state.arrivals.clear();
             }
         }
     }
@@ -272,192 +332,4 @@ impl<T: Clone> FairPick<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use common::domain::AccountId;
-
-    fn model(name: &str) -> ModelRef {
-        format!("demo/{name}").parse().expect("model")
-    }
-
-    fn key(name: &str, account: Option<&AccountId>) -> LaneKey {
-        LaneKey { model: model(name), route: None, account: account.cloned() }
-    }
-
-    fn pick_of(names: &[&str], limit: usize, weights: &HashMap<ModelRef, u32>) -> FairPick<()> {
-        let models: Vec<ModelRef> = names.iter().map(|n| model(n)).collect();
-        let pick = FairPick::new(&models, limit, weights);
-        for n in names {
-            pick.add(key(n, None), ());
-        }
-        pick
-    }
-
-    /// Occupies `n` slots of `name`.
-    fn run_jobs(pick: &FairPick<()>, name: &str, n: usize) -> Vec<OwnedSemaphorePermit> {
-        (0..n).map(|_| pick.model_slot(&model(name)).expect("a free slot")).collect()
-    }
-
-    fn picked(pick: &FairPick<()>, now: Instant) -> Option<LaneKey> {
-        pick.pick(now, |_| false).map(|(k, _, _)| k)
-    }
-
-    #[test]
-    fn a_lane_found_empty_just_after_its_doorbell_is_asked_again_within_milliseconds() {
-        let pick = pick_of(&["a"], 4, &HashMap::new());
-        assert!(pick.ring(&key("a", None)));
-        let now = Instant::now();
-        pick.mark(&key("a", None), 1, 0, now);
-        assert_eq!(pick.next_recheck(now), Duration::from_millis(2), "the job may not be fetchable yet");
-        assert_eq!(picked(&pick, now + Duration::from_millis(2)), Some(key("a", None)));
-        for _ in 1..SETTLE_TRIES {
-            pick.mark(&key("a", None), 1, 0, now);
-        }
-        assert_eq!(pick.next_recheck(now), Duration::from_millis(16));
-        pick.mark(&key("a", None), 1, 0, now);
-        assert_eq!(pick.next_recheck(now), FIRST_RECHECK, "after the quick tries, the usual back-off");
-        let later = now + RING_SETTLE;
-        pick.mark(&key("a", None), 1, 0, later);
-        assert_eq!(pick.next_recheck(later), FIRST_RECHECK * 2, "an old ring does not shorten it");
-    }
-
-    #[test]
-    fn a_lane_that_gave_fewer_jobs_than_asked_waits_for_its_next_doorbell() {
-        let pick = pick_of(&["a"], 4, &HashMap::new());
-        assert!(pick.ring(&key("a", None)));
-        let now = Instant::now();
-        pick.mark(&key("a", None), 8, 1, now);
-        assert_eq!(picked(&pick, now), None, "drained: not asked again at once");
-        assert_eq!(pick.next_recheck(now), FIRST_RECHECK, "no quick re-asks: its doorbell's job was fetched");
-        assert!(pick.ring(&key("a", None)));
-        assert_eq!(picked(&pick, now), Some(key("a", None)), "the next job rings it");
-    }
-
-    #[test]
-    fn a_lane_that_gave_every_job_asked_for_is_asked_again_at_once() {
-        let pick = pick_of(&["a"], 4, &HashMap::new());
-        let now = Instant::now();
-        pick.mark(&key("a", None), 8, 8, now);
-        assert_eq!(picked(&pick, now), Some(key("a", None)), "there may be more");
-    }
-
-    #[test]
-    fn a_doorbell_not_yet_made_up_for_still_gets_quick_re_asks() {
-        let pick = pick_of(&["a"], 4, &HashMap::new());
-        assert!(pick.ring(&key("a", None)));
-        assert!(pick.ring(&key("a", None)));
-        let now = Instant::now();
-        pick.mark(&key("a", None), 8, 1, now);
-        assert_eq!(pick.next_recheck(now), Duration::from_millis(2), "the second job may not be fetchable yet");
-        pick.mark(&key("a", None), 8, 1, now + Duration::from_millis(2));
-        assert_eq!(picked(&pick, now + Duration::from_millis(3)), None, "both fetched: nothing announced is missing");
-    }
-
-    #[test]
-    fn the_model_with_the_smallest_share_goes_first() {
-        let pick = pick_of(&["a", "b"], 4, &HashMap::new());
-        let now = Instant::now();
-        let _a = run_jobs(&pick, "a", 2);
-        let _b = run_jobs(&pick, "b", 1);
-        assert_eq!(picked(&pick, now), Some(key("b", None)), "b runs fewer");
-        let _b2 = run_jobs(&pick, "b", 2);
-        assert_eq!(picked(&pick, now), Some(key("a", None)), "now a runs fewer");
-    }
-
-    #[test]
-    fn weights_scale_the_share() {
-        let pick = pick_of(&["a", "b"], 8, &HashMap::from([(model("a"), 3)]));
-        let now = Instant::now();
-        let _a = run_jobs(&pick, "a", 2);
-        let _b = run_jobs(&pick, "b", 1);
-        assert_eq!(picked(&pick, now), Some(key("a", None)), "a's 2 of weight 3 is less than b's 1 of 1");
-        let _a2 = run_jobs(&pick, "a", 2);
-        assert_eq!(picked(&pick, now), Some(key("b", None)), "4/3 > 1/1");
-    }
-
-    #[test]
-    fn the_lanes_of_a_model_take_turns_one_job_at_a_time() {
-        let pick = pick_of(&["a"], 4, &HashMap::new());
-        let (heavy, light) = (AccountId::generate(), AccountId::generate());
-        let now = Instant::now();
-        pick.add(key("a", Some(&heavy)), ());
-        pick.mark(&key("a", None), 1, 0, now);
-        assert_eq!(
-            pick.pick(now, |_| false),
-            Some((key("a", Some(&heavy)), (), MAX_FETCH)),
-            "alone, it may fetch a batch"
-        );
-        pick.mark(&key("a", Some(&heavy)), 1, 1, now);
-        pick.add(key("a", Some(&light)), ());
-        assert_eq!(
-            pick.pick(now, |_| false),
-            Some((key("a", Some(&light)), (), 1)),
-            "the lane served least recently, one job"
-        );
-        pick.mark(&key("a", Some(&light)), 1, 1, now);
-        assert_eq!(picked(&pick, now), Some(key("a", Some(&heavy))));
-    }
-
-    #[test]
-    fn a_lane_held_back_by_its_accounts_cap_is_passed_over_for_the_next() {
-        let pick = pick_of(&["a"], 4, &HashMap::new());
-        let (capped, other) = (AccountId::generate(), AccountId::generate());
-        let now = Instant::now();
-        pick.mark(&key("a", None), 1, 0, now);
-        pick.add(key("a", Some(&capped)), ());
-        pick.add(key("a", Some(&other)), ());
-        let held_back = |k: &LaneKey| k.account.as_ref() == Some(&capped);
-        assert_eq!(
-            pick.pick(now, held_back),
-            Some((key("a", Some(&other)), (), MAX_FETCH)),
-            "the other account's lane, alone among those that may go, may fetch a batch"
-        );
-        pick.mark(&key("a", Some(&other)), 1, 0, now);
-        assert_eq!(pick.pick(now, held_back), None, "the capped lane waits, with work, for a slot of its account");
-        assert_eq!(picked(&pick, now), Some(key("a", Some(&capped))), "and goes once its account has one");
-    }
-
-    #[test]
-    fn empty_lanes_and_full_models_are_skipped_until_their_doorbell_or_the_recheck() {
-        let pick = pick_of(&["a", "b"], 1, &HashMap::new());
-        let now = Instant::now();
-        pick.mark(&key("a", None), 1, 0, now);
-        let _b = run_jobs(&pick, "b", 1);
-        assert_eq!(picked(&pick, now), None, "a is empty and b has no free slot");
-        assert!(pick.next_recheck(now) <= FIRST_RECHECK);
-        assert_eq!(picked(&pick, now + FIRST_RECHECK), Some(key("a", None)), "asked again after the recheck");
-        assert!(pick.ring(&key("a", None)));
-        assert_eq!(picked(&pick, now), Some(key("a", None)), "or at once when its doorbell rings");
-        assert!(!pick.ring(&key("c", None)), "an unknown lane must be opened first");
-    }
-
-    #[test]
-    fn a_lane_the_scan_saw_empty_sleeps_until_rung_unless_it_was_rung_after_the_scan_began() {
-        let pick = pick_of(&["a", "b"], 1, &HashMap::new());
-        let scan_began = Instant::now();
-        pick.scanned(&model("a"), &[], scan_began);
-        pick.scanned(&model("b"), &[key("b", None)], scan_began);
-        let later = scan_began + MAX_RECHECK * 10;
-        assert_eq!(picked(&pick, later), Some(key("b", None)), "a is dormant, b has jobs");
-        let _b = run_jobs(&pick, "b", 1);
-        assert_eq!(picked(&pick, later), None);
-        assert!(pick.ring(&key("a", None)));
-        assert_eq!(picked(&pick, later), Some(key("a", None)), "rung awake");
-        pick.scanned(&model("a"), &[], scan_began);
-        assert_eq!(picked(&pick, later), Some(key("a", None)), "a scan older than the doorbell changes nothing");
-    }
-
-    #[test]
-    fn an_empty_lane_backs_off_and_is_forgotten_after_a_while() {
-        let pick = pick_of(&["a"], 1, &HashMap::new());
-        let start = Instant::now();
-        for _ in 0..10 {
-            pick.mark(&key("a", None), 1, 0, start);
-        }
-        assert_eq!(picked(&pick, start + FIRST_RECHECK), None, "backed off");
-        assert_eq!(picked(&pick, start + MAX_RECHECK), Some(key("a", None)), "but never beyond the longest recheck");
-        pick.forget(None, start + FORGET_AFTER);
-        assert_eq!(picked(&pick, start + FORGET_AFTER), None, "forgotten");
-        assert!(pick.add(key("a", None), ()), "and opened again when its doorbell rings");
-    }
-}
+mod tests;
