@@ -11,6 +11,7 @@
 //! | `NATS_URL` | `nats://127.0.0.1:4222` | NATS server(s), comma separated |
 //! | `NATS_PREFIX` | `ps` | prefix of every stream, subject and consumer |
 //! | `NATS_STREAM_REPLICAS` | `1` | copies of each JetStream stream (3 on a three-node cluster) |
+//! | `NATS_MAX_CONSUMERS` | `100000` | consumers the jobs and events streams may hold (a queue lane is one; nats-server 2.15 otherwise allows 1,000 a stream) |
 //! | `PUBLIC_BASE_URL` | `http://localhost:8080` | the api's public address, used in links |
 //! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
 //! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
@@ -113,6 +114,13 @@ impl<'a> Env<'a> {
     }
 }
 
+/// The consumers a stream may hold unless `NATS_MAX_CONSUMERS` says otherwise. nats-server
+/// 2.15 gives every stream that sets no limit of its own a limit of 1,000 (and reads 0 or -1 as
+/// "its default"): each queue lane (a model's version, pool, account and level with work in the
+/// last day) is a consumer of the jobs stream, and at 1,000 the next lane could not be opened,
+/// so its predictions never started (measured with 1,000 accounts waiting on one model).
+pub const DEFAULT_MAX_CONSUMERS: i32 = 100_000;
+
 /// Settings every service shares.
 #[derive(Debug, Clone)]
 pub struct CommonConfig {
@@ -126,6 +134,8 @@ pub struct CommonConfig {
     pub subjects: Subjects,
     /// `NATS_STREAM_REPLICAS`: copies of each stream (1 to 5).
     pub nats_stream_replicas: usize,
+    /// `NATS_MAX_CONSUMERS`: the consumers the jobs and events streams may each hold.
+    pub nats_max_consumers: i32,
     /// `PUBLIC_BASE_URL`: the api's public address, without a trailing slash.
     pub public_base_url: String,
     /// `MASTER_KEY`: seals API keys and webhook signing secrets at rest.
@@ -159,6 +169,15 @@ impl CommonConfig {
             mongodb_database: env.string("MONGODB_DATABASE", "predictions"),
             nats_url: env.string("NATS_URL", "nats://127.0.0.1:4222"),
             subjects,
+            nats_max_consumers: match env.parse("NATS_MAX_CONSUMERS", DEFAULT_MAX_CONSUMERS)? {
+                n if n >= 1_000 => n,
+                _ => {
+                    return Err(ConfigError {
+                        var: "NATS_MAX_CONSUMERS".into(),
+                        reason: "must be at least 1000".into(),
+                    });
+                }
+            },
             nats_stream_replicas: match env.parse("NATS_STREAM_REPLICAS", 1usize)? {
                 n @ 1..=5 => n,
                 _ => {

@@ -25,7 +25,8 @@ pub async fn connect(config: &CommonConfig, service: &str) -> Result<(Store, Bus
     store.ensure_indexes().await?;
     let bus = Bus::connect(&config.nats_url, config.subjects.clone(), service)
         .await?
-        .with_stream_replicas(config.nats_stream_replicas);
+        .with_stream_replicas(config.nats_stream_replicas)
+        .with_max_consumers(config.nats_max_consumers);
     bus.ensure_streams().await?;
     Ok((store, bus))
 }

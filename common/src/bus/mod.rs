@@ -124,6 +124,8 @@ pub struct Bus {
     recreating: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// Copies of each stream (`NATS_STREAM_REPLICAS`).
     replicas: usize,
+    /// Consumers the jobs and events streams may hold (`NATS_MAX_CONSUMERS`).
+    max_consumers: i32,
     /// How many times the connection was made (the first connect and every reconnect).
     connects: tokio::sync::watch::Receiver<u64>,
 }
@@ -195,13 +197,28 @@ impl Bus {
             .await
             .map_err(|e| fail(e.into()))?;
         let js = jetstream::new(client.clone());
-        Ok(Self { client, js, subjects, recreating: Default::default(), replicas: 1, connects })
+        Ok(Self {
+            client,
+            js,
+            subjects,
+            recreating: Default::default(),
+            replicas: 1,
+            max_consumers: crate::config::DEFAULT_MAX_CONSUMERS,
+            connects,
+        })
     }
 
     /// Streams created with `replicas` copies (3 on a three-node cluster, so losing a node
     /// loses nothing and stalls nothing; 1 on a single server).
     pub fn with_stream_replicas(mut self, replicas: usize) -> Self {
         self.replicas = replicas.max(1);
+        self
+    }
+
+    /// The jobs and events streams hold up to `max` consumers each (see
+    /// [`crate::config::DEFAULT_MAX_CONSUMERS`]).
+    pub fn with_max_consumers(mut self, max: i32) -> Self {
+        self.max_consumers = max.max(1);
         self
     }
 
@@ -214,6 +231,7 @@ impl Bus {
             storage: StorageType::File,
             duplicate_window: DUPLICATE_WINDOW,
             num_replicas: self.replicas,
+            max_consumers: self.max_consumers,
             ..Default::default()
         };
         let events = StreamConfig {
@@ -224,6 +242,7 @@ impl Bus {
             duplicate_window: DUPLICATE_WINDOW,
             max_age: EVENTS_MAX_AGE,
             num_replicas: self.replicas,
+            max_consumers: self.max_consumers,
             ..Default::default()
         };
         let rate_limits = StreamConfig {
@@ -238,7 +257,21 @@ impl Bus {
         };
         for config in [jobs, events, rate_limits] {
             let stream = config.name.clone();
-            self.js.create_or_update_stream(config).await.map_err(|e| BusError::Stream { stream, source: e.into() })?;
+            let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
+            if let Err(e) = self.js.create_or_update_stream(config.clone()).await {
+                // A server before 2.12 cannot change an existing stream's consumer limit: the
+                // stream keeps its own (unlimited before 2.15), and the rest is updated.
+                let Ok(mut existing) = self.js.get_stream(&stream).await else { return Err(fail(e.into())) };
+                let kept = existing.info().await.map_err(|e| fail(e.into()))?.config.max_consumers;
+                if kept == config.max_consumers {
+                    return Err(fail(e.into()));
+                }
+                tracing::warn!(%stream, kept, wanted = config.max_consumers, error = %e, "the stream's consumer limit was not changed");
+                self.js
+                    .create_or_update_stream(StreamConfig { max_consumers: kept, ..config })
+                    .await
+                    .map_err(|e| fail(e.into()))?;
+            }
         }
         Ok(())
     }

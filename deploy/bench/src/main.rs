@@ -69,6 +69,8 @@ enum Scenario {
     Sustained(scenarios::e2e::Options),
     /// Runner scale-out with demo/sleep at 1, 2, 4 and 8 runner processes, then api replicas.
     Scaling(scenarios::scaling::Options),
+    /// Priority levels under a saturating normal load, and the lanes at 1,000 and 10,000 accounts.
+    Priority(scenarios::priority::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
     Scheduling(scenarios::scheduling::Options),
     /// The standard set: baselines, api, end to end, cost and runner scale-out.
@@ -123,6 +125,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Sustained(options) => scenarios::e2e::run(options).await,
         Scenario::Scaling(options) => scenarios::scaling::run(options).await,
         Scenario::Scheduling(options) => scenarios::scheduling::run(options).await,
+        Scenario::Priority(options) => scenarios::priority::run(options).await,
         Scenario::Standard(options) => {
             let mut tables = String::new();
             let results = standard::run(options, &mut tables).await;

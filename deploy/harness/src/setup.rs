@@ -36,7 +36,8 @@ impl Setup {
         store.ensure_indexes().await?;
         let bus = Bus::connect(&common.nats_url, common.subjects.clone(), "bench")
             .await?
-            .with_stream_replicas(common.nats_stream_replicas);
+            .with_stream_replicas(common.nats_stream_replicas)
+            .with_max_consumers(common.nats_max_consumers);
         bus.ensure_streams().await?;
         Ok(Self { vars, store, bus, common })
     }

@@ -192,7 +192,7 @@ impl Scheduler {
                     self.pick.ring(&key, heard);
                 }
                 Err(e) => {
-                    tracing::warn!(model = %key.model, error = %e, "lane not opened; the next scan retries");
+                    tracing::warn!(model = %key.model, error = format!("{e:#}"), "lane not opened; the next scan retries");
                     return;
                 }
             }

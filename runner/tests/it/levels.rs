@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use common::domain::{AccountId, Prediction, PredictionStatus, Priority};
+use futures::StreamExt;
 use serde_json::json;
 
 use crate::fixture::{Fixture, finished, start_delay};
@@ -104,4 +105,32 @@ async fn a_low_job_behind_an_aged_backlog_goes_after_twice_the_aging_bound() {
     assert!(delay < 5_500, "then it counts as high and takes the next turn: {delay} ms");
     let after = normal.iter().filter(|p| started(p) > started(&low)).count();
     assert!(after >= 3, "it went ahead of the rest of the backlog ({after} of 14 started after it)");
+}
+
+/// Every lane is a consumer of the jobs stream, and nats-server 2.15 allows a stream 1,000
+/// unless it says otherwise: the lane past the thousandth opens too (before, its predictions
+/// never started).
+#[tokio::test]
+async fn more_than_a_thousand_lanes_open() {
+    let fixture = Fixture::new(&[]).await;
+    let stream = fixture.bus.jetstream().get_stream(fixture.bus.subjects().jobs_stream()).await.expect("jobs stream");
+    let lanes = runner::lanes::Lanes::new(stream, fixture.bus.subjects().clone(), Duration::from_secs(6), 5);
+    let model: common::domain::ModelRef = "demo/echo".parse().expect("model");
+    let route = common::domain::Route { version: "v1".into(), pool: None };
+    let opened = futures::stream::iter(0..1_001)
+        .map(|_| {
+            let key = runner::lanes::LaneKey {
+                model: model.clone(),
+                route: Some(route.clone()),
+                account: Some(AccountId::generate()),
+                level: Priority::Normal,
+            };
+            let lanes = &lanes;
+            async move { lanes.open(&key).await.map(|_| ()) }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    let failed: Vec<String> = opened.into_iter().filter_map(|r| r.err().map(|e| format!("{e:#}"))).collect();
+    assert!(failed.is_empty(), "{} lanes did not open, e.g. {:?}", failed.len(), failed.first());
 }

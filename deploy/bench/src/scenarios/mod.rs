@@ -11,6 +11,7 @@ pub mod create_vs_insert;
 pub mod e2e;
 pub mod files;
 pub mod overload;
+pub mod priority;
 pub mod queue;
 pub mod scaling;
 pub mod scheduling;

@@ -110,23 +110,38 @@ async fn started_delays(
     events: &mut async_nats::Subscriber,
     ids: &[String],
 ) -> anyhow::Result<HashMap<String, Duration>> {
-    let mut delays = HashMap::new();
-    let until = Instant::now() + DRAIN;
-    while delays.len() < ids.len() {
+    let times = start_times(events, ids, DRAIN).await?;
+    Ok(times
+        .into_iter()
+        .map(|(id, (created, started))| (id, (started - created).to_std().unwrap_or_default()))
+        .collect())
+}
+
+/// Reads `completed` events until every one of `ids` has one, for at most `drain`; returns
+/// each one's creation and start.
+pub async fn start_times(
+    events: &mut async_nats::Subscriber,
+    ids: &[String],
+    drain: Duration,
+) -> anyhow::Result<HashMap<String, (DateTime<Utc>, DateTime<Utc>)>> {
+    let wanted: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let mut times = HashMap::new();
+    let until = Instant::now() + drain;
+    while times.len() < wanted.len() {
         let Ok(Some(message)) = tokio::time::timeout_at(until, events.next()).await else {
-            anyhow::bail!("only {} of {} predictions completed within {DRAIN:?}", delays.len(), ids.len());
+            anyhow::bail!("only {} of {} predictions completed within {drain:?}", times.len(), wanted.len());
         };
         let event: Value = serde_json::from_slice(&message.payload).unwrap_or_default();
         let p = &event["prediction"];
         let time = |field: &str| p[field].as_str().and_then(|t| t.parse::<DateTime<Utc>>().ok());
         if event["event"] == "completed"
             && let (Some(id), Some(created), Some(started)) = (p["id"].as_str(), time("created_at"), time("started_at"))
-            && ids.iter().any(|i| i == id)
+            && wanted.contains(id)
         {
-            delays.insert(id.to_owned(), (started - created).to_std().unwrap_or_default());
+            times.insert(id.to_owned(), (created, started));
         }
     }
-    Ok(delays)
+    Ok(times)
 }
 
 /// The start delay of one prediction of another account created behind the backlog.

