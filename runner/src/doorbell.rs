@@ -90,19 +90,23 @@ pub async fn announce(
 
 /// One scan of each model's lanes with jobs: rings each, and reports the model's jobs.
 async fn scan(bus: &Bus, models: &[ModelRef], scheduler: &Scheduler, lanes: &Lanes, metrics: &RunnerMetrics) {
+    let running = match lanes.running(models).await {
+        Ok(running) => Some(running),
+        Err(e) => {
+            tracing::debug!(error = format!("{e:#}"), "the running jobs were not counted");
+            None
+        }
+    };
     for model in models {
         let scanned_at = std::time::Instant::now();
         match lanes.with_jobs(model).await {
             Ok((found, jobs)) => {
                 let name = model.to_string();
-                metrics.set_pending(&name, i64::try_from(jobs).unwrap_or(i64::MAX));
-                match lanes.running(&found).await {
-                    Ok(running) => {
-                        let running = running.min(jobs);
-                        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-                        metrics.set_depth(&name, count(jobs - running), count(running));
-                    }
-                    Err(e) => tracing::debug!(%model, error = format!("{e:#}"), "the running jobs were not counted"),
+                let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+                metrics.set_pending(&name, count(jobs));
+                if let Some(running) = &running {
+                    let running = running.get(model).copied().unwrap_or(0).min(jobs);
+                    metrics.set_depth(&name, count(jobs - running), count(running));
                 }
                 scheduler.scanned(model, &found, scanned_at);
                 for key in found {

@@ -19,7 +19,7 @@
 //! those of before accounts had lanes (`<id>`) through the model's former consumer; any runner
 //! of the model takes them.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use anyhow::Context;
 use async_nats::jetstream::{
@@ -109,17 +109,22 @@ impl Lanes {
         Ok((lanes, jobs))
     }
 
-    /// How many of the jobs of `lanes` a runner has taken and not yet settled (their consumers'
-    /// unacknowledged deliveries: the jobs running on any runner). A lane whose consumer does
-    /// not exist yet has none.
-    pub async fn running(&self, lanes: &[LaneKey]) -> anyhow::Result<usize> {
-        let mut running = 0;
-        for key in lanes {
-            let name = self.subjects.lane_consumer(&key.model, &key.lane());
-            match self.stream.consumer_info(&name).await {
-                Ok(info) => running += info.num_ack_pending,
-                Err(e) if e.kind() == async_nats::jetstream::context::ConsumerInfoErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("reading consumer {name}")),
+    /// How many jobs of each of `models` a runner has taken and not yet settled (their lanes'
+    /// unacknowledged deliveries: the jobs running on any runner), read with one listing of
+    /// the stream's consumers (a request per 256 of them), not a request per lane: with
+    /// 10,000 accounts waiting, a request per lane every scan was 1,000 requests a second.
+    pub async fn running(&self, models: &[ModelRef]) -> anyhow::Result<HashMap<ModelRef, usize>> {
+        let prefixes: Vec<(String, &ModelRef)> =
+            models.iter().map(|m| (self.subjects.model_jobs(m).trim_end_matches('>').to_owned(), m)).collect();
+        let mut running: HashMap<ModelRef, usize> = HashMap::new();
+        let mut consumers = self.stream.consumers();
+        while let Some(info) = consumers.try_next().await.context("listing the jobs stream's consumers")? {
+            let filters = std::iter::once(&info.config.filter_subject).chain(&info.config.filter_subjects);
+            let model = filters
+                .filter(|f| !f.is_empty())
+                .find_map(|f| prefixes.iter().find(|(prefix, _)| f.starts_with(prefix.as_str())).map(|(_, m)| *m));
+            if let Some(model) = model {
+                *running.entry(model.clone()).or_default() += info.num_ack_pending;
             }
         }
         Ok(running)
