@@ -5,7 +5,7 @@
 //! How a prediction is counted, with no transaction across the two collections:
 //! 1. its final state is written with `usage.pending: true`, in the same write
 //!    ([`mark_pending`]): an ended prediction always says whether it is counted;
-//! 2. the writer's [`UsageLedger`] takes what ended meanwhile as one batch (up to
+//! 2. the writer's [`UsageLedger`] takes what ended within [`GATHER`] as one batch (up to
 //!    [`MAX_BATCH`]), claims it under the writer's next number (`usage.writer`, `usage.seq`),
 //!    adds its sums to the writer's own totals where their `last_seq` is below that number, and
 //!    marks it counted: three writes or so per batch, not per prediction. One task per process
@@ -36,6 +36,11 @@ use crate::{
 pub const RECOVER_AFTER: Duration = Duration::from_secs(30);
 /// The most ended predictions counted as one batch.
 pub const MAX_BATCH: usize = 256;
+/// How long the ledger gathers what ends after the first of a batch, so a busy process writes
+/// a few batches a second rather than one per handful of predictions (three writes a batch:
+/// batches of what had ended the moment before cost 0.2 writes and 20 µs of runner CPU a
+/// prediction in the cost bench, 8 in flight).
+pub const GATHER: Duration = Duration::from_millis(250);
 /// The pause before a failed step is tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
@@ -83,6 +88,14 @@ impl UsageLedger {
             let mut writer = writer;
             let mut batch = Vec::with_capacity(MAX_BATCH);
             while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+                let until = tokio::time::Instant::now() + GATHER;
+                while batch.len() < MAX_BATCH {
+                    let room = MAX_BATCH - batch.len();
+                    match tokio::time::timeout_at(until, queue.recv_many(&mut batch, room)).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
                 writer.count(&batch).await;
                 batch.clear();
             }

@@ -40,6 +40,10 @@ pub struct Attempt {
     pub create: Duration,
     /// The read-back's status and time, for an accepted create.
     pub get: Option<(u16, Duration)>,
+    /// The `priority` the create asked for, if it named one.
+    pub asked_priority: Option<String>,
+    /// The `priority` the read-back showed.
+    pub shown_priority: Option<String>,
 }
 
 /// The `n`-th create of a run: the path under the api's base URL, and the body.
@@ -92,11 +96,18 @@ async fn attempt(http: &reqwest::Client, base: &str, path: &str, key: &str, body
         Ok(response) => Answer::Status(response.status().as_u16()),
         Err(_) => Answer::Unanswered,
     };
-    let mut get = None;
+    let (mut get, mut shown_priority) = (None, None);
     if let Answer::Accepted(id) = &answer {
         let started = Instant::now();
         let read = http.get(format!("{base}/v1/predictions/{id}")).bearer_auth(key).send().await;
-        get = Some((read.map_or(0, |r| r.status().as_u16()), started.elapsed()));
+        let (status, took) = (read.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
+        if let Ok(response) = read
+            && let Ok(body) = response.json::<Value>().await
+        {
+            shown_priority = body["priority"].as_str().map(str::to_owned);
+        }
+        get = Some((status, took));
     }
-    Attempt { at, answer, create, get }
+    let asked_priority = body["priority"].as_str().map(str::to_owned);
+    Attempt { at, answer, create, get, asked_priority, shown_priority }
 }

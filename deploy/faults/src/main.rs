@@ -19,6 +19,7 @@
 
 mod capped;
 mod flood;
+mod levels;
 mod load;
 mod recorder;
 mod report;

@@ -110,6 +110,8 @@ pub struct Outcome {
     pub rollout: Option<RolloutTally>,
     /// What the flood's requests got, in an overload.
     pub overload: Option<FloodTally>,
+    /// What the creates at each priority level got, in a scenario with levels.
+    pub levels: Option<crate::levels::LevelsTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -198,6 +200,7 @@ impl Outcome {
             cap: None,
             rollout: None,
             overload: None,
+            levels: None,
             usage: None,
         }
     }
@@ -246,6 +249,11 @@ impl Outcome {
                 fail(orphans > 0, format!("{orphans} objects in the bucket that no file names, after the sweep"));
             }
         }
+        if let Some(levels) = &self.levels {
+            for failure in levels.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(cap) = &self.cap {
             fail(cap.most > u64::from(cap.cap), format!("{} running at once, past the cap of {}", cap.most, cap.cap));
             fail(!cap.full_after_fault, format!("never {} running again after the fault (a slot leaked?)", cap.cap));
@@ -271,6 +279,7 @@ impl Outcome {
             "cap": self.cap.as_ref().map(CapTally::json),
             "rollout": self.rollout.as_ref().map(RolloutTally::json),
             "overload": self.overload.as_ref().map(FloodTally::json),
+            "levels": self.levels.as_ref().map(crate::levels::LevelsTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
@@ -342,6 +351,8 @@ mod tests {
             answer: Answer::Accepted(id.into()),
             create: Duration::from_millis(5),
             get: Some((200, Duration::from_millis(2))),
+            asked_priority: None,
+            shown_priority: None,
         }
     }
 
@@ -401,8 +412,14 @@ mod tests {
     #[test]
     fn server_errors_count_only_outside_the_fault_window() {
         let start = Instant::now();
-        let error =
-            |at: Instant| Attempt { at, answer: Answer::Status(503), create: Duration::from_millis(1), get: None };
+        let error = |at: Instant| Attempt {
+            at,
+            answer: Answer::Status(503),
+            create: Duration::from_millis(1),
+            get: None,
+            asked_priority: None,
+            shown_priority: None,
+        };
         let attempts = [error(start), error(start + Duration::from_secs(2)), error(start + Duration::from_secs(9))];
         let window =
             Window { from: start + Duration::from_secs(1), until: start + Duration::from_secs(5), back: Utc::now() };

@@ -21,6 +21,9 @@
 //! stream; an overload of twice as many clients as the api works on at once (it must shed the
 //! rest at once with 503 and `Retry-After`, and lose nothing it accepted).
 //!
+//! A row whose creates take turns between the three priority levels has its runner killed:
+//! every level's predictions must end, each at the level it asked for ([`levels`]).
+//!
 //! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
 //! by how it ended, also where a runner was killed mid-run.
 //!
@@ -38,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    capped, flood, load,
+    capped, flood, levels, load,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -129,6 +132,8 @@ struct Scenario {
     /// Whether files go to the S3 stand-in rather than GridFS (and are swept and compared
     /// with the bucket afterwards).
     s3: bool,
+    /// Whether the creates take turns between the priority levels (see [`levels`]).
+    levels: bool,
 }
 
 const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -150,6 +155,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "runner killed (SIGKILL)",
@@ -161,6 +167,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "capped account, runner killed",
@@ -172,6 +179,19 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: true,
         s3: false,
+        levels: false,
+    },
+    Scenario {
+        name: "three priority levels, runner killed",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Runner),
+        latency_bound: None,
+        uploads: false,
+        capped: false,
+        s3: false,
+        levels: true,
     },
     Scenario {
         name: "notifier killed (SIGKILL)",
@@ -183,6 +203,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "api killed (SIGKILL)",
@@ -194,6 +215,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "api killed during uploads",
@@ -205,6 +227,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: true,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "api killed during uploads (s3)",
@@ -216,6 +239,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: true,
         capped: false,
         s3: true,
+        levels: false,
     },
     Scenario {
         name: "object store restarted during uploads (s3)",
@@ -227,6 +251,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: true,
         capped: false,
         s3: true,
+        levels: false,
     },
     Scenario {
         name: "nats-server restarted",
@@ -238,6 +263,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "MongoDB stand-in restarted",
@@ -249,6 +275,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "receiver hangs on first attempts",
@@ -260,6 +287,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "receiver answers 503 + Retry-After: 2",
@@ -271,6 +299,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "rolling update v1 -> v2 (pinned, latest, deployment)",
@@ -282,6 +311,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "secret rotated under load",
@@ -293,6 +323,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "2 api, 3 runner, 2 notifier replicas",
@@ -304,6 +335,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "overload: 2x the api's in-flight bound for 10 s",
@@ -315,6 +347,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
     Scenario {
         name: "3-node NATS cluster (R3), stream leader killed",
@@ -326,6 +359,7 @@ const SCENARIOS: &[Scenario] = &[
         uploads: false,
         capped: false,
         s3: false,
+        levels: false,
     },
 ];
 
@@ -457,13 +491,20 @@ async fn run_scenario(
     if scenario.capped {
         capped::cap(&topology.setup.store).await?;
     }
+    if scenario.levels {
+        levels::allow_high(&topology.setup.store).await?;
+    }
     let stop = CancellationToken::new();
     let sampling = scenario.capped.then(|| tokio::spawn(capped::sample(topology.runner_metrics(), stop.clone())));
     let recorder = Recorder::start(topology.secret.clone(), scenario.behaviour, stop.clone()).await?;
     let load = tokio::spawn({
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
         let (rate, seconds) = (options.rate, options.seconds);
-        let target = rolling.then(|| rollout::target(pinned.clone(), url.clone()));
+        let target = match (rolling, scenario.levels) {
+            (true, _) => Some(rollout::target(pinned.clone(), url.clone())),
+            (_, true) => Some(levels::target(url.clone())),
+            _ => None,
+        };
         async move {
             match target {
                 Some(target) => load::run_with(&apis, &key, rate, seconds, target).await,
@@ -508,6 +549,7 @@ async fn run_scenario(
     outcome.cap = cap;
     outcome.overload = flooded;
     outcome.usage = Some(usage);
+    outcome.levels = scenario.levels.then(|| levels::LevelsTally::of(&attempts));
     if rolling {
         outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);
     }
