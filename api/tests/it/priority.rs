@@ -148,3 +148,56 @@ async fn a_queue_position_counts_the_higher_levels_first() {
         assert_eq!(system.wait_for_terminal(id, Duration::from_secs(60)).await["status"], "succeeded");
     }
 }
+
+/// The check through the api: 24 normal one-second predictions queued on a 4-slot
+/// runner; 4 high ones created after them start within about one run time, and 2 low ones
+/// (created before the high ones) start after every normal one.
+#[tokio::test]
+async fn through_the_api_high_goes_first_and_low_after_every_normal_one() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let env = common::config::Env::from_fn(|k| system.vars.get(k).cloned());
+    let config = api::config::ApiConfig::from_env(&env).expect("configuration");
+    api::admin::set_max_priority(&config, "test-account", common::domain::Priority::High).await.expect("set");
+    system.start_runner_with(&[("RUNNER_MODELS", "demo/sleep"), ("RUNNER_CONCURRENCY", "4")]);
+    tokio::time::sleep(Duration::from_secs(1)).await; // its lanes' doorbells are up
+    let create = |priority: &'static str| {
+        let system = &system;
+        async move {
+            let body = json!({"input": {"seconds": 1}, "priority": priority});
+            let created = eventually(Duration::from_secs(10), || async {
+                let response =
+                    system.request(Method::POST, "/v1/models/demo/sleep/predictions").json(&body).send().await.ok()?;
+                (response.status() == 201).then_some(response.json_body().await)
+            })
+            .await
+            .expect("created");
+            created["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let mut normal = Vec::new();
+    for _ in 0..24 {
+        normal.push(create("normal").await);
+    }
+    let low = [create("low").await, create("low").await];
+    let mut high = Vec::new();
+    for _ in 0..4 {
+        high.push(create("high").await);
+    }
+    let mut ended = std::collections::HashMap::new();
+    for id in high.iter().chain(&normal).chain(&low) {
+        let p = system.wait_for_terminal(id, Duration::from_secs(90)).await;
+        assert_eq!(p["status"], "succeeded", "{p}");
+        ended.insert(id.clone(), p);
+    }
+    let time = |id: &str, field: &str| {
+        ended[id][field].as_str().and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok()).expect("a time")
+    };
+    let delays: Vec<i64> =
+        high.iter().map(|id| (time(id, "started_at") - time(id, "created_at")).num_milliseconds()).collect();
+    assert!(delays.iter().all(|d| *d < 1_800), "high ones start within about one run time: {delays:?} ms");
+    let last_normal = normal.iter().map(|id| time(id, "started_at")).max().expect("24");
+    for id in &low {
+        assert!(time(id, "started_at") >= last_normal, "a low one started before a waiting normal one");
+    }
+}
