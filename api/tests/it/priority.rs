@@ -102,29 +102,35 @@ async fn a_deployments_priority_is_the_default_of_its_predictions_and_within_the
     assert_eq!(change.json_body().await["current_release"]["configuration"]["priority"], "normal");
 }
 
+/// Lets the test account ask for `high`.
+async fn allow_high(system: &System) {
+    let env = common::config::Env::from_fn(|k| system.vars.get(k).cloned());
+    let config = api::config::ApiConfig::from_env(&env).expect("configuration");
+    api::admin::set_max_priority(&config, "test-account", common::domain::Priority::High).await.expect("set");
+}
+
+/// Creates a `demo/sleep` prediction of `seconds` at `priority` (once the limits' cache lets
+/// it); its id.
+async fn sleep_at(system: &System, priority: &str, seconds: f64) -> String {
+    let body = json!({"input": {"seconds": seconds}, "priority": priority});
+    let created = eventually(Duration::from_secs(10), || async {
+        let response =
+            system.request(Method::POST, "/v1/models/demo/sleep/predictions").json(&body).send().await.ok()?;
+        (response.status() == 201).then_some(response.json_body().await)
+    })
+    .await
+    .expect("created within the limits' cache time");
+    created["id"].as_str().expect("id").to_owned()
+}
+
 /// A waiting prediction's `queue.position` counts every job waiting at a higher level, then
 /// its own lane and the turns of its level's other lanes; lower levels go after it.
 #[tokio::test]
 async fn a_queue_position_counts_the_higher_levels_first() {
     let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
     system.register_models_only().await;
-    let env = common::config::Env::from_fn(|k| system.vars.get(k).cloned());
-    let config = api::config::ApiConfig::from_env(&env).expect("configuration");
-    api::admin::set_max_priority(&config, "test-account", common::domain::Priority::High).await.expect("set");
-    let sleep = |priority: &'static str| {
-        let system = &system;
-        async move {
-            let body = json!({"input": {"seconds": 0.2}, "priority": priority});
-            let created = eventually(Duration::from_secs(10), || async {
-                let response =
-                    system.request(Method::POST, "/v1/models/demo/sleep/predictions").json(&body).send().await.ok()?;
-                (response.status() == 201).then_some(response.json_body().await)
-            })
-            .await
-            .expect("created within the limits' cache time");
-            created["id"].as_str().expect("id").to_owned()
-        }
-    };
+    allow_high(&system).await;
+    let sleep = |priority: &'static str| sleep_at(&system, priority, 0.2);
     let mut normal = Vec::new();
     for _ in 0..3 {
         normal.push(sleep("normal").await);
@@ -156,25 +162,10 @@ async fn a_queue_position_counts_the_higher_levels_first() {
 async fn through_the_api_high_goes_first_and_low_after_every_normal_one() {
     let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
     system.register_models_only().await;
-    let env = common::config::Env::from_fn(|k| system.vars.get(k).cloned());
-    let config = api::config::ApiConfig::from_env(&env).expect("configuration");
-    api::admin::set_max_priority(&config, "test-account", common::domain::Priority::High).await.expect("set");
+    allow_high(&system).await;
     system.start_runner_with(&[("RUNNER_MODELS", "demo/sleep"), ("RUNNER_CONCURRENCY", "4")]);
     tokio::time::sleep(Duration::from_secs(1)).await; // its lanes' doorbells are up
-    let create = |priority: &'static str| {
-        let system = &system;
-        async move {
-            let body = json!({"input": {"seconds": 1}, "priority": priority});
-            let created = eventually(Duration::from_secs(10), || async {
-                let response =
-                    system.request(Method::POST, "/v1/models/demo/sleep/predictions").json(&body).send().await.ok()?;
-                (response.status() == 201).then_some(response.json_body().await)
-            })
-            .await
-            .expect("created");
-            created["id"].as_str().expect("id").to_owned()
-        }
-    };
+    let create = |priority: &'static str| sleep_at(&system, priority, 1.0);
     let mut normal = Vec::new();
     for _ in 0..24 {
         normal.push(create("normal").await);

@@ -32,7 +32,7 @@ use common::{
 use harness::cluster::{Cluster, round};
 use harness::stats::{Samples, ms};
 
-use super::scheduling::start_times;
+use super::scheduling::{create_sleep as create, start_times};
 
 /// Slots of the runner in the levels measurement.
 const SLOTS: usize = 8;
@@ -81,25 +81,6 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         lanes.push(measured);
     }
     Ok(json!({"scenario": "priority", "priority": {"levels": levels, "lanes": lanes}}))
-}
-
-/// Creates one `demo/sleep` prediction of `seconds` with `key` at `priority`; returns its id.
-async fn create(
-    base: &str,
-    http: &reqwest::Client,
-    key: &str,
-    priority: Priority,
-    seconds: f64,
-) -> anyhow::Result<String> {
-    let response = http
-        .post(format!("{base}/v1/models/demo/sleep/predictions"))
-        .bearer_auth(key)
-        .json(&json!({"input": {"seconds": seconds}, "priority": priority}))
-        .send()
-        .await?;
-    anyhow::ensure!(response.status() == 201, "create answered {}", response.status());
-    let body: Value = response.json().await?;
-    body["id"].as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no id in {body}"))
 }
 
 /// An account `name` with a key of every scope (no rate limit to speak of), made in the

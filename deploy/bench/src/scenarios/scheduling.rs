@@ -13,6 +13,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
+use common::domain::Priority;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -71,17 +72,28 @@ pub async fn measure(cluster: &mut Cluster, window: Duration) -> anyhow::Result<
     }))
 }
 
-/// Creates one `demo/sleep` prediction with `key`; returns its id.
-async fn create(base: &str, http: &reqwest::Client, key: &str) -> anyhow::Result<String> {
+/// Creates one `demo/sleep` prediction of `seconds` with `key` at `priority`; returns its id.
+pub async fn create_sleep(
+    base: &str,
+    http: &reqwest::Client,
+    key: &str,
+    priority: Priority,
+    seconds: f64,
+) -> anyhow::Result<String> {
     let response = http
         .post(format!("{base}/v1/models/demo/sleep/predictions"))
         .bearer_auth(key)
-        .json(&json!({"input": {"seconds": SLEEP_SECONDS}}))
+        .json(&json!({"input": {"seconds": seconds}, "priority": priority}))
         .send()
         .await?;
     anyhow::ensure!(response.status() == 201, "create answered {}", response.status());
     let body: Value = response.json().await?;
     body["id"].as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no id in {body}"))
+}
+
+/// Creates one `demo/sleep` prediction of [`SLEEP_SECONDS`] with `key`; returns its id.
+async fn create(base: &str, http: &reqwest::Client, key: &str) -> anyhow::Result<String> {
+    create_sleep(base, http, key, Priority::Normal, SLEEP_SECONDS).await
 }
 
 /// The start delays of predictions offered at `rate` per second over `window`.
