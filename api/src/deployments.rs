@@ -3,7 +3,7 @@
 //! replaces is still current), delete, and the look-up of the caller's own (another
 //! account's is 404, never 403).
 
-use crate::problem::{FieldError, Problem, ProblemKind};
+use crate::problem::FieldError;
 use bson::DateTime;
 use common::{
     domain::{AccountId, ModelRef},
@@ -53,10 +53,6 @@ async fn check_version(state: &AppState, model: &ModelRef, version: &str) -> Res
     Ok(())
 }
 
-fn conflict(detail: String) -> ApiError {
-    ApiError::Problem(Problem::new(ProblemKind::Conflict, detail))
-}
-
 /// Creates `new` in `account_id` at release 1 (409 when the name is taken).
 pub async fn create(
     state: &AppState,
@@ -90,7 +86,7 @@ pub async fn create(
     match state.store.deployments().insert(&record).await {
         Ok(()) => Ok(record),
         Err(e) if is_duplicate_key(&e) => {
-            Err(conflict(format!("The account already has a deployment named {}.", record.name)))
+            Err(ApiError::conflict(format!("The account already has a deployment named {}.", record.name)))
         }
         Err(e) => Err(e.into()),
     }
@@ -123,7 +119,7 @@ pub async fn change(
         },
     };
     if !state.store.deployments().release(&current.account_id, &current.name, release.number, &next).await? {
-        return Err(conflict(format!(
+        return Err(ApiError::conflict(format!(
             "Deployment {} changed meanwhile; read it again and retry.",
             current.full_name()
         )));

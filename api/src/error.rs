@@ -33,6 +33,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// 409 with an explanation: the request clashes with the resource's state.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::Problem(Problem::new(ProblemKind::Conflict, detail))
+    }
+
     /// 404 with an explanation.
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::Problem(Problem::new(ProblemKind::NotFound, detail))

@@ -1,8 +1,12 @@
 //! Models and their versions (CONTRACT §6), in the shape Replicate's clients read:
 //! `GET /v1/models` (paginated), `GET /v1/models/{owner}/{name}`,
-//! `GET /v1/models/{owner}/{name}/versions` and `GET …/versions/{id}` (scope `read`).
+//! `GET /v1/models/{owner}/{name}/versions` and `GET …/versions/{id}` (scope `read`), and an
+//! account's own models: `POST /v1/models` and `DELETE /v1/models/{owner}/{name}` (scope
+//! `admin`; see [`common::store::owned_models`]).
 //!
-//! Every registered model is `public`: any account may run it. `run_count` counts the caller's
+//! Every registered model is `public`: any account may run it. An account's own model is
+//! `public` or `private` (seen by its account only; another account gets 404), and has no
+//! `latest_version` until a training records one. `run_count` counts the caller's
 //! own predictions of the model (other accounts' activity is not revealed). A version's
 //! `openapi_schema` has `components.schemas.Input` (the registered input schema) and `Output`
 //! (a string: text, a file URL or compact JSON, as the contract's `output`). `cog_version` is
@@ -12,24 +16,30 @@ use std::sync::Arc;
 
 use axum::{
     Json,
+    body::Bytes,
     extract::{Path, RawQuery, State},
+    http::{HeaderMap, StatusCode},
 };
 use chrono::{DateTime, Utc};
 use common::{
-    domain::{ApiSurface, ModelRef},
-    store::ModelVersionRecord,
+    domain::{AccountId, ApiSurface, ModelRef},
+    store::{ModelVersionRecord, OwnedModel, Visibility},
 };
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::{
-    auth::{Authorized, Read},
+    auth::{Admin, Authorized, Read},
     error::ApiError,
     models::RegisteredModel,
     openapi::problems,
+    problem::FieldError,
     state::AppState,
     surface::Surface,
-    validate::paging::{Paging, PagingParams},
+    validate::{
+        body, create_model,
+        paging::{Paging, PagingParams},
+    },
 };
 
 /// The `cog_version` of every version (never null: replicate-python requires a string).
@@ -60,7 +70,7 @@ pub struct ModelView {
     pub name: String,
     /// What it does.
     pub description: String,
-    /// Always `public`: every account may run it.
+    /// `public` (every account may see it) or `private` (its account only).
     pub visibility: String,
     /// Not recorded: `null`.
     pub github_url: Option<String>,
@@ -75,8 +85,8 @@ pub struct ModelView {
     pub default_example: Option<Value>,
     /// How many predictions of it the caller's account has made.
     pub run_count: u64,
-    /// The version that runs.
-    pub latest_version: VersionView,
+    /// The version that runs; `null` for an account's model that has none yet.
+    pub latest_version: Option<VersionView>,
 }
 
 /// A page of models, by address.
@@ -147,14 +157,54 @@ async fn model_view(
         cover_image_url: None,
         default_example: None,
         run_count,
-        latest_version: version_view(&latest)?,
+        latest_version: Some(version_view(&latest)?),
     })
 }
 
-async fn registered(state: &AppState, owner: &str, name: &str) -> Result<Arc<RegisteredModel>, ApiError> {
+/// An account's own model as clients see it: its newest recorded version, if any.
+async fn owned_view(
+    state: &AppState,
+    surface: ApiSurface,
+    account: &common::domain::AccountId,
+    owned: &OwnedModel,
+) -> Result<ModelView, ApiError> {
+    let run_count = state.store.predictions().count_of_model(account, &owned.model).await?;
+    let latest = state.store.model_versions().list_for(&owned.model).await?.into_iter().next();
+    Ok(ModelView {
+        url: format!("{}/models/{}", state.links.api(surface), owned.model),
+        owner: owned.model.owner().to_owned(),
+        name: owned.model.name().to_owned(),
+        description: owned.description.clone().unwrap_or_default(),
+        visibility: owned.visibility.as_str().to_owned(),
+        github_url: None,
+        paper_url: None,
+        license_url: None,
+        cover_image_url: None,
+        default_example: None,
+        run_count,
+        latest_version: latest.as_ref().map(version_view).transpose()?,
+    })
+}
+
+/// A model the caller may see: registered (any account's), or owned by an account and
+/// public or the caller's own.
+enum Visible {
+    Registered(Arc<RegisteredModel>),
+    Owned(OwnedModel),
+}
+
+async fn visible(state: &AppState, account: &AccountId, owner: &str, name: &str) -> Result<Visible, ApiError> {
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
     let model = ModelRef::new(owner, name).map_err(|_| missing())?;
-    state.models.get(&model).await?.ok_or_else(missing)
+    if let Some(registered) = state.models.get(&model).await? {
+        return Ok(Visible::Registered(registered));
+    }
+    match state.store.owned_models().get(&model).await? {
+        Some(owned) if owned.visibility == Visibility::Public || &owned.account_id == account => {
+            Ok(Visible::Owned(owned))
+        }
+        _ => Err(missing()),
+    }
 }
 
 /// `GET /v1/models`
@@ -174,13 +224,23 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Json<ModelPage>, ApiError> {
     let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
-    let (records, total) = state.store.models().list(paging.offset, i64::from(paging.limit)).await?;
+    let account = &auth.caller.key.account_id;
+    let limit = i64::from(paging.limit);
+    // The registered models by address, then the account's own and the public ones.
+    let (records, registered) = state.store.models().list(paging.offset, limit).await?;
     let mut results = Vec::with_capacity(records.len());
     for record in records {
         let input_schema = record.input_schema()?;
         let model = RegisteredModel { record, input_schema };
-        results.push(model_view(&state, surface, &auth.caller.key.account_id, &model).await?);
+        results.push(model_view(&state, surface, account, &model).await?);
     }
+    let owned_offset = paging.offset.saturating_sub(registered);
+    let room = limit - i64::try_from(results.len()).unwrap_or(limit);
+    let (owned, owned_total) = state.store.owned_models().page_visible_to(account, owned_offset, room.max(1)).await?;
+    for model in owned.iter().take(usize::try_from(room).unwrap_or(0)) {
+        results.push(owned_view(&state, surface, account, model).await?);
+    }
+    let total = registered + owned_total;
     let (next, previous) = paging.links(total, &format!("{}/models", state.links.api(surface)));
     Ok(Json(ModelPage { results, next, previous }))
 }
@@ -201,8 +261,88 @@ pub async fn get(
     auth: Authorized<Read>,
     Path((owner, name)): Path<(String, String)>,
 ) -> Result<Json<ModelView>, ApiError> {
-    let model = registered(&state, &owner, &name).await?;
-    Ok(Json(model_view(&state, surface, &auth.caller.key.account_id, &model).await?))
+    let account = &auth.caller.key.account_id;
+    Ok(Json(match visible(&state, account, &owner, &name).await? {
+        Visible::Registered(model) => model_view(&state, surface, account, &model).await?,
+        Visible::Owned(owned) => owned_view(&state, surface, account, &owned).await?,
+    }))
+}
+
+/// `POST /v1/models`
+#[utoipa::path(
+    post,
+    path = "/models",
+    operation_id = "createModel",
+    tag = "models",
+    request_body(content = create_model::CreateModelBody, content_type = "application/json"),
+    responses((status = 201, description = "Created, with no version yet", body = ModelView), (status = 400, response = inline(problems::BadRequest)), (status = 409, response = inline(problems::Conflict)), (status = 413, response = inline(problems::TooLarge))),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Admin>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<ModelView>), ApiError> {
+    let body = body::json_object(&headers, &body)?;
+    let new = create_model::parse(&body).map_err(ApiError::invalid_fields)?;
+    let account_id = &auth.caller.key.account_id;
+    let account = state.store.accounts().get(account_id).await?.ok_or_else(ApiError::unauthorized)?;
+    if new.owner != account.name {
+        let why = format!("Must be your account's name, {}.", account.name);
+        return Err(ApiError::invalid_fields(vec![FieldError::invalid("owner", why)]));
+    }
+    let model = ModelRef::new(&new.owner, &new.name).map_err(|e| {
+        ApiError::invalid_fields(vec![FieldError::invalid("owner", format!("Not a model owner: {e}."))])
+    })?;
+    let exists = || ApiError::conflict(format!("A model {model} exists already."));
+    if state.models.get(&model).await?.is_some() {
+        return Err(exists());
+    }
+    let owned = OwnedModel {
+        model: model.clone(),
+        account_id: account_id.clone(),
+        visibility: new.visibility,
+        hardware: new.hardware.to_string(),
+        description: new.description,
+        created_at: bson::DateTime::now(),
+    };
+    if !state.store.owned_models().insert(&owned).await? {
+        return Err(exists());
+    }
+    Ok((StatusCode::CREATED, Json(owned_view(&state, surface, account_id, &owned).await?)))
+}
+
+/// `DELETE /v1/models/{owner}/{name}`
+#[utoipa::path(
+    delete,
+    path = "/models/{owner}/{name}",
+    operation_id = "deleteModel",
+    tag = "models",
+    params(("owner" = String, Path, description = "The model's owner: the caller's account"), ("name" = String, Path, description = "The model's name")),
+    responses((status = 204, description = "Deleted"), (status = 404, response = inline(problems::NotFound)), (status = 409, response = inline(problems::Conflict))),
+    security(("bearer" = []))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    Path((owner, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let account = &auth.caller.key.account_id;
+    let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
+    let model = ModelRef::new(&owner, &name).map_err(|_| missing())?;
+    match state.store.owned_models().get(&model).await? {
+        Some(owned) if &owned.account_id == account => {}
+        _ => return Err(missing()),
+    }
+    if state.store.deployments().uses_model(&model).await? {
+        return Err(ApiError::conflict(format!("A deployment runs {model}: delete or change it first.")));
+    }
+    if !state.store.owned_models().delete(account, &model).await? {
+        return Err(missing());
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /v1/models/{owner}/{name}/versions`
@@ -217,14 +357,19 @@ pub async fn get(
 )]
 pub async fn versions(
     State(state): State<AppState>,
-    _auth: Authorized<Read>,
+    auth: Authorized<Read>,
     Path((owner, name)): Path<(String, String)>,
 ) -> Result<Json<VersionPage>, ApiError> {
-    let model = registered(&state, &owner, &name).await?;
-    let mut versions = state.store.model_versions().list_for(&model.record.model).await?;
-    if !versions.iter().any(|v| v.id == model.record.version) {
-        versions.insert(0, ModelVersionRecord::of(&model.record));
-    }
+    let versions = match visible(&state, &auth.caller.key.account_id, &owner, &name).await? {
+        Visible::Registered(model) => {
+            let mut versions = state.store.model_versions().list_for(&model.record.model).await?;
+            if !versions.iter().any(|v| v.id == model.record.version) {
+                versions.insert(0, ModelVersionRecord::of(&model.record));
+            }
+            versions
+        }
+        Visible::Owned(owned) => state.store.model_versions().list_for(&owned.model).await?,
+    };
     let results = versions.iter().map(version_view).collect::<Result<_, _>>()?;
     Ok(Json(VersionPage { results, next: None, previous: None }))
 }
@@ -245,14 +390,17 @@ pub async fn versions(
 )]
 pub async fn version(
     State(state): State<AppState>,
-    _auth: Authorized<Read>,
+    auth: Authorized<Read>,
     Path((owner, name, id)): Path<(String, String, String)>,
 ) -> Result<Json<VersionView>, ApiError> {
-    let model = registered(&state, &owner, &name).await?;
     let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
-    let version = match state.store.model_versions().get(&id).await? {
-        Some(v) if v.model == model.record.model => v,
-        _ if id == model.record.version => ModelVersionRecord::of(&model.record),
+    let version = match (
+        visible(&state, &auth.caller.key.account_id, &owner, &name).await?,
+        state.store.model_versions().get(&id).await?,
+    ) {
+        (Visible::Registered(model), Some(v)) if v.model == model.record.model => v,
+        (Visible::Registered(model), _) if id == model.record.version => ModelVersionRecord::of(&model.record),
+        (Visible::Owned(owned), Some(v)) if v.model == owned.model => v,
         _ => return Err(missing()),
     };
     Ok(Json(version_view(&version)?))

@@ -8,6 +8,7 @@
 
 pub mod body;
 pub mod create_api_key;
+pub mod create_model;
 pub mod create_prediction;
 pub mod deployment;
 pub mod file_inputs;

@@ -22,6 +22,7 @@ mod nats_outage;
 mod new_predictions;
 mod object_store;
 mod openapi;
+mod owned_models;
 mod priority;
 mod queue;
 mod rate_limit;

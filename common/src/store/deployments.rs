@@ -128,6 +128,18 @@ impl Deployments {
         Ok(self.coll.update_one(filter, update).await?.modified_count == 1)
     }
 
+    /// Whether any deployment runs `model` now.
+    pub async fn uses_model(&self, model: &ModelRef) -> Result<bool, StoreError> {
+        let found = self
+            .coll
+            .clone_with_type::<bson::Document>()
+            .find_one(doc! { "current_release.model": model.to_string() })
+            .projection(doc! { "_id": 1 })
+            .max_time(super::READ_TIME_LIMIT)
+            .await?;
+        Ok(found.is_some())
+    }
+
     /// Deletes `account`'s deployment `name`; returns whether it existed.
     pub async fn delete(&self, account: &AccountId, name: &str) -> Result<bool, StoreError> {
         Ok(self.coll.delete_one(doc! { "_id": DeploymentRecord::id_of(account, name) }).await?.deleted_count == 1)

@@ -7,6 +7,7 @@
 //! | `predictions` | [`predictions`] | api (create, cancel of `starting`), runner (every later change) |
 //! | `models` | [`models`] | runner (registration at start) |
 //! | `model_versions` | [`model_versions`] | runner (registration at start) |
+//! | `owned_models` | [`owned_models`] | api (an account's models: create, delete) |
 //! | `deployments` | [`deployments`] | api (create, update, delete) |
 //! | `runners` | [`runners`] | runner (its pool and versions, every few seconds while it lives) |
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
@@ -37,6 +38,7 @@ pub mod group_update;
 pub mod idempotency;
 pub mod model_versions;
 pub mod models;
+pub mod owned_models;
 pub mod predictions;
 pub mod queue;
 pub mod queue_lanes;
@@ -62,6 +64,7 @@ pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
 pub use idempotency::{Claim, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
+pub use owned_models::{OwnedModel, OwnedModels, Visibility};
 pub use predictions::Predictions;
 pub use queue::QueueFigures;
 pub use queue_lanes::{LaneId, LaneState, QueueLanes, TicketDesk};
@@ -212,6 +215,11 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("queue_lanes", plain(doc! { "model": 1 })),
         ("runners", plain(doc! { "seen_at": 1 })),
         ("deployments", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
+        // Whether a deployment runs a model (an owned model is not deleted while one does).
+        ("deployments", plain(doc! { "current_release.model": 1 })),
+        // The owned models an account may see: its own and the public ones.
+        ("owned_models", plain(doc! { "account_id": 1 })),
+        ("owned_models", plain(doc! { "visibility": 1 })),
         ("idempotency_keys", expiring()),
         ("console_sessions", expiring()),
         ("webhook_attempts", plain(doc! { "webhook_id": 1 })),
@@ -319,6 +327,11 @@ impl Store {
     /// The `queue_lanes` collection.
     pub fn queue_lanes(&self) -> QueueLanes {
         QueueLanes::new(&self.db)
+    }
+
+    /// The `owned_models` collection.
+    pub fn owned_models(&self) -> OwnedModels {
+        OwnedModels::new(&self.db)
     }
 
     /// The `accounts` collection.

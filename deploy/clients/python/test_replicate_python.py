@@ -102,6 +102,21 @@ def test_models_get_and_versions_list(client):
     assert raised.value.status == 404
 
 
+def test_an_accounts_own_model_is_created_read_and_deleted(client):
+    owner = client.accounts.current().username
+    model = client.models.create(owner, "py-tune", visibility="private", hardware="cpu", description="a tune")
+    assert (model.owner, model.name, model.visibility, model.description) == (owner, "py-tune", "private", "a tune")
+    assert model.latest_version is None
+    assert client.models.get(f"{owner}/py-tune").latest_version is None
+    with pytest.raises(ReplicateError) as raised:
+        client.models.create(owner, "py-tune", visibility="private", hardware="cpu")
+    assert raised.value.status == 409
+    assert client.models.delete(f"{owner}/py-tune") is True
+    with pytest.raises(ReplicateError) as raised:
+        client.models.get(f"{owner}/py-tune")
+    assert raised.value.status == 404
+
+
 def test_run_by_owner_name_version(client):
     version = client.models.get("demo/echo").latest_version.id
     assert client.run(f"demo/echo:{version}", input={"prompt": "pinned"}) == "pinned"

@@ -1,0 +1,121 @@
+//! An account's own models (`POST /v1/models`, `DELETE /v1/models/{owner}/{name}`): created
+//! with no version, seen by their account (and by others only when public), refused when the
+//! owner is not the account or the address is taken, and deleted unless a deployment runs them.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{JsonBody, Options, System};
+
+fn new_model(name: &str, visibility: &str) -> Value {
+    json!({"owner": "test-account", "name": name, "visibility": visibility, "hardware": "cpu", "description": "a tune"})
+}
+
+#[tokio::test]
+async fn a_created_model_has_no_version_and_is_seen_by_its_account_and_when_public_by_others() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    for root in ["/v1", "/replicate/v1"] {
+        let name = if root == "/v1" { "private-tune" } else { "public-tune" };
+        let visibility = if root == "/v1" { "private" } else { "public" };
+        let created = system
+            .request(Method::POST, &format!("{root}/models"))
+            .json(&new_model(name, visibility))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(created.status(), 201, "{root}");
+        let body = created.json_body().await;
+        assert_eq!(body["owner"], "test-account");
+        assert_eq!(body["name"], name);
+        assert_eq!(body["visibility"], visibility);
+        assert_eq!(body["description"], "a tune");
+        assert_eq!(body["latest_version"], Value::Null, "no version until a training records one");
+    }
+    let got = system.get("/v1/models/test-account/private-tune").await;
+    assert_eq!(got.status(), 200);
+    let versions = system.get("/v1/models/test-account/private-tune/versions").await.json_body().await;
+    assert_eq!(versions["results"], json!([]));
+    let listed = system.get("/v1/models?limit=100").await.json_body().await;
+    let names: Vec<&str> =
+        listed["results"].as_array().expect("a page").iter().filter_map(|m| m["name"].as_str()).collect();
+    assert!(names.contains(&"private-tune") && names.contains(&"public-tune") && names.contains(&"echo"), "{names:?}");
+
+    let other = system.bootstrap_account("other").await;
+    let as_other = |path: &str| system.with_key(Method::GET, path, &other).send();
+    assert_eq!(as_other("/v1/models/test-account/private-tune").await.expect("sent").status(), 404, "private");
+    assert_eq!(as_other("/v1/models/test-account/public-tune").await.expect("sent").status(), 200, "public");
+    let theirs = as_other("/v1/models?limit=100").await.expect("sent").json_body().await;
+    let names: Vec<&str> =
+        theirs["results"].as_array().expect("a page").iter().filter_map(|m| m["name"].as_str()).collect();
+    assert!(names.contains(&"public-tune") && !names.contains(&"private-tune"), "{names:?}");
+    let delete =
+        system.with_key(Method::DELETE, "/v1/models/test-account/public-tune", &other).send().await.expect("sent");
+    assert_eq!(delete.status(), 404, "another account's model cannot be deleted");
+}
+
+#[tokio::test]
+async fn a_model_is_refused_for_another_owner_a_taken_address_or_bad_fields() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let create = |body: Value| system.request(Method::POST, "/v1/models").json(&body).send();
+    let refused = create(json!({"owner": "someone-else", "name": "x", "visibility": "public", "hardware": "cpu"}))
+        .await
+        .expect("sent");
+    assert_eq!(refused.status(), 400);
+    assert_eq!(refused.json_body().await["errors"][0]["field"], "owner");
+    let bad = create(json!({"name": "Not Valid", "visibility": "hidden", "hardware": 7})).await.expect("sent");
+    assert_eq!(bad.status(), 400);
+    let fields: Vec<String> = bad.json_body().await["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| e["field"].as_str().unwrap_or("").to_owned())
+        .collect();
+    for field in ["owner", "name", "visibility", "hardware"] {
+        assert!(fields.iter().any(|f| f == field), "{field} in {fields:?}");
+    }
+    assert_eq!(create(new_model("tune", "private")).await.expect("sent").status(), 201);
+    assert_eq!(create(new_model("tune", "private")).await.expect("sent").status(), 409, "the address is taken");
+}
+
+#[tokio::test]
+async fn a_model_is_deleted_unless_a_deployment_runs_it() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let created =
+        system.request(Method::POST, "/v1/models").json(&new_model("busy", "private")).send().await.expect("sent");
+    assert_eq!(created.status(), 201);
+    // A deployment of it (made in the database: deployments need a version, which only a
+    // training gives a model of an account).
+    let store = system.ctx.store().await;
+    let account = store.accounts().find_by_name("test-account").await.expect("read").expect("the account");
+    use common::store::deployments::{DeploymentRecord, Release, ReleaseConfiguration};
+    let deployment = DeploymentRecord {
+        id: DeploymentRecord::id_of(&account.id, "uses-busy"),
+        account_id: account.id.clone(),
+        owner: "test-account".into(),
+        name: "uses-busy".into(),
+        created_at: bson::DateTime::now(),
+        current_release: Release {
+            number: 1,
+            model: "test-account/busy".parse().expect("model"),
+            version: "v1".into(),
+            created_at: bson::DateTime::now(),
+            created_by: "test".into(),
+            configuration: ReleaseConfiguration {
+                hardware: common::domain::Pool::parse("cpu").expect("pool"),
+                min_instances: 0,
+                max_instances: 1,
+                priority: None,
+            },
+        },
+    };
+    store.deployments().insert(&deployment).await.expect("stored");
+    let delete = || system.request(Method::DELETE, "/v1/models/test-account/busy").send();
+    assert_eq!(delete().await.expect("sent").status(), 409, "a deployment runs it");
+    store.deployments().delete(&account.id, "uses-busy").await.expect("deleted");
+    assert_eq!(delete().await.expect("sent").status(), 204);
+    assert_eq!(system.get("/v1/models/test-account/busy").await.status(), 404, "gone");
+    assert_eq!(delete().await.expect("sent").status(), 404, "deleted once");
+}

@@ -1,0 +1,98 @@
+//! The `owned_models` collection: models an account created (`POST /v1/models`, Replicate's
+//! `models.create`), as a training's destination. A runner-registered model ([`super::models`])
+//! is served by whoever registers it and belongs to no account; an owned model belongs to the
+//! account whose name is its owner, has no version until a training records one, and is seen
+//! by other accounts only when it is `public`.
+//!
+//! Written by the api (create, delete); read by the api.
+
+use bson::{DateTime, doc};
+use mongodb::{Collection, Database};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use crate::domain::{AccountId, ModelRef};
+
+/// Who may see and run a model.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Visibility {
+    /// Every account.
+    Public,
+    /// Its own account only.
+    Private,
+}
+
+impl Visibility {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Public => "public",
+            Self::Private => "private",
+        }
+    }
+}
+
+/// A model an account created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnedModel {
+    /// `<owner>/<name>`; the owner is the account's name.
+    #[serde(rename = "_id")]
+    pub model: ModelRef,
+    /// The account it belongs to.
+    pub account_id: AccountId,
+    /// Who may see it.
+    pub visibility: Visibility,
+    /// The hardware pool it names.
+    pub hardware: String,
+    /// What it does, as its owner says.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// When it was created.
+    pub created_at: DateTime,
+}
+
+/// Typed access to the `owned_models` collection.
+#[derive(Clone, Debug)]
+pub struct OwnedModels {
+    coll: Collection<OwnedModel>,
+}
+
+impl OwnedModels {
+    pub(super) fn new(db: &Database) -> Self {
+        Self { coll: db.collection("owned_models") }
+    }
+
+    /// Stores `model`; `false` if a model of that address exists already.
+    pub async fn insert(&self, model: &OwnedModel) -> Result<bool, StoreError> {
+        match self.coll.insert_one(model).await {
+            Ok(_) => Ok(true),
+            Err(e) if super::is_duplicate_key(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The model at `model`, whoever owns it.
+    pub async fn get(&self, model: &ModelRef) -> Result<Option<OwnedModel>, StoreError> {
+        self.coll.find_one(doc! { "_id": model.to_string() }).max_time(super::READ_TIME_LIMIT).await
+    }
+
+    /// One page of the models `account` may see (its own and every public one), by address,
+    /// and how many there are in all.
+    pub async fn page_visible_to(
+        &self,
+        account: &AccountId,
+        offset: u64,
+        limit: i64,
+    ) -> Result<(Vec<OwnedModel>, u64), StoreError> {
+        let visible = doc! { "$or": [{ "account_id": account.as_str() }, { "visibility": "public" }] };
+        super::page(&self.coll, visible, doc! { "_id": 1 }, offset, limit).await
+    }
+
+    /// Deletes `model` of `account`; `false` if it has no such model.
+    pub async fn delete(&self, account: &AccountId, model: &ModelRef) -> Result<bool, StoreError> {
+        let gone = self.coll.delete_one(doc! { "_id": model.to_string(), "account_id": account.as_str() }).await?;
+        Ok(gone.deleted_count == 1)
+    }
+}
