@@ -139,6 +139,14 @@ async fn workload(system: &System, receiver: &Receiver) {
     let run =
         system.post_json("/v1/deployments/test-account/app/predictions", &json!({"input": {"prompt": "d"}})).await;
     assert_eq!(run.status(), 201);
+    // An account's own model: created, listed, read, deleted.
+    let owned = json!({"owner": "test-account", "name": "tune", "visibility": "private", "hardware": "cpu"});
+    assert_eq!(system.post_json("/v1/models", &owned).await.status(), 201);
+    for path in ["/v1/models", "/v1/models/test-account/tune", "/v1/models/test-account/tune/versions"] {
+        assert!(system.get(path).await.status().is_success(), "{path}");
+    }
+    let unmade = system.request(Method::DELETE, "/v1/models/test-account/tune").send().await.expect("delete");
+    assert_eq!(unmade.status(), 204);
     let key = system.post_json("/v1/account/api-keys", &json!({"name": "k"})).await.json_body().await;
     assert!(
         system.get(&format!("/v1/account/api-keys/{}", key["id"].as_str().expect("id"))).await.status().is_success()

@@ -217,9 +217,10 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("deployments", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
         // Whether a deployment runs a model (an owned model is not deleted while one does).
         ("deployments", plain(doc! { "current_release.model": 1 })),
-        // The owned models an account may see: its own and the public ones.
-        ("owned_models", plain(doc! { "account_id": 1 })),
-        ("owned_models", plain(doc! { "visibility": 1 })),
+        // The owned models an account may see: its own `$or` the public ones (each branch led
+        // by one of these).
+        ("owned_models", plain(doc! { "account_id": 1, "visibility": 1 })),
+        ("owned_models", plain(doc! { "visibility": 1, "account_id": 1 })),
         ("idempotency_keys", expiring()),
         ("console_sessions", expiring()),
         ("webhook_attempts", plain(doc! { "webhook_id": 1 })),
