@@ -33,6 +33,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// 403 with an explanation: the caller may not act on what it named.
+    pub fn forbidden_because(detail: impl Into<String>) -> Self {
+        Self::Problem(Problem::new(ProblemKind::Forbidden, detail))
+    }
+
     /// 409 with an explanation: the request clashes with the resource's state.
     pub fn conflict(detail: impl Into<String>) -> Self {
         Self::Problem(Problem::new(ProblemKind::Conflict, detail))

@@ -290,8 +290,8 @@ pub async fn create(
     let account_id = &auth.caller.key.account_id;
     let account = state.store.accounts().get(account_id).await?.ok_or_else(ApiError::unauthorized)?;
     if new.owner != account.name {
-        let why = format!("Must be your account's name, {}.", account.name);
-        return Err(ApiError::invalid_fields(vec![FieldError::invalid("owner", why)]));
+        let why = format!("A model's owner must be your account's name, {}, not {:?}.", account.name, new.owner);
+        return Err(ApiError::forbidden_because(why));
     }
     let model = ModelRef::new(&new.owner, &new.name).map_err(|e| {
         ApiError::invalid_fields(vec![FieldError::invalid("owner", format!("Not a model owner: {e}."))])

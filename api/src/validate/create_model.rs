@@ -3,7 +3,7 @@
 //!
 //! | field | rule |
 //! |---|---|
-//! | `owner` | required: the caller's account's name (checked by the handler) |
+//! | `owner` | required: the caller's account's name (checked by the handler: 403 otherwise) |
 //! | `name` | required: 1 to 64 characters of `a-z`, `0-9`, `-`, `_`, starting with a letter or digit |
 //! | `visibility` | required: `public` or `private` |
 //! | `hardware` | required: a pool name (see `GET /v1/hardware`) |
