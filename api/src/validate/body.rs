@@ -1,5 +1,6 @@
 //! The JSON body of a request: it must be declared JSON (`application/json` or `+json`), parse,
-//! and be an object. Each failure is a 400 whose `errors[]` item names the field `body`.
+//! and be an object. Each failure is a 400 whose `errors[]` item names the field `body`. Also
+//! the readers of fields every body parser shares: a string, a hardware pool, the required ones.
 
 use crate::problem::FieldError;
 use axum::http::{HeaderMap, header};
@@ -61,6 +62,41 @@ pub fn optional_json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<Str
         return Ok(Map::new());
     }
     json_object(headers, body)
+}
+
+/// The string at `field` of `body`, if there is one (`null` counts as none); another type is
+/// an error at `field`.
+pub fn string<'a>(body: &'a Map<String, Value>, field: &str, errors: &mut Vec<FieldError>) -> Option<&'a str> {
+    match body.get(field) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => {
+            errors.push(FieldError::invalid(field, "Must be a string."));
+            None
+        }
+    }
+}
+
+/// The hardware pool named at `hardware` of `body`, if there is one.
+pub fn hardware(body: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<common::domain::Pool> {
+    let text = string(body, "hardware", errors)?;
+    match common::domain::Pool::parse(text) {
+        Ok(pool) => Some(pool),
+        Err(e) => {
+            errors.push(FieldError::invalid("hardware", e.to_string()));
+            None
+        }
+    }
+}
+
+/// Adds a "required" error for each field of `present` that is missing, unless the field has
+/// an error already.
+pub fn require(present: &[(&str, bool)], errors: &mut Vec<FieldError>) {
+    for (field, present) in present {
+        if !present && !errors.iter().any(|e| e.field == *field) {
+            errors.push(FieldError::missing(*field));
+        }
+    }
 }
 
 #[cfg(test)]

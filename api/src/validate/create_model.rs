@@ -15,6 +15,7 @@ use common::{
 };
 use serde_json::{Map, Value};
 
+use super::body::{hardware, require, string};
 use crate::problem::FieldError;
 
 /// The longest description.
@@ -57,14 +58,7 @@ pub struct NewModel {
 /// Reads `body`, or every field that is wrong.
 pub fn parse(body: &Map<String, Value>) -> Result<NewModel, Vec<FieldError>> {
     let mut errors = Vec::new();
-    let text = |field: &str, errors: &mut Vec<FieldError>| match body.get(field) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => {
-            errors.push(FieldError::invalid(field, "Must be a string."));
-            None
-        }
-    };
+    let text = |field: &str, errors: &mut Vec<FieldError>| string(body, field, errors).map(str::to_owned);
     let owner = text("owner", &mut errors);
     let name = text("name", &mut errors).and_then(|n| {
         is_valid_segment(&n).then_some(n).or_else(|| {
@@ -83,29 +77,22 @@ pub fn parse(body: &Map<String, Value>) -> Result<NewModel, Vec<FieldError>> {
             None
         }
     });
-    let hardware = text("hardware", &mut errors).and_then(|h| match Pool::parse(&h) {
-        Ok(pool) => Some(pool),
-        Err(e) => {
-            errors.push(FieldError::invalid("hardware", e.to_string()));
-            None
-        }
-    });
+    let hardware = hardware(body, &mut errors);
     let description = text("description", &mut errors).and_then(|d| {
         (d.chars().count() <= MAX_DESCRIPTION).then_some(d).or_else(|| {
             errors.push(FieldError::invalid("description", format!("At most {MAX_DESCRIPTION} characters.")));
             None
         })
     });
-    for (field, present) in [
-        ("owner", owner.is_some()),
-        ("name", name.is_some()),
-        ("visibility", visibility.is_some()),
-        ("hardware", hardware.is_some()),
-    ] {
-        if !present && !errors.iter().any(|e: &FieldError| e.field == field) {
-            errors.push(FieldError::missing(field));
-        }
-    }
+    require(
+        &[
+            ("owner", owner.is_some()),
+            ("name", name.is_some()),
+            ("visibility", visibility.is_some()),
+            ("hardware", hardware.is_some()),
+        ],
+        &mut errors,
+    );
     match (owner, name, visibility, hardware) {
         (Some(owner), Some(name), Some(visibility), Some(hardware)) if errors.is_empty() => {
             Ok(NewModel { owner, name, visibility, hardware, description })

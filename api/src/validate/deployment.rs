@@ -17,7 +17,7 @@ use crate::problem::FieldError;
 use common::domain::{ModelRef, Pool, Priority, route::is_version_id};
 use serde_json::{Map, Value};
 
-use super::body::integer;
+use super::body::{hardware, integer, require, string};
 
 /// `POST /v1/deployments`'s body as the OpenAPI description shows it; [`parse_new`] reads it.
 #[derive(utoipa::ToSchema)]
@@ -111,17 +111,6 @@ pub fn is_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-fn string<'a>(body: &'a Map<String, Value>, field: &str, errors: &mut Vec<FieldError>) -> Option<&'a str> {
-    match body.get(field) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(_) => {
-            errors.push(FieldError::invalid(field, "Must be a string."));
-            None
-        }
-    }
-}
-
 fn instances(body: &Map<String, Value>, field: &str, least: u32, errors: &mut Vec<FieldError>) -> Option<u32> {
     let value = body.get(field).filter(|v| !v.is_null())?;
     match integer(value).and_then(|n| u32::try_from(n).ok()).filter(|n| (least..=MAX_INSTANCES).contains(n)) {
@@ -142,17 +131,6 @@ fn version(body: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<St
     } else {
         errors.push(FieldError::invalid("version", "Must be a version id (1 to 64 letters and digits)."));
         None
-    }
-}
-
-fn hardware(body: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<Pool> {
-    let text = string(body, "hardware", errors)?;
-    match Pool::parse(text) {
-        Ok(pool) => Some(pool),
-        Err(e) => {
-            errors.push(FieldError::invalid("hardware", e.to_string()));
-            None
-        }
     }
 }
 
@@ -178,11 +156,6 @@ fn check_bounds(min: Option<u32>, max: Option<u32>, errors: &mut Vec<FieldError>
 /// Parses a create body.
 pub fn parse_new(body: &Map<String, Value>) -> Result<NewDeployment, Vec<FieldError>> {
     let mut errors = Vec::new();
-    let required = |field: &str, present: bool, errors: &mut Vec<FieldError>| {
-        if !present && !errors.iter().any(|e: &FieldError| e.field == field) {
-            errors.push(FieldError::missing(field));
-        }
-    };
     let name = string(body, "name", &mut errors).and_then(|n| {
         is_name(n).then(|| n.to_owned()).or_else(|| {
             errors.push(FieldError::invalid("name", "1 to 100 characters of a-z, 0-9, '-', '_' and '.'."));
@@ -200,16 +173,17 @@ pub fn parse_new(body: &Map<String, Value>) -> Result<NewDeployment, Vec<FieldEr
     let min_instances = instances(body, "min_instances", 0, &mut errors);
     let max_instances = instances(body, "max_instances", 1, &mut errors);
     let priority = priority(body, &mut errors);
-    for (field, present) in [
-        ("name", name.is_some()),
-        ("model", model.is_some()),
-        ("version", version.is_some()),
-        ("hardware", hardware.is_some()),
-        ("min_instances", min_instances.is_some()),
-        ("max_instances", max_instances.is_some()),
-    ] {
-        required(field, present, &mut errors);
-    }
+    require(
+        &[
+            ("name", name.is_some()),
+            ("model", model.is_some()),
+            ("version", version.is_some()),
+            ("hardware", hardware.is_some()),
+            ("min_instances", min_instances.is_some()),
+            ("max_instances", max_instances.is_some()),
+        ],
+        &mut errors,
+    );
     check_bounds(min_instances, max_instances, &mut errors);
     match (name, model, version, hardware, min_instances, max_instances) {
         (Some(name), Some(model), Some(version), Some(hardware), Some(min_instances), Some(max_instances))
