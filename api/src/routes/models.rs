@@ -89,6 +89,34 @@ pub struct ModelView {
     pub latest_version: Option<VersionView>,
 }
 
+impl ModelView {
+    /// `model` as `surface` shows it; what the registry does not record is `null`.
+    fn new(
+        state: &AppState,
+        surface: ApiSurface,
+        model: &ModelRef,
+        description: String,
+        visibility: Visibility,
+        run_count: u64,
+        latest_version: Option<VersionView>,
+    ) -> Self {
+        Self {
+            url: format!("{}/models/{model}", state.links.api(surface)),
+            owner: model.owner().to_owned(),
+            name: model.name().to_owned(),
+            description,
+            visibility: visibility.as_str().to_owned(),
+            github_url: None,
+            paper_url: None,
+            license_url: None,
+            cover_image_url: None,
+            default_example: None,
+            run_count,
+            latest_version,
+        }
+    }
+}
+
 /// A page of models, by address.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ModelPage {
@@ -145,20 +173,9 @@ async fn model_view(
         Some(version) => version,
         None => ModelVersionRecord::of(record),
     };
-    Ok(ModelView {
-        url: format!("{}/models/{}", state.links.api(surface), record.model),
-        owner: record.model.owner().to_owned(),
-        name: record.model.name().to_owned(),
-        description: format!("A {} model served by this deployment.", record.capability),
-        visibility: "public".into(),
-        github_url: None,
-        paper_url: None,
-        license_url: None,
-        cover_image_url: None,
-        default_example: None,
-        run_count,
-        latest_version: Some(version_view(&latest)?),
-    })
+    let description = format!("A {} model served by this deployment.", record.capability);
+    let latest = Some(version_view(&latest)?);
+    Ok(ModelView::new(state, surface, &record.model, description, Visibility::Public, run_count, latest))
 }
 
 /// An account's own model as clients see it: its newest recorded version, if any.
@@ -170,20 +187,9 @@ async fn owned_view(
 ) -> Result<ModelView, ApiError> {
     let run_count = state.store.predictions().count_of_model(account, &owned.model).await?;
     let latest = state.store.model_versions().list_for(&owned.model).await?.into_iter().next();
-    Ok(ModelView {
-        url: format!("{}/models/{}", state.links.api(surface), owned.model),
-        owner: owned.model.owner().to_owned(),
-        name: owned.model.name().to_owned(),
-        description: owned.description.clone().unwrap_or_default(),
-        visibility: owned.visibility.as_str().to_owned(),
-        github_url: None,
-        paper_url: None,
-        license_url: None,
-        cover_image_url: None,
-        default_example: None,
-        run_count,
-        latest_version: latest.as_ref().map(version_view).transpose()?,
-    })
+    let description = owned.description.clone().unwrap_or_default();
+    let latest = latest.as_ref().map(version_view).transpose()?;
+    Ok(ModelView::new(state, surface, &owned.model, description, owned.visibility, run_count, latest))
 }
 
 /// A model the caller may see: registered (any account's), or owned by an account and
