@@ -33,8 +33,7 @@ pub async fn bootstrap(config: &ApiConfig, name: &str) -> anyhow::Result<Bootstr
         bail!("the account name must be 1 to 100 characters");
     }
     let common = &config.common;
-    let store =
-        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
+    let store = connect(config).await?;
     store.ensure_indexes().await.context("creating MongoDB indexes")?;
     let (account, created) = accounts::ensure_account(&store, &common.master_key, name).await?;
     let secret = account
@@ -54,18 +53,28 @@ pub async fn bootstrap(config: &ApiConfig, name: &str) -> anyhow::Result<Bootstr
     Ok(Bootstrapped { account, created, key, secret })
 }
 
+/// The database, as the admin commands reach it.
+async fn connect(config: &ApiConfig) -> anyhow::Result<Store> {
+    let common = &config.common;
+    Ok(Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?)
+}
+
+/// The database and the account `name` (an error when there is none).
+async fn account_named(config: &ApiConfig, name: &str) -> anyhow::Result<(Store, Account)> {
+    let store = connect(config).await?;
+    let Some(account) = store.accounts().find_by_name(name.trim()).await? else {
+        bail!("no account is named {:?}", name.trim());
+    };
+    Ok((store, account))
+}
+
 /// Sets (`Some`) or lifts (`None`) the concurrency cap of the account `name`: how many of its
 /// predictions may run at once over every runner. Runners apply it within a few seconds.
 pub async fn set_max_concurrency(config: &ApiConfig, name: &str, max: Option<u32>) -> anyhow::Result<Account> {
     if max == Some(0) {
         bail!("--max-concurrency must be at least 1 (lift the cap with --unlimited)");
     }
-    let common = &config.common;
-    let store =
-        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
-    let Some(account) = store.accounts().find_by_name(name.trim()).await? else {
-        bail!("no account is named {:?}", name.trim());
-    };
+    let (store, account) = account_named(config, name).await?;
     store.accounts().set_max_concurrency(&account.id, max).await?;
     Ok(Account { max_concurrency: max, ..account })
 }
@@ -77,12 +86,7 @@ pub async fn set_max_priority(
     name: &str,
     max: common::domain::Priority,
 ) -> anyhow::Result<Account> {
-    let common = &config.common;
-    let store =
-        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
-    let Some(account) = store.accounts().find_by_name(name.trim()).await? else {
-        bail!("no account is named {:?}", name.trim());
-    };
+    let (store, account) = account_named(config, name).await?;
     store.accounts().set_max_priority(&account.id, max).await?;
     Ok(Account { max_priority: Some(max), ..account })
 }
@@ -90,9 +94,7 @@ pub async fn set_max_priority(
 /// Every account's usage (or that of the account `name`) since `since` (RFC 3339; 30 days ago
 /// by default), by day and model: a table for people, or CSV with an `account` column first.
 pub async fn usage(config: &ApiConfig, name: Option<&str>, since: Option<&str>, csv: bool) -> anyhow::Result<String> {
-    let common = &config.common;
-    let store =
-        Store::connect(&common.mongodb_uri, &common.mongodb_database, "api-admin", common.command_monitoring).await?;
+    let store = connect(config).await?;
     let account = match name.map(str::trim) {
         None => None,
         Some(name) => match store.accounts().find_by_name(name).await? {
