@@ -9,21 +9,21 @@
 use crate::problem::FieldError;
 use bson::{DateTime, doc};
 use common::{
-    domain::{Metrics, Prediction, PredictionStatus, WebhookEvent},
+    domain::{JobKind, Metrics, Prediction, PredictionStatus, WebhookEvent},
     messages::{Announcement, PredictionChanged},
 };
 
-use crate::{auth::Caller, error::ApiError, owned::owned_prediction, state::AppState};
+use crate::{auth::Caller, error::ApiError, owned::owned_job, state::AppState};
 
 /// How often cancel re-reads a prediction whose status changed under it.
 const CANCEL_ATTEMPTS: usize = 3;
 
-/// Cancels prediction `id` of the caller's account; returns it canceled. 400 when it has
-/// ended already, 404 when the account has no such prediction.
-pub async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Result<Prediction, ApiError> {
+/// Cancels prediction (or training: `kind`) `id` of the caller's account; returns it
+/// canceled. 400 when it has ended already, 404 when the account has no such job.
+pub async fn cancel(state: &AppState, caller: &Caller, id: &str, kind: JobKind) -> Result<Prediction, ApiError> {
     let predictions = state.store.predictions();
     for _ in 0..CANCEL_ATTEMPTS {
-        let current = owned_prediction(state, caller, id).await?;
+        let current = owned_job(state, caller, id, kind).await?;
         let prediction_id = current.id.clone();
         if current.status.is_terminal() {
             return Err(ApiError::validation(

@@ -44,6 +44,8 @@ pub mod signing_secret;
 pub mod state;
 pub mod submit;
 pub mod surface;
+pub mod trained;
+pub mod training;
 pub mod uploads;
 pub mod usage;
 pub mod validate;

@@ -40,12 +40,16 @@ pub struct RegisteredModel {
     pub record: ModelRecord,
     /// The input JSON Schema.
     pub input_schema: Value,
+    /// When the version asked for is a trained one: it, run on `record` (the version it was
+    /// trained from). See [`crate::trained`].
+    pub trained: Option<crate::trained::TrainedVersion>,
 }
 
 impl RegisteredModel {
-    fn of(record: ModelRecord) -> Result<Arc<Self>, ApiError> {
+    /// `record` at its own version.
+    pub fn of(record: ModelRecord) -> Result<Arc<Self>, ApiError> {
         let input_schema = record.input_schema()?;
-        Ok(Arc::new(Self { record, input_schema }))
+        Ok(Arc::new(Self { record, input_schema, trained: None }))
     }
 
     fn at(version: &ModelVersionRecord) -> Result<Arc<Self>, ApiError> {

@@ -52,6 +52,7 @@ fn describe(status: u16) -> &'static str {
     tags(
         (name = "predictions", description = "Create, read, list and cancel predictions"),
         (name = "models", description = "Registered models and their versions"),
+        (name = "trainings", description = "Fine-tunes: train a version into a model of your account, then run the result"),
         (name = "deployments", description = "Deployments: a model version on a hardware pool, changed release by release"),
         (name = "files", description = "Uploaded files and file outputs: upload, list, read, delete, download"),
         (name = "account", description = "The caller's account (scope `read`), its API keys and webhook signing secret (scope `admin`)"),

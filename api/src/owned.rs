@@ -1,9 +1,9 @@
-//! Reading one prediction or file on behalf of a caller: only the caller's own account's
-//! exist for it.
+//! Reading one prediction (or training) or file on behalf of a caller: only the caller's own
+//! account's exist for it.
 
 use bson::DateTime;
 use common::{
-    domain::{AccountId, FileId, Prediction, PredictionId},
+    domain::{AccountId, FileId, JobKind, Prediction, PredictionId},
     store::FileRecord,
 };
 
@@ -15,6 +15,20 @@ pub async fn owned_prediction(state: &AppState, caller: &Caller, id: &str) -> Re
     let missing = || ApiError::not_found(format!("Prediction {id} not found."));
     let prediction_id = PredictionId::parse(id).map_err(|_| missing())?;
     state.store.predictions().get_for_account(&prediction_id, &caller.key.account_id).await?.ok_or_else(missing)
+}
+
+/// The prediction (`kind` prediction) or training `id` of the caller's account; 404 as
+/// [`owned_prediction`], and for a job of the other kind.
+pub async fn owned_job(state: &AppState, caller: &Caller, id: &str, kind: JobKind) -> Result<Prediction, ApiError> {
+    let job = owned_prediction(state, caller, id).await;
+    match job {
+        Ok(job) if job.kind == kind => Ok(job),
+        Ok(_) | Err(ApiError::Problem(_)) => Err(ApiError::not_found(match kind {
+            JobKind::Prediction => format!("Prediction {id} not found."),
+            JobKind::Training => format!("Training {id} not found."),
+        })),
+        Err(e) => Err(e),
+    }
 }
 
 /// File `id` of `account` if it exists and has not expired; 404 for a malformed id, a missing

@@ -10,7 +10,7 @@
 
 use bson::DateTime;
 use common::{
-    domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority},
+    domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority, TrainedVersionRef, training},
     store::Claim,
 };
 use serde_json::{Map, Value};
@@ -39,6 +39,20 @@ pub async fn validated(
     surface: ApiSurface,
     default_priority: Priority,
 ) -> Result<Prediction, ApiError> {
+    validated_with(state, caller, model, body, surface, default_priority, Vec::new()).await
+}
+
+/// [`validated`], reporting `more` field errors (of fields the caller read itself) with the
+/// body's own.
+pub async fn validated_with(
+    state: &AppState,
+    caller: &Caller,
+    model: &RegisteredModel,
+    body: &Map<String, Value>,
+    surface: ApiSurface,
+    default_priority: Priority,
+    more: Vec<FieldError>,
+) -> Result<Prediction, ApiError> {
     let request = create_prediction::parse(body);
     let model_input = match &request {
         Ok(req) => input::validate(&model.input_schema, &req.input),
@@ -55,9 +69,10 @@ pub async fn validated(
         )
     });
     let (request, model_input) = match (request, model_input, priority_error) {
-        (Ok(r), Ok(i), None) => (r, i),
+        (Ok(r), Ok(i), None) if more.is_empty() => (r, i),
         (r, i, p) => {
-            let mut errors = r.err().unwrap_or_default();
+            let mut errors = more;
+            errors.extend(r.err().unwrap_or_default());
             errors.extend(i.err().unwrap_or_default());
             errors.extend(p);
             return Err(ApiError::invalid_fields(errors));
@@ -79,7 +94,28 @@ pub async fn validated(
     prediction.input_files = input_files;
     prediction.api_key_id = Some(caller.key.id.clone());
     prediction.priority = priority;
+    if let Some(trained) = &model.trained {
+        hand_weights(state, &mut prediction, trained);
+    }
     Ok(prediction)
+}
+
+/// A prediction of a trained version: it shows that version, and its model receives the
+/// version's weights (a file of this service, signed for the model when it runs).
+fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::trained::TrainedVersion) {
+    prediction.trained_version = Some(TrainedVersionRef {
+        model: trained.model.clone(),
+        version: trained.version.clone(),
+        weights: trained.weights.clone(),
+    });
+    let Some(weights) = &trained.weights else { return };
+    if let Value::Object(input) = &mut prediction.model_input {
+        let url = state.links.file(weights, ApiSurface::Canonical);
+        input.insert(training::WEIGHTS_FIELD.to_owned(), Value::String(url));
+        if let Err(at) = prediction.input_files.binary_search_by(|f| f.as_str().cmp(weights.as_str())) {
+            prediction.input_files.insert(at, weights.clone());
+        }
+    }
 }
 
 /// Claims the idempotency key (if any), gives the prediction its ticket in its queue lane,

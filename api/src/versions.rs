@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use crate::problem::FieldError;
-use common::domain::ModelRef;
+use common::domain::{AccountId, ModelRef};
 use serde_json::Value;
 
 use crate::{error::ApiError, models::RegisteredModel, state::AppState};
@@ -65,8 +65,13 @@ impl<E: Into<ApiError>> From<E> for Unresolved {
 }
 
 /// The model a create's `version` field names, at the version it names (its latest for
-/// `owner/name`).
-pub async fn resolve(state: &AppState, version: Option<&Value>) -> Result<Arc<RegisteredModel>, Unresolved> {
+/// `owner/name`): a registered model, or a trained version of an account's own model that
+/// `account` may see (see [`crate::trained`]).
+pub async fn resolve(
+    state: &AppState,
+    account: &AccountId,
+    version: Option<&Value>,
+) -> Result<Arc<RegisteredModel>, Unresolved> {
     let text = match version {
         None | Some(Value::Null) => return Err(Unresolved::Field(FieldError::missing("version"))),
         Some(Value::String(s)) => s,
@@ -83,12 +88,19 @@ pub async fn resolve(state: &AppState, version: Option<&Value>) -> Result<Arc<Re
         }
     };
     let missing_model = || ApiError::not_found(format!("Model {model} not found."));
+    if state.models.get(&model).await?.is_none() {
+        let trained = crate::trained::trained_model(state, account, &model, id.as_deref()).await?;
+        return match (trained, id) {
+            (Some(trained), _) => Ok(trained),
+            (None, Some(id)) if state.store.owned_models().get(&model).await?.is_some() => {
+                Err(ApiError::not_found(format!("Version {id} of {model} not found.")).into())
+            }
+            (None, _) => Err(missing_model().into()),
+        };
+    }
     match id {
         None => Ok(state.models.get(&model).await?.ok_or_else(missing_model)?),
         Some(id) => {
-            if state.models.get(&model).await?.is_none() {
-                return Err(missing_model().into());
-            }
             let found = state.models.version(&model, &id).await?;
             Ok(found.ok_or_else(|| ApiError::not_found(format!("Version {id} of {model} not found.")))?)
         }

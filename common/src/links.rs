@@ -135,6 +135,18 @@ impl Links {
         FileId::parse(id).ok()
     }
 
+    /// The links of training `id` on `surface` (its console page is `/trainings/{id}`; its
+    /// stream is its job's, as a prediction's).
+    pub fn training(&self, id: &PredictionId, surface: ApiSurface) -> PredictionUrls {
+        let get = format!("{}/trainings/{id}", self.api(surface));
+        PredictionUrls {
+            cancel: format!("{get}/cancel"),
+            stream: self.prediction(id, surface).stream,
+            web: format!("{}/trainings/{id}", self.base_url),
+            get,
+        }
+    }
+
     /// A stored output as `surface` shows it: a file (stored as its canonical object URL)
     /// becomes the surface's link to its bytes; any other output is unchanged.
     pub fn output(&self, output: &str, surface: ApiSurface) -> String {

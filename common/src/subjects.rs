@@ -3,7 +3,7 @@
 //!
 //! | what | name (prefix `ps`) |
 //! |---|---|
-//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<version>.<pool or any>.<account id>[.<high or low>].<prediction id>` (no level token for `normal`, as before levels) |
+//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<version>.<pool, any or train>.<account id>[.<high or low>].<prediction id>` (no level token for `normal`, as before levels; `train` for a training's job, which the model's trainers take) |
 //! | status events stream | `PS_EVENTS`, subjects `ps.events.<prediction id>` |
 //! | cancel broadcast (core NATS) | `ps.cancel.<prediction id>` |
 //! | runner consumer of one model, version, pool, account and priority (a lane) | `ps_runner_<len(owner)>_<owner>_<model>_<version key>_<pool or any>_<account id>[_high or _low]` |
@@ -135,7 +135,7 @@ impl Subjects {
         let rest = subject.strip_prefix(&format!("{}.jobs.{}.{}.", self.prefix, model.owner(), model.name()))?;
         let tokens: Vec<&str> = rest.split('.').collect();
         let routed = |version: &str, pool: &str, account: &str| {
-            let pool = if pool == ANY_POOL { None } else { Some(Pool::parse(pool).ok()?) };
+            let pool = if pool == ANY_POOL { None } else { Some(Pool::from_token(pool).ok()?) };
             let route = Route { version: version.to_owned(), pool };
             Some(JobLane::of(Some(route), Some(AccountId::parse(account).ok()?)))
         };
@@ -286,6 +286,13 @@ mod tests {
             Some(routed.clone().at(Priority::Low))
         );
         assert_eq!(s.lane_consumer(&m, &high), format!("ps_runner_4_demo_echo_{key}_gpu_{account}_high"));
+        // A training's job: the trainers' token where the pool goes.
+        let train = Route { version: "v1".into(), pool: Some(Pool::trainers()) };
+        assert_eq!(s.job(&m, &train, &account, normal, &id), format!("ps.jobs.demo.echo.v1.train.{account}.{id}"));
+        assert_eq!(
+            s.lane_of_job(&m, &s.job(&m, &train, &account, normal, &id)),
+            Some(JobLane::of(Some(train.clone()), Some(account.clone())))
+        );
         assert_eq!(
             s.lane_of_job(&m, &format!("ps.jobs.demo.echo.v1.gpu.{account}.normal.{id}")),
             None,

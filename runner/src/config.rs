@@ -14,6 +14,7 @@
 //! | `RETENTION_SECONDS` | `3600` | how long after completion a prediction's data is kept |
 //! | `RUNNER_METRICS_BIND` | none | where to serve `/metrics` and `/health` (off when unset) |
 //! | `RUNNER_COG` | none | Cog models: `owner/name=[capability@]http://host:port`, comma-separated |
+//! | `RUNNER_COG_TRAIN` | none | trainers: `owner/name=http://host:port`, comma-separated, each a Cog server in train mode (`--x-mode train`) for a model this runner serves; its trainings run here one at a time |
 //! | `RUNNER_COG_SYNC` | `true` | call non-streaming Cog models synchronously, without a webhook (see `models::cog::Transport`) |
 //! | `RUNNER_COG_CALLBACK_BIND` | `127.0.0.1:0` | where the runner receives Cog webhooks |
 //! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it |
@@ -144,6 +145,8 @@ pub struct RunnerConfig {
     pub metrics_bind: Option<std::net::SocketAddr>,
     /// `RUNNER_COG`: models served by Cog servers.
     pub cog: Vec<CogTarget>,
+    /// `RUNNER_COG_TRAIN`: trainers (Cog servers in train mode) of served models.
+    pub cog_train: Vec<CogTarget>,
     /// `RUNNER_COG_SYNC`: whether non-streaming Cog models are called synchronously.
     pub cog_sync: bool,
     /// `RUNNER_COG_CALLBACK_BIND`: where Cog webhooks are received.
@@ -228,6 +231,7 @@ impl RunnerConfig {
                 .map(|_| env.parse("RUNNER_METRICS_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0))))
                 .transpose()?,
             cog: parse_targets(&env.string("RUNNER_COG", "")).map_err(|e| bad("RUNNER_COG", e))?,
+            cog_train: parse_targets(&env.string("RUNNER_COG_TRAIN", "")).map_err(|e| bad("RUNNER_COG_TRAIN", e))?,
             cog_sync: env.flag("RUNNER_COG_SYNC", true)?,
             cog_callback_bind: env
                 .parse("RUNNER_COG_CALLBACK_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?,

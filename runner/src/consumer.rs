@@ -20,7 +20,7 @@ use anyhow::Context;
 use async_nats::jetstream::{AckKind, Message};
 use common::{
     bus::{Bus, heartbeat::Heartbeat, held::HeldMessage},
-    domain::ModelRef,
+    domain::{JobKind, ModelRef},
     messages::JobMessage,
     store::{Store, dead_letters::DeadLetters},
 };
@@ -49,11 +49,20 @@ struct Shared {
     dead_letters: DeadLetters,
 }
 
-/// Consumes the jobs of every served model until `shutdown` fires, then drains.
+/// What a runner runs: its models, and the trainers of some of them (`RUNNER_COG_TRAIN`).
+pub struct Runs {
+    /// The served models.
+    pub models: Vec<Arc<dyn Model>>,
+    /// The trainers, each of a served model.
+    pub trainers: Vec<Arc<dyn Model>>,
+}
+
+/// Consumes the jobs of every served model (and the trainings of its trainers) until
+/// `shutdown` fires, then drains.
 pub async fn consume(
     config: &RunnerConfig,
     bus: &Bus,
-    models: Vec<Arc<dyn Model>>,
+    runs: Runs,
     versions: &[common::store::runners::Served],
     executor: Arc<Executor>,
     store: &Store,
@@ -70,14 +79,19 @@ pub async fn consume(
         max_deliver: config.max_deliver,
         dead_letters,
     });
+    let Runs { models, trainers } = runs;
     let served: HashMap<ModelRef, Arc<dyn Model>> =
         models.into_iter().map(|m| (m.descriptor().model.clone(), m)).collect();
+    let trainers: HashMap<ModelRef, Arc<dyn Model>> =
+        trainers.into_iter().map(|m| (m.descriptor().model.clone(), m)).collect();
     let names: Vec<ModelRef> = served.keys().cloned().collect();
+    let trained: Vec<ModelRef> = trainers.keys().cloned().collect();
     let lanes = Arc::new(Lanes::new(stream, subjects.clone(), config.ack_wait, config.max_deliver));
     let model_concurrency = config.model_concurrency.unwrap_or(config.concurrency);
     let routes = versions.iter().map(|s| (s.model.clone(), s.version.clone())).collect();
     let scheduler = Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone())
         .with_routes(routes, config.hardware.clone())
+        .with_trainers(&trained)
         .with_aging(config.priority_aging)
         .with_reconnects(bus.reconnects());
     let lease = account_slots::lease_for(config.ack_wait);
@@ -87,13 +101,18 @@ pub async fn consume(
         AccountSlots::start(slots_bucket, accounts, lease, &holder, scheduler.waker(), shutdown.clone());
     let scheduler = Arc::new(scheduler.with_account_slots(account_slots));
     for model in &names {
-        tracing::info!(%model, "consuming jobs");
+        tracing::info!(%model, trainer = trainers.contains_key(model), "consuming jobs");
     }
     let metrics = shared.executor.metrics().clone();
     let mut announcers = doorbell::announce(bus, names, scheduler.clone(), lanes, metrics, shutdown.clone()).await?;
     scheduler
-        .run(shutdown.clone(), |message, model, slots| {
-            let model = served[model].clone();
+        .run(shutdown.clone(), |message, lane, slots| {
+            // The scheduler takes only lanes of served models, and trainings only of models
+            // with a trainer here.
+            let model = match lane.kind() {
+                JobKind::Prediction => served[&lane.model].clone(),
+                JobKind::Training => trainers[&lane.model].clone(),
+            };
             shared.tracker.spawn(handle(message, model, shared.clone(), slots));
         })
         .await;

@@ -27,7 +27,7 @@ use async_nats::jetstream::{
     stream::Stream,
 };
 use common::{
-    domain::{AccountId, ModelRef, Priority, Route},
+    domain::{AccountId, JobKind, ModelRef, Priority, Route},
     subjects::{JobLane, Subjects},
 };
 use futures::TryStreamExt;
@@ -47,6 +47,14 @@ pub struct LaneKey {
 }
 
 impl LaneKey {
+    /// What its jobs are: trainings on the trainers' route, else predictions.
+    pub fn kind(&self) -> JobKind {
+        match self.route.as_ref().and_then(|r| r.pool.as_ref()) {
+            Some(pool) if pool.is_trainers() => JobKind::Training,
+            _ => JobKind::Prediction,
+        }
+    }
+
     fn lane(&self) -> JobLane {
         JobLane { route: self.route.clone(), account: self.account.clone(), level: self.level }
     }

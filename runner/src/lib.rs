@@ -53,7 +53,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let (store, bus) = common::connect::connect(common, "runner").await?;
 
     let mut available = models::builtin::all_with_versions(&config.versions);
-    if !config.cog.is_empty() {
+    let mut trainers: Vec<Arc<dyn models::Model>> = Vec::new();
+    if !config.cog.is_empty() || !config.cog_train.is_empty() {
         let callbacks =
             Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), shutdown.clone()).await?;
         let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
@@ -63,10 +64,17 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
                 .with_context(|| format!("connecting to the Cog server of {}", target.model))?;
             available.push(Arc::new(model));
         }
+        for target in &config.cog_train {
+            let trainer = CogModel::connect_trainer(target, http.clone(), callbacks.clone())
+                .await
+                .with_context(|| format!("connecting to the Cog trainer of {}", target.model))?;
+            trainers.push(Arc::new(trainer));
+        }
     }
     let served = registry::select(&config.models, available);
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
     let versions = registry::register(&store, &served, &config.versions).await?;
+    registry::register_trainers(&store, &trainers, &versions).await?;
     let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
@@ -90,7 +98,16 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let sweeper = retention::Sweeper::new(store_for_sweeper, files, config.retention, config.retention_sweep_interval)
         .with_usage(executor.usage().clone());
     background.spawn(sweeper.run(shutdown.clone()));
-    let consumed = consumer::consume(&config, &bus, served, &versions, executor, &store_for_consumer, shutdown).await;
+    let consumed = consumer::consume(
+        &config,
+        &bus,
+        consumer::Runs { models: served, trainers },
+        &versions,
+        executor,
+        &store_for_consumer,
+        shutdown,
+    )
+    .await;
     background.close();
     if tokio::time::timeout(config.shutdown_grace, background.wait()).await.is_err() {
         tracing::warn!("the reconciler or the retention sweep did not stop within the grace period");

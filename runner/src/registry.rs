@@ -37,6 +37,24 @@ pub async fn register(
     Ok(served)
 }
 
+/// Records each trainer's input schema on the version this runner serves of its model, which
+/// makes that version trainable; a trainer of a model not served here is a configuration
+/// error (a training's version is the version it trains, and its result runs there).
+pub async fn register_trainers(store: &Store, trainers: &[Arc<dyn Model>], served: &[Served]) -> anyhow::Result<()> {
+    for trainer in trainers {
+        let d = trainer.descriptor();
+        let Some(version) = served.iter().find(|s| s.model == d.model) else {
+            anyhow::bail!(
+                "RUNNER_COG_TRAIN names {}, which this runner does not serve: serve its predictor too (RUNNER_COG, RUNNER_MODELS)",
+                d.model
+            );
+        };
+        store.model_versions().set_trainable(&version.version, &d.input_schema).await?;
+        tracing::info!(model = %d.model, version = %version.version, "trainer registered");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

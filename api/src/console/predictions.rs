@@ -79,7 +79,13 @@ pub async fn list(
     let (predictions, total) = state
         .store
         .predictions()
-        .list_for_account(&signed.key.account_id, status, page * PAGE_SIZE, PAGE_SIZE as i64)
+        .list_for_account(
+            &signed.key.account_id,
+            common::domain::JobKind::Prediction,
+            status,
+            page * PAGE_SIZE,
+            PAGE_SIZE as i64,
+        )
         .await
         .map_err(anyhow::Error::from)?;
     let now = DateTime::now();
@@ -283,7 +289,7 @@ pub async fn cancel(
     action: ConsoleAction,
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Write)?;
-    cancel::cancel(&state, &action.signed.caller(), &id).await?;
+    cancel::cancel(&state, &action.signed.caller(), &id, common::domain::JobKind::Prediction).await?;
     Ok(back_to(&id))
 }
 

@@ -20,6 +20,7 @@ pub mod health;
 pub mod models;
 pub mod predictions;
 pub mod stream;
+pub mod trainings;
 pub mod usage;
 pub mod webhook_deliveries;
 pub mod webhook_secret;
@@ -75,6 +76,10 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(models::get, models::delete))
         .routes(routes!(models::versions))
         .routes(routes!(models::version))
+        .routes(routes!(trainings::create))
+        .routes(routes!(trainings::list))
+        .routes(routes!(trainings::get))
+        .routes(routes!(trainings::cancel))
         .routes(routes!(predictions::create))
         .routes(routes!(predictions::list, predictions::create_by_version))
         .routes(routes!(predictions::get))

@@ -54,9 +54,25 @@ pub struct VersionView {
     pub created_at: DateTime<Utc>,
     /// Always [`COG_VERSION`].
     pub cog_version: String,
-    /// An OpenAPI document with `components.schemas.Input` and `Output`.
+    /// An OpenAPI document with `components.schemas.Input` and `Output`, and `TrainingInput`
+    /// when a runner serves a trainer of the version.
     #[schema(value_type = Object)]
     pub openapi_schema: Value,
+    /// For a version a training made: the model and version it was trained from, and the
+    /// training; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trained_from: Option<TrainedFromView>,
+}
+
+/// What a trained version was trained from.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TrainedFromView {
+    /// The model, `owner/name`.
+    pub model: String,
+    /// Its version.
+    pub version: String,
+    /// The training that made this version.
+    pub training: String,
 }
 
 /// A model.
@@ -145,18 +161,27 @@ fn version_view(version: &ModelVersionRecord) -> Result<VersionView, ApiError> {
     if let Value::Object(schema) = &mut input {
         schema.entry("title").or_insert_with(|| json!("Input"));
     }
+    let mut openapi_schema = json!({
+        "openapi": "3.0.2",
+        "info": {"title": version.model.to_string(), "version": version.id},
+        "paths": {},
+        "components": {"schemas": {
+            "Input": input,
+            "Output": {"title": "Output", "type": "string", "description": "Text, a file URL, or compact JSON."},
+        }},
+    });
+    if let Some(training_input) = version.training_input_schema().transpose()? {
+        openapi_schema["components"]["schemas"]["TrainingInput"] = training_input;
+    }
     Ok(VersionView {
         id: version.id.clone(),
         created_at: version.created_at.to_chrono(),
         cog_version: COG_VERSION.to_owned(),
-        openapi_schema: json!({
-            "openapi": "3.0.2",
-            "info": {"title": version.model.to_string(), "version": version.id},
-            "paths": {},
-            "components": {"schemas": {
-                "Input": input,
-                "Output": {"title": "Output", "type": "string", "description": "Text, a file URL, or compact JSON."},
-            }},
+        openapi_schema,
+        trained_from: version.trained_from.as_ref().map(|from| TrainedFromView {
+            model: from.model.to_string(),
+            version: from.version.clone(),
+            training: from.training.to_string(),
         }),
     })
 }
@@ -236,8 +261,7 @@ pub async fn list(
     let (records, registered) = state.store.models().list(paging.offset, limit).await?;
     let mut results = Vec::with_capacity(records.len());
     for record in records {
-        let input_schema = record.input_schema()?;
-        let model = RegisteredModel { record, input_schema };
+        let model = RegisteredModel::of(record)?;
         results.push(model_view(&state, surface, account, &model).await?);
     }
     let owned_offset = paging.offset.saturating_sub(registered);

@@ -16,7 +16,7 @@ use axum::{
 use bson::doc;
 use bytes::Bytes;
 use common::{
-    domain::{ApiSurface, ModelRef, Prediction, PredictionStatus, PredictionView},
+    domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus, PredictionView},
     store::Claim,
 };
 use serde::Serialize;
@@ -59,7 +59,12 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
     let model_ref = ModelRef::new(&owner, &name).map_err(|_| missing())?;
-    let model = state.models.get(&model_ref).await?.ok_or_else(missing)?;
+    let model = match state.models.get(&model_ref).await? {
+        Some(model) => model,
+        None => crate::trained::trained_model(&state, &auth.caller.key.account_id, &model_ref, None)
+            .await?
+            .ok_or_else(missing)?,
+    };
     let body = body::json_object(&headers, &body)?;
     create_for(&state, surface, &auth.caller, &model, &headers, body, None).await
 }
@@ -84,7 +89,7 @@ pub async fn create_by_version(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = body::json_object(&headers, &body)?;
-    let model = match versions::resolve(&state, body.get("version")).await {
+    let model = match versions::resolve(&state, &auth.caller.key.account_id, body.get("version")).await {
         Ok(model) => model,
         Err(versions::Unresolved::Api(e)) => return Err(e),
         Err(versions::Unresolved::Field(error)) => {
@@ -197,7 +202,7 @@ pub async fn get(
     auth: Authorized<Read>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
-    let prediction = owned_prediction(&state, &auth.caller, &id).await?;
+    let prediction = crate::owned::owned_job(&state, &auth.caller, &id, JobKind::Prediction).await?;
     let mut view = prediction.view(&state.links, surface);
     view.queue = state.queue_places.place(&prediction).await?;
     Ok(Json(view))
@@ -236,7 +241,13 @@ pub async fn list(
     let (predictions, total_count) = state
         .store
         .predictions()
-        .list_for_account(&auth.caller.key.account_id, query.status, query.offset, i64::from(query.limit))
+        .list_for_account(
+            &auth.caller.key.account_id,
+            JobKind::Prediction,
+            query.status,
+            query.offset,
+            i64::from(query.limit),
+        )
         .await?;
     let link = |offset: u64| format!("{}/predictions?{}", state.links.api(surface), query.query_at(offset));
     let (next, previous) = query.neighbours(total_count);
@@ -269,6 +280,6 @@ pub async fn cancel(
     auth: Authorized<Write>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
-    let canceled = crate::cancel::cancel(&state, &auth.caller, &id).await?;
+    let canceled = crate::cancel::cancel(&state, &auth.caller, &id, JobKind::Prediction).await?;
     Ok(Json(canceled.view(&state.links, surface)))
 }

@@ -113,7 +113,13 @@ impl Sent {
         let base = u64::try_from(self.seq).unwrap_or(0) * 4;
         let step = |kind: Kind, data: String| Step { id: base + kind as u64, kind, data };
         let mut steps = Vec::new();
-        let output = view.output.as_deref().unwrap_or("");
+        // A training's output is an object, known only at its end: streamed as its JSON.
+        let output = match &view.output {
+            None => String::new(),
+            Some(serde_json::Value::String(text)) => text.clone(),
+            Some(other) => other.to_string(),
+        };
+        let output = output.as_str();
         if output != self.output {
             steps.push(step(Kind::Output, added(&self.output, output).to_owned()));
             self.output = output.to_owned();

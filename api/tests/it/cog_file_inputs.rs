@@ -2,56 +2,21 @@
 //! the api and a runner: the runner hands the server a signed download URL of this api, the
 //! server fetches it without a key, and the model answers the SHA-256 and size of what it read.
 
-use std::{
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
-use common::testkit::{eventually, installed};
+use common::testkit::{
+    cog::{CogMode, CogServer},
+    eventually,
+};
 use reqwest::{Method, multipart};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::harness::{JsonBody, Options, System};
 
-/// The `hash` fixture of the runner's tests, served by coglet on a free port.
-struct HashServer {
-    child: Child,
-    url: String,
-}
-
-impl HashServer {
-    fn start() -> Self {
-        let python = PathBuf::from(installed("COG_PYTHON"));
-        let bin = python.parent().expect("the venv's bin").to_path_buf();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../runner/tests/fixtures/cog/hash");
-        let child = Command::new(&python)
-            .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
-            .current_dir(dir)
-            .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
-            .env("PORT", port.to_string())
-            .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
-            .env("COG_MAX_CONCURRENCY", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start a Cog server");
-        Self { child, url: format!("http://127.0.0.1:{port}") }
-    }
-}
-
-impl Drop for HashServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn a_cog_model_with_a_path_input_sees_the_exact_bytes_of_an_upload_and_of_a_data_uri() {
-    let server = HashServer::start();
+    let server = CogServer::start("hash", CogMode::Predict);
     let system = System::start_with(Options {
         notifier: false,
         env: vec![("RUNNER_COG", format!("acme/hash={}", server.url))],

@@ -34,5 +34,6 @@ mod shedding;
 mod signing_secret;
 mod streaming;
 mod tracing;
+mod trainings;
 mod usage;
 mod webhook_deliveries;

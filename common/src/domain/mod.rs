@@ -12,6 +12,7 @@ pub mod priority;
 pub mod route;
 pub mod status;
 pub mod surface;
+pub mod training;
 pub mod webhook_secret;
 pub mod webhook_url;
 
@@ -26,5 +27,6 @@ pub use priority::Priority;
 pub use route::{Pool, Route};
 pub use status::PredictionStatus;
 pub use surface::ApiSurface;
+pub use training::{JobKind, TrainedVersionRef};
 pub use webhook_secret::WebhookSecret;
 pub use webhook_url::WebhookUrl;

@@ -13,7 +13,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{AccountId, ApiSurface, FileId, ModelRef, PredictionId, PredictionStatus, WebhookEvent, WebhookUrl};
+use super::{
+    AccountId, ApiSurface, FileId, JobKind, ModelRef, PredictionId, PredictionStatus, TrainedVersionRef, WebhookEvent,
+    WebhookUrl,
+};
 use crate::links::{Links, PredictionUrls};
 
 /// The origin recorded for predictions made through the HTTP API.
@@ -150,6 +153,16 @@ pub struct Prediction {
     /// Where its usage stands, once it has ended (see [`crate::usage`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageMark>,
+    /// A prediction, or a training (see [`super::training`]); stored only for a training.
+    #[serde(default, skip_serializing_if = "JobKind::is_prediction")]
+    pub kind: JobKind,
+    /// A training's destination model, whose new version it records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<ModelRef>,
+    /// The trained version a prediction was asked of (`model` and `version` are then the
+    /// version it was trained from, which runs it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained_version: Option<TrainedVersionRef>,
 }
 
 /// Where an ended prediction's usage stands: written `pending` with its final state, then
@@ -183,8 +196,10 @@ pub struct PredictionView {
     pub input: Value,
     /// Log text.
     pub logs: String,
-    /// The output (text, file URL or compact JSON), `null` until known.
-    pub output: Option<String>,
+    /// The output (text, file URL or compact JSON), `null` until known; a training's is
+    /// `{version, weights}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub output: Option<Value>,
     /// Whether retention removed its data.
     pub data_removed: bool,
     /// Once failed: `{code, message}` (canonical), the message (Replicate-compatible).
@@ -213,6 +228,10 @@ pub struct PredictionView {
     /// How urgent it is: `high`, `normal` or `low`.
     #[serde(default)]
     pub priority: super::Priority,
+    /// A training's destination model (`owner/name`); absent on a prediction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub destination: Option<String>,
 }
 
 /// Where a waiting prediction stands in its model's queue.
@@ -273,12 +292,25 @@ impl Prediction {
             priority: super::Priority::Normal,
             usage: None,
             queue_ticket: None,
+            kind: JobKind::Prediction,
+            destination: None,
+            trained_version: None,
         }
     }
 
-    /// Where its job may run: its version, on its pool's runners (any pool when it has none).
+    /// Where its job may run: its version, on its pool's runners (any pool when it has
+    /// none); a training, on its version's trainers.
     pub fn route(&self) -> super::Route {
-        super::Route { version: self.version.clone(), pool: self.hardware.clone() }
+        let pool = match self.kind {
+            JobKind::Prediction => self.hardware.clone(),
+            JobKind::Training => Some(super::Pool::trainers()),
+        };
+        super::Route { version: self.version.clone(), pool }
+    }
+
+    /// Whether this is a training.
+    pub fn is_training(&self) -> bool {
+        self.kind == JobKind::Training
     }
 
     /// Sets the deadline `limit` after creation.
@@ -294,14 +326,18 @@ impl Prediction {
             ApiSurface::Canonical => ErrorView::Detailed(e),
             ApiSurface::Replicate => ErrorView::Message(e.message),
         });
+        let (model, version) = match &self.trained_version {
+            Some(trained) => (trained.model.to_string(), trained.version.clone()),
+            None => (self.model.to_string(), self.version.clone()),
+        };
         PredictionView {
             id: self.id.to_string(),
-            model: self.model.to_string(),
-            version: self.version.clone(),
+            model,
+            version,
             capability: self.capability.clone(),
             input: self.input.clone(),
             logs: self.logs.clone(),
-            output: self.output.as_deref().map(|o| links.output(o, surface)),
+            output: self.output.as_deref().map(|o| self.output_view(o, links, surface)),
             data_removed: self.data_removed,
             error,
             source: self.source.clone(),
@@ -310,11 +346,29 @@ impl Prediction {
             created_at: self.created_at.to_chrono(),
             started_at: self.started_at.map(BsonDateTime::to_chrono),
             completed_at: self.completed_at.map(BsonDateTime::to_chrono),
-            urls: links.prediction(&self.id, surface),
+            urls: match self.kind {
+                JobKind::Prediction => links.prediction(&self.id, surface),
+                JobKind::Training => links.training(&self.id, surface),
+            },
             queue: None,
             deployment: self.deployment.clone(),
             priority: self.priority,
+            destination: self.destination.as_ref().map(ModelRef::to_string),
         }
+    }
+
+    /// A stored output as `surface` shows it: a string (a file as the surface's link to it);
+    /// a training's `{version, weights}` as an object, its weights as a link.
+    fn output_view(&self, output: &str, links: &Links, surface: ApiSurface) -> Value {
+        if self.is_training()
+            && let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(output)
+        {
+            if let Some(Value::String(weights)) = fields.get_mut("weights") {
+                *weights = links.output(weights, surface);
+            }
+            return Value::Object(fields);
+        }
+        Value::String(links.output(output, surface))
     }
 }
 

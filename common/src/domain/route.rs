@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 /// A hardware pool's name: 1 to 32 characters of `a-z`, `0-9` and `-`, starting with a
-/// letter; `any` is reserved (a job for any pool).
+/// letter; `any` (a job for any pool) and `train` (a training's job, see [`TRAINER_POOL`]) are
+/// reserved.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Pool(String);
@@ -15,10 +16,13 @@ pub struct Pool(String);
 pub const DEFAULT_POOL: &str = "cpu";
 /// The subject token of a job any pool may run.
 pub const ANY_POOL: &str = "any";
+/// The subject token of a training's job: the runners that serve a trainer of its model at
+/// its version take it, whatever their pool (`RUNNER_COG_TRAIN`).
+pub const TRAINER_POOL: &str = "train";
 
 /// Why a pool name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a hardware pool is 1 to 32 characters of a-z, 0-9 and '-', starting with a letter, and not 'any'")]
+#[error("a hardware pool is 1 to 32 characters of a-z, 0-9 and '-', starting with a letter, and not 'any' or 'train'")]
 pub struct InvalidPool;
 
 impl Pool {
@@ -27,8 +31,24 @@ impl Pool {
         let ok = (1..=32).contains(&text.len())
             && text.starts_with(|c: char| c.is_ascii_lowercase())
             && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && text != ANY_POOL;
+            && text != ANY_POOL
+            && text != TRAINER_POOL;
         ok.then(|| Self(text.to_owned())).ok_or(InvalidPool)
+    }
+
+    /// The pool of a job subject: a pool's name, or [`TRAINER_POOL`].
+    pub fn from_token(token: &str) -> Result<Self, InvalidPool> {
+        if token == TRAINER_POOL { Ok(Self::trainers()) } else { Self::parse(token) }
+    }
+
+    /// The trainers of a model ([`TRAINER_POOL`]): where a training's job goes.
+    pub fn trainers() -> Self {
+        Self(TRAINER_POOL.to_owned())
+    }
+
+    /// Whether this is [`Self::trainers`].
+    pub fn is_trainers(&self) -> bool {
+        self.0 == TRAINER_POOL
     }
 
     /// The default pool, `cpu`.
@@ -85,10 +105,17 @@ mod tests {
         for good in ["cpu", "gpu-a100", "t4", "a"] {
             assert!(Pool::parse(good).is_ok(), "{good}");
         }
-        for bad in ["", "any", "GPU", "1gpu", "gpu.a100", "gpu_a", "-x", &"a".repeat(33)] {
+        for bad in ["", "any", "train", "GPU", "1gpu", "gpu.a100", "gpu_a", "-x", &"a".repeat(33)] {
             assert!(Pool::parse(bad).is_err(), "{bad:?}");
         }
         assert!(serde_json::from_str::<Pool>("\"any\"").is_err());
+    }
+
+    #[test]
+    fn the_trainers_token_is_a_pool_of_subjects_only() {
+        assert!(Pool::from_token("train").is_ok_and(|p| p.is_trainers()));
+        assert!(Pool::from_token("gpu").is_ok_and(|p| !p.is_trainers()));
+        assert!(Pool::from_token("any").is_err());
     }
 
     #[test]

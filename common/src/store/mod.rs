@@ -199,9 +199,9 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("api_keys", plain(doc! { "account_id": 1 })),
         ("api_keys", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
         ("accounts", unique(doc! { "name": 1 })),
-        // Lists of an account, all or by status, newest first.
-        ("predictions", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
-        ("predictions", plain(doc! { "account_id": 1, "status": 1, "created_at": -1, "_id": -1 })),
+        // Lists of an account's predictions or trainings, all or by status, newest first.
+        ("predictions", plain(doc! { "account_id": 1, "kind": 1, "created_at": -1, "_id": -1 })),
+        ("predictions", plain(doc! { "account_id": 1, "kind": 1, "status": 1, "created_at": -1, "_id": -1 })),
         // A model's run count for an account, and a waiting prediction's place in its lane.
         ("predictions", plain(doc! { "account_id": 1, "model": 1, "status": 1, "created_at": 1 })),
         // The reconciler (orphans, deadlines, recent cancels) and the retention sweep.

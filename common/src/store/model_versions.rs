@@ -11,7 +11,7 @@ use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
 use super::{ModelRecord, StoreError};
-use crate::domain::ModelRef;
+use crate::domain::{FileId, ModelRef, PredictionId};
 
 /// One version of a model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +27,27 @@ pub struct ModelVersionRecord {
     pub input_schema_json: String,
     /// When a runner first registered it.
     pub created_at: DateTime,
+    /// The input JSON Schema of its trainer (its `TrainingInput`), as JSON text, once a runner
+    /// serving a trainer of it registered one (`RUNNER_COG_TRAIN`): only such a version can be
+    /// trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training_input_schema_json: Option<String>,
+    /// For a version a training recorded: what it was trained from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained_from: Option<TrainedFrom>,
+}
+
+/// What a trained version was trained from, and its weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainedFrom {
+    /// The model it was trained from (whose runners run it).
+    pub model: ModelRef,
+    /// The version it was trained from.
+    pub version: String,
+    /// The training that recorded it.
+    pub training: PredictionId,
+    /// Its weights: a file of this service, kept while the version exists.
+    pub weights: FileId,
 }
 
 impl ModelVersionRecord {
@@ -38,7 +59,14 @@ impl ModelVersionRecord {
             capability: record.capability.clone(),
             input_schema_json: record.input_schema_json.clone(),
             created_at: record.registered_at,
+            training_input_schema_json: None,
+            trained_from: None,
         }
+    }
+
+    /// Its trainer's input schema, parsed, if it has a trainer.
+    pub fn training_input_schema(&self) -> Option<Result<serde_json::Value, serde_json::Error>> {
+        self.training_input_schema_json.as_deref().map(serde_json::from_str)
     }
 
     /// The input schema, parsed.
@@ -67,6 +95,24 @@ impl ModelVersions {
     pub async fn record(&self, record: &ModelRecord) -> Result<(), StoreError> {
         let version = ModelVersionRecord::of(record);
         let fields = bson::to_document(&version)?;
+        self.coll
+            .update_one(doc! { "_id": &version.id }, doc! { "$setOnInsert": fields })
+            .upsert(true)
+            .await
+            .map(|_| ())
+    }
+
+    /// Records that version `id` has a trainer whose input schema is `schema` (a runner
+    /// serving it with `RUNNER_COG_TRAIN`).
+    pub async fn set_trainable(&self, id: &str, schema: &serde_json::Value) -> Result<(), StoreError> {
+        let update = doc! { "$set": { "training_input_schema_json": schema.to_string() } };
+        self.coll.update_one(doc! { "_id": id }, update).await.map(|_| ())
+    }
+
+    /// Records a version a training made (idempotent: its id is derived from the training,
+    /// and a version recorded before is kept as it was).
+    pub async fn record_trained(&self, version: &ModelVersionRecord) -> Result<(), StoreError> {
+        let fields = bson::to_document(version)?;
         self.coll
             .update_one(doc! { "_id": &version.id }, doc! { "$setOnInsert": fields })
             .upsert(true)

@@ -12,7 +12,7 @@ use super::{
     group_commit::{Batching, GroupCommit},
     group_update::{ConditionalUpdate, GroupUpdate},
 };
-use crate::domain::{AccountId, ModelRef, Prediction, PredictionId, PredictionStatus};
+use crate::domain::{AccountId, JobKind, ModelRef, Prediction, PredictionId, PredictionStatus};
 
 /// Typed access to the `predictions` collection.
 #[derive(Clone, Debug)]
@@ -143,15 +143,21 @@ impl Predictions {
         GroupUpdate::start(&self.coll, batching)
     }
 
-    /// One page of an account's predictions, newest first, and the number of all matches.
+    /// One page of an account's predictions or trainings (`kind`), newest first, and the
+    /// number of all matches. (`kind` is stored for trainings only: a prediction's is `null`.)
     pub async fn list_for_account(
         &self,
         account: &AccountId,
+        kind: JobKind,
         status: Option<PredictionStatus>,
         offset: u64,
         limit: i64,
     ) -> Result<(Vec<Prediction>, u64), StoreError> {
-        let mut filter = doc! { "account_id": account.as_str() };
+        let kind = match kind {
+            JobKind::Prediction => Bson::Null,
+            JobKind::Training => bson::to_bson(&JobKind::Training)?,
+        };
+        let mut filter = doc! { "account_id": account.as_str(), "kind": kind };
         if let Some(s) = status {
             filter.insert("status", s.as_str());
         }

@@ -14,6 +14,7 @@
 //! bucket of its own. `TEST_FILES_STORE=s3` makes every test's files go there
 //! ([`TestContext::files_env`]): the test command runs the file tests once per store.
 
+pub mod cog;
 mod containers;
 pub mod proxy;
 mod standins;

@@ -14,7 +14,7 @@ use std::{
 /// Children kept alive (and their stdin open) for the life of the test process.
 static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
-fn repo_root() -> PathBuf {
+pub(super) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("common/ sits in the workspace root").to_path_buf()
 }
 

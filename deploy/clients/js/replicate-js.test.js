@@ -86,6 +86,28 @@ test("run by owner/name:version and create by version", async () => {
   assert.equal(created.version, version.id);
 });
 
+test("trainings.create makes a version that run then answers with the trained weights", async () => {
+  const owner = (await replicate.accounts.current()).username;
+  await replicate.models.create(owner, "js-tuned", { visibility: "private", hardware: "cpu" });
+  const base = (await replicate.models.get("acme", "tune")).latest_version.id;
+  let training = await replicate.trainings.create("acme", "tune", base, {
+    destination: `${owner}/js-tuned`,
+    input: { suffix: "js" },
+  });
+  assert.equal(training.status, "starting");
+  const deadline = Date.now() + 60_000;
+  while (["starting", "processing"].includes(training.status)) {
+    assert.ok(Date.now() < deadline, `training ${training.id} still ${training.status}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    training = await replicate.trainings.get(training.id);
+  }
+  assert.equal(training.status, "succeeded", JSON.stringify(training.error));
+  assert.ok(training.output.version.startsWith(`${owner}/js-tuned:`), training.output.version);
+  assert.equal(await replicate.run(training.output.version, { input: { prompt: "hi" } }), "hi js");
+  assert.equal(await replicate.run(`${owner}/js-tuned`, { input: { prompt: "by name" } }), "by name js");
+  assert.equal(await replicate.run("acme/tune", { input: { prompt: "base" } }), "base");
+});
+
 test("pagination of predictions and models", async () => {
   for (let i = 0; i < 21; i++) {
     // more than one page of the default 20

@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import threading
+import time
 
 import httpx
 import pytest
@@ -115,6 +116,64 @@ def test_an_accounts_own_model_is_created_read_and_deleted(client):
     with pytest.raises(ReplicateError) as raised:
         client.models.get(f"{owner}/py-tune")
     assert raised.value.status == 404
+
+
+def _tuned_model(client, name):
+    """A fresh model of the caller's account to train into."""
+    owner = client.accounts.current().username
+    client.models.create(owner, name, visibility="private", hardware="cpu")
+    return f"{owner}/{name}"
+
+
+def _until_ended(training, limit=60):
+    deadline = time.monotonic() + limit
+    while training.status in ("starting", "processing"):
+        assert time.monotonic() < deadline, f"training {training.id} still {training.status}"
+        time.sleep(0.2)
+        training.reload()
+    return training
+
+
+def test_a_training_makes_a_version_that_runs_by_id_and_by_name(client):
+    destination = _tuned_model(client, "py-tuned")
+    base = client.models.get("acme/tune").latest_version
+    assert "TrainingInput" in base.openapi_schema["components"]["schemas"]
+    training = client.trainings.create(
+        model="acme/tune", version=base.id, input={"suffix": "py", "strength": 2}, destination=destination
+    )
+    assert training.status == "starting" and training.destination == destination
+    assert client.trainings.get(training.id).id == training.id
+    training = _until_ended(training)
+    assert training.status == "succeeded", training.error
+    assert training.destination == destination
+    trained = training.output["version"]
+    assert trained.startswith(f"{destination}:")
+    assert client.run(trained, input={"prompt": "hi"}) == "hi py py"
+    assert client.run(destination, input={"prompt": "by name"}) == "by name py py"
+    assert client.run("acme/tune", input={"prompt": "base"}) == "base", "the base model is unchanged"
+    latest = client.models.get(destination).latest_version
+    assert latest.id == trained.split(":")[1]
+    assert training.id in [t.id for t in client.trainings.list().results]
+
+
+def test_a_training_is_canceled_and_another_accounts_are_not_found(client):
+    destination = _tuned_model(client, "py-canceled")
+    version = client.models.get("acme/tune").latest_version.id
+    training = client.trainings.create(
+        model="acme/tune", version=version, input={"suffix": "x", "seconds": 60}, destination=destination
+    )
+    training.cancel()
+    assert training.status == "canceled"
+    other = replicate.Client(api_token=OTHER_KEY, base_url=f"{BASE_URL}/replicate")
+    with pytest.raises(ReplicateError) as raised:
+        other.trainings.get(training.id)
+    assert raised.value.status == 404
+    with pytest.raises(ReplicateError) as raised:
+        other.trainings.create(model="acme/tune", version=version, input={"suffix": "x"}, destination=destination)
+    assert raised.value.status == 404
+    with pytest.raises(ReplicateError) as raised:
+        client.trainings.create(model="acme/tune", version=version, input={"strength": 9}, destination=destination)
+    assert raised.value.status == 400
 
 
 def test_run_by_owner_name_version(client):

@@ -79,6 +79,7 @@ pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 
 /// A model's run on one input, as the executor drives it.
 mod begin;
+mod training;
 
 type ModelCall<'a> = BoxFuture<'a, Result<ModelOutput, ModelError>>;
 
@@ -257,7 +258,8 @@ impl Executor {
     /// The files `p`'s input names, signed for until its deadline (and a minute more).
     fn named_files(&self, p: &Prediction) -> NamedFiles {
         let until = DateTime::now().timestamp_millis() / 1000 + self.time_left(p).as_secs() as i64 + 60;
-        NamedFiles { account: p.account_id.clone(), files: p.input_files.clone(), until }
+        let weights = p.trained_version.as_ref().and_then(|t| t.weights.clone());
+        NamedFiles { account: p.account_id.clone(), files: p.input_files.clone(), until, weights }
     }
 
     /// Whether any string of `input` is the URL of a file of this service.
@@ -505,6 +507,10 @@ impl Executor {
         let completed_at = DateTime::now();
         let metrics = Metrics::at_completion(prediction.created_at, prediction.started_at, completed_at);
         let result = result.and_then(|output| within_limits(output, progress));
+        let result = match result {
+            Ok(output) if prediction.is_training() => Box::pin(self.training_result(prediction, output)).await?,
+            other => other,
+        };
         // The change, typed once: the document written and the copy published come from it.
         let mut done = prediction.clone();
         done.logs = progress.logs();

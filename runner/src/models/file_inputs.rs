@@ -49,12 +49,15 @@ pub struct NamedFiles {
     pub files: Vec<FileId>,
     /// Until when a signed URL handed to the model must work (unix seconds).
     pub until: i64,
+    /// A trained version's weights, which may be another account's (a public model's): the
+    /// api vouched for them when it created the prediction.
+    pub weights: Option<FileId>,
 }
 
 impl NamedFiles {
     /// No files (an input that names none).
     pub fn none() -> Self {
-        Self { account: AccountId::generate(), files: Vec::new(), until: 0 }
+        Self { account: AccountId::generate(), files: Vec::new(), until: 0, weights: None }
     }
 }
 
@@ -129,7 +132,7 @@ impl FileInputs {
                 message: format!("{path}: file {id} could not be read: {e}"),
             })?;
             let record = record
-                .filter(|r| r.account_id == named.account)
+                .filter(|r| r.account_id == named.account || named.weights.as_ref() == Some(&id))
                 .ok_or_else(|| missing(path, format!("file {id} was deleted before the prediction ran")))?;
             return Ok(Some(match access {
                 FileAccess::Url => {
@@ -137,7 +140,7 @@ impl FileInputs {
                     match self.files.presigned(&record, Duration::from_secs(left)) {
                         Some(url) => url.to_string(),
                         None => {
-                            self.links.file_signed_download(&id, &named.account, named.until, ApiSurface::Canonical)
+                            self.links.file_signed_download(&id, &record.account_id, named.until, ApiSurface::Canonical)
                         }
                     }
                 }

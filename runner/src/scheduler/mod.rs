@@ -139,16 +139,23 @@ impl Scheduler {
     /// Whether the lane's jobs are this runner's: of a served model, and of the version and
     /// pool served here when the lane has a route (lanes of before routes: any runner's).
     fn serves(&self, key: &LaneKey) -> bool {
-        if !self.pick.serves(&key.model) {
+        if !self.pick.serves(key) {
             return false;
         }
         match (&self.routes, &key.route) {
             (Some(routes), Some(route)) => {
                 routes.versions.get(&key.model) == Some(&route.version)
-                    && route.pool.as_ref().is_none_or(|pool| pool == &routes.pool)
+                    && route.pool.as_ref().is_none_or(|pool| pool == &routes.pool || pool.is_trainers())
             }
             _ => true,
         }
+    }
+
+    /// Also takes the trainings of `trainers` (models with a trainer here), on slots of
+    /// their own (see [`fair_pick`]).
+    pub fn with_trainers(mut self, trainers: &[ModelRef]) -> Self {
+        self.pick = self.pick.with_trainers(trainers);
+        self
     }
 
     /// Caps accounts with `slots` (built on [`Self::waker`]).
@@ -201,11 +208,11 @@ impl Scheduler {
     }
 
     /// Starts jobs until `shutdown` fires: `start` is called with each message fetched, the
-    /// model it is for, and the slots it holds until it ends. Then drains: the jobs its lanes
+    /// lane it came from, and the slots it holds until it ends. Then drains: the jobs its lanes
     /// already announced still start, for at most [`DRAIN`], until no lane may have work (no
     /// doorbell rings any more), so a version whose last runner stops leaves no job behind
     /// that was published before it began to stop.
-    pub async fn run(&self, shutdown: CancellationToken, start: impl Fn(Message, &ModelRef, Slots)) {
+    pub async fn run(&self, shutdown: CancellationToken, start: impl Fn(Message, &LaneKey, Slots)) {
         self.turn(shutdown.cancelled(), false, &start).await;
         let drained = self.turn(tokio::time::sleep(DRAIN), true, &start).await;
         tracing::info!(jobs = drained, "stopped taking jobs");
@@ -217,7 +224,7 @@ impl Scheduler {
         &self,
         stop: impl Future<Output = ()>,
         draining: bool,
-        start: &impl Fn(Message, &ModelRef, Slots),
+        start: &impl Fn(Message, &LaneKey, Slots),
     ) -> usize {
         tokio::pin!(stop);
         let mut total = 0;
@@ -288,7 +295,7 @@ impl Scheduler {
         consumer: &PullConsumer,
         most: usize,
         held: OwnedSemaphorePermit,
-        start: &impl Fn(Message, &ModelRef, Slots),
+        start: &impl Fn(Message, &LaneKey, Slots),
     ) -> Result<(usize, usize), async_nats::Error> {
         let mut account_slots = match (&self.accounts, &key.account) {
             // A capped account's slots are taken for the jobs its doorbells announced, not for
@@ -308,7 +315,7 @@ impl Scheduler {
             let Some(runner) = runner_permit.take().or_else(|| self.runner.clone().try_acquire_owned().ok()) else {
                 break;
             };
-            let Some(model) = self.pick.model_slot(&key.model) else { break };
+            let Some(model) = self.pick.model_slot(key) else { break };
             let account = account_slots.as_mut().and_then(Vec::pop);
             slots.push(Slots { _runner: runner, _model: model, _account: account, wake: self.wake.clone() });
         }
@@ -337,7 +344,7 @@ impl Scheduler {
                 if let Ok(info) = message.info() {
                     self.pick.left(key, info.pending, published_at(info.published.unix_timestamp_nanos()));
                 }
-                start(message, &key.model, slot);
+                start(message, key, slot);
                 started += 1;
             }
             Ok::<_, async_nats::Error>(())

@@ -28,6 +28,10 @@
 //!   `POST /predictions/{id}/cancel` is sent, and sent again while the server still knows
 //!   the prediction (coglet loses a cancel that arrives right as a prediction starts).
 //! - **Files**: `data:` URI outputs become files in GridFS ([`output`]).
+//! - **Trainers** ([`Mode::Train`], `RUNNER_COG_TRAIN`): a Cog server started with
+//!   `--x-mode train` serves the same routes under `/trainings`, checks its input against
+//!   `components.schemas.TrainingInput`, and answers `{"weights": <file>}`. A trainer is always
+//!   driven by webhooks: a training is long, and its logs are worth seeing as it runs.
 
 pub mod callbacks;
 pub mod output;
@@ -76,6 +80,33 @@ fn streams(doc: &Value) -> bool {
     marked == Some(true) || iterator == Some("iterator")
 }
 
+/// What a Cog server does: predict, or train (`--x-mode train`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `POST /predictions`, input `Input`.
+    Predict,
+    /// `POST /trainings`, input `TrainingInput`.
+    Train,
+}
+
+impl Mode {
+    /// The route its jobs are posted to (and canceled under).
+    fn path(self) -> &'static str {
+        match self {
+            Self::Predict => "predictions",
+            Self::Train => "trainings",
+        }
+    }
+
+    /// The schema of its input in the server's OpenAPI document.
+    fn input_pointer(self) -> &'static str {
+        match self {
+            Self::Predict => "/components/schemas/Input",
+            Self::Train => "/components/schemas/TrainingInput",
+        }
+    }
+}
+
 /// One configured Cog model: `owner/name=[capability@]http://host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CogTarget {
@@ -112,6 +143,7 @@ pub struct CogModel {
     http: Client,
     callbacks: Arc<Callbacks>,
     transport: Transport,
+    mode: Mode,
 }
 
 impl CogModel {
@@ -122,6 +154,22 @@ impl CogModel {
         http: Client,
         callbacks: Arc<Callbacks>,
         sync_allowed: bool,
+    ) -> anyhow::Result<Self> {
+        Self::connect_as(target, http, callbacks, sync_allowed, Mode::Predict).await
+    }
+
+    /// Waits for a trainer (a server in train mode) to be ready and reads its training input
+    /// schema; its descriptor's input schema is that `TrainingInput`.
+    pub async fn connect_trainer(target: &CogTarget, http: Client, callbacks: Arc<Callbacks>) -> anyhow::Result<Self> {
+        Self::connect_as(target, http, callbacks, false, Mode::Train).await
+    }
+
+    async fn connect_as(
+        target: &CogTarget,
+        http: Client,
+        callbacks: Arc<Callbacks>,
+        sync_allowed: bool,
+        mode: Mode,
     ) -> anyhow::Result<Self> {
         let base = target.url.clone();
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
@@ -136,12 +184,15 @@ impl CogModel {
             }
         }
         let doc: Value = http.get(base.join("openapi.json")?).send().await?.error_for_status()?.json().await?;
-        let mut input_schema = doc.pointer("/components/schemas/Input").cloned().context("the schema has no Input")?;
+        let mut input_schema = doc
+            .pointer(mode.input_pointer())
+            .cloned()
+            .with_context(|| format!("the schema has no {}", mode.input_pointer()))?;
         if let (Some(schema), Some(components)) = (input_schema.as_object_mut(), doc.get("components")) {
             schema.insert("components".into(), components.clone());
         }
         let transport = Transport::for_schema(&doc, sync_allowed);
-        tracing::info!(model = %target.model, server = %base, ?transport, "Cog model ready");
+        tracing::info!(model = %target.model, server = %base, ?transport, ?mode, "Cog server ready");
         Ok(Self {
             descriptor: ModelDescriptor {
                 model: target.model.clone(),
@@ -152,6 +203,7 @@ impl CogModel {
             http,
             callbacks,
             transport,
+            mode,
         })
     }
 
@@ -160,11 +212,11 @@ impl CogModel {
         self.transport
     }
 
-    /// `POST /predictions` of prediction `id` (in the body, so a cancel can name it): async
+    /// `POST /predictions` (a trainer: `/trainings`) of prediction `id` (in the body, so a cancel can name it): async
     /// with `webhook`, else sync. Returns the successful answer (the accepted prediction, or
     /// the sync result), retrying while the server is busy or still setting up.
     async fn start(&self, id: &str, input: &Map<String, Value>, webhook: Option<&str>) -> Result<Value, ModelError> {
-        let url = self.base.join("predictions").map_err(|e| unavailable(&self.base, e))?;
+        let url = self.base.join(self.mode.path()).map_err(|e| unavailable(&self.base, e))?;
         let body = match webhook {
             Some(webhook) => {
                 json!({"id": id, "input": input, "webhook": webhook, "webhook_events_filter": ["start", "output", "logs", "completed"]})
@@ -286,7 +338,7 @@ impl Model for CogModel {
 
 impl CogModel {
     fn cancel_guard(&self, id: &str) -> CancelOnDrop {
-        CancelOnDrop { http: self.http.clone(), url: self.base.join(&format!("predictions/{id}/cancel")).ok() }
+        CancelOnDrop { http: self.http.clone(), url: self.base.join(&format!("{}/{id}/cancel", self.mode.path())).ok() }
     }
 
     async fn run_with_webhooks(

@@ -18,6 +18,11 @@
 //! model have work a fetch takes one job, so one account's backlog gets one turn in as many as
 //! there are accounts waiting. `RUNNER_MODEL_CONCURRENCY` still bounds each model.
 //!
+//! **Trainers** are slots of their own: a model's trainings ([`JobKind::Training`], lanes on
+//! the trainers' route) take one of its trainer's [`TRAINER_CONCURRENCY`] slots, never one of
+//! its predictions', so a training waits in its lane while the trainer is busy and
+//! predictions of the model go on beside it.
+//!
 //! **Rechecks.** A lane found empty is asked again when its doorbell rings, or after a
 //! back-off from 1 s to [`MAX_RECHECK`] while the scan of the jobs stream still sees jobs in
 //! it; a lane the scan sees empty is left dormant until a job rings it, and one empty for
@@ -34,7 +39,7 @@ use std::{
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use common::domain::ModelRef;
+use common::domain::{JobKind, ModelRef};
 
 mod lane_state;
 
@@ -62,6 +67,15 @@ pub const MAX_RECHECK: Duration = Duration::from_secs(4);
 pub const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// The most jobs one fetch asks for (each needs a free slot of the runner and of its model).
 const MAX_FETCH: usize = 8;
+/// The trainings of one model that run at once on a runner (a Cog trainer runs one).
+pub const TRAINER_CONCURRENCY: usize = 1;
+
+/// Whose slots a lane's jobs take: its model's predictions' or its model's trainer's.
+type SlotsOf = (ModelRef, JobKind);
+
+fn slots_of(key: &LaneKey) -> SlotsOf {
+    (key.model.clone(), key.kind())
+}
 
 /// The slots of one model on this runner.
 struct ModelSlots {
@@ -79,10 +93,10 @@ impl ModelSlots {
 /// The fair choice of the next lane, over lanes of any payload `T` (a consumer, in the
 /// runner), so the policy can be tested on its own.
 pub struct FairPick<T> {
-    /// The models picked for, each with its slots.
-    models: Vec<(ModelRef, ModelSlots)>,
-    /// Each model's place in `models`.
-    model_index: HashMap<ModelRef, usize>,
+    /// The models picked for (and their trainers), each with its slots.
+    models: Vec<(SlotsOf, ModelSlots)>,
+    /// Each one's place in `models`.
+    model_index: HashMap<SlotsOf, usize>,
     lanes: Mutex<Table<T>>,
     served: AtomicU64,
     aging: Duration,
@@ -100,16 +114,28 @@ impl<T: Clone> FairPick<T> {
     /// No lanes yet; each of `models` bounded by `model_concurrency` and weighted by `weights`
     /// (1 when absent).
     pub fn new(models: &[ModelRef], model_concurrency: usize, weights: &HashMap<ModelRef, u32>) -> Self {
-        let models: Vec<(ModelRef, ModelSlots)> = models
+        let models: Vec<(SlotsOf, ModelSlots)> = models
             .iter()
             .map(|model| {
                 let weight = weights.get(model).copied().unwrap_or(1).max(1);
                 let free = Arc::new(Semaphore::new(model_concurrency));
-                (model.clone(), ModelSlots { limit: model_concurrency, free, weight })
+                ((model.clone(), JobKind::Prediction), ModelSlots { limit: model_concurrency, free, weight })
             })
             .collect();
         let model_index = models.iter().enumerate().map(|(i, (m, _))| (m.clone(), i)).collect();
         Self { models, model_index, lanes: Mutex::default(), served: AtomicU64::new(0), aging: DEFAULT_AGING }
+    }
+
+    /// Also picks for the trainings of `trainers`, each with [`TRAINER_CONCURRENCY`] slots
+    /// of its own.
+    pub fn with_trainers(mut self, trainers: &[ModelRef]) -> Self {
+        for model in trainers {
+            let key = (model.clone(), JobKind::Training);
+            let free = Arc::new(Semaphore::new(TRAINER_CONCURRENCY));
+            self.model_index.insert(key.clone(), self.models.len());
+            self.models.push((key, ModelSlots { limit: TRAINER_CONCURRENCY, free, weight: 1 }));
+        }
+        self
     }
 
     /// Lifts a level one step for each `aging` its oldest job has waited (at least 1 ms).
@@ -122,15 +148,16 @@ impl<T: Clone> FairPick<T> {
         self.lanes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether `model` is one of the models picked for.
-    pub fn serves(&self, model: &ModelRef) -> bool {
-        self.model_index.contains_key(model)
+    /// Whether the lane's jobs are picked for: of a model picked for, and a training only of
+    /// a model with a trainer here.
+    pub fn serves(&self, key: &LaneKey) -> bool {
+        self.model_index.contains_key(&slots_of(key))
     }
 
     /// Adds a lane (one that may have work); `false` if it is known already or its model is
     /// not picked for.
     pub fn add(&self, key: LaneKey, lane: T) -> bool {
-        let Some(&model) = self.model_index.get(&key.model) else { return false };
+        let Some(&model) = self.model_index.get(&slots_of(&key)) else { return false };
         self.lanes().insert(Entry { key, model, state: LaneState::new(), lane })
     }
 
@@ -284,9 +311,9 @@ impl<T: Clone> FairPick<T> {
         usize::try_from(rings).unwrap_or(usize::MAX).max(1)
     }
 
-    /// A free slot of `model`.
-    pub(super) fn model_slot(&self, model: &ModelRef) -> Option<OwnedSemaphorePermit> {
-        let (_, slots) = &self.models[*self.model_index.get(model)?];
+    /// A free slot for a job of `key`: of its model, or of its model's trainer.
+    pub(super) fn model_slot(&self, key: &LaneKey) -> Option<OwnedSemaphorePermit> {
+        let (_, slots) = &self.models[*self.model_index.get(&slots_of(key))?];
         slots.free.clone().try_acquire_owned().ok()
     }
 }

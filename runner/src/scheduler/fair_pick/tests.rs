@@ -133,7 +133,7 @@ fn pick_of(names: &[&str], limit: usize, weights: &HashMap<ModelRef, u32>) -> Fa
 
 /// Occupies `n` slots of `name`.
 fn run_jobs(pick: &FairPick<()>, name: &str, n: usize) -> Vec<OwnedSemaphorePermit> {
-    (0..n).map(|_| pick.model_slot(&model(name)).expect("a free slot")).collect()
+    (0..n).map(|_| pick.model_slot(&key(name, None)).expect("a free slot")).collect()
 }
 
 fn picked(pick: &FairPick<()>, now: Instant) -> Option<LaneKey> {
@@ -293,4 +293,29 @@ fn an_empty_lane_backs_off_and_is_forgotten_after_a_while() {
     pick.forget(None, start + FORGET_AFTER);
     assert_eq!(picked(&pick, start + FORGET_AFTER), None, "forgotten");
     assert!(pick.add(key("a", None), ()), "and opened again when its doorbell rings");
+}
+
+#[test]
+fn a_training_takes_its_trainers_slot_never_the_models_and_waits_while_the_trainer_is_busy() {
+    let account = AccountId::generate();
+    let route = |pool: Option<common::domain::Pool>| Some(common::domain::Route { version: "v1".into(), pool });
+    let predictions = LaneKey { route: route(None), ..key("a", Some(&account)) };
+    let trainings = LaneKey { route: route(Some(common::domain::Pool::trainers())), ..predictions.clone() };
+    let elsewhere = LaneKey { model: model("b"), ..trainings.clone() };
+    let now = Instant::now();
+    let pick = FairPick::new(&[model("a"), model("b")], 1, &HashMap::new()).with_trainers(&[model("a")]);
+    assert!(pick.serves(&trainings) && pick.serves(&predictions));
+    assert!(!pick.serves(&elsewhere), "no trainer of b here: its trainings are not picked for");
+    for lane in [&predictions, &trainings] {
+        pick.add(lane.clone(), ());
+        assert!(pick.ring_at(lane, Heard::Doorbell, now));
+    }
+    let model_slot = pick.model_slot(&predictions).expect("the model's slot");
+    assert_eq!(picked(&pick, now), Some(trainings.clone()), "the model is full; its trainer is not");
+    let trainer_slot = pick.model_slot(&trainings).expect("the trainer's slot");
+    assert!(pick.model_slot(&trainings).is_none(), "a trainer runs one training at a time");
+    assert_eq!(picked(&pick, now), None, "both full: the training waits in its lane");
+    drop(model_slot);
+    assert_eq!(picked(&pick, now), Some(predictions.clone()), "predictions go on beside the training");
+    drop(trainer_slot);
 }

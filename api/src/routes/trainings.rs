@@ -1,0 +1,234 @@
+//! Trainings (CONTRACT §10), on either API surface: create on a version of a model
+//! (`POST /v1/models/{owner}/{name}/versions/{id}/trainings`, scope `write`), list, get and
+//! cancel (`/v1/trainings…`). A training is a job in the pipeline of predictions (see
+//! [`crate::training`]); this file renders it as Replicate's training object. Its webhooks
+//! are a prediction's: the same events, filter and signing.
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{Path, RawQuery, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use common::{
+    domain::{ApiSurface, ErrorView, JobKind, Metrics, ModelRef, Prediction, PredictionStatus},
+    links::{Links, PredictionUrls},
+    store::Claim,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{
+    auth::{Authorized, Read, Write},
+    error::ApiError,
+    idempotency,
+    openapi::problems,
+    owned::owned_job,
+    state::AppState,
+    submit,
+    surface::Surface,
+    validate::{body, create_training, list_predictions, paging},
+};
+
+/// What a succeeded training made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TrainingOutput {
+    /// The new version of the destination: `owner/name:<version id>`.
+    pub version: String,
+    /// Its weights: a file of this service.
+    pub weights: String,
+}
+
+/// A training as clients see it (Replicate's training object).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TrainingView {
+    /// The training id.
+    pub id: String,
+    /// The model trained, `owner/name`.
+    pub model: String,
+    /// The version trained.
+    pub version: String,
+    /// The model the new version goes to, `owner/name`.
+    pub destination: Option<String>,
+    /// The input as submitted.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// The status.
+    pub status: PredictionStatus,
+    /// Log text.
+    pub logs: String,
+    /// `{version, weights}` once it succeeded, else `null`.
+    pub output: Option<TrainingOutput>,
+    /// Once failed: `{code, message}` (canonical), the message (Replicate-compatible).
+    pub error: Option<ErrorView>,
+    /// Timings in seconds, `null` until it ended.
+    pub metrics: Option<Metrics>,
+    /// Always `api`.
+    pub source: String,
+    /// Links to it.
+    pub urls: PredictionUrls,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Start of training.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Completion time.
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+impl TrainingView {
+    /// Training `p` as `surface` shows it.
+    pub fn of(p: &Prediction, links: &Links, surface: ApiSurface) -> Self {
+        let view = p.view(links, surface);
+        Self {
+            id: view.id,
+            model: view.model,
+            version: view.version,
+            destination: view.destination,
+            input: view.input,
+            status: view.status,
+            logs: view.logs,
+            output: view.output.and_then(|o| serde_json::from_value(o).ok()),
+            error: view.error,
+            metrics: view.metrics,
+            source: view.source,
+            urls: view.urls,
+            created_at: view.created_at,
+            started_at: view.started_at,
+            completed_at: view.completed_at,
+        }
+    }
+}
+
+/// `POST /v1/models/{owner}/{name}/versions/{id}/trainings`
+#[utoipa::path(
+    post,
+    path = "/models/{owner}/{name}/versions/{id}/trainings",
+    operation_id = "createTraining",
+    tag = "trainings",
+    params(
+        ("owner" = String, Path, description = "The model's owner"),
+        ("name" = String, Path, description = "The model's name"),
+        ("id" = String, Path, description = "The version to train: one with a trainer"),
+    ),
+    request_body(content = create_training::CreateTrainingBody, content_type = "application/json"),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = TrainingView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
+    security(("bearer" = []))
+)]
+#[tracing::instrument(skip_all, fields(model = %format!("{owner}/{name}"), prediction_id))]
+pub async fn create(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Write>,
+    Path((owner, name, version)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let model =
+        ModelRef::new(&owner, &name).map_err(|_| ApiError::not_found(format!("Model {owner}/{name} not found.")))?;
+    let body = body::json_object(&headers, &body)?;
+    let idempotency_key = idempotency::key(&headers)?;
+    let caller = &auth.caller;
+    let mut training = crate::training::validated(&state, caller, &model, &version, &body, surface).await?;
+    tracing::Span::current().record("prediction_id", training.id.as_str());
+    let account = caller.key.account_id.clone();
+    if let Claim::Existing(first) = submit::store_and_publish(&state, &account, idempotency_key, &mut training).await? {
+        let first = owned_job(&state, caller, first.as_str(), JobKind::Training).await?;
+        return Ok((StatusCode::OK, Json(TrainingView::of(&first, &state.links, surface))).into_response());
+    }
+    let view = TrainingView::of(&training, &state.links, surface);
+    let mut response = (StatusCode::CREATED, Json(&view)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&view.urls.get) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// A page of trainings.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TrainingPage {
+    /// The trainings, newest first.
+    pub results: Vec<TrainingView>,
+    /// The next page, `null` on the last.
+    pub next: Option<String>,
+    /// The previous page, `null` on the first.
+    pub previous: Option<String>,
+    /// How many trainings match in all.
+    pub total_count: u64,
+}
+
+/// `GET /v1/trainings`
+#[utoipa::path(
+    get,
+    path = "/trainings",
+    operation_id = "listTrainings",
+    tag = "trainings",
+    params(list_predictions::StatusParams, paging::PagingParams),
+    responses((status = 200, description = "A page of the account's trainings, newest first", body = TrainingPage), (status = 400, response = inline(problems::BadRequest))),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<TrainingPage>, ApiError> {
+    let query = list_predictions::parse(query.as_deref()).map_err(ApiError::invalid_query)?;
+    let account = &auth.caller.key.account_id;
+    let (trainings, total_count) = state
+        .store
+        .predictions()
+        .list_for_account(account, JobKind::Training, query.status, query.offset, i64::from(query.limit))
+        .await?;
+    let link = |offset: u64| format!("{}/trainings?{}", state.links.api(surface), query.query_at(offset));
+    let (next, previous) = query.neighbours(total_count);
+    Ok(Json(TrainingPage {
+        results: trainings.iter().map(|t| TrainingView::of(t, &state.links, surface)).collect(),
+        next: next.map(link),
+        previous: previous.map(link),
+        total_count,
+    }))
+}
+
+/// `GET /v1/trainings/{id}`
+#[utoipa::path(
+    get,
+    path = "/trainings/{id}",
+    operation_id = "getTraining",
+    tag = "trainings",
+    params(("id" = String, Path, description = "The training id")),
+    responses((status = 200, description = "The training", body = TrainingView), (status = 404, response = inline(problems::NotFound))),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    Path(id): Path<String>,
+) -> Result<Json<TrainingView>, ApiError> {
+    let training = owned_job(&state, &auth.caller, &id, JobKind::Training).await?;
+    Ok(Json(TrainingView::of(&training, &state.links, surface)))
+}
+
+/// `POST /v1/trainings/{id}/cancel`: `starting` or `processing` → `canceled`, at once; a
+/// running training's trainer is told to stop.
+#[utoipa::path(
+    post,
+    path = "/trainings/{id}/cancel",
+    operation_id = "cancelTraining",
+    tag = "trainings",
+    params(("id" = String, Path, description = "The training id")),
+    responses((status = 200, description = "Canceled", body = TrainingView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound))),
+    security(("bearer" = []))
+)]
+#[tracing::instrument(skip_all, fields(prediction_id = %id))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Write>,
+    Path(id): Path<String>,
+) -> Result<Json<TrainingView>, ApiError> {
+    let canceled = crate::cancel::cancel(&state, &auth.caller, &id, JobKind::Training).await?;
+    Ok(Json(TrainingView::of(&canceled, &state.links, surface)))
+}

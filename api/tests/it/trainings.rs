@@ -1,0 +1,244 @@
+//! Trainings through the api, a runner and real Cog servers (coglet 0.23.1, no Docker): the
+//! `tune` fixture's trainer writes weights holding a suffix, and its predictor appends the
+//! suffix of the weights it is handed in `replicate_weights`. A training makes a new version
+//! of an account's own model; that version, and the model by name, run on the base's runner
+//! with the weights; the base model is unchanged.
+
+use std::time::Duration;
+
+use common::testkit::{
+    cog::{CogMode, CogServer},
+    eventually,
+};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{JsonBody, Options, System};
+
+/// The tune fixture's predictor and trainer behind one runner, and a destination model.
+async fn tune_system() -> (System, CogServer, CogServer, String) {
+    let predictor = CogServer::start("tune", CogMode::Predict);
+    let trainer = CogServer::start("tune", CogMode::Train);
+    let system = System::start_with(Options {
+        notifier: false,
+        env: vec![
+            ("RUNNER_COG", format!("acme/tune={}", predictor.url)),
+            ("RUNNER_COG_TRAIN", format!("acme/tune={}", trainer.url)),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let version = eventually(Duration::from_secs(90), || async {
+        let model = system.get("/v1/models/acme/tune").await;
+        if model.status() != 200 {
+            return None;
+        }
+        model.json_body().await["latest_version"]["id"].as_str().map(str::to_owned)
+    })
+    .await
+    .expect("the runner registered acme/tune");
+    let created = system
+        .post_json(
+            "/v1/models",
+            &json!({"owner": "test-account", "name": "tuned", "visibility": "private", "hardware": "cpu"}),
+        )
+        .await;
+    assert_eq!(created.status(), 201);
+    (system, predictor, trainer, version)
+}
+
+async fn train(system: &System, root: &str, version: &str, input: Value) -> reqwest::Response {
+    system
+        .post_json(
+            &format!("{root}/models/acme/tune/versions/{version}/trainings"),
+            &json!({"destination": "test-account/tuned", "input": input}),
+        )
+        .await
+}
+
+async fn training_until(system: &System, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    eventually(Duration::from_secs(60), || async {
+        let got = system.get(&format!("/replicate/v1/trainings/{id}")).await.json_body().await;
+        done(&got).then_some(got)
+    })
+    .await
+    .unwrap_or_else(|| panic!("training {id} did not get there"))
+}
+
+async fn output_of(system: &System, body: Value) -> Value {
+    let created = system
+        .request(Method::POST, "/v1/predictions")
+        .header("prefer", "wait=30")
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(created.status(), 201, "{body}");
+    let prediction = created.json_body().await;
+    let id = prediction["id"].as_str().expect("an id").to_owned();
+    system.wait_for_terminal(&id, Duration::from_secs(30)).await
+}
+
+#[tokio::test]
+async fn a_training_records_a_version_that_runs_with_its_weights_and_leaves_the_base_unchanged() {
+    let (system, _predictor, _trainer, version) = tune_system().await;
+    let created = train(&system, "/replicate/v1", &version, json!({"suffix": "hey", "strength": 2})).await;
+    assert_eq!(created.status(), 201);
+    let training = created.json_body().await;
+    let id = training["id"].as_str().expect("an id").to_owned();
+    assert_eq!(training["status"], "starting");
+    assert_eq!(training["model"], "acme/tune");
+    assert_eq!(training["version"], version.as_str());
+    assert_eq!(training["destination"], "test-account/tuned");
+    assert!(training["urls"]["get"].as_str().is_some_and(|u| u.ends_with(&format!("/replicate/v1/trainings/{id}"))));
+
+    let done = training_until(&system, &id, |t| t["status"] != "starting" && t["status"] != "processing").await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(done["logs"].as_str().is_some_and(|l| l.contains("training on 'hey' x2")), "{done}");
+    let trained = done["output"]["version"].as_str().expect("output.version").to_owned();
+    let (model, trained_id) = trained.split_once(':').expect("owner/name:id");
+    assert_eq!(model, "test-account/tuned");
+    let weights = done["output"]["weights"].as_str().expect("output.weights");
+    let weights = system.http().get(weights).bearer_auth(&system.admin_key).send().await.expect("sent");
+    assert_eq!(weights.status(), 200, "the weights are a file of this service");
+    assert_eq!(weights.text().await.expect("text"), "hey hey");
+
+    // The destination's latest version is the trained one, and says what it was trained from.
+    let destination = system.get("/v1/models/test-account/tuned").await.json_body().await;
+    let latest = &destination["latest_version"];
+    assert_eq!(latest["id"], trained_id);
+    assert_eq!(latest["trained_from"]["model"], "acme/tune");
+    assert_eq!(latest["trained_from"]["version"], version.as_str());
+    assert_eq!(latest["trained_from"]["training"], id.as_str());
+    let input = &latest["openapi_schema"]["components"]["schemas"]["Input"]["properties"];
+    assert!(input.get("prompt").is_some() && input.get("replicate_weights").is_none(), "{input}");
+
+    // The trained version by id, the model by name, and the base model unchanged.
+    let by_version = output_of(&system, json!({"version": trained, "input": {"prompt": "hi"}})).await;
+    assert_eq!(by_version["output"], "hi hey hey", "{by_version}");
+    assert_eq!(by_version["model"], "test-account/tuned");
+    assert_eq!(by_version["version"], trained_id);
+    let by_name = output_of(&system, json!({"version": "test-account/tuned", "input": {"prompt": "yo"}})).await;
+    assert_eq!(by_name["output"], "yo hey hey", "{by_name}");
+    let base = output_of(&system, json!({"version": "acme/tune", "input": {"prompt": "hi"}})).await;
+    assert_eq!(base["output"], "hi", "{base}");
+
+    // Trainings have their own list; predictions do not list them.
+    let trainings = system.get("/v1/trainings").await.json_body().await;
+    let ids: Vec<&str> =
+        trainings["results"].as_array().expect("a page").iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, vec![id.as_str()]);
+    let predictions = system.get("/v1/predictions?limit=100").await.json_body().await;
+    assert!(predictions["results"].as_array().expect("a page").iter().all(|p| p["id"] != id.as_str()));
+    assert_eq!(system.get(&format!("/v1/predictions/{id}")).await.status(), 404, "a training is not a prediction");
+}
+
+#[tokio::test]
+async fn bad_input_a_version_without_a_trainer_and_another_accounts_destination_are_refused() {
+    let (system, _predictor, _trainer, version) = tune_system().await;
+    let bad = train(&system, "/v1", &version, json!({"strength": 9})).await;
+    assert_eq!(bad.status(), 400);
+    let problem = bad.json_body().await;
+    let fields: Vec<&str> =
+        problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
+    assert!(fields.contains(&"input.suffix") && fields.contains(&"input.strength"), "{problem}");
+
+    let echo = system.get("/v1/models/demo/echo").await.json_body().await;
+    let echo_version = echo["latest_version"]["id"].as_str().expect("a version");
+    let untrainable = system
+        .post_json(
+            &format!("/v1/models/demo/echo/versions/{echo_version}/trainings"),
+            &json!({"destination": "test-account/tuned", "input": {}}),
+        )
+        .await;
+    assert_eq!(untrainable.status(), 400);
+    let problem = untrainable.json_body().await;
+    assert_eq!(problem["errors"][0]["field"], "version", "{problem}");
+
+    let other = system.bootstrap_account("other").await;
+    let theirs = system
+        .with_key(Method::POST, &format!("/v1/models/acme/tune/versions/{version}/trainings"), &other)
+        .json(&json!({"destination": "test-account/tuned", "input": {"suffix": "x"}}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(theirs.status(), 404, "another account's model is no destination");
+    let mine = train(&system, "/v1", &version, json!({"suffix": "mine"})).await.json_body().await;
+    let id = mine["id"].as_str().expect("an id");
+    let seen = system.with_key(Method::GET, &format!("/v1/trainings/{id}"), &other).send().await.expect("sent");
+    assert_eq!(seen.status(), 404, "another account sees nothing");
+    let listed = system.with_key(Method::GET, "/v1/trainings", &other).send().await.expect("sent").json_body().await;
+    assert_eq!(listed["results"], json!([]));
+    let missing = system.post_json("/v1/models/acme/tune/versions/nope/trainings", &json!({})).await;
+    assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn a_training_waits_while_its_trainer_is_busy_and_a_cancel_reaches_the_trainer() {
+    let (system, _predictor, trainer, version) = tune_system().await;
+    let long = train(&system, "/v1", &version, json!({"suffix": "slow", "seconds": 60})).await.json_body().await;
+    let long_id = long["id"].as_str().expect("an id").to_owned();
+    training_until(&system, &long_id, |t| t["status"] == "processing").await;
+    let next = train(&system, "/v1", &version, json!({"suffix": "next"})).await.json_body().await;
+    let next_id = next["id"].as_str().expect("an id").to_owned();
+    // Predictions of the model go on beside the training.
+    let base = output_of(&system, json!({"version": "acme/tune", "input": {"prompt": "meanwhile"}})).await;
+    assert_eq!(base["output"], "meanwhile");
+    let waiting = system.get(&format!("/v1/trainings/{next_id}")).await.json_body().await;
+    assert_eq!(waiting["status"], "starting", "the second training waits for the trainer");
+
+    let canceled = system.request(Method::POST, &format!("/v1/trainings/{long_id}/cancel")).send().await.expect("sent");
+    assert_eq!(canceled.status(), 200);
+    assert_eq!(canceled.json_body().await["status"], "canceled");
+    let http = reqwest::Client::new();
+    let idle = eventually(Duration::from_secs(20), || async {
+        let health: Value = http.get(format!("{}/health-check", trainer.url)).send().await.ok()?.json().await.ok()?;
+        (health["status"] == "READY").then_some(())
+    })
+    .await;
+    assert!(idle.is_some(), "the trainer stopped the canceled training");
+    let next = training_until(&system, &next_id, |t| t["status"] == "succeeded").await;
+    assert!(next["output"]["version"].as_str().is_some_and(|v| v.starts_with("test-account/tuned:")), "{next}");
+}
+
+#[tokio::test]
+async fn a_public_destinations_version_runs_for_every_account_and_a_private_ones_for_its_own_only() {
+    let (system, _predictor, _trainer, version) = tune_system().await;
+    let public = system
+        .post_json(
+            "/v1/models",
+            &json!({"owner": "test-account", "name": "shared", "visibility": "public", "hardware": "cpu"}),
+        )
+        .await;
+    assert_eq!(public.status(), 201);
+    let mut trained = Vec::new();
+    for destination in ["test-account/shared", "test-account/tuned"] {
+        let created = system
+            .post_json(
+                &format!("/v1/models/acme/tune/versions/{version}/trainings"),
+                &json!({"destination": destination, "input": {"suffix": "shared"}}),
+            )
+            .await
+            .json_body()
+            .await;
+        let id = created["id"].as_str().expect("an id").to_owned();
+        let done = training_until(&system, &id, |t| t["status"] == "succeeded").await;
+        trained.push(done["output"]["version"].as_str().expect("a version").to_owned());
+    }
+    let other = system.bootstrap_account("other").await;
+    let run_as_other = |version: String| {
+        system
+            .with_key(Method::POST, "/v1/predictions", &other)
+            .header("prefer", "wait=30")
+            .json(&json!({"version": version, "input": {"prompt": "theirs"}}))
+            .send()
+    };
+    let public_run = run_as_other(trained[0].clone()).await.expect("sent");
+    assert_eq!(public_run.status(), 201);
+    let public_run = public_run.json_body().await;
+    let id = public_run["id"].as_str().expect("an id");
+    let done = system.wait_for_terminal_as(&other, id, Duration::from_secs(30)).await;
+    assert_eq!(done["output"], "theirs shared", "another account runs a public fine-tune with its weights: {done}");
+    let private_run = run_as_other(trained[1].clone()).await.expect("sent");
+    assert_eq!(private_run.status(), 404, "a private fine-tune is not revealed");
+}

@@ -1,0 +1,123 @@
+//! Step 3 of a training (see [`super`] and [`common::domain::training`]): its trainer answered
+//! `{"weights": <file>}`; the weights are stored as a file of the training's account (no
+//! expiry: they are kept while the version exists), the new version of the destination model
+//! is recorded (trained from the training's version, with that version's input schema less
+//! the weights field), and the training's output becomes `{version, weights}`.
+//!
+//! A redelivered job that stores the result again records no second version (the version's
+//! id is derived from the training), and its output names the weights the version kept.
+
+use anyhow::Context;
+use bson::DateTime;
+use common::{
+    domain::{
+        ApiSurface, Prediction,
+        training::{self, trained_version_id},
+    },
+    files::NewFile,
+    store::{ModelVersionRecord, model_versions::TrainedFrom},
+};
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::Executor;
+use crate::models::{ModelError, ModelOutput, cog::output, file_inputs::data_uri_bytes};
+
+fn invalid(message: impl Into<String>) -> ModelError {
+    ModelError { code: "TRAINING_OUTPUT_INVALID".into(), message: message.into() }
+}
+
+/// The weights a trainer's output holds: their media type and bytes.
+fn weights_of(output: ModelOutput) -> Result<(String, Vec<u8>), ModelError> {
+    match output {
+        ModelOutput::File { content_type, bytes, .. } => Ok((content_type, bytes)),
+        ModelOutput::Json(Value::Object(fields)) => match fields.get("weights") {
+            Some(Value::String(uri)) if uri.starts_with("data:") => match output::convert(Value::String(uri.clone())) {
+                Ok(ModelOutput::File { content_type, bytes, .. }) => Ok((content_type, bytes)),
+                _ => data_uri_bytes(uri).ok_or_else(|| invalid("the trainer's weights are a malformed data: URI")),
+            },
+            Some(Value::String(other)) => Err(invalid(format!(
+                "the trainer's weights must come back in the answer (a data: URI), not as {}; start the trainer without --upload-url",
+                other.split('?').next().unwrap_or_default()
+            ))),
+            _ => Err(invalid("the trainer's output has no weights")),
+        },
+        _ => Err(invalid("the trainer's output is not {\"weights\": <file>}")),
+    }
+}
+
+impl Executor {
+    /// The stored output of training `p` from its trainer's `output`: the weights stored and
+    /// the new version recorded (an `Err` of a trainer's output that is unusable fails the
+    /// training; an `Err` of the outer result is a storage failure, retried).
+    pub(super) async fn training_result(
+        &self,
+        p: &Prediction,
+        output: ModelOutput,
+    ) -> anyhow::Result<Result<ModelOutput, ModelError>> {
+        let Some(destination) = p.destination.clone() else {
+            return Ok(Err(invalid("the training has no destination")));
+        };
+        let (content_type, bytes) = match weights_of(output) {
+            Ok(weights) => weights,
+            Err(e) => return Ok(Err(e)),
+        };
+        let versions = self.store.model_versions();
+        let base = versions.get(&p.version).await.context("reading the trained version")?;
+        let Some(base) = base else {
+            return Ok(Err(invalid(format!("version {} of {} is no longer recorded", p.version, p.model))));
+        };
+        let new = NewFile {
+            account_id: p.account_id.clone(),
+            name: format!("{}-weights", p.id),
+            content_type,
+            metadata: String::new(),
+            expires_at: None,
+            // Not an output of the training: the retention of its data must not remove it.
+            prediction_id: None,
+        };
+        let body = futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
+        let weights = self.files.create(new, body, u64::MAX).await.context("storing the weights")?;
+        let schema = training::without_weights_field(&base.input_schema()?);
+        let version = ModelVersionRecord {
+            id: trained_version_id(&p.id),
+            model: destination.clone(),
+            capability: base.capability.clone(),
+            input_schema_json: schema.to_string(),
+            created_at: DateTime::now(),
+            training_input_schema_json: None,
+            trained_from: Some(TrainedFrom {
+                model: p.model.clone(),
+                version: p.version.clone(),
+                training: p.id.clone(),
+                weights: weights.id.clone(),
+            }),
+        };
+        versions.record_trained(&version).await.context("recording the trained version")?;
+        // A version recorded by an earlier delivery keeps its weights; these are then unused.
+        let kept = versions.get(&version.id).await?.and_then(|v| v.trained_from).map(|t| t.weights);
+        let weights_id = kept.unwrap_or(weights.id);
+        tracing::info!(version = %version.id, %destination, "trained version recorded");
+        let url = self.links.file(&weights_id, ApiSurface::Canonical);
+        Ok(Ok(ModelOutput::Text(training::training_output(&destination, &version.id, &url))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn weights_come_as_a_data_uri_or_a_file_and_nothing_else() {
+        let (media, bytes) =
+            weights_of(ModelOutput::Json(json!({"weights": "data:text/plain;base64,aGk="}))).expect("ok");
+        assert_eq!((media.as_str(), bytes.as_slice()), ("text/plain", b"hi".as_slice()));
+        let file = ModelOutput::File { content_type: "a/b".into(), extension: "bin".into(), bytes: vec![1] };
+        assert!(weights_of(file).is_ok());
+        for bad in [json!({"weights": "http://h/w.bin"}), json!({"other": 1}), json!("text")] {
+            let e = weights_of(ModelOutput::Json(bad.clone())).expect_err("refused");
+            assert_eq!(e.code, "TRAINING_OUTPUT_INVALID", "{bad}");
+        }
+    }
+}
