@@ -26,12 +26,16 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str, kind: JobKind) 
         let current = owned_job(state, caller, id, kind).await?;
         let prediction_id = current.id.clone();
         if current.status.is_terminal() {
+            let (title, noun, nouns) = match kind {
+                JobKind::Prediction => ("Prediction", "prediction", "predictions"),
+                JobKind::Training => ("Training", "training", "trainings"),
+            };
             return Err(ApiError::validation(
                 format!(
-                    "Prediction {id} is already {}; only starting or processing predictions can be canceled.",
+                    "{title} {id} is already {}; only starting or processing {nouns} can be canceled.",
                     current.status
                 ),
-                vec![FieldError::invalid("status", format!("The prediction is {}.", current.status))],
+                vec![FieldError::invalid("status", format!("The {noun} is {}.", current.status))],
             ));
         }
         let now = DateTime::now();

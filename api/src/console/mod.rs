@@ -4,7 +4,8 @@
 //!   person every page proves it is ([`session::Signed`]); [`csrf`]: the checks of every form
 //!   post ([`csrf::ConsoleAction`]).
 //! - Pages, one file each: [`predictions`] (the list at `/`, a prediction at its `urls.web`,
-//!   Cancel, Resend), [`models`] (list, run form, versions), [`deployments`] (list, create, a
+//!   Cancel, Resend), [`models`] (list, run form, versions), [`trainings`] (list, a training
+//!   at its `urls.web`, Cancel, the Train form of a version with a trainer), [`deployments`] (list, create, a
 //!   new release, delete), [`keys`], [`secret`], [`account`] (its
 //!   concurrency cap), [`usage`] (a chart by day and model, and the CSV); [`files`] serves
 //!   file outputs to the pages.
@@ -29,6 +30,7 @@ mod page;
 mod predictions;
 mod secret;
 mod session;
+mod trainings;
 mod usage;
 
 use axum::{
@@ -58,6 +60,10 @@ pub fn router() -> Router<AppState> {
         .route("/models", get(models::list))
         // A run form with files streams them to the file store under API_MAX_FILE_BYTES each.
         .route("/models/{owner}/{name}", get(models::form).post(models::run).layer(DefaultBodyLimit::disable()))
+        .route("/models/{owner}/{name}/train", post(trainings::train).layer(DefaultBodyLimit::disable()))
+        .route("/trainings", get(trainings::list))
+        .route("/trainings/{id}", get(trainings::page))
+        .route("/trainings/{id}/cancel", post(trainings::cancel))
         .route("/keys", get(keys::list).post(keys::create))
         .route("/keys/{id}/deactivate", post(keys::deactivate))
         .route("/secret", get(secret::show))

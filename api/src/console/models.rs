@@ -6,9 +6,11 @@
 //! the prediction exactly as the API does ([`crate::submit`]), then opens its page; a bad value
 //! shows the form again with the field's error under it. The page lists the model's versions,
 //! which of them are live (a runner serving it is alive) and which one the form runs (the
-//! latest).
+//! latest). An account's own model (`POST /v1/models`) has a page too: its trained versions,
+//! each with what it was trained from, and a form that runs the newest. A version with a
+//! trainer adds a Train form ([`super::trainings`]).
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use askama::Template;
 use axum::{
@@ -16,7 +18,10 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use common::domain::{ApiSurface, ModelRef, Scope};
+use common::{
+    domain::{ApiSurface, ModelRef, Scope},
+    store::Visibility,
+};
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -40,11 +45,21 @@ struct ListPage {
     models: Vec<ModelRow>,
 }
 
-/// `GET /models`
+/// `GET /models`: the registered models, then the account's own and the public ones.
 pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
     let (records, _) = state.store.models().list(0, 100).await.map_err(anyhow::Error::from)?;
-    let models =
+    let mut models: Vec<ModelRow> =
         records.iter().map(|r| ModelRow { name: r.model.to_string(), capability: r.capability.clone() }).collect();
+    let (owned, _) = state
+        .store
+        .owned_models()
+        .page_visible_to(&signed.key.account_id, 0, 100)
+        .await
+        .map_err(anyhow::Error::from)?;
+    models.extend(owned.iter().map(|o| ModelRow {
+        name: o.model.to_string(),
+        capability: format!("{} model of {}", o.visibility.as_str(), o.model.owner()),
+    }));
     Ok(html(&ListPage { chrome: signed.chrome("models"), models }))
 }
 
@@ -137,46 +152,105 @@ pub fn input_of(fields: &[Field], form: &HashMap<String, String>) -> Map<String,
 
 #[derive(Template)]
 #[template(path = "model.html")]
-struct RunPage {
-    chrome: Chrome,
-    name: String,
-    capability: String,
-    can_run: bool,
-    fields: Vec<Field>,
-    error: Option<String>,
-    versions: Vec<VersionRow>,
+pub(super) struct RunPage {
+    pub(super) chrome: Chrome,
+    pub(super) name: String,
+    pub(super) capability: String,
+    pub(super) can_run: bool,
+    /// Nothing to run yet: an account's model before its first training.
+    pub(super) no_version: bool,
+    pub(super) fields: Vec<Field>,
+    pub(super) error: Option<String>,
+    pub(super) versions: Vec<VersionRow>,
+    /// The training form, when the version the page runs has a trainer.
+    pub(super) train: Option<super::trainings::TrainForm>,
 }
 
 /// One version of the model on its page.
-struct VersionRow {
+pub(super) struct VersionRow {
     id: String,
     created: String,
-    /// A runner serving it is alive.
+    /// A runner serving it is alive (for a trained version: one serving its base).
     live: bool,
     /// The model's route runs it.
     latest: bool,
+    /// For a trained version: `owner/name:<version>` it was trained from, and the training.
+    trained_from: Option<(String, String)>,
+}
+
+/// A model's page: its address, and what its form runs (`None`: an account's model that no
+/// training has given a version yet).
+pub(super) struct Shown {
+    pub(super) model: ModelRef,
+    pub(super) runs: Option<Arc<RegisteredModel>>,
 }
 
 /// The model's versions, newest first, with which are live and which is the latest.
-async fn versions(state: &AppState, model: &RegisteredModel) -> Result<Vec<VersionRow>, ConsoleError> {
-    let records = state.store.model_versions().list_for(&model.record.model).await.map_err(anyhow::Error::from)?;
+async fn versions(state: &AppState, shown: &Shown) -> Result<Vec<VersionRow>, ConsoleError> {
+    let records = state.store.model_versions().list_for(&shown.model).await.map_err(anyhow::Error::from)?;
     let snapshot = state.models.live.snapshot().await?;
-    let live = snapshot.versions.get(&model.record.model);
+    let latest = shown.runs.as_ref().map(|m| m.trained.as_ref().map_or(&m.record.version, |t| &t.version));
     Ok(records
         .iter()
-        .map(|v| VersionRow {
-            id: v.id.clone(),
-            created: v.created_at.to_chrono().format("%Y-%m-%d %H:%M UTC").to_string(),
-            live: live.is_some_and(|l| l.contains(&v.id)),
-            latest: v.id == model.record.version,
+        .map(|v| {
+            let (runs_on, version) = match &v.trained_from {
+                Some(from) => (&from.model, &from.version),
+                None => (&v.model, &v.id),
+            };
+            VersionRow {
+                id: v.id.clone(),
+                created: v.created_at.to_chrono().format("%Y-%m-%d %H:%M UTC").to_string(),
+                live: snapshot.versions.get(runs_on).is_some_and(|l| l.contains(version)),
+                latest: latest == Some(&v.id),
+                trained_from: v
+                    .trained_from
+                    .as_ref()
+                    .map(|from| (format!("{}:{}", from.model, from.version), from.training.to_string())),
+            }
         })
         .collect())
 }
 
-async fn model(state: &AppState, owner: &str, name: &str) -> Result<std::sync::Arc<RegisteredModel>, ConsoleError> {
+/// The model at `owner/name` the signed-in account may see: a registered one, or an account's
+/// own (its newest trained version runs).
+pub(super) async fn model(state: &AppState, signed: &Signed, owner: &str, name: &str) -> Result<Shown, ConsoleError> {
     let missing = || ConsoleError::NotFound(format!("Model {owner}/{name} not found."));
-    let model_ref = ModelRef::new(owner, name).map_err(|_| missing())?;
-    state.models.get(&model_ref).await?.ok_or_else(missing)
+    let model = ModelRef::new(owner, name).map_err(|_| missing())?;
+    if let Some(registered) = state.models.get(&model).await? {
+        return Ok(Shown { model, runs: Some(registered) });
+    }
+    let owned = state.store.owned_models().get(&model).await.map_err(anyhow::Error::from)?;
+    match owned {
+        Some(o) if o.visibility == Visibility::Public || o.account_id == signed.key.account_id => {
+            let runs = crate::trained::trained_model(state, &signed.key.account_id, &model, None).await?;
+            Ok(Shown { model, runs })
+        }
+        _ => Err(missing()),
+    }
+}
+
+/// The page of `shown`, its forms as `fields` and `train` say.
+pub(super) async fn page(
+    state: &AppState,
+    chrome: Chrome,
+    shown: &Shown,
+    can_run: bool,
+    run_fields: Option<Vec<Field>>,
+    train: Option<super::trainings::TrainForm>,
+) -> Result<RunPage, ConsoleError> {
+    let capability = shown.runs.as_ref().map_or_else(String::new, |m| m.record.capability.clone());
+    let fields = run_fields.unwrap_or_else(|| shown.runs.as_ref().map(|m| fields(&m.input_schema)).unwrap_or_default());
+    Ok(RunPage {
+        chrome,
+        name: shown.model.to_string(),
+        capability,
+        can_run,
+        no_version: shown.runs.is_none(),
+        fields,
+        error: None,
+        versions: versions(state, shown).await?,
+        train,
+    })
 }
 
 /// `GET /models/{owner}/{name}`
@@ -185,16 +259,10 @@ pub async fn form(
     signed: Signed,
     Path((owner, name)): Path<(String, String)>,
 ) -> Result<Response, ConsoleError> {
-    let model = model(&state, &owner, &name).await?;
-    Ok(html(&RunPage {
-        chrome: signed.chrome("models"),
-        name: model.record.model.to_string(),
-        capability: model.record.capability.clone(),
-        can_run: signed.key.has_scope(Scope::Write),
-        fields: fields(&model.input_schema),
-        error: None,
-        versions: versions(&state, &model).await?,
-    }))
+    let shown = model(&state, &signed, &owner, &name).await?;
+    let can_run = signed.key.has_scope(Scope::Write);
+    let train = if can_run { super::trainings::form_for(&state, &signed, &shown).await? } else { None };
+    Ok(html(&page(&state, signed.chrome("models"), &shown, can_run, None, train).await?))
 }
 
 /// `POST /models/{owner}/{name}` (scope `write`): creates the prediction and opens its page.
@@ -204,7 +272,9 @@ pub async fn run(
     action: ConsoleAction,
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Write)?;
-    let model = model(&state, &owner, &name).await?;
+    let shown = model(&state, &action.signed, &owner, &name).await?;
+    let missing = || ConsoleError::NotFound(format!("Model {owner}/{name} has no version to run yet."));
+    let model = shown.runs.clone().ok_or_else(missing)?;
     let mut form_fields = fields(&model.input_schema);
     let body = json!({"input": input_of(&form_fields, &action.fields)});
     let body = body.as_object().cloned().unwrap_or_default();
@@ -218,15 +288,10 @@ pub async fn run(
                     let path = format!("input.{}", field.name);
                     field.error = problem.errors.iter().find(|e| e.field == path).map(|e| e.message.clone());
                 }
-                let page = RunPage {
-                    chrome: action.signed.chrome("models"),
-                    name: model.record.model.to_string(),
-                    capability: model.record.capability.clone(),
-                    can_run: true,
-                    fields: form_fields,
-                    error: Some(problem.detail),
-                    versions: versions(&state, &model).await?,
-                };
+                let train = super::trainings::form_for(&state, &action.signed, &shown).await?;
+                let chrome = action.signed.chrome("models");
+                let mut page = page(&state, chrome, &shown, true, Some(form_fields), train).await?;
+                page.error = Some(problem.detail);
                 return Ok((StatusCode::BAD_REQUEST, html(&page)).into_response());
             }
             Err(e) => return Err(e.into()),

@@ -277,6 +277,44 @@ def test_the_model_page_lists_its_versions_and_which_is_live(browser):
     assert any("latest" in r.text and "live" in r.text for r in rows), [r.text for r in rows]
 
 
+def test_a_training_is_started_from_the_form_followed_live_and_its_version_run(browser, api):
+    status, account = api.call("GET", "/v1/account")
+    assert status == 200, account
+    destination = f"{account['username']}/browser-tuned"
+    status, body = api.call("POST", "/v1/models", {"owner": account["username"], "name": "browser-tuned",
+                                                    "visibility": "private", "hardware": "cpu"})
+    assert status == 201, body
+    browser.get(BASE_URL + "/models/acme/tune")
+    strength = wait_for(browser, lambda d: d.find_element(By.ID, "train-strength"))
+    fields = [e.get_attribute("id") for e in browser.find_elements(By.CSS_SELECTOR, "#train-form [id^=train-field-]")]
+    assert fields == ["train-field-suffix", "train-field-strength", "train-field-seconds"], "in x-order"
+    strength.clear()
+    strength.send_keys("9")
+    browser.find_element(By.ID, "train").click()
+    error = wait_for(browser, lambda d: d.find_element(By.ID, "train-error-strength"))
+    assert "5" in error.text
+    browser.find_element(By.ID, "train-suffix").send_keys("web")
+    strength = browser.find_element(By.ID, "train-strength")
+    strength.clear()
+    strength.send_keys("1")
+    browser.find_element(By.ID, "train").click()
+    wait_for(browser, lambda d: "/trainings/" in d.current_url)
+    wait_for(browser, lambda d: text_of(d, "status") == "succeeded", seconds=30)
+    assert "training on 'web'" in text_of(browser, "logs")
+    trained = text_of(browser, "trained-version")
+    assert trained.startswith(destination + ":"), trained
+    browser.get(BASE_URL + "/trainings")
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#trainings tbody tr"))
+    browser.get(f"{BASE_URL}/models/{destination}")
+    rows = wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#versions tbody tr"))
+    assert "acme/tune:" in rows[0].text and "latest" in rows[0].text, rows[0].text
+    browser.find_element(By.ID, "input-prompt").send_keys("hello")
+    browser.find_element(By.ID, "run").click()
+    wait_for(browser, lambda d: "/predictions/" in d.current_url)
+    wait_for(browser, lambda d: text_of(d, "status") == "succeeded", seconds=20)
+    assert text_of(browser, "output") == "hello web"
+
+
 def test_the_usage_page_charts_the_days_by_model_and_offers_the_csv(browser, api):
     api.wait_terminal(api.create("demo/echo", {"prompt": "counted"})["id"])
 

@@ -1,0 +1,223 @@
+//! The trainings pages: the list (`/trainings`, newest first), one training
+//! (`/trainings/{id}`, its `urls.web`: status, logs and output live from its stream, as a
+//! prediction's page, and Cancel), and the Train form on the page of a version with a trainer
+//! (`POST /models/{owner}/{name}/train`): the trainer's `TrainingInput` fields in `x-order`
+//! and a destination among the account's own models. The form starts the training exactly as
+//! the API does ([`crate::training`]); a bad value shows the page again with the field's error.
+
+use std::collections::HashMap;
+
+use askama::Template;
+use axum::{
+    extract::{Path, Query, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use common::domain::{ApiSurface, JobKind, PredictionStatus, Scope};
+use serde_json::json;
+
+use super::{
+    csrf::ConsoleAction,
+    error::ConsoleError,
+    models::{self, Field, Shown},
+    page::{Chrome, ago, html, see_other},
+    session::Signed,
+};
+use crate::{cancel, error::ApiError, owned::owned_job, state::AppState, submit};
+
+/// The Train form of a trainable version.
+pub struct TrainForm {
+    /// The version it trains.
+    pub(super) version: String,
+    /// The trainer's input fields.
+    pub(super) fields: Vec<Field>,
+    /// The account's own models, the destinations it may pick.
+    pub(super) destinations: Vec<String>,
+    /// The destination picked last.
+    pub(super) destination: String,
+    /// What went wrong with the last submission, besides its fields.
+    pub(super) error: Option<String>,
+}
+
+/// The Train form of the version `shown` runs, if it is a registered version with a trainer
+/// (`None` otherwise).
+pub(super) async fn form_for(
+    state: &AppState,
+    signed: &Signed,
+    shown: &Shown,
+) -> Result<Option<TrainForm>, ConsoleError> {
+    let Some(model) = shown.runs.as_ref().filter(|m| m.trained.is_none()) else { return Ok(None) };
+    let version = state.store.model_versions().get(&model.record.version).await.map_err(anyhow::Error::from)?;
+    let Some(schema) =
+        version.as_ref().and_then(|v| v.training_input_schema()).transpose().map_err(anyhow::Error::from)?
+    else {
+        return Ok(None);
+    };
+    let (owned, _) = state
+        .store
+        .owned_models()
+        .page_visible_to(&signed.key.account_id, 0, 100)
+        .await
+        .map_err(anyhow::Error::from)?;
+    let destinations: Vec<String> =
+        owned.iter().filter(|o| o.account_id == signed.key.account_id).map(|o| o.model.to_string()).collect();
+    Ok(Some(TrainForm {
+        version: model.record.version.clone(),
+        fields: models::fields(&schema),
+        destination: destinations.first().cloned().unwrap_or_default(),
+        destinations,
+        error: None,
+    }))
+}
+
+/// `POST /models/{owner}/{name}/train` (scope `write`): starts the training and opens its page.
+pub async fn train(
+    State(state): State<AppState>,
+    Path((owner, name)): Path<(String, String)>,
+    action: ConsoleAction,
+) -> Result<Response, ConsoleError> {
+    action.signed.require(Scope::Write)?;
+    let shown = models::model(&state, &action.signed, &owner, &name).await?;
+    let no_trainer = || ConsoleError::NotFound(format!("Model {owner}/{name} has no trainer."));
+    let mut form = form_for(&state, &action.signed, &shown).await?.ok_or_else(no_trainer)?;
+    let input = models::input_of(&form.fields, &action.fields);
+    let body = json!({"destination": action.field("destination"), "input": input});
+    let body = body.as_object().cloned().unwrap_or_default();
+    let caller = action.signed.caller();
+    let validated =
+        crate::training::validated(&state, &caller, &shown.model, &form.version, &body, ApiSurface::Canonical).await;
+    let mut training = match validated {
+        Ok(training) => training,
+        Err(ApiError::Problem(problem)) => {
+            for field in &mut form.fields {
+                field.value = action.field(&field.name).to_owned();
+                let path = format!("input.{}", field.name);
+                field.error = problem.errors.iter().find(|e| e.field == path).map(|e| e.message.clone());
+            }
+            action.field("destination").clone_into(&mut form.destination);
+            form.error = Some(problem.detail);
+            let chrome = action.signed.chrome("trainings");
+            let page = models::page(&state, chrome, &shown, true, None, Some(form)).await?;
+            return Ok((StatusCode::BAD_REQUEST, html(&page)).into_response());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    submit::store_and_publish(&state, &caller.key.account_id, None, &mut training).await?;
+    Ok(see_other(&format!("/trainings/{}", training.id)))
+}
+
+/// One row of the list.
+struct Row {
+    id: String,
+    model: String,
+    destination: String,
+    status: &'static str,
+    created: String,
+    age: String,
+}
+
+#[derive(Template)]
+#[template(path = "trainings.html")]
+struct ListPage {
+    chrome: Chrome,
+    rows: Vec<Row>,
+    total: u64,
+}
+
+/// `GET /trainings`: the account's newest 50.
+pub async fn list(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
+    let filter = query.get("status").map(String::as_str).unwrap_or_default();
+    let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
+    let predictions = state.store.predictions();
+    let listed = predictions.list_for_account(&signed.key.account_id, JobKind::Training, status, 0, 50).await;
+    let (trainings, total) = listed.map_err(anyhow::Error::from)?;
+    let now = bson::DateTime::now();
+    let rows = trainings
+        .iter()
+        .map(|t| Row {
+            id: t.id.to_string(),
+            model: format!("{}:{}", t.model, t.version.chars().take(12).collect::<String>()),
+            destination: t.destination.as_ref().map(ToString::to_string).unwrap_or_default(),
+            status: t.status.as_str(),
+            created: t.created_at.to_chrono().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            age: ago((now.timestamp_millis() - t.created_at.timestamp_millis()) / 1000),
+        })
+        .collect();
+    Ok(html(&ListPage { chrome: signed.chrome("trainings"), rows, total }))
+}
+
+#[derive(Template)]
+#[template(path = "training.html")]
+struct TrainingPage {
+    chrome: Chrome,
+    id: String,
+    model: String,
+    version: String,
+    destination: String,
+    status: &'static str,
+    running: bool,
+    can_cancel: bool,
+    stream_url: String,
+    error: Option<String>,
+    /// `owner/name:<id>` of the version it made, and the model's page.
+    trained_version: Option<String>,
+    weights_file: Option<String>,
+    logs: String,
+    input: String,
+    created: String,
+    started: String,
+    completed: String,
+}
+
+fn time(t: Option<bson::DateTime>) -> String {
+    t.map_or("—".into(), |t| t.to_chrono().format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
+}
+
+/// `GET /trainings/{id}`: another account's training is a 404 page.
+pub async fn page(
+    State(state): State<AppState>,
+    signed: Signed,
+    Path(id): Path<String>,
+) -> Result<Response, ConsoleError> {
+    let t = owned_job(&state, &signed.caller(), &id, JobKind::Training).await?;
+    let view = crate::routes::trainings::TrainingView::of(&t, &state.links, ApiSurface::Canonical);
+    let running = !t.status.is_terminal();
+    let prefix = format!("{}/files/", state.links.api(ApiSurface::Canonical));
+    let page = TrainingPage {
+        chrome: signed.chrome("trainings"),
+        id: t.id.to_string(),
+        model: t.model.to_string(),
+        version: t.version.clone(),
+        destination: view.destination.clone().unwrap_or_default(),
+        status: t.status.as_str(),
+        running,
+        can_cancel: running && signed.key.has_scope(Scope::Write),
+        stream_url: view.urls.stream.clone(),
+        error: t.error.as_ref().map(|e| e.message.clone()),
+        trained_version: view.output.as_ref().map(|o| o.version.clone()),
+        weights_file: view.output.as_ref().and_then(|o| {
+            o.weights.strip_prefix(&prefix).map(|rest| format!("/files/{}", rest.trim_end_matches("/download")))
+        }),
+        logs: t.logs.clone(),
+        input: serde_json::to_string_pretty(&t.input).unwrap_or_default(),
+        created: time(Some(t.created_at)),
+        started: time(t.started_at),
+        completed: time(t.completed_at),
+    };
+    Ok(html(&page))
+}
+
+/// `POST /trainings/{id}/cancel` (scope `write`).
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    action: ConsoleAction,
+) -> Result<Response, ConsoleError> {
+    action.signed.require(Scope::Write)?;
+    cancel::cancel(&state, &action.signed.caller(), &id, JobKind::Training).await?;
+    Ok(see_other(&format!("/trainings/{id}")))
+}
