@@ -299,9 +299,10 @@ def test_a_training_is_started_from_the_form_followed_live_and_its_version_run(b
     strength.send_keys("1")
     browser.find_element(By.ID, "train").click()
     wait_for(browser, lambda d: "/trainings/" in d.current_url)
-    wait_for(browser, lambda d: text_of(d, "status") == "succeeded", seconds=30)
+    # The stream says "done", then the page reloads once with the output.
+    trained = wait_for(browser, lambda d: text_of(d, "trained-version"), seconds=30)
+    assert text_of(browser, "status") == "succeeded"
     assert "training on 'web'" in text_of(browser, "logs")
-    trained = text_of(browser, "trained-version")
     assert trained.startswith(destination + ":"), trained
     browser.get(BASE_URL + "/trainings")
     wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#trainings tbody tr"))

@@ -12,6 +12,7 @@
 //! - [`uploads`]: files uploaded slowly under the fault, then read back whole;
 //! - [`capped`]: what a capped account runs at once, sampled through the fault;
 //! - [`rollout`]: a rolling update of a model version, and what ran where;
+//! - [`trainings`]: real Cog trainings through a killed runner, and how each ended;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -26,6 +27,7 @@ mod report;
 mod rollout;
 mod scenarios;
 mod topology;
+mod trainings;
 mod uploads;
 
 use std::process::ExitCode;

@@ -112,6 +112,8 @@ pub struct Outcome {
     pub overload: Option<FloodTally>,
     /// What the creates at each priority level got, in a scenario with levels.
     pub levels: Option<crate::levels::LevelsTally>,
+    /// How the trainings ended, in a scenario with trainings.
+    pub trainings: Option<crate::trainings::TrainingsTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -201,6 +203,7 @@ impl Outcome {
             rollout: None,
             overload: None,
             levels: None,
+            trainings: None,
             usage: None,
         }
     }
@@ -254,6 +257,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(trainings) = &self.trainings {
+            for failure in trainings.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(cap) = &self.cap {
             fail(cap.most > u64::from(cap.cap), format!("{} running at once, past the cap of {}", cap.most, cap.cap));
             fail(!cap.full_after_fault, format!("never {} running again after the fault (a slot leaked?)", cap.cap));
@@ -280,6 +288,7 @@ impl Outcome {
             "rollout": self.rollout.as_ref().map(RolloutTally::json),
             "overload": self.overload.as_ref().map(FloodTally::json),
             "levels": self.levels.as_ref().map(crate::levels::LevelsTally::json),
+            "trainings": self.trainings.as_ref().map(crate::trainings::TrainingsTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,

@@ -22,7 +22,9 @@
 //! rest at once with 503 and `Retry-After`, and lose nothing it accepted).
 //!
 //! A row whose creates take turns between the three priority levels has its runner killed:
-//! every level's predictions must end, each at the level it asked for ([`levels`]).
+//! every level's predictions must end, each at the level it asked for ([`levels`]). A row has
+//! its runner killed while a real Cog trainer trains: every training must end, run again or
+//! failed with a message, never stuck ([`trainings`]).
 //!
 //! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
 //! by how it ended, also where a runner was killed mid-run.
@@ -47,7 +49,7 @@ use crate::{
     report::{Evidence, Outcome, SETTLE, Window},
     rollout,
     topology::{Role, Shape, Topology},
-    uploads,
+    trainings, uploads,
 };
 
 /// The fault suite's settings.
@@ -134,6 +136,8 @@ struct Scenario {
     s3: bool,
     /// Whether the creates take turns between the priority levels (see [`levels`]).
     levels: bool,
+    /// Whether trainings run beside the load (see [`trainings`]).
+    trainings: bool,
 }
 
 const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -156,6 +160,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "runner killed (SIGKILL)",
@@ -168,6 +173,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "capped account, runner killed",
@@ -180,6 +186,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: true,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "three priority levels, runner killed",
@@ -192,6 +199,20 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: true,
+        trainings: false,
+    },
+    Scenario {
+        name: "runner killed mid-training",
+        shape: ONE_EACH,
+        nats_nodes: 1,
+        behaviour: Behaviour::Healthy,
+        fault: Fault::Kill(Role::Runner),
+        latency_bound: None,
+        uploads: false,
+        capped: false,
+        s3: false,
+        levels: false,
+        trainings: true,
     },
     Scenario {
         name: "notifier killed (SIGKILL)",
@@ -204,6 +225,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "api killed (SIGKILL)",
@@ -216,6 +238,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "api killed during uploads",
@@ -228,6 +251,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "api killed during uploads (s3)",
@@ -240,6 +264,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: true,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "object store restarted during uploads (s3)",
@@ -252,6 +277,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: true,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "nats-server restarted",
@@ -264,6 +290,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "MongoDB stand-in restarted",
@@ -276,6 +303,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "receiver hangs on first attempts",
@@ -288,6 +316,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "receiver answers 503 + Retry-After: 2",
@@ -300,6 +329,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "rolling update v1 -> v2 (pinned, latest, deployment)",
@@ -312,6 +342,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "secret rotated under load",
@@ -324,6 +355,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "2 api, 3 runner, 2 notifier replicas",
@@ -336,6 +368,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "overload: 2x the api's in-flight bound for 10 s",
@@ -348,6 +381,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
     Scenario {
         name: "3-node NATS cluster (R3), stream leader killed",
@@ -360,6 +394,7 @@ const SCENARIOS: &[Scenario] = &[
         capped: false,
         s3: false,
         levels: false,
+        trainings: false,
     },
 ];
 
@@ -483,6 +518,13 @@ async fn run_scenario(
     if matches!(scenario.fault, Fault::Overload) {
         vars.push(("API_MAX_IN_FLIGHT", FLOOD_BOUND.to_string()));
     }
+    let trainers = match scenario.trainings {
+        true => Some(trainings::Trainers::start().await?),
+        false => None,
+    };
+    if let Some(trainers) = &trainers {
+        vars.extend(trainers.vars());
+    }
     let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
     let pinned = rollout::Pinned::new();
     if rolling {
@@ -517,7 +559,20 @@ async fn run_scenario(
         let (api, key, seconds) = (topology.apis[0].clone(), topology.key.clone(), options.seconds);
         tokio::spawn(async move { uploads::run(&api, &key, seconds, file_bytes).await })
     });
-    tokio::time::sleep(Duration::from_secs(options.fault_at)).await;
+    // The trainings start a second before the fault: the first is training when it comes.
+    let fault_at = Duration::from_secs(options.fault_at);
+    let training_ids = match scenario.trainings {
+        true => {
+            tokio::time::sleep(fault_at.saturating_sub(Duration::from_secs(1))).await;
+            let ids = trainings::start(&topology.apis[0], &topology.key, &recorder.url).await?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            ids
+        }
+        false => {
+            tokio::time::sleep(fault_at).await;
+            Vec::new()
+        }
+    };
     let (window, flooded) = inject(scenario.fault, options, &mut topology, servers, &recorder, &pinned).await?;
     let attempts = load.await??;
     let (statuses, started) = drain(&topology, &recorder).await?;
@@ -550,6 +605,10 @@ async fn run_scenario(
     outcome.overload = flooded;
     outcome.usage = Some(usage);
     outcome.levels = scenario.levels.then(|| levels::LevelsTally::of(&attempts));
+    if scenario.trainings {
+        let down = Duration::from_secs(options.down);
+        outcome.trainings = Some(trainings::check(&topology.apis[0], &topology.key, &training_ids, down).await?);
+    }
     if rolling {
         outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);
     }
@@ -682,13 +741,16 @@ async fn drain(
     let mut statuses: HashMap<String, String> = HashMap::new();
     let mut started: HashMap<String, report::Started> = HashMap::new();
     let time = |v: &Value| v.as_str().and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok());
-    let ids = accepted_ids(topology).await?;
+    // Predictions and trainings alike: each is read where its kind is.
+    let mut ids: Vec<(String, &str)> =
+        accepted_ids(topology).await?.into_iter().map(|id| (id, "predictions")).collect();
+    ids.extend(training_ids(topology).await?.into_iter().map(|id| (id, "trainings")));
     loop {
-        for id in &ids {
+        for (id, kind) in &ids {
             if statuses.get(id).is_some_and(|s| matches!(s.as_str(), "succeeded" | "failed" | "canceled")) {
                 continue;
             }
-            let url = format!("{}/v1/predictions/{id}", topology.apis[0]);
+            let url = format!("{}/v1/{kind}/{id}", topology.apis[0]);
             if let Ok(response) = http.get(url).bearer_auth(&topology.key).send().await
                 && let Ok(prediction) = response.json::<Value>().await
                 && let Some(status) = prediction["status"].as_str()
@@ -706,7 +768,7 @@ async fn drain(
             .filter(|d| d.accepted && d.event == "completed")
             .map(|d| d.prediction)
             .collect();
-        let settled = ids.iter().all(|id| {
+        let settled = ids.iter().all(|(id, _)| {
             statuses.get(id).is_some_and(|s| matches!(s.as_str(), "succeeded" | "failed" | "canceled"))
                 && completed.contains(id)
         });
@@ -725,7 +787,16 @@ async fn drain(
 /// Every prediction of the scenario's account, from the database: the drain checks them all,
 /// including any a create stored but whose answer was lost.
 async fn accepted_ids(topology: &Topology) -> anyhow::Result<Vec<String>> {
+    Ok(jobs(topology, bson::doc! { "kind": null }).await?)
+}
+
+/// Every training of the scenario's account.
+async fn training_ids(topology: &Topology) -> anyhow::Result<Vec<String>> {
+    jobs(topology, bson::doc! { "kind": "training" }).await
+}
+
+async fn jobs(topology: &Topology, filter: bson::Document) -> anyhow::Result<Vec<String>> {
     let predictions = topology.setup.store.database().collection::<bson::Document>("predictions");
-    let ids = predictions.distinct("_id", bson::doc! {}).await.context("listing the predictions")?;
+    let ids = predictions.distinct("_id", filter).await.context("listing the predictions")?;
     Ok(ids.into_iter().filter_map(|id| id.as_str().map(str::to_owned)).collect())
 }

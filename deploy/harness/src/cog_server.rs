@@ -1,6 +1,6 @@
-//! A Cog model server (coglet, from the Python that `COG_PYTHON` names; `deploy/bench/run`
-//! sets it) started from a fixture directory for a run, ready before it is returned, and
-//! stopped when dropped.
+//! A Cog model server (coglet, from the Python that `COG_PYTHON` names; `deploy/bench/run` and
+//! `deploy/local/fault-tests` set it) started from a fixture directory for a run, as a
+//! predictor or a trainer, ready before it is returned, and stopped when dropped.
 
 use std::{
     path::{Path, PathBuf},
@@ -24,22 +24,34 @@ pub struct CogServer {
 impl CogServer {
     /// Starts `fixture` with `slots` prediction slots and waits until it is ready.
     pub async fn start(fixture: &Path, slots: usize) -> anyhow::Result<Self> {
+        Self::start_as(fixture, slots, false).await
+    }
+
+    /// Starts `fixture`'s trainer (`train.py:train`, `--x-mode train`) and waits until it is
+    /// ready.
+    pub async fn start_trainer(fixture: &Path) -> anyhow::Result<Self> {
+        Self::start_as(fixture, 1, true).await
+    }
+
+    async fn start_as(fixture: &Path, slots: usize, train: bool) -> anyhow::Result<Self> {
         let python = std::env::var("COG_PYTHON").context("COG_PYTHON is not set (deploy/bench/run sets it)")?;
         let bin = Path::new(&python).parent().context("COG_PYTHON has no directory")?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log = std::env::temp_dir().join(format!("bench-cog-{port}.log"));
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-        let child = spawn_logged(
-            tokio::process::Command::new(&python)
-                .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
-                .current_dir(fixture)
-                .env("PATH", path)
-                .env("PORT", port.to_string())
-                .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
-                .env("COG_MAX_CONCURRENCY", slots.to_string()),
-            &log,
-            "the Cog server",
-        )?;
+        let mut command = tokio::process::Command::new(&python);
+        command
+            .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
+            .current_dir(fixture)
+            .env("PATH", path)
+            .env("PORT", port.to_string())
+            .env("COG_MAX_CONCURRENCY", slots.to_string());
+        if train {
+            command.args(["--x-mode", "train"]).env("COG_TRAIN_TYPE_STUB", "train.py:train");
+        } else {
+            command.env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor");
+        }
+        let child = spawn_logged(&mut command, &log, "the Cog server")?;
         let server = Self { _child: child, log, base: format!("http://127.0.0.1:{port}") };
         let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
         let ready = async {
