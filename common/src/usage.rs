@@ -58,12 +58,19 @@ pub fn counted(ended: &Prediction) -> Option<Counted> {
     let millis = completed_at.timestamp_millis();
     let hour = DateTime::from_millis(millis - millis.rem_euclid(3_600_000));
     let metrics = ended.metrics.unwrap_or(crate::domain::Metrics { predict_time: 0.0, total_time: 0.0 });
+    // A prediction of a trained version counts under the model it names (the destination),
+    // not the base that ran it; a training under the model it trained.
+    let model = ended.trained_version.as_ref().map_or(&ended.model, |t| &t.model);
+    let kind = match ended.kind {
+        crate::domain::JobKind::Prediction => "prediction",
+        crate::domain::JobKind::Training => "training",
+    };
     let group = UsageGroup {
-        model: ended.model.to_string(),
+        model: model.to_string(),
         deployment: ended.deployment.clone(),
         hardware: ended.hardware.as_ref().map(|h| h.as_str().to_owned()),
         api_key: ended.api_key_id.as_ref().map(ToString::to_string),
-        kind: "prediction".into(),
+        kind: kind.into(),
     };
     Some(Counted::one(ended.account_id.clone(), hour, group, ended.status, metrics.predict_time, metrics.total_time))
 }
@@ -233,5 +240,16 @@ mod tests {
         let sums = merged("w", [c.clone(), counted(&failed).expect("ended"), c]);
         assert_eq!(sums.len(), 1, "one total");
         assert_eq!((sums[0].succeeded, sums[0].failed, sums[0].predict_time), (2, 1, 4.5));
+
+        let mut training = p.clone();
+        training.kind = crate::domain::JobKind::Training;
+        assert_eq!(counted(&training).expect("ended").group.kind, "training");
+        let mut tuned = p.clone();
+        tuned.trained_version = Some(crate::domain::TrainedVersionRef {
+            model: "alice/tuned".parse().expect("model"),
+            version: "t1".into(),
+            weights: None,
+        });
+        assert_eq!(counted(&tuned).expect("ended").group.model, "alice/tuned", "the model it names");
     }
 }

@@ -344,7 +344,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(owned_view(&state, surface, account_id, &owned).await?)))
 }
 
-/// `DELETE /v1/models/{owner}/{name}`
+/// `DELETE /v1/models/{owner}/{name}`: with its trained versions and their weights.
 #[utoipa::path(
     delete,
     path = "/models/{owner}/{name}",
@@ -371,6 +371,15 @@ pub async fn delete(
     }
     if !state.store.owned_models().delete(account, &model).await? {
         return Err(missing());
+    }
+    // Its trained versions go with it, and their weights (kept only while a version exists),
+    // so a model made again at the address starts with none.
+    for version in state.store.model_versions().remove_all_of(&model).await? {
+        if let Some(from) = version.trained_from
+            && let Err(e) = state.files.delete(&from.weights).await
+        {
+            tracing::warn!(file = %from.weights, error = %e, "weights of a deleted model not removed");
+        }
     }
     Ok(StatusCode::NO_CONTENT)
 }

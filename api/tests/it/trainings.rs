@@ -131,6 +131,46 @@ async fn a_training_records_a_version_that_runs_with_its_weights_and_leaves_the_
     let predictions = system.get("/v1/predictions?limit=100").await.json_body().await;
     assert!(predictions["results"].as_array().expect("a page").iter().all(|p| p["id"] != id.as_str()));
     assert_eq!(system.get(&format!("/v1/predictions/{id}")).await.status(), 404, "a training is not a prediction");
+
+    // Usage: the training by its kind, the fine-tune's predictions under the model they name.
+    let counted = eventually(Duration::from_secs(20), || async {
+        let usage = system.get("/v1/usage?group_by=kind,model").await.json_body().await;
+        let groups: Vec<(String, String, i64)> = usage["results"]
+            .as_array()?
+            .iter()
+            .flat_map(|bucket| bucket["groups"].as_array().cloned().unwrap_or_default())
+            .map(|g| {
+                let kind = g["kind"].as_str().unwrap_or_default().to_owned();
+                (
+                    kind,
+                    g["model"].as_str().unwrap_or_default().to_owned(),
+                    g["count"]["succeeded"].as_i64().unwrap_or(0),
+                )
+            })
+            .collect();
+        let has = |kind: &str, model: &str, n: i64| groups.iter().any(|g| g.0 == kind && g.1 == model && g.2 == n);
+        (has("training", "acme/tune", 1)
+            && has("prediction", "test-account/tuned", 2)
+            && has("prediction", "acme/tune", 1))
+        .then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "usage by kind and model");
+
+    // Deleting the destination takes its versions and their weights with it.
+    let weights_url = done["output"]["weights"].as_str().expect("weights").to_owned();
+    let deleted = system.request(Method::DELETE, "/v1/models/test-account/tuned").send().await.expect("sent");
+    assert_eq!(deleted.status(), 204);
+    let recreated = system
+        .post_json(
+            "/v1/models",
+            &json!({"owner": "test-account", "name": "tuned", "visibility": "private", "hardware": "cpu"}),
+        )
+        .await;
+    assert_eq!(recreated.status(), 201);
+    assert_eq!(recreated.json_body().await["latest_version"], Value::Null, "a new model has no old versions");
+    let weights = system.http().get(&weights_url).bearer_auth(&system.admin_key).send().await.expect("sent");
+    assert_eq!(weights.status(), 404, "the weights went with the version");
 }
 
 #[tokio::test]

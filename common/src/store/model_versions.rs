@@ -125,6 +125,13 @@ impl ModelVersions {
         self.coll.find_one(doc! { "_id": id }).await
     }
 
+    /// Removes every version of `model` (an account's own model being deleted); returns them.
+    pub async fn remove_all_of(&self, model: &ModelRef) -> Result<Vec<ModelVersionRecord>, StoreError> {
+        let removed = self.list_for(model).await?;
+        self.coll.delete_many(doc! { "model": model.to_string() }).await?;
+        Ok(removed)
+    }
+
     /// Every version of `model`, newest first.
     pub async fn list_for(&self, model: &ModelRef) -> Result<Vec<ModelVersionRecord>, StoreError> {
         self.coll
