@@ -15,6 +15,7 @@ pub mod priority;
 pub mod queue;
 pub mod scaling;
 pub mod scheduling;
+pub mod trainings;
 
 use harness::cluster::Cluster;
 use harness::receiver::Receiver;
