@@ -230,7 +230,8 @@ async fn file_views(state: &AppState, ids: &[FileId]) -> Result<Vec<FileView>, C
     Ok(files)
 }
 
-fn time(t: Option<DateTime>) -> String {
+/// A moment as the pages show it, `—` when there is none.
+pub(super) fn time(t: Option<DateTime>) -> String {
     t.map_or("—".into(), |t| t.to_chrono().format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
 }
 

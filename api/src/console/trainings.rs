@@ -21,6 +21,7 @@ use super::{
     error::ConsoleError,
     models::{self, Field, Shown},
     page::{Chrome, ago, html, see_other},
+    predictions::time,
     session::Signed,
 };
 use crate::{cancel, error::ApiError, owned::owned_job, state::AppState, submit};
@@ -171,10 +172,6 @@ struct TrainingPage {
     created: String,
     started: String,
     completed: String,
-}
-
-fn time(t: Option<bson::DateTime>) -> String {
-    t.map_or("—".into(), |t| t.to_chrono().format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
 }
 
 /// `GET /trainings/{id}`: another account's training is a 404 page.

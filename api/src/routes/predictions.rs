@@ -237,26 +237,47 @@ pub async fn list(
     auth: Authorized<Read>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<PredictionPage>, ApiError> {
-    let query = list_predictions::parse(query.as_deref()).map_err(ApiError::invalid_query)?;
-    let (predictions, total_count) = state
-        .store
-        .predictions()
-        .list_for_account(
-            &auth.caller.key.account_id,
-            JobKind::Prediction,
-            query.status,
-            query.offset,
-            i64::from(query.limit),
-        )
-        .await?;
-    let link = |offset: u64| format!("{}/predictions?{}", state.links.api(surface), query.query_at(offset));
-    let (next, previous) = query.neighbours(total_count);
+    let page = listed(&state, surface, &auth.caller.key.account_id, JobKind::Prediction, query.as_deref()).await?;
     Ok(Json(PredictionPage {
-        results: predictions.iter().map(|p| p.view(&state.links, surface)).collect(),
-        next: next.map(link),
-        previous: previous.map(link),
-        total_count,
+        results: page.jobs.iter().map(|p| p.view(&state.links, surface)).collect(),
+        next: page.next,
+        previous: page.previous,
+        total_count: page.total_count,
     }))
+}
+
+/// One page of an account's predictions or trainings, with the links to its neighbours.
+pub struct Listed {
+    /// The jobs, newest first.
+    pub jobs: Vec<Prediction>,
+    /// The next page.
+    pub next: Option<String>,
+    /// The previous page.
+    pub previous: Option<String>,
+    /// How many match in all.
+    pub total_count: u64,
+}
+
+/// The page a list query (`status`, `limit`, `offset`) asks for of `account`'s jobs of `kind`
+/// (`GET /predictions` and `GET /trainings`).
+pub async fn listed(
+    state: &AppState,
+    surface: ApiSurface,
+    account: &common::domain::AccountId,
+    kind: JobKind,
+    query: Option<&str>,
+) -> Result<Listed, ApiError> {
+    let query = list_predictions::parse(query).map_err(ApiError::invalid_query)?;
+    let limit = i64::from(query.limit);
+    let (jobs, total_count) =
+        state.store.predictions().list_for_account(account, kind, query.status, query.offset, limit).await?;
+    let resource = match kind {
+        JobKind::Prediction => "predictions",
+        JobKind::Training => "trainings",
+    };
+    let link = |offset: u64| format!("{}/{resource}?{}", state.links.api(surface), query.query_at(offset));
+    let (next, previous) = query.neighbours(total_count);
+    Ok(Listed { jobs, next: next.map(link), previous: previous.map(link), total_count })
 }
 
 /// `POST /v1/predictions/{id}/cancel`: `starting` or `processing` → `canceled`, at once.

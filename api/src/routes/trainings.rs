@@ -174,20 +174,13 @@ pub async fn list(
     auth: Authorized<Read>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<TrainingPage>, ApiError> {
-    let query = list_predictions::parse(query.as_deref()).map_err(ApiError::invalid_query)?;
     let account = &auth.caller.key.account_id;
-    let (trainings, total_count) = state
-        .store
-        .predictions()
-        .list_for_account(account, JobKind::Training, query.status, query.offset, i64::from(query.limit))
-        .await?;
-    let link = |offset: u64| format!("{}/trainings?{}", state.links.api(surface), query.query_at(offset));
-    let (next, previous) = query.neighbours(total_count);
+    let page = super::predictions::listed(&state, surface, account, JobKind::Training, query.as_deref()).await?;
     Ok(Json(TrainingPage {
-        results: trainings.iter().map(|t| TrainingView::of(t, &state.links, surface)).collect(),
-        next: next.map(link),
-        previous: previous.map(link),
-        total_count,
+        results: page.jobs.iter().map(|t| TrainingView::of(t, &state.links, surface)).collect(),
+        next: page.next,
+        previous: page.previous,
+        total_count: page.total_count,
     }))
 }
 

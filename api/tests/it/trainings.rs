@@ -13,14 +13,22 @@ use common::testkit::{
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{JsonBody, Options, System};
+use crate::{
+    harness::{JsonBody, Options, System},
+    receiver::Receiver,
+};
+use common::signing;
 
 /// The tune fixture's predictor and trainer behind one runner, and a destination model.
 async fn tune_system() -> (System, CogServer, CogServer, String) {
+    tune_system_with(false).await
+}
+
+async fn tune_system_with(notifier: bool) -> (System, CogServer, CogServer, String) {
     let predictor = CogServer::start("tune", CogMode::Predict);
     let trainer = CogServer::start("tune", CogMode::Train);
     let system = System::start_with(Options {
-        notifier: false,
+        notifier,
         env: vec![
             ("RUNNER_COG", format!("acme/tune={}", predictor.url)),
             ("RUNNER_COG_TRAIN", format!("acme/tune={}", trainer.url)),
@@ -281,4 +289,43 @@ async fn a_public_destinations_version_runs_for_every_account_and_a_private_ones
     assert_eq!(done["output"], "theirs shared", "another account runs a public fine-tune with its weights: {done}");
     let private_run = run_as_other(trained[1].clone()).await.expect("sent");
     assert_eq!(private_run.status(), 404, "a private fine-tune is not revealed");
+}
+
+#[tokio::test]
+async fn a_trainings_webhooks_are_a_predictions_signed_filtered_and_in_the_shape_of_its_surface() {
+    let (system, _predictor, _trainer, version) = tune_system_with(true).await;
+    let receiver = Receiver::start().await;
+    let created = system
+        .post_json(
+            &format!("/replicate/v1/models/acme/tune/versions/{version}/trainings"),
+            &json!({"destination": "test-account/tuned", "input": {"suffix": "hook"},
+                    "webhook": receiver.url(), "webhook_events_filter": ["start", "completed"]}),
+        )
+        .await
+        .json_body()
+        .await;
+    let id = created["id"].as_str().expect("an id").to_owned();
+    let done = training_until(&system, &id, |t| t["status"] == "succeeded").await;
+    let completed = eventually(Duration::from_secs(20), || async { receiver.of_event("completed").into_iter().next() })
+        .await
+        .expect("the completed webhook arrived");
+    let timestamp: i64 = completed.header("webhook-timestamp").parse().expect("a unix timestamp");
+    assert!(
+        signing::verify(
+            &system.secret,
+            completed.header("webhook-id"),
+            timestamp,
+            &completed.body,
+            completed.header("webhook-signature")
+        ),
+        "signed with the account's secret"
+    );
+    let payload = completed.json();
+    assert_eq!(payload["id"], id.as_str());
+    assert_eq!(payload["status"], "succeeded");
+    assert_eq!(payload["destination"], "test-account/tuned");
+    assert_eq!(payload["output"]["version"], done["output"]["version"], "output is the object");
+    assert!(payload["urls"]["get"].as_str().is_some_and(|u| u.ends_with(&format!("/replicate/v1/trainings/{id}"))));
+    assert_eq!(receiver.of_event("start").len(), 1);
+    assert!(receiver.of_event("logs").is_empty() && receiver.of_event("output").is_empty(), "the filter holds");
 }

@@ -285,7 +285,7 @@ def test_a_training_is_started_from_the_form_followed_live_and_its_version_run(b
                                                     "visibility": "private", "hardware": "cpu"})
     assert status == 201, body
     browser.get(BASE_URL + "/models/acme/tune")
-    strength = wait_for(browser, lambda d: d.find_element(By.ID, "train-strength"))
+    strength = wait_for(browser, lambda d: d.find_element(By.ID, "train-input-strength"))
     fields = [e.get_attribute("id") for e in browser.find_elements(By.CSS_SELECTOR, "#train-form [id^=train-field-]")]
     assert fields == ["train-field-suffix", "train-field-strength", "train-field-seconds"], "in x-order"
     strength.clear()
@@ -293,8 +293,8 @@ def test_a_training_is_started_from_the_form_followed_live_and_its_version_run(b
     browser.find_element(By.ID, "train").click()
     error = wait_for(browser, lambda d: d.find_element(By.ID, "train-error-strength"))
     assert "5" in error.text
-    browser.find_element(By.ID, "train-suffix").send_keys("web")
-    strength = browser.find_element(By.ID, "train-strength")
+    browser.find_element(By.ID, "train-input-suffix").send_keys("web")
+    strength = browser.find_element(By.ID, "train-input-strength")
     strength.clear()
     strength.send_keys("1")
     browser.find_element(By.ID, "train").click()
