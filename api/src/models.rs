@@ -42,7 +42,19 @@ pub struct RegisteredModel {
     pub input_schema: Value,
     /// When the version asked for is a trained one: it, run on `record` (the version it was
     /// trained from). See [`crate::trained`].
-    pub trained: Option<crate::trained::TrainedVersion>,
+    pub trained: Option<TrainedVersion>,
+}
+
+/// A trained version a create asked for (see [`crate::trained`]).
+#[derive(Debug, Clone)]
+pub struct TrainedVersion {
+    /// The destination model it belongs to.
+    pub model: ModelRef,
+    /// Its id.
+    pub version: String,
+    /// Its weights, handed to the model in `replicate_weights` when the base version takes
+    /// them (`None` when it does not).
+    pub weights: Option<common::domain::FileId>,
 }
 
 impl RegisteredModel {

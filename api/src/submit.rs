@@ -102,7 +102,7 @@ pub async fn validated_with(
 
 /// A prediction of a trained version: it shows that version, and its model receives the
 /// version's weights (a file of this service, signed for the model when it runs).
-fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::trained::TrainedVersion) {
+fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::models::TrainedVersion) {
     prediction.trained_version = Some(TrainedVersionRef {
         model: trained.model.clone(),
         version: trained.version.clone(),

@@ -10,23 +10,15 @@
 use std::sync::Arc;
 
 use common::{
-    domain::{AccountId, FileId, ModelRef, training},
+    domain::{AccountId, ModelRef, training},
     store::{ModelRecord, ModelVersionRecord, Visibility},
 };
 
-use crate::{error::ApiError, models::RegisteredModel, state::AppState};
-
-/// A trained version a create asked for.
-#[derive(Debug, Clone)]
-pub struct TrainedVersion {
-    /// The destination model it belongs to.
-    pub model: ModelRef,
-    /// Its id.
-    pub version: String,
-    /// Its weights, handed to the model in [`training::WEIGHTS_FIELD`] when the base version
-    /// takes them (`None` when it does not).
-    pub weights: Option<FileId>,
-}
+use crate::{
+    error::ApiError,
+    models::{RegisteredModel, TrainedVersion},
+    state::AppState,
+};
 
 /// The trained version `version` (the newest when `None`) of `model`, an account's own model
 /// that `account` may see, as a model that runs it; `None` when `model` is no such model or

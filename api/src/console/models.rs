@@ -8,7 +8,7 @@
 //! which of them are live (a runner serving it is alive) and which one the form runs (the
 //! latest). An account's own model (`POST /v1/models`) has a page too: its trained versions,
 //! each with what it was trained from, and a form that runs the newest. A version with a
-//! trainer adds a Train form ([`super::trainings`]).
+//! trainer adds a Train form ([`TrainForm`]; it posts to [`super::trainings`]).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -163,7 +163,7 @@ pub(super) struct RunPage {
     pub(super) error: Option<String>,
     pub(super) versions: Vec<VersionRow>,
     /// The training form, when the version the page runs has a trainer.
-    pub(super) train: Option<super::trainings::TrainForm>,
+    pub(super) train: Option<TrainForm>,
 }
 
 /// One version of the model on its page.
@@ -236,7 +236,7 @@ pub(super) async fn page(
     shown: &Shown,
     can_run: bool,
     run_fields: Option<Vec<Field>>,
-    train: Option<super::trainings::TrainForm>,
+    train: Option<TrainForm>,
 ) -> Result<RunPage, ConsoleError> {
     let capability = shown.runs.as_ref().map_or_else(String::new, |m| m.record.capability.clone());
     let fields = run_fields.unwrap_or_else(|| shown.runs.as_ref().map(|m| fields(&m.input_schema)).unwrap_or_default());
@@ -261,7 +261,7 @@ pub async fn form(
 ) -> Result<Response, ConsoleError> {
     let shown = model(&state, &signed, &owner, &name).await?;
     let can_run = signed.key.has_scope(Scope::Write);
-    let train = if can_run { super::trainings::form_for(&state, &signed, &shown).await? } else { None };
+    let train = if can_run { form_for(&state, &signed, &shown).await? } else { None };
     Ok(html(&page(&state, signed.chrome("models"), &shown, can_run, None, train).await?))
 }
 
@@ -288,7 +288,7 @@ pub async fn run(
                     let path = format!("input.{}", field.name);
                     field.error = problem.errors.iter().find(|e| e.field == path).map(|e| e.message.clone());
                 }
-                let train = super::trainings::form_for(&state, &action.signed, &shown).await?;
+                let train = form_for(&state, &action.signed, &shown).await?;
                 let chrome = action.signed.chrome("models");
                 let mut page = page(&state, chrome, &shown, true, Some(form_fields), train).await?;
                 page.error = Some(problem.detail);
@@ -298,6 +298,51 @@ pub async fn run(
         };
     submit::store_and_publish(&state, &caller.key.account_id, None, &mut prediction).await?;
     Ok(see_other(&format!("/predictions/{}", prediction.id)))
+}
+
+/// The Train form of a trainable version.
+pub struct TrainForm {
+    /// The version it trains.
+    pub(super) version: String,
+    /// The trainer's input fields.
+    pub(super) fields: Vec<Field>,
+    /// The account's own models, the destinations it may pick.
+    pub(super) destinations: Vec<String>,
+    /// The destination picked last.
+    pub(super) destination: String,
+    /// What went wrong with the last submission, besides its fields.
+    pub(super) error: Option<String>,
+}
+
+/// The Train form of the version `shown` runs, if it is a registered version with a trainer
+/// (`None` otherwise).
+pub(super) async fn form_for(
+    state: &AppState,
+    signed: &Signed,
+    shown: &Shown,
+) -> Result<Option<TrainForm>, ConsoleError> {
+    let Some(model) = shown.runs.as_ref().filter(|m| m.trained.is_none()) else { return Ok(None) };
+    let version = state.store.model_versions().get(&model.record.version).await.map_err(anyhow::Error::from)?;
+    let Some(schema) =
+        version.as_ref().and_then(|v| v.training_input_schema()).transpose().map_err(anyhow::Error::from)?
+    else {
+        return Ok(None);
+    };
+    let (owned, _) = state
+        .store
+        .owned_models()
+        .page_visible_to(&signed.key.account_id, 0, 100)
+        .await
+        .map_err(anyhow::Error::from)?;
+    let destinations: Vec<String> =
+        owned.iter().filter(|o| o.account_id == signed.key.account_id).map(|o| o.model.to_string()).collect();
+    Ok(Some(TrainForm {
+        version: model.record.version.clone(),
+        fields: fields(&schema),
+        destination: destinations.first().cloned().unwrap_or_default(),
+        destinations,
+        error: None,
+    }))
 }
 
 #[cfg(test)]

@@ -19,57 +19,12 @@ use serde_json::json;
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    models::{self, Field, Shown},
+    models::{self, form_for},
     page::{Chrome, ago, html, see_other},
     predictions::time,
     session::Signed,
 };
 use crate::{cancel, error::ApiError, owned::owned_job, state::AppState, submit};
-
-/// The Train form of a trainable version.
-pub struct TrainForm {
-    /// The version it trains.
-    pub(super) version: String,
-    /// The trainer's input fields.
-    pub(super) fields: Vec<Field>,
-    /// The account's own models, the destinations it may pick.
-    pub(super) destinations: Vec<String>,
-    /// The destination picked last.
-    pub(super) destination: String,
-    /// What went wrong with the last submission, besides its fields.
-    pub(super) error: Option<String>,
-}
-
-/// The Train form of the version `shown` runs, if it is a registered version with a trainer
-/// (`None` otherwise).
-pub(super) async fn form_for(
-    state: &AppState,
-    signed: &Signed,
-    shown: &Shown,
-) -> Result<Option<TrainForm>, ConsoleError> {
-    let Some(model) = shown.runs.as_ref().filter(|m| m.trained.is_none()) else { return Ok(None) };
-    let version = state.store.model_versions().get(&model.record.version).await.map_err(anyhow::Error::from)?;
-    let Some(schema) =
-        version.as_ref().and_then(|v| v.training_input_schema()).transpose().map_err(anyhow::Error::from)?
-    else {
-        return Ok(None);
-    };
-    let (owned, _) = state
-        .store
-        .owned_models()
-        .page_visible_to(&signed.key.account_id, 0, 100)
-        .await
-        .map_err(anyhow::Error::from)?;
-    let destinations: Vec<String> =
-        owned.iter().filter(|o| o.account_id == signed.key.account_id).map(|o| o.model.to_string()).collect();
-    Ok(Some(TrainForm {
-        version: model.record.version.clone(),
-        fields: models::fields(&schema),
-        destination: destinations.first().cloned().unwrap_or_default(),
-        destinations,
-        error: None,
-    }))
-}
 
 /// `POST /models/{owner}/{name}/train` (scope `write`): starts the training and opens its page.
 pub async fn train(
