@@ -16,19 +16,16 @@
 //! `EventSource` needs; a token that does not open this prediction is 401. Without a token the
 //! caller's key must hold `read`, as on every other route.
 //!
-//! The events come from the status-event stream through an ordered consumer filtered to this
-//! prediction, delivering from its first event: a client that connects late still receives
-//! everything, then follows live. A prediction that has ended is answered from MongoDB
+//! The events are the prediction's, read back from its first (`Bus::prediction_events`, the
+//! reader a webhook resend uses too): a client that connects late still receives everything,
+//! then follows live. A prediction that has ended is answered from MongoDB
 //! directly (its events may have aged out of the stream), unless the client resumes and the
 //! stream still holds its events, which are then replayed so the ids line up.
 
 use std::{convert::Infallible, time::Duration};
 
 use crate::problem::{Problem, ProblemKind};
-use async_nats::jetstream::{
-    consumer::{DeliverPolicy, pull::OrderedConfig},
-    stream::LastRawMessageErrorKind,
-};
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use axum::{
     extract::{FromRequestParts, Path, RawQuery, State},
     http::{HeaderMap, request::Parts},
@@ -36,7 +33,7 @@ use axum::{
 };
 use common::{
     domain::{Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
-    messages::{PredictionChanged, StatusEvent},
+    messages::PredictionChanged,
 };
 use futures::{Stream, StreamExt, stream};
 use serde_json::json;
@@ -239,23 +236,8 @@ async fn has_events(state: &AppState, id: &PredictionId) -> bool {
 
 /// The prediction's steps from its first status event, following live until `completed`.
 async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxStream<'static, Step>, ApiError> {
-    let subjects = state.bus.subjects();
-    let consumer = state
-        .bus
-        .jetstream()
-        .get_stream_no_info(subjects.events_stream())
-        .await?
-        .create_consumer(OrderedConfig {
-            filter_subject: subjects.events(&prediction.id),
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await?;
-    let messages = consumer.messages().await?;
-    let changes = messages.filter_map(|m| async move {
-        let message = m.ok()?;
-        serde_json::from_slice::<StatusEvent>(&message.payload).ok()?.prediction_change()
-    });
+    let events = state.bus.prediction_events(&prediction.id).await?;
+    let changes = events.filter_map(|read| async move { read.ok()?.change });
     let (store, links) = (state.store.clone(), state.links.clone());
     // Ends right after the `completed` step, without waiting for another event.
     let steps = stream::unfold((changes.boxed(), Sent::default(), false), move |(mut changes, mut sent, finished)| {

@@ -7,7 +7,8 @@
 //!   acks it.
 //! - **Events** (`<P>_EVENTS`, limits retention, kept 24 h): one message per stored change of a
 //!   prediction, with `Nats-Msg-Id` = `<id>.<seq>.<event>`. The notifier reads them through its durable
-//!   consumer; anyone may read one prediction's events by subject.
+//!   consumer; one prediction's events are read back by subject ([`prediction_events`]: the
+//!   SSE stream and the resends).
 //! - **Rate-limit counters** (`<P>_RATELIMIT`, a counter stream, memory storage, kept 3 min):
 //!   one counter per API key and minute, incremented atomically with `Nats-Incr` by every api
 //!   replica (needs nats-server 2.12 or later).
@@ -25,6 +26,7 @@
 
 pub mod heartbeat;
 pub mod held;
+pub mod prediction_events;
 pub mod resend;
 
 use std::time::Duration;

@@ -1,14 +1,12 @@
 //! Webhook resends: finding the event a delivery carried, and asking the notifiers for one
 //! more attempt of it.
 //!
-//! The event comes from the events stream (kept 24 h), read back through an ordered consumer
-//! filtered to the prediction's subject, so a resend carries the very payload of the first
-//! attempt. The request is published on the prediction's resend subject with a fresh
+//! The event comes from the events stream (kept 24 h), read back as the prediction's events
+//! ([`super::prediction_events`]), so a resend carries the very payload of the first attempt. The request is published on the prediction's resend subject with a fresh
 //! `Nats-Msg-Id`: two resends are two attempts, never de-duplicated into one.
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
 use futures::StreamExt;
 
 use super::{Bus, BusError};
@@ -29,31 +27,14 @@ impl Bus {
         event: WebhookEvent,
         seq: i64,
     ) -> Result<Option<PredictionChanged>, BusError> {
-        let stream = self.subjects.events_stream();
-        let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
-        let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
-        let consumer = handle
-            .create_consumer(OrderedConfig {
-                filter_subject: self.subjects.events(id),
-                deliver_policy: DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| fail(e.into()))?;
-        let mut messages = consumer.messages().await.map_err(|e| fail(e.into()))?;
+        let mut events = self.prediction_events(id).await?;
         let search = async {
-            while let Some(message) = messages.next().await {
-                let message = message.map_err(|e| fail(e.into()))?;
-                let last = message.info().map(|i| i.pending == 0).unwrap_or(true);
-                if let Some(change) = serde_json::from_slice::<StatusEvent>(&message.payload)
-                    .ok()
-                    .and_then(StatusEvent::prediction_change)
-                    && change.event == event
-                    && change.seq == seq
-                {
+            while let Some(read) = events.next().await {
+                let read = read?;
+                if let Some(change) = read.change.filter(|c| c.event == event && c.seq == seq) {
                     return Ok(Some(change));
                 }
-                if last {
+                if read.caught_up {
                     break;
                 }
             }
