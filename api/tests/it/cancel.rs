@@ -5,10 +5,9 @@ use std::time::Duration;
 use common::testkit::eventually;
 use serde_json::{Value, json};
 
-use crate::{
-    harness::{JsonBody, Options, System},
-    receiver::Receiver,
-};
+use receiver::Receiver;
+
+use crate::harness::{JsonBody, Options, System};
 
 #[tokio::test]
 async fn a_starting_prediction_is_canceled_at_once_and_never_run() {

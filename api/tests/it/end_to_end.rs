@@ -6,10 +6,9 @@ use chrono::{DateTime, Utc};
 use common::{domain::PredictionId, signing, store::webhook_attempts::AttemptOutcome, testkit::eventually};
 use serde_json::{Value, json};
 
-use crate::{
-    harness::{JsonBody, System},
-    receiver::Receiver,
-};
+use receiver::Receiver;
+
+use crate::harness::{JsonBody, System};
 
 fn time(v: &Value) -> DateTime<Utc> {
     v.as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("not a timestamp: {v}"))

@@ -12,10 +12,9 @@ use futures::TryStreamExt;
 use reqwest::{Method, multipart};
 use serde_json::json;
 
-use crate::{
-    harness::{JsonBody, Options, System},
-    receiver::Receiver,
-};
+use receiver::Receiver;
+
+use crate::harness::{JsonBody, Options, System};
 
 /// Whether an index with these keys serves `shape`: it holds every field the query filters
 /// and sorts on (`_id` aside: a document found by `_id` is one document), and it leads with

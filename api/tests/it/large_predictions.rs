@@ -9,10 +9,9 @@ use common::testkit::eventually;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::{
-    harness::{JsonBody, Options, System},
-    receiver::{Delivery, Receiver},
-};
+use receiver::{Delivery, Receiver};
+
+use crate::harness::{JsonBody, Options, System};
 
 /// The first delivery of each `webhook-id`.
 fn distinct_webhooks(deliveries: &[Delivery]) -> BTreeMap<&str, &Delivery> {

@@ -27,7 +27,6 @@ mod priority;
 mod queue;
 mod rate_limit;
 mod readiness;
-mod receiver;
 mod replicate_parity;
 mod replicate_surface;
 mod shedding;

@@ -106,7 +106,7 @@ async fn the_runner_and_notifier_serve_their_metrics_and_answer_ready_only_with_
         ..Options::default()
     })
     .await;
-    let receiver = crate::receiver::Receiver::start().await;
+    let receiver = receiver::Receiver::start().await;
     let body = json!({"input": {"prompt": "x"}, "webhook": receiver.url(), "webhook_events_filter": ["completed"]});
     let created = system.post_json("/v1/models/demo/echo/predictions", &body).await.json_body().await;
     system.wait_for_terminal(created["id"].as_str().expect("id"), Duration::from_secs(20)).await;

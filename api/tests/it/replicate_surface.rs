@@ -12,10 +12,9 @@ use common::{
 use reqwest::{Method, redirect::Policy};
 use serde_json::{Value, json};
 
-use crate::{
-    harness::{JsonBody, Options, System},
-    receiver::Receiver,
-};
+use receiver::Receiver;
+
+use crate::harness::{JsonBody, Options, System};
 
 async fn post(system: &System, path: &str, body: Value, prefer: Option<&str>) -> reqwest::Response {
     let mut request =

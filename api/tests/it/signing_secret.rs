@@ -6,10 +6,9 @@ use chrono::{DateTime, Utc};
 use common::{domain::WebhookSecret, signing, testkit::eventually};
 use serde_json::json;
 
-use crate::{
-    harness::{JsonBody, Options, System},
-    receiver::Receiver,
-};
+use receiver::Receiver;
+
+use crate::harness::{JsonBody, Options, System};
 
 #[tokio::test]
 async fn rotation_bounds_hold_and_the_window_defaults_to_24_hours() {

@@ -8,7 +8,9 @@ use common::testkit::eventually;
 use opentelemetry::trace::{SpanId, TraceId};
 use serde_json::json;
 
-use crate::{harness::System, receiver::Receiver};
+use receiver::Receiver;
+
+use crate::harness::System;
 
 fn random_hex(bytes: usize) -> String {
     (0..bytes).map(|_| format!("{:02x}", rand::random::<u8>())).collect()

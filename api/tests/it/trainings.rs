@@ -13,10 +13,9 @@ use common::testkit::{
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{
-    harness::{JsonBody, Options, System},
-    receiver::Receiver,
-};
+use receiver::Receiver;
+
+use crate::harness::{JsonBody, Options, System};
 use common::signing;
 
 /// The tune fixture's predictor and trainer behind one runner, and a destination model.

@@ -6,10 +6,9 @@ use common::testkit::eventually;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::{
-    harness::{JsonBody, Options, System},
-    receiver::Receiver,
-};
+use receiver::Receiver;
+
+use crate::harness::{JsonBody, Options, System};
 
 async fn attempts(system: &System, id: &str) -> Vec<Value> {
     let page = system.get(&format!("/v1/predictions/{id}/webhook-deliveries")).await.json_body().await;

@@ -1,4 +1,5 @@
-//! The webhook receiver of a fault run: it records every delivery (prediction, event,
+//! The webhook receiver of a fault run (on the one receiver of every suite, `receiver`): it
+//! records every delivery (prediction, event,
 //! `webhook-id`, when, what it answered) and checks each Standard Webhooks signature against
 //! the account's secrets. It can misbehave on purpose, on the first attempt of every event:
 //! hang past the notifier's timeout, or answer 503 with `Retry-After`.
@@ -13,17 +14,11 @@ use std::{
     time::Duration,
 };
 
-use axum::{
-    Router,
-    body::Bytes,
-    extract::State,
-    http::{HeaderMap, StatusCode},
-    response::{IntoResponse, Response},
-    routing::post,
-};
 use common::domain::WebhookSecret;
+use http::HeaderMap;
+use receiver::Answer;
 use serde_json::Value;
-use tokio::{net::TcpListener, time::Instant};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// How long after a rotation answers a delivery signed before it may still arrive (it was on
@@ -73,9 +68,9 @@ struct Keys {
 /// The receiver's shared state.
 #[derive(Clone)]
 pub struct Recorder {
-    behaviour: Behaviour,
     keys: Arc<Mutex<Keys>>,
     log: Arc<Mutex<Log>>,
+    _serving: receiver::Receiver,
     /// The URL to give as a prediction's `webhook`.
     pub url: String,
 }
@@ -94,18 +89,16 @@ pub struct Tally {
 }
 
 impl Recorder {
-    /// Serves on a free loopback port until `stop`, verifying with `secret`.
+    /// Serves on a free loopback port (the one receiver of every suite) until `stop`,
+    /// verifying with `secret`.
     pub async fn start(secret: WebhookSecret, behaviour: Behaviour, stop: CancellationToken) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let recorder = Self {
-            behaviour,
-            keys: Arc::new(Mutex::new(Keys { secrets: vec![secret], rotated: None })),
-            log: Arc::default(),
-            url: format!("http://{}/hook", listener.local_addr()?),
-        };
-        let app = Router::new().route("/hook", post(receive)).with_state(recorder.clone());
-        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await });
-        Ok(recorder)
+        let keys = Arc::new(Mutex::new(Keys { secrets: vec![secret], rotated: None }));
+        let log: Arc<Mutex<Log>> = Arc::default();
+        let (keys_seen, log_kept) = (keys.clone(), log.clone());
+        let decide: receiver::Decide =
+            Arc::new(move |headers, body, arrived| receive(&keys_seen, &log_kept, behaviour, headers, body, arrived));
+        let serving = receiver::Receiver::deciding(decide, stop).await;
+        Ok(Self { keys, log, url: serving.url(), _serving: serving })
     }
 
     /// The account's secret was rotated to `secret` just now.
@@ -155,58 +148,58 @@ fn check_signature(keys: &Keys, id: &str, timestamp: &str, body: &[u8], header: 
     }
 }
 
-async fn receive(State(recorder): State<Recorder>, headers: HeaderMap, body: Bytes) -> Response {
-    let arrived = Instant::now();
+/// Checks a delivery, records it, and answers it as `behaviour` says.
+fn receive(
+    keys: &Mutex<Keys>,
+    log: &Mutex<Log>,
+    behaviour: Behaviour,
+    headers: &HeaderMap,
+    body: &[u8],
+    arrived: Instant,
+) -> Answer {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let webhook_id = header("webhook-id");
     let signed = check_signature(
-        &lock(&recorder.keys),
+        &lock(keys),
         &webhook_id,
         &header("webhook-timestamp"),
-        &body,
+        body,
         &header("webhook-signature"),
         arrived,
     );
-    let first = {
-        let mut log = lock(&recorder.log);
-        match signed {
-            Signed::Bad => log.bad_signatures += 1,
-            Signed::Old => log.old_signatures += 1,
-            Signed::Current => {}
+    let mut log = lock(log);
+    match signed {
+        Signed::Bad => log.bad_signatures += 1,
+        Signed::Old => log.old_signatures += 1,
+        Signed::Current => {}
+    }
+    let first = match log.first_attempt.get(&webhook_id) {
+        Some(at) => {
+            if let Behaviour::UnavailableFirst(seconds) = behaviour
+                && arrived.duration_since(*at) < Duration::from_secs(seconds)
+            {
+                log.early_retries += 1;
+            }
+            false
         }
-        match log.first_attempt.get(&webhook_id) {
-            Some(at) => {
-                if let Behaviour::UnavailableFirst(seconds) = recorder.behaviour
-                    && arrived.duration_since(*at) < Duration::from_secs(seconds)
-                {
-                    log.early_retries += 1;
-                }
-                false
-            }
-            None => {
-                log.first_attempt.insert(webhook_id.clone(), arrived);
-                true
-            }
+        None => {
+            log.first_attempt.insert(webhook_id.clone(), arrived);
+            true
         }
     };
-    let answer = match (recorder.behaviour, first) {
-        (Behaviour::HangFirst(hang), true) => {
-            tokio::time::sleep(hang).await;
-            StatusCode::SERVICE_UNAVAILABLE.into_response()
-        }
-        (Behaviour::UnavailableFirst(seconds), true) => {
-            (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", seconds.to_string())]).into_response()
-        }
-        _ if signed == Signed::Bad => StatusCode::UNAUTHORIZED.into_response(),
-        _ => StatusCode::NO_CONTENT.into_response(),
+    let answer = match (behaviour, first) {
+        (Behaviour::HangFirst(hang), true) => Answer::Hang(hang),
+        (Behaviour::UnavailableFirst(seconds), true) => Answer::RetryAfter(503, seconds),
+        _ if signed == Signed::Bad => Answer::Status(401),
+        _ => Answer::Status(204),
     };
-    let prediction: Value = serde_json::from_slice(&body).unwrap_or_default();
-    lock(&recorder.log).deliveries.push(Delivery {
+    let prediction: Value = serde_json::from_slice(body).unwrap_or_default();
+    log.deliveries.push(Delivery {
         prediction: prediction["id"].as_str().unwrap_or_default().to_owned(),
         event: header("webhook-event"),
         webhook_id,
         at: arrived,
-        accepted: answer.status().is_success(),
+        accepted: answer == Answer::Status(204),
     });
     answer
 }

@@ -1,17 +1,19 @@
-//! A webhook receiver on loopback for end-to-end runs: it checks each delivery's Standard
-//! Webhooks signature against the account's secret, answers 204, and records when the first
-//! `completed` webhook (and the first other one) of each prediction arrived. Deliveries with a bad signature are
-//! answered 401 and counted, so a run that signs wrongly cannot look fast.
+//! The webhook receiver of end-to-end runs, on the one receiver of every suite (`receiver`):
+//! it checks each delivery's Standard Webhooks signature against the account's secret,
+//! answers 204, and records when the first `completed` webhook (and the first other one) of
+//! each prediction arrived. Deliveries with a bad signature are answered 401 and counted, so a
+//! run that signs wrongly cannot look fast. It keeps only those arrivals, not the deliveries:
+//! a benchmark's hundreds of thousands of webhooks are not held in memory.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
 };
 
-use axum::{Router, body::Bytes, extract::State, http::HeaderMap, http::StatusCode, routing::post};
 use common::domain::WebhookSecret;
+use receiver::Answer;
 use serde_json::Value;
-use tokio::{net::TcpListener, time::Instant};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// What arrived.
@@ -26,8 +28,8 @@ struct Arrivals {
 /// The receiver's shared state.
 #[derive(Clone)]
 pub struct Receiver {
-    secret: Arc<WebhookSecret>,
     arrivals: Arc<Mutex<Arrivals>>,
+    _serving: receiver::Receiver,
     /// The URL to give as a prediction's `webhook`.
     pub url: String,
 }
@@ -35,15 +37,27 @@ pub struct Receiver {
 impl Receiver {
     /// Serves on a free loopback port until `stop`.
     pub async fn start(secret: WebhookSecret, stop: CancellationToken) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let receiver = Self {
-            secret: Arc::new(secret),
-            arrivals: Arc::default(),
-            url: format!("http://{}/hook", listener.local_addr()?),
-        };
-        let app = Router::new().route("/hook", post(receive)).with_state(receiver.clone());
-        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await });
-        Ok(receiver)
+        let arrivals: Arc<Mutex<Arrivals>> = Arc::default();
+        let recording = arrivals.clone();
+        let decide: receiver::Decide = Arc::new(move |headers, body, arrived| {
+            let mut arrivals = recording.lock().unwrap_or_else(|e| e.into_inner());
+            if !receiver::verifies(headers, body, &secret) {
+                arrivals.bad_signatures += 1;
+                return Answer::Status(401);
+            }
+            arrivals.verified += 1;
+            let prediction: Value = serde_json::from_slice(body).unwrap_or_default();
+            if let Some(id) = prediction["id"].as_str() {
+                let first = match prediction["status"].as_str() {
+                    Some("succeeded" | "failed" | "canceled") => &mut arrivals.completed,
+                    _ => &mut arrivals.started,
+                };
+                first.entry(id.to_owned()).or_insert(arrived);
+            }
+            Answer::Status(204)
+        });
+        let serving = receiver::Receiver::deciding_only(decide, stop).await;
+        Ok(Self { arrivals, url: serving.url(), _serving: serving })
     }
 
     /// When the `completed` webhook of prediction `id` arrived, if it has.
@@ -74,27 +88,4 @@ impl Receiver {
     fn lock(&self) -> std::sync::MutexGuard<'_, Arrivals> {
         self.arrivals.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
-    let arrived = Instant::now();
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let (id, timestamp, signature) = (header("webhook-id"), header("webhook-timestamp"), header("webhook-signature"));
-    let verified =
-        timestamp.parse().is_ok_and(|ts| common::signing::verify(&receiver.secret, id, ts, &body, signature));
-    let mut arrivals = receiver.lock();
-    if !verified {
-        arrivals.bad_signatures += 1;
-        return StatusCode::UNAUTHORIZED;
-    }
-    arrivals.verified += 1;
-    let prediction: Value = serde_json::from_slice(&body).unwrap_or_default();
-    if let Some(id) = prediction["id"].as_str() {
-        let arrivals = match prediction["status"].as_str() {
-            Some("succeeded" | "failed" | "canceled") => &mut arrivals.completed,
-            _ => &mut arrivals.started,
-        };
-        arrivals.entry(id.to_owned()).or_insert(arrived);
-    }
-    StatusCode::NO_CONTENT
 }

@@ -6,15 +6,14 @@ use common::{
     domain::WebhookEvent, messages::Announcement, store::webhook_attempts::AttemptOutcome, testkit::eventually,
 };
 
-use crate::{
-    fixture::Fixture,
-    receiver::{Answer, Receiver},
-};
+use receiver::{Answer, Receiver};
+
+use crate::fixture::Fixture;
 
 #[tokio::test]
 async fn a_receiver_that_fails_twice_gets_three_attempts_with_one_webhook_id_all_recorded() {
     let fixture = Fixture::new(&[]).await;
-    let receiver = Receiver::start(vec![Answer::Status(500), Answer::Status(500)]).await;
+    let receiver = Receiver::scripted(vec![Answer::Status(500), Answer::Status(500)]).await;
     fixture.start_notifier();
     let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Completed]));
     fixture.publish(&p, WebhookEvent::Completed, 3).await;
@@ -29,7 +28,7 @@ async fn a_receiver_that_fails_twice_gets_three_attempts_with_one_webhook_id_all
             (3, Some(200), AttemptOutcome::Delivered)
         ]
     );
-    let received = receiver.received();
+    let received = receiver.deliveries();
     assert_eq!(received.len(), 3);
     assert!(received.iter().all(|r| r.header("webhook-id") == attempts[0].webhook_id), "one webhook-id");
     assert!(received.iter().all(|r| r.header("webhook-sequence") == "3"));
@@ -44,14 +43,15 @@ async fn after_the_last_attempt_the_delivery_is_recorded_as_failed() {
     fixture.publish(&p, WebhookEvent::Completed, 1).await;
     let attempts = fixture.attempts_until(&p.id, Duration::from_secs(20), |a| a.len() == 2).await;
     assert_eq!(attempts[1].outcome, AttemptOutcome::Failed);
-    let settled = eventually(Duration::from_secs(2), || async { (receiver.received().len() > 2).then_some(()) }).await;
+    let settled =
+        eventually(Duration::from_secs(2), || async { (receiver.deliveries().len() > 2).then_some(()) }).await;
     assert!(settled.is_none(), "no attempt after the last one");
 }
 
 #[tokio::test]
 async fn a_notifier_killed_between_attempts_loses_nothing() {
     let fixture = Fixture::new(&[("NOTIFIER_RETRY_SCHEDULE", "1"), ("NOTIFIER_TIMEOUT_SECONDS", "1")]).await;
-    let receiver = Receiver::start(vec![Answer::Status(500)]).await;
+    let receiver = Receiver::scripted(vec![Answer::Status(500)]).await;
     let mut doomed = std::process::Command::new(env!("CARGO_BIN_EXE_notifier"))
         .env_clear()
         .envs(&fixture.vars)
@@ -70,7 +70,7 @@ async fn a_notifier_killed_between_attempts_loses_nothing() {
     let attempts = fixture.attempts_until(&p.id, Duration::from_secs(20), |a| a.len() == 2).await;
     assert_eq!(attempts[1].outcome, AttemptOutcome::Delivered);
     assert_eq!(attempts[1].attempt, 2);
-    let received = receiver.received();
+    let received = receiver.deliveries();
     assert_eq!(received.len(), 2);
     assert_eq!(received[0].header("webhook-id"), received[1].header("webhook-id"));
 }
@@ -78,7 +78,7 @@ async fn a_notifier_killed_between_attempts_loses_nothing() {
 #[tokio::test]
 async fn the_filter_delivers_exactly_the_listed_events() {
     let fixture = Fixture::new(&[]).await;
-    let receiver = Receiver::start(vec![]).await;
+    let receiver = Receiver::scripted(vec![]).await;
     fixture.start_notifier();
     let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Start, WebhookEvent::Completed]));
     fixture.publish(&p, WebhookEvent::Start, 1).await;
@@ -88,14 +88,14 @@ async fn the_filter_delivers_exactly_the_listed_events() {
     fixture
         .attempts_until(&p.id, Duration::from_secs(20), |a| a.iter().any(|x| x.event == WebhookEvent::Completed))
         .await;
-    let events: Vec<String> = receiver.received().iter().map(|r| r.header("webhook-event").to_owned()).collect();
+    let events: Vec<String> = receiver.deliveries().iter().map(|r| r.header("webhook-event").to_owned()).collect();
     assert_eq!(events, vec!["start", "completed"]);
 }
 
 #[tokio::test]
 async fn output_is_throttled_the_latest_state_wins_and_completed_comes_last() {
     let fixture = Fixture::new(&[]).await;
-    let receiver = Receiver::start(vec![]).await;
+    let receiver = Receiver::scripted(vec![]).await;
     fixture.start_notifier();
     let mut p = fixture.prediction(&receiver.url(), None);
     for seq in 1..=8 {
@@ -109,7 +109,7 @@ async fn output_is_throttled_the_latest_state_wins_and_completed_comes_last() {
         .attempts_until(&p.id, Duration::from_secs(20), |a| a.iter().any(|x| x.event == WebhookEvent::Completed))
         .await;
 
-    let received = receiver.received();
+    let received = receiver.deliveries();
     assert_eq!(received.last().map(|r| r.header("webhook-event")), Some("completed"));
     let outputs: Vec<_> = received.iter().filter(|r| r.header("webhook-event") == "output").collect();
     assert!(outputs.len() < 8, "superseded output events were dropped: {}", outputs.len());
@@ -180,7 +180,7 @@ async fn a_completed_event_republished_after_the_duplicate_window_is_not_deliver
     })
     .await;
     assert!(settled.is_some(), "the copy was taken and settled");
-    assert_eq!(receiver.received().len(), 1, "one completed webhook, not two");
+    assert_eq!(receiver.deliveries().len(), 1, "one completed webhook, not two");
 }
 
 #[tokio::test]
@@ -201,7 +201,7 @@ async fn a_completed_event_announced_by_its_writer_is_sent_without_looking_for_e
     fixture.start_notifier();
     fixture.announce(&p, WebhookEvent::Completed, 2, Announcement::First).await;
     let received = eventually(Duration::from_secs(20), || async {
-        let received = receiver.received();
+        let received = receiver.deliveries();
         (!received.is_empty()).then_some(received)
     })
     .await

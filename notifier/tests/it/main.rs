@@ -5,6 +5,5 @@ mod delivery;
 mod fixture;
 mod held;
 mod isolation;
-mod receiver;
 mod recording;
 mod signatures;

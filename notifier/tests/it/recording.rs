@@ -88,7 +88,7 @@ async fn a_failed_write_is_reported_to_every_waiting_attempt() {
 #[tokio::test]
 async fn an_attempt_whose_record_cannot_be_stored_is_not_acked_but_made_again() {
     let fixture = Fixture::new(&[]).await;
-    let receiver = crate::receiver::Receiver::always(crate::receiver::Answer::Status(200)).await;
+    let receiver = receiver::Receiver::always(receiver::Answer::Status(200)).await;
     // A `start` event: a `completed` one with a record already would be taken for a copy.
     let p = fixture.prediction(&receiver.url(), Some(vec![WebhookEvent::Start]));
     let mut published = p.clone();
@@ -115,7 +115,7 @@ async fn an_attempt_whose_record_cannot_be_stored_is_not_acked_but_made_again() 
     fixture.start_notifier();
     fixture.publish(&p, WebhookEvent::Start, 1).await;
     let copies = common::testkit::eventually(Duration::from_secs(15), || async {
-        let received = receiver.received();
+        let received = receiver.deliveries();
         (received.len() >= 2).then_some(received)
     })
     .await

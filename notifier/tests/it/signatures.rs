@@ -10,7 +10,9 @@ use std::{
 use bson::DateTime;
 use common::{domain::WebhookEvent, signing, store::Account};
 
-use crate::{fixture::Fixture, receiver::Receiver};
+use receiver::Receiver;
+
+use crate::fixture::Fixture;
 
 #[tokio::test]
 async fn deliveries_verify_with_an_independent_python_verifier() {
@@ -50,12 +52,12 @@ async fn after_the_transition_window_only_the_new_secret_signs() {
     );
     fixture.account = Account { webhook_secret: sealed, ..fixture.account.clone() };
 
-    let receiver = Receiver::start(vec![]).await;
+    let receiver = Receiver::scripted(vec![]).await;
     fixture.start_notifier();
     let p = fixture.prediction(&receiver.url(), None);
     fixture.publish(&p, WebhookEvent::Completed, 1).await;
     fixture.attempts_until(&p.id, Duration::from_secs(20), |a| !a.is_empty()).await;
-    let hook = &receiver.received()[0];
+    let hook = &receiver.deliveries()[0];
     let header = hook.header("webhook-signature");
     assert_eq!(header.split(' ').count(), 1, "one signature: {header}");
     let ts: i64 = hook.header("webhook-timestamp").parse().expect("timestamp");
