@@ -129,8 +129,10 @@ pub async fn create(
         ModelRef::new(&owner, &name).map_err(|_| ApiError::not_found(format!("Model {owner}/{name} not found.")))?;
     let body = body::json_object(&headers, &body)?;
     let idempotency_key = idempotency::key(&headers)?;
+    let time_limit = crate::deadline::limit(&headers, state.config.common.prediction_deadline)?;
     let caller = &auth.caller;
-    let mut training = crate::training::validated(&state, caller, &model, &version, &body, surface).await?;
+    let mut training =
+        crate::training::validated(&state, caller, &model, &version, &body, surface).await?.with_deadline(time_limit);
     tracing::Span::current().record("prediction_id", training.id.as_str());
     let account = caller.key.account_id.clone();
     if let Claim::Existing(first) = submit::store_and_publish(&state, &account, idempotency_key, &mut training).await? {

@@ -218,6 +218,25 @@ async fn bad_input_a_version_without_a_trainer_and_another_accounts_destination_
     assert_eq!(listed["results"], json!([]));
     let missing = system.post_json("/v1/models/acme/tune/versions/nope/trainings", &json!({})).await;
     assert_eq!(missing.status(), 404);
+
+    // A training has a prediction's deadline, which Cancel-After shortens.
+    let hurried = system
+        .request(Method::POST, &format!("/v1/models/acme/tune/versions/{version}/trainings"))
+        .header("cancel-after", "1s")
+        .json(&json!({"destination": "test-account/tuned", "input": {"suffix": "slow", "seconds": 20}}))
+        .send()
+        .await
+        .expect("sent")
+        .json_body()
+        .await;
+    let id = hurried["id"].as_str().expect("an id");
+    let timed_out = eventually(Duration::from_secs(20), || async {
+        let got = system.get(&format!("/v1/trainings/{id}")).await.json_body().await;
+        (got["status"] == "failed").then_some(got)
+    })
+    .await
+    .expect("the training failed at its deadline");
+    assert_eq!(timed_out["error"]["code"], "PREDICTION_TIMEOUT", "{timed_out}");
 }
 
 #[tokio::test]
