@@ -95,3 +95,25 @@ stop_infra() {
 docker_available() {
   command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1
 }
+
+# start_cog FIXTURE MODE LOGFILE: serves runner/tests/fixtures/cog/FIXTURE with coglet (from
+# deploy/local/install; MODE predict or train) on a free port, and sets COG_PORT once it is
+# ready. Its pid joins SERVICE_PIDS (stopped with the services) and COG_PIDS.
+COG_PIDS=()
+start_cog() {
+  local fixture="$1" mode="$2" logfile="$3" port stub python
+  python="$("$root/deploy/local/install" | sed -n 's/^COG_PYTHON=//p')"
+  port="$(free_port)"
+  if [ "$mode" = train ]; then stub=(COG_TRAIN_TYPE_STUB=train.py:train); else stub=(COG_PREDICT_TYPE_STUB=predict.py:Predictor); fi
+  (cd "$root/runner/tests/fixtures/cog/$fixture" && exec env PATH="$(dirname "$python"):$PATH" PORT="$port" \
+    "${stub[@]}" COG_MAX_CONCURRENCY=1 \
+    "$python" -m cog.server.http --host 127.0.0.1 --x-mode "$mode") >"$logfile" 2>&1 &
+  COG_PIDS+=("$!")
+  SERVICE_PIDS+=("$!")
+  local deadline=$((SECONDS + 90))
+  until curl -s "http://127.0.0.1:$port/health-check" | grep -q '"READY"'; do
+    if [ "$SECONDS" -ge "$deadline" ]; then log "the Cog server of $fixture ($mode) did not become ready"; cat "$logfile" >&2; return 1; fi
+    sleep 0.3
+  done
+  COG_PORT="$port"
+}
