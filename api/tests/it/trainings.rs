@@ -268,6 +268,22 @@ async fn a_training_waits_while_its_trainer_is_busy_and_a_cancel_reaches_the_tra
 }
 
 #[tokio::test]
+async fn weights_of_megabytes_come_back_whole() {
+    let (system, _predictor, _trainer, version) = tune_system().await;
+    // 4.5 MB of weights: past axum's default body limit on the runner's callbacks (2 MB) and
+    // past the output limit of predictions (4 MiB).
+    let suffix = "w".repeat(900_000);
+    let created = train(&system, "/v1", &version, json!({"suffix": suffix, "strength": 5})).await;
+    assert_eq!(created.status(), 201);
+    let id = created.json_body().await["id"].as_str().expect("an id").to_owned();
+    let done = training_until(&system, &id, |t| t["status"] != "starting" && t["status"] != "processing").await;
+    assert_eq!(done["status"], "succeeded", "{}", done["error"]);
+    let weights = done["output"]["weights"].as_str().expect("weights");
+    let bytes = system.http().get(weights).bearer_auth(&system.admin_key).send().await.expect("sent");
+    assert_eq!(bytes.bytes().await.expect("bytes").len(), 5 * 900_000 + 4, "five copies and four spaces");
+}
+
+#[tokio::test]
 async fn a_public_destinations_version_runs_for_every_account_and_a_private_ones_for_its_own_only() {
     let (system, _predictor, _trainer, version) = tune_system().await;
     let public = system

@@ -506,10 +506,11 @@ impl Executor {
     ) -> anyhow::Result<()> {
         let completed_at = DateTime::now();
         let metrics = Metrics::at_completion(prediction.created_at, prediction.started_at, completed_at);
-        let result = result.and_then(|output| within_limits(output, progress));
+        // A training's output becomes `{version, weights}`: its weights, a file whatever their
+        // size, are not held to the output limit.
         let result = match result {
             Ok(output) if prediction.is_training() => Box::pin(self.training_result(prediction, output)).await?,
-            other => other,
+            other => other.and_then(|output| within_limits(output, progress)),
         };
         // The change, typed once: the document written and the copy published come from it.
         let mut done = prediction.clone();

@@ -11,13 +11,19 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{Path, State},
+    extract::{DefaultBodyLimit, Path, State},
     http::StatusCode,
     routing::post,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// The largest snapshot a Cog server may post: a terminal one carries a file output (or a
+/// trainer's weights) whole, as a `data:` URI. Past it the server is answered 413, retries,
+/// and the run ends at its deadline. (axum's own default, 2 MB, failed any training whose
+/// weights passed about 1.5 MB.)
+pub const MAX_SNAPSHOT_BYTES: usize = 1024 * 1024 * 1024;
 
 /// The registered runs.
 pub struct Callbacks {
@@ -49,7 +55,10 @@ impl Callbacks {
         let addr = listener.local_addr()?;
         let public_url = public_url.unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
         let callbacks = Arc::new(Self { public_url, waiting: Mutex::new(HashMap::new()) });
-        let app = Router::new().route("/cog/{token}", post(receive)).with_state(callbacks.clone());
+        let app = Router::new()
+            .route("/cog/{token}", post(receive))
+            .layer(DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES))
+            .with_state(callbacks.clone());
         tokio::spawn(async move {
             let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
             if let Err(e) = served {
