@@ -1,5 +1,5 @@
-//! `Idempotency-Key` on create: the same key of the same account within 24 hours returns the
-//! first request's prediction (201, with `Idempotent-Replayed: true`) and never creates a
+//! `Idempotency-Key` on create (of a prediction or a training): the same key of the same
+//! account within 24 hours returns the first request's prediction (or training) (201, with `Idempotent-Replayed: true`) and never creates a
 //! second job. The key is claimed with one atomic insert before the prediction is stored
 //! (see [`common::store::idempotency`]). A replay that arrives while the first request is
 //! still storing its prediction waits for it briefly, then answers 409.
@@ -12,7 +12,8 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use common::domain::{AccountId, ApiSurface, PredictionId};
+use common::domain::{AccountId, ApiSurface, Prediction, PredictionId};
+use serde::Serialize;
 
 use crate::{error::ApiError, state::AppState};
 
@@ -39,12 +40,28 @@ pub async fn replay(
     first: &PredictionId,
     surface: ApiSurface,
 ) -> Result<Response, ApiError> {
+    replay_as(state, account, first, |p| {
+        let view = p.view(&state.links, surface);
+        let location = view.urls.get.clone();
+        (view, location)
+    })
+    .await
+}
+
+/// [`replay`] of a job shown by `show` (its view and its URL): a training's create answers
+/// the training.
+pub async fn replay_as<V: Serialize>(
+    state: &AppState,
+    account: &AccountId,
+    first: &PredictionId,
+    show: impl Fn(&Prediction) -> (V, String),
+) -> Result<Response, ApiError> {
     for _ in 0..20 {
         if let Some(p) = state.store.predictions().get_for_account(first, account).await? {
-            let view = p.view(&state.links, surface);
+            let (view, location) = show(&p);
             let mut response = (StatusCode::CREATED, Json(&view)).into_response();
             response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
-            if let Ok(location) = HeaderValue::from_str(&view.urls.get) {
+            if let Ok(location) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(header::LOCATION, location);
             }
             return Ok(response);

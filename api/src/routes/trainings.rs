@@ -136,8 +136,12 @@ pub async fn create(
     tracing::Span::current().record("prediction_id", training.id.as_str());
     let account = caller.key.account_id.clone();
     if let Claim::Existing(first) = submit::store_and_publish(&state, &account, idempotency_key, &mut training).await? {
-        let first = owned_job(&state, caller, first.as_str(), JobKind::Training).await?;
-        return Ok((StatusCode::OK, Json(TrainingView::of(&first, &state.links, surface))).into_response());
+        return idempotency::replay_as(&state, &account, &first, |t| {
+            let view = TrainingView::of(t, &state.links, surface);
+            let location = view.urls.get.clone();
+            (view, location)
+        })
+        .await;
     }
     let view = TrainingView::of(&training, &state.links, surface);
     let mut response = (StatusCode::CREATED, Json(&view)).into_response();

@@ -219,6 +219,23 @@ async fn bad_input_a_version_without_a_trainer_and_another_accounts_destination_
     let missing = system.post_json("/v1/models/acme/tune/versions/nope/trainings", &json!({})).await;
     assert_eq!(missing.status(), 404);
 
+    // An Idempotency-Key gives back the first training of the key.
+    let once = || {
+        system
+            .request(Method::POST, &format!("/v1/models/acme/tune/versions/{version}/trainings"))
+            .header("idempotency-key", "train-once")
+            .json(&json!({"destination": "test-account/tuned", "input": {"suffix": "once"}}))
+            .send()
+    };
+    let first = once().await.expect("sent");
+    assert_eq!(first.status(), 201);
+    let again = once().await.expect("sent");
+    assert_eq!(again.status(), 201, "the same key answers the first training");
+    assert_eq!(again.headers().get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
+    let (first, again) = (first.json_body().await, again.json_body().await);
+    assert_eq!(first["id"], again["id"]);
+    assert_eq!(again["destination"], "test-account/tuned", "the training's shape");
+
     // A training has a prediction's deadline, which Cancel-After shortens.
     let hurried = system
         .request(Method::POST, &format!("/v1/models/acme/tune/versions/{version}/trainings"))
