@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::{
     domain::{AccountId, ModelRef, training},
-    store::{ModelRecord, ModelVersionRecord, Visibility},
+    store::{ModelRecord, ModelVersionRecord},
 };
 
 use crate::{
@@ -29,8 +29,8 @@ pub async fn trained_model(
     model: &ModelRef,
     version: Option<&str>,
 ) -> Result<Option<Arc<RegisteredModel>>, ApiError> {
-    let Some(owned) = state.store.owned_models().get(model).await? else { return Ok(None) };
-    if owned.visibility != Visibility::Public && &owned.account_id != account {
+    let owned = state.store.owned_models().get(model).await?;
+    if !owned.is_some_and(|o| o.visible_to(account)) {
         return Ok(None);
     }
     let versions = state.store.model_versions();

@@ -87,22 +87,20 @@ pub async fn resolve(
             (version.model, Some(id))
         }
     };
-    let missing_model = || ApiError::not_found(format!("Model {model} not found."));
-    if state.models.get(&model).await?.is_none() {
+    let missing_version = |id: &str| ApiError::not_found(format!("Version {id} of {model} not found."));
+    let Some(registered) = state.models.get(&model).await? else {
+        // An account's own model (that this account may see) at a trained version.
         let trained = crate::trained::trained_model(state, account, &model, id.as_deref()).await?;
-        return match (trained, id) {
-            (Some(trained), _) => Ok(trained),
-            (None, Some(id)) if state.store.owned_models().get(&model).await?.is_some() => {
-                Err(ApiError::not_found(format!("Version {id} of {model} not found.")).into())
-            }
-            (None, _) => Err(missing_model().into()),
-        };
-    }
+        return trained.ok_or_else(|| match &id {
+            Some(id) => missing_version(id).into(),
+            None => ApiError::not_found(format!("Model {model} not found.")).into(),
+        });
+    };
     match id {
-        None => Ok(state.models.get(&model).await?.ok_or_else(missing_model)?),
+        None => Ok(registered),
         Some(id) => {
             let found = state.models.version(&model, &id).await?;
-            Ok(found.ok_or_else(|| ApiError::not_found(format!("Version {id} of {model} not found.")))?)
+            Ok(found.ok_or_else(|| missing_version(&id))?)
         }
     }
 }

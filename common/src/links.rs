@@ -139,9 +139,10 @@ impl Links {
     /// stream is its job's, as a prediction's).
     pub fn training(&self, id: &PredictionId, surface: ApiSurface) -> PredictionUrls {
         let get = format!("{}/trainings/{id}", self.api(surface));
+        let stream = format!("{}/predictions/{id}/stream?token={}", self.api(surface), self.stream_token(id));
         PredictionUrls {
             cancel: format!("{get}/cancel"),
-            stream: self.prediction(id, surface).stream,
+            stream,
             web: format!("{}/trainings/{id}", self.base_url),
             get,
         }

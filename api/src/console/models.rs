@@ -18,10 +18,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use common::{
-    domain::{ApiSurface, ModelRef, Scope},
-    store::Visibility,
-};
+use common::domain::{ApiSurface, ModelRef, Scope};
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -221,7 +218,7 @@ pub(super) async fn model(state: &AppState, signed: &Signed, owner: &str, name: 
     }
     let owned = state.store.owned_models().get(&model).await.map_err(anyhow::Error::from)?;
     match owned {
-        Some(o) if o.visibility == Visibility::Public || o.account_id == signed.key.account_id => {
+        Some(o) if o.visible_to(&signed.key.account_id) => {
             let runs = crate::trained::trained_model(state, &signed.key.account_id, &model, None).await?;
             Ok(Shown { model, runs })
         }

@@ -138,7 +138,6 @@ pub async fn page(
     let t = owned_job(&state, &signed.caller(), &id, JobKind::Training).await?;
     let view = crate::routes::trainings::TrainingView::of(&t, &state.links, ApiSurface::Canonical);
     let running = !t.status.is_terminal();
-    let prefix = format!("{}/files/", state.links.api(ApiSurface::Canonical));
     let page = TrainingPage {
         chrome: signed.chrome("trainings"),
         id: t.id.to_string(),
@@ -151,9 +150,11 @@ pub async fn page(
         stream_url: view.urls.stream.clone(),
         error: t.error.as_ref().map(|e| e.message.clone()),
         trained_version: view.output.as_ref().map(|o| o.version.clone()),
-        weights_file: view.output.as_ref().and_then(|o| {
-            o.weights.strip_prefix(&prefix).map(|rest| format!("/files/{}", rest.trim_end_matches("/download")))
-        }),
+        weights_file: view
+            .output
+            .as_ref()
+            .and_then(|o| state.links.file_named_by(&o.weights))
+            .map(|file| format!("/files/{file}")),
         logs: t.logs.clone(),
         input: serde_json::to_string_pretty(&t.input).unwrap_or_default(),
         created: time(Some(t.created_at)),

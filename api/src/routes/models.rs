@@ -231,9 +231,7 @@ async fn visible(state: &AppState, account: &AccountId, owner: &str, name: &str)
         return Ok(Visible::Registered(registered));
     }
     match state.store.owned_models().get(&model).await? {
-        Some(owned) if owned.visibility == Visibility::Public || &owned.account_id == account => {
-            Ok(Visible::Owned(owned))
-        }
+        Some(owned) if owned.visible_to(account) => Ok(Visible::Owned(owned)),
         _ => Err(missing()),
     }
 }

@@ -93,13 +93,7 @@ impl ModelVersions {
 
     /// Records the version of `record`; a version seen before keeps its first `created_at`.
     pub async fn record(&self, record: &ModelRecord) -> Result<(), StoreError> {
-        let version = ModelVersionRecord::of(record);
-        let fields = bson::to_document(&version)?;
-        self.coll
-            .update_one(doc! { "_id": &version.id }, doc! { "$setOnInsert": fields })
-            .upsert(true)
-            .await
-            .map(|_| ())
+        self.record_version(&ModelVersionRecord::of(record)).await.map(drop)
     }
 
     /// Records that version `id` has a trainer whose input schema is `schema` (a runner
@@ -109,15 +103,16 @@ impl ModelVersions {
         self.coll.update_one(doc! { "_id": id }, update).await.map(|_| ())
     }
 
-    /// Records a version a training made (idempotent: its id is derived from the training,
-    /// and a version recorded before is kept as it was).
-    pub async fn record_trained(&self, version: &ModelVersionRecord) -> Result<(), StoreError> {
+    /// Records `version` unless a version of its id exists (which keeps what it was: a
+    /// registration seen before keeps its first `created_at`, a trained version recorded by an
+    /// earlier delivery of its training keeps its weights); returns the version as stored.
+    pub async fn record_version(&self, version: &ModelVersionRecord) -> Result<Option<ModelVersionRecord>, StoreError> {
         let fields = bson::to_document(version)?;
         self.coll
-            .update_one(doc! { "_id": &version.id }, doc! { "$setOnInsert": fields })
+            .find_one_and_update(doc! { "_id": &version.id }, doc! { "$setOnInsert": fields })
             .upsert(true)
+            .return_document(mongodb::options::ReturnDocument::After)
             .await
-            .map(|_| ())
     }
 
     /// A version by id.

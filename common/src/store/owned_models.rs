@@ -53,6 +53,13 @@ pub struct OwnedModel {
     pub created_at: DateTime,
 }
 
+impl OwnedModel {
+    /// Whether `account` may see (and run) it: its own account, or any when it is public.
+    pub fn visible_to(&self, account: &AccountId) -> bool {
+        self.visibility == Visibility::Public || &self.account_id == account
+    }
+}
+
 /// Typed access to the `owned_models` collection.
 #[derive(Clone, Debug)]
 pub struct OwnedModels {

@@ -5,7 +5,8 @@
 //! the weights field), and the training's output becomes `{version, weights}`.
 //!
 //! A redelivered job that stores the result again records no second version (the version's
-//! id is derived from the training), and its output names the weights the version kept.
+//! id is derived from the training): its output names the weights the version kept, and the
+//! weights it stored again are removed.
 
 use anyhow::Context;
 use bson::DateTime;
@@ -21,7 +22,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::Executor;
-use crate::models::{ModelError, ModelOutput, cog::output, file_inputs::data_uri_bytes};
+use crate::models::{ModelError, ModelOutput, file_inputs::data_uri_bytes};
 
 fn invalid(message: impl Into<String>) -> ModelError {
     ModelError { code: "TRAINING_OUTPUT_INVALID".into(), message: message.into() }
@@ -32,10 +33,9 @@ fn weights_of(output: ModelOutput) -> Result<(String, Vec<u8>), ModelError> {
     match output {
         ModelOutput::File { content_type, bytes, .. } => Ok((content_type, bytes)),
         ModelOutput::Json(Value::Object(fields)) => match fields.get("weights") {
-            Some(Value::String(uri)) if uri.starts_with("data:") => match output::convert(Value::String(uri.clone())) {
-                Ok(ModelOutput::File { content_type, bytes, .. }) => Ok((content_type, bytes)),
-                _ => data_uri_bytes(uri).ok_or_else(|| invalid("the trainer's weights are a malformed data: URI")),
-            },
+            Some(Value::String(uri)) if uri.starts_with("data:") => {
+                data_uri_bytes(uri).ok_or_else(|| invalid("the trainer's weights are a malformed data: URI"))
+            }
             Some(Value::String(other)) => Err(invalid(format!(
                 "the trainer's weights must come back in the answer (a data: URI), not as {}; start the trainer without --upload-url",
                 other.split('?').next().unwrap_or_default()
@@ -93,10 +93,15 @@ impl Executor {
                 weights: weights.id.clone(),
             }),
         };
-        versions.record_trained(&version).await.context("recording the trained version")?;
-        // A version recorded by an earlier delivery keeps its weights; these are then unused.
-        let kept = versions.get(&version.id).await?.and_then(|v| v.trained_from).map(|t| t.weights);
-        let weights_id = kept.unwrap_or(weights.id);
+        let stored = versions.record_version(&version).await.context("recording the trained version")?;
+        // A version recorded by an earlier delivery keeps its weights: these are not needed.
+        let kept = stored.and_then(|v| v.trained_from).map(|t| t.weights).unwrap_or_else(|| weights.id.clone());
+        if kept != weights.id
+            && let Err(e) = self.files.delete(&weights.id).await
+        {
+            tracing::warn!(file = %weights.id, error = %e, "weights a redelivery stored again were not removed");
+        }
+        let weights_id = kept;
         tracing::info!(version = %version.id, %destination, "trained version recorded");
         let url = self.links.file(&weights_id, ApiSurface::Canonical);
         Ok(Ok(ModelOutput::Text(training::training_output(&destination, &version.id, &url))))
