@@ -75,6 +75,11 @@ impl ModelVersionRecord {
     }
 }
 
+/// The filter and update that store `version` unless a version of its id exists.
+fn insert_if_new(version: &ModelVersionRecord) -> Result<(bson::Document, bson::Document), StoreError> {
+    Ok((doc! { "_id": &version.id }, doc! { "$setOnInsert": bson::to_document(version)? }))
+}
+
 /// Typed access to the `model_versions` collection.
 #[derive(Clone, Debug)]
 pub struct ModelVersions {
@@ -93,7 +98,9 @@ impl ModelVersions {
 
     /// Records the version of `record`; a version seen before keeps its first `created_at`.
     pub async fn record(&self, record: &ModelRecord) -> Result<(), StoreError> {
-        self.record_version(&ModelVersionRecord::of(record)).await.map(drop)
+        // Nothing read back: a runner's start-up writes, it does not need the stored copy.
+        let (filter, update) = insert_if_new(&ModelVersionRecord::of(record))?;
+        self.coll.update_one(filter, update).upsert(true).await.map(drop)
     }
 
     /// Records that version `id` has a trainer whose input schema is `schema` (a runner
@@ -103,13 +110,13 @@ impl ModelVersions {
         self.coll.update_one(doc! { "_id": id }, update).await.map(|_| ())
     }
 
-    /// Records `version` unless a version of its id exists (which keeps what it was: a
-    /// registration seen before keeps its first `created_at`, a trained version recorded by an
-    /// earlier delivery of its training keeps its weights); returns the version as stored.
+    /// Records `version` (a trained one) unless a version of its id exists, which keeps what it
+    /// was (recorded by an earlier delivery of its training, it keeps its weights); returns
+    /// the version as stored.
     pub async fn record_version(&self, version: &ModelVersionRecord) -> Result<Option<ModelVersionRecord>, StoreError> {
-        let fields = bson::to_document(version)?;
+        let (filter, update) = insert_if_new(version)?;
         self.coll
-            .find_one_and_update(doc! { "_id": &version.id }, doc! { "$setOnInsert": fields })
+            .find_one_and_update(filter, update)
             .upsert(true)
             .return_document(mongodb::options::ReturnDocument::After)
             .await
