@@ -12,7 +12,7 @@ use common::{
     store::{Account, Store},
 };
 
-use crate::{accounts, config::ApiConfig};
+use crate::{config::ApiConfig, ops::accounts};
 
 /// What bootstrap did.
 pub struct Bootstrapped {
@@ -125,7 +125,7 @@ pub async fn usage(config: &ApiConfig, name: Option<&str>, since: Option<&str>, 
             Some(id) => store.accounts().get(&id).await?.map_or(id.to_string(), |a| a.name),
             None => id,
         };
-        let report = crate::usage::UsageReport::of(query.clone(), &totals);
+        let report = crate::ops::usage::UsageReport::of(query.clone(), &totals);
         for line in report.csv().lines().skip(1) {
             if csv {
                 out.push_str(&format!("{name},{line}\n"));

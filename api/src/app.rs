@@ -2,10 +2,10 @@
 //! streams, assemble the middleware around the routes, serve until the shutdown token fires,
 //! then give in-flight requests `SHUTDOWN_GRACE_SECONDS` to finish.
 //!
-//! Middleware, outermost first (then, per route, request metrics — see [`crate::metrics`]): request id (set, or kept from the client's `X-Request-Id`) →
+//! Middleware, outermost first (then, per route, request metrics — see [`crate::state::metrics`]): request id (set, or kept from the client's `X-Request-Id`) →
 //! tracing span per request → `X-Request-Id` copied to the response → problem+json rendering
 //! → rate-limit headers → panic catching → request timeout → body limit (1 MiB) → the handler
-//! in its own task ([`crate::run_to_completion`]) → routes.
+//! in its own task ([`crate::http::run_to_completion`]) → routes.
 
 use common::files::Files;
 use std::{future::IntoFuture, time::Duration};
@@ -34,12 +34,12 @@ use tracing::Level;
 use crate::{
     config::ApiConfig,
     error::{BaseUrl, render_problems},
-    metrics,
-    ratelimit::rate_limit_headers,
-    request_id::MakeRandomRequestId,
+    http::request_id::MakeRandomRequestId,
+    http::run_to_completion::run_to_completion,
     routes,
-    run_to_completion::run_to_completion,
     state::AppState,
+    state::metrics,
+    state::ratelimit::rate_limit_headers,
 };
 
 /// The largest request body accepted.
@@ -93,7 +93,7 @@ pub async fn connect(config: ApiConfig) -> anyhow::Result<AppState> {
 
 /// Logs a failed request at ERROR, but a 503: it is the answer of a shed request, a request
 /// past its time or an unready service, each counted by `http_requests_total` and logged in
-/// summary where it is decided (see [`crate::shed`]); a line for each would flood the log
+/// summary where it is decided (see [`crate::http::shed`]); a line for each would flood the log
 /// just when the service has least time to write it.
 fn log_failure(failure: ServerErrorsFailureClass, latency: std::time::Duration, _span: &tracing::Span) {
     if matches!(failure, ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE)) {
@@ -137,15 +137,15 @@ pub fn app(state: AppState) -> Router {
             }
         })
     };
-    let in_flight = crate::shed::InFlight::new(state.config.max_in_flight);
+    let in_flight = crate::http::shed::InFlight::new(state.config.max_in_flight);
     routes::router(state)
-        .layer(middleware::from_fn_with_state(in_flight, crate::shed::shed))
+        .layer(middleware::from_fn_with_state(in_flight, crate::http::shed::shed))
         .route("/metrics", serve_metrics)
         .route(
             "/openapi.json",
-            get(move || std::future::ready(crate::openapi::serve(crate::routes::document(), &base_url))),
+            get(move || std::future::ready(crate::routes::openapi::serve(crate::routes::document(), &base_url))),
         )
-        .merge(crate::reference::router())
+        .merge(crate::http::reference::router())
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
         .layer(middleware)
 }

@@ -27,7 +27,7 @@ pub struct ApiConfig {
     pub default_rate_limit_rpm: u32,
     /// `SHUTDOWN_GRACE_SECONDS`: how long in-flight requests may finish after a shutdown signal.
     pub shutdown_grace: Duration,
-    /// `API_MAX_IN_FLIGHT`: requests this replica works on at once (see [`crate::shed`]).
+    /// `API_MAX_IN_FLIGHT`: requests this replica works on at once (see [`crate::http::shed`]).
     pub max_in_flight: usize,
     /// `API_MAX_WAITS`: `Prefer: wait` creates this replica holds at once.
     pub max_waits: usize,

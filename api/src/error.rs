@@ -71,7 +71,7 @@ impl ApiError {
         ))
     }
 
-    /// 429: the key's rate limit is used up (the headers come from [`crate::ratelimit`]).
+    /// 429: the key's rate limit is used up (the headers come from [`crate::state::ratelimit`]).
     pub fn rate_limited() -> Self {
         Self::Problem(Problem::new(ProblemKind::RateLimit, "Rate limit exceeded. Retry after 60 seconds."))
     }

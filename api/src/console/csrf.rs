@@ -7,7 +7,7 @@
 //! A form with files (the run form of a model with file inputs) is `multipart/form-data`: its
 //! `csrf` field must come before any file (the page puts it first), and a file is stored only
 //! once the token is proven and the key holds `write`; the field then carries the new file's
-//! URL, as if the person had pasted it (see [`crate::uploads`]).
+//! URL, as if the person had pasted it (see [`crate::ops::uploads`]).
 
 use std::collections::HashMap;
 
@@ -20,7 +20,7 @@ use common::domain::{ApiSurface, Scope};
 use subtle::ConstantTimeEq;
 
 use super::{error::ConsoleError, session::Signed};
-use crate::{state::AppState, uploads};
+use crate::{ops::uploads, state::AppState};
 
 /// A console form post that passed the session, origin and token checks.
 pub struct ConsoleAction {

@@ -18,7 +18,7 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{deployments, error::ApiError, state::AppState, validate::deployment};
+use crate::{error::ApiError, ops::deployment_changes, state::AppState, validate::deployment};
 
 /// One deployment in the list.
 struct DeploymentRow {
@@ -125,7 +125,7 @@ pub async fn create(State(state): State<AppState>, action: ConsoleAction) -> Res
         Ok(new) => new,
         Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
     };
-    match deployments::create(&state, &action.signed.key.account_id, new).await {
+    match deployment_changes::create(&state, &action.signed.key.account_id, new).await {
         Ok(created) => {
             render(&state, &action.signed, Some(format!("Created {} at release 1.", created.full_name())), None).await
         }
@@ -147,7 +147,7 @@ pub async fn release(
         Ok(change) => change,
         Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
     };
-    match deployments::change(&state, current, change).await {
+    match deployment_changes::change(&state, current, change).await {
         Ok(changed) => {
             let notice = format!("{} is at release {}.", changed.full_name(), changed.current_release.number);
             render(&state, &action.signed, Some(notice), None).await
@@ -164,7 +164,7 @@ pub async fn delete(
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Admin)?;
     let found = owned(&state, &action.signed, &name).await?;
-    deployments::delete(&state, &found).await?;
+    deployment_changes::delete(&state, &found).await?;
     Ok(see_other("/deployments"))
 }
 

@@ -1,7 +1,7 @@
 //! Files in the console: the Files page (`/files`), the account's uploads and file outputs,
 //! newest first, each with a Delete button (scope `write`); and `GET /files/{id}`, a file's
 //! bytes for the pages' `<img>`, `<video>` and links, loaded with the session and streamed like
-//! the API's downloads ([`crate::file_response`]). Another account's file, or one removed, is
+//! the API's downloads ([`crate::http::file_response`]). Another account's file, or one removed, is
 //! a 404 page.
 
 use askama::Template;
@@ -19,7 +19,7 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{file_response, owned::owned_file, state::AppState};
+use crate::{http::file_response, ops::owned::owned_file, state::AppState};
 
 /// The most files the page lists.
 const PAGE: u32 = 100;

@@ -1,6 +1,6 @@
 //! The API keys page (scope `admin`): the account's keys, a form to create one (name, scopes,
 //! expiry, requests per minute; the new key is shown once, on the page that answers the form),
-//! and a Deactivate button per active key (at once on every replica, see [`crate::keys`]).
+//! and a Deactivate button per active key (at once on every replica, see [`crate::state::keys`]).
 
 use askama::Template;
 use axum::{
@@ -18,7 +18,7 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{accounts, error::ApiError, state::AppState, validate::create_api_key};
+use crate::{error::ApiError, ops::accounts, state::AppState, validate::create_api_key};
 
 /// One key in the list.
 struct KeyRow {

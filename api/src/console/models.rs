@@ -3,7 +3,7 @@
 //! minimum, maximum and default for `number`/`integer`, a checkbox for `boolean`, a list for an
 //! `enum`, a file picker for a `format: uri` string (the file is uploaded with the form, then
 //! its URL is the input), a text area for other strings. Submitting it (scope `write`) validates and creates
-//! the prediction exactly as the API does ([`crate::submit`]), then opens its page; a bad value
+//! the prediction exactly as the API does ([`crate::ops::submit`]), then opens its page; a bad value
 //! shows the form again with the field's error under it. The page lists the model's versions,
 //! which of them are live (a runner serving it is alive) and which one the form runs (the
 //! latest). An account's own model (`POST /v1/models`) has a page too: its trained versions,
@@ -27,7 +27,7 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{error::ApiError, models::RegisteredModel, state::AppState, submit};
+use crate::{error::ApiError, ops::submit, state::AppState, state::model_catalog::RegisteredModel};
 
 /// One registered model in the list.
 struct ModelRow {
@@ -185,7 +185,7 @@ pub(super) struct Shown {
 /// The model's versions, newest first, with which are live and which is the latest.
 async fn versions(state: &AppState, shown: &Shown) -> Result<Vec<VersionRow>, ConsoleError> {
     let records = state.store.model_versions().list_for(&shown.model).await.map_err(anyhow::Error::from)?;
-    let snapshot = state.models.live.snapshot().await?;
+    let snapshot = state.models.live().snapshot().await?;
     let latest = shown.runs.as_ref().map(|m| m.trained.as_ref().map_or(&m.record.version, |t| &t.version));
     Ok(records
         .iter()
@@ -219,7 +219,7 @@ pub(super) async fn model(state: &AppState, signed: &Signed, owner: &str, name: 
     let owned = state.store.owned_models().get(&model).await.map_err(anyhow::Error::from)?;
     match owned {
         Some(o) if o.visible_to(&signed.key.account_id) => {
-            let runs = crate::trained::trained_model(state, &signed.key.account_id, &model, None).await?;
+            let runs = crate::ops::trained::trained_model(state, &signed.key.account_id, &model, None).await?;
             Ok(Shown { model, runs })
         }
         _ => Err(missing()),

@@ -27,7 +27,7 @@ use super::{
     page::{Chrome, ago, html, see_other},
     session::Signed,
 };
-use crate::{cancel, deliveries, owned::owned_prediction, state::AppState};
+use crate::{ops::cancel, ops::deliveries, ops::owned::owned_prediction, state::AppState};
 
 /// Predictions on one page of the list.
 const PAGE_SIZE: u64 = 20;

@@ -1,6 +1,6 @@
 //! The webhook signing secret page (scope `admin`): the secret masked, a Reveal button, and a
 //! Rotate form with the transition window in hours (the old secret keeps signing beside the
-//! new one meanwhile; see [`crate::signing_secret`]).
+//! new one meanwhile; see [`crate::ops::signing_secret`]).
 
 use askama::Template;
 use axum::{
@@ -17,7 +17,7 @@ use super::{
     page::{Chrome, html},
     session::Signed,
 };
-use crate::{signing_secret, state::AppState};
+use crate::{ops::signing_secret, state::AppState};
 
 #[derive(Template)]
 #[template(path = "secret.html")]

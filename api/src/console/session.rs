@@ -6,7 +6,7 @@
 //! bound to the key. The key itself is never put in a cookie or a page.
 //!
 //! [`Signed`] is the extractor of every console page: a live session whose key is still usable
-//! (active and unexpired: a deactivation ends its sessions at once, see [`crate::keys`]). A
+//! (active and unexpired: a deactivation ends its sessions at once, see [`crate::state::keys`]). A
 //! request without one is sent to `/login?next=<path>`. The API routes never read the cookie.
 
 use axum::{
@@ -22,7 +22,7 @@ use common::{
 use sha2::{Digest, Sha256};
 
 use super::{error::ConsoleError, page::Chrome};
-use crate::{auth::Caller, state::AppState};
+use crate::{http::auth::Caller, state::AppState};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "console_session";

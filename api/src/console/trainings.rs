@@ -3,7 +3,7 @@
 //! prediction's page, and Cancel), and the Train form on the page of a version with a trainer
 //! (`POST /models/{owner}/{name}/train`): the trainer's `TrainingInput` fields in `x-order`
 //! and a destination among the account's own models. The form starts the training exactly as
-//! the API does ([`crate::training`]); a bad value shows the page again with the field's error.
+//! the API does ([`crate::ops::training`]); a bad value shows the page again with the field's error.
 
 use std::collections::HashMap;
 
@@ -13,7 +13,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use common::domain::{ApiSurface, JobKind, PredictionStatus, Scope};
+use common::domain::{ApiSurface, JobKind, PredictionStatus, Scope, training::TrainingOutput};
 use serde_json::json;
 
 use super::{
@@ -24,7 +24,7 @@ use super::{
     predictions::time,
     session::Signed,
 };
-use crate::{cancel, error::ApiError, owned::owned_job, state::AppState, submit};
+use crate::{error::ApiError, ops::cancel, ops::owned::owned_job, ops::submit, state::AppState};
 
 /// `POST /models/{owner}/{name}/train` (scope `write`): starts the training and opens its page.
 pub async fn train(
@@ -41,7 +41,8 @@ pub async fn train(
     let body = body.as_object().cloned().unwrap_or_default();
     let caller = action.signed.caller();
     let validated =
-        crate::training::validated(&state, &caller, &shown.model, &form.version, &body, ApiSurface::Canonical).await;
+        crate::ops::training::validated(&state, &caller, &shown.model, &form.version, &body, ApiSurface::Canonical)
+            .await;
     let mut training = match validated {
         Ok(training) => training,
         Err(ApiError::Problem(problem)) => {
@@ -136,7 +137,8 @@ pub async fn page(
     Path(id): Path<String>,
 ) -> Result<Response, ConsoleError> {
     let t = owned_job(&state, &signed.caller(), &id, JobKind::Training).await?;
-    let view = crate::routes::trainings::TrainingView::of(&t, &state.links, ApiSurface::Canonical);
+    let view = t.view(&state.links, ApiSurface::Canonical);
+    let output = view.output.and_then(|o| serde_json::from_value::<TrainingOutput>(o).ok());
     let running = !t.status.is_terminal();
     let page = TrainingPage {
         chrome: signed.chrome("trainings"),
@@ -149,9 +151,8 @@ pub async fn page(
         can_cancel: running && signed.key.has_scope(Scope::Write),
         stream_url: view.urls.stream.clone(),
         error: t.error.as_ref().map(|e| e.message.clone()),
-        trained_version: view.output.as_ref().map(|o| o.version.clone()),
-        weights_file: view
-            .output
+        trained_version: output.as_ref().map(|o| o.version.clone()),
+        weights_file: output
             .as_ref()
             .and_then(|o| state.links.file_named_by(&o.weights))
             .map(|file| format!("/files/{file}")),

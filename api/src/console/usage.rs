@@ -18,7 +18,7 @@ use super::{
     page::{Chrome, html},
     session::Signed,
 };
-use crate::{state::AppState, usage, validate::usage_query};
+use crate::{ops::usage, state::AppState, validate::usage_query};
 
 /// Colours of the models' bars, in turn.
 const PALETTE: [&str; 8] = ["#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed", "#0891b2", "#db2777", "#65a30d"];

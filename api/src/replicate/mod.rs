@@ -22,7 +22,7 @@ use axum::{
 };
 use common::domain::{ApiSurface, PredictionId};
 
-use crate::{error::ApiError, state::AppState, surface::Surface};
+use crate::{error::ApiError, http::surface::Surface, state::AppState};
 
 /// The root of this surface.
 pub const ROOT: &str = "/replicate/v1";

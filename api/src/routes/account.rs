@@ -6,9 +6,9 @@ use axum::{Json, extract::State};
 use serde::Serialize;
 
 use crate::{
-    auth::{Authorized, Read},
     error::ApiError,
-    openapi::problems,
+    http::auth::{Authorized, Read},
+    routes::openapi::problems,
     state::AppState,
 };
 

@@ -3,16 +3,15 @@
 //! returned on create and, to admins of the same account, on get (it is kept sealed with the
 //! master key); the list shows only each key's prefix. A deactivation is announced to every
 //! api replica before it is answered, so the key stops working everywhere at once
-//! ([`crate::keys`]); it cannot be undone (create a new key instead).
+//! ([`crate::state::keys`]); it cannot be undone (create a new key instead).
 
 use crate::problem::FieldError;
 use axum::{
     Json,
-    extract::{Path, RawQuery, State},
-    http::{HeaderMap, StatusCode},
+    extract::{Path, State},
+    http::StatusCode,
 };
 use bson::DateTime;
-use bytes::Bytes;
 use chrono::Utc;
 use common::{
     domain::{ApiKeyId, Scope},
@@ -21,13 +20,15 @@ use common::{
 use serde::Serialize;
 
 use crate::{
-    accounts,
-    auth::{Admin, Authorized},
     error::ApiError,
-    openapi::problems,
+    http::auth::{Admin, Authorized},
+    http::extract::{JsonObject, OptionalBody, Query},
+    http::page::{Listed, Page},
+    ops::accounts,
+    routes::openapi::problems,
     state::AppState,
     validate::{
-        body, create_api_key,
+        create_api_key,
         paging::{Paging, PagingParams},
     },
 };
@@ -108,11 +109,8 @@ impl ApiKeyView {
 pub async fn create(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
-    headers: HeaderMap,
-    body: Bytes,
+    OptionalBody(request): OptionalBody<create_api_key::CreateApiKey>,
 ) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
-    let body = body::optional_json_object(&headers, &body)?;
-    let request = create_api_key::parse(&body).map_err(ApiError::invalid_fields)?;
     let (record, value) = accounts::create_key(&state, &auth.caller.key, request).await?;
     Ok((StatusCode::CREATED, Json(ApiKeyView::of(&record, value.expose().to_owned()))))
 }
@@ -160,17 +158,14 @@ impl ApiKeySummary {
     }
 }
 
-/// A page of API keys.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ApiKeyPage {
-    /// The keys, newest first.
-    pub results: Vec<ApiKeySummary>,
-    /// The next page, `null` on the last.
-    pub next: Option<String>,
-    /// The previous page, `null` on the first.
-    pub previous: Option<String>,
-    /// How many keys the account has.
-    pub total_count: u64,
+/// A page of the list, as [`Page`] builds it.
+pub type ApiKeyPage = Page<ApiKeySummary>;
+
+impl Listed for ApiKeySummary {
+    const PAGE: &'static str = "ApiKeyPage";
+    const DESCRIPTION: &'static str = "A page of API keys.";
+    const RESULTS: &'static str = "The keys, newest first.";
+    const TOTAL_COUNT: Option<&'static str> = Some("How many keys the account has.");
 }
 
 /// `GET /v1/account/api-keys`
@@ -186,14 +181,14 @@ pub struct ApiKeyPage {
 pub async fn list(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
-    RawQuery(query): RawQuery,
+    Query(paging): Query<Paging>,
 ) -> Result<Json<ApiKeyPage>, ApiError> {
-    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
     let account = &auth.caller.key.account_id;
     let (keys, total_count) =
         state.store.api_keys().list_for_account(account, paging.offset, i64::from(paging.limit)).await?;
-    let (next, previous) = paging.links(total_count, &format!("{}/v1/account/api-keys", state.base_url()));
-    Ok(Json(ApiKeyPage { results: keys.iter().map(ApiKeySummary::of).collect(), next, previous, total_count }))
+    let summaries = keys.iter().map(ApiKeySummary::of).collect();
+    let url = format!("{}/v1/account/api-keys", state.base_url());
+    Ok(Json(Page::counted(summaries, paging.links(total_count, &url), total_count)))
 }
 
 /// The body of `PATCH /v1/account/api-keys/{id}` (no other field is accepted).
@@ -230,10 +225,8 @@ pub async fn update(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    JsonObject(body): JsonObject,
 ) -> Result<Json<ApiKeySummary>, ApiError> {
-    let body = body::json_object(&headers, &body)?;
     let invalid = |detail: &str| {
         ApiError::validation(
             "The request has invalid fields; see errors.",

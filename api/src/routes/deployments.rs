@@ -4,29 +4,30 @@
 //! need `read`; `POST …/{name}/predictions` needs `write` and runs the current release's
 //! version on runners of its pool (see [`crate::routes::predictions::create_for`]). `owner` is
 //! the account's name; another account's deployment is 404. What a change does is
-//! [`crate::deployments`]'s, which the console's page calls too.
+//! [`crate::ops::deployment_changes`]'s, which the console's page calls too.
 
 use axum::{
     Json,
-    extract::{Path, RawQuery, State},
-    http::{HeaderMap, StatusCode},
+    extract::{Path, State},
+    http::StatusCode,
     response::Response,
 };
-use bytes::Bytes;
 use chrono::Utc;
 use common::{domain::AccountId, store::deployments::DeploymentRecord};
 use serde::Serialize;
 
 use crate::{
-    auth::{Admin, Authorized, Caller, Read, Write},
-    deployments,
     error::ApiError,
-    openapi::problems,
+    http::auth::{Admin, Authorized, Caller, Read, Write},
+    http::extract::{Body, JobOptions, JsonObject, PreferWait, Query},
+    http::page::{Listed, Page},
+    http::surface::Surface,
+    ops::deployment_changes,
+    routes::openapi::problems,
     routes::{account::AccountView, predictions},
     state::AppState,
-    surface::Surface,
     validate::{
-        body, deployment,
+        deployment,
         paging::{Paging, PagingParams},
     },
 };
@@ -72,15 +73,14 @@ pub struct DeploymentView {
     pub current_release: ReleaseView,
 }
 
-/// A page of deployments, newest first.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DeploymentPage {
-    /// The deployments.
-    pub results: Vec<DeploymentView>,
-    /// The next page, `null` on the last.
-    pub next: Option<String>,
-    /// The previous page, `null` on the first.
-    pub previous: Option<String>,
+/// A page of the list, as [`Page`] builds it.
+pub type DeploymentPage = Page<DeploymentView>;
+
+impl Listed for DeploymentView {
+    const PAGE: &'static str = "DeploymentPage";
+    const DESCRIPTION: &'static str = "A page of deployments, newest first.";
+    const RESULTS: &'static str = "The deployments.";
+    const TOTAL_COUNT: Option<&'static str> = None;
 }
 
 fn view(d: &DeploymentRecord) -> DeploymentView {
@@ -109,7 +109,7 @@ fn view(d: &DeploymentRecord) -> DeploymentView {
 }
 
 async fn owned(state: &AppState, caller: &Caller, owner: &str, name: &str) -> Result<DeploymentRecord, ApiError> {
-    deployments::owned(state, &caller.key.account_id, owner, name).await
+    deployment_changes::owned(state, &caller.key.account_id, owner, name).await
 }
 
 /// `POST /v1/deployments`
@@ -125,12 +125,9 @@ async fn owned(state: &AppState, caller: &Caller, owner: &str, name: &str) -> Re
 pub async fn create(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
-    headers: HeaderMap,
-    body: Bytes,
+    Body(new): Body<deployment::NewDeployment>,
 ) -> Result<(StatusCode, Json<DeploymentView>), ApiError> {
-    let body = body::json_object(&headers, &body)?;
-    let new = deployment::parse_new(&body).map_err(ApiError::invalid_fields)?;
-    let record = deployments::create(&state, &auth.caller.key.account_id, new).await?;
+    let record = deployment_changes::create(&state, &auth.caller.key.account_id, new).await?;
     Ok((StatusCode::CREATED, Json(view(&record))))
 }
 
@@ -148,13 +145,12 @@ pub async fn list(
     State(state): State<AppState>,
     Surface(surface): Surface,
     auth: Authorized<Read>,
-    RawQuery(query): RawQuery,
+    Query(paging): Query<Paging>,
 ) -> Result<Json<DeploymentPage>, ApiError> {
-    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
     let account: &AccountId = &auth.caller.key.account_id;
     let (records, total) = state.store.deployments().list(account, paging.offset, i64::from(paging.limit)).await?;
     let (next, previous) = paging.links(total, &format!("{}/deployments", state.links.api(surface)));
-    Ok(Json(DeploymentPage { results: records.iter().map(view).collect(), next, previous }))
+    Ok(Json(Page::uncounted(records.iter().map(view).collect(), next, previous)))
 }
 
 /// `GET /v1/deployments/{owner}/{name}`
@@ -190,15 +186,13 @@ pub async fn update(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
     Path((owner, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
+    JsonObject(body): JsonObject,
 ) -> Result<Json<DeploymentView>, ApiError> {
-    let body = body::json_object(&headers, &body)?;
     let current = owned(&state, &auth.caller, &owner, &name).await?;
     let configuration = &current.current_release.configuration;
     let change = deployment::parse_change(&body, (configuration.min_instances, configuration.max_instances))
         .map_err(ApiError::invalid_fields)?;
-    Ok(Json(view(&deployments::change(&state, current, change).await?)))
+    Ok(Json(view(&deployment_changes::change(&state, current, change).await?)))
 }
 
 /// `DELETE /v1/deployments/{owner}/{name}`
@@ -217,7 +211,7 @@ pub async fn delete(
     Path((owner, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let found = owned(&state, &auth.caller, &owner, &name).await?;
-    deployments::delete(&state, &found).await?;
+    deployment_changes::delete(&state, &found).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -238,19 +232,20 @@ pub async fn predict(
     surface: Surface,
     auth: Authorized<Write>,
     Path((owner, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
+    wait: PreferWait,
+    options: JobOptions,
+    JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
     let found = owned(&state, &auth.caller, &owner, &name).await?;
     let release = &found.current_release;
     let model = state.models.version(&release.model, &release.version).await?.ok_or_else(|| {
         ApiError::not_found(format!("Version {} of {} is no longer registered.", release.version, release.model))
     })?;
-    let body = body::json_object(&headers, &body)?;
     let placement = predictions::Placement {
         deployment: found.full_name(),
         hardware: release.configuration.hardware.clone(),
         priority: release.configuration.priority,
     };
-    predictions::create_for(&state, surface, &auth.caller, &model, &headers, body, Some(placement)).await
+    let create = predictions::Create { wait, options, body, placement: Some(placement) };
+    predictions::create_for(&state, surface, &auth.caller, &model, create).await
 }

@@ -23,31 +23,29 @@ use axum::{
 };
 use bson::DateTime;
 use common::{domain::FileView, files::StoredBytes};
-use serde::Serialize;
 
 use crate::{
-    auth::{Authorized, Read, Write},
     error::ApiError,
-    file_response,
-    openapi::problems,
-    owned::owned_file,
+    http::auth::{Authorized, Read, Write},
+    http::extract::Query,
+    http::file_response,
+    http::page::{Listed, Page},
+    http::surface::Surface,
+    ops::owned::owned_file,
+    ops::uploads,
+    routes::openapi::problems,
     state::AppState,
-    surface::Surface,
-    uploads,
     validate::paging::{Paging, PagingParams},
 };
 
-/// A page of files.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct FilePage {
-    /// The files, newest first.
-    pub results: Vec<FileView>,
-    /// The next page, `null` on the last.
-    pub next: Option<String>,
-    /// The previous page, `null` on the first.
-    pub previous: Option<String>,
-    /// How many files the account has.
-    pub total_count: u64,
+/// A page of the list, as [`Page`] builds it.
+pub type FilePage = Page<FileView>;
+
+impl Listed for FileView {
+    const PAGE: &'static str = "FilePage";
+    const DESCRIPTION: &'static str = "A page of files.";
+    const RESULTS: &'static str = "The files, newest first.";
+    const TOTAL_COUNT: Option<&'static str> = Some("How many files the account has.");
 }
 
 /// The multipart body of an upload, as the OpenAPI document shows it (any other part is 400).
@@ -175,20 +173,15 @@ pub async fn list(
     State(state): State<AppState>,
     Surface(surface): Surface,
     auth: Authorized<Read>,
-    RawQuery(query): RawQuery,
+    Query(paging): Query<Paging>,
 ) -> Result<Json<FilePage>, ApiError> {
-    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
     let account = &auth.caller.key.account_id;
     let (records, total_count) =
         state.files.list(account, paging.offset, paging.limit).await.map_err(anyhow::Error::from)?;
     let now = now_seconds();
-    let (next, previous) = paging.links(total_count, &format!("{}/files", state.links.api(surface)));
-    Ok(Json(FilePage {
-        results: records.iter().map(|r| state.links.file_view(r, surface, now)).collect(),
-        next,
-        previous,
-        total_count,
-    }))
+    let views = records.iter().map(|r| state.links.file_view(r, surface, now)).collect();
+    let links = paging.links(total_count, &format!("{}/files", state.links.api(surface)));
+    Ok(Json(Page::counted(views, links, total_count)))
 }
 
 /// `GET /v1/files/{id}`

@@ -7,8 +7,8 @@ use axum::{Json, extract::State};
 use serde::Serialize;
 
 use crate::{
-    auth::{Authorized, Read},
     error::ApiError,
+    http::auth::{Authorized, Read},
     state::AppState,
 };
 
@@ -31,7 +31,7 @@ pub struct HardwareView {
     security(("bearer" = []))
 )]
 pub async fn list(State(state): State<AppState>, _auth: Authorized<Read>) -> Result<Json<Vec<HardwareView>>, ApiError> {
-    let snapshot = state.models.live.snapshot().await?;
+    let snapshot = state.models.live().snapshot().await?;
     let pools = snapshot.pools.iter().map(|p| HardwareView { name: p.to_string(), sku: p.to_string() });
     Ok(Json(pools.collect()))
 }

@@ -1,8 +1,8 @@
 //! The routes, one file per resource. Every handler states the scope it needs in its
-//! signature (see [`crate::auth`]).
+//! signature (see [`crate::http::auth`]).
 //!
 //! Every `/v1` route is also mounted under `/replicate/v1` (see [`crate::replicate`]); the
-//! handlers render for the request's [`crate::surface::Surface`].
+//! handlers render for the request's [`crate::http::surface::Surface`].
 //!
 //! **A route is declared once**, beside its handler: its `#[utoipa::path]` names its method,
 //! its path (relative to the surface's root), its scope's security and every answer it gives,
@@ -18,6 +18,7 @@ pub mod files;
 pub mod hardware;
 pub mod health;
 pub mod models;
+pub mod openapi;
 pub mod predictions;
 pub mod stream;
 pub mod trainings;
@@ -34,7 +35,7 @@ use utoipa_axum::{
     routes,
 };
 
-use crate::{error::ApiError, openapi, replicate, state::AppState, surface::Surface};
+use crate::{error::ApiError, http::surface::Surface, replicate, state::AppState};
 
 /// Every route, with unknown paths answered 404 problem+json.
 pub fn router(state: AppState) -> Router {

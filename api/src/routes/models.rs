@@ -16,9 +16,8 @@ use std::sync::Arc;
 
 use axum::{
     Json,
-    body::Bytes,
-    extract::{Path, RawQuery, State},
-    http::{HeaderMap, StatusCode},
+    extract::{Path, State},
+    http::StatusCode,
 };
 use chrono::{DateTime, Utc};
 use common::{
@@ -29,15 +28,17 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::{
-    auth::{Admin, Authorized, Read},
     error::ApiError,
-    models::RegisteredModel,
-    openapi::problems,
+    http::auth::{Admin, Authorized, Read},
+    http::extract::{Body, Query},
+    http::page::{Listed, Page},
+    http::surface::Surface,
     problem::FieldError,
+    routes::openapi::problems,
     state::AppState,
-    surface::Surface,
+    state::model_catalog::RegisteredModel,
     validate::{
-        body, create_model,
+        create_model,
         paging::{Paging, PagingParams},
     },
 };
@@ -133,26 +134,26 @@ impl ModelView {
     }
 }
 
-/// A page of models, by address.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ModelPage {
-    /// The models.
-    pub results: Vec<ModelView>,
-    /// The next page, `null` on the last.
-    pub next: Option<String>,
-    /// The previous page, `null` on the first.
-    pub previous: Option<String>,
+/// A page of the list, as [`Page`] builds it.
+pub type ModelPage = Page<ModelView>;
+
+impl Listed for ModelView {
+    const PAGE: &'static str = "ModelPage";
+    const DESCRIPTION: &'static str = "A page of models, by address.";
+    const RESULTS: &'static str = "The models.";
+    const TOTAL_COUNT: Option<&'static str> = None;
 }
 
-/// A model's versions, newest first (one page holds them all).
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct VersionPage {
-    /// The versions.
-    pub results: Vec<VersionView>,
-    /// Always `null`.
-    pub next: Option<String>,
-    /// Always `null`.
-    pub previous: Option<String>,
+/// A model's versions, as [`Page`] builds it: one page holds them all.
+pub type VersionPage = Page<VersionView>;
+
+impl Listed for VersionView {
+    const PAGE: &'static str = "VersionPage";
+    const DESCRIPTION: &'static str = "A model's versions, newest first (one page holds them all).";
+    const RESULTS: &'static str = "The versions.";
+    const TOTAL_COUNT: Option<&'static str> = None;
+    const NEXT: &'static str = "Always `null`.";
+    const PREVIOUS: &'static str = "Always `null`.";
 }
 
 /// The version as clients see it.
@@ -250,9 +251,8 @@ pub async fn list(
     State(state): State<AppState>,
     Surface(surface): Surface,
     auth: Authorized<Read>,
-    RawQuery(query): RawQuery,
+    Query(paging): Query<Paging>,
 ) -> Result<Json<ModelPage>, ApiError> {
-    let paging = Paging::from_query(query.as_deref()).map_err(ApiError::invalid_query)?;
     let account = &auth.caller.key.account_id;
     let limit = i64::from(paging.limit);
     // The registered models by address, then the account's own and the public ones.
@@ -270,7 +270,7 @@ pub async fn list(
     }
     let total = registered + owned_total;
     let (next, previous) = paging.links(total, &format!("{}/models", state.links.api(surface)));
-    Ok(Json(ModelPage { results, next, previous }))
+    Ok(Json(Page::uncounted(results, next, previous)))
 }
 
 /// `GET /v1/models/{owner}/{name}`
@@ -310,11 +310,8 @@ pub async fn create(
     State(state): State<AppState>,
     Surface(surface): Surface,
     auth: Authorized<Admin>,
-    headers: HeaderMap,
-    body: Bytes,
+    Body(new): Body<create_model::NewModel>,
 ) -> Result<(StatusCode, Json<ModelView>), ApiError> {
-    let body = body::json_object(&headers, &body)?;
-    let new = create_model::parse(&body).map_err(ApiError::invalid_fields)?;
     let account_id = &auth.caller.key.account_id;
     let account = state.store.accounts().get(account_id).await?.ok_or_else(ApiError::unauthorized)?;
     if new.owner != account.name {
@@ -408,7 +405,7 @@ pub async fn versions(
         Visible::Owned(owned) => state.store.model_versions().list_for(&owned.model).await?,
     };
     let results = versions.iter().map(version_view).collect::<Result<_, _>>()?;
-    Ok(Json(VersionPage { results, next: None, previous: None }))
+    Ok(Json(Page::uncounted(results, None, None)))
 }
 
 /// `GET /v1/models/{owner}/{name}/versions/{id}`

@@ -2,39 +2,43 @@
 //! API surface (each handler renders for its [`Surface`]).
 //!
 //! Create validates everything before writing anything, then stores the prediction and sends
-//! its job ([`crate::submit`]; creates that arrive together share one write:
+//! its job ([`crate::ops::submit`]; creates that arrive together share one write:
 //! `AppState::new_predictions`). `Prefer: wait` holds the response until the prediction ends
-//! (see [`crate::wait`]); `Idempotency-Key` returns the first prediction of a key (see
-//! [`crate::idempotency`]). Cancel is [`crate::cancel`].
+//! (see [`crate::ops::wait`]); `Idempotency-Key` returns the first prediction of a key (see
+//! [`crate::ops::idempotency`]). Cancel is [`crate::ops::cancel`].
 
 use axum::{
     Json,
-    extract::{Path, RawQuery, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    extract::{Path, State},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use bson::doc;
-use bytes::Bytes;
 use common::{
     domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus, PredictionView},
     store::Claim,
 };
-use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 
 use crate::{
-    auth::{Authorized, Caller, Read, Write},
-    deadline,
     error::ApiError,
-    idempotency,
-    models::RegisteredModel,
-    openapi::problems,
+    http::auth::{Authorized, Caller, Read, Write},
+    http::extract::{JobOptions, JsonObject, PreferWait, Query},
+    http::page::{Listed, Page},
+    http::surface::Surface,
+    ops::idempotency,
+    ops::submit,
+    ops::versions,
+    ops::wait,
+    routes::openapi::problems,
     state::AppState,
-    submit,
-    surface::Surface,
-    validate::{body, create_prediction, list_predictions, paging},
-    versions, wait,
+    state::model_catalog::RegisteredModel,
+    validate::{
+        create_prediction,
+        list_predictions::{self, ListPredictions},
+        paging,
+    },
 };
 
 /// `POST /v1/models/{owner}/{name}/predictions`
@@ -54,19 +58,19 @@ pub async fn create(
     surface: Surface,
     auth: Authorized<Write>,
     Path((owner, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
+    wait: PreferWait,
+    options: JobOptions,
+    JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
     let model_ref = ModelRef::new(&owner, &name).map_err(|_| missing())?;
     let model = match state.models.get(&model_ref).await? {
         Some(model) => model,
-        None => crate::trained::trained_model(&state, &auth.caller.key.account_id, &model_ref, None)
+        None => crate::ops::trained::trained_model(&state, &auth.caller.key.account_id, &model_ref, None)
             .await?
             .ok_or_else(missing)?,
     };
-    let body = body::json_object(&headers, &body)?;
-    create_for(&state, surface, &auth.caller, &model, &headers, body, None).await
+    create_for(&state, surface, &auth.caller, &model, Create { wait, options, body, placement: None }).await
 }
 
 /// `POST /v1/predictions`: create by `version` (`owner/name`, `owner/name:id` or a bare
@@ -85,10 +89,10 @@ pub async fn create_by_version(
     State(state): State<AppState>,
     surface: Surface,
     auth: Authorized<Write>,
-    headers: HeaderMap,
-    body: Bytes,
+    wait: PreferWait,
+    options: JobOptions,
+    JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
-    let body = body::json_object(&headers, &body)?;
     let model = match versions::resolve(&state, &auth.caller.key.account_id, body.get("version")).await {
         Ok(model) => model,
         Err(versions::Unresolved::Api(e)) => return Err(e),
@@ -99,7 +103,19 @@ pub async fn create_by_version(
         }
     };
     tracing::Span::current().record("model", model.record.model.to_string());
-    create_for(&state, surface, &auth.caller, &model, &headers, body, None).await
+    create_for(&state, surface, &auth.caller, &model, Create { wait, options, body, placement: None }).await
+}
+
+/// A create as its request asks for it.
+pub struct Create {
+    /// `Prefer: wait`.
+    pub wait: PreferWait,
+    /// `Idempotency-Key` and `Cancel-After`.
+    pub options: JobOptions,
+    /// The body.
+    pub body: serde_json::Map<String, Value>,
+    /// Where a deployment places it.
+    pub placement: Option<Placement>,
 }
 
 /// Where a deployment's prediction runs: recorded on it, and its job goes to its pool.
@@ -112,23 +128,20 @@ pub struct Placement {
     pub priority: Option<common::domain::Priority>,
 }
 
-/// Validates the request for `model` (at the version it runs), stores the prediction and
-/// sends its job (to the runners of `placement`'s pool, when a deployment places it); answers
-/// 201 with the prediction as `surface` shows it (after its `Prefer: wait`, if any).
+/// Validates `create` for `model` (at the version it runs), stores the prediction and sends
+/// its job (to the runners of its placement's pool, when a deployment places it); answers 201
+/// with the prediction as `surface` shows it (after its `Prefer: wait`, if any).
 pub async fn create_for(
     state: &AppState,
     Surface(surface): Surface,
     caller: &Caller,
     model: &RegisteredModel,
-    headers: &HeaderMap,
-    body: serde_json::Map<String, Value>,
-    placement: Option<Placement>,
+    create: Create,
 ) -> Result<Response, ApiError> {
+    let Create { wait: PreferWait(wait), options: JobOptions { idempotency_key, time_limit }, body, placement } =
+        create;
     // A wait past the replica's or the key's cap is not held: answered at once (see `wait_slots`).
-    let wait_for =
-        wait::requested(headers)?.and_then(|limit| state.wait_slots.try_take(&caller.key.id).map(|slot| (limit, slot)));
-    let idempotency_key = idempotency::key(headers)?;
-    let time_limit = deadline::limit(headers, state.config.common.prediction_deadline)?;
+    let wait_for = wait.and_then(|limit| state.wait_slots.try_take(&caller.key.id).map(|slot| (limit, slot)));
     let account = caller.key.account_id.clone();
     let default_priority = placement.as_ref().and_then(|p| p.priority).unwrap_or_default();
     let mut prediction =
@@ -153,7 +166,7 @@ pub async fn create_for(
     let view = match (wait_for, events) {
         // The `completed` event shows the prediction as the surface that created it does: this one.
         (Some((limit, _slot)), Some(events)) => {
-            crate::shed::release_while_waiting();
+            crate::http::shed::release_while_waiting();
             match wait::completion(events, limit).instrument(tracing::info_span!("wait_for_end")).await {
                 Some(wait::Ended::Shown(done)) => *done,
                 Some(wait::Ended::Stored) | None => still_running(state, prediction, surface).await?,
@@ -184,7 +197,7 @@ async fn still_running(state: &AppState, created: Prediction, surface: ApiSurfac
     Ok(view)
 }
 
-pub use crate::owned::owned_prediction;
+pub use crate::ops::owned::owned_prediction;
 
 /// `GET /v1/predictions/{id}`
 #[utoipa::path(
@@ -202,23 +215,20 @@ pub async fn get(
     auth: Authorized<Read>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
-    let prediction = crate::owned::owned_job(&state, &auth.caller, &id, JobKind::Prediction).await?;
+    let prediction = crate::ops::owned::owned_job(&state, &auth.caller, &id, JobKind::Prediction).await?;
     let mut view = prediction.view(&state.links, surface);
     view.queue = state.queue_places.place(&prediction).await?;
     Ok(Json(view))
 }
 
-/// A page of predictions.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct PredictionPage {
-    /// The predictions, newest first.
-    pub results: Vec<PredictionView>,
-    /// The next page, `null` on the last.
-    pub next: Option<String>,
-    /// The previous page, `null` on the first.
-    pub previous: Option<String>,
-    /// How many predictions match in all.
-    pub total_count: u64,
+/// A page of the list, as [`Page`] builds it.
+pub type PredictionPage = Page<PredictionView>;
+
+impl Listed for PredictionView {
+    const PAGE: &'static str = "PredictionPage";
+    const DESCRIPTION: &'static str = "A page of predictions.";
+    const RESULTS: &'static str = "The predictions, newest first.";
+    const TOTAL_COUNT: Option<&'static str> = Some("How many predictions match in all.");
 }
 
 /// `GET /v1/predictions`
@@ -235,39 +245,21 @@ pub async fn list(
     State(state): State<AppState>,
     Surface(surface): Surface,
     auth: Authorized<Read>,
-    RawQuery(query): RawQuery,
+    Query(query): Query<ListPredictions>,
 ) -> Result<Json<PredictionPage>, ApiError> {
-    let page = listed(&state, surface, &auth.caller.key.account_id, JobKind::Prediction, query.as_deref()).await?;
-    Ok(Json(PredictionPage {
-        results: page.jobs.iter().map(|p| p.view(&state.links, surface)).collect(),
-        next: page.next,
-        previous: page.previous,
-        total_count: page.total_count,
-    }))
-}
-
-/// One page of an account's predictions or trainings, with the links to its neighbours.
-pub struct Listed {
-    /// The jobs, newest first.
-    pub jobs: Vec<Prediction>,
-    /// The next page.
-    pub next: Option<String>,
-    /// The previous page.
-    pub previous: Option<String>,
-    /// How many match in all.
-    pub total_count: u64,
+    let page = listed(&state, surface, &auth.caller.key.account_id, JobKind::Prediction, query).await?;
+    Ok(Json(page.map(|p| p.view(&state.links, surface))))
 }
 
 /// The page a list query (`status`, `limit`, `offset`) asks for of `account`'s jobs of `kind`
-/// (`GET /predictions` and `GET /trainings`).
+/// (`GET /predictions` and `GET /trainings`), with the links to its neighbours.
 pub async fn listed(
     state: &AppState,
     surface: ApiSurface,
     account: &common::domain::AccountId,
     kind: JobKind,
-    query: Option<&str>,
-) -> Result<Listed, ApiError> {
-    let query = list_predictions::parse(query).map_err(ApiError::invalid_query)?;
+    query: ListPredictions,
+) -> Result<Page<Prediction>, ApiError> {
     let limit = i64::from(query.limit);
     let (jobs, total_count) =
         state.store.predictions().list_for_account(account, kind, query.status, query.offset, limit).await?;
@@ -277,7 +269,7 @@ pub async fn listed(
     };
     let link = |offset: u64| format!("{}/{resource}?{}", state.links.api(surface), query.query_at(offset));
     let (next, previous) = query.neighbours(total_count);
-    Ok(Listed { jobs, next: next.map(link), previous: previous.map(link), total_count })
+    Ok(Page { results: jobs, next: next.map(link), previous: previous.map(link), total_count: Some(total_count) })
 }
 
 /// `POST /v1/predictions/{id}/cancel`: `starting` or `processing` → `canceled`, at once.
@@ -301,6 +293,6 @@ pub async fn cancel(
     auth: Authorized<Write>,
     Path(id): Path<String>,
 ) -> Result<Json<PredictionView>, ApiError> {
-    let canceled = crate::cancel::cancel(&state, &auth.caller, &id, JobKind::Prediction).await?;
+    let canceled = crate::ops::cancel::cancel(&state, &auth.caller, &id, JobKind::Prediction).await?;
     Ok(Json(canceled.view(&state.links, surface)))
 }

@@ -40,11 +40,11 @@ use serde_json::json;
 
 use super::predictions::owned_prediction;
 use crate::{
-    auth::{Authorized, Read},
     error::ApiError,
-    openapi::problems,
+    http::auth::{Authorized, Read},
+    http::surface::Surface,
+    routes::openapi::problems,
     state::AppState,
-    surface::Surface,
 };
 
 /// How often a comment line keeps an idle stream open (replicate-python reads with a 30 s

@@ -1,45 +1,43 @@
 //! Trainings (CONTRACT §10), on either API surface: create on a version of a model
 //! (`POST /v1/models/{owner}/{name}/versions/{id}/trainings`, scope `write`), list, get and
 //! cancel (`/v1/trainings…`). A training is a job in the pipeline of predictions (see
-//! [`crate::training`]); this file renders it as Replicate's training object. Its webhooks
+//! [`crate::ops::training`]); this file renders it as Replicate's training object. Its webhooks
 //! are a prediction's: the same events, filter and signing.
 
 use axum::{
     Json,
-    body::Bytes,
-    extract::{Path, RawQuery, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    extract::{Path, State},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
 use common::{
-    domain::{ApiSurface, ErrorView, JobKind, Metrics, ModelRef, Prediction, PredictionStatus},
+    domain::{
+        ApiSurface, ErrorView, JobKind, Metrics, ModelRef, Prediction, PredictionStatus, training::TrainingOutput,
+    },
     links::{Links, PredictionUrls},
     store::Claim,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    auth::{Authorized, Read, Write},
     error::ApiError,
-    idempotency,
-    openapi::problems,
-    owned::owned_job,
+    http::auth::{Authorized, Read, Write},
+    http::extract::{JobOptions, JsonObject, Query},
+    http::page::{Listed, Page},
+    http::surface::Surface,
+    ops::idempotency,
+    ops::owned::owned_job,
+    ops::submit,
+    routes::openapi::problems,
     state::AppState,
-    submit,
-    surface::Surface,
-    validate::{body, create_training, list_predictions, paging},
+    validate::{
+        create_training,
+        list_predictions::{self, ListPredictions},
+        paging,
+    },
 };
-
-/// What a succeeded training made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct TrainingOutput {
-    /// The new version of the destination: `owner/name:<version id>`.
-    pub version: String,
-    /// Its weights: a file of this service.
-    pub weights: String,
-}
 
 /// A training as clients see it (Replicate's training object).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -122,17 +120,15 @@ pub async fn create(
     Surface(surface): Surface,
     auth: Authorized<Write>,
     Path((owner, name, version)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
+    JobOptions { idempotency_key, time_limit }: JobOptions,
+    JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
     let model =
         ModelRef::new(&owner, &name).map_err(|_| ApiError::not_found(format!("Model {owner}/{name} not found.")))?;
-    let body = body::json_object(&headers, &body)?;
-    let idempotency_key = idempotency::key(&headers)?;
-    let time_limit = crate::deadline::limit(&headers, state.config.common.prediction_deadline)?;
     let caller = &auth.caller;
-    let mut training =
-        crate::training::validated(&state, caller, &model, &version, &body, surface).await?.with_deadline(time_limit);
+    let mut training = crate::ops::training::validated(&state, caller, &model, &version, &body, surface)
+        .await?
+        .with_deadline(time_limit);
     tracing::Span::current().record("prediction_id", training.id.as_str());
     let account = caller.key.account_id.clone();
     if let Claim::Existing(first) = submit::store_and_publish(&state, &account, idempotency_key, &mut training).await? {
@@ -151,17 +147,14 @@ pub async fn create(
     Ok(response)
 }
 
-/// A page of trainings.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct TrainingPage {
-    /// The trainings, newest first.
-    pub results: Vec<TrainingView>,
-    /// The next page, `null` on the last.
-    pub next: Option<String>,
-    /// The previous page, `null` on the first.
-    pub previous: Option<String>,
-    /// How many trainings match in all.
-    pub total_count: u64,
+/// A page of the list, as [`Page`] builds it.
+pub type TrainingPage = Page<TrainingView>;
+
+impl Listed for TrainingView {
+    const PAGE: &'static str = "TrainingPage";
+    const DESCRIPTION: &'static str = "A page of trainings.";
+    const RESULTS: &'static str = "The trainings, newest first.";
+    const TOTAL_COUNT: Option<&'static str> = Some("How many trainings match in all.");
 }
 
 /// `GET /v1/trainings`
@@ -178,16 +171,11 @@ pub async fn list(
     State(state): State<AppState>,
     Surface(surface): Surface,
     auth: Authorized<Read>,
-    RawQuery(query): RawQuery,
+    Query(query): Query<ListPredictions>,
 ) -> Result<Json<TrainingPage>, ApiError> {
     let account = &auth.caller.key.account_id;
-    let page = super::predictions::listed(&state, surface, account, JobKind::Training, query.as_deref()).await?;
-    Ok(Json(TrainingPage {
-        results: page.jobs.iter().map(|t| TrainingView::of(t, &state.links, surface)).collect(),
-        next: page.next,
-        previous: page.previous,
-        total_count: page.total_count,
-    }))
+    let page = super::predictions::listed(&state, surface, account, JobKind::Training, query).await?;
+    Ok(Json(page.map(|t| TrainingView::of(&t, &state.links, surface))))
 }
 
 /// `GET /v1/trainings/{id}`
@@ -228,6 +216,6 @@ pub async fn cancel(
     auth: Authorized<Write>,
     Path(id): Path<String>,
 ) -> Result<Json<TrainingView>, ApiError> {
-    let canceled = crate::cancel::cancel(&state, &auth.caller, &id, JobKind::Training).await?;
+    let canceled = crate::ops::cancel::cancel(&state, &auth.caller, &id, JobKind::Training).await?;
     Ok(Json(TrainingView::of(&canceled, &state.links, surface)))
 }

@@ -1,19 +1,20 @@
 //! `GET /v1/usage` (scope `read`): the key's account's usage, from running totals kept as
-//! predictions end ([`crate::usage`]), as JSON or, with `Accept: text/csv`, as CSV.
+//! predictions end ([`crate::ops::usage`]), as JSON or, with `Accept: text/csv`, as CSV.
 
 use axum::{
-    extract::{RawQuery, State},
-    http::{HeaderMap, HeaderValue, header},
+    extract::State,
+    http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
 
 use crate::{
-    auth::{Authorized, Read},
     error::ApiError,
-    openapi::problems,
+    http::auth::{Authorized, Read},
+    http::extract::{AcceptsCsv, Query},
+    ops::usage,
+    routes::openapi::problems,
     state::AppState,
-    usage,
-    validate::usage_query::{self, UsageParams},
+    validate::usage_query::{UsageParams, UsageQuery},
 };
 
 /// `GET /v1/usage`
@@ -32,12 +33,10 @@ use crate::{
 pub async fn get(
     State(state): State<AppState>,
     auth: Authorized<Read>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
+    Query(query): Query<UsageQuery>,
+    AcceptsCsv(csv): AcceptsCsv,
 ) -> Result<Response, ApiError> {
-    let query = usage_query::parse(query.as_deref(), chrono::Utc::now()).map_err(ApiError::invalid_query)?;
     let report = usage::report(&state.store, Some(&auth.caller.key.account_id), &query).await?;
-    let csv = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/csv"));
     if csv {
         let content_type = HeaderValue::from_static("text/csv; charset=utf-8");
         return Ok(([(header::CONTENT_TYPE, content_type)], report.csv()).into_response());

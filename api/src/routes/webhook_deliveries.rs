@@ -2,7 +2,7 @@
 //! a resend of one delivery (scope `write`).
 //!
 //! A resend is one more attempt of the same event, with the same payload and `webhook-id`
-//! (see [`crate::deliveries`]).
+//! (see [`crate::ops::deliveries`]).
 
 use axum::{
     Json,
@@ -17,11 +17,11 @@ use common::{
 use serde::Serialize;
 
 use crate::{
-    auth::{Authorized, Read, Write},
-    deliveries,
     error::ApiError,
-    openapi::problems,
-    owned::owned_prediction,
+    http::auth::{Authorized, Read, Write},
+    ops::deliveries,
+    ops::owned::owned_prediction,
+    routes::openapi::problems,
     state::AppState,
 };
 

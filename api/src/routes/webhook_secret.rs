@@ -3,18 +3,18 @@
 //! `POST /v1/account/webhooks/secret/rotate`.
 
 use crate::problem::FieldError;
-use axum::{Json, extract::State, http::HeaderMap};
+use axum::{Json, extract::State};
 use bson::DateTime;
-use bytes::Bytes;
 use chrono::Utc;
 use common::store::accounts::SigningSecrets;
 use serde::Serialize;
 
 use crate::{
-    auth::{Admin, Authorized},
     error::ApiError,
-    openapi::problems,
-    signing_secret,
+    http::auth::{Admin, Authorized},
+    http::extract::OptionalJsonObject,
+    ops::signing_secret,
+    routes::openapi::problems,
     state::AppState,
     validate::body,
 };
@@ -100,10 +100,9 @@ fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result
 pub async fn rotate(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
-    headers: HeaderMap,
-    body: Bytes,
+    OptionalJsonObject(body): OptionalJsonObject,
 ) -> Result<Json<SecretView>, ApiError> {
-    let hours = transition_hours(&body::optional_json_object(&headers, &body)?)?;
+    let hours = transition_hours(&body)?;
     let secrets = signing_secret::rotate(&state, &auth.caller.key.account_id, hours).await?;
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
 }

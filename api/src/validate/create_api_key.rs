@@ -105,6 +105,12 @@ pub fn parse(body: &Map<String, Value>) -> Result<CreateApiKey, Vec<FieldError>>
     if errors.is_empty() { Ok(CreateApiKey { name, scopes, expires_in_days, rate_limit_rpm }) } else { Err(errors) }
 }
 
+impl super::FromBody for CreateApiKey {
+    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
+        parse(body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

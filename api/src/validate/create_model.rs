@@ -101,6 +101,12 @@ pub fn parse(body: &Map<String, Value>) -> Result<NewModel, Vec<FieldError>> {
     }
 }
 
+impl super::FromBody for NewModel {
+    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
+        parse(body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -217,6 +217,12 @@ pub fn parse_change(body: &Map<String, Value>, current: (u32, u32)) -> Result<De
     if errors.is_empty() { Ok(change) } else { Err(errors) }
 }
 
+impl super::FromBody for NewDeployment {
+    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
+        parse_new(body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@
 //!
 //! A string with `format: uri` must be a URL of a kind a model can read a file from: an
 //! `http(s)` URL (a file of this service is one of those, checked against its owner later, in
-//! [`super::file_inputs`]) or a `data:` URI. [`uri_values`] lists them.
+//! [`crate::ops::file_inputs`]) or a `data:` URI. [`uri_values`] lists them.
 
 use crate::problem::FieldError;
 use serde_json::{Map, Number, Value};

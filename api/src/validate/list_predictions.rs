@@ -49,6 +49,12 @@ pub fn parse(query: Option<&str>) -> Result<ListPredictions, Vec<FieldError>> {
     if errors.is_empty() { Ok(ListPredictions { status, limit, offset }) } else { Err(errors) }
 }
 
+impl super::FromQuery for ListPredictions {
+    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
+        parse(query)
+    }
+}
+
 impl ListPredictions {
     /// The page at `offset` with the same filter and size, as a query string.
     pub fn query_at(&self, offset: u64) -> String {

@@ -1,20 +1,40 @@
 //! Turning request bodies into typed requests, reporting every failing field at once.
 //!
 //! - [`body`]: the JSON body itself (content type, syntax, an object at the top).
-//! - [`input`]: a prediction's `input` against the model's JSON Schema; [`file_inputs`]: the
-//!   files of this service it names, checked against the caller's account.
+//! - [`input`]: a prediction's `input` against the model's JSON Schema (the files of this
+//!   service it names are checked by [`crate::ops::file_inputs`]).
+//! - [`create_headers`]: `Prefer: wait`, `Idempotency-Key` and `Cancel-After`.
 //! - [`create_prediction`]: the create-prediction request as a whole; [`create_training`]: a
 //!   training's, its `destination` beside the same fields.
 //! - [`paging`]: `limit` and `offset` of every list; [`list_predictions`] adds `status`.
+//!
+//! A parser that reads a whole query or body implements [`FromQuery`] or [`FromBody`], and
+//! [`crate::http::extract`] runs it at the door.
 
 pub mod body;
 pub mod create_api_key;
+pub mod create_headers;
 pub mod create_model;
 pub mod create_prediction;
 pub mod create_training;
 pub mod deployment;
-pub mod file_inputs;
 pub mod input;
 pub mod list_predictions;
 pub mod paging;
 pub mod usage_query;
+
+use serde_json::{Map, Value};
+
+use crate::problem::FieldError;
+
+/// A type read from a request's query string (`None` when there is none).
+pub trait FromQuery: Sized {
+    /// Reads the query; on failure, every bad field.
+    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>>;
+}
+
+/// A type read from a request's JSON object body.
+pub trait FromBody: Sized {
+    /// Reads the body; on failure, every bad field.
+    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>>;
+}

@@ -57,6 +57,15 @@ impl QueryPairs {
     }
 }
 
+/// A query of `limit` and `offset` alone.
+impl super::FromQuery for Paging {
+    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let paging = Self::parse(&QueryPairs::parse(query), &mut errors);
+        if errors.is_empty() { Ok(paging) } else { Err(errors) }
+    }
+}
+
 impl Paging {
     /// Reads `limit` and `offset`, adding an error for each bad one.
     pub fn parse(query: &QueryPairs, errors: &mut Vec<FieldError>) -> Self {
@@ -81,13 +90,6 @@ impl Paging {
             },
         };
         Self { limit, offset }
-    }
-
-    /// Reads a query of `limit` and `offset` alone; on failure returns every field error.
-    pub fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
-        let mut errors = Vec::new();
-        let paging = Self::parse(&QueryPairs::parse(query), &mut errors);
-        if errors.is_empty() { Ok(paging) } else { Err(errors) }
     }
 
     /// The URLs of the next and previous pages of the list at `url` (no query), given the

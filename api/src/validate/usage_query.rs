@@ -160,6 +160,13 @@ pub fn parse(query: Option<&str>, now: DateTime<Utc>) -> Result<UsageQuery, Vec<
     Ok(UsageQuery { start, end, bucket, group_by })
 }
 
+/// The query as of now.
+impl super::FromQuery for UsageQuery {
+    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
+        parse(query, Utc::now())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

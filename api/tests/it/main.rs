@@ -24,7 +24,7 @@ mod object_store;
 mod openapi;
 mod owned_models;
 mod priority;
-mod queue;
+mod queue_places;
 mod rate_limit;
 mod readiness;
 mod replicate_parity;

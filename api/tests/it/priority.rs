@@ -137,7 +137,7 @@ async fn a_queue_position_counts_the_higher_levels_first() {
     }
     let low = [sleep("low").await, sleep("low").await];
     let high = [sleep("high").await, sleep("high").await];
-    tokio::time::sleep(api::queue::MODEL_QUEUE_TTL).await; // the model's lanes are read again
+    tokio::time::sleep(api::state::queue_places::MODEL_QUEUE_TTL).await; // the model's lanes are read again
     let position = |id: String| {
         let system = &system;
         async move { system.get(&format!("/v1/predictions/{id}")).await.json_body().await["queue"]["position"].clone() }

@@ -10,7 +10,7 @@
 //! fast-booting fine-tunes).
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{ModelRef, PredictionId};
@@ -75,12 +75,22 @@ pub fn takes_weights(schema: &Value) -> bool {
     schema.pointer(&format!("/properties/{WEIGHTS_FIELD}/format")).and_then(Value::as_str) == Some("uri")
 }
 
+// A training's output as the runner stores it and clients see it.
+/// What a succeeded training made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TrainingOutput {
+    /// The new version of the destination: `owner/name:<version id>`.
+    pub version: String,
+    /// Its weights: a file of this service.
+    pub weights: String,
+}
+
 /// A succeeded training's output as stored: `{version, weights}` (compact JSON).
 pub fn training_output(destination: &ModelRef, version: &str, weights_url: &str) -> String {
-    let mut output = Map::new();
-    output.insert("version".into(), Value::String(format!("{destination}:{version}")));
-    output.insert("weights".into(), Value::String(weights_url.to_owned()));
-    Value::Object(output).to_string()
+    let output = TrainingOutput { version: format!("{destination}:{version}"), weights: weights_url.to_owned() };
+    // Two strings always serialize.
+    serde_json::to_string(&output).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 //! by its id: its tickets and marks), and the model's lanes (one read) at most once every
 //! [`MODEL_QUEUE_TTL`] per model and replica, fetched by one request while the others use the
 //! last ones; only for a prediction that is `starting`. The running count and run times come
-//! from the live runners' records ([`crate::models::LiveRunners`], read every 2 s for versions
+//! from the live runners' records ([`crate::state::model_catalog::LiveRunners`], read every 2 s for versions
 //! anyway), which each runner rewrites within a second of a change: they may be 3 s old.
 //! The place of a prediction stored before lanes had tickets is counted (a query that grows
 //! with its lane's queue). `bench queue` measures a get with it beside one without.
@@ -41,7 +41,7 @@ use common::{
 };
 use tokio::sync::Mutex;
 
-use crate::{error::ApiError, models::LiveRunners};
+use crate::{error::ApiError, state::model_catalog::LiveRunners};
 
 /// How long a model's lanes are reused: the other lanes' counts may be this old; the
 /// prediction's own place in its lane is always read.

@@ -1,4 +1,21 @@
-//! The state every handler shares: configuration, storage, messaging and the look-up caches.
+//! The state every handler shares: configuration, storage, messaging, and the parts the api
+//! keeps between requests, each owned by its module behind a type with private fields:
+//! [`keys`] (API keys, cached), [`ratelimit`] (each key's counters, shared by the replicas),
+//! [`metrics`] (what `/metrics` shows), [`model_catalog`] (registered models and the live runners),
+//! [`queue_places`] (a waiting prediction's place), [`wait_slots`] (held `Prefer: wait`s),
+//! [`job_outbox`] (jobs NATS did not take yet), [`priority`] (each account's limit) and
+//! [`deployment_metrics`] (what an autoscaler reads). The fields are `pub(crate)`: only the
+//! api's own modules reach them.
+
+pub mod deployment_metrics;
+pub mod job_outbox;
+pub mod keys;
+pub mod metrics;
+pub mod model_catalog;
+pub mod priority;
+pub mod queue_places;
+pub mod ratelimit;
+pub mod wait_slots;
 
 use std::{ops::Deref, sync::Arc};
 
@@ -14,8 +31,9 @@ use common::{
 use tokio_util::task::TaskTracker;
 
 use crate::{
-    config::ApiConfig, job_outbox::JobOutbox, keys::KeyDirectory, metrics::HttpMetrics, models::ModelCatalog,
-    queue::QueuePlaces, ratelimit::RateLimiter, wait_slots::WaitSlots,
+    config::ApiConfig, state::job_outbox::JobOutbox, state::keys::KeyDirectory, state::metrics::HttpMetrics,
+    state::model_catalog::ModelCatalog, state::queue_places::QueuePlaces, state::ratelimit::RateLimiter,
+    state::wait_slots::WaitSlots,
 };
 
 /// How creates share writes: no waiting (a lone create is written at once), but creates that
@@ -31,42 +49,42 @@ pub struct AppState(Arc<Shared>);
 /// What [`AppState`] holds.
 pub struct Shared {
     /// The configuration.
-    pub config: ApiConfig,
+    pub(crate) config: ApiConfig,
     /// MongoDB.
-    pub store: Store,
+    pub(crate) store: Store,
     /// Uploaded files and file outputs: records and bytes.
-    pub files: Files,
+    pub(crate) files: Files,
     /// NATS JetStream.
-    pub bus: Bus,
+    pub(crate) bus: Bus,
     /// Builds every URL the api hands out (both surfaces, stream tokens).
-    pub links: Links,
+    pub(crate) links: Links,
     /// API keys, cached briefly.
-    pub keys: KeyDirectory,
+    pub(crate) keys: KeyDirectory,
     /// Registered models, cached briefly.
-    pub models: ModelCatalog,
+    pub(crate) models: ModelCatalog,
     /// Stores new predictions, several per write when creates arrive together.
-    pub new_predictions: GroupCommit<Prediction>,
+    pub(crate) new_predictions: GroupCommit<Prediction>,
     /// Hands each new prediction its ticket in its queue lane, several per write under load.
-    pub tickets: TicketDesk,
+    pub(crate) tickets: TicketDesk,
     /// The per-key rate limit.
-    pub rate_limiter: RateLimiter,
+    pub(crate) rate_limiter: RateLimiter,
     /// The cap on held `Prefer: wait` creates.
-    pub wait_slots: WaitSlots,
+    pub(crate) wait_slots: WaitSlots,
     /// What `/metrics` shows.
-    pub metrics: Arc<HttpMetrics>,
+    pub(crate) metrics: Arc<HttpMetrics>,
     /// Waiting predictions' places in their queue.
-    pub queue_places: QueuePlaces,
+    pub(crate) queue_places: QueuePlaces,
     /// The deployments' figures on `/metrics`.
-    pub deployment_figures: crate::deployment_metrics::DeploymentFigures,
+    pub(crate) deployment_figures: crate::state::deployment_metrics::DeploymentFigures,
     /// Work that outlives its request (confirming that a job was stored); waited for on
     /// shutdown.
-    pub background: TaskTracker,
+    pub(crate) background: TaskTracker,
     /// Jobs not yet published, published again as soon as NATS takes them.
-    pub job_outbox: JobOutbox,
+    pub(crate) job_outbox: JobOutbox,
     /// Counts the predictions this api ends (cancels) in the usage totals.
-    pub usage: common::usage::UsageLedger,
+    pub(crate) usage: common::usage::UsageLedger,
     /// The highest priority each account may ask for.
-    pub priority_limits: crate::priority::PriorityLimits,
+    pub(crate) priority_limits: crate::state::priority::PriorityLimits,
 }
 
 impl AppState {
@@ -78,9 +96,9 @@ impl AppState {
         Ok(Self(Arc::new(Shared {
             job_outbox: JobOutbox::start(bus.clone(), &background),
             usage: common::usage::UsageLedger::start(&store),
-            priority_limits: crate::priority::PriorityLimits::new(store.accounts()),
+            priority_limits: crate::state::priority::PriorityLimits::new(store.accounts()),
             keys: KeyDirectory::new(store.api_keys(), deactivations),
-            queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes(), models.live.clone()),
+            queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes(), models.live().clone()),
             models,
             rate_limiter: RateLimiter::new(bus.clone()),
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
@@ -88,7 +106,9 @@ impl AppState {
             tickets: TicketDesk::start(store.queue_lanes(), NEW_PREDICTIONS),
             background,
             metrics: Arc::new(HttpMetrics::new()),
-            deployment_figures: crate::deployment_metrics::DeploymentFigures::new(config.deployment_slots_per_instance),
+            deployment_figures: crate::state::deployment_metrics::DeploymentFigures::new(
+                config.deployment_slots_per_instance,
+            ),
             files,
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),
             config,

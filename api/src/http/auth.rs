@@ -2,7 +2,7 @@
 //! run without a valid key holding `write`, so no route can forget the check.
 //!
 //! Keys are looked up by the SHA-256 of the presented value through
-//! [`crate::keys::KeyDirectory`] (cached briefly; a deactivation empties every replica's cache
+//! [`crate::state::keys::KeyDirectory`] (cached briefly; a deactivation empties every replica's cache
 //! at once). Expiry is checked on every request against the clock, so an expired key fails at
 //! once. Missing, malformed, unknown, inactive and expired keys all get the same 401.
 
@@ -15,9 +15,9 @@ use common::{
     store::ApiKeyRecord,
 };
 
-use crate::{error::ApiError, ratelimit::DecisionSlot, state::AppState};
+use crate::{error::ApiError, state::AppState, state::ratelimit::DecisionSlot};
 
-/// The caller: a valid, active, unexpired key within its rate limit (see [`crate::ratelimit`]).
+/// The caller: a valid, active, unexpired key within its rate limit (see [`crate::state::ratelimit`]).
 #[derive(Debug, Clone)]
 pub struct Caller {
     /// The key that authenticated the request.

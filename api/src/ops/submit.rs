@@ -5,7 +5,7 @@
 //!
 //! Nothing is written before everything is validated. The job is sent without waiting for the
 //! stream's confirmation, which a background task awaits: if the publish fails the prediction
-//! is still accepted, and its job waits in the [`crate::job_outbox`], published again as soon
+//! is still accepted, and its job waits in the [`crate::state::job_outbox`], published again as soon
 //! as NATS takes it (the runners' reconciler covers an api that dies meanwhile).
 
 use bson::DateTime;
@@ -17,13 +17,14 @@ use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use crate::{
-    auth::Caller,
     error::ApiError,
-    job_outbox,
-    models::RegisteredModel,
+    http::auth::Caller,
+    ops::file_inputs,
     problem::FieldError,
     state::AppState,
-    validate::{create_prediction, file_inputs, input},
+    state::job_outbox,
+    state::model_catalog::RegisteredModel,
+    validate::{create_prediction, input},
 };
 
 /// The `starting` prediction a create body asks for, or every field error of the body and of
@@ -102,7 +103,7 @@ pub async fn validated_with(
 
 /// A prediction of a trained version: it shows that version, and its model receives the
 /// version's weights (a file of this service, signed for the model when it runs).
-fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::models::TrainedVersion) {
+fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::state::model_catalog::TrainedVersion) {
     prediction.trained_version = Some(TrainedVersionRef {
         model: trained.model.clone(),
         version: trained.version.clone(),

@@ -7,7 +7,7 @@ use common::{
     store::FileRecord,
 };
 
-use crate::{auth::Caller, error::ApiError, state::AppState};
+use crate::{error::ApiError, http::auth::Caller, state::AppState};
 
 /// The prediction `id` of the caller's account; 404 for a malformed id, a missing prediction
 /// and another account's alike, so existence is never revealed.

@@ -21,7 +21,7 @@ use axum::{
 };
 
 /// Redoc's standalone bundle, as vendored.
-const REDOC_JS: &[u8] = include_bytes!("../vendor/redoc/redoc.standalone.js");
+const REDOC_JS: &[u8] = include_bytes!("../../vendor/redoc/redoc.standalone.js");
 
 /// The SHA-256 of [`REDOC_JS`] (hex): the bytes that were reviewed and pinned.
 pub const REDOC_SHA256: &str = "dcaf76612bc4a3fbcc923a8966dee2f6146a5f32e5ce1b6f02dd60cbbf89500b";

@@ -6,32 +6,16 @@
 
 use std::time::Duration;
 
-use crate::problem::{FieldError, Problem, ProblemKind};
+use crate::problem::{Problem, ProblemKind};
 use axum::{
     Json,
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use common::domain::{AccountId, ApiSurface, Prediction, PredictionId};
 use serde::Serialize;
 
 use crate::{error::ApiError, state::AppState};
-
-/// The longest key accepted.
-pub const MAX_KEY_LEN: usize = 255;
-
-/// The request's key, if any: 1 to 255 visible ASCII characters.
-pub fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
-    let text = value.to_str().unwrap_or("");
-    if text.is_empty() || text.len() > MAX_KEY_LEN || !text.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ApiError::validation(
-            "The Idempotency-Key header is not acceptable.",
-            vec![FieldError::invalid("Idempotency-Key", "Must be 1 to 255 visible ASCII characters.")],
-        ));
-    }
-    Ok(Some(text.to_owned()))
-}
 
 /// The answer to a repeated key: the first prediction as it stands now, shown on `surface`.
 pub async fn replay(
@@ -72,24 +56,4 @@ pub async fn replay_as<V: Serialize>(
         ProblemKind::Conflict,
         "A request with this Idempotency-Key is still in progress; retry shortly.",
     )))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn with(v: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert("idempotency-key", HeaderValue::from_str(v).expect("header"));
-        h
-    }
-
-    #[test]
-    fn keys_of_one_to_255_visible_characters_are_accepted() {
-        assert_eq!(key(&with("order-42")).ok().flatten().as_deref(), Some("order-42"));
-        assert!(key(&with(&"k".repeat(255))).is_ok());
-        assert!(key(&with(&"k".repeat(256))).is_err());
-        assert!(key(&with("has space")).is_err());
-        assert_eq!(key(&HeaderMap::new()).ok().flatten(), None);
-    }
 }

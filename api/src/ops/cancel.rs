@@ -13,7 +13,7 @@ use common::{
     messages::{Announcement, PredictionChanged},
 };
 
-use crate::{auth::Caller, error::ApiError, owned::owned_job, state::AppState};
+use crate::{error::ApiError, http::auth::Caller, ops::owned::owned_job, state::AppState};
 
 /// How often cancel re-reads a prediction whose status changed under it.
 const CANCEL_ATTEMPTS: usize = 3;

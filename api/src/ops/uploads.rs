@@ -1,5 +1,5 @@
-//! Storing an uploaded part as a file, shared by the Files API ([`crate::routes::files`]) and
-//! the console's run form ([`crate::console`]): the part streams into the file store under
+//! Storing an uploaded part as a file, shared by the Files API (`routes::files`) and
+//! the console's run form: the part streams into the file store under
 //! `API_MAX_FILE_BYTES`, with a media type kept only when well formed, and the file expires
 //! `FILES_RETENTION_HOURS` later.
 

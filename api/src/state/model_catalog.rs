@@ -41,11 +41,11 @@ pub struct RegisteredModel {
     /// The input JSON Schema.
     pub input_schema: Value,
     /// When the version asked for is a trained one: it, run on `record` (the version it was
-    /// trained from). See [`crate::trained`].
+    /// trained from). See the operations on trained versions (`ops::trained`).
     pub trained: Option<TrainedVersion>,
 }
 
-/// A trained version a create asked for (see [`crate::trained`]).
+/// A trained version a create asked for (see `ops::trained`).
 #[derive(Debug, Clone)]
 pub struct TrainedVersion {
     /// The destination model it belongs to.
@@ -131,8 +131,7 @@ impl LiveRunners {
 pub struct ModelCatalog {
     models: Models,
     versions: ModelVersions,
-    /// The live runners.
-    pub live: Arc<LiveRunners>,
+    live: Arc<LiveRunners>,
     cache: TtlCache<ModelRef, Option<Arc<RegisteredModel>>>,
 }
 
@@ -145,6 +144,11 @@ impl ModelCatalog {
             live: Arc::new(LiveRunners::new(runners)),
             cache: TtlCache::new(MODEL_CACHE_TTL, 10_000),
         }
+    }
+
+    /// The live runners: what they serve, on which pools, and their runs (read every 2 s).
+    pub fn live(&self) -> &Arc<LiveRunners> {
+        &self.live
     }
 
     /// The model at its latest version, if some runner registered it.

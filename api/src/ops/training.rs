@@ -14,8 +14,8 @@ use common::domain::{ApiSurface, JobKind, ModelRef, Prediction};
 use serde_json::{Map, Value};
 
 use crate::{
-    auth::Caller, error::ApiError, models::RegisteredModel, problem::FieldError, state::AppState, submit,
-    validate::create_training,
+    error::ApiError, http::auth::Caller, ops::submit, problem::FieldError, state::AppState,
+    state::model_catalog::RegisteredModel, validate::create_training,
 };
 
 /// The `starting` training `body` asks for on version `version` of `model`, or why not.

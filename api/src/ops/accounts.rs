@@ -45,7 +45,7 @@ pub async fn issue_key(
 }
 
 /// Deactivates key `id` of `account`; answers once every replica has been told (see
-/// [`crate::keys`]: this replica's cache is emptied at once, and the announcement must come
+/// [`crate::state::keys`]: this replica's cache is emptied at once, and the announcement must come
 /// back over NATS, bounded in time, before the answer).
 pub async fn deactivate_key(state: &AppState, account: &AccountId, id: &str) -> Result<ApiKeyRecord, ApiError> {
     let missing = || ApiError::not_found(format!("API key {id} not found."));
@@ -55,10 +55,10 @@ pub async fn deactivate_key(state: &AppState, account: &AccountId, id: &str) -> 
     match state.bus.publish_key_deactivated(account, &key_id).await {
         Ok(()) if state.keys.heard(&key_id).await => {}
         Ok(()) => {
-            tracing::warn!(%key_id, "deactivation announced but not heard back; other replicas' caches expire within {:?}", crate::keys::KEY_CACHE_TTL)
+            tracing::warn!(%key_id, "deactivation announced but not heard back; other replicas' caches expire within {:?}", crate::state::keys::KEY_CACHE_TTL)
         }
         Err(e) => {
-            tracing::warn!(%key_id, error = %e, "deactivation not announced; other replicas' caches expire within {:?}", crate::keys::KEY_CACHE_TTL)
+            tracing::warn!(%key_id, error = %e, "deactivation not announced; other replicas' caches expire within {:?}", crate::state::keys::KEY_CACHE_TTL)
         }
     }
     tracing::info!(key_id = %key_id, "API key deactivated");

@@ -49,7 +49,7 @@ async fn queued_predictions_stand_one_to_ten_in_order_and_move_up_as_jobs_start(
         sleep_of(&system, &other, 0.3).await;
     }
     // The model's part of the queue (the other lanes) is reused for up to a second.
-    tokio::time::sleep(api::queue::MODEL_QUEUE_TTL).await;
+    tokio::time::sleep(api::state::queue_places::MODEL_QUEUE_TTL).await;
     assert_eq!(queue_of(&system, &ids[0]).await["position"], 1);
     assert_eq!(queue_of(&system, &ids[1]).await["position"], 3, "one turn of the other lane first");
     assert_eq!(queue_of(&system, &ids[4]).await["position"], 1 + 4 + 3);

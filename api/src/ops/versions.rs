@@ -18,7 +18,7 @@ use crate::problem::FieldError;
 use common::domain::{AccountId, ModelRef};
 use serde_json::Value;
 
-use crate::{error::ApiError, models::RegisteredModel, state::AppState};
+use crate::{error::ApiError, state::AppState, state::model_catalog::RegisteredModel};
 
 /// The longest version id accepted (ours are 64 hex digits).
 const MAX_ID_LEN: usize = 128;
@@ -66,7 +66,7 @@ impl<E: Into<ApiError>> From<E> for Unresolved {
 
 /// The model a create's `version` field names, at the version it names (its latest for
 /// `owner/name`): a registered model, or a trained version of an account's own model that
-/// `account` may see (see [`crate::trained`]).
+/// `account` may see (see [`crate::ops::trained`]).
 pub async fn resolve(
     state: &AppState,
     account: &AccountId,
@@ -90,7 +90,7 @@ pub async fn resolve(
     let missing_version = |id: &str| ApiError::not_found(format!("Version {id} of {model} not found."));
     let Some(registered) = state.models.get(&model).await? else {
         // An account's own model (that this account may see) at a trained version.
-        let trained = crate::trained::trained_model(state, account, &model, id.as_deref()).await?;
+        let trained = crate::ops::trained::trained_model(state, account, &model, id.as_deref()).await?;
         return trained.ok_or_else(|| match &id {
             Some(id) => missing_version(id).into(),
             None => ApiError::not_found(format!("Model {model} not found.")).into(),

@@ -16,8 +16,8 @@ use common::{
 
 use crate::{
     error::ApiError,
-    models::{RegisteredModel, TrainedVersion},
     state::AppState,
+    state::model_catalog::{RegisteredModel, TrainedVersion},
 };
 
 /// The trained version `version` (the newest when `None`) of `model`, an account's own model

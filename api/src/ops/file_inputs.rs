@@ -7,7 +7,7 @@
 use crate::problem::FieldError;
 use common::domain::{AccountId, FileId};
 
-use crate::{error::ApiError, owned::owned_file, state::AppState};
+use crate::{error::ApiError, ops::owned::owned_file, state::AppState};
 
 /// The files `uri_values` (field path, value) name, each checked to be `account`'s; every
 /// failing field at once.

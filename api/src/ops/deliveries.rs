@@ -10,7 +10,7 @@
 use crate::problem::{Problem, ProblemKind};
 use common::{domain::WebhookEvent, messages::PredictionChanged};
 
-use crate::{auth::Caller, error::ApiError, owned::owned_prediction, state::AppState};
+use crate::{error::ApiError, http::auth::Caller, ops::owned::owned_prediction, state::AppState};
 
 /// Queues one more attempt of delivery `webhook_id` of prediction `id`; returns its event.
 pub async fn resend(state: &AppState, caller: &Caller, id: &str, webhook_id: &str) -> Result<WebhookEvent, ApiError> {

@@ -1,0 +1,157 @@
+//! Typed input at the door: extractors that run the [`crate::validate`] parsers, so a handler
+//! receives what it asked for, already checked, and never parses `Bytes`, a `HeaderMap` or a raw
+//! query itself.
+//!
+//! - [`Query<T>`]: the query string, parsed by `T`'s [`FromQuery`]; a bad one is 400 naming
+//!   each field.
+//! - [`JsonObject`] and [`OptionalJsonObject`]: a JSON object body (see [`body::json_object`]);
+//!   [`Body<T>`] and [`OptionalBody<T>`]: such a body parsed by `T`'s [`FromBody`].
+//! - [`AcceptsCsv`]: whether `Accept` asks for CSV.
+//! - [`PreferWait`] and [`JobOptions`]: the headers of a create (`Prefer: wait`;
+//!   `Idempotency-Key` and `Cancel-After`).
+//!
+//! A body past the route's limit is refused by axum's `Bytes` before any parser runs, as it was
+//! when handlers took `Bytes`: [`crate::error`] renders that rejection as problem+json.
+
+use std::time::Duration;
+
+use axum::{
+    extract::{FromRequest, FromRequestParts, Request},
+    http::request::Parts,
+    response::{IntoResponse, Response},
+};
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::{
+    error::ApiError,
+    state::AppState,
+    validate::{FromBody, FromQuery, body, create_headers},
+};
+
+/// A query string parsed by `T`.
+#[derive(Debug)]
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: FromQuery> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        T::from_query(parts.uri.query()).map(Query).map_err(ApiError::invalid_query)
+    }
+}
+
+/// The body as a JSON object: declared JSON, parsed, and an object.
+#[derive(Debug)]
+pub struct JsonObject(pub Map<String, Value>);
+
+/// A body whose fields are all optional: none (or JSON `null`) is `{}`.
+#[derive(Debug)]
+pub struct OptionalJsonObject(pub Map<String, Value>);
+
+/// A JSON object body parsed by `T`.
+#[derive(Debug)]
+pub struct Body<T>(pub T);
+
+/// A body whose fields are all optional (none, or JSON `null`, is `{}`), parsed by `T`.
+#[derive(Debug)]
+pub struct OptionalBody<T>(pub T);
+
+/// Reads a JSON object from a body and its headers ([`body::json_object`] or
+/// [`body::optional_json_object`]).
+type ObjectReader = fn(&axum::http::HeaderMap, &Bytes) -> Result<Map<String, Value>, ApiError>;
+
+/// The body read by `object`, or the response that refuses it.
+async fn read<S: Send + Sync>(
+    request: Request,
+    state: &S,
+    object: ObjectReader,
+) -> Result<Map<String, Value>, Response> {
+    let headers = request.headers().clone();
+    let bytes = Bytes::from_request(request, state).await.map_err(IntoResponse::into_response)?;
+    object(&headers, &bytes).map_err(IntoResponse::into_response)
+}
+
+impl<S: Send + Sync> FromRequest<S> for JsonObject {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        read(request, state, body::json_object).await.map(Self)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for OptionalJsonObject {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        read(request, state, body::optional_json_object).await.map(Self)
+    }
+}
+
+impl<S: Send + Sync, T: FromBody> FromRequest<S> for Body<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let object = read(request, state, body::json_object).await?;
+        parsed(&object).map(Body).map_err(IntoResponse::into_response)
+    }
+}
+
+impl<S: Send + Sync, T: FromBody> FromRequest<S> for OptionalBody<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let object = read(request, state, body::optional_json_object).await?;
+        parsed(&object).map(OptionalBody).map_err(IntoResponse::into_response)
+    }
+}
+
+/// `object` as `T`, or the 400 that names every bad field.
+fn parsed<T: FromBody>(object: &Map<String, Value>) -> Result<T, ApiError> {
+    T::from_body(object).map_err(ApiError::invalid_fields)
+}
+
+/// Whether the request's `Accept` asks for CSV (`text/csv`).
+#[derive(Debug, Clone, Copy)]
+pub struct AcceptsCsv(pub bool);
+
+impl<S: Send + Sync> FromRequestParts<S> for AcceptsCsv {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let accept = parts.headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+        Ok(Self(accept.is_some_and(|a| a.contains("text/csv"))))
+    }
+}
+
+/// What the headers of a create ask for: `Idempotency-Key` and `Cancel-After`.
+#[derive(Debug, Clone)]
+pub struct JobOptions {
+    /// `Idempotency-Key`: the first job of the key is the answer to every repeat.
+    pub idempotency_key: Option<String>,
+    /// `Cancel-After`, or the configured deadline: how long it may take in all.
+    pub time_limit: Duration,
+}
+
+impl FromRequestParts<AppState> for JobOptions {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Ok(Self {
+            idempotency_key: create_headers::idempotency_key(&parts.headers)?,
+            time_limit: create_headers::cancel_after(&parts.headers, state.config.common.prediction_deadline)?,
+        })
+    }
+}
+
+/// `Prefer: wait[=n]`: how long a create holds its answer for the prediction to end, if at all.
+#[derive(Debug, Clone, Copy)]
+pub struct PreferWait(pub Option<Duration>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PreferWait {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        create_headers::prefer_wait(&parts.headers).map(Self)
+    }
+}
