@@ -3,6 +3,7 @@
 //! The services never call each other. They meet only through what this crate defines:
 //!
 //! - [`domain`]: the parsed domain types (ids, statuses, models, keys, secrets, predictions).
+//! - [`views`]: what clients see of them (a prediction, a file), which status events carry.
 //! - [`messages`]: the versioned wire messages on NATS, and [`subjects`]: where they travel.
 //! - [`files`]: uploaded files and file outputs: their records, and their bytes behind the
 //!   [`files::FileStore`] interface (GridFS or an S3-compatible store).
@@ -42,6 +43,7 @@ pub mod telemetry;
 pub mod testkit;
 pub mod trace_context;
 pub mod usage;
+pub mod views;
 
 /// The release version every service reports (`/ready`, logs).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -26,11 +26,9 @@ use subtle::ConstantTimeEq;
 
 use crate::{
     crypto::MasterKey,
-    domain::{
-        AccountId, ApiSurface, FileId, FileView, PredictionId,
-        file::{FileChecksums, FileUrls},
-    },
+    domain::{AccountId, ApiSurface, FileId, PredictionId},
     store::FileRecord,
+    views::{FileChecksums, FileUrls, FileView},
 };
 
 /// What a stream token's MAC vouches for.

@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
-    domain::{AccountId, ApiKeyId, ModelRef, Prediction, PredictionId, PredictionView, WebhookEvent, WebhookUrl},
+    domain::{AccountId, ApiKeyId, ModelRef, Prediction, PredictionId, WebhookEvent, WebhookUrl},
     links::Links,
+    views::PredictionView,
 };
 
 /// A job on the jobs stream: run this prediction. Published by the api (and by the runner's

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use async_nats::Subscriber;
-use common::{domain::PredictionView, messages::StatusEvent};
+use common::{messages::StatusEvent, views::PredictionView};
 use futures::StreamExt;
 
 /// How a prediction that ended within the wait is shown.

@@ -223,7 +223,7 @@ pub async fn delete(
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
     request_body(content = crate::validate::create_prediction::CreatePredictionBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::domain::PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
+    responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::views::PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(deployment = %format!("{owner}/{name}"), prediction_id))]

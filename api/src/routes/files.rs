@@ -22,7 +22,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use bson::DateTime;
-use common::{domain::FileView, files::StoredBytes};
+use common::{files::StoredBytes, views::FileView};
 
 use crate::{
     error::ApiError,

@@ -15,8 +15,9 @@ use axum::{
 };
 use bson::doc;
 use common::{
-    domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus, PredictionView},
+    domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus},
     store::Claim,
+    views::PredictionView,
 };
 use serde_json::Value;
 use tracing::Instrument;

@@ -32,8 +32,9 @@ use axum::{
     response::sse::{Event, KeepAlive, Sse},
 };
 use common::{
-    domain::{Prediction, PredictionId, PredictionStatus, PredictionView, WebhookEvent},
+    domain::{Prediction, PredictionId, PredictionStatus, WebhookEvent},
     messages::PredictionChanged,
+    views::PredictionView,
 };
 use futures::{Stream, StreamExt, stream};
 use serde_json::json;

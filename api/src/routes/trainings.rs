@@ -12,11 +12,10 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use common::{
-    domain::{
-        ApiSurface, ErrorView, JobKind, Metrics, ModelRef, Prediction, PredictionStatus, training::TrainingOutput,
-    },
+    domain::{ApiSurface, JobKind, Metrics, ModelRef, Prediction, PredictionStatus, training::TrainingOutput},
     links::{Links, PredictionUrls},
     store::Claim,
+    views::ErrorView,
 };
 use serde::Serialize;
 use serde_json::Value;

@@ -36,8 +36,9 @@ use bson::DateTime;
 use chrono::Utc;
 use common::{
     cache::TtlCache,
-    domain::{ModelRef, Prediction, PredictionStatus, QueuePlace},
+    domain::{ModelRef, Prediction, PredictionStatus},
     store::{LaneId, LaneState, Predictions, QueueFigures, QueueLanes, StoreError},
+    views::QueuePlace,
 };
 use tokio::sync::Mutex;
 

@@ -3,7 +3,6 @@
 
 pub mod api_key;
 pub mod events;
-pub mod file;
 pub mod file_store;
 pub mod ids;
 pub mod model;
@@ -18,11 +17,10 @@ pub mod webhook_url;
 
 pub use api_key::{ApiKeyValue, KeyHash, Scope};
 pub use events::WebhookEvent;
-pub use file::FileView;
 pub use file_store::FileStoreKind;
 pub use ids::{AccountId, ApiKeyId, FileId, PredictionId};
 pub use model::ModelRef;
-pub use prediction::{ErrorView, Metrics, NewPrediction, Prediction, PredictionError, PredictionView, QueuePlace};
+pub use prediction::{Metrics, NewPrediction, Prediction, PredictionError};
 pub use priority::Priority;
 pub use route::{Pool, Route};
 pub use status::PredictionStatus;

@@ -1,0 +1,208 @@
+//! A prediction as clients see it: [`PredictionView`] (`GET /v1/predictions/{id}`, lists,
+//! webhook payloads and the status events that carry them), built from the stored
+//! [`Prediction`] by [`Prediction::view`], rendered the same way by the api (`GET`) and the
+//! runner (the snapshot in status events, which the notifier delivers as the webhook payload).
+//!
+//! A view is rendered for one [`ApiSurface`]: the canonical one shows `error` as
+//! `{code, message}`, the Replicate-compatible one as the message string; each links inside its
+//! own root (see [`crate::links`]). Status events carry the view of the surface that created
+//! the prediction, so its webhooks have the shape its creator reads.
+
+use bson::DateTime as BsonDateTime;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{
+    domain::{ApiSurface, JobKind, Metrics, ModelRef, Prediction, PredictionError, PredictionStatus, Priority},
+    links::{Links, PredictionUrls},
+};
+
+/// `error` as a view shows it: `{code, message}` on the canonical surface, the message alone
+/// on the Replicate-compatible one.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ErrorView {
+    /// The canonical shape.
+    Detailed(PredictionError),
+    /// Replicate's shape: the message.
+    Message(String),
+}
+
+impl ErrorView {
+    /// What went wrong, for people.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Detailed(e) => &e.message,
+            Self::Message(m) => m,
+        }
+    }
+}
+
+/// A prediction as clients see it (`GET /v1/predictions/{id}` and webhook payloads).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionView {
+    /// The prediction id.
+    pub id: String,
+    /// `<owner>/<model>`.
+    pub model: String,
+    /// The model version that ran it.
+    pub version: String,
+    /// The model's declared kind.
+    pub capability: String,
+    /// The input as submitted.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub input: Value,
+    /// Log text.
+    pub logs: String,
+    /// The output (text, file URL or compact JSON), `null` until known; a training's is
+    /// `{version, weights}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub output: Option<Value>,
+    /// Whether retention removed its data.
+    pub data_removed: bool,
+    /// Once failed: `{code, message}` (canonical), the message (Replicate-compatible).
+    pub error: Option<ErrorView>,
+    /// Always `api` today.
+    pub source: String,
+    /// The status.
+    pub status: PredictionStatus,
+    /// Timings in seconds, `null` until terminal.
+    pub metrics: Option<Metrics>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Start of processing.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Completion time.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Links to the prediction.
+    pub urls: PredictionUrls,
+    /// Where it stands in the queue while it waits (`starting`, read through the API);
+    /// `null` otherwise.
+    #[serde(default)]
+    pub queue: Option<QueuePlace>,
+    /// The deployment it was created through (`owner/name`), `null` if none.
+    #[serde(default)]
+    pub deployment: Option<String>,
+    /// How urgent it is: `high`, `normal` or `low`.
+    #[serde(default)]
+    pub priority: Priority,
+    /// A training's destination model (`owner/name`); absent on a prediction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub destination: Option<String>,
+}
+
+/// Where a waiting prediction stands in its model's queue.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuePlace {
+    /// 1 + the jobs that will start before it under the scheduler's rules: 1 means it starts
+    /// on the next free slot of its model.
+    pub position: u64,
+    /// When it should start, from the model's recent run times and the slots serving it;
+    /// `null` while neither is known (no run finished lately, or nothing running).
+    pub estimated_start_at: Option<DateTime<Utc>>,
+}
+
+impl Prediction {
+    /// The client view on `surface`, with links from `links`.
+    pub fn view(&self, links: &Links, surface: ApiSurface) -> PredictionView {
+        let error = self.error.clone().map(|e| match surface {
+            ApiSurface::Canonical => ErrorView::Detailed(e),
+            ApiSurface::Replicate => ErrorView::Message(e.message),
+        });
+        let (model, version) = match &self.trained_version {
+            Some(trained) => (trained.model.to_string(), trained.version.clone()),
+            None => (self.model.to_string(), self.version.clone()),
+        };
+        PredictionView {
+            id: self.id.to_string(),
+            model,
+            version,
+            capability: self.capability.clone(),
+            input: self.input.clone(),
+            logs: self.logs.clone(),
+            output: self.output.as_deref().map(|o| self.output_view(o, links, surface)),
+            data_removed: self.data_removed,
+            error,
+            source: self.source.clone(),
+            status: self.status,
+            metrics: self.metrics,
+            created_at: self.created_at.to_chrono(),
+            started_at: self.started_at.map(BsonDateTime::to_chrono),
+            completed_at: self.completed_at.map(BsonDateTime::to_chrono),
+            urls: match self.kind {
+                JobKind::Prediction => links.prediction(&self.id, surface),
+                JobKind::Training => links.training(&self.id, surface),
+            },
+            queue: None,
+            deployment: self.deployment.clone(),
+            priority: self.priority,
+            destination: self.destination.as_ref().map(ModelRef::to_string),
+        }
+    }
+
+    /// A stored output as `surface` shows it: a string (a file as the surface's link to it);
+    /// a training's `{version, weights}` as an object, its weights as a link.
+    fn output_view(&self, output: &str, links: &Links, surface: ApiSurface) -> Value {
+        if self.is_training()
+            && let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(output)
+        {
+            if let Some(Value::String(weights)) = fields.get_mut("weights") {
+                *weights = links.output(weights, surface);
+            }
+            return Value::Object(fields);
+        }
+        Value::String(links.output(output, surface))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::prediction::tests::sample;
+    use serde_json::json;
+
+    fn links() -> Links {
+        Links::new(
+            "http://h",
+            crate::crypto::MasterKey::from_base64(&crate::crypto::MasterKey::generate_base64()).expect("key"),
+        )
+    }
+
+    #[test]
+    fn a_new_prediction_renders_every_field_with_nulls_for_the_unknown() {
+        let p = sample();
+        let v = serde_json::to_value(p.view(&links(), ApiSurface::Canonical)).expect("serializes");
+        for field in ["output", "error", "metrics", "started_at", "completed_at"] {
+            assert_eq!(v[field], Value::Null, "{field}");
+        }
+        assert_eq!(v["status"], "starting");
+        assert_eq!(v["source"], "api");
+        assert_eq!(v["logs"], "");
+        assert_eq!(v["input"], json!({"prompt": "hi", "extra": 1}), "input as submitted");
+        assert_eq!(v["urls"]["get"], format!("http://h/v1/predictions/{}", p.id));
+        assert_eq!(v["urls"]["cancel"], format!("http://h/v1/predictions/{}/cancel", p.id));
+        assert_eq!(v["urls"]["web"], format!("http://h/predictions/{}", p.id));
+        assert!(v.get("model_input").is_none(), "internal fields stay internal");
+        assert!(v.get("account_id").is_none());
+        assert!(v.get("surface").is_none());
+    }
+
+    #[test]
+    fn the_error_is_an_object_on_v1_and_the_message_on_the_replicate_surface() {
+        let mut p = sample();
+        p.error = Some(PredictionError { code: "MODEL_ERROR".into(), message: "boom".into() });
+        let l = links();
+        let v1 = serde_json::to_value(p.view(&l, ApiSurface::Canonical)).expect("serializes");
+        assert_eq!(v1["error"], json!({"code": "MODEL_ERROR", "message": "boom"}));
+        let replicate = p.view(&l, ApiSurface::Replicate);
+        assert_eq!(serde_json::to_value(&replicate).expect("serializes")["error"], json!("boom"));
+        let text = serde_json::to_vec(&replicate).expect("serializes");
+        let back: PredictionView = serde_json::from_slice(&text).expect("either shape decodes");
+        assert_eq!(back.error.as_ref().map(ErrorView::message), Some("boom"));
+    }
+}
