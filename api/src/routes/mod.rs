@@ -17,6 +17,7 @@ pub mod deployments;
 pub mod files;
 pub mod hardware;
 pub mod health;
+pub mod model_versions;
 pub mod models;
 pub mod openapi;
 pub mod predictions;
@@ -75,8 +76,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(api_keys::get, api_keys::update))
         .routes(routes!(models::list, models::create))
         .routes(routes!(models::get, models::delete))
-        .routes(routes!(models::versions))
-        .routes(routes!(models::version))
+        .routes(routes!(model_versions::list))
+        .routes(routes!(model_versions::get))
         .routes(routes!(trainings::create))
         .routes(routes!(trainings::list))
         .routes(routes!(trainings::get))

@@ -1,16 +1,12 @@
-//! Models and their versions (CONTRACT §6), in the shape Replicate's clients read:
-//! `GET /v1/models` (paginated), `GET /v1/models/{owner}/{name}`,
-//! `GET /v1/models/{owner}/{name}/versions` and `GET …/versions/{id}` (scope `read`), and an
-//! account's own models: `POST /v1/models` and `DELETE /v1/models/{owner}/{name}` (scope
+//! Models (CONTRACT §6), in the shape Replicate's clients read: `GET /v1/models` (paginated)
+//! and `GET /v1/models/{owner}/{name}` (scope `read`; their versions are
+//! [`super::model_versions`]), and an account's own models: `POST /v1/models` and `DELETE /v1/models/{owner}/{name}` (scope
 //! `admin`; see [`common::store::owned_models`]).
 //!
 //! Every registered model is `public`: any account may run it. An account's own model is
 //! `public` or `private` (seen by its account only; another account gets 404), and has no
 //! `latest_version` until a training records one. `run_count` counts the caller's
-//! own predictions of the model (other accounts' activity is not revealed). A version's
-//! `openapi_schema` has `components.schemas.Input` (the registered input schema) and `Output`
-//! (a string: text, a file URL or compact JSON, as the contract's `output`). `cog_version` is
-//! [`COG_VERSION`]: the registry does not record which Cog, if any, serves a model.
+//! own predictions of the model (other accounts' activity is not revealed).
 
 use std::sync::Arc;
 
@@ -19,13 +15,12 @@ use axum::{
     extract::{Path, State},
     http::StatusCode,
 };
-use chrono::{DateTime, Utc};
 use common::{
     domain::{AccountId, ApiSurface, ModelRef},
     store::{ModelVersionRecord, OwnedModel, Visibility},
 };
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{
     error::ApiError,
@@ -34,7 +29,10 @@ use crate::{
     http::page::{Listed, Page},
     http::surface::Surface,
     problem::FieldError,
-    routes::openapi::problems,
+    routes::{
+        model_versions::{self, VersionView},
+        openapi::problems,
+    },
     state::AppState,
     state::model_catalog::RegisteredModel,
     validate::{
@@ -42,39 +40,6 @@ use crate::{
         paging::{Paging, PagingParams},
     },
 };
-
-/// The `cog_version` of every version (never null: replicate-python requires a string).
-pub const COG_VERSION: &str = "unknown";
-
-/// A model version.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct VersionView {
-    /// The version id: the digest that predictions of it carry as `version`.
-    pub id: String,
-    /// When a runner first registered it.
-    pub created_at: DateTime<Utc>,
-    /// Always [`COG_VERSION`].
-    pub cog_version: String,
-    /// An OpenAPI document with `components.schemas.Input` and `Output`, and `TrainingInput`
-    /// when a runner serves a trainer of the version.
-    #[schema(value_type = Object)]
-    pub openapi_schema: Value,
-    /// For a version a training made: the model and version it was trained from, and the
-    /// training; absent otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trained_from: Option<TrainedFromView>,
-}
-
-/// What a trained version was trained from.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct TrainedFromView {
-    /// The model, `owner/name`.
-    pub model: String,
-    /// Its version.
-    pub version: String,
-    /// The training that made this version.
-    pub training: String,
-}
 
 /// A model.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -144,49 +109,6 @@ impl Listed for ModelView {
     const TOTAL_COUNT: Option<&'static str> = None;
 }
 
-/// A model's versions, as [`Page`] builds it: one page holds them all.
-pub type VersionPage = Page<VersionView>;
-
-impl Listed for VersionView {
-    const PAGE: &'static str = "VersionPage";
-    const DESCRIPTION: &'static str = "A model's versions, newest first (one page holds them all).";
-    const RESULTS: &'static str = "The versions.";
-    const TOTAL_COUNT: Option<&'static str> = None;
-    const NEXT: &'static str = "Always `null`.";
-    const PREVIOUS: &'static str = "Always `null`.";
-}
-
-/// The version as clients see it.
-fn version_view(version: &ModelVersionRecord) -> Result<VersionView, ApiError> {
-    let mut input = version.input_schema()?;
-    if let Value::Object(schema) = &mut input {
-        schema.entry("title").or_insert_with(|| json!("Input"));
-    }
-    let mut openapi_schema = json!({
-        "openapi": "3.0.2",
-        "info": {"title": version.model.to_string(), "version": version.id},
-        "paths": {},
-        "components": {"schemas": {
-            "Input": input,
-            "Output": {"title": "Output", "type": "string", "description": "Text, a file URL, or compact JSON."},
-        }},
-    });
-    if let Some(training_input) = version.training_input_schema().transpose()? {
-        openapi_schema["components"]["schemas"]["TrainingInput"] = training_input;
-    }
-    Ok(VersionView {
-        id: version.id.clone(),
-        created_at: version.created_at.to_chrono(),
-        cog_version: COG_VERSION.to_owned(),
-        openapi_schema,
-        trained_from: version.trained_from.as_ref().map(|from| TrainedFromView {
-            model: from.model.to_string(),
-            version: from.version.clone(),
-            training: from.training.to_string(),
-        }),
-    })
-}
-
 async fn model_view(
     state: &AppState,
     surface: ApiSurface,
@@ -200,7 +122,7 @@ async fn model_view(
         None => ModelVersionRecord::of(record),
     };
     let description = format!("A {} model served by this deployment.", record.capability);
-    let latest = Some(version_view(&latest)?);
+    let latest = Some(model_versions::version_view(&latest)?);
     Ok(ModelView::new(state, surface, &record.model, description, Visibility::Public, run_count, latest))
 }
 
@@ -214,18 +136,23 @@ async fn owned_view(
     let run_count = state.store.predictions().count_of_model(account, &owned.model).await?;
     let latest = state.store.model_versions().list_for(&owned.model).await?.into_iter().next();
     let description = owned.description.clone().unwrap_or_default();
-    let latest = latest.as_ref().map(version_view).transpose()?;
+    let latest = latest.as_ref().map(model_versions::version_view).transpose()?;
     Ok(ModelView::new(state, surface, &owned.model, description, owned.visibility, run_count, latest))
 }
 
 /// A model the caller may see: registered (any account's), or owned by an account and
 /// public or the caller's own.
-enum Visible {
+pub(super) enum Visible {
     Registered(Arc<RegisteredModel>),
     Owned(OwnedModel),
 }
 
-async fn visible(state: &AppState, account: &AccountId, owner: &str, name: &str) -> Result<Visible, ApiError> {
+pub(super) async fn visible(
+    state: &AppState,
+    account: &AccountId,
+    owner: &str,
+    name: &str,
+) -> Result<Visible, ApiError> {
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
     let model = ModelRef::new(owner, name).map_err(|_| missing())?;
     if let Some(registered) = state.models.get(&model).await? {
@@ -377,88 +304,4 @@ pub async fn delete(
         }
     }
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// `GET /v1/models/{owner}/{name}/versions`
-#[utoipa::path(
-    get,
-    path = "/models/{owner}/{name}/versions",
-    operation_id = "listModelVersions",
-    tag = "models",
-    params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
-    responses((status = 200, description = "Every version the model has had, newest first", body = VersionPage), (status = 404, response = inline(problems::NotFound))),
-    security(("bearer" = []))
-)]
-pub async fn versions(
-    State(state): State<AppState>,
-    auth: Authorized<Read>,
-    Path((owner, name)): Path<(String, String)>,
-) -> Result<Json<VersionPage>, ApiError> {
-    let versions = match visible(&state, &auth.caller.key.account_id, &owner, &name).await? {
-        Visible::Registered(model) => {
-            let mut versions = state.store.model_versions().list_for(&model.record.model).await?;
-            if !versions.iter().any(|v| v.id == model.record.version) {
-                versions.insert(0, ModelVersionRecord::of(&model.record));
-            }
-            versions
-        }
-        Visible::Owned(owned) => state.store.model_versions().list_for(&owned.model).await?,
-    };
-    let results = versions.iter().map(version_view).collect::<Result<_, _>>()?;
-    Ok(Json(Page::uncounted(results, None, None)))
-}
-
-/// `GET /v1/models/{owner}/{name}/versions/{id}`
-#[utoipa::path(
-    get,
-    path = "/models/{owner}/{name}/versions/{id}",
-    operation_id = "getModelVersion",
-    tag = "models",
-    params(
-        ("owner" = String, Path, description = "The model's owner"),
-        ("name" = String, Path, description = "The model's name"),
-        ("id" = String, Path, description = "The version id"),
-    ),
-    responses((status = 200, description = "The version", body = VersionView), (status = 404, response = inline(problems::NotFound))),
-    security(("bearer" = []))
-)]
-pub async fn version(
-    State(state): State<AppState>,
-    auth: Authorized<Read>,
-    Path((owner, name, id)): Path<(String, String, String)>,
-) -> Result<Json<VersionView>, ApiError> {
-    let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
-    let version = match (
-        visible(&state, &auth.caller.key.account_id, &owner, &name).await?,
-        state.store.model_versions().get(&id).await?,
-    ) {
-        (Visible::Registered(model), Some(v)) if v.model == model.record.model => v,
-        (Visible::Registered(model), _) if id == model.record.version => ModelVersionRecord::of(&model.record),
-        (Visible::Owned(owned), Some(v)) if v.model == owned.model => v,
-        _ => return Err(missing()),
-    };
-    Ok(Json(version_view(&version)?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use common::store::ModelRecord;
-
-    #[test]
-    fn a_version_schema_has_input_and_output_and_nothing_is_null() {
-        let record = ModelRecord::new(
-            "demo/echo".parse().expect("model"),
-            "text-generation",
-            &json!({"type": "object", "properties": {"prompt": {"type": "string"}}}),
-        );
-        let view = version_view(&ModelVersionRecord::of(&record)).expect("renders");
-        let json = serde_json::to_value(&view).expect("json");
-        assert_eq!(json["id"], record.version.as_str());
-        assert_eq!(json["cog_version"], COG_VERSION);
-        let schemas = &json["openapi_schema"]["components"]["schemas"];
-        assert_eq!(schemas["Input"]["properties"]["prompt"]["type"], "string");
-        assert_eq!(schemas["Input"]["title"], "Input");
-        assert_eq!(schemas["Output"]["type"], "string");
-    }
 }
