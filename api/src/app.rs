@@ -35,7 +35,7 @@ use crate::{
     config::ApiConfig,
     error::{BaseUrl, render_problems},
     http::request_id::MakeRandomRequestId,
-    http::run_to_completion::run_to_completion,
+    http::run_to_completion::{RequestDeadline, run_to_completion},
     routes,
     state::AppState,
     state::metrics,
@@ -124,7 +124,7 @@ pub fn app(state: AppState) -> Router {
         .layer(CatchPanicLayer::new())
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn(run_to_completion));
+        .layer(middleware::from_fn_with_state(RequestDeadline(state.config.request_deadline), run_to_completion));
     let metrics = state.metrics.clone();
     let base_url = state.base_url().to_owned();
     let serve_metrics = {

@@ -6,6 +6,8 @@
 //! | `DEFAULT_RATE_LIMIT_RPM` | `600` | `rate_limit_rpm` of new keys |
 //! | `SHUTDOWN_GRACE_SECONDS` | `30` | how long in-flight requests may finish after SIGTERM |
 //! | `API_MAX_IN_FLIGHT` | `512` | requests this replica works on at once; past it, 503 with `Retry-After: 1` at once (`/health`, `/ready`, `/metrics` excepted; held waits give their slot back) |
+//! | `API_REQUEST_DEADLINE_SECONDS` | `10` | how long a request's work may go on: past it, its reads stop on the server and its prediction, if still queued for its write, is not written (503 with `Retry-After`); a `Prefer: wait` create adds its wait, an upload has its own limit |
+//! | `API_MAX_QUEUE_SECONDS` | `0` (off) | the longest a new prediction may expect to wait to start; a create past it is refused at once, 503 with `Retry-After` |
 //! | `API_MAX_WAITS` | `1000` | `Prefer: wait` creates held at once by this replica; past it, answered at once |
 //! | `API_MAX_WAITS_PER_KEY` | `100` | the same, per API key |
 //! | `API_MAX_FILE_BYTES` | `104857600` (100 MiB) | the largest upload of the Files API; past it, 413 |
@@ -29,6 +31,12 @@ pub struct ApiConfig {
     pub shutdown_grace: Duration,
     /// `API_MAX_IN_FLIGHT`: requests this replica works on at once (see [`crate::http::shed`]).
     pub max_in_flight: usize,
+    /// `API_REQUEST_DEADLINE_SECONDS`: how long a request's work may go on (see
+    /// [`common::deadline`]).
+    pub request_deadline: Duration,
+    /// `API_MAX_QUEUE_SECONDS`: the longest wait to start a create may expect; `None` (0) for
+    /// no bound (see [`crate::state::queue_places`]).
+    pub max_queue_wait: Option<Duration>,
     /// `API_MAX_WAITS`: `Prefer: wait` creates this replica holds at once.
     pub max_waits: usize,
     /// `API_MAX_WAITS_PER_KEY`: the same, per API key.
@@ -73,7 +81,18 @@ impl ApiConfig {
             shutdown_grace: env.seconds("SHUTDOWN_GRACE_SECONDS", Duration::from_secs(30))?,
             max_in_flight: env.parse("API_MAX_IN_FLIGHT", 512)?,
             max_waits: env.parse("API_MAX_WAITS", 1000)?,
+            request_deadline: positive_seconds(env, "API_REQUEST_DEADLINE_SECONDS", Duration::from_secs(10))?,
+            max_queue_wait: Some(env.seconds("API_MAX_QUEUE_SECONDS", Duration::ZERO)?).filter(|d| !d.is_zero()),
             max_waits_per_key: env.parse("API_MAX_WAITS_PER_KEY", 100)?,
         })
     }
+}
+
+/// `name` in seconds, which must be more than zero.
+fn positive_seconds(env: &Env<'_>, name: &str, default: Duration) -> Result<Duration, ConfigError> {
+    let value = env.seconds(name, default)?;
+    if value.is_zero() {
+        return Err(ConfigError { var: name.into(), reason: "must be more than 0 seconds".into() });
+    }
+    Ok(value)
 }

@@ -30,6 +30,14 @@ pub enum ApiError {
     Problem(Problem),
     /// A failure inside the service; logged with its cause chain, answered opaquely.
     Internal(anyhow::Error),
+    /// 503 with `Retry-After`: the service will not take this on now (its queue is longer than
+    /// it accepts); the client is told when to come back.
+    Busy {
+        /// What the client is told.
+        detail: String,
+        /// `Retry-After`, in seconds.
+        retry_after: u32,
+    },
 }
 
 impl ApiError {
@@ -76,6 +84,11 @@ impl ApiError {
         Self::Problem(Problem::new(ProblemKind::RateLimit, "Rate limit exceeded. Retry after 60 seconds."))
     }
 
+    /// 503 with `Retry-After: retry_after` (seconds), saying `detail`.
+    pub fn busy(detail: impl Into<String>, retry_after: u32) -> Self {
+        Self::Busy { detail: detail.into(), retry_after: retry_after.max(1) }
+    }
+
     /// 403 for a key without `scope`.
     pub fn forbidden(scope: common::domain::Scope) -> Self {
         Self::Problem(Problem::new(
@@ -95,8 +108,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = match self {
             Self::Problem(p) => p,
+            Self::Busy { detail, retry_after } => return retry_later_in(detail, retry_after),
             Self::Internal(e) if read_timed_out(&e) => {
-                tracing::warn!(error = format!("{e:#}"), "a read ran past its time limit; answered 503");
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "a read ran past its time limit, or a write past its request's deadline; answered 503"
+                );
                 return retry_later(format!(
                     "The service is too busy to answer in time; retry in {RETRY_AFTER_SECONDS} seconds."
                 ));
@@ -119,10 +136,15 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A 503 problem saying `detail`, with `Retry-After`.
+/// A 503 problem saying `detail`, with `Retry-After` [`RETRY_AFTER_SECONDS`].
 fn retry_later(detail: String) -> Response {
+    retry_later_in(detail, RETRY_AFTER_SECONDS)
+}
+
+/// A 503 problem saying `detail`, with `Retry-After: seconds`.
+fn retry_later_in(detail: String, seconds: u32) -> Response {
     let mut response = StatusCode::SERVICE_UNAVAILABLE.into_response();
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response.extensions_mut().insert(Problem::new(ProblemKind::Unavailable, detail));
     response
 }
@@ -131,9 +153,14 @@ fn retry_later(detail: String) -> Response {
 pub const RETRY_AFTER_SECONDS: u32 = 5;
 
 /// Whether a failure is a read MongoDB stopped at its time limit
-/// ([`common::store::READ_TIME_LIMIT`]): the service is too busy, the client is told to retry.
+/// ([`common::store::READ_TIME_LIMIT`], or the request's deadline), or a write dropped because
+/// the request's deadline passed while it queued: the service is too busy, the client is told
+/// to retry.
 fn read_timed_out(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| cause.downcast_ref::<StoreError>().is_some_and(common::store::is_time_limit))
+    e.chain().any(|cause| {
+        cause.downcast_ref::<StoreError>().is_some_and(common::store::is_time_limit)
+            || cause.downcast_ref::<GroupCommitError>().is_some_and(|g| matches!(g, GroupCommitError::Abandoned))
+    })
 }
 
 /// Whether a failure comes from MongoDB, NATS or the file store being out of reach (a restart,

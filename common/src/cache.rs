@@ -27,8 +27,14 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
 
     /// The entry, if present and fresh.
     pub fn get(&self, key: &K) -> Option<V> {
+        self.get_within(key, self.ttl)
+    }
+
+    /// The entry, if present and younger than `age` (for a caller that needs it fresher, or
+    /// accepts it older, than the cache's time to live).
+    pub fn get_within(&self, key: &K, age: Duration) -> Option<V> {
         let entries = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        entries.get(key).filter(|(_, at)| at.elapsed() < self.ttl).map(|(v, _)| v.clone())
+        entries.get(key).filter(|(_, at)| at.elapsed() < age).map(|(v, _)| v.clone())
     }
 
     /// The entry, if present, however old (for a caller that prefers an old value to waiting

@@ -14,6 +14,7 @@
 //! - [`signing`] (Standard Webhooks) and [`crypto`] (secrets sealed at rest).
 //! - [`links`]: every URL handed out (both API surfaces, files, stream capability tokens).
 //! - [`metrics`]: the OpenMetrics page every service serves.
+//! - [`deadline`]: a request's deadline, which the calls it makes respect.
 //! - [`config`], [`connect`], [`telemetry`], [`readiness`], [`shutdown`], [`runtime`]: what every service
 //!   needs at start and while it runs.
 //! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
@@ -25,6 +26,7 @@ pub mod cache;
 pub mod config;
 pub mod connect;
 pub mod crypto;
+pub mod deadline;
 pub mod domain;
 pub mod files;
 pub mod links;

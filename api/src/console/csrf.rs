@@ -102,6 +102,8 @@ async fn multipart_fields(
     signed: &Signed,
 ) -> Result<HashMap<String, String>, ConsoleError> {
     let unreadable = || ConsoleError::Forbidden("The form could not be read.".into());
+    // Its files take as long as their bytes do, within the uploads' own limit.
+    common::deadline::clear();
     let mut form = Multipart::from_request(request, state).await.map_err(|_| unreadable())?;
     let mut fields = HashMap::new();
     let mut proven = false;

@@ -37,6 +37,7 @@ impl From<ApiError> for ConsoleError {
             ApiError::Problem(p) => {
                 Self::Problem(StatusCode::from_u16(p.kind.status()).unwrap_or(StatusCode::BAD_REQUEST), p.detail)
             }
+            ApiError::Busy { detail, .. } => Self::Problem(StatusCode::SERVICE_UNAVAILABLE, detail),
             ApiError::Internal(e) => Self::Internal(e),
         }
     }

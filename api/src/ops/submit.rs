@@ -10,6 +10,7 @@
 
 use bson::DateTime;
 use common::{
+    bus::BusError,
     domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority, TrainedVersionRef, training},
     store::Claim,
 };
@@ -26,6 +27,9 @@ use crate::{
     state::model_catalog::RegisteredModel,
     validate::{create_prediction, input},
 };
+
+/// The longest a create waits for NATS to take its job before leaving it to the outbox.
+const PUBLISH_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The `starting` prediction a create body asks for, or every field error of the body and of
 /// its input against `model`'s schema; then the files of this service its input names, each
@@ -135,22 +139,34 @@ pub async fn store_and_publish(
     {
         return Ok(Claim::Existing(first));
     }
+    let release = async |state: &AppState, prediction: &Prediction| {
+        if let Some(key) = &idempotency_key
+            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
+        {
+            tracing::warn!(error = %release, "idempotency key not released");
+        }
+    };
+    if let Err(refused) = admitted(state, prediction).await {
+        release(state, prediction).await;
+        return Err(refused);
+    }
     let stored = async {
         prediction.queue_ticket = Some(state.tickets.take(prediction).await?);
         state.new_predictions.insert(prediction.clone()).await
     };
     if let Err(e) = stored.instrument(tracing::info_span!("store_prediction")).await {
         state.store.queue_lanes().give_back(prediction).await;
-        if let Some(key) = &idempotency_key
-            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
-        {
-            tracing::warn!(error = %release, "idempotency key not released");
-        }
+        release(state, prediction).await;
         return Err(e.into());
     }
     state.metrics.created(&prediction.model.to_string());
     let job = state.bus.job_of(prediction);
-    match state.bus.send_job(&job).instrument(tracing::info_span!("publish_job")).await {
+    // A publish waits no longer than the request's deadline; a job not sent by then is sent by
+    // the outbox, like one NATS refused.
+    let left = common::deadline::remaining().unwrap_or(PUBLISH_TIME_LIMIT).min(PUBLISH_TIME_LIMIT);
+    let sent =
+        tokio::time::timeout(left, state.bus.send_job(&job)).instrument(tracing::info_span!("publish_job")).await;
+    match sent.unwrap_or_else(|_| Err(BusError::Unreachable("the request's deadline passed while publishing".into()))) {
         Ok(stored) => {
             let outbox = state.job_outbox.clone();
             let confirm = async move {
@@ -167,4 +183,28 @@ pub async fn store_and_publish(
         }
     }
     Ok(Claim::New)
+}
+
+/// Refuses a prediction that would wait longer than `API_MAX_QUEUE_SECONDS` to start (503,
+/// `Retry-After` the excess, rounded up), before anything of it is written. Trainings and
+/// replicas without the bound take everything.
+async fn admitted(state: &AppState, prediction: &Prediction) -> Result<(), ApiError> {
+    let Some(bound) = state.config.max_queue_wait else { return Ok(()) };
+    if prediction.is_training() {
+        return Ok(());
+    }
+    match state.queue_places.wait_of_new(prediction).await? {
+        Some(wait) if wait > bound => {
+            let retry_after = u32::try_from((wait - bound).as_secs_f64().ceil() as u64).unwrap_or(u32::MAX);
+            Err(ApiError::busy(
+                format!(
+                    "{} has more waiting than it starts within {} s; retry in {retry_after} s.",
+                    prediction.model,
+                    bound.as_secs_f64()
+                ),
+                retry_after,
+            ))
+        }
+        _ => Ok(()),
+    }
 }

@@ -84,6 +84,8 @@ pub async fn create(
     auth: Authorized<Write>,
     mut multipart: Multipart,
 ) -> Result<Response, ApiError> {
+    // An upload takes as long as its bytes do, within its own limit (FILES_UPLOAD_TIMEOUT_SECONDS).
+    common::deadline::clear();
     let mut stored: Option<(StoredBytes, String, String)> = None;
     let mut metadata: Option<String> = None;
     let outcome = async {

@@ -17,7 +17,7 @@ use bson::doc;
 use common::{
     domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus},
     store::Claim,
-    views::PredictionView,
+    views::{PredictionView, QueuePlace},
 };
 use serde_json::Value;
 use tracing::Instrument;
@@ -168,6 +168,7 @@ pub async fn create_for(
         // The `completed` event shows the prediction as the surface that created it does: this one.
         (Some((limit, _slot)), Some(events)) => {
             crate::http::shed::release_while_waiting();
+            common::deadline::extend(limit);
             match wait::completion(events, limit).instrument(tracing::info_span!("wait_for_end")).await {
                 Some(wait::Ended::Shown(done)) => *done,
                 Some(wait::Ended::Stored) | None => still_running(state, prediction, surface).await?,
@@ -207,7 +208,7 @@ pub use crate::ops::owned::owned_prediction;
     operation_id = "getPrediction",
     tag = "predictions",
     params(("id" = String, Path, description = "The prediction id")),
-    responses((status = 200, description = "The prediction", body = PredictionView), (status = 404, response = inline(problems::NotFound))),
+    responses((status = 200, description = "The prediction", body = PredictionView, headers(("Retry-After" = u64, description = "While it waits to start: the whole seconds until its estimated start, when at least one; polling sooner learns nothing new"))), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -215,11 +216,23 @@ pub async fn get(
     Surface(surface): Surface,
     auth: Authorized<Read>,
     Path(id): Path<String>,
-) -> Result<Json<PredictionView>, ApiError> {
+) -> Result<Response, ApiError> {
     let prediction = crate::ops::owned::owned_job(&state, &auth.caller, &id, JobKind::Prediction).await?;
     let mut view = prediction.view(&state.links, surface);
     view.queue = state.queue_places.place(&prediction).await?;
-    Ok(Json(view))
+    let poll_again = view.queue.as_ref().and_then(poll_after);
+    let mut response = Json(view).into_response();
+    if let Some(seconds) = poll_again {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    Ok(response)
+}
+
+/// When a waiting prediction is worth polling again: the whole seconds until its estimated
+/// start, when that is at least one (a client that polls sooner learns nothing new).
+fn poll_after(place: &QueuePlace) -> Option<u64> {
+    let until = place.estimated_start_at? - chrono::Utc::now();
+    u64::try_from(until.num_seconds()).ok().filter(|s| *s >= 1)
 }
 
 /// A page of the list, as [`Page`] builds it.
@@ -296,4 +309,20 @@ pub async fn cancel(
 ) -> Result<Json<PredictionView>, ApiError> {
     let canceled = crate::ops::cancel::cancel(&state, &auth.caller, &id, JobKind::Prediction).await?;
     Ok(Json(canceled.view(&state.links, surface)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_prediction_is_worth_polling_again_at_its_estimated_start() {
+        let at = |ms: i64| QueuePlace {
+            position: 5,
+            estimated_start_at: Some(chrono::Utc::now() + chrono::Duration::milliseconds(ms)),
+        };
+        assert_eq!(poll_after(&at(3_500)), Some(3));
+        assert_eq!(poll_after(&at(500)), None, "under a second: poll as usual");
+        assert_eq!(poll_after(&QueuePlace { position: 5, estimated_start_at: None }), None);
+    }
 }

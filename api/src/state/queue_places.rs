@@ -29,8 +29,23 @@
 //! anyway), which each runner rewrites within a second of a change: they may be 3 s old.
 //! The place of a prediction stored before lanes had tickets is counted (a query that grows
 //! with its lane's queue). `bench queue` measures a get with it beside one without.
+//!
+//! **Admission** (`API_MAX_QUEUE_SECONDS`, off by default): a create whose prediction would
+//! wait longer than the bound to start is refused before anything is written
+//! ([`QueuePlaces::wait_of_new`]). Its wait is its position as a new job of its lane (the same
+//! rule as above, from the model's lanes as this replica last read them) over the rate at which
+//! the model's jobs have been starting (the lanes' start marks, sampled at each read of the
+//! lanes over the last [`RATE_WINDOW`]). A model whose rate is not known (nothing started
+//! lately, no runner yet) is never refused: its predictions wait for a runner, within their
+//! deadline. The lanes it reads may be [`MODEL_QUEUE_TTL`] old and the marks 250 ms behind the
+//! starts, so the wait it sees is a little longer than the true one: the bound errs on the side
+//! of refusing.
 
-use std::sync::Arc;
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use bson::DateTime;
 use chrono::Utc;
@@ -47,6 +62,12 @@ use crate::{error::ApiError, state::model_catalog::LiveRunners};
 /// How long a model's lanes are reused: the other lanes' counts may be this old; the
 /// prediction's own place in its lane is always read.
 pub const MODEL_QUEUE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long the lanes are reused for admission, which needs them fresher.
+pub const ADMISSION_TTL: std::time::Duration = std::time::Duration::from_millis(200);
+/// How far back the start rate of a model is measured.
+pub const RATE_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+/// The shortest span of samples a start rate is read from.
+const RATE_MIN_SPAN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// 1 + the jobs that start before a prediction with `figures` (see the module doc).
 pub fn position(figures: &QueueFigures) -> u64 {
@@ -71,6 +92,8 @@ pub struct QueuePlaces {
     lanes: QueueLanes,
     live: Arc<LiveRunners>,
     models: TtlCache<ModelRef, Arc<Vec<LaneState>>>,
+    /// Per model, the jobs started through its lanes at each read: `(when, Σ started_through)`.
+    starts: std::sync::Mutex<HashMap<ModelRef, StartSamples>>,
     /// Held while a model's lanes are read: one read at a time refreshes them, and the
     /// requests that find it under way use the lanes read before (a refresh per request when
     /// the cache expired was a burst of identical reads each second under load).
@@ -80,7 +103,42 @@ pub struct QueuePlaces {
 impl QueuePlaces {
     /// Places read from `predictions` and `lanes`, with what `live` runners run.
     pub fn new(predictions: Predictions, lanes: QueueLanes, live: Arc<LiveRunners>) -> Self {
-        Self { predictions, lanes, live, models: TtlCache::new(MODEL_QUEUE_TTL, 10_000), refreshing: Mutex::new(()) }
+        Self {
+            predictions,
+            lanes,
+            live,
+            models: TtlCache::new(ADMISSION_TTL, 10_000),
+            starts: std::sync::Mutex::default(),
+            refreshing: Mutex::new(()),
+        }
+    }
+
+    /// How long a new prediction like `p` would wait to start, if it can be told: its position
+    /// as a new job of its lane over the model's start rate (see the module doc).
+    pub async fn wait_of_new(&self, p: &Prediction) -> Result<Option<Duration>, ApiError> {
+        let lanes = self.model_lanes(&p.model, ADMISSION_TTL).await?;
+        let Some(rate) = self.start_rate(&p.model) else { return Ok(None) };
+        let lane = LaneId::of(p);
+        let key = lane.key();
+        let ahead = lanes.iter().find(|l| l.id == key).map_or(0, LaneState::waiting);
+        let figures = QueueFigures {
+            ahead_in_lane: ahead,
+            other_lanes: lanes
+                .iter()
+                .filter(|l| l.id != key && lane.shares_turns_with(l))
+                .map(LaneState::waiting)
+                .collect(),
+            higher_levels: lanes.iter().filter(|l| lane.ranks_below(l)).map(LaneState::waiting).sum(),
+            running: 0,
+            recent_run_seconds: Vec::new(),
+        };
+        Ok(Some(Duration::from_secs_f64((position(&figures) - 1) as f64 / rate)))
+    }
+
+    /// The jobs of `model` started per second over the last [`RATE_WINDOW`], if known and not 0.
+    fn start_rate(&self, model: &ModelRef) -> Option<f64> {
+        let starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+        starts.get(model)?.rate()
     }
 
     /// The queue place of `p` if it is waiting; `None` otherwise.
@@ -88,7 +146,7 @@ impl QueuePlaces {
         if p.status != PredictionStatus::Starting {
             return Ok(None);
         }
-        let lanes = self.model_lanes(&p.model).await?;
+        let lanes = self.model_lanes(&p.model, MODEL_QUEUE_TTL).await?;
         let live = self.live.snapshot().await?;
         let runs = live.runs.get(&p.model);
         let lane = LaneId::of(p);
@@ -111,10 +169,9 @@ impl QueuePlaces {
         Ok(Some(QueuePlace { position, estimated_start_at }))
     }
 
-    /// The lanes of `model`, at most [`MODEL_QUEUE_TTL`] old, or older while another request
-    /// reads them.
-    async fn model_lanes(&self, model: &ModelRef) -> Result<Arc<Vec<LaneState>>, StoreError> {
-        if let Some(lanes) = self.models.get(model) {
+    /// The lanes of `model`, at most `ttl` old, or older while another request reads them.
+    async fn model_lanes(&self, model: &ModelRef, ttl: Duration) -> Result<Arc<Vec<LaneState>>, StoreError> {
+        if let Some(lanes) = self.models.get_within(model, ttl) {
             return Ok(lanes);
         }
         let _reading = match (self.refreshing.try_lock(), self.models.get_stale(model)) {
@@ -122,12 +179,41 @@ impl QueuePlaces {
             (Err(_), Some(last)) => return Ok(last),
             (Err(_), None) => self.refreshing.lock().await,
         };
-        if let Some(lanes) = self.models.get(model) {
+        if let Some(lanes) = self.models.get_within(model, ttl) {
             return Ok(lanes);
         }
         let lanes = Arc::new(self.lanes.of_model(model).await?);
+        let started = lanes.iter().map(|l| l.started_through).sum::<i64>();
+        let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+        starts.entry(model.clone()).or_default().add(Instant::now(), started);
+        drop(starts);
         self.models.insert(model.clone(), lanes.clone());
         Ok(lanes)
+    }
+}
+
+/// A model's start marks as read: `(when, Σ started_through)`, the last [`RATE_WINDOW`].
+#[derive(Default)]
+struct StartSamples(VecDeque<(Instant, i64)>);
+
+impl StartSamples {
+    /// Adds a reading; a total below the last (a lane gone) starts the samples again.
+    fn add(&mut self, at: Instant, started: i64) {
+        if self.0.back().is_some_and(|(_, last)| started < *last) {
+            self.0.clear();
+        }
+        self.0.push_back((at, started));
+        while self.0.front().is_some_and(|(first, _)| at.duration_since(*first) > RATE_WINDOW) {
+            self.0.pop_front();
+        }
+    }
+
+    /// Starts per second between the oldest and the newest reading, if they are far enough
+    /// apart and some job started.
+    fn rate(&self) -> Option<f64> {
+        let ((from, first), (to, last)) = (self.0.front()?, self.0.back()?);
+        let span = to.duration_since(*from);
+        (span >= RATE_MIN_SPAN && last > first).then(|| (last - first) as f64 / span.as_secs_f64())
     }
 }
 
@@ -171,5 +257,21 @@ mod tests {
         assert_eq!(seconds_to_start(3, &f), Some(3.0), "one round of two slots, then half a run");
         assert_eq!(seconds_to_start(3, &figures(0, &[], 0, &[1.0])), None, "nothing running");
         assert_eq!(seconds_to_start(3, &figures(0, &[], 2, &[])), None, "no finished run");
+    }
+
+    #[test]
+    fn the_start_rate_is_read_over_the_window_and_only_when_jobs_started() {
+        let t = Instant::now();
+        let mut samples = StartSamples::default();
+        samples.add(t, 100);
+        assert_eq!(samples.rate(), None, "one reading");
+        samples.add(t + Duration::from_millis(200), 300);
+        assert_eq!(samples.rate(), None, "too short a span");
+        samples.add(t + Duration::from_secs(1), 1_100);
+        assert_eq!(samples.rate(), Some(1_000.0));
+        samples.add(t + Duration::from_secs(7), 1_100);
+        assert_eq!(samples.rate(), None, "nothing started within the window");
+        samples.add(t + Duration::from_secs(8), 1_000);
+        assert_eq!(samples.0.len(), 1, "a lower total starts again");
     }
 }

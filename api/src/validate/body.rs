@@ -114,7 +114,7 @@ mod tests {
     fn field_of(err: ApiError) -> String {
         match err {
             ApiError::Problem(p) => p.errors[0].field.clone(),
-            ApiError::Internal(e) => panic!("unexpected internal error {e}"),
+            other => panic!("unexpected error {other:?}"),
         }
     }
 

@@ -82,6 +82,27 @@ async fn an_unreachable_database_fails_every_prediction_of_the_write() {
 }
 
 #[tokio::test]
+async fn a_prediction_whose_request_deadline_passed_while_it_queued_is_not_written() {
+    let store = TestContext::new().store().await;
+    // A long linger holds the batch past the short deadline of the first request.
+    let writer = store.predictions().group_commit(GATHER);
+    let account = AccountId::generate();
+    let (late, on_time) = (a_prediction(&account), a_prediction(&account));
+    let soon = tokio::time::Instant::now() + Duration::from_millis(50);
+    let later = tokio::time::Instant::now() + Duration::from_secs(30);
+
+    let (late_result, on_time_result) = tokio::join!(
+        common::deadline::within(soon, writer.insert(late.clone())),
+        common::deadline::within(later, writer.insert(on_time.clone())),
+    );
+
+    assert!(matches!(late_result, Err(GroupCommitError::Abandoned)), "{late_result:?}");
+    assert!(on_time_result.is_ok(), "{on_time_result:?}");
+    assert!(store.predictions().get(&late.id).await.expect("read").is_none(), "the late one was not written");
+    assert!(store.predictions().get(&on_time.id).await.expect("read").is_some());
+}
+
+#[tokio::test]
 async fn concurrent_creates_are_each_stored_and_answered_with_their_own_prediction() {
     let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
     system.register_models_only().await;

@@ -158,3 +158,53 @@ async fn the_estimate_comes_from_recent_runs_and_busy_slots() {
     // Half of the 0.2 s average run from when the get answered: about now.
     assert!(ahead > chrono::Duration::seconds(-2) && ahead < chrono::Duration::seconds(2), "{ahead}");
 }
+
+#[tokio::test]
+async fn past_the_queue_bound_a_create_is_refused_with_retry_after_and_another_account_still_gets_in() {
+    let env = vec![("API_MAX_QUEUE_SECONDS", "1".to_owned())];
+    let system = System::start_with(Options { env, notifier: false, ..Options::default() }).await;
+    let key = system.admin_key.clone();
+    let create = |key: String| {
+        let request = system
+            .with_key(reqwest::Method::POST, "/v1/models/demo/sleep/predictions", &key)
+            .json(&json!({"input": {"seconds": 0.2}}));
+        async move { request.send().await.expect("sent") }
+    };
+    // The runner starts them at up to 20 a second (4 slots, 0.2 s each); the api learns the
+    // rate from the lanes' start marks as it reads them.
+    let mut accepted = Vec::new();
+    for _ in 0..15 {
+        let created = create(key.clone()).await;
+        assert_eq!(created.status(), 201, "below the bound");
+        accepted.push(created.json_body().await["id"].as_str().expect("id").to_owned());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A burst: past about a second of waiting, each create is refused at once.
+    let mut refused = 0;
+    for _ in 0..100 {
+        let answer = create(key.clone()).await;
+        match answer.status().as_u16() {
+            201 => accepted.push(answer.json_body().await["id"].as_str().expect("id").to_owned()),
+            503 => {
+                let retry_after: u64 =
+                    answer.headers()["retry-after"].to_str().expect("ascii").parse().expect("seconds");
+                assert!(retry_after >= 1);
+                assert_eq!(answer.headers()["content-type"], "application/problem+json");
+                refused += 1;
+            }
+            other => panic!("a create answered {other}"),
+        }
+    }
+    assert!(refused > 0, "a burst of 100 against a queue that starts 20 a second is refused in part");
+    assert!(accepted.len() < 115);
+
+    // Another account's lane is empty: it starts on its first turn, so it gets in.
+    let other = system.bootstrap_account("other").await;
+    assert_eq!(create(other).await.status(), 201, "the other account waits for one turn only");
+
+    for id in &accepted {
+        let done = system.wait_for_terminal(id, Duration::from_secs(60)).await;
+        assert_eq!(done["status"], "succeeded", "{id}: nothing accepted is lost");
+    }
+}

@@ -135,7 +135,7 @@ impl Deployments {
             .clone_with_type::<bson::Document>()
             .find_one(doc! { "current_release.model": model.to_string() })
             .projection(doc! { "_id": 1 })
-            .max_time(super::READ_TIME_LIMIT)
+            .max_time(super::read_limit())
             .await?;
         Ok(found.is_some())
     }

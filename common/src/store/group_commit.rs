@@ -43,6 +43,10 @@ pub enum GroupCommitError {
     /// The writer task has stopped (the process is shutting down).
     #[error("the group-commit writer has stopped")]
     Stopped,
+    /// The caller's deadline ([`crate::deadline`]) passed while the document queued: it was not
+    /// written.
+    #[error("the request's deadline passed before the document was written")]
+    Abandoned,
 }
 
 impl GroupCommitError {
@@ -57,7 +61,7 @@ impl GroupCommitError {
         match self {
             Self::Write(e) => super::is_unreachable(e),
             Self::Stopped => true,
-            Self::Refused { .. } => false,
+            Self::Refused { .. } | Self::Abandoned => false,
         }
     }
 }
@@ -74,10 +78,11 @@ pub struct Batching {
     pub max_in_flight: usize,
 }
 
-/// A document waiting to be written, with whom to tell.
+/// A document waiting to be written, with whom to tell, and until when they wait.
 struct Waiting<T> {
     document: T,
     done: oneshot::Sender<Result<(), GroupCommitError>>,
+    deadline: Option<tokio::time::Instant>,
 }
 
 /// Hands documents to the writer task of one collection. Cheap to clone; the task stops when
@@ -112,7 +117,8 @@ impl<T: Serialize + Send + Sync + 'static> GroupCommit<T> {
     /// Stores `document`, returning once it is written (or refused, or its write failed).
     pub async fn insert(&self, document: T) -> Result<(), GroupCommitError> {
         let (done, answer) = oneshot::channel();
-        self.queue.send(Waiting { document, done }).await.map_err(|_| GroupCommitError::Stopped)?;
+        let deadline = crate::deadline::current();
+        self.queue.send(Waiting { document, done, deadline }).await.map_err(|_| GroupCommitError::Stopped)?;
         answer.await.map_err(|_| GroupCommitError::Stopped)?
     }
 }
@@ -173,8 +179,18 @@ async fn gather<W>(queue: &mut mpsc::Receiver<W>, batching: &Batching) -> Option
     Some(batch)
 }
 
-/// Writes one batch with an unordered `insert_many` and answers each of its callers.
+/// Writes one batch with an unordered `insert_many` and answers each of its callers; a
+/// document whose caller's deadline passed while it queued is answered
+/// [`GroupCommitError::Abandoned`] and not written.
 async fn write<T: Serialize + Send + Sync>(collection: &Collection<T>, batch: Vec<Waiting<T>>) {
+    let now = tokio::time::Instant::now();
+    let (late, batch): (Vec<_>, Vec<_>) = batch.into_iter().partition(|w| w.deadline.is_some_and(|d| d <= now));
+    for waiting in late {
+        let _ = waiting.done.send(Err(GroupCommitError::Abandoned));
+    }
+    if batch.is_empty() {
+        return;
+    }
     let (documents, answers): (Vec<T>, Vec<_>) = batch.into_iter().map(|w| (w.document, w.done)).unzip();
     let outcome = collection.insert_many(&documents).ordered(false).await;
     let outcomes = outcomes(outcome.map(|_| ()), documents.len());

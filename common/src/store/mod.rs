@@ -90,16 +90,9 @@ where
     use futures::TryStreamExt;
     use std::future::IntoFuture;
     let documents = async {
-        coll.find(filter.clone())
-            .sort(sort)
-            .skip(offset)
-            .limit(limit)
-            .max_time(READ_TIME_LIMIT)
-            .await?
-            .try_collect()
-            .await
+        coll.find(filter.clone()).sort(sort).skip(offset).limit(limit).max_time(read_limit()).await?.try_collect().await
     };
-    tokio::try_join!(documents, coll.count_documents(filter.clone()).max_time(READ_TIME_LIMIT).into_future())
+    tokio::try_join!(documents, coll.count_documents(filter.clone()).max_time(read_limit()).into_future())
 }
 
 /// An integer field of a document, whatever its BSON width.
@@ -116,6 +109,16 @@ pub(super) fn integer(value: Option<&bson::Bson>) -> Option<i64> {
 /// `Retry-After`, instead of the read holding a connection and the server's CPU for a client
 /// that has long given up (a read is milliseconds; under overload it would only queue).
 pub const READ_TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// The `maxTimeMS` of a read: [`READ_TIME_LIMIT`], or what is left of the request's deadline
+/// if less ([`crate::deadline`]; at least a millisecond, so a read past it fails at once on
+/// the server as one past its time limit).
+pub fn read_limit() -> Duration {
+    match crate::deadline::remaining() {
+        Some(left) => left.clamp(Duration::from_millis(1), READ_TIME_LIMIT),
+        None => READ_TIME_LIMIT,
+    }
+}
 
 /// The error code of a read stopped by its time limit (`MaxTimeMSExpired`).
 const MAX_TIME_EXPIRED: i32 = 50;

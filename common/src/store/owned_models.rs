@@ -82,7 +82,7 @@ impl OwnedModels {
 
     /// The model at `model`, whoever owns it.
     pub async fn get(&self, model: &ModelRef) -> Result<Option<OwnedModel>, StoreError> {
-        self.coll.find_one(doc! { "_id": model.to_string() }).max_time(super::READ_TIME_LIMIT).await
+        self.coll.find_one(doc! { "_id": model.to_string() }).max_time(super::read_limit()).await
     }
 
     /// One page of the models `account` may see (its own and every public one), by address,

@@ -46,7 +46,7 @@ impl Predictions {
 
     /// A prediction by id, whoever owns it (services only; never for a client's request).
     pub async fn get(&self, id: &PredictionId) -> Result<Option<Prediction>, StoreError> {
-        self.coll.find_one(doc! { "_id": id.as_str() }).max_time(super::READ_TIME_LIMIT).await
+        self.coll.find_one(doc! { "_id": id.as_str() }).max_time(super::read_limit()).await
     }
 
     /// A prediction by id, only if `account` owns it: another account's prediction is
@@ -183,7 +183,7 @@ impl Predictions {
     pub async fn count_of_model(&self, account: &AccountId, model: &ModelRef) -> Result<u64, StoreError> {
         self.coll
             .count_documents(doc! { "account_id": account.as_str(), "model": model.to_string() })
-            .max_time(super::READ_TIME_LIMIT)
+            .max_time(super::read_limit())
             .await
     }
 
@@ -192,7 +192,7 @@ impl Predictions {
         let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);
         self.coll
             .count_documents(doc! { "deployment": deployment, "status": { "$in": open } })
-            .max_time(super::READ_TIME_LIMIT)
+            .max_time(super::read_limit())
             .await
     }
 

@@ -41,6 +41,6 @@ impl Predictions {
                 { "created_at": p.created_at, "_id": { "$lt": p.id.as_str() } },
             ],
         };
-        coll.count_documents(ahead).max_time(super::READ_TIME_LIMIT).await
+        coll.count_documents(ahead).max_time(super::read_limit()).await
     }
 }

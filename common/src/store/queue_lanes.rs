@@ -204,12 +204,12 @@ impl QueueLanes {
 
     /// The lane `lane`, if a ticket of it was ever taken.
     pub async fn get(&self, lane: &LaneId) -> Result<Option<LaneState>, StoreError> {
-        self.coll.find_one(doc! { "_id": lane.key() }).max_time(super::READ_TIME_LIMIT).await
+        self.coll.find_one(doc! { "_id": lane.key() }).max_time(super::read_limit()).await
     }
 
     /// Every lane of `model`.
     pub async fn of_model(&self, model: &ModelRef) -> Result<Vec<LaneState>, StoreError> {
-        self.coll.find(doc! { "model": model.to_string() }).max_time(super::READ_TIME_LIMIT).await?.try_collect().await
+        self.coll.find(doc! { "model": model.to_string() }).max_time(super::read_limit()).await?.try_collect().await
     }
 }
 

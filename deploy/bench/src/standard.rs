@@ -128,7 +128,8 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     // A step to twice the sustained rate and back, on a fresh system.
     let rate = e2e::median(&sustained_repeats).unwrap_or(0).max(MIN_OVERLOAD_RATE);
     let overload =
-        on_fresh_system(&[], async |cluster, receiver| overload::measure(cluster, receiver, rate).await).await?;
+        on_fresh_system(overload::ENV, async |cluster, receiver| overload::measure(cluster, receiver, rate).await)
+            .await?;
 
     // Each later step gets a fresh system, so an overload found by the ramp above does not
     // linger in its peak memory or its queues.
