@@ -18,7 +18,7 @@ use common::store::{LaneId, QueueLanes};
 use futures::future::join_all;
 
 /// How often the marks gathered are written.
-pub const MARK_INTERVAL: Duration = Duration::from_millis(250);
+pub const MARK_INTERVAL: Duration = common::store::queue_lanes::START_MARK_INTERVAL;
 
 /// The marks not yet written: the highest ticket started, per lane.
 #[derive(Clone)]

@@ -37,9 +37,8 @@
 //! the model's jobs have been starting (the lanes' start marks, sampled at each read of the
 //! lanes over the last [`RATE_WINDOW`]). A model whose rate is not known (nothing started
 //! lately, no runner yet) is never refused: its predictions wait for a runner, within their
-//! deadline. The lanes it reads may be [`MODEL_QUEUE_TTL`] old and the marks 250 ms behind the
-//! starts, so the wait it sees is a little longer than the true one: the bound errs on the side
-//! of refusing.
+//! deadline. The marks trail the starts by up to 250 ms ([`START_MARK_INTERVAL`]): the wait
+//! counts half of that as already started.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -52,7 +51,7 @@ use chrono::Utc;
 use common::{
     cache::TtlCache,
     domain::{ModelRef, Prediction, PredictionStatus},
-    store::{LaneId, LaneState, Predictions, QueueFigures, QueueLanes, StoreError},
+    store::{LaneId, LaneState, Predictions, QueueFigures, QueueLanes, StoreError, queue_lanes::START_MARK_INTERVAL},
     views::QueuePlace,
 };
 use tokio::sync::Mutex;
@@ -132,7 +131,10 @@ impl QueuePlaces {
             running: 0,
             recent_run_seconds: Vec::new(),
         };
-        Ok(Some(Duration::from_secs_f64((position(&figures) - 1) as f64 / rate)))
+        // The marks trail the starts by half their interval on average: as many jobs as start
+        // meanwhile are counted waiting that have started.
+        let lag = START_MARK_INTERVAL.as_secs_f64() / 2.0;
+        Ok(Some(Duration::from_secs_f64(((position(&figures) - 1) as f64 / rate - lag).max(0.0))))
     }
 
     /// The jobs of `model` started per second over the last [`RATE_WINDOW`], if known and not 0.

@@ -34,6 +34,10 @@ use super::{
 };
 use crate::domain::{AccountId, ModelRef, Prediction, Priority, Route};
 
+/// How often a runner writes the start marks it gathered: a lane's mark trails its starts by
+/// up to this much (see the runner's `lane_marks`).
+pub const START_MARK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The most skipped tickets a lane keeps (the newest).
 pub const SKIPPED_KEPT: i64 = 1_000;
 

@@ -29,8 +29,12 @@ use super::e2e::FINISH_TIMEOUT;
 
 /// `API_MAX_QUEUE_SECONDS` of the system under the step load: half the goodput's second.
 pub const QUEUE_BOUND: &str = "0.5";
+/// `Prefer: wait` creates held at once, per replica and per key: enough for every prediction
+/// of twice the rate to wait in its create (the load has one key) rather than poll.
+const WAITS: &str = "8000";
 /// The environment of the system under the step load.
-pub const ENV: &[(&str, &str)] = &[("API_MAX_QUEUE_SECONDS", QUEUE_BOUND)];
+pub const ENV: &[(&str, &str)] =
+    &[("API_MAX_QUEUE_SECONDS", QUEUE_BOUND), ("API_MAX_WAITS", WAITS), ("API_MAX_WAITS_PER_KEY", WAITS)];
 
 /// Seconds of each step.
 pub const STEP_SECONDS: u64 = 10;
@@ -55,12 +59,17 @@ pub struct Options {
     /// The sustained rate (predictions per second): the steps are 1x, 2x and 1x of it.
     #[arg(long, default_value_t = 800)]
     rate: u64,
+    /// `API_MAX_QUEUE_SECONDS` of the system (0: no bound on the queue).
+    #[arg(long, default_value = QUEUE_BOUND)]
+    max_queue_seconds: String,
 }
 
 /// `bench overload`: on a fresh system of one demo/echo runner.
 pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let mut env = ENV.to_vec();
+    env[0] = ("API_MAX_QUEUE_SECONDS", options.max_queue_seconds.as_str());
     let result =
-        super::on_fresh_system(ENV, async |cluster, receiver| measure(cluster, receiver, options.rate).await).await?;
+        super::on_fresh_system(&env, async |cluster, receiver| measure(cluster, receiver, options.rate).await).await?;
     println!("{}", table(&result).trim_end());
     Ok(result)
 }
