@@ -110,14 +110,14 @@ pub async fn run(options: Options, tables: &mut String) -> anyhow::Result<Value>
     for rate in [50, 200] {
         let fixed = e2e::Plan { fixed: vec![(rate, options.e2e_seconds)], ramp_seconds: 10, max_rate: rate };
         e2e.extend(
-            on_fresh_system(&[], async |cluster, receiver| e2e::measure(cluster, receiver, &fixed).await).await?,
+            on_fresh_system(e2e::ENV, async |cluster, receiver| e2e::measure(cluster, receiver, &fixed).await).await?,
         );
     }
     let search = e2e::search_plan();
     let mut sustained_repeats = Vec::new();
     for n in 0..SUSTAINED_SEARCHES {
         let phases =
-            on_fresh_system(&[], async |cluster, receiver| e2e::measure(cluster, receiver, &search).await).await?;
+            on_fresh_system(e2e::ENV, async |cluster, receiver| e2e::measure(cluster, receiver, &search).await).await?;
         sustained_repeats.push(e2e::sustainable(&phases));
         if n == 0 {
             // The first search's ramp joins the latency table (its 200/s start repeats a row).

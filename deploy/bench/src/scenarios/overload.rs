@@ -29,12 +29,10 @@ use super::e2e::FINISH_TIMEOUT;
 
 /// `API_MAX_QUEUE_SECONDS` of the system under the step load: half the goodput's second.
 pub const QUEUE_BOUND: &str = "0.5";
-/// `Prefer: wait` creates held at once, per replica and per key: enough for every prediction
-/// of twice the rate to wait in its create (the load has one key) rather than poll.
-const WAITS: &str = "8000";
-/// The environment of the system under the step load.
+/// The environment of the system under the step load: the queue bound, and the open loop's
+/// caps on held waits ([`super::e2e::ENV`]).
 pub const ENV: &[(&str, &str)] =
-    &[("API_MAX_QUEUE_SECONDS", QUEUE_BOUND), ("API_MAX_WAITS", WAITS), ("API_MAX_WAITS_PER_KEY", WAITS)];
+    &[("API_MAX_QUEUE_SECONDS", QUEUE_BOUND), ("API_MAX_WAITS", "8000"), ("API_MAX_WAITS_PER_KEY", "8000")];
 
 /// Seconds of each step.
 pub const STEP_SECONDS: u64 = 10;
