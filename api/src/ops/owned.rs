@@ -1,5 +1,6 @@
 //! Reading one prediction (or training) or file on behalf of a caller: only the caller's own
-//! account's exist for it.
+//! account's exist for it. And a model as a caller may see it: any registered model, an
+//! account's own model when it is public or the caller's.
 
 use bson::DateTime;
 use common::{
@@ -38,4 +39,32 @@ pub async fn owned_file(state: &AppState, account: &AccountId, id: &str) -> Resu
     let file_id = FileId::parse(id).map_err(|_| missing())?;
     let record = state.files.get(&file_id).await.map_err(anyhow::Error::from)?;
     record.filter(|r| &r.account_id == account && r.expires_at.is_none_or(|t| t > DateTime::now())).ok_or_else(missing)
+}
+
+/// A model the caller may see: registered (any account's), or owned by an account and
+/// public or the caller's own.
+pub enum VisibleModel {
+    /// A model a runner registered.
+    Registered(std::sync::Arc<crate::state::model_catalog::RegisteredModel>),
+    /// An account's own model.
+    Owned(common::store::OwnedModel),
+}
+
+/// The model `owner/name` as `account` may see it; 404 for a bad name, a missing model and
+/// another account's private one alike.
+pub async fn visible_model(
+    state: &AppState,
+    account: &AccountId,
+    owner: &str,
+    name: &str,
+) -> Result<VisibleModel, ApiError> {
+    let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
+    let model = common::domain::ModelRef::new(owner, name).map_err(|_| missing())?;
+    if let Some(registered) = state.models.get(&model).await? {
+        return Ok(VisibleModel::Registered(registered));
+    }
+    match state.store.owned_models().get(&model).await? {
+        Some(owned) if owned.visible_to(account) => Ok(VisibleModel::Owned(owned)),
+        _ => Err(missing()),
+    }
 }

@@ -20,10 +20,8 @@ use crate::{
     error::ApiError,
     http::auth::{Authorized, Read},
     http::page::{Listed, Page},
-    routes::{
-        models::{Visible, visible},
-        openapi::problems,
-    },
+    ops::owned::{VisibleModel, visible_model},
+    routes::openapi::problems,
     state::AppState,
 };
 
@@ -118,15 +116,15 @@ pub async fn list(
     auth: Authorized<Read>,
     Path((owner, name)): Path<(String, String)>,
 ) -> Result<Json<VersionPage>, ApiError> {
-    let versions = match visible(&state, &auth.caller.key.account_id, &owner, &name).await? {
-        Visible::Registered(model) => {
+    let versions = match visible_model(&state, &auth.caller.key.account_id, &owner, &name).await? {
+        VisibleModel::Registered(model) => {
             let mut versions = state.store.model_versions().list_for(&model.record.model).await?;
             if !versions.iter().any(|v| v.id == model.record.version) {
                 versions.insert(0, ModelVersionRecord::of(&model.record));
             }
             versions
         }
-        Visible::Owned(owned) => state.store.model_versions().list_for(&owned.model).await?,
+        VisibleModel::Owned(owned) => state.store.model_versions().list_for(&owned.model).await?,
     };
     let results = versions.iter().map(version_view).collect::<Result<_, _>>()?;
     Ok(Json(Page::uncounted(results, None, None)))
@@ -153,12 +151,12 @@ pub async fn get(
 ) -> Result<Json<VersionView>, ApiError> {
     let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
     let version = match (
-        visible(&state, &auth.caller.key.account_id, &owner, &name).await?,
+        visible_model(&state, &auth.caller.key.account_id, &owner, &name).await?,
         state.store.model_versions().get(&id).await?,
     ) {
-        (Visible::Registered(model), Some(v)) if v.model == model.record.model => v,
-        (Visible::Registered(model), _) if id == model.record.version => ModelVersionRecord::of(&model.record),
-        (Visible::Owned(owned), Some(v)) if v.model == owned.model => v,
+        (VisibleModel::Registered(model), Some(v)) if v.model == model.record.model => v,
+        (VisibleModel::Registered(model), _) if id == model.record.version => ModelVersionRecord::of(&model.record),
+        (VisibleModel::Owned(owned), Some(v)) if v.model == owned.model => v,
         _ => return Err(missing()),
     };
     Ok(Json(version_view(&version)?))

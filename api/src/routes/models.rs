@@ -8,15 +8,13 @@
 //! `latest_version` until a training records one. `run_count` counts the caller's
 //! own predictions of the model (other accounts' activity is not revealed).
 
-use std::sync::Arc;
-
 use axum::{
     Json,
     extract::{Path, State},
     http::StatusCode,
 };
 use common::{
-    domain::{AccountId, ApiSurface, ModelRef},
+    domain::{ApiSurface, ModelRef},
     store::{ModelVersionRecord, OwnedModel, Visibility},
 };
 use serde::Serialize;
@@ -28,6 +26,7 @@ use crate::{
     http::extract::{Body, Query},
     http::page::{Listed, Page},
     http::surface::Surface,
+    ops::owned::{VisibleModel, visible_model},
     problem::FieldError,
     routes::{
         model_versions::{self, VersionView},
@@ -140,30 +139,6 @@ async fn owned_view(
     Ok(ModelView::new(state, surface, &owned.model, description, owned.visibility, run_count, latest))
 }
 
-/// A model the caller may see: registered (any account's), or owned by an account and
-/// public or the caller's own.
-pub(super) enum Visible {
-    Registered(Arc<RegisteredModel>),
-    Owned(OwnedModel),
-}
-
-pub(super) async fn visible(
-    state: &AppState,
-    account: &AccountId,
-    owner: &str,
-    name: &str,
-) -> Result<Visible, ApiError> {
-    let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
-    let model = ModelRef::new(owner, name).map_err(|_| missing())?;
-    if let Some(registered) = state.models.get(&model).await? {
-        return Ok(Visible::Registered(registered));
-    }
-    match state.store.owned_models().get(&model).await? {
-        Some(owned) if owned.visible_to(account) => Ok(Visible::Owned(owned)),
-        _ => Err(missing()),
-    }
-}
-
 /// `GET /v1/models`
 #[utoipa::path(
     get,
@@ -217,9 +192,9 @@ pub async fn get(
     Path((owner, name)): Path<(String, String)>,
 ) -> Result<Json<ModelView>, ApiError> {
     let account = &auth.caller.key.account_id;
-    Ok(Json(match visible(&state, account, &owner, &name).await? {
-        Visible::Registered(model) => model_view(&state, surface, account, &model).await?,
-        Visible::Owned(owned) => owned_view(&state, surface, account, &owned).await?,
+    Ok(Json(match visible_model(&state, account, &owner, &name).await? {
+        VisibleModel::Registered(model) => model_view(&state, surface, account, &model).await?,
+        VisibleModel::Owned(owned) => owned_view(&state, surface, account, &owned).await?,
     }))
 }
 
