@@ -110,7 +110,9 @@ impl IntoResponse for ApiError {
             Self::Problem(p) => p,
             Self::Busy { detail, retry_after } => return retry_later_in(detail, retry_after),
             Self::Internal(e) if read_timed_out(&e) => {
-                tracing::warn!(
+                // Under overload these come by the hundred a second: counted by
+                // `http_requests_total{status="503"}`, logged only at debug.
+                tracing::debug!(
                     error = format!("{e:#}"),
                     "a read ran past its time limit, or a write past its request's deadline; answered 503"
                 );
