@@ -182,6 +182,20 @@ async fn every_query_the_services_make_has_an_index_to_use() {
     workload(&system, &receiver).await;
     // The reconciler, the retention sweep and the notifier's retries have their turns.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The usage sweep asks for what ended 30 s ago and more: asked here at once, through a
+    // store whose queries are kept like the services'.
+    let sweeping = common::store::Store::connect(
+        &system.ctx.mongodb_uri,
+        &system.ctx.database,
+        "usage-sweep",
+        common::store::commands::Monitoring::Shapes,
+    )
+    .await
+    .expect("a store");
+    common::usage::UsageLedger::start(&sweeping)
+        .recover_ended_before(Duration::ZERO, 10)
+        .await
+        .expect("the usage sweep");
 
     let store = system.ctx.store().await;
     let indexes = indexes(&store).await;
