@@ -51,7 +51,10 @@ use chrono::Utc;
 use common::{
     cache::TtlCache,
     domain::{ModelRef, Prediction, PredictionStatus},
-    store::{LaneId, LaneState, Predictions, QueueFigures, QueueLanes, StoreError, queue_lanes::START_MARK_INTERVAL},
+    store::{
+        LaneId, LaneState, Predictions, QueueFigures, QueueLanes, StoreError, queue_lanes::START_MARK_INTERVAL,
+        runners::ModelRuns,
+    },
     views::QueuePlace,
 };
 use tokio::sync::Mutex;
@@ -120,17 +123,7 @@ impl QueuePlaces {
         let lane = LaneId::of(p);
         let key = lane.key();
         let ahead = lanes.iter().find(|l| l.id == key).map_or(0, LaneState::waiting);
-        let figures = QueueFigures {
-            ahead_in_lane: ahead,
-            other_lanes: lanes
-                .iter()
-                .filter(|l| l.id != key && lane.shares_turns_with(l))
-                .map(LaneState::waiting)
-                .collect(),
-            higher_levels: lanes.iter().filter(|l| lane.ranks_below(l)).map(LaneState::waiting).sum(),
-            running: 0,
-            recent_run_seconds: Vec::new(),
-        };
+        let figures = figures_of(&lane, ahead, &lanes, None);
         // The marks trail the starts by half their interval on average: as many jobs as start
         // meanwhile are counted waiting that have started.
         let lag = START_MARK_INTERVAL.as_secs_f64() / 2.0;
@@ -156,13 +149,7 @@ impl QueuePlaces {
             Some(ticket) => self.lanes.get(&lane).await?.map_or(0, |state| state.ahead_of(ticket)),
             None => self.predictions.ahead_in_lane(p).await?,
         };
-        let figures = QueueFigures {
-            ahead_in_lane: ahead,
-            other_lanes: lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),
-            higher_levels: lanes.iter().filter(|l| lane.ranks_below(l)).map(LaneState::waiting).sum(),
-            running: runs.map_or(0, |r| r.running),
-            recent_run_seconds: runs.map(|r| r.recent_run_seconds.clone()).unwrap_or_default(),
-        };
+        let figures = figures_of(&lane, ahead, &lanes, runs);
         let position = position(&figures);
         let estimated_start_at = seconds_to_start(position, &figures).map(|s| {
             let at = DateTime::now().to_chrono() + chrono::Duration::milliseconds((s * 1000.0) as i64);
@@ -191,6 +178,19 @@ impl QueuePlaces {
         drop(starts);
         self.models.insert(model.clone(), lanes.clone());
         Ok(lanes)
+    }
+}
+
+/// The figures of a job of `lane` with `ahead` of its own lane before it: the waiting counts of
+/// the model's other `lanes` it takes turns with or ranks below, and what the model's live
+/// runners run of it (`runs`, if known).
+fn figures_of(lane: &LaneId, ahead: u64, lanes: &[LaneState], runs: Option<&ModelRuns>) -> QueueFigures {
+    QueueFigures {
+        ahead_in_lane: ahead,
+        other_lanes: lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),
+        higher_levels: lanes.iter().filter(|l| lane.ranks_below(l)).map(LaneState::waiting).sum(),
+        running: runs.map_or(0, |r| r.running),
+        recent_run_seconds: runs.map(|r| r.recent_run_seconds.clone()).unwrap_or_default(),
     }
 }
 
