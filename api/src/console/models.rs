@@ -277,7 +277,9 @@ pub async fn run(
     let body = body.as_object().cloned().unwrap_or_default();
     let caller = action.signed.caller();
     let mut prediction =
-        match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical, Default::default()).await {
+        match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical, Default::default(), Vec::new())
+            .await
+        {
             Ok(p) => p,
             Err(ApiError::Problem(problem)) => {
                 for field in &mut form_fields {

@@ -37,7 +37,7 @@ impl<T> Page<T> {
     }
 
     /// A page of a list that does not count its matches, with the links to its neighbours.
-    pub fn uncounted(results: Vec<T>, next: Option<String>, previous: Option<String>) -> Self {
+    pub fn uncounted(results: Vec<T>, (next, previous): (Option<String>, Option<String>)) -> Self {
         Self { results, next, previous, total_count: None }
     }
 

@@ -35,21 +35,9 @@ const PUBLISH_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(5
 /// its input against `model`'s schema; then the files of this service its input names, each
 /// checked to be the caller's (see [`file_inputs`]). A body that asks for no priority gets
 /// `default_priority` (a deployment's, else `normal`); either must be within the account's
-/// `max_priority`.
+/// `max_priority`. `more` are field errors of fields the caller read itself (a training's
+/// `destination`), reported with the body's own.
 pub async fn validated(
-    state: &AppState,
-    caller: &Caller,
-    model: &RegisteredModel,
-    body: &Map<String, Value>,
-    surface: ApiSurface,
-    default_priority: Priority,
-) -> Result<Prediction, ApiError> {
-    validated_with(state, caller, model, body, surface, default_priority, Vec::new()).await
-}
-
-/// [`validated`], reporting `more` field errors (of fields the caller read itself) with the
-/// body's own.
-pub async fn validated_with(
     state: &AppState,
     caller: &Caller,
     model: &RegisteredModel,

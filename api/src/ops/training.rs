@@ -47,7 +47,7 @@ pub async fn validated(
     }
     let trainer = RegisteredModel { record: base.record.clone(), input_schema: schema, trained: None };
     let more = destination.as_ref().err().cloned().into_iter().collect();
-    let mut training = submit::validated_with(state, caller, &trainer, body, surface, Default::default(), more).await?;
+    let mut training = submit::validated(state, caller, &trainer, body, surface, Default::default(), more).await?;
     training.kind = JobKind::Training;
     training.destination = destination.ok();
     Ok(training)

@@ -149,8 +149,8 @@ pub async fn list(
 ) -> Result<Json<DeploymentPage>, ApiError> {
     let account: &AccountId = &auth.caller.key.account_id;
     let (records, total) = state.store.deployments().list(account, paging.offset, i64::from(paging.limit)).await?;
-    let (next, previous) = paging.links(total, &format!("{}/deployments", state.links.api(surface)));
-    Ok(Json(Page::uncounted(records.iter().map(view).collect(), next, previous)))
+    let links = paging.links(total, &format!("{}/deployments", state.links.api(surface)));
+    Ok(Json(Page::uncounted(records.iter().map(view).collect(), links)))
 }
 
 /// `GET /v1/deployments/{owner}/{name}`

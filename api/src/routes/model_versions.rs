@@ -127,7 +127,7 @@ pub async fn list(
         VisibleModel::Owned(owned) => state.store.model_versions().list_for(&owned.model).await?,
     };
     let results = versions.iter().map(version_view).collect::<Result<_, _>>()?;
-    Ok(Json(Page::uncounted(results, None, None)))
+    Ok(Json(Page::uncounted(results, (None, None))))
 }
 
 /// `GET /v1/models/{owner}/{name}/versions/{id}`

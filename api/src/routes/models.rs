@@ -171,8 +171,8 @@ pub async fn list(
         results.push(owned_view(&state, surface, account, model).await?);
     }
     let total = registered + owned_total;
-    let (next, previous) = paging.links(total, &format!("{}/models", state.links.api(surface)));
-    Ok(Json(Page::uncounted(results, next, previous)))
+    let links = paging.links(total, &format!("{}/models", state.links.api(surface)));
+    Ok(Json(Page::uncounted(results, links)))
 }
 
 /// `GET /v1/models/{owner}/{name}`

@@ -145,8 +145,9 @@ pub async fn create_for(
     let wait_for = wait.and_then(|limit| state.wait_slots.try_take(&caller.key.id).map(|slot| (limit, slot)));
     let account = caller.key.account_id.clone();
     let default_priority = placement.as_ref().and_then(|p| p.priority).unwrap_or_default();
-    let mut prediction =
-        submit::validated(state, caller, model, &body, surface, default_priority).await?.with_deadline(time_limit);
+    let mut prediction = submit::validated(state, caller, model, &body, surface, default_priority, Vec::new())
+        .await?
+        .with_deadline(time_limit);
     if let Some(placement) = placement {
         prediction.deployment = Some(placement.deployment);
         prediction.hardware = Some(placement.hardware);
