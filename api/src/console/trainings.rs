@@ -13,7 +13,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use common::domain::{ApiSurface, JobKind, PredictionStatus, Scope, training::TrainingOutput};
+use common::domain::{ApiSurface, JobKind, PredictionStatus, Scope};
 use serde_json::json;
 
 use super::{
@@ -138,7 +138,7 @@ pub async fn page(
 ) -> Result<Response, ConsoleError> {
     let t = owned_job(&state, &signed.caller(), &id, JobKind::Training).await?;
     let view = t.view(&state.links, ApiSurface::Canonical);
-    let output = view.output.and_then(|o| serde_json::from_value::<TrainingOutput>(o).ok());
+    let output = view.training_output();
     let running = !t.status.is_terminal();
     let page = TrainingPage {
         chrome: signed.chrome("trainings"),

@@ -78,6 +78,7 @@ impl TrainingView {
     /// Training `p` as `surface` shows it.
     pub fn of(p: &Prediction, links: &Links, surface: ApiSurface) -> Self {
         let view = p.view(links, surface);
+        let output = view.training_output();
         Self {
             id: view.id,
             model: view.model,
@@ -86,7 +87,7 @@ impl TrainingView {
             input: view.input,
             status: view.status,
             logs: view.logs,
-            output: view.output.and_then(|o| serde_json::from_value(o).ok()),
+            output,
             error: view.error,
             metrics: view.metrics,
             source: view.source,

@@ -14,7 +14,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    domain::{ApiSurface, JobKind, Metrics, ModelRef, Prediction, PredictionError, PredictionStatus, Priority},
+    domain::{
+        ApiSurface, JobKind, Metrics, ModelRef, Prediction, PredictionError, PredictionStatus, Priority,
+        training::TrainingOutput,
+    },
     links::{Links, PredictionUrls},
 };
 
@@ -28,6 +31,14 @@ pub enum ErrorView {
     Detailed(PredictionError),
     /// Replicate's shape: the message.
     Message(String),
+}
+
+impl PredictionView {
+    /// A succeeded training's output, `{version, weights}` (`None` for a prediction, or a
+    /// training that has not succeeded).
+    pub fn training_output(&self) -> Option<TrainingOutput> {
+        self.output.clone().and_then(|o| serde_json::from_value(o).ok())
+    }
 }
 
 impl ErrorView {
