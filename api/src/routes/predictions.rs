@@ -284,7 +284,7 @@ pub async fn listed(
     };
     let link = |offset: u64| format!("{}/{resource}?{}", state.links.api(surface), query.query_at(offset));
     let (next, previous) = query.neighbours(total_count);
-    Ok(Page { results: jobs, next: next.map(link), previous: previous.map(link), total_count: Some(total_count) })
+    Ok(Page::counted(jobs, (next.map(link), previous.map(link)), total_count))
 }
 
 /// `POST /v1/predictions/{id}/cancel`: `starting` or `processing` → `canceled`, at once.
