@@ -34,7 +34,7 @@ wait_for_port() { # port seconds what
 start_mongo() {
   local logfile="$1" h2=() stall="${MONGO_STANDIN_STALL:-60}" seen=0 size deadline
   [ -n "${2:-}" ] && h2=(--h2 "$2")
-  java -cp "$MONGO_STANDIN_CLASSPATH" "$root/deploy/mongo-standin/Launcher.java" "${h2[@]}" >"$logfile" 2>&1 &
+  java @"$root/deploy/mongo-standin/jvm.options" -cp "$MONGO_STANDIN_CLASSPATH" "$root/deploy/mongo-standin/Launcher.java" "${h2[@]}" >"$logfile" 2>&1 &
   INFRA_PIDS+=("$!")
   deadline=$((SECONDS + stall))
   until grep -q '^LISTENING ' "$logfile" 2>/dev/null; do

@@ -387,6 +387,29 @@ public class Launcher {
 
     /** A command as MongoDB answers it: the failpoint first, then index conflicts, then the library. */
     static Document strictly(Channel channel, String command, Document query, Commands library) {
+        if (SLOW_MS < 0) {
+            return strictlyUntimed(channel, command, query, library);
+        }
+        long started = System.nanoTime();
+        try {
+            return strictlyUntimed(channel, command, query, library);
+        } finally {
+            long tookMs = (System.nanoTime() - started) / 1_000_000;
+            if (tookMs >= SLOW_MS) {
+                String text = String.valueOf(query);
+                System.err.println("SLOW " + tookMs + " ms " + command + " "
+                    + text.substring(0, Math.min(text.length(), 400)));
+            }
+        }
+    }
+
+    /**
+     * Commands that took at least this many milliseconds are printed on stderr ("SLOW ..."),
+     * when `MONGO_STANDIN_SLOW_MS` is set: a way to find what holds the stand-in under load.
+     */
+    static final long SLOW_MS = Long.parseLong(System.getenv().getOrDefault("MONGO_STANDIN_SLOW_MS", "-1"));
+
+    static Document strictlyUntimed(Channel channel, String command, Document query, Commands library) {
         return FailPoint.handle(channel, command, query, () -> {
             if (!command.equals("createIndexes")) {
                 return library.run(command, query);

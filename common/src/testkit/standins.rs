@@ -40,7 +40,9 @@ fn keep(child: Child) {
 pub(super) fn mongo() -> String {
     let classpath = installed("MONGO_STANDIN_CLASSPATH");
     let launcher = repo_root().join("deploy/mongo-standin/Launcher.java");
+    let options = repo_root().join("deploy/mongo-standin/jvm.options");
     let mut child = Command::new("java")
+        .arg(format!("@{}", options.display()))
         .args(["-cp", &classpath])
         .arg(launcher)
         .arg("--exit-on-stdin-eof")

@@ -151,8 +151,10 @@ impl MongoStandin {
         let launcher =
             std::env::var("MONGO_STANDIN_LAUNCHER").context("MONGO_STANDIN_LAUNCHER (Launcher.java) is not set")?;
         let port = free_port()?;
+        let options = Path::new(&launcher).with_file_name("jvm.options");
         let command = vec![
             "java".into(),
+            format!("@{}", options.display()),
             "-cp".into(),
             classpath,
             launcher,
