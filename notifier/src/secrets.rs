@@ -56,12 +56,11 @@ impl SecretCache {
     /// The secrets of `account`, as they are since the last rotation announced.
     pub async fn get(&self, account: &AccountId) -> anyhow::Result<Arc<SigningSecrets>> {
         self.apply_rotations();
-        if let Some(s) = self.cache.get(account) {
-            return Ok(s);
-        }
-        let found = self.accounts.get(account).await?.with_context(|| format!("account {account} does not exist"))?;
-        let secrets = Arc::new(found.signing_secrets(&self.master)?);
-        self.cache.insert(account.clone(), secrets.clone());
-        Ok(secrets)
+        let load = async {
+            let found =
+                self.accounts.get(account).await?.with_context(|| format!("account {account} does not exist"))?;
+            Ok(Arc::new(found.signing_secrets(&self.master)?))
+        };
+        self.cache.get_or_load(account, load).await
     }
 }

@@ -10,8 +10,8 @@
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    sync::Arc,
+    time::Duration,
 };
 
 use bson::DateTime;
@@ -86,25 +86,25 @@ pub struct LiveSnapshot {
     pub runs: HashMap<ModelRef, ModelRuns>,
 }
 
-/// The live runners, read from the `runners` collection at most every [`LIVE_CACHE_TTL`].
+/// The live runners, read from the `runners` collection at most every [`LIVE_CACHE_TTL`] (by
+/// one request at a time: see [`TtlCache::get_or_load`]).
 pub struct LiveRunners {
     runners: Runners,
-    last: Mutex<Option<(Instant, Arc<LiveSnapshot>)>>,
+    last: TtlCache<(), Arc<LiveSnapshot>>,
 }
 
 impl LiveRunners {
     /// Live runners from `runners`.
     pub fn new(runners: Runners) -> Self {
-        Self { runners, last: Mutex::new(None) }
+        Self { runners, last: TtlCache::new(LIVE_CACHE_TTL, 1) }
     }
 
     /// What the live runners serve now (at most [`LIVE_CACHE_TTL`] old).
     pub async fn snapshot(&self) -> Result<Arc<LiveSnapshot>, ApiError> {
-        if let Some((at, snapshot)) = self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
-            && at.elapsed() < LIVE_CACHE_TTL
-        {
-            return Ok(snapshot.clone());
-        }
+        self.last.get_or_load(&(), self.read()).await
+    }
+
+    async fn read(&self) -> Result<Arc<LiveSnapshot>, ApiError> {
         let mut snapshot = LiveSnapshot::default();
         for runner in self.runners.live(DateTime::now()).await? {
             snapshot.pools.insert(runner.pool);
@@ -121,9 +121,7 @@ impl LiveRunners {
                 model.recent_run_seconds.extend(runs.recent_run_seconds);
             }
         }
-        let snapshot = Arc::new(snapshot);
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), snapshot.clone()));
-        Ok(snapshot)
+        Ok(Arc::new(snapshot))
     }
 }
 
@@ -153,15 +151,13 @@ impl ModelCatalog {
 
     /// The model at its latest version, if some runner registered it.
     pub async fn get(&self, model: &ModelRef) -> Result<Option<Arc<RegisteredModel>>, ApiError> {
-        if let Some(cached) = self.cache.get(model) {
-            return Ok(cached);
-        }
-        let found = match self.models.get(model).await? {
-            Some(record) => Some(self.latest(record).await?),
-            None => None,
+        let load = async {
+            match self.models.get(model).await? {
+                Some(record) => Ok(Some(self.latest(record).await?)),
+                None => Ok(None),
+            }
         };
-        self.cache.insert(model.clone(), found.clone());
-        Ok(found)
+        self.cache.get_or_load(model, load).await
     }
 
     /// The newest live version of the model whose last registration is `record`; that

@@ -28,11 +28,6 @@ impl PriorityLimits {
 
     /// The highest priority `account` may ask for.
     pub async fn max(&self, account: &AccountId) -> Result<Priority, StoreError> {
-        if let Some(max) = self.cache.get(account) {
-            return Ok(max);
-        }
-        let max = self.accounts.max_priority(account).await?;
-        self.cache.insert(account.clone(), max);
-        Ok(max)
+        self.cache.get_or_load(account, self.accounts.max_priority(account)).await
     }
 }
