@@ -1,7 +1,15 @@
-//! Overload for a fault run: more clients than the api works on at once, each reading a page
-//! of the account's predictions back to back, for the length of the fault. Past its in-flight
-//! bound the api must answer at once with 503 and `Retry-After` (and never anything else),
-//! while the steady load's accepted predictions are all run and announced as in any scenario.
+//! Overload for a fault run, for the length of the fault, of one of two kinds:
+//! - [`run`]: more clients than the api works on at once, each reading a page of the
+//!   account's predictions back to back. Past its in-flight bound the api must answer at once
+//!   with 503 and `Retry-After` (and never anything else).
+//! - [`creates`]: creates of the steady load's model at twice the rate its runner starts them,
+//!   against an api with a bound on the queue (`API_MAX_QUEUE_SECONDS`). Past the bound the api
+//!   must refuse at once with 503 and `Retry-After`; every create it accepts is run and
+//!   announced (each asks for a `completed` webhook, so the scenario's drain follows it like
+//!   the steady load's).
+//!
+//! Either way the steady load's accepted predictions are all run and announced as in any
+//! scenario.
 
 use std::time::Duration;
 
@@ -13,7 +21,7 @@ use tokio::{task::JoinSet, time::Instant};
 pub struct FloodTally {
     /// Requests sent.
     pub requests: usize,
-    /// Answered 200.
+    /// Answered 200 (a read) or 201 (a create accepted).
     pub served: usize,
     /// Answered 503 (shed).
     pub shed: usize,
@@ -45,7 +53,7 @@ impl FloodTally {
             why.push(format!("{} 503s without Retry-After", self.shed_without_retry_after));
         }
         if self.other > 0 {
-            why.push(format!("{} flood answers neither 200 nor 503", self.other));
+            why.push(format!("{} flood answers neither 2xx nor 503", self.other));
         }
         why
     }
@@ -77,6 +85,44 @@ pub async fn run(api: &str, key: &str, clients: usize, length: Duration) -> anyh
             tally
         });
     }
+    sum(tasks).await
+}
+
+/// `rate` creates a second of `demo/sleep` (`seconds` long, a `completed` webhook to
+/// `webhook`) on `api` for `length`, whatever the answers take.
+pub async fn creates(
+    api: &str,
+    key: &str,
+    webhook: &str,
+    (rate, seconds): (u64, f64),
+    length: Duration,
+) -> anyhow::Result<FloodTally> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let body = json!({"input": {"seconds": seconds}, "webhook": webhook, "webhook_events_filter": ["completed"]});
+    let url = format!("{api}/v1/models/demo/sleep/predictions");
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = JoinSet::new();
+    for _ in 0..(rate as f64 * length.as_secs_f64()) as usize {
+        ticker.tick().await;
+        let (http, url, key, body) = (http.clone(), url.clone(), key.to_owned(), body.clone());
+        tasks.spawn(async move {
+            let mut tally = FloodTally { requests: 1, ..FloodTally::default() };
+            match http.post(&url).bearer_auth(&key).json(&body).send().await {
+                Ok(r) if r.status().as_u16() == 201 => tally.served = 1,
+                Ok(r) if r.status().as_u16() == 503 => {
+                    tally.shed = 1;
+                    tally.shed_without_retry_after = usize::from(!r.headers().contains_key("retry-after"));
+                }
+                Ok(_) | Err(_) => tally.other = 1,
+            }
+            tally
+        });
+    }
+    sum(tasks).await
+}
+
+async fn sum(mut tasks: JoinSet<FloodTally>) -> anyhow::Result<FloodTally> {
     let mut all = FloodTally::default();
     while let Some(one) = tasks.join_next().await {
         let one = one?;
@@ -102,6 +148,6 @@ mod tests {
             FloodTally { shed_without_retry_after: 2, ..good.clone() }.failures(),
             ["2 503s without Retry-After"]
         );
-        assert_eq!(FloodTally { other: 1, ..good }.failures(), ["1 flood answers neither 200 nor 503"]);
+        assert_eq!(FloodTally { other: 1, ..good }.failures(), ["1 flood answers neither 2xx nor 503"]);
     }
 }

@@ -94,12 +94,15 @@ enum Fault {
     /// [`FLOOD_CLIENTS`] clients reading back to back for [`FLOOD_SECONDS`] (see [`flood`]),
     /// twice the api's in-flight bound ([`FLOOD_BOUND`]).
     Overload,
+    /// Creates at twice the rate the runner starts them ([`CREATE_FLOOD`]) for
+    /// [`FLOOD_SECONDS`], with the queue bound at [`QUEUE_BOUND`] (see [`flood::creates`]).
+    CreateFlood,
 }
 
 impl Fault {
     /// Whether a part dies or restarts, so a delivery may be made twice (at least once).
     fn may_duplicate(self) -> bool {
-        !matches!(self, Self::None | Self::Rotate | Self::Rollout | Self::Overload)
+        !matches!(self, Self::None | Self::Rotate | Self::Rollout | Self::Overload | Self::CreateFlood)
     }
 
     /// The longest an accepted prediction may wait to start: with NATS down for a few
@@ -114,6 +117,13 @@ impl Fault {
 const FLOOD_BOUND: usize = 16;
 const FLOOD_CLIENTS: usize = 2 * FLOOD_BOUND;
 const FLOOD_SECONDS: u64 = 10;
+
+/// The create flood: its rate and the seconds of each of its `demo/sleep` predictions. The
+/// runner's [`service_vars`] slots (48) start 48 one-second predictions a second at most, and
+/// the steady load takes 20 of them; 96 a second is twice what the runner starts.
+const CREATE_FLOOD: (u64, f64) = (96, 1.0);
+/// `API_MAX_QUEUE_SECONDS` in the create flood's scenario.
+const QUEUE_BOUND: &str = "0.5";
 
 /// See [`Fault::start_bound`] (NATS down for the default 3 s).
 const NATS_OUTAGE_START_BOUND: Duration = Duration::from_secs(8);
@@ -215,6 +225,11 @@ const SCENARIOS: &[Scenario] = &[
         ..PLAIN
     },
     Scenario { name: "overload: 2x the api's in-flight bound for 10 s", fault: Fault::Overload, ..PLAIN },
+    Scenario {
+        name: "overload: creates at 2x what the runner starts for 10 s, queue bound 0.5 s",
+        fault: Fault::CreateFlood,
+        ..PLAIN
+    },
     Scenario {
         name: "3-node NATS cluster (R3), stream leader killed",
         shape: Shape { apis: 2, runners: 2, notifiers: 2 },
@@ -342,8 +357,10 @@ async fn run_scenario(
     if rolling {
         vars.extend(rollout::V1_RUNNER.iter().map(|(k, v)| (*k, (*v).to_owned())));
     }
-    if matches!(scenario.fault, Fault::Overload) {
-        vars.push(("API_MAX_IN_FLIGHT", FLOOD_BOUND.to_string()));
+    match scenario.fault {
+        Fault::Overload => vars.push(("API_MAX_IN_FLIGHT", FLOOD_BOUND.to_string())),
+        Fault::CreateFlood => vars.push(("API_MAX_QUEUE_SECONDS", QUEUE_BOUND.to_owned())),
+        _ => {}
     }
     let trainers = match scenario.trainings {
         true => Some(trainings::Trainers::start().await?),
@@ -489,6 +506,11 @@ async fn inject(
         Fault::Overload => {
             let length = Duration::from_secs(FLOOD_SECONDS);
             flooded = Some(flood::run(&topology.apis[0], &topology.key, FLOOD_CLIENTS, length).await?);
+        }
+        Fault::CreateFlood => {
+            let length = Duration::from_secs(FLOOD_SECONDS);
+            let (api, key) = (&topology.apis[0], &topology.key);
+            flooded = Some(flood::creates(api, key, &recorder.url, CREATE_FLOOD, length).await?);
         }
         Fault::KillStreamLeader => {
             let leader = jobs_stream_leader(topology).await?;
