@@ -6,7 +6,8 @@
 //! has its own timeout and the bytes stream through unchanged:
 //! - a write of up to [`PART_SIZE`] is one `PutObject`; a longer one is a multipart upload
 //!   whose parts are sent while the next one is read (one part in flight, so an upload holds at
-//!   most two parts in memory, whatever its size). Its upload id is noted in
+//!   most two parts in memory, whatever its size). A part is the chunks of the body as they
+//!   came, never copied into a buffer of its own ([`Gathered`]). Its upload id is noted in
 //!   `unfinished_uploads` first, so an upload cut off by a killed process can be aborted by
 //!   the sweep; one that fails here is aborted at once;
 //! - a read is a `GetObject` with a `Range`, streamed;
@@ -41,8 +42,6 @@ pub const PART_SIZE: usize = 5 * 1024 * 1024;
 const SIGN_FOR: Duration = Duration::from_secs(300);
 /// The longest S3 accepts for a presigned URL.
 const MAX_PRESIGN: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The slices a part is sent in.
-const SEND_SLICE: usize = 256 * 1024;
 /// The longest a call without a body to stream (create, complete, abort, delete) may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest sending one part (or a whole small file) may take.
@@ -200,34 +199,19 @@ impl S3Store {
         Ok(Multipart { upload_id, etags: Vec::new(), in_flight: None })
     }
 
-    /// Sends `part` as the next part of `upload`, once the part before it has arrived; the
-    /// buffer of that earlier part, for the next one.
-    async fn send_part(
-        &self,
-        key: &str,
-        upload: &mut Multipart,
-        part: Bytes,
-    ) -> Result<Option<BytesMut>, FileStoreError> {
-        let spare = upload.settle().await?;
+    /// Sends `part` as the next part of `upload`, once the part before it has arrived.
+    async fn send_part(&self, key: &str, upload: &mut Multipart, part: Gathered) -> Result<(), FileStoreError> {
+        upload.settle().await?;
         let number = u16::try_from(upload.etags.len() + 1)
             .map_err(|_| FileStoreError::Storage("a file of more than 65,535 parts".into()))?;
         let url = self.bucket.upload_part(Some(&self.credentials), key, number, &upload.upload_id).sign(SIGN_FOR);
-        // Sent as slices of the part (sharing its memory): a body sent whole may be copied
-        // whole into the connection's write buffer.
-        let length = part.len();
-        let slices: Vec<Bytes> =
-            (0..length).step_by(SEND_SLICE).map(|at| part.slice(at..(at + SEND_SLICE).min(length))).collect();
-        let body = reqwest::Body::wrap_stream(futures::stream::iter(slices.into_iter().map(Ok::<_, std::io::Error>)));
-        let request = self.http.put(url).timeout(PART_TIMEOUT).header(http::header::CONTENT_LENGTH, length).body(body);
+        let request = part.put(self.http.put(url).timeout(PART_TIMEOUT));
         upload.in_flight = Some(tokio::spawn(async move {
             let response = checked(request.send().await.map_err(unavailable)?, "uploading a part").await?;
             let etag = response.headers().get(http::header::ETAG).and_then(|v| v.to_str().ok());
-            let etag = etag
-                .map(str::to_owned)
-                .ok_or_else(|| FileStoreError::Storage("a part was stored without an ETag".into()))?;
-            Ok((etag, part))
+            etag.map(str::to_owned).ok_or_else(|| FileStoreError::Storage("a part was stored without an ETag".into()))
         }));
-        Ok(spare)
+        Ok(())
     }
 
     async fn complete(&self, key: &str, mut upload: Multipart) -> Result<(), FileStoreError> {
@@ -269,29 +253,21 @@ impl S3Store {
         upload: &mut Option<Multipart>,
     ) -> Result<Written, FileStoreError> {
         let mut tally = Tally::default();
-        // Each part is exactly PART_SIZE bytes in a buffer allocated at that size (the chunk
-        // that crosses the boundary is cut: `Bytes` slices share memory), so a part is never
-        // copied into a bigger one; the first buffer grows as needed, so a small file takes little.
-        let mut buffer = BytesMut::new();
-        // The buffer of the part sent before the one in flight, kept for the next part.
-        let mut spare: Option<BytesMut> = None;
+        let mut part = Gathered::default();
         while let Some(chunk) = body.next().await {
             let mut chunk = chunk.map_err(FileStoreError::Body)?;
             if tally.add(&chunk) > max_bytes {
                 return Err(FileStoreError::TooLarge { max_bytes });
             }
+            // The chunk that crosses a part's end is cut there (the halves share its memory).
             while !chunk.is_empty() {
-                let room = PART_SIZE - buffer.len();
-                let piece = chunk.split_to(room.min(chunk.len()));
-                buffer.extend_from_slice(&piece);
-                if buffer.len() == PART_SIZE {
-                    let next = spare.take().unwrap_or_else(|| BytesMut::with_capacity(PART_SIZE));
-                    let part = std::mem::replace(&mut buffer, next).freeze();
+                part.push(chunk.split_to((PART_SIZE - part.len).min(chunk.len())));
+                if part.len == PART_SIZE {
                     if upload.is_none() {
                         *upload = Some(self.create_multipart(id, key).await?);
                     }
                     if let Some(upload) = upload.as_mut() {
-                        spare = self.send_part(key, upload, part).await?;
+                        self.send_part(key, upload, std::mem::take(&mut part)).await?;
                     }
                 }
             }
@@ -299,12 +275,12 @@ impl S3Store {
         match upload.take() {
             None => {
                 let url = self.bucket.put_object(Some(&self.credentials), key).sign(SIGN_FOR);
-                let request = self.http.put(url).timeout(PART_TIMEOUT).body(buffer.freeze());
+                let request = part.put(self.http.put(url).timeout(PART_TIMEOUT));
                 checked(request.send().await.map_err(unavailable)?, "storing an object").await?;
             }
             Some(mut multipart) => {
-                if !buffer.is_empty() {
-                    self.send_part(key, &mut multipart, buffer.freeze()).await?;
+                if part.len > 0 {
+                    self.send_part(key, &mut multipart, part).await?;
                 }
                 let upload_id = multipart.upload_id.clone();
                 if let Err(e) = self.complete(key, multipart).await {
@@ -317,26 +293,73 @@ impl S3Store {
     }
 }
 
+/// The bytes of one part (or of a whole small object), as the chunks of the body that carried
+/// them: a chunk of at least [`KEPT_WHOLE`] is kept as it came (holding it costs its own memory,
+/// and sending it copies nothing); smaller ones are copied together into pieces of up to
+/// [`COPIED_PIECE`], so a body that trickles in by the byte cannot cost a handle per byte. (A
+/// part copied whole into one buffer cost that buffer too, and the first grew by doubling to
+/// 8 MiB.)
+#[derive(Default)]
+struct Gathered {
+    chunks: Vec<Bytes>,
+    /// Small chunks copied together, not yet in `chunks`.
+    copied: BytesMut,
+    len: usize,
+}
+
+/// See [`Gathered`].
+const KEPT_WHOLE: usize = 64 * 1024;
+/// See [`Gathered`].
+const COPIED_PIECE: usize = 256 * 1024;
+
+impl Gathered {
+    fn push(&mut self, chunk: Bytes) {
+        self.len += chunk.len();
+        if chunk.len() >= KEPT_WHOLE {
+            self.seal();
+            self.chunks.push(chunk);
+            return;
+        }
+        if self.copied.capacity() - self.copied.len() < chunk.len() {
+            self.seal();
+            self.copied = BytesMut::with_capacity(COPIED_PIECE);
+        }
+        self.copied.extend_from_slice(&chunk);
+    }
+
+    /// Moves the copied chunks into `chunks`.
+    fn seal(&mut self) {
+        if !self.copied.is_empty() {
+            self.chunks.push(std::mem::take(&mut self.copied).freeze());
+        }
+    }
+
+    /// `request` with these bytes as its body, and their length (S3 takes no chunked body).
+    fn put(mut self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        self.seal();
+        let length = self.len;
+        let chunks = self.chunks.into_iter().map(Ok::<_, std::io::Error>);
+        request
+            .header(http::header::CONTENT_LENGTH, length)
+            .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+    }
+}
+
 /// A multipart upload under way.
 struct Multipart {
     upload_id: String,
     /// The ETags of the parts stored, in order.
     etags: Vec<String>,
-    /// The part being sent, answering its ETag and giving its bytes back.
-    in_flight: Option<JoinHandle<Result<(String, Bytes), FileStoreError>>>,
+    /// The part being sent, answering its ETag.
+    in_flight: Option<JoinHandle<Result<String, FileStoreError>>>,
 }
 
 impl Multipart {
-    /// Waits for the part in flight, if any, and keeps its ETag; its buffer, emptied, when
-    /// nothing else holds it.
-    async fn settle(&mut self) -> Result<Option<BytesMut>, FileStoreError> {
-        let Some(part) = self.in_flight.take() else { return Ok(None) };
-        let (etag, bytes) = part.await.map_err(|e| FileStoreError::Storage(Box::new(e)))??;
-        self.etags.push(etag);
-        Ok(bytes.try_into_mut().ok().map(|mut buffer| {
-            buffer.clear();
-            buffer
-        }))
+    /// Waits for the part in flight, if any, and keeps its ETag.
+    async fn settle(&mut self) -> Result<(), FileStoreError> {
+        let Some(part) = self.in_flight.take() else { return Ok(()) };
+        self.etags.push(part.await.map_err(|e| FileStoreError::Storage(Box::new(e)))??);
+        Ok(())
     }
 }
 
@@ -443,4 +466,42 @@ fn unavailable(e: reqwest::Error) -> FileStoreError {
 
 fn other(e: impl std::error::Error + Send + Sync + 'static) -> FileStoreError {
     FileStoreError::Storage(Box::new(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of(part: &mut Gathered) -> Vec<u8> {
+        part.seal();
+        part.chunks.iter().flat_map(|c| c.iter().copied()).collect()
+    }
+
+    #[test]
+    fn a_part_keeps_large_chunks_as_they_came_and_copies_small_ones_together() {
+        let large = Bytes::from(vec![7u8; KEPT_WHOLE]);
+        let mut part = Gathered::default();
+        part.push(Bytes::from_static(b"ab"));
+        part.push(Bytes::from_static(b"cd"));
+        part.push(large.clone());
+        part.push(Bytes::from_static(b"ef"));
+        assert_eq!(part.len, 6 + KEPT_WHOLE);
+        let mut expected = b"abcd".to_vec();
+        expected.extend_from_slice(&large);
+        expected.extend_from_slice(b"ef");
+        assert_eq!(bytes_of(&mut part), expected, "the bytes in their order");
+        assert_eq!(part.chunks.len(), 3, "abcd, the large chunk, ef");
+        assert_eq!(part.chunks[1].as_ptr(), large.as_ptr(), "the large chunk is not copied");
+    }
+
+    #[test]
+    fn a_body_that_trickles_in_by_the_byte_costs_a_handle_per_piece_not_per_byte() {
+        let mut part = Gathered::default();
+        for _ in 0..PART_SIZE {
+            part.push(Bytes::from_static(b"x"));
+        }
+        part.seal();
+        assert_eq!(part.len, PART_SIZE);
+        assert_eq!(part.chunks.len(), PART_SIZE / COPIED_PIECE);
+    }
 }

@@ -6,7 +6,8 @@
 //!   beside a raw write and read of the same bytes by the load tool on the same store (GridFS
 //!   on the same MongoDB; a `PutObject`/multipart upload and a `GetObject` to the same S3Proxy):
 //!   the floor the api's path is held against (ratio = through the api / raw; target for the
-//!   S3 upload: at least 0.8). With S3 a download is a redirect to the store: the MB/s is that
+//!   S3 upload: at least 0.8); each the median of [`ROUNDS`] after one of each not counted, with
+//!   the CPU seconds each process spent per transfer. With S3 a download is a redirect to the store: the MB/s is that
 //!   of the redirect followed, and the bytes the api itself sends are counted (target: none).
 //! - **Memory**: the api's resident memory while the upload and the download run, sampled every
 //!   10 ms from `/proc/<pid>/status`, against its resident memory just before each (idle before
@@ -18,7 +19,7 @@
 //!   a `data:` URI and as an uploaded file's URL (which the runner turns into a signed
 //!   download the Cog server fetches from the api): the latency the fetch adds.
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use base64::Engine;
@@ -31,6 +32,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::measure::machine_cpu::{ProcessCpu, Role};
 use harness::{
     cluster::{AS_DEPLOYED, Cluster, round},
     cog_server::CogServer,
@@ -141,9 +143,22 @@ async fn with_peak_rss<T>(pid: u32, work: impl Future<Output = anyhow::Result<T>
     }
 }
 
+/// CPU seconds by role, as JSON (`java` is the MongoDB stand-in and, on S3, S3Proxy).
+fn cpu_by_role(cpu: &BTreeMap<Role, f64>) -> Value {
+    let name = |role: Role| if role == Role::Mongodb { "java" } else { role.name() };
+    Value::Object(
+        cpu.iter().filter(|(_, s)| **s > 0.0).map(|(r, s)| (name(*r).to_owned(), json!(round(*s, 2)))).collect(),
+    )
+}
+
 fn mb_per_s(bytes: usize, took: Duration) -> f64 {
     round(bytes as f64 / 1e6 / took.as_secs_f64(), 1)
 }
+
+/// Uploads and writes measured, each a median of this many, after one of each not counted (the
+/// store's own warm-up: S3Proxy's JIT spent 1.14 CPU seconds on the first 100 MiB it took,
+/// 0.76 on the next, so whichever path went first looked a third slower).
+const ROUNDS: usize = 3;
 
 /// Upload and download through the api, and the same bytes raw, with the api's memory.
 async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
@@ -152,24 +167,48 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
     let http = reqwest::Client::builder().timeout(Duration::from_secs(600)).build()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);
-
-    let started = Instant::now();
-    let upload = async {
-        let part = reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(pieces(mib)), bytes as u64)
-            .file_name("bench.bin")
-            .mime_str("application/octet-stream")?;
-        let response = http
-            .post(format!("{}/v1/files", cluster.base))
-            .bearer_auth(&cluster.key)
-            .multipart(reqwest::multipart::Form::new().part("content", part))
-            .send()
-            .await?;
-        anyhow::ensure!(response.status() == 201, "the upload answered {}", response.status());
-        anyhow::Ok(response.json::<Value>().await?)
+    // The same bytes raw, on the store the api writes to.
+    let files = Files::open(&cluster.setup.store, &cluster.setup.common.files).await?;
+    let raw: Arc<dyn FileStore> = match files.s3() {
+        Some(s3) => Arc::new(s3.clone()),
+        None => Arc::new(GridFsStore::new(cluster.setup.store.database())),
     };
-    let (file, upload_peak) = with_peak_rss(pid, upload).await?;
-    let upload_took = started.elapsed();
-    let id = file["id"].as_str().context("the upload's id")?.to_owned();
+
+    // Rounds of an upload through the api and a raw write, after one of each not counted.
+    let (mut uploads, mut writes) = (Vec::new(), Vec::new());
+    let (mut upload_cpu, mut write_cpu) = (BTreeMap::new(), BTreeMap::new());
+    let mut upload_peak = 0;
+    let mut id = String::new();
+    let mut raw_read_took = Duration::ZERO;
+    for round in 0..=ROUNDS {
+        let cpu_before = ProcessCpu::now()?;
+        let started = Instant::now();
+        let (file, peak) = with_peak_rss(pid, upload(&http, cluster, mib)).await?;
+        let took = started.elapsed();
+        add_cpu(&mut upload_cpu, ProcessCpu::now()?.since(&cpu_before), round);
+        upload_peak = upload_peak.max(peak);
+        id = file["id"].as_str().context("the upload's id")?.to_owned();
+
+        let raw_id = FileId::generate();
+        let cpu_before = ProcessCpu::now()?;
+        let started = Instant::now();
+        raw.put(&raw_id, "raw.bin", pieces(mib).boxed(), u64::MAX).await?;
+        let raw_took = started.elapsed();
+        add_cpu(&mut write_cpu, ProcessCpu::now()?.since(&cpu_before), round);
+        if round > 0 {
+            uploads.push(mb_per_s(bytes, took));
+            writes.push(mb_per_s(bytes, raw_took));
+        }
+        if round == ROUNDS {
+            let started = Instant::now();
+            let raw_read: usize =
+                raw.read(&raw_id, 0..bytes as u64).await?.try_fold(0, |n, c| async move { Ok(n + c.len()) }).await?;
+            raw_read_took = started.elapsed();
+            anyhow::ensure!(raw_read == bytes, "read {raw_read} of {bytes} raw bytes");
+        }
+        raw.delete(&raw_id).await?;
+    }
+    let raw_read_mbs = mb_per_s(bytes, raw_read_took);
 
     let before_download = rss_kib(pid);
     let started = Instant::now();
@@ -193,31 +232,17 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
         direct.get(format!("{}/v1/files/{id}/download", cluster.base)).bearer_auth(&cluster.key).send().await?;
     let (answer_status, through_api) = (answer.status().as_u16(), answer.bytes().await?.len());
 
-    // The same bytes raw, on the store the api wrote to.
-    let files = Files::open(&cluster.setup.store, &cluster.setup.common.files).await?;
-    let raw: Arc<dyn FileStore> = match files.s3() {
-        Some(s3) => Arc::new(s3.clone()),
-        None => Arc::new(GridFsStore::new(cluster.setup.store.database())),
-    };
-    let raw_id = FileId::generate();
-    let started = Instant::now();
-    raw.put(&raw_id, "raw.bin", pieces(mib).boxed(), u64::MAX).await?;
-    let raw_write_took = started.elapsed();
-    let started = Instant::now();
-    let raw_read: usize =
-        raw.read(&raw_id, 0..bytes as u64).await?.try_fold(0, |n, c| async move { Ok(n + c.len()) }).await?;
-    let raw_read_took = started.elapsed();
-    anyhow::ensure!(raw_read == bytes, "read {raw_read} of {bytes} raw bytes");
-    raw.delete(&raw_id).await?;
-
     let mib_of = |kib: u64| round(kib as f64 / 1024.0, 1);
-    let (upload_mbs, download_mbs) = (mb_per_s(bytes, upload_took), mb_per_s(bytes, download_took));
-    let (raw_write_mbs, raw_read_mbs) = (mb_per_s(bytes, raw_write_took), mb_per_s(bytes, raw_read_took));
+    let (upload_mbs, raw_write_mbs) = (median(&uploads), median(&writes));
+    let download_mbs = mb_per_s(bytes, download_took);
     Ok(json!({
         "mib": mib,
+        "rounds": ROUNDS,
         "upload_mb_per_s": upload_mbs,
+        "upload_mb_per_s_each": uploads,
         "store": files.writes_to().as_str(),
         "raw_write_mb_per_s": raw_write_mbs,
+        "raw_write_mb_per_s_each": writes,
         "upload_ratio": round(upload_mbs / raw_write_mbs, 2),
         "download_mb_per_s": download_mbs,
         "raw_read_mb_per_s": raw_read_mbs,
@@ -231,7 +256,42 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
         "api_rss_before_download_mib": mib_of(before_download),
         "api_added_rss_download_mib": mib_of(download_peak.saturating_sub(before_download)),
         "target_added_rss_mib": TARGET_ADDED_RSS_MIB,
+        "cpu_seconds_per_upload": cpu_by_role(&upload_cpu),
+        "cpu_seconds_per_raw_write": cpu_by_role(&write_cpu),
     }))
+}
+
+/// One upload of `mib` MiB through the api (`POST /v1/files`, multipart, streamed); its file.
+async fn upload(http: &reqwest::Client, cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
+    let length = (mib * PIECE) as u64;
+    let part = reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(pieces(mib)), length)
+        .file_name("bench.bin")
+        .mime_str("application/octet-stream")?;
+    let response = http
+        .post(format!("{}/v1/files", cluster.base))
+        .bearer_auth(&cluster.key)
+        .multipart(reqwest::multipart::Form::new().part("content", part))
+        .send()
+        .await?;
+    anyhow::ensure!(response.status() == 201, "the upload answered {}", response.status());
+    Ok(response.json::<Value>().await?)
+}
+
+/// Adds the CPU seconds of a measured round (not the warm-up, round 0) as its share of the
+/// average over [`ROUNDS`].
+fn add_cpu(total: &mut BTreeMap<Role, f64>, round_cpu: BTreeMap<Role, f64>, round: usize) {
+    if round == 0 {
+        return;
+    }
+    for (role, seconds) in round_cpu {
+        *total.entry(role).or_insert(0.0) += seconds / ROUNDS as f64;
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// One create with `Prefer: wait` on the Cog `hash` model; its latency and output.
@@ -346,6 +406,10 @@ fn store_table(store: &str, results: &Value) -> String {
         "| bytes the api sends for a download | {through} (answer {}) | | | | | {} |\n",
         t["download_answer_status"],
         if store == "s3" { met(through == 0, "none with redirects") } else { "—".to_owned() }
+    ));
+    out.push_str(&format!(
+        "\nMedian of {} rounds after one not counted. CPU seconds by process, per transfer: an upload through the api {}; a raw write {}\n",
+        t["rounds"], t["cpu_seconds_per_upload"], t["cpu_seconds_per_raw_write"]
     ));
     out.push_str("\n| Cog file input | data: URI p50 / p99 ms | uploaded file p50 / p99 ms | added p50 ms |\n|---|---:|---:|---:|\n");
     for s in results["cog_file_input"]["sizes"].as_array().into_iter().flatten() {
