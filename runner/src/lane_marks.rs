@@ -1,6 +1,7 @@
 //! The start marks of queue lanes (see [`common::store::queue_lanes`]), gathered: a runner
 //! remembers the highest ticket it started in each lane and writes each lane's mark once per
-//! [`MARK_INTERVAL`], not once per start. A lane's mark is a maximum, so only the highest
+//! [`START_MARK_INTERVAL`] (the contract's interval, which the api's estimates count on), not
+//! once per start. A lane's mark is a maximum, so only the highest
 //! ticket matters; a runner starting hundreds of predictions a second of one lane writes four
 //! marks a second, where it wrote one per start (a write per prediction: 5.2 MongoDB writes
 //! per prediction at 200/s instead of 4.2).
@@ -14,11 +15,10 @@ use std::{
     time::Duration,
 };
 
+#[cfg(doc)]
+use common::store::queue_lanes::START_MARK_INTERVAL;
 use common::store::{LaneId, QueueLanes};
 use futures::future::join_all;
-
-/// How often the marks gathered are written.
-pub const MARK_INTERVAL: Duration = common::store::queue_lanes::START_MARK_INTERVAL;
 
 /// The marks not yet written: the highest ticket started, per lane.
 #[derive(Clone)]

@@ -50,7 +50,7 @@ use common::{
     files::{Files, NewFile},
     links::Links,
     messages::{Announcement, PredictionChanged},
-    store::{Batching, GroupUpdate, LaneId, Predictions, Store},
+    store::{Batching, GroupUpdate, LaneId, Predictions, Store, queue_lanes},
     usage::{self, UsageLedger},
 };
 use futures::{FutureExt, StreamExt, future::BoxFuture};
@@ -60,7 +60,7 @@ use tracing::Instrument;
 
 use crate::{
     flush_clock::FlushClock,
-    lane_marks::{LaneMarks, MARK_INTERVAL},
+    lane_marks::LaneMarks,
     metrics::RunnerMetrics,
     models::{
         Model, ModelError, ModelOutput, Progress,
@@ -208,7 +208,7 @@ impl Executor {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
         let changes = store.predictions().group_update(CHANGE_WRITES);
-        let lane_marks = LaneMarks::start(store.queue_lanes(), MARK_INTERVAL);
+        let lane_marks = LaneMarks::start(store.queue_lanes(), queue_lanes::START_MARK_INTERVAL);
         let file_inputs = FileInputs::new(files.clone(), links.clone());
         let usage = UsageLedger::start(&store);
         Self {
