@@ -11,10 +11,12 @@
 //! Either way the steady load's accepted predictions are all run and announced as in any
 //! scenario.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 use tokio::{task::JoinSet, time::Instant};
+
+use crate::load::{self, Answer, Attempt};
 
 /// What the flood's requests got.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,6 +34,22 @@ pub struct FloodTally {
 }
 
 impl FloodTally {
+    /// The tally of a flood of creates: 201 served, 503 shed.
+    pub fn of_creates(attempts: &[Attempt]) -> Self {
+        let mut tally = Self { requests: attempts.len(), ..Self::default() };
+        for attempt in attempts {
+            match attempt.answer {
+                Answer::Accepted(_) => tally.served += 1,
+                Answer::Status(503) => {
+                    tally.shed += 1;
+                    tally.shed_without_retry_after += usize::from(!attempt.retry_after);
+                }
+                Answer::Status(_) | Answer::Unanswered => tally.other += 1,
+            }
+        }
+        tally
+    }
+
     /// The tally as JSON.
     pub fn json(&self) -> Value {
         json!({
@@ -89,37 +107,19 @@ pub async fn run(api: &str, key: &str, clients: usize, length: Duration) -> anyh
 }
 
 /// `rate` creates a second of `demo/sleep` (`seconds` long, a `completed` webhook to
-/// `webhook`) on `api` for `length`, whatever the answers take.
+/// `webhook`) on `api` for `length` seconds, sent as the steady load sends its own
+/// ([`load::run_with`]).
 pub async fn creates(
     api: &str,
     key: &str,
     webhook: &str,
     (rate, seconds): (u64, f64),
-    length: Duration,
+    length: u64,
 ) -> anyhow::Result<FloodTally> {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
     let body = json!({"input": {"seconds": seconds}, "webhook": webhook, "webhook_events_filter": ["completed"]});
-    let url = format!("{api}/v1/models/demo/sleep/predictions");
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let mut tasks = JoinSet::new();
-    for _ in 0..(rate as f64 * length.as_secs_f64()) as usize {
-        ticker.tick().await;
-        let (http, url, key, body) = (http.clone(), url.clone(), key.to_owned(), body.clone());
-        tasks.spawn(async move {
-            let mut tally = FloodTally { requests: 1, ..FloodTally::default() };
-            match http.post(&url).bearer_auth(&key).json(&body).send().await {
-                Ok(r) if r.status().as_u16() == 201 => tally.served = 1,
-                Ok(r) if r.status().as_u16() == 503 => {
-                    tally.shed = 1;
-                    tally.shed_without_retry_after = usize::from(!r.headers().contains_key("retry-after"));
-                }
-                Ok(_) | Err(_) => tally.other = 1,
-            }
-            tally
-        });
-    }
-    sum(tasks).await
+    let target: load::Target = Arc::new(move |_| ("/v1/models/demo/sleep/predictions".to_owned(), body.clone()));
+    let attempts = load::run_with(&[api.to_owned()], key, rate, length, target).await?;
+    Ok(FloodTally::of_creates(&attempts))
 }
 
 async fn sum(mut tasks: JoinSet<FloodTally>) -> anyhow::Result<FloodTally> {
@@ -149,5 +149,29 @@ mod tests {
             ["2 503s without Retry-After"]
         );
         assert_eq!(FloodTally { other: 1, ..good }.failures(), ["1 flood answers neither 2xx nor 503"]);
+    }
+
+    #[test]
+    fn a_flood_of_creates_counts_201_as_served_and_503_as_shed_with_or_without_retry_after() {
+        let attempt = |answer: Answer, retry_after: bool| Attempt {
+            at: Instant::now(),
+            answer,
+            create: Duration::from_millis(1),
+            get: None,
+            asked_priority: None,
+            shown_priority: None,
+            retry_after,
+        };
+        let attempts = [
+            attempt(Answer::Accepted("a".into()), false),
+            attempt(Answer::Status(503), true),
+            attempt(Answer::Status(503), false),
+            attempt(Answer::Status(500), false),
+            attempt(Answer::Unanswered, false),
+        ];
+        assert_eq!(
+            FloodTally::of_creates(&attempts),
+            FloodTally { requests: 5, served: 1, shed: 2, shed_without_retry_after: 1, other: 2 }
+        );
     }
 }

@@ -44,6 +44,8 @@ pub struct Attempt {
     pub asked_priority: Option<String>,
     /// The `priority` the read-back showed.
     pub shown_priority: Option<String>,
+    /// Whether the create's answer carried `Retry-After`.
+    pub retry_after: bool,
 }
 
 /// The `n`-th create of a run: the path under the api's base URL, and the body.
@@ -88,6 +90,7 @@ async fn attempt(http: &reqwest::Client, base: &str, path: &str, key: &str, body
     let at = Instant::now();
     let sent = http.post(format!("{base}{path}")).bearer_auth(key).json(body).send().await;
     let create = at.elapsed();
+    let retry_after = sent.as_ref().is_ok_and(|r| r.headers().contains_key("retry-after"));
     let answer = match sent {
         Ok(response) if response.status().as_u16() == 201 => match response.json::<Value>().await {
             Ok(prediction) => Answer::Accepted(prediction["id"].as_str().unwrap_or_default().to_owned()),
@@ -109,5 +112,5 @@ async fn attempt(http: &reqwest::Client, base: &str, path: &str, key: &str, body
         get = Some((status, took));
     }
     let asked_priority = body["priority"].as_str().map(str::to_owned);
-    Attempt { at, answer, create, get, asked_priority, shown_priority }
+    Attempt { at, answer, create, get, asked_priority, shown_priority, retry_after }
 }

@@ -362,6 +362,7 @@ mod tests {
             get: Some((200, Duration::from_millis(2))),
             asked_priority: None,
             shown_priority: None,
+            retry_after: false,
         }
     }
 
@@ -428,6 +429,7 @@ mod tests {
             get: None,
             asked_priority: None,
             shown_priority: None,
+            retry_after: true,
         };
         let attempts = [error(start), error(start + Duration::from_secs(2)), error(start + Duration::from_secs(9))];
         let window =

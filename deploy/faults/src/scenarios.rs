@@ -508,9 +508,8 @@ async fn inject(
             flooded = Some(flood::run(&topology.apis[0], &topology.key, FLOOD_CLIENTS, length).await?);
         }
         Fault::CreateFlood => {
-            let length = Duration::from_secs(FLOOD_SECONDS);
             let (api, key) = (&topology.apis[0], &topology.key);
-            flooded = Some(flood::creates(api, key, &recorder.url, CREATE_FLOOD, length).await?);
+            flooded = Some(flood::creates(api, key, &recorder.url, CREATE_FLOOD, FLOOD_SECONDS).await?);
         }
         Fault::KillStreamLeader => {
             let leader = jobs_stream_leader(topology).await?;
