@@ -22,8 +22,19 @@ struct CogServer {
     port: u16,
 }
 
+/// How many Cog servers may be starting at once: each start imports coglet's Python stack,
+/// several seconds of a core, and with every cog test starting its server together on 2 cores
+/// a start took over a minute (the runner's registration wait ran out in CI).
+static STARTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// How long a Cog server may take to report `READY` once it may start.
+const READY_WITHIN: Duration = Duration::from_secs(120);
+
 impl CogServer {
-    fn start(fixture: &str) -> Self {
+    /// Starts a Cog server for `fixture` and waits until it reports `READY`, so that a runner
+    /// given it registers the model at once.
+    async fn start(fixture: &str) -> Self {
+        let _starting = STARTING.acquire().await.expect("the start gate is never closed");
         let python = PathBuf::from(installed("COG_PYTHON"));
         let bin = python.parent().expect("the venv's bin").to_path_buf();
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
@@ -40,7 +51,11 @@ impl CogServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("start a Cog server");
-        Self { child, port }
+        let server = Self { child, port };
+        let ready =
+            eventually(READY_WITHIN, || async { (server.health().await.as_deref() == Some("READY")).then_some(()) });
+        assert!(ready.await.is_some(), "the Cog server for {fixture} reported READY within {READY_WITHIN:?}");
+        server
     }
 
     fn url(&self) -> String {
@@ -66,8 +81,16 @@ impl Drop for CogServer {
 }
 
 async fn runner_for(fixture: &Fixture, model: &str, server: &CogServer) {
+    runner_for_with(fixture, model, server, &[]).await;
+}
+
+/// Starts a runner serving `model` from `server`, with more settings, and waits until it has
+/// registered the model.
+async fn runner_for_with(fixture: &Fixture, model: &str, server: &CogServer, extra: &[(&str, &str)]) {
     let cog = format!("{model}={}", server.url());
-    fixture.start_runner_with("acme/*", &[("RUNNER_COG", &cog)]);
+    let mut settings = vec![("RUNNER_COG", cog.as_str())];
+    settings.extend_from_slice(extra);
+    fixture.start_runner_with("acme/*", &settings);
     let model_ref = model.parse().expect("model");
     let registered =
         eventually(Duration::from_secs(60), || async { fixture.store.models().get(&model_ref).await.ok().flatten() })
@@ -93,7 +116,7 @@ async fn cancel_as_the_api_does(fixture: &Fixture, id: &common::domain::Predicti
 /// that the prediction fails with `MODEL_SERVER_UNAVAILABLE`.
 async fn killing_the_server_mid_run_fails_the_prediction(fixture_name: &str, input: serde_json::Value) {
     let fixture = Fixture::new(&[]).await;
-    let mut server = CogServer::start(fixture_name);
+    let mut server = CogServer::start(fixture_name).await;
     let model = format!("acme/{fixture_name}");
     runner_for(&fixture, &model, &server).await;
     let p = fixture.create(&model, input).await;
@@ -107,7 +130,7 @@ async fn killing_the_server_mid_run_fails_the_prediction(fixture_name: &str, inp
 #[tokio::test]
 async fn a_cog_echo_model_registers_its_schema_and_runs() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("echo");
+    let server = CogServer::start("echo").await;
     runner_for(&fixture, "acme/echo", &server).await;
     let record =
         fixture.store.models().get(&"acme/echo".parse().expect("model")).await.expect("read").expect("registered");
@@ -125,7 +148,7 @@ async fn a_cog_echo_model_registers_its_schema_and_runs() {
 #[tokio::test]
 async fn a_streaming_cog_model_updates_logs_and_output_while_it_runs() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("slow");
+    let server = CogServer::start("slow").await;
     runner_for(&fixture, "acme/slow", &server).await;
     let p = fixture.create("acme/slow", json!({"seconds": 2.0, "fail": false})).await;
     let midway = fixture
@@ -144,7 +167,7 @@ async fn a_streaming_cog_model_updates_logs_and_output_while_it_runs() {
 #[tokio::test]
 async fn a_failing_cog_model_keeps_its_logs_and_error() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("slow");
+    let server = CogServer::start("slow").await;
     runner_for(&fixture, "acme/slow", &server).await;
     let p = fixture.create("acme/slow", json!({"seconds": 0.8, "fail": true})).await;
     let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
@@ -157,7 +180,7 @@ async fn a_failing_cog_model_keeps_its_logs_and_error() {
 #[tokio::test]
 async fn canceling_a_cog_prediction_stops_it_on_the_server() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("slow");
+    let server = CogServer::start("slow").await;
     runner_for(&fixture, "acme/slow", &server).await;
     let p = fixture.create("acme/slow", json!({"seconds": 30.0, "fail": false})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
@@ -174,7 +197,7 @@ async fn a_cog_server_killed_mid_prediction_fails_it_with_a_clear_error() {
 #[tokio::test]
 async fn a_cog_file_output_becomes_a_stored_file_behind_a_url() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("file");
+    let server = CogServer::start("file").await;
     runner_for(&fixture, "acme/file", &server).await;
     let p = fixture.create("acme/file", json!({"size": 3})).await;
     let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
@@ -193,7 +216,7 @@ async fn a_cog_file_output_becomes_a_stored_file_behind_a_url() {
 #[tokio::test]
 async fn a_non_streaming_cog_model_runs_in_one_held_call_that_a_cancel_stops_on_the_server() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("pause");
+    let server = CogServer::start("pause").await;
     runner_for(&fixture, "acme/pause", &server).await;
     let quick = fixture.create("acme/pause", json!({"seconds": 0.1})).await;
     let done = fixture.wait_until(&quick.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
@@ -213,19 +236,26 @@ async fn a_cog_server_killed_during_a_sync_call_fails_the_prediction_with_a_clea
     killing_the_server_mid_run_fails_the_prediction("pause", json!({"seconds": 30.0})).await;
 }
 
+/// The version the runner serves `acme/pause` under in the test below, named before the
+/// runner registers it so that a job can wait for it.
+const EARLY_VERSION: &str = "pause1";
+
 #[tokio::test]
 async fn a_model_started_early_for_a_prediction_canceled_in_the_queue_is_stopped_on_the_server() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("pause");
+    let server = CogServer::start("pause").await;
     // Canceled while its job waited; the job carries its input, so the runner starts the model
     // beside its `processing` write, which then finds nothing to run.
     let account = common::domain::AccountId::generate();
     let limit = Duration::from_secs(1800);
-    let canceled = fixture.store_prediction_of(&account, "acme/pause", json!({"seconds": 30.0}), limit).await;
+    let canceled = fixture
+        .store_prediction_of_version(&account, "acme/pause", EARLY_VERSION, json!({"seconds": 30.0}), limit)
+        .await;
     let coll = fixture.store.database().collection::<bson::Document>("predictions");
     coll.update_one(doc! {"_id": canceled.id.as_str()}, doc! {"$set": {"status": "canceled"}}).await.expect("cancel");
     fixture.publish_job(&canceled).await;
-    runner_for(&fixture, "acme/pause", &server).await;
+    let version = format!("acme/pause={EARLY_VERSION}");
+    runner_for_with(&fixture, "acme/pause", &server, &[("RUNNER_MODEL_VERSIONS", &version)]).await;
 
     // The server has one slot, and the account's jobs are taken in order: the next prediction
     // runs only once the early call let the slot go.
@@ -242,7 +272,7 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
         Model, Progress,
         cog::{CogModel, callbacks::Callbacks},
     };
-    let server = CogServer::start("pause");
+    let server = CogServer::start("pause").await;
     let callbacks =
         Callbacks::serve("127.0.0.1:0".parse().expect("addr"), None, Default::default()).await.expect("serve");
     let target = runner::models::cog::parse_targets(&format!("acme/pause={}", server.url())).expect("target").remove(0);

@@ -89,6 +89,24 @@ impl Fixture {
         p
     }
 
+    /// Stores a `starting` prediction of `account` for `version` of `model` without publishing
+    /// its job and without waiting for the model to be registered (a job that waits for its
+    /// runner).
+    pub async fn store_prediction_of_version(
+        &self,
+        account: &AccountId,
+        model: &str,
+        version: &str,
+        input: Value,
+        limit: Duration,
+    ) -> Prediction {
+        let model = model.parse().expect("model");
+        let mut p = samples::starting_prediction(account.clone(), model, input).with_deadline(limit);
+        p.version = version.into();
+        self.store.predictions().insert(&p).await.expect("insert");
+        p
+    }
+
     /// Stores a prediction of `account` and publishes its job, as the api does.
     pub async fn create_of(&self, account: &AccountId, model: &str, input: Value) -> Prediction {
         let p = self.store_prediction_of(account, model, input, Duration::from_secs(1800)).await;
