@@ -175,8 +175,7 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
     };
 
     // Rounds of an upload through the api and a raw write, after one of each not counted.
-    let (mut uploads, mut writes) = (Vec::new(), Vec::new());
-    let (mut upload_cpu, mut write_cpu) = (BTreeMap::new(), BTreeMap::new());
+    let (mut uploads, mut writes) = (Measured::default(), Measured::default());
     let mut upload_peak = 0;
     let mut id = String::new();
     let mut raw_read_took = Duration::ZERO;
@@ -184,8 +183,7 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
         let cpu_before = ProcessCpu::now()?;
         let started = Instant::now();
         let (file, peak) = with_peak_rss(pid, upload(&http, cluster, mib)).await?;
-        let took = started.elapsed();
-        add_cpu(&mut upload_cpu, ProcessCpu::now()?.since(&cpu_before), round);
+        uploads.add(round, bytes, started.elapsed(), ProcessCpu::now()?.since(&cpu_before));
         upload_peak = upload_peak.max(peak);
         id = file["id"].as_str().context("the upload's id")?.to_owned();
 
@@ -193,12 +191,7 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
         let cpu_before = ProcessCpu::now()?;
         let started = Instant::now();
         raw.put(&raw_id, "raw.bin", pieces(mib).boxed(), u64::MAX).await?;
-        let raw_took = started.elapsed();
-        add_cpu(&mut write_cpu, ProcessCpu::now()?.since(&cpu_before), round);
-        if round > 0 {
-            uploads.push(mb_per_s(bytes, took));
-            writes.push(mb_per_s(bytes, raw_took));
-        }
+        writes.add(round, bytes, started.elapsed(), ProcessCpu::now()?.since(&cpu_before));
         if round == ROUNDS {
             let started = Instant::now();
             let raw_read: usize =
@@ -233,16 +226,16 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
     let (answer_status, through_api) = (answer.status().as_u16(), answer.bytes().await?.len());
 
     let mib_of = |kib: u64| round(kib as f64 / 1024.0, 1);
-    let (upload_mbs, raw_write_mbs) = (median(&uploads), median(&writes));
+    let (upload_mbs, raw_write_mbs) = (median(&uploads.mb_per_s), median(&writes.mb_per_s));
     let download_mbs = mb_per_s(bytes, download_took);
     Ok(json!({
         "mib": mib,
         "rounds": ROUNDS,
         "upload_mb_per_s": upload_mbs,
-        "upload_mb_per_s_each": uploads,
+        "upload_mb_per_s_each": uploads.mb_per_s,
         "store": files.writes_to().as_str(),
         "raw_write_mb_per_s": raw_write_mbs,
-        "raw_write_mb_per_s_each": writes,
+        "raw_write_mb_per_s_each": writes.mb_per_s,
         "upload_ratio": round(upload_mbs / raw_write_mbs, 2),
         "download_mb_per_s": download_mbs,
         "raw_read_mb_per_s": raw_read_mbs,
@@ -256,8 +249,8 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
         "api_rss_before_download_mib": mib_of(before_download),
         "api_added_rss_download_mib": mib_of(download_peak.saturating_sub(before_download)),
         "target_added_rss_mib": TARGET_ADDED_RSS_MIB,
-        "cpu_seconds_per_upload": cpu_by_role(&upload_cpu),
-        "cpu_seconds_per_raw_write": cpu_by_role(&write_cpu),
+        "cpu_seconds_per_upload": cpu_by_role(&uploads.cpu),
+        "cpu_seconds_per_raw_write": cpu_by_role(&writes.cpu),
     }))
 }
 
@@ -277,14 +270,24 @@ async fn upload(http: &reqwest::Client, cluster: &Cluster, mib: usize) -> anyhow
     Ok(response.json::<Value>().await?)
 }
 
-/// Adds the CPU seconds of a measured round (not the warm-up, round 0) as its share of the
-/// average over [`ROUNDS`].
-fn add_cpu(total: &mut BTreeMap<Role, f64>, round_cpu: BTreeMap<Role, f64>, round: usize) {
-    if round == 0 {
-        return;
-    }
-    for (role, seconds) in round_cpu {
-        *total.entry(role).or_insert(0.0) += seconds / ROUNDS as f64;
+/// The measured rounds of one path (an upload through the api, or a raw write): the MB/s of
+/// each, and the CPU seconds of each process averaged over [`ROUNDS`]. The warm-up round (0)
+/// is left out here, in one place.
+#[derive(Default)]
+struct Measured {
+    mb_per_s: Vec<f64>,
+    cpu: BTreeMap<Role, f64>,
+}
+
+impl Measured {
+    fn add(&mut self, round: usize, bytes: usize, took: Duration, cpu: BTreeMap<Role, f64>) {
+        if round == 0 {
+            return;
+        }
+        self.mb_per_s.push(mb_per_s(bytes, took));
+        for (role, seconds) in cpu {
+            *self.cpu.entry(role).or_insert(0.0) += seconds / ROUNDS as f64;
+        }
     }
 }
 
@@ -453,5 +456,17 @@ mod tests {
         assert!(table.contains("| download | 80.0 | 160.0 | 0.5 | 50.0 | 40.0 | < 32 MiB: not met |"), "{table}");
         assert!(table.contains("| 0 (answer 307) | | | | | none with redirects: met |"), "{table}");
         assert!(table.contains("| 1 KiB | 5.0 / 7.0 | 8.0 / 9.0 | 3.0 |"), "{table}");
+    }
+
+    #[test]
+    fn the_warm_up_round_counts_in_neither_the_speed_nor_the_cpu() {
+        let mut measured = Measured::default();
+        let cpu = |seconds: f64| BTreeMap::from([(Role::Api, seconds)]);
+        measured.add(0, 1_000_000, Duration::from_millis(100), cpu(30.0));
+        for round in 1..=ROUNDS {
+            measured.add(round, 1_000_000, Duration::from_millis(10), cpu(0.3));
+        }
+        assert_eq!(measured.mb_per_s, vec![100.0; ROUNDS]);
+        assert!((measured.cpu[&Role::Api] - 0.3).abs() < 1e-9, "{:?}", measured.cpu);
     }
 }
