@@ -1,33 +1,30 @@
 //! NATS JetStream: the three streams and the publishing side of every message.
 //!
-//! - **Jobs** (`<P>_JOBS`, work-queue retention): one message per prediction to run, on a
-//!   subject of its model and account (each account of a model is a lane of its own for the
-//!   runners), published with `Nats-Msg-Id` = the prediction id, so a republish within the
-//!   duplicate window (2 min) is dropped by the server. Each message is removed once a runner
-//!   acks it.
+//! - **Jobs** (`<P>_JOBS`, work-queue retention, `jobs.rs`): one message per prediction to
+//!   run, on a subject of its lane; a republish within the duplicate window (2 min) is dropped
+//!   by the server.
 //! - **Events** (`<P>_EVENTS`, limits retention, kept 24 h): one message per stored change of a
 //!   prediction, with `Nats-Msg-Id` = `<id>.<seq>.<event>`. The notifier reads them through its durable
 //!   consumer; one prediction's events are read back by subject ([`prediction_events`]: the
 //!   SSE stream and the resends).
-//! - **Rate-limit counters** (`<P>_RATELIMIT`, a counter stream, memory storage, kept 3 min):
-//!   one counter per API key and minute, incremented atomically with `Nats-Incr` by every api
-//!   replica (needs nats-server 2.12 or later).
-//! - **Cancels** (core NATS, not stored): a broadcast that the runner holding a prediction
-//!   aborts it. Runners also check the stored status, so a missed broadcast only delays a cancel.
-//! - **Secret rotations** (core NATS, not stored): every notifier drops its cached copy of the
-//!   account's signing secrets. Sent and flushed before the api answers the rotation.
-//! - **Key deactivations** (core NATS, not stored): every api replica drops its cached key
-//!   look-ups. Sent and flushed before the api answers the deactivation.
+//! - **Rate-limit counters** (`<P>_RATELIMIT`, `counters.rs`).
+//! - **Broadcasts** (core NATS, not stored, `broadcasts.rs`): cancels, secret rotations and key
+//!   deactivations.
 //! - **Webhook resends** ([`resend`]): on the events stream, beside the predictions' events.
 //!
 //! Streams are created idempotently by every service at start, and again whenever a publish
 //! finds its stream missing (a NATS restart loses the memory-stored rate-limit stream; an
 //! operator may delete one): the publish is then retried once.
 
+mod broadcasts;
+mod counters;
 pub mod heartbeat;
 pub mod held;
+mod jobs;
 pub mod prediction_events;
 pub mod resend;
+
+pub use jobs::EncodedJob;
 
 use std::time::Duration;
 
@@ -44,12 +41,8 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use crate::{
-    domain::ApiKeyId,
-    domain::{AccountId, Prediction, PredictionId},
-    messages::{
-        ANNOUNCEMENT_HEADER, Announcement, CancelMessage, JobMessage, KeyMessage, PredictionChanged, SecretMessage,
-        StatusEvent,
-    },
+    domain::Prediction,
+    messages::{ANNOUNCEMENT_HEADER, Announcement, PredictionChanged, StatusEvent},
     subjects::Subjects,
 };
 
@@ -153,24 +146,6 @@ fn server_list(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
         return Err("no NATS server given".into());
     }
     Ok(servers)
-}
-
-/// A prediction's job as sent to the jobs stream: its subject, its `Nats-Msg-Id` (the
-/// prediction id, so a copy within the duplicate window is dropped) and its encoded
-/// [`JobMessage`]. Cheap to clone (the payload is shared), so a job kept for sending again
-/// costs its message, not its prediction.
-#[derive(Debug, Clone)]
-pub struct EncodedJob {
-    subject: String,
-    prediction_id: String,
-    payload: Bytes,
-}
-
-impl EncodedJob {
-    /// The id of the job's prediction.
-    pub fn prediction_id(&self) -> &str {
-        &self.prediction_id
-    }
 }
 
 impl Bus {
@@ -291,73 +266,6 @@ impl Bus {
         })
     }
 
-    /// Publishes the job of `prediction` and waits for the stream to store it.
-    pub async fn publish_job(&self, prediction: &Prediction) -> Result<(), BusError> {
-        self.send_job(&self.job_of(prediction)).await?.await
-    }
-
-    /// The job of `prediction`, encoded once for every send of it.
-    pub fn job_of(&self, prediction: &Prediction) -> EncodedJob {
-        EncodedJob {
-            subject: self.subjects.job(
-                &prediction.model,
-                &prediction.route(),
-                &prediction.account_id,
-                prediction.priority,
-                &prediction.id,
-            ),
-            prediction_id: prediction.id.to_string(),
-            payload: Bytes::from(JobMessage::encode_for(prediction)),
-        }
-    }
-
-    /// Sends `job` without waiting for the stream to confirm it; the returned future resolves
-    /// once the jobs stream has stored it (for callers that answer first and confirm after).
-    pub async fn send_job(
-        &self,
-        job: &EncodedJob,
-    ) -> Result<impl Future<Output = Result<(), BusError>> + Send + 'static, BusError> {
-        let stored = self
-            .send_stored(
-                job.subject.clone(),
-                job.prediction_id.clone(),
-                job.payload.clone(),
-                async_nats::HeaderMap::new(),
-            )
-            .await?;
-        let (bus, job) = (self.clone(), job.clone());
-        Ok(async move {
-            match stored.await {
-                // The stream was lost: made again, and the job sent once more.
-                Err(e) if bus.remade_after(&e).await => {
-                    bus.send_stored(job.subject, job.prediction_id, job.payload, async_nats::HeaderMap::new())
-                        .await?
-                        .await
-                }
-                result => result,
-            }
-        })
-    }
-
-    /// Whether the job of `prediction` is still in the jobs stream (not yet acked).
-    pub async fn job_exists(&self, prediction: &Prediction) -> Result<bool, BusError> {
-        let stream = self.subjects.jobs_stream();
-        let fail = |e: async_nats::Error| BusError::Stream { stream: stream.clone(), source: e };
-        let handle = self.js.get_stream_no_info(&stream).await.map_err(|e| fail(e.into()))?;
-        let subject = self.subjects.job(
-            &prediction.model,
-            &prediction.route(),
-            &prediction.account_id,
-            prediction.priority,
-            &prediction.id,
-        );
-        match handle.get_last_raw_message_by_subject(&subject).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
-            Err(e) => Err(fail(e.into())),
-        }
-    }
-
     /// Whether the events stream holds `prediction`'s `completed` event (its last event).
     pub async fn completed_event_exists(&self, prediction: &Prediction) -> Result<bool, BusError> {
         let stream = self.subjects.events_stream();
@@ -389,41 +297,6 @@ impl Bus {
     /// (which counts headers too) less room for our headers (message id, trace context).
     fn payload_limit(&self) -> usize {
         self.client.server_info().max_payload.saturating_sub(PAYLOAD_HEADER_ROOM)
-    }
-
-    /// Broadcasts a cancel to every runner (not stored: runners also poll the status).
-    pub async fn publish_cancel(&self, id: &PredictionId) -> Result<(), BusError> {
-        let subject = self.subjects.cancel(id);
-        let msg = CancelMessage::CancelPredictionV1 { prediction_id: id.clone() };
-        self.client
-            .publish(subject.clone(), encode(&msg))
-            .await
-            .map_err(|e| BusError::Publish { subject, source: e.into() })
-    }
-
-    /// Tells every notifier that `account`'s signing secret changed, and waits until the
-    /// server has it (so it reaches the notifiers before anything caused by the answer).
-    pub async fn publish_secret_rotated(&self, account: &AccountId) -> Result<(), BusError> {
-        let subject = self.subjects.secret_rotations();
-        let msg = SecretMessage::SecretRotatedV1 { account_id: account.clone() };
-        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
-        self.client.publish(subject.clone(), encode(&msg)).await.map_err(|e| fail(e.into()))?;
-        self.client.flush().await.map_err(|e| fail(e.into()))
-    }
-
-    /// Tells every api replica that `key` no longer works, and waits until the server has it.
-    pub async fn publish_key_deactivated(&self, account: &AccountId, key: &ApiKeyId) -> Result<(), BusError> {
-        let subject = self.subjects.key_deactivations();
-        let msg = KeyMessage::KeyDeactivatedV1 { account_id: account.clone(), key_id: key.clone() };
-        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
-        self.client.publish(subject.clone(), encode(&msg)).await.map_err(|e| fail(e.into()))?;
-        self.client.flush().await.map_err(|e| fail(e.into()))
-    }
-
-    /// Subscribes to the key deactivations announced from now on.
-    pub async fn subscribe_key_deactivations(&self) -> Result<async_nats::Subscriber, BusError> {
-        let subject = self.subjects.key_deactivations();
-        self.client.subscribe(subject.clone()).await.map_err(|e| BusError::Publish { subject, source: e.into() })
     }
 
     async fn publish_stored(
@@ -483,48 +356,6 @@ impl Bus {
             ack.await.map_err(|e| publish_failed(&subject, e))?;
             Ok(())
         })
-    }
-
-    /// Adds `by` to the counter `subject` and returns its new total.
-    pub async fn increment_counter(&self, subject: String, by: i64) -> Result<i64, BusError> {
-        match self.try_increment_counter(&subject, by).await {
-            Err(BusError::StreamMissing { .. }) => {
-                self.recreate_streams().await?;
-                self.try_increment_counter(&subject, by).await
-            }
-            result => result,
-        }
-    }
-
-    async fn try_increment_counter(&self, subject: &str, by: i64) -> Result<i64, BusError> {
-        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.to_owned(), source: e };
-        let publish = PublishMessage::build().header("Nats-Incr", by.to_string());
-        let ack = self.js.send_publish(subject.to_owned(), publish).await.map_err(|e| fail(e.into()))?;
-        let ack = ack.await.map_err(|e| publish_failed(subject, e))?;
-        ack.value
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| fail("the stream returned no counter value".into()))
-    }
-
-    /// The current total of the counter `subject` in `stream` (0 if it was never incremented).
-    pub async fn read_counter(&self, stream: &str, subject: &str) -> Result<i64, BusError> {
-        let fail = |e: async_nats::Error| BusError::Stream { stream: stream.to_owned(), source: e };
-        let handle = self.js.get_stream_no_info(stream).await.map_err(|e| fail(e.into()))?;
-        match handle.get_last_raw_message_by_subject(subject).await {
-            Ok(message) => {
-                #[derive(serde::Deserialize)]
-                struct Counter {
-                    val: String,
-                }
-                let counter: Counter = serde_json::from_slice(&message.payload).map_err(|e| fail(e.into()))?;
-                counter.val.parse().map_err(|e: std::num::ParseIntError| fail(e.into()))
-            }
-            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
-            // A stream that is gone holds no count; it is created again for the next increment.
-            Err(_) if self.stream_missing(stream).await => self.recreate_streams().await.map(|()| 0),
-            Err(e) => Err(fail(e.into())),
-        }
     }
 
     /// Whether the server says `stream` does not exist (not merely that it did not answer).
@@ -608,11 +439,6 @@ impl Bus {
 fn reconnect_pause(attempts: usize) -> Duration {
     let doubled = 1_u64.checked_shl(u32::try_from(attempts).unwrap_or(u32::MAX).saturating_sub(1)).unwrap_or(u64::MAX);
     if attempts <= 1 { Duration::ZERO } else { Duration::from_millis(doubled).min(RECONNECT_PAUSE) }
-}
-
-fn encode<T: serde::Serialize>(msg: &T) -> Bytes {
-    // The message types are plain data (strings, numbers, JSON values): serializing cannot fail.
-    Bytes::from(serde_json::to_vec(msg).expect("wire messages always serialize"))
 }
 
 #[cfg(test)]
