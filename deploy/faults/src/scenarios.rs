@@ -156,6 +156,10 @@ const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
 const LATENCY_BOUND: Duration = Duration::from_millis(100);
 /// The notifier's timeout in these runs: the hanging receiver holds each first attempt past it.
 const DELIVERY_TIMEOUT_SECONDS: u64 = 2;
+/// `NOTIFIER_PER_TARGET` against the hanging receiver: every event's first attempt holds one
+/// of the target's slots for the whole timeout, so with the default 8 the row spent 100 s
+/// working through them (the bound itself is the notifier tests' `isolation`).
+const HANGING_PER_TARGET: usize = 48;
 
 /// A scenario's settings where it says nothing else: one replica of each service on one NATS
 /// node, a healthy receiver, no fault, no bound, none of the extra loads.
@@ -356,6 +360,9 @@ async fn run_scenario(
     let rolling = matches!(scenario.fault, Fault::Rollout);
     if rolling {
         vars.extend(rollout::V1_RUNNER.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    }
+    if matches!(scenario.behaviour, Behaviour::HangFirst(_)) {
+        vars.push(("NOTIFIER_PER_TARGET", HANGING_PER_TARGET.to_string()));
     }
     match scenario.fault {
         Fault::Overload => vars.push(("API_MAX_IN_FLIGHT", FLOOD_BOUND.to_string())),
