@@ -82,11 +82,8 @@ impl Fixture {
         limit: Duration,
     ) -> Prediction {
         let model = model.parse().expect("model");
-        let mut p = samples::starting_prediction(account.clone(), model, input).with_deadline(limit);
-        p.version = self.version_of(&p.model).await;
-        p.priority = priority;
-        self.store.predictions().insert(&p).await.expect("insert");
-        p
+        let version = self.version_of(&model).await;
+        self.store_prediction_as(account, priority, model, version, input, limit).await
     }
 
     /// Stores a `starting` prediction of `account` for `version` of `model` without publishing
@@ -101,8 +98,22 @@ impl Fixture {
         limit: Duration,
     ) -> Prediction {
         let model = model.parse().expect("model");
+        let normal = common::domain::Priority::Normal;
+        self.store_prediction_as(account, normal, model, version.into(), input, limit).await
+    }
+
+    async fn store_prediction_as(
+        &self,
+        account: &AccountId,
+        priority: common::domain::Priority,
+        model: common::domain::ModelRef,
+        version: String,
+        input: Value,
+        limit: Duration,
+    ) -> Prediction {
         let mut p = samples::starting_prediction(account.clone(), model, input).with_deadline(limit);
-        p.version = version.into();
+        p.version = version;
+        p.priority = priority;
         self.store.predictions().insert(&p).await.expect("insert");
         p
     }
