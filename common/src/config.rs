@@ -15,6 +15,7 @@
 //! | `PUBLIC_BASE_URL` | `http://localhost:8080` | the api's public address, used in links |
 //! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
 //! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
+//! | `TRAINING_DEADLINE_SECONDS` | `86400` | a training not ended by then fails with `PREDICTION_TIMEOUT` |
 //! | `MONGODB_COMMAND_METRICS` | `false` | count MongoDB commands for `/metrics` (driver command monitoring; costs CPU, see [`crate::store::commands`]) |
 //! | `MONGODB_QUERY_SHAPES` | `false` | also keep the shape of every query in memory (a test aid: the test that checks every query has an index) |
 //! | `FILES_STORE` | `gridfs` | where new files' bytes go: `gridfs` (MongoDB) or `s3` |
@@ -30,6 +31,7 @@ use std::{fmt::Display, str::FromStr, time::Duration};
 
 use crate::{
     crypto::MasterKey,
+    domain::JobKind,
     files::{FileStoreKind, FilesConfig, S3Settings},
     store::commands::Monitoring,
     subjects::Subjects,
@@ -121,6 +123,27 @@ impl<'a> Env<'a> {
 /// so its predictions never started (measured with 1,000 accounts waiting on one model).
 pub const DEFAULT_MAX_CONSUMERS: i32 = 100_000;
 
+/// How long a job may take from its creation before it fails with `PREDICTION_TIMEOUT`, by
+/// kind: a fine-tune takes hours where a prediction takes seconds. A create's `Cancel-After`
+/// may only shorten it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// `PREDICTION_DEADLINE_SECONDS` (default 30 minutes).
+    pub prediction: Duration,
+    /// `TRAINING_DEADLINE_SECONDS` (default 24 hours).
+    pub training: Duration,
+}
+
+impl Deadlines {
+    /// The deadline of a job of `kind`, counted from its creation.
+    pub fn of(&self, kind: JobKind) -> Duration {
+        match kind {
+            JobKind::Prediction => self.prediction,
+            JobKind::Training => self.training,
+        }
+    }
+}
+
 /// Settings every service shares.
 #[derive(Debug, Clone)]
 pub struct CommonConfig {
@@ -140,8 +163,9 @@ pub struct CommonConfig {
     pub public_base_url: String,
     /// `MASTER_KEY`: seals API keys and webhook signing secrets at rest.
     pub master_key: MasterKey,
-    /// `PREDICTION_DEADLINE_SECONDS`: the longest a prediction may take from creation.
-    pub prediction_deadline: Duration,
+    /// `PREDICTION_DEADLINE_SECONDS`, `TRAINING_DEADLINE_SECONDS`: the longest a job may
+    /// take from creation, by kind.
+    pub deadlines: Deadlines,
     /// `MONGODB_COMMAND_METRICS`, `MONGODB_QUERY_SHAPES`: whether MongoDB commands are counted,
     /// and their queries' shapes kept.
     pub command_monitoring: Monitoring,
@@ -189,7 +213,10 @@ impl CommonConfig {
             },
             public_base_url: public_base_url.trim_end_matches('/').to_owned(),
             master_key,
-            prediction_deadline: env.seconds("PREDICTION_DEADLINE_SECONDS", Duration::from_secs(1800))?,
+            deadlines: Deadlines {
+                prediction: env.seconds("PREDICTION_DEADLINE_SECONDS", Duration::from_secs(1800))?,
+                training: env.seconds("TRAINING_DEADLINE_SECONDS", Duration::from_secs(24 * 3600))?,
+            },
             command_monitoring: match (
                 env.flag("MONGODB_COMMAND_METRICS", false)?,
                 env.flag("MONGODB_QUERY_SHAPES", false)?,

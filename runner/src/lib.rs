@@ -80,8 +80,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let store_for_consumer = store.clone();
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let executor = Arc::new(
-        Executor::new(store.clone(), bus.clone(), files.clone(), links, common.prediction_deadline)
-            .with_limits(config.limits),
+        Executor::new(store.clone(), bus.clone(), files.clone(), links, common.deadlines).with_limits(config.limits),
     );
     let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
     presence::announce(store.runners(), record, executor.run_figures(), shutdown.clone()).await?;

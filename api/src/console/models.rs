@@ -295,7 +295,7 @@ pub async fn run(
             }
             Err(e) => return Err(e.into()),
         };
-    submit::store_and_publish(&state, &caller.key.account_id, None, &mut prediction).await?;
+    submit::store_and_publish(&state, &caller.key.account_id, Default::default(), &mut prediction).await?;
     Ok(see_other(&format!("/predictions/{}", prediction.id)))
 }
 

@@ -59,7 +59,7 @@ pub async fn train(
         }
         Err(e) => return Err(e.into()),
     };
-    submit::store_and_publish(&state, &caller.key.account_id, None, &mut training).await?;
+    submit::store_and_publish(&state, &caller.key.account_id, Default::default(), &mut training).await?;
     Ok(see_other(&format!("/trainings/{}", training.id)))
 }
 

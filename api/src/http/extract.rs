@@ -25,7 +25,6 @@ use serde_json::{Map, Value};
 
 use crate::{
     error::ApiError,
-    state::AppState,
     validate::{FromBody, FromQuery, body, create_headers},
 };
 
@@ -124,22 +123,23 @@ impl<S: Send + Sync> FromRequestParts<S> for AcceptsCsv {
     }
 }
 
-/// What the headers of a create ask for: `Idempotency-Key` and `Cancel-After`.
-#[derive(Debug, Clone)]
+/// What the headers of a create ask for: `Idempotency-Key` and `Cancel-After`. (A create
+/// from the console asks for neither: [`JobOptions::default`].)
+#[derive(Debug, Clone, Default)]
 pub struct JobOptions {
     /// `Idempotency-Key`: the first job of the key is the answer to every repeat.
     pub idempotency_key: Option<String>,
-    /// `Cancel-After`, or the configured deadline: how long it may take in all.
-    pub time_limit: Duration,
+    /// `Cancel-After`: a deadline sooner than the configured one of the job's kind.
+    pub cancel_after: Option<Duration>,
 }
 
-impl FromRequestParts<AppState> for JobOptions {
+impl<S: Send + Sync> FromRequestParts<S> for JobOptions {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         Ok(Self {
             idempotency_key: create_headers::idempotency_key(&parts.headers)?,
-            time_limit: create_headers::cancel_after(&parts.headers, state.config.common.prediction_deadline)?,
+            cancel_after: create_headers::cancel_after(&parts.headers)?,
         })
     }
 }

@@ -19,13 +19,13 @@ use tracing::Instrument;
 
 use crate::{
     error::ApiError,
-    http::auth::Caller,
+    http::{auth::Caller, extract::JobOptions},
     ops::file_inputs,
     problem::FieldError,
     state::AppState,
     state::job_outbox,
     state::model_catalog::RegisteredModel,
-    validate::{create_prediction, input},
+    validate::{create_headers, create_prediction, input},
 };
 
 /// The longest a create waits for NATS to take its job before leaving it to the outbox.
@@ -111,16 +111,21 @@ fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::
     }
 }
 
-/// Claims the idempotency key (if any), gives the prediction its ticket in its queue lane,
-/// stores it and sends its job; returns the claim (an existing one means nothing was written). The client is answered once the job is
+/// Sets the prediction's deadline (its kind's, or the sooner one `options` ask for), claims
+/// the idempotency key (if any), gives the prediction its ticket in its queue lane, stores it
+/// and sends its job; returns the claim (an existing one means nothing was written). The client is answered once the job is
 /// sent; the stream's confirmation is awaited in the background (a job the stream did not
 /// store is republished by the runner's reconciler, as after any failed publish).
 pub async fn store_and_publish(
     state: &AppState,
     account: &AccountId,
-    idempotency_key: Option<String>,
+    options: JobOptions,
     prediction: &mut Prediction,
 ) -> Result<Claim, ApiError> {
+    let JobOptions { idempotency_key, cancel_after } = options;
+    // Every job gets its deadline here: its kind's, or sooner when the create asked.
+    let limit = state.config.common.deadlines.of(prediction.kind);
+    prediction.set_deadline(create_headers::time_limit(cancel_after, limit));
     if let Some(key) = &idempotency_key
         && let Claim::Existing(first) =
             state.store.idempotency_keys().claim(account, key, &prediction.id, DateTime::now()).await?

@@ -139,15 +139,12 @@ pub async fn create_for(
     model: &RegisteredModel,
     create: Create,
 ) -> Result<Response, ApiError> {
-    let Create { wait: PreferWait(wait), options: JobOptions { idempotency_key, time_limit }, body, placement } =
-        create;
+    let Create { wait: PreferWait(wait), options, body, placement } = create;
     // A wait past the replica's or the key's cap is not held: answered at once (see `wait_slots`).
     let wait_for = wait.and_then(|limit| state.wait_slots.try_take(&caller.key.id).map(|slot| (limit, slot)));
     let account = caller.key.account_id.clone();
     let default_priority = placement.as_ref().and_then(|p| p.priority).unwrap_or_default();
-    let mut prediction = submit::validated(state, caller, model, &body, surface, default_priority, Vec::new())
-        .await?
-        .with_deadline(time_limit);
+    let mut prediction = submit::validated(state, caller, model, &body, surface, default_priority, Vec::new()).await?;
     if let Some(placement) = placement {
         prediction.deployment = Some(placement.deployment);
         prediction.hardware = Some(placement.hardware);
@@ -159,7 +156,7 @@ pub async fn create_for(
     };
     // A client that disconnects cannot stop the writes halfway: the handler runs to
     // completion (see `run_to_completion`).
-    match submit::store_and_publish(state, &account, idempotency_key, &mut prediction).await? {
+    match submit::store_and_publish(state, &account, options, &mut prediction).await? {
         Claim::New => {}
         Claim::Existing(first) => return idempotency::replay(state, &account, &first, surface).await,
     }

@@ -120,18 +120,16 @@ pub async fn create(
     Surface(surface): Surface,
     auth: Authorized<Write>,
     Path((owner, name, version)): Path<(String, String, String)>,
-    JobOptions { idempotency_key, time_limit }: JobOptions,
+    options: JobOptions,
     JsonObject(body): JsonObject,
 ) -> Result<Response, ApiError> {
     let model =
         ModelRef::new(&owner, &name).map_err(|_| ApiError::not_found(format!("Model {owner}/{name} not found.")))?;
     let caller = &auth.caller;
-    let mut training = crate::ops::training::validated(&state, caller, &model, &version, &body, surface)
-        .await?
-        .with_deadline(time_limit);
+    let mut training = crate::ops::training::validated(&state, caller, &model, &version, &body, surface).await?;
     tracing::Span::current().record("prediction_id", training.id.as_str());
     let account = caller.key.account_id.clone();
-    if let Claim::Existing(first) = submit::store_and_publish(&state, &account, idempotency_key, &mut training).await? {
+    if let Claim::Existing(first) = submit::store_and_publish(&state, &account, options, &mut training).await? {
         return idempotency::replay_as(&state, &account, &first, |t| {
             let view = TrainingView::of(t, &state.links, surface);
             let location = view.urls.get.clone();

@@ -6,10 +6,11 @@
 //! - `Idempotency-Key` (1 to 255 visible ASCII characters): the first job of the key answers
 //!   every repeat ([`crate::ops::idempotency`]).
 //! - `Cancel-After`: a prediction's deadline is `PREDICTION_DEADLINE_SECONDS` after creation
-//!   (30 minutes by default), or sooner with this header. It takes seconds (`90`) or a duration
-//!   in the style Replicate's clients send (`90s`, `5m`, `1h30m`, `500ms`); a value beyond the
-//!   deployment's limit is capped at it. Runners fail a prediction that passes its deadline
-//!   with `error.code` `PREDICTION_TIMEOUT`.
+//!   (30 minutes by default), a training's `TRAINING_DEADLINE_SECONDS` (24 hours), or sooner
+//!   with this header. It takes seconds (`90`) or a duration in the style Replicate's clients
+//!   send (`90s`, `5m`, `1h30m`, `500ms`); a value beyond the deployment's limit is capped at
+//!   it ([`time_limit`]). Runners fail a job that passes its deadline with `error.code`
+//!   `PREDICTION_TIMEOUT`.
 
 use std::time::Duration;
 
@@ -45,16 +46,21 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     (total > 0.0).then(|| Duration::try_from_secs_f64(total).ok()).flatten()
 }
 
-/// How long a new prediction may take: the deployment's limit, or `Cancel-After` if sooner.
-pub fn cancel_after(headers: &HeaderMap, deployment_limit: Duration) -> Result<Duration, ApiError> {
-    let Some(value) = headers.get("cancel-after") else { return Ok(deployment_limit) };
+/// The deadline `Cancel-After` asks for, if any.
+pub fn cancel_after(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    let Some(value) = headers.get("cancel-after") else { return Ok(None) };
     let requested = value.to_str().ok().and_then(parse_duration).ok_or_else(|| {
         ApiError::validation(
             "The Cancel-After header is not a duration.",
             vec![FieldError::invalid("Cancel-After", "Must be a positive duration: seconds, or e.g. 90s, 5m, 1h30m.")],
         )
     })?;
-    Ok(requested.min(deployment_limit))
+    Ok(Some(requested))
+}
+
+/// A job's time limit: the deployment's `limit` for its kind, or the sooner one it asked for.
+pub fn time_limit(cancel_after: Option<Duration>, limit: Duration) -> Duration {
+    cancel_after.map_or(limit, |asked| asked.min(limit))
 }
 
 /// The longest and default wait.
@@ -133,12 +139,13 @@ mod tests {
         let limit_of = |v: &str| {
             let mut h = HeaderMap::new();
             h.insert("cancel-after", HeaderValue::from_str(v).expect("header"));
-            cancel_after(&h, Duration::from_secs(1800))
+            cancel_after(&h).map(|asked| time_limit(asked, Duration::from_secs(1800)))
         };
         assert_eq!(limit_of("60").ok(), Some(Duration::from_secs(60)));
         assert_eq!(limit_of("2h").ok(), Some(Duration::from_secs(1800)));
         assert!(limit_of("never").is_err());
-        assert_eq!(cancel_after(&HeaderMap::new(), Duration::from_secs(1800)).ok(), Some(Duration::from_secs(1800)));
+        assert_eq!(cancel_after(&HeaderMap::new()).ok(), Some(None));
+        assert_eq!(time_limit(None, Duration::from_secs(1800)), Duration::from_secs(1800));
     }
 
     fn prefer(v: &str) -> Result<Option<Duration>, ApiError> {

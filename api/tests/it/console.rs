@@ -234,6 +234,19 @@ async fn the_run_form_creates_a_prediction_or_shows_the_fields_error() {
     let id = location.trim_start_matches("/predictions/");
     let done = system.wait_for_terminal(id, std::time::Duration::from_secs(20)).await;
     assert_eq!(done["input"], json!({"seconds": 0.1, "quiet": false}), "an unchecked box is false");
+    // It has the deadline of one made through the API (PREDICTION_DEADLINE_SECONDS, 30 min),
+    // which the reconciler holds it to should no runner end it.
+    let stored = system
+        .ctx
+        .store()
+        .await
+        .predictions()
+        .get(&common::domain::PredictionId::parse(id).expect("an id"))
+        .await
+        .expect("read");
+    let stored = stored.expect("stored");
+    let deadline = stored.deadline_at.expect("a deadline").timestamp_millis() - stored.created_at.timestamp_millis();
+    assert_eq!(deadline, 1_800_000);
 }
 
 #[tokio::test]

@@ -20,21 +20,18 @@ use common::signing;
 
 /// The tune fixture's predictor and trainer behind one runner, and a destination model.
 async fn tune_system() -> (System, CogServer, CogServer, String) {
-    tune_system_with(false).await
+    tune_system_with(false, &[]).await
 }
 
-async fn tune_system_with(notifier: bool) -> (System, CogServer, CogServer, String) {
+async fn tune_system_with(notifier: bool, more: &[(&'static str, &str)]) -> (System, CogServer, CogServer, String) {
     let predictor = CogServer::start("tune", CogMode::Predict);
     let trainer = CogServer::start("tune", CogMode::Train);
-    let system = System::start_with(Options {
-        notifier,
-        env: vec![
-            ("RUNNER_COG", format!("acme/tune={}", predictor.url)),
-            ("RUNNER_COG_TRAIN", format!("acme/tune={}", trainer.url)),
-        ],
-        ..Options::default()
-    })
-    .await;
+    let mut env = vec![
+        ("RUNNER_COG", format!("acme/tune={}", predictor.url)),
+        ("RUNNER_COG_TRAIN", format!("acme/tune={}", trainer.url)),
+    ];
+    env.extend(more.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let system = System::start_with(Options { notifier, env, ..Options::default() }).await;
     let version = eventually(Duration::from_secs(90), || async {
         let model = system.get("/v1/models/acme/tune").await;
         if model.status() != 200 {
@@ -236,7 +233,7 @@ async fn bad_input_a_version_without_a_trainer_and_another_accounts_destination_
     assert_eq!(first["id"], again["id"]);
     assert_eq!(again["destination"], "test-account/tuned", "the training's shape");
 
-    // A training has a prediction's deadline, which Cancel-After shortens.
+    // A training's deadline (TRAINING_DEADLINE_SECONDS) is shortened by Cancel-After.
     let hurried = system
         .request(Method::POST, &format!("/v1/models/acme/tune/versions/{version}/trainings"))
         .header("cancel-after", "1s")
@@ -344,7 +341,7 @@ async fn a_public_destinations_version_runs_for_every_account_and_a_private_ones
 
 #[tokio::test]
 async fn a_trainings_webhooks_are_a_predictions_signed_filtered_and_in_the_shape_of_its_surface() {
-    let (system, _predictor, _trainer, version) = tune_system_with(true).await;
+    let (system, _predictor, _trainer, version) = tune_system_with(true, &[]).await;
     let receiver = Receiver::start().await;
     let created = system
         .post_json(
@@ -379,4 +376,26 @@ async fn a_trainings_webhooks_are_a_predictions_signed_filtered_and_in_the_shape
     assert!(payload["urls"]["get"].as_str().is_some_and(|u| u.ends_with(&format!("/replicate/v1/trainings/{id}"))));
     assert_eq!(receiver.of_event("start").len(), 1);
     assert!(receiver.of_event("logs").is_empty() && receiver.of_event("output").is_empty(), "the filter holds");
+}
+
+#[tokio::test]
+async fn a_training_has_its_own_deadline_not_a_predictions() {
+    let deadlines = [("PREDICTION_DEADLINE_SECONDS", "3"), ("TRAINING_DEADLINE_SECONDS", "10")];
+    let (system, _predictor, _trainer, version) = tune_system_with(false, &deadlines).await;
+    let body = json!({"input": {"seconds": 5}});
+    let prediction = system.post_json("/v1/models/demo/sleep/predictions", &body).await.json_body().await;
+    // Past a prediction's deadline, within a training's.
+    let within = train(&system, "/v1", &version, json!({"suffix": "within", "seconds": 4})).await.json_body().await;
+    // Past a training's deadline too.
+    let past = train(&system, "/v1", &version, json!({"suffix": "past", "seconds": 30})).await.json_body().await;
+
+    let prediction = system.wait_for_terminal(prediction["id"].as_str().expect("an id"), Duration::from_secs(30)).await;
+    assert_eq!((&prediction["status"], &prediction["error"]["code"]), (&json!("failed"), &json!("PREDICTION_TIMEOUT")));
+    let ended = |t: &Value| t["status"] != "starting" && t["status"] != "processing";
+    let within = training_until(&system, within["id"].as_str().expect("an id"), ended).await;
+    assert_eq!(within["status"], "succeeded", "{}", within["error"]);
+    let past_id = past["id"].as_str().expect("an id");
+    training_until(&system, past_id, ended).await;
+    let past = system.get(&format!("/v1/trainings/{past_id}")).await.json_body().await;
+    assert_eq!((&past["status"], &past["error"]["code"]), (&json!("failed"), &json!("PREDICTION_TIMEOUT")), "{past}");
 }

@@ -218,9 +218,14 @@ impl Prediction {
 
     /// Sets the deadline `limit` after creation.
     pub fn with_deadline(mut self, limit: std::time::Duration) -> Self {
+        self.set_deadline(limit);
+        self
+    }
+
+    /// Sets the deadline `limit` after creation.
+    pub fn set_deadline(&mut self, limit: std::time::Duration) {
         let millis = i64::try_from(limit.as_millis()).unwrap_or(i64::MAX);
         self.deadline_at = Some(BsonDateTime::from_millis(self.created_at.timestamp_millis().saturating_add(millis)));
-        self
     }
 }
 

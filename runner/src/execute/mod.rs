@@ -46,6 +46,7 @@ use anyhow::Context;
 use bson::{DateTime, doc};
 use common::{
     bus::Bus,
+    config::Deadlines,
     domain::{Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
     files::Files,
     links::Links,
@@ -150,8 +151,8 @@ pub struct Executor {
     bus: Bus,
     /// Builds the links in status events and the URLs of output files.
     links: Links,
-    /// The deadline of predictions stored without one.
-    default_deadline: Duration,
+    /// The deadlines of jobs stored without one, by kind.
+    default_deadlines: Deadlines,
     /// The predictions running here, each with the token that aborts it.
     running: Mutex<HashMap<PredictionId, CancellationToken>>,
     /// What `/metrics` shows of the runs.
@@ -205,7 +206,7 @@ impl Drop for Running<'_> {
 impl Executor {
     /// An executor writing to `store` and `files` and publishing on `bus`, with URLs from
     /// `links`.
-    pub fn new(store: Store, bus: Bus, files: Files, links: Links, default_deadline: Duration) -> Self {
+    pub fn new(store: Store, bus: Bus, files: Files, links: Links, default_deadlines: Deadlines) -> Self {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
         let changes = store.predictions().group_update(CHANGE_WRITES);
@@ -216,7 +217,7 @@ impl Executor {
             store,
             bus,
             links,
-            default_deadline,
+            default_deadlines,
             running,
             metrics: RunnerMetrics::new(),
             flush_clock,
@@ -271,7 +272,8 @@ impl Executor {
 
     /// The time left before the prediction's deadline (zero when it has passed).
     fn time_left(&self, p: &Prediction) -> Duration {
-        let default_ms = i64::try_from(self.default_deadline.as_millis()).unwrap_or(i64::MAX);
+        let default = self.default_deadlines.of(p.kind);
+        let default_ms = i64::try_from(default.as_millis()).unwrap_or(i64::MAX);
         let deadline =
             p.deadline_at.map_or(p.created_at.timestamp_millis().saturating_add(default_ms), |d| d.timestamp_millis());
         let left = deadline - DateTime::now().timestamp_millis();
