@@ -25,6 +25,7 @@ mod load;
 mod recorder;
 mod report;
 mod rollout;
+mod rows;
 mod scenarios;
 mod topology;
 mod trainings;

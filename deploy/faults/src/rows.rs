@@ -1,0 +1,205 @@
+//! The fault suite's rows ([`SCENARIOS`], run by [`crate::scenarios`]), each a [`Fault`] with
+//! its settings: no fault; SIGKILL of the runner, the notifier and the api, each restarted
+//! after a few seconds; nats-server restarted; the stand-in restarted; a receiver
+//! that hangs past the delivery timeout on each event's first attempt; one that answers 503
+//! with `Retry-After`; the api killed while files are being uploaded (no partial file may
+//! become visible, no accepted one may be lost), with files in GridFS and in S3 (S3Proxy),
+//! and the object store restarted during uploads (no partial file, no accepted one lost, and
+//! after the sweep of unfinished uploads no object in the bucket that no file names); an account capped at 8 running predictions
+//! while one of two runners is killed (the cap must hold throughout, and be reached again once
+//! the dead runner's slots age out); a rolling update from one model version to the next under
+//! pinned, latest and deployment traffic (nothing may fail or run on another version than the
+//! one it names); a secret rotation under load; two api, three runner and two notifier
+//! replicas; a three-node JetStream cluster (streams R3) losing the node that leads the jobs
+//! stream; an overload of twice as many clients as the api works on at once (it must shed the
+//! rest at once with 503 and `Retry-After`, and lose nothing it accepted); creates at twice
+//! the rate the runner starts them, with a bound on the queue (refused in part with 503 and
+//! `Retry-After`, and everything accepted runs).
+//!
+//! A row whose creates take turns between the three priority levels has its runner killed:
+//! every level's predictions must end, each at the level it asked for ([`crate::levels`]). A row has
+//! its runner killed while a real Cog trainer trains: every training must end, run again or
+//! failed with a message, never stuck ([`crate::trainings`]).
+//!
+//! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
+//! by how it ended, also where a runner was killed mid-run.
+
+use std::time::Duration;
+
+use crate::{
+    recorder::Behaviour,
+    topology::{Role, Shape},
+};
+
+/// What a scenario does to the system.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Fault {
+    /// Nothing.
+    None,
+    /// SIGKILL of the first replica of a role, restarted after `down`.
+    Kill(Role),
+    /// nats-server stopped, started again after `down`.
+    RestartNats,
+    /// The MongoDB stand-in stopped, started again after `down`.
+    RestartMongo,
+    /// The S3 stand-in stopped, started again after `down`.
+    RestartS3,
+    /// SIGKILL of the cluster node that leads the jobs stream; it stays down.
+    KillStreamLeader,
+    /// The webhook secret rotated.
+    Rotate,
+    /// A rolling update of a model version (see [`crate::rollout`]).
+    Rollout,
+    /// [`FLOOD_CLIENTS`] clients reading back to back for [`FLOOD_SECONDS`] (see [`crate::flood`]),
+    /// twice the api's in-flight bound ([`FLOOD_BOUND`]).
+    Overload,
+    /// Creates at twice the rate the runner starts them ([`CREATE_FLOOD`]) for
+    /// [`FLOOD_SECONDS`], with the queue bound at [`QUEUE_BOUND`] (see [`crate::flood::creates`]).
+    CreateFlood,
+}
+
+impl Fault {
+    /// Whether a part dies or restarts, so a delivery may be made twice (at least once).
+    pub(crate) fn may_duplicate(self) -> bool {
+        !matches!(self, Self::None | Self::Rotate | Self::Rollout | Self::Overload | Self::CreateFlood)
+    }
+
+    /// The longest an accepted prediction may wait to start: with NATS down for a few
+    /// seconds, a job accepted meanwhile is published as soon as NATS is back.
+    pub(crate) fn start_bound(self) -> Option<Duration> {
+        matches!(self, Self::RestartNats).then_some(NATS_OUTAGE_START_BOUND)
+    }
+}
+
+/// The api's in-flight bound in the overload scenario, the clients of its flood (twice as
+/// many), and how long the flood lasts.
+pub(crate) const FLOOD_BOUND: usize = 16;
+pub(crate) const FLOOD_CLIENTS: usize = 2 * FLOOD_BOUND;
+pub(crate) const FLOOD_SECONDS: u64 = 10;
+
+/// The create flood: its rate and the seconds of each of its `demo/sleep` predictions. The
+/// runner's 48 slots (`RUNNER_CONCURRENCY` in the suite's settings) start 48 one-second
+/// predictions a second at most, and the steady load takes 20 of them; 96 a second is twice
+/// what the runner starts.
+pub(crate) const CREATE_FLOOD: (u64, f64) = (96, 1.0);
+/// `API_MAX_QUEUE_SECONDS` in the create flood's scenario.
+pub(crate) const QUEUE_BOUND: &str = "0.5";
+
+/// See [`Fault::start_bound`] (NATS down for the default 3 s).
+pub(crate) const NATS_OUTAGE_START_BOUND: Duration = Duration::from_secs(8);
+
+/// One scenario.
+pub(crate) struct Scenario {
+    pub(crate) name: &'static str,
+    pub(crate) shape: Shape,
+    pub(crate) nats_nodes: usize,
+    pub(crate) behaviour: Behaviour,
+    pub(crate) fault: Fault,
+    /// The p99 that creates and read-backs must stay under, where the scenario has one.
+    pub(crate) latency_bound: Option<Duration>,
+    /// Whether files are uploaded beside the predictions (see [`crate::uploads`]).
+    pub(crate) uploads: bool,
+    /// Whether the account is capped (see [`crate::capped`]).
+    pub(crate) capped: bool,
+    /// Whether files go to the S3 stand-in rather than GridFS (and are swept and compared
+    /// with the bucket afterwards).
+    pub(crate) s3: bool,
+    /// Whether the creates take turns between the priority levels (see [`crate::levels`]).
+    pub(crate) levels: bool,
+    /// Whether trainings run beside the load (see [`crate::trainings`]).
+    pub(crate) trainings: bool,
+}
+
+pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
+/// The p99 of creates and reads in scenarios where nothing the api needs goes away for long
+/// (on a three-node cluster, losing one node must not slow them past it either).
+pub(crate) const LATENCY_BOUND: Duration = Duration::from_millis(100);
+/// The notifier's timeout in these runs: the hanging receiver holds each first attempt past it.
+pub(crate) const DELIVERY_TIMEOUT_SECONDS: u64 = 2;
+/// `NOTIFIER_PER_TARGET` against the hanging receiver: every event's first attempt holds one
+/// of the target's slots for the whole timeout, so with the default 8 the row spent 100 s
+/// working through them (the bound itself is the notifier tests' `isolation`).
+pub(crate) const HANGING_PER_TARGET: usize = 48;
+
+/// A scenario's settings where it says nothing else: one replica of each service on one NATS
+/// node, a healthy receiver, no fault, no bound, none of the extra loads.
+pub(crate) const PLAIN: Scenario = Scenario {
+    name: "",
+    shape: ONE_EACH,
+    nats_nodes: 1,
+    behaviour: Behaviour::Healthy,
+    fault: Fault::None,
+    latency_bound: None,
+    uploads: false,
+    capped: false,
+    s3: false,
+    levels: false,
+    trainings: false,
+};
+
+/// Every scenario, in the order they run.
+pub(crate) const SCENARIOS: &[Scenario] = &[
+    Scenario { name: "no fault", latency_bound: Some(LATENCY_BOUND), ..PLAIN },
+    Scenario { name: "runner killed (SIGKILL)", fault: Fault::Kill(Role::Runner), ..PLAIN },
+    Scenario {
+        name: "capped account, runner killed",
+        shape: Shape { apis: 1, runners: 2, notifiers: 1 },
+        fault: Fault::Kill(Role::Runner),
+        capped: true,
+        ..PLAIN
+    },
+    Scenario { name: "three priority levels, runner killed", fault: Fault::Kill(Role::Runner), levels: true, ..PLAIN },
+    Scenario { name: "runner killed mid-training", fault: Fault::Kill(Role::Runner), trainings: true, ..PLAIN },
+    Scenario { name: "notifier killed (SIGKILL)", fault: Fault::Kill(Role::Notifier), ..PLAIN },
+    Scenario { name: "api killed (SIGKILL)", fault: Fault::Kill(Role::Api), ..PLAIN },
+    Scenario { name: "api killed during uploads", fault: Fault::Kill(Role::Api), uploads: true, ..PLAIN },
+    Scenario {
+        name: "api killed during uploads (s3)",
+        fault: Fault::Kill(Role::Api),
+        uploads: true,
+        s3: true,
+        ..PLAIN
+    },
+    Scenario {
+        name: "object store restarted during uploads (s3)",
+        fault: Fault::RestartS3,
+        uploads: true,
+        s3: true,
+        ..PLAIN
+    },
+    Scenario { name: "nats-server restarted", fault: Fault::RestartNats, ..PLAIN },
+    Scenario { name: "MongoDB stand-in restarted", fault: Fault::RestartMongo, ..PLAIN },
+    Scenario {
+        name: "receiver hangs on first attempts",
+        behaviour: Behaviour::HangFirst(Duration::from_secs(DELIVERY_TIMEOUT_SECONDS + 1)),
+        ..PLAIN
+    },
+    Scenario { name: "receiver answers 503 + Retry-After: 2", behaviour: Behaviour::UnavailableFirst(2), ..PLAIN },
+    Scenario {
+        name: "rolling update v1 -> v2 (pinned, latest, deployment)",
+        fault: Fault::Rollout,
+        latency_bound: Some(LATENCY_BOUND),
+        ..PLAIN
+    },
+    Scenario { name: "secret rotated under load", fault: Fault::Rotate, latency_bound: Some(LATENCY_BOUND), ..PLAIN },
+    Scenario {
+        name: "2 api, 3 runner, 2 notifier replicas",
+        shape: Shape { apis: 2, runners: 3, notifiers: 2 },
+        latency_bound: Some(LATENCY_BOUND),
+        ..PLAIN
+    },
+    Scenario { name: "overload: 2x the api's in-flight bound for 10 s", fault: Fault::Overload, ..PLAIN },
+    Scenario {
+        name: "overload: creates at 2x what the runner starts for 10 s, queue bound 0.5 s",
+        fault: Fault::CreateFlood,
+        ..PLAIN
+    },
+    Scenario {
+        name: "3-node NATS cluster (R3), stream leader killed",
+        shape: Shape { apis: 2, runners: 2, notifiers: 2 },
+        nats_nodes: 3,
+        fault: Fault::KillStreamLeader,
+        latency_bound: Some(LATENCY_BOUND),
+        ..PLAIN
+    },
+];
