@@ -151,9 +151,15 @@ impl Fixture {
         if let Some(version) = builtin_version(model) {
             return version;
         }
+        // A made-up version would name one no runner serves: its job would never be taken,
+        // and a test of it would pass without testing anything.
         let registered =
             eventually(Duration::from_secs(60), || async { self.store.models().get(model).await.ok().flatten() }).await;
-        registered.map_or_else(|| "v1".into(), |r| r.version)
+        registered
+            .unwrap_or_else(|| {
+                panic!("{model} is not registered: start its runner first, or name its version (store_prediction_of_version)")
+            })
+            .version
     }
 
     pub async fn publish_job(&self, p: &Prediction) {
