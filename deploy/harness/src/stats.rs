@@ -32,6 +32,14 @@ impl Samples {
     }
 }
 
+/// The median of `values`: the middle one, or the upper of the two middle ones of an even
+/// number; `None` when there are none.
+pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.into_iter().collect();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied()
+}
+
 /// Milliseconds with three decimals.
 pub fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
@@ -49,5 +57,12 @@ mod tests {
         assert_eq!(s.percentile(100.0), Duration::from_millis(100));
         assert_eq!(Samples::new(vec![]).percentile(50.0), Duration::ZERO);
         assert!(Samples::new(vec![]).is_empty() && !s.is_empty() && s.len() == 100);
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_upper_middle_one() {
+        assert_eq!(median([3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median([4.0, 1.0, 3.0, 2.0]), Some(3.0));
+        assert_eq!(median([]), None);
     }
 }

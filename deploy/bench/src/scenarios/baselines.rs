@@ -32,7 +32,7 @@ use common::{
     store::Predictions,
 };
 
-use harness::setup::Setup;
+use harness::{setup::Setup, stats};
 
 use crate::measure::{
     paced::{PACED_RATE, paced},
@@ -72,11 +72,8 @@ where
 
 /// The median of each figure of `samples` (not empty).
 fn median(samples: &[Measured]) -> Measured {
-    let middle = |figure: fn(&Measured) -> f64| {
-        let mut values: Vec<f64> = samples.iter().map(figure).collect();
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
+    let middle =
+        |figure: fn(&Measured) -> f64| stats::median(samples.iter().map(figure)).expect("samples are not empty");
     Measured { per_second: middle(|m| m.per_second), client_cpu_us: middle(|m| m.client_cpu_us) }
 }
 

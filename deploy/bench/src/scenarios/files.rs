@@ -37,7 +37,7 @@ use harness::{
     cluster::{AS_DEPLOYED, Cluster, round},
     cog_server::CogServer,
     servers::S3Standin,
-    stats::{Samples, ms},
+    stats::{self, Samples, ms},
 };
 
 /// What one transfer may add to the api's resident memory.
@@ -226,7 +226,8 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
     let (answer_status, through_api) = (answer.status().as_u16(), answer.bytes().await?.len());
 
     let mib_of = |kib: u64| round(kib as f64 / 1024.0, 1);
-    let (upload_mbs, raw_write_mbs) = (median(&uploads.mb_per_s), median(&writes.mb_per_s));
+    let median_of = |m: &Measured| stats::median(m.mb_per_s.iter().copied()).unwrap_or(f64::NAN);
+    let (upload_mbs, raw_write_mbs) = (median_of(&uploads), median_of(&writes));
     let download_mbs = mb_per_s(bytes, download_took);
     Ok(json!({
         "mib": mib,
@@ -289,12 +290,6 @@ impl Measured {
             *self.cpu.entry(role).or_insert(0.0) += seconds / ROUNDS as f64;
         }
     }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// One create with `Prefer: wait` on the Cog `hash` model; its latency and output.
