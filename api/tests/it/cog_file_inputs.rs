@@ -16,7 +16,7 @@ use crate::harness::{JsonBody, Options, System};
 
 #[tokio::test]
 async fn a_cog_model_with_a_path_input_sees_the_exact_bytes_of_an_upload_and_of_a_data_uri() {
-    let server = CogServer::start("hash", CogMode::Predict);
+    let server = CogServer::start_ready("hash", CogMode::Predict).await;
     let system = System::start_with(Options {
         notifier: false,
         env: vec![("RUNNER_COG", format!("acme/hash={}", server.url))],

@@ -24,8 +24,8 @@ async fn tune_system() -> (System, CogServer, CogServer, String) {
 }
 
 async fn tune_system_with(notifier: bool, more: &[(&'static str, &str)]) -> (System, CogServer, CogServer, String) {
-    let predictor = CogServer::start("tune", CogMode::Predict);
-    let trainer = CogServer::start("tune", CogMode::Train);
+    let predictor = CogServer::start_ready("tune", CogMode::Predict).await;
+    let trainer = CogServer::start_ready("tune", CogMode::Train).await;
     let mut env = vec![
         ("RUNNER_COG", format!("acme/tune={}", predictor.url)),
         ("RUNNER_COG_TRAIN", format!("acme/tune={}", trainer.url)),

@@ -1,11 +1,24 @@
 //! A Cog model server (coglet 0.23.1, from the venv `deploy/local/install` makes) serving a
 //! fixture directory of the runner's tests (`runner/tests/fixtures/cog/<name>`), on a free
-//! port, killed when dropped. A runner given its URL waits for it to be ready.
+//! port, ready before it is returned ([`CogServer::start_ready`], at most two of a test binary
+//! starting at once: [`STARTING`]), killed when dropped.
 
 use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
+    time::Duration,
 };
+
+use tokio::sync::Semaphore;
+
+/// How many Cog servers of one test binary may be starting at once: each start imports
+/// coglet's Python stack, seconds of a core, and with every Cog test of the runner starting
+/// its server at once on 2 cores a start took over a minute in CI (the test's wait for the
+/// model's registration ran out).
+pub static STARTING: Semaphore = Semaphore::const_new(2);
+
+/// How long a server may take to report `READY` once it may start.
+const READY_WITHIN: Duration = Duration::from_secs(120);
 
 /// What the server serves: a fixture's predictor, or its trainer (`--x-mode train`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,8 +37,8 @@ pub struct CogServer {
 }
 
 impl CogServer {
-    /// Serves fixture `name` in `mode` with one slot.
-    pub fn start(name: &str, mode: CogMode) -> Self {
+    /// Serves fixture `name` in `mode` with one slot (see [`Self::start_ready`]).
+    fn start(name: &str, mode: CogMode) -> Self {
         let python = PathBuf::from(super::installed("COG_PYTHON"));
         let bin = python.parent().expect("the venv's bin").to_path_buf();
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
@@ -45,6 +58,36 @@ impl CogServer {
         };
         let child = command.spawn().expect("start a Cog server");
         Self { child, url: format!("http://127.0.0.1:{port}") }
+    }
+
+    /// Starts as [`Self::start`] does, once fewer than [`STARTING`] are starting, and waits
+    /// until the server reports `READY`, so a runner given it registers the model at once.
+    pub async fn start_ready(name: &str, mode: CogMode) -> Self {
+        let _starting = STARTING.acquire().await.expect("the start gate is never closed");
+        let server = Self::start(name, mode);
+        let ready = super::eventually(READY_WITHIN, || async {
+            (server.health().await.as_deref() == Some("READY")).then_some(())
+        });
+        assert!(ready.await.is_some(), "the Cog server for {name} reported READY within {READY_WITHIN:?}");
+        server
+    }
+
+    /// What the server's `GET /health-check` reports (`READY`, `BUSY`, ...), if it answers
+    /// within 2 s.
+    pub async fn health(&self) -> Option<String> {
+        let response = reqwest::Client::new()
+            .get(format!("{}/health-check", self.url))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        let body: serde_json::Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+        body["status"].as_str().map(str::to_owned)
+    }
+
+    /// Kills the server (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill the Cog server");
     }
 }
 

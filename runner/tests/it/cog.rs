@@ -1,84 +1,19 @@
 //! Models served by real Cog servers (cog/coglet 0.23.1 from PyPI, no Docker), started from
 //! the predictors under `tests/fixtures/cog/`.
 
-use std::{
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
 use bson::doc;
 use common::{
     domain::PredictionStatus,
-    testkit::{eventually, installed},
+    testkit::{
+        cog::{CogMode, CogServer},
+        eventually,
+    },
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::fixture::Fixture;
-
-/// A Cog server running one fixture predictor; killed when dropped.
-struct CogServer {
-    child: Child,
-    port: u16,
-}
-
-/// How many Cog servers may be starting at once: each start imports coglet's Python stack,
-/// several seconds of a core, and with every cog test starting its server together on 2 cores
-/// a start took over a minute (the runner's registration wait ran out in CI).
-static STARTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
-
-/// How long a Cog server may take to report `READY` once it may start.
-const READY_WITHIN: Duration = Duration::from_secs(120);
-
-impl CogServer {
-    /// Starts a Cog server for `fixture` and waits until it reports `READY`, so that a runner
-    /// given it registers the model at once.
-    async fn start(fixture: &str) -> Self {
-        let _starting = STARTING.acquire().await.expect("the start gate is never closed");
-        let python = PathBuf::from(installed("COG_PYTHON"));
-        let bin = python.parent().expect("the venv's bin").to_path_buf();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cog").join(fixture);
-        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-        let child = Command::new(&python)
-            .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
-            .current_dir(dir)
-            .env("PATH", path)
-            .env("PORT", port.to_string())
-            .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
-            .env("COG_MAX_CONCURRENCY", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start a Cog server");
-        let server = Self { child, port };
-        let ready =
-            eventually(READY_WITHIN, || async { (server.health().await.as_deref() == Some("READY")).then_some(()) });
-        assert!(ready.await.is_some(), "the Cog server for {fixture} reported READY within {READY_WITHIN:?}");
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    async fn health(&self) -> Option<String> {
-        let text = tokio::process::Command::new("curl")
-            .args(["-s", "--max-time", "2", &format!("{}/health-check", self.url())])
-            .output()
-            .await
-            .ok()?
-            .stdout;
-        serde_json::from_slice::<Value>(&text).ok()?["status"].as_str().map(str::to_owned)
-    }
-}
-
-impl Drop for CogServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn runner_for(fixture: &Fixture, model: &str, server: &CogServer) {
     runner_for_with(fixture, model, server, &[]).await;
@@ -87,7 +22,7 @@ async fn runner_for(fixture: &Fixture, model: &str, server: &CogServer) {
 /// Starts a runner serving `model` from `server`, with more settings, and waits until it has
 /// registered the model.
 async fn runner_for_with(fixture: &Fixture, model: &str, server: &CogServer, extra: &[(&str, &str)]) {
-    let cog = format!("{model}={}", server.url());
+    let cog = format!("{model}={}", server.url);
     let mut settings = vec![("RUNNER_COG", cog.as_str())];
     settings.extend_from_slice(extra);
     fixture.start_runner_with("acme/*", &settings);
@@ -116,12 +51,12 @@ async fn cancel_as_the_api_does(fixture: &Fixture, id: &common::domain::Predicti
 /// that the prediction fails with `MODEL_SERVER_UNAVAILABLE`.
 async fn killing_the_server_mid_run_fails_the_prediction(fixture_name: &str, input: serde_json::Value) {
     let fixture = Fixture::new(&[]).await;
-    let mut server = CogServer::start(fixture_name).await;
+    let mut server = CogServer::start_ready(fixture_name, CogMode::Predict).await;
     let model = format!("acme/{fixture_name}");
     runner_for(&fixture, &model, &server).await;
     let p = fixture.create(&model, input).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
-    server.child.kill().expect("kill the Cog server");
+    server.kill();
     let done = fixture.wait_until(&p.id, Duration::from_secs(15), |p| p.status.is_terminal()).await;
     assert_eq!(done.status, PredictionStatus::Failed);
     assert_eq!(done.error.map(|e| e.code).as_deref(), Some("MODEL_SERVER_UNAVAILABLE"));
@@ -130,7 +65,7 @@ async fn killing_the_server_mid_run_fails_the_prediction(fixture_name: &str, inp
 #[tokio::test]
 async fn a_cog_echo_model_registers_its_schema_and_runs() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("echo").await;
+    let server = CogServer::start_ready("echo", CogMode::Predict).await;
     runner_for(&fixture, "acme/echo", &server).await;
     let record =
         fixture.store.models().get(&"acme/echo".parse().expect("model")).await.expect("read").expect("registered");
@@ -148,7 +83,7 @@ async fn a_cog_echo_model_registers_its_schema_and_runs() {
 #[tokio::test]
 async fn a_streaming_cog_model_updates_logs_and_output_while_it_runs() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("slow").await;
+    let server = CogServer::start_ready("slow", CogMode::Predict).await;
     runner_for(&fixture, "acme/slow", &server).await;
     let p = fixture.create("acme/slow", json!({"seconds": 2.0, "fail": false})).await;
     let midway = fixture
@@ -167,7 +102,7 @@ async fn a_streaming_cog_model_updates_logs_and_output_while_it_runs() {
 #[tokio::test]
 async fn a_failing_cog_model_keeps_its_logs_and_error() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("slow").await;
+    let server = CogServer::start_ready("slow", CogMode::Predict).await;
     runner_for(&fixture, "acme/slow", &server).await;
     let p = fixture.create("acme/slow", json!({"seconds": 0.8, "fail": true})).await;
     let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
@@ -180,7 +115,7 @@ async fn a_failing_cog_model_keeps_its_logs_and_error() {
 #[tokio::test]
 async fn canceling_a_cog_prediction_stops_it_on_the_server() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("slow").await;
+    let server = CogServer::start_ready("slow", CogMode::Predict).await;
     runner_for(&fixture, "acme/slow", &server).await;
     let p = fixture.create("acme/slow", json!({"seconds": 30.0, "fail": false})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
@@ -197,7 +132,7 @@ async fn a_cog_server_killed_mid_prediction_fails_it_with_a_clear_error() {
 #[tokio::test]
 async fn a_cog_file_output_becomes_a_stored_file_behind_a_url() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("file").await;
+    let server = CogServer::start_ready("file", CogMode::Predict).await;
     runner_for(&fixture, "acme/file", &server).await;
     let p = fixture.create("acme/file", json!({"size": 3})).await;
     let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
@@ -216,7 +151,7 @@ async fn a_cog_file_output_becomes_a_stored_file_behind_a_url() {
 #[tokio::test]
 async fn a_non_streaming_cog_model_runs_in_one_held_call_that_a_cancel_stops_on_the_server() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("pause").await;
+    let server = CogServer::start_ready("pause", CogMode::Predict).await;
     runner_for(&fixture, "acme/pause", &server).await;
     let quick = fixture.create("acme/pause", json!({"seconds": 0.1})).await;
     let done = fixture.wait_until(&quick.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
@@ -243,7 +178,7 @@ const EARLY_VERSION: &str = "pause1";
 #[tokio::test]
 async fn a_model_started_early_for_a_prediction_canceled_in_the_queue_is_stopped_on_the_server() {
     let fixture = Fixture::new(&[]).await;
-    let server = CogServer::start("pause").await;
+    let server = CogServer::start_ready("pause", CogMode::Predict).await;
     // Canceled while its job waited; the job carries its input, so the runner starts the model
     // beside its `processing` write, which then finds nothing to run.
     let account = common::domain::AccountId::generate();
@@ -272,10 +207,10 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
         Model, Progress,
         cog::{CogModel, callbacks::Callbacks},
     };
-    let server = CogServer::start("pause").await;
+    let server = CogServer::start_ready("pause", CogMode::Predict).await;
     let callbacks =
         Callbacks::serve("127.0.0.1:0".parse().expect("addr"), None, Default::default()).await.expect("serve");
-    let target = runner::models::cog::parse_targets(&format!("acme/pause={}", server.url())).expect("target").remove(0);
+    let target = runner::models::cog::parse_targets(&format!("acme/pause={}", server.url)).expect("target").remove(0);
     let model = CogModel::connect(&target, reqwest::Client::new(), callbacks, true).await.expect("connect");
     let progress = Progress::default();
     let input = |seconds: f64| json!({"seconds": seconds}).as_object().cloned().expect("object");
