@@ -19,7 +19,7 @@ use common::{
 use futures::StreamExt;
 use tracing::Instrument;
 
-use super::{Executor, within_limits};
+use super::Executor;
 use crate::models::{ModelError, ModelOutput, Progress};
 
 impl Executor {
@@ -122,4 +122,22 @@ impl Executor {
             }
         })
     }
+}
+
+/// A model's output, or `OUTPUT_TOO_LARGE` when its text passed the output limit (while it
+/// streamed, or as returned); a file output is a file, whatever its size.
+fn within_limits(output: ModelOutput, progress: &Progress) -> Result<ModelOutput, ModelError> {
+    let limit = progress.limits().max_output_bytes;
+    let size = match &output {
+        ModelOutput::Text(text) => text.len(),
+        ModelOutput::Json(value) => serde_json::to_string(value).map_or(usize::MAX, |text| text.len()),
+        ModelOutput::File { .. } => 0,
+    };
+    if progress.output_overflowed() || size > limit {
+        return Err(ModelError {
+            code: "OUTPUT_TOO_LARGE".into(),
+            message: format!("The output is larger than {limit} bytes (PREDICTION_MAX_OUTPUT_BYTES)."),
+        });
+    }
+    Ok(output)
 }
