@@ -3,7 +3,6 @@
 //! replaces is still current), delete, and the look-up of the caller's own (another
 //! account's is 404, never 403).
 
-use crate::problem::FieldError;
 use bson::DateTime;
 use common::{
     domain::{AccountId, ModelRef},
@@ -36,19 +35,14 @@ pub async fn owned(
     found.filter(|d| d.owner == owner).ok_or_else(missing)
 }
 
-/// Checks that `version` is a version `model` has had (400 at `model` or `version` otherwise).
+/// Checks that `version` is a version `model` has had: a well-formed body naming a model or a
+/// version that does not exist is 404, as a prediction's model or a training's destination is.
 async fn check_version(state: &AppState, model: &ModelRef, version: &str) -> Result<(), ApiError> {
     if state.models.get(model).await?.is_none() {
-        return Err(ApiError::validation(
-            format!("Model {model} not found."),
-            vec![FieldError::invalid("model", "No runner has registered this model.")],
-        ));
+        return Err(ApiError::not_found(format!("Model {model} not found: no runner has registered it.")));
     }
     if state.models.version(model, version).await?.is_none() {
-        return Err(ApiError::validation(
-            format!("Version {version} of {model} not found."),
-            vec![FieldError::invalid("version", format!("Not a version of {model}."))],
-        ));
+        return Err(ApiError::not_found(format!("Version {version} of {model} not found.")));
     }
     Ok(())
 }

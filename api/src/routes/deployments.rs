@@ -119,7 +119,7 @@ async fn owned(state: &AppState, caller: &Caller, owner: &str, name: &str) -> Re
     operation_id = "createDeployment",
     tag = "deployments",
     request_body(content = deployment::CreateDeploymentBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, release 1", body = DeploymentView), (status = 400, response = inline(problems::BadRequest)), (status = 409, response = inline(problems::Conflict)), (status = 413, response = inline(problems::TooLarge))),
+    responses((status = 201, description = "Created, release 1", body = DeploymentView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 409, response = inline(problems::Conflict)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 pub async fn create(

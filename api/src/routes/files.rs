@@ -71,7 +71,7 @@ fn now_seconds() -> i64 {
     path = "/files",
     operation_id = "createFile",
     tag = "files",
-    request_body(content = UploadBody, content_type = "multipart/form-data"),
+    request_body(content = UploadBody, content_type = "multipart/form-data", encoding(("metadata" = (content_type = "application/json")))),
     responses(
         (status = 201, description = "Stored", body = FileView),
         (status = 413, description = "Larger than `API_MAX_FILE_BYTES`"), (status = 400, response = inline(problems::BadRequest)), (status = 413, response = inline(problems::TooLarge))),
@@ -104,7 +104,9 @@ pub async fn create(
                         .map_err(|e| uploads::upload_error(e, state.config.max_file_bytes))?;
                     stored = Some((bytes, name, content_type));
                 }
-                "metadata" => metadata = Some(uploads::small_text(field, "metadata").await?),
+                "metadata" if metadata.is_none() => metadata = Some(uploads::small_text(field, "metadata").await?),
+                // A form's array is sent as one part per item: metadata is one JSON object.
+                "metadata" => return Err(bad_metadata()),
                 other => {
                     let name = other.to_owned();
                     return Err(ApiError::validation(

@@ -2,15 +2,13 @@
 //! to now), `bucket` (`hour` or `day`, default `day`; buckets aligned to UTC) and `group_by` (a
 //! comma list of `model`, `deployment`, `hardware`, `api_key`, `kind`; default `model`).
 //! Totals are kept per hour, so `start` is taken back to the start of its bucket and `end` on
-//! to the end of its bucket. A range of more than [`MAX_DAYS`] days is refused.
+//! to the end of its bucket. Any range is answered (the work is bounded by the totals stored,
+//! not by the range: empty buckets are left out); one that ends before it starts is empty.
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 
 use super::paging::QueryPairs;
 use crate::problem::FieldError;
-
-/// The longest range one query may cover.
-pub const MAX_DAYS: i64 = 366;
 
 /// The parameters as the OpenAPI description shows them; [`parse`] reads them.
 #[derive(utoipa::IntoParams)]
@@ -147,13 +145,11 @@ pub fn parse(query: Option<&str>, now: DateTime<Utc>) -> Result<UsageQuery, Vec<
     }
     let end = time(&query, "end", &mut errors).unwrap_or(now);
     let start = time(&query, "start", &mut errors).unwrap_or(end - Duration::days(30));
-    if errors.is_empty() && start >= end {
-        errors.push(FieldError::invalid("start", "Must be before end."));
-    } else if errors.is_empty() && end - start > Duration::days(MAX_DAYS) {
-        errors.push(FieldError::invalid("start", format!("The range may cover at most {MAX_DAYS} days.")));
-    }
     if !errors.is_empty() {
         return Err(errors);
+    }
+    if start >= end {
+        return Ok(UsageQuery { start: end, end, bucket, group_by });
     }
     let (start, last) = (bucket.floor(start), bucket.floor(end));
     let end = if last == end { end } else { last + bucket.length() };
@@ -196,6 +192,15 @@ mod tests {
     }
 
     #[test]
+    fn any_well_formed_range_is_answered_and_one_that_ends_before_it_starts_is_empty() {
+        let now = at("2026-11-26T10:00:00Z");
+        let long = parse(Some("start=2000-01-01T00:00:00Z"), now).expect("a long range is answered");
+        assert_eq!(long.start, at("2000-01-01T00:00:00Z"));
+        let inverted = parse(Some("start=2026-11-27T00:00:00Z"), now).expect("answered");
+        assert_eq!((inverted.start, inverted.end), (now, now), "an empty range");
+    }
+
+    #[test]
     fn every_bad_parameter_is_named() {
         let now = at("2026-11-26T10:00:00Z");
         let fields =
@@ -204,8 +209,6 @@ mod tests {
         assert_eq!(fields("group_by=model,color"), vec!["group_by"]);
         assert_eq!(fields("start=yesterday"), vec!["start"]);
         assert_eq!(fields("end=2026-13-01T00:00:00Z"), vec!["end"]);
-        assert_eq!(fields("start=2026-11-27T00:00:00Z"), vec!["start"], "after end");
-        assert_eq!(fields("start=2020-01-01T00:00:00Z"), vec!["start"], "too long a range");
         assert_eq!(fields("bucket=week&group_by=x"), vec!["bucket", "group_by"]);
     }
 }

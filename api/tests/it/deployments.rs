@@ -160,7 +160,7 @@ async fn a_deployment_is_created_used_updated_and_deleted_and_runs_only_on_its_p
 }
 
 #[tokio::test]
-async fn a_deployment_of_an_unknown_version_or_bad_fields_is_400_with_every_field() {
+async fn bad_fields_of_a_deployment_are_400_with_every_field_and_an_unknown_model_or_version_404() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
     let bad = json!({"name": "App!", "model": "demo/echo", "hardware": "any", "min_instances": 3, "max_instances": 1});
     let refused = system.request(Method::POST, "/v1/deployments").json(&bad).send().await.expect("sent");
@@ -170,8 +170,15 @@ async fn a_deployment_of_an_unknown_version_or_bad_fields_is_400_with_every_fiel
     assert_eq!(fields, vec![json!("name"), json!("hardware"), json!("version"), json!("max_instances")]);
     let unknown = json!({"name": "app", "model": "demo/echo", "version": "nope", "hardware": "cpu", "min_instances": 0, "max_instances": 1});
     let refused = system.request(Method::POST, "/v1/deployments").json(&unknown).send().await.expect("sent");
-    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(refused.json_body().await["errors"][0]["field"], "version");
+    assert_eq!(refused.status(), StatusCode::NOT_FOUND, "a version that does not exist, as elsewhere");
+    assert!(refused.json_body().await["detail"].as_str().is_some_and(|d| d.contains("nope")));
+    for root in ["/v1", "/replicate/v1"] {
+        let missing = json!({"name": "app", "model": "nobody/nothing", "version": "v1", "hardware": "cpu", "min_instances": 0, "max_instances": 1});
+        let refused =
+            system.request(Method::POST, &format!("{root}/deployments")).json(&missing).send().await.expect("sent");
+        assert_eq!(refused.status(), StatusCode::NOT_FOUND, "{root}: a model that does not exist");
+        assert_eq!(refused.headers()["content-type"], "application/problem+json");
+    }
     let reader = system
         .request(Method::POST, "/v1/account/api-keys")
         .json(&json!({"scopes": ["read", "write"]}))

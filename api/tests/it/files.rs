@@ -206,6 +206,17 @@ async fn uploads_without_a_file_or_with_bad_metadata_are_400_and_need_write() {
     let bad = upload_as(&system, &system.admin_key, "/v1", "a.txt", b"a".to_vec(), Some("[1, 2]")).await;
     assert_eq!(bad.status(), 400);
     assert_eq!(bad.json_body().await["errors"][0]["field"], "metadata");
+    // An array sent the way forms send one (a part per item), and the document's own encoding.
+    let twice = multipart::Form::new()
+        .text("metadata", "{}")
+        .text("metadata", "{}")
+        .part("content", multipart::Part::bytes(b"a".to_vec()));
+    let refused = system.request(Method::POST, "/v1/files").multipart(twice).send().await.expect("sent");
+    assert_eq!(refused.status(), 400);
+    assert_eq!(refused.json_body().await["errors"][0]["field"], "metadata");
+    let doc = system.get("/openapi.json").await.json_body().await;
+    let encoding = &doc["paths"]["/v1/files"]["post"]["requestBody"]["content"]["multipart/form-data"]["encoding"];
+    assert_eq!(encoding["metadata"]["contentType"], "application/json", "metadata is one JSON part");
     let extra = multipart::Form::new().text("surprise", "1").part("content", multipart::Part::bytes(b"a".to_vec()));
     let refused = system.request(Method::POST, "/v1/files").multipart(extra).send().await.expect("sent");
     assert_eq!(refused.status(), 400);
