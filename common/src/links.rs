@@ -146,14 +146,20 @@ impl Links {
         }
     }
 
-    /// A stored output as `surface` shows it: a file (stored as its canonical object URL)
-    /// becomes the surface's link to its bytes; any other output is unchanged.
+    /// A stored output string as `surface` shows it: a file (stored as its canonical object
+    /// URL) becomes the surface's link to its bytes; any other string is unchanged.
     pub fn output(&self, output: &str, surface: ApiSurface) -> String {
-        let canonical = format!("{}/files/", self.api(ApiSurface::Canonical));
-        match output.strip_prefix(&canonical).map(FileId::parse) {
-            Some(Ok(file)) => self.file_download(&file, surface),
-            _ => output.to_owned(),
+        match self.stored_file(output) {
+            Some(file) => self.file_download(&file, surface),
+            None => output.to_owned(),
         }
+    }
+
+    /// The file a string of a stored output names: a file output is stored as its canonical
+    /// object URL ([`Self::file`] on `/v1`), wherever it sits in the output's value.
+    pub fn stored_file(&self, output: &str) -> Option<FileId> {
+        let canonical = format!("{}/files/", self.api(ApiSurface::Canonical));
+        output.strip_prefix(&canonical).and_then(|id| FileId::parse(id).ok())
     }
 
     /// File `record` as `surface` shows it at `now` (unix seconds): its signed download works

@@ -5,18 +5,25 @@
 //! Both are bounded ([`Limits`]), because a prediction is one MongoDB document of at most
 //! 16 MiB: past that it could no longer be updated, and would never end. The logs keep their
 //! tail: once they pass `max_log_bytes` the oldest lines go, and the text starts with a line
-//! saying how much was cut. Text output is never cut: past `max_output_bytes` it stops
-//! growing and [`Progress::output_overflowed`] tells the executor to fail the prediction
-//! (`OUTPUT_TOO_LARGE`).
+//! saying how much was cut. Output is never cut: past `max_output_bytes` (its JSON text, for
+//! a value that is not text) it stops growing and [`Progress::output_overflowed`] tells the
+//! executor to fail the prediction (`OUTPUT_TOO_LARGE`).
+//!
+//! The output is a JSON value: a text model's growing string, or a Cog model's snapshot (an
+//! iterator's items so far). A snapshot still holding a `data:` URI (a file not yet stored)
+//! is not kept: its files become stored files only with the final output.
 
 use std::sync::Mutex;
+
+use serde_json::Value;
 
 /// The most bytes of logs and of text output one prediction keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// `PREDICTION_MAX_LOG_BYTES`: the logs' tail kept, the cut line included.
     pub max_log_bytes: usize,
-    /// `PREDICTION_MAX_OUTPUT_BYTES`: the longest text output (a file output is a file).
+    /// `PREDICTION_MAX_OUTPUT_BYTES`: the longest output, as text or JSON text (the files in
+    /// it count as their URLs).
     pub max_output_bytes: usize,
 }
 
@@ -39,7 +46,7 @@ struct State {
     logs: String,
     /// Bytes cut from the head of the logs so far.
     cut: usize,
-    output: Option<String>,
+    output: Option<Value>,
     /// The output passed its limit (and stopped growing).
     overflowed: bool,
     logs_changed: bool,
@@ -77,10 +84,11 @@ impl State {
         format!("[... {} bytes of earlier logs cut ...]\n{}", self.cut, self.logs)
     }
 
-    /// Keeps `output` unless it passes the limit, which marks the output overflowed.
-    fn bound_output(&mut self) {
-        if self.output.as_ref().is_some_and(|o| o.len() > self.limits.max_output_bytes) {
-            let output = self.output.as_mut().expect("checked");
+    /// Keeps text output within the limit, cut at it and marked overflowed past it.
+    fn bound_text(&mut self) {
+        if let Some(Value::String(output)) = self.output.as_mut()
+            && output.len() > self.limits.max_output_bytes
+        {
             let mut at = self.limits.max_output_bytes;
             while !output.is_char_boundary(at) {
                 at -= 1;
@@ -97,7 +105,7 @@ pub struct Changes {
     /// The whole log text, if it changed.
     pub logs: Option<String>,
     /// The whole output, if it changed.
-    pub output: Option<String>,
+    pub output: Option<Value>,
 }
 
 impl Progress {
@@ -126,8 +134,11 @@ impl Progress {
             if s.overflowed {
                 return;
             }
-            s.output.get_or_insert_with(String::new).push_str(text);
-            s.bound_output();
+            match s.output.as_mut() {
+                Some(Value::String(output)) => output.push_str(text),
+                _ => s.output = Some(Value::String(text.to_owned())),
+            }
+            s.bound_text();
             s.output_changed = true;
         });
     }
@@ -147,14 +158,27 @@ impl Progress {
         });
     }
 
-    /// Replaces the whole output so far.
-    pub fn set_output(&self, output: &str) {
+    /// Replaces the whole output so far (a snapshot). One that holds a `data:` URI is not
+    /// kept (see the module's doc); one whose JSON text passes the limit marks the output
+    /// overflowed and is not kept either.
+    pub fn set_output(&self, output: Value) {
+        if common::domain::output::holds_data_uri(&output) {
+            return;
+        }
         self.with(|s| {
-            if s.output.as_deref() != Some(output) {
-                s.output = Some(output.to_owned());
-                s.bound_output();
-                s.output_changed = true;
+            if s.overflowed || s.output.as_ref() == Some(&output) {
+                return;
             }
+            if let Value::String(_) = output {
+                s.output = Some(output);
+                s.bound_text();
+            } else if json_len(&output) > s.limits.max_output_bytes {
+                s.overflowed = true;
+                return;
+            } else {
+                s.output = Some(output);
+            }
+            s.output_changed = true;
         });
     }
 
@@ -177,7 +201,7 @@ impl Progress {
     }
 
     /// The output so far.
-    pub fn output(&self) -> Option<String> {
+    pub fn output(&self) -> Option<Value> {
         self.with(|s| s.output.clone())
     }
 
@@ -190,6 +214,11 @@ impl Progress {
     pub fn limits(&self) -> Limits {
         self.with(|s| s.limits)
     }
+}
+
+/// The length of `value`'s compact JSON text: what the output limit counts of a value.
+pub fn json_len(value: &Value) -> usize {
+    serde_json::to_string(value).map_or(usize::MAX, |text| text.len())
 }
 
 #[cfg(test)]
@@ -239,10 +268,28 @@ mod tests {
         p.append_output("678901");
         p.append_output("more");
         assert!(p.output_overflowed());
-        assert_eq!(p.output().as_deref(), Some("1234567890"));
+        assert_eq!(p.output(), Some(Value::from("1234567890")));
         let q = small(1024, 10);
-        q.set_output("é".repeat(8).as_str());
-        assert!(q.output_overflowed() && q.output().is_some_and(|o| o.len() <= 10));
+        q.set_output(Value::from("é".repeat(8)));
+        assert!(q.output_overflowed() && q.output().is_some_and(|o| o.as_str().is_some_and(|t| t.len() <= 10)));
+    }
+
+    #[test]
+    fn a_snapshot_of_items_is_kept_whole_until_its_json_passes_the_limit() {
+        let p = small(1024, 30);
+        p.set_output(serde_json::json!(["tick0 ", "tick1 "]));
+        assert_eq!(p.output(), Some(serde_json::json!(["tick0 ", "tick1 "])));
+        p.set_output(serde_json::json!(["tick0 ", "tick1 ", "tick2 ", "tick3 "]));
+        assert!(p.output_overflowed(), "37 bytes of JSON pass 30");
+        assert_eq!(p.output(), Some(serde_json::json!(["tick0 ", "tick1 "])), "the last snapshot within the limit");
+    }
+
+    #[test]
+    fn a_snapshot_holding_a_file_not_yet_stored_is_not_kept() {
+        let p = Progress::default();
+        p.set_output(serde_json::json!(["data:image/png;base64,AAAA"]));
+        assert_eq!(p.take_changes(), None);
+        assert_eq!(p.output(), None);
     }
 
     #[test]

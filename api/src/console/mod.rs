@@ -26,6 +26,7 @@ mod files;
 mod keys;
 mod login;
 mod models;
+mod output;
 mod page;
 mod predictions;
 mod secret;

@@ -17,13 +17,14 @@ use axum::{
 };
 use bson::DateTime;
 use common::{
-    domain::{ApiSurface, FileId, Prediction, PredictionStatus, Scope},
+    domain::{ApiSurface, Prediction, PredictionStatus, Scope},
     store::webhook_attempts::{AttemptOutcome, WebhookAttempt},
 };
 
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
+    output::{FileView, OutputView, file_views, output_view},
     page::{Chrome, ago, html, see_other},
     session::Signed,
 };
@@ -115,13 +116,6 @@ pub async fn list(
     Ok(html(&list))
 }
 
-/// A file output as the page shows it.
-struct FileView {
-    url: String,
-    kind: &'static str,
-    name: String,
-}
-
 /// One delivery attempt as the page shows it.
 struct DeliveryRow {
     webhook_id: String,
@@ -173,10 +167,7 @@ struct PredictionPage {
     can_write: bool,
     stream_url: String,
     error: Option<String>,
-    output_text: Option<String>,
-    output_json: Option<String>,
-    output_files: Vec<FileView>,
-    output_empty: bool,
+    output: OutputView,
     input_files: Vec<FileView>,
     queue: Option<QueueRow>,
     logs: String,
@@ -188,46 +179,6 @@ struct PredictionPage {
     total_time: String,
     has_webhook: bool,
     deliveries: Vec<DeliveryRow>,
-}
-
-/// The stored output split for the page: text, pretty JSON, or the files it names.
-async fn output_parts(
-    state: &AppState,
-    output: Option<&str>,
-) -> Result<(Option<String>, Option<String>, Vec<FileView>), ConsoleError> {
-    let Some(output) = output else { return Ok((None, None, Vec::new())) };
-    let prefix = format!("{}/files/", state.links.api(ApiSurface::Canonical));
-    let file_ids: Vec<String> = match serde_json::from_str::<serde_json::Value>(output) {
-        Ok(serde_json::Value::Array(items))
-            if !items.is_empty() && items.iter().all(|i| i.as_str().is_some_and(|s| s.starts_with(&prefix))) =>
-        {
-            items.iter().filter_map(|i| i.as_str().map(|s| s[prefix.len()..].to_owned())).collect()
-        }
-        _ if output.starts_with(&prefix) => vec![output[prefix.len()..].to_owned()],
-        Ok(json @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
-            return Ok((None, Some(serde_json::to_string_pretty(&json).unwrap_or_default()), Vec::new()));
-        }
-        _ => return Ok((Some(output.to_owned()), None, Vec::new())),
-    };
-    let ids = file_ids.iter().filter_map(|id| FileId::parse(id).ok()).collect::<Vec<_>>();
-    Ok((None, None, file_views(state, &ids).await?))
-}
-
-/// How the page shows files `ids`: images and videos inline, others as links, each through the
-/// console's own `/files/{id}` (loaded with the session).
-async fn file_views(state: &AppState, ids: &[FileId]) -> Result<Vec<FileView>, ConsoleError> {
-    let mut files = Vec::new();
-    for id in ids {
-        let info = state.files.get(id).await.map_err(anyhow::Error::from)?;
-        let (kind, name) = match &info {
-            Some(f) if f.content_type.starts_with("image/") => ("image", f.name.clone()),
-            Some(f) if f.content_type.starts_with("video/") => ("video", f.name.clone()),
-            Some(f) => ("other", f.name.clone()),
-            None => ("other", format!("{id} (removed)")),
-        };
-        files.push(FileView { url: format!("/files/{id}"), kind, name });
-    }
-    Ok(files)
 }
 
 /// A moment as the pages show it, `—` when there is none.
@@ -242,7 +193,7 @@ pub async fn page(
     Path(id): Path<String>,
 ) -> Result<Response, ConsoleError> {
     let p = owned_prediction(&state, &signed.caller(), &id).await?;
-    let (output_text, output_json, output_files) = output_parts(&state, p.output.as_deref()).await?;
+    let output = output_view(&state, p.output.as_ref()).await?;
     let attempts = state.store.webhook_attempts().for_prediction(&p.id).await.map_err(anyhow::Error::from)?;
     let running = !p.status.is_terminal();
     let can_write = signed.key.has_scope(Scope::Write);
@@ -257,10 +208,7 @@ pub async fn page(
         can_write,
         stream_url: view.urls.stream,
         error: p.error.as_ref().map(|e| e.message.clone()),
-        output_empty: output_text.is_none() && output_json.is_none() && output_files.is_empty(),
-        output_text,
-        output_json,
-        output_files,
+        output,
         input_files: file_views(&state, &p.input_files).await?,
         queue: state.queue_places.place(&p).await?.map(|q| QueueRow {
             position: q.position,

@@ -60,6 +60,7 @@ async fn runs_as(state: &AppState, record: &ModelVersionRecord) -> Result<Option
         input_schema_json: record.input_schema_json.clone(),
         version: from.version.clone(),
         registered_at: record.created_at,
+        output_schema_json: record.output_schema_json.clone(),
     };
     Ok(Some(Arc::new(RegisteredModel {
         record: run_on,

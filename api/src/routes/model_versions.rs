@@ -3,7 +3,9 @@
 //! versions its trainings record; a private one's are 404 to other accounts).
 //!
 //! A version's `openapi_schema` has `components.schemas.Input` (the registered input schema)
-//! and `Output` (a string: text, a file URL or compact JSON, as the contract's `output`), and
+//! and `Output`: the model's own (a Cog model's, with `x-cog-array-type` and
+//! `x-cog-array-display`, which the official clients read to treat an iterator as one), or a
+//! string (text, a file URL or compact JSON) for a model that declares none; and
 //! `TrainingInput` when a runner serves a trainer of it. `cog_version` is [`COG_VERSION`]: the
 //! registry does not record which Cog, if any, serves a model.
 
@@ -76,14 +78,15 @@ pub(super) fn version_view(version: &ModelVersionRecord) -> Result<VersionView, 
     if let Value::Object(schema) = &mut input {
         schema.entry("title").or_insert_with(|| json!("Input"));
     }
+    let output = match version.output_schema().transpose()? {
+        Some(declared) => declared,
+        None => json!({"title": "Output", "type": "string", "description": "Text, a file URL, or compact JSON."}),
+    };
     let mut openapi_schema = json!({
         "openapi": "3.0.2",
         "info": {"title": version.model.to_string(), "version": version.id},
         "paths": {},
-        "components": {"schemas": {
-            "Input": input,
-            "Output": {"title": "Output", "type": "string", "description": "Text, a file URL, or compact JSON."},
-        }},
+        "components": {"schemas": {"Input": input, "Output": output}},
     });
     if let Some(training_input) = version.training_input_schema().transpose()? {
         openapi_schema["components"]["schemas"]["TrainingInput"] = training_input;

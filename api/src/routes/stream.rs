@@ -2,7 +2,10 @@
 //! prediction runs, in the shape Replicate's clients read (CONTRACT §6):
 //!
 //! - `output` and `logs` carry what was added since the previous event (the whole text when it
-//!   was replaced); a failed prediction ends with `error` (`{"detail": message}`); every stream
+//!   was replaced). An output that is an array (an iterator's items, on `/replicate/v1`) sends
+//!   its new items: text items joined, one link as it is, several links or other items as the
+//!   compact JSON array of the new ones; any other value its compact JSON text when it
+//!   changed. A failed prediction ends with `error` (`{"detail": message}`); every stream
 //!   ends with `done`: `{}` after success, `{"reason":"canceled"}`, or `{"reason":"error"}`.
 //!   Nothing else is sent: replicate-python raises on any other event name.
 //! - Every event has an `id:` that grows per prediction: `4 × seq + k`, where `seq` is the
@@ -89,9 +92,37 @@ impl Step {
 /// What a client has been sent so far.
 #[derive(Default)]
 struct Sent {
-    output: String,
+    output: Option<serde_json::Value>,
     logs: String,
     seq: i64,
+}
+
+/// The data of the `output` event that brings a client from `before` to `now`, if any.
+fn output_added(before: Option<&serde_json::Value>, now: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    if before == Some(now) {
+        return None;
+    }
+    match (before, now) {
+        (Some(Value::String(before)), Value::String(now)) => Some(added(before, now).to_owned()),
+        (_, Value::String(now)) => Some(now.clone()),
+        (before, Value::Array(items)) => {
+            let known = match before {
+                Some(Value::Array(sent)) if items.starts_with(sent) => sent.len(),
+                _ => 0,
+            };
+            let new = &items[known..];
+            let texts: Option<Vec<&str>> = new.iter().map(Value::as_str).collect();
+            Some(match texts {
+                Some(texts) if texts.len() == 1 => texts[0].to_owned(),
+                Some(texts) if !texts.iter().any(|t| t.starts_with("http://") || t.starts_with("https://")) => {
+                    texts.concat()
+                }
+                _ => Value::Array(new.to_vec()).to_string(),
+            })
+        }
+        (_, other) => Some(other.to_string()),
+    }
 }
 
 /// The text added to `before` to make `now` (all of `now` if it was replaced).
@@ -111,16 +142,11 @@ impl Sent {
         let base = u64::try_from(self.seq).unwrap_or(0) * 4;
         let step = |kind: Kind, data: String| Step { id: base + kind as u64, kind, data };
         let mut steps = Vec::new();
-        // A training's output is an object, known only at its end: streamed as its JSON.
-        let output = match &view.output {
-            None => String::new(),
-            Some(serde_json::Value::String(text)) => text.clone(),
-            Some(other) => other.to_string(),
-        };
-        let output = output.as_str();
-        if output != self.output {
-            steps.push(step(Kind::Output, added(&self.output, output).to_owned()));
-            self.output = output.to_owned();
+        if let Some(output) = &view.output
+            && let Some(data) = output_added(self.output.as_ref(), output)
+        {
+            steps.push(step(Kind::Output, data));
+            self.output = Some(output.clone());
         }
         if view.logs != self.logs {
             steps.push(step(Kind::Logs, added(&self.logs, &view.logs).to_owned()));
@@ -304,6 +330,20 @@ mod tests {
         assert_eq!(added("hello", "hello world"), " world");
         assert_eq!(added("", "abc"), "abc");
         assert_eq!(added("abc", "xyz"), "xyz");
+    }
+
+    #[test]
+    fn an_iterators_events_carry_its_new_items() {
+        let a = json!(["Hel"]);
+        let b = json!(["Hel", "lo", " world"]);
+        assert_eq!(output_added(None, &a).as_deref(), Some("Hel"));
+        assert_eq!(output_added(Some(&a), &b).as_deref(), Some("lo world"));
+        assert_eq!(output_added(Some(&b), &b), None);
+        let files = json!(["http://h/f/1/download", "http://h/f/2/download"]);
+        assert_eq!(output_added(None, &files).as_deref(), Some(r#"["http://h/f/1/download","http://h/f/2/download"]"#));
+        let one = json!(["http://h/f/1/download"]);
+        assert_eq!(output_added(Some(&one), &files).as_deref(), Some("http://h/f/2/download"));
+        assert_eq!(output_added(None, &json!({"x": 1})).as_deref(), Some(r#"{"x":1}"#));
     }
 
     #[test]

@@ -71,6 +71,7 @@ impl RegisteredModel {
             input_schema_json: version.input_schema_json.clone(),
             version: version.id.clone(),
             registered_at: version.created_at,
+            output_schema_json: version.output_schema_json.clone(),
         })
     }
 }

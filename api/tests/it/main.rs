@@ -6,6 +6,7 @@ mod bad_input;
 mod builtin_models;
 mod cancel;
 mod cog_file_inputs;
+mod cog_outputs;
 mod console;
 mod deployments;
 mod disconnects;

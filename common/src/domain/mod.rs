@@ -6,6 +6,7 @@ pub mod events;
 pub mod file_store;
 pub mod ids;
 pub mod model;
+pub mod output;
 pub mod prediction;
 pub mod priority;
 pub mod route;

@@ -71,8 +71,10 @@ pub struct Prediction {
     pub status: PredictionStatus,
     /// Log text so far.
     pub logs: String,
-    /// Output so far (text, a file URL, or compact JSON).
-    pub output: Option<String>,
+    /// Output so far: the model's JSON value, each file in it as its stored URL (see
+    /// [`super::output`]); a string (text, a file URL or compact JSON text) when stored before
+    /// outputs were values.
+    pub output: Option<Value>,
     /// Why it failed, once failed.
     pub error: Option<PredictionError>,
     /// Timings, once terminal.

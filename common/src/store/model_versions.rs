@@ -35,6 +35,10 @@ pub struct ModelVersionRecord {
     /// For a version a training recorded: what it was trained from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trained_from: Option<TrainedFrom>,
+    /// The output JSON Schema at that version, as JSON text (see
+    /// [`ModelRecord::output_schema_json`]); refreshed by each registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema_json: Option<String>,
 }
 
 /// What a trained version was trained from, and its weights.
@@ -61,7 +65,13 @@ impl ModelVersionRecord {
             created_at: record.registered_at,
             training_input_schema_json: None,
             trained_from: None,
+            output_schema_json: record.output_schema_json.clone(),
         }
+    }
+
+    /// Its output schema, parsed, if its model declares one.
+    pub fn output_schema(&self) -> Option<Result<serde_json::Value, serde_json::Error>> {
+        self.output_schema_json.as_deref().map(serde_json::from_str)
     }
 
     /// Its trainer's input schema, parsed, if it has a trainer.
@@ -99,7 +109,12 @@ impl ModelVersions {
     /// Records the version of `record`; a version seen before keeps its first `created_at`.
     pub async fn record(&self, record: &ModelRecord) -> Result<(), StoreError> {
         // Nothing read back: a runner's start-up writes, it does not need the stored copy.
-        let (filter, update) = insert_if_new(&ModelVersionRecord::of(record))?;
+        let mut version = ModelVersionRecord::of(record);
+        let output_schema_json = version.output_schema_json.take();
+        let (filter, mut update) = insert_if_new(&version)?;
+        // The output schema follows the registration (a version recorded before it was kept
+        // gains it); everything else stays as first seen.
+        update.insert("$set", doc! { "output_schema_json": output_schema_json });
         self.coll.update_one(filter, update).upsert(true).await.map(drop)
     }
 

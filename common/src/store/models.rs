@@ -27,6 +27,12 @@ pub struct ModelRecord {
     pub version: String,
     /// When a runner last registered it.
     pub registered_at: DateTime,
+    /// The output JSON Schema the model declares (a Cog model's `components.schemas.Output`,
+    /// with `x-cog-array-type` and `x-cog-array-display`), as JSON text; absent when it
+    /// declares none. Not part of the derived version: registrations from before it was kept
+    /// keep their version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema_json: Option<String>,
 }
 
 impl ModelRecord {
@@ -45,7 +51,14 @@ impl ModelRecord {
             input_schema_json,
             version: hex(&digest.finalize()),
             registered_at: DateTime::now(),
+            output_schema_json: None,
         }
+    }
+
+    /// The same registration with the output schema the model declares.
+    pub fn with_output_schema(mut self, schema: Option<&Value>) -> Self {
+        self.output_schema_json = schema.map(Value::to_string);
+        self
     }
 
     /// The same registration under a version id an operator chose (an image digest, say),

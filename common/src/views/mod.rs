@@ -3,6 +3,7 @@
 //! notifier delivers it as the webhook payload unchanged.
 
 pub mod file;
+pub mod output;
 pub mod prediction;
 
 pub use file::{FileChecksums, FileUrls, FileView};

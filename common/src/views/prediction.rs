@@ -68,9 +68,10 @@ pub struct PredictionView {
     pub input: Value,
     /// Log text.
     pub logs: String,
-    /// The output (text, file URL or compact JSON), `null` until known; a training's is
-    /// `{version, weights}`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    /// The output, `null` until known. On `/v1` a string: text, a file's URL, or compact JSON
+    /// text with files as URLs; on `/replicate/v1` the model's JSON value (an iterator's items
+    /// as an array, an object's fields), files as URLs. A training's is `{version, weights}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
     pub output: Option<Value>,
     /// Whether retention removed its data.
     pub data_removed: bool,
@@ -136,7 +137,7 @@ impl Prediction {
             capability: self.capability.clone(),
             input: self.input.clone(),
             logs: self.logs.clone(),
-            output: self.output.as_deref().map(|o| self.output_view(o, links, surface)),
+            output: self.output.as_ref().map(|o| self.output_view(o, links, surface)),
             data_removed: self.data_removed,
             error,
             source: self.source.clone(),
@@ -156,18 +157,19 @@ impl Prediction {
         }
     }
 
-    /// A stored output as `surface` shows it: a string (a file as the surface's link to it);
-    /// a training's `{version, weights}` as an object, its weights as a link.
-    fn output_view(&self, output: &str, links: &Links, surface: ApiSurface) -> Value {
-        if self.is_training()
-            && let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(output)
-        {
-            if let Some(Value::String(weights)) = fields.get_mut("weights") {
-                *weights = links.output(weights, surface);
+    /// A stored output as `surface` shows it (see [`super::output`]); a training's
+    /// `{version, weights}` is an object on both surfaces, its weights as a link.
+    fn output_view(&self, output: &Value, links: &Links, surface: ApiSurface) -> Value {
+        if self.is_training() {
+            let fields = match output {
+                Value::String(text) => serde_json::from_str::<Value>(text).ok(),
+                other => Some(other.clone()),
+            };
+            if let Some(fields @ Value::Object(_)) = fields {
+                return super::output::linked(&fields, links, surface);
             }
-            return Value::Object(fields);
         }
-        Value::String(links.output(output, surface))
+        super::output::render(output, links, surface)
     }
 }
 

@@ -92,6 +92,26 @@ def test_text_and_image_outputs_are_rendered(browser, api):
         browser.save_screenshot(os.path.join(os.environ["SCREENSHOT_DIR"], "console-prediction.png"))
 
 
+def test_lists_of_images_objects_and_token_streams_are_rendered(browser, api):
+    images = api.wait_terminal(api.create("demo/text-to-images", {"prompt": "a fox", "num_outputs": 3, "size": 16})["id"])
+    open_prediction(browser, images["id"])
+    shown = wait_for(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#output img")) == 3 and d.find_elements(By.CSS_SELECTOR, "#output img"))
+    for img in shown:
+        wait_for(browser, lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img) > 0)
+
+    annotated = api.wait_terminal(api.create("demo/annotate", {"prompt": "red fox"})["id"])
+    open_prediction(browser, annotated["id"])
+    caption = browser.find_element(By.CSS_SELECTOR, "#output dd[data-field='caption']").text.strip()
+    assert caption == "a picture of red fox"
+    img = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#output dd[data-field='image'] img"))
+    wait_for(browser, lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img) > 0)
+    assert "1.0" in browser.find_element(By.CSS_SELECTOR, "#output dd[data-field='scores']").text
+
+    tokens = api.wait_terminal(api.create("acme/tokens", {"text": "one two three", "delay": 0})["id"])
+    open_prediction(browser, tokens["id"])
+    assert text_of(browser, "output") == "one two three"
+
+
 def test_status_and_logs_update_live_without_a_reload(browser, api):
     created = api.create("demo/sleep", {"seconds": 3})
     open_prediction(browser, created["id"])
@@ -182,7 +202,6 @@ def test_a_console_post_without_its_csrf_token_is_refused(browser, api):
 
 def test_the_run_form_uploads_a_file_and_the_files_page_lists_and_deletes_it(browser, tmp_path):
     import hashlib
-    import json
 
     # A real PNG (1x1, red), so the prediction page can show it inline.
     png = bytes.fromhex(
@@ -198,8 +217,9 @@ def test_the_run_form_uploads_a_file_and_the_files_page_lists_and_deletes_it(bro
     browser.find_element(By.ID, "run").click()
     wait_for(browser, lambda d: "/predictions/" in d.current_url)
     wait_for(browser, lambda d: text_of(d, "status") == "succeeded", seconds=20)
-    output = json.loads(text_of(browser, "output"))
-    assert output["sha256"] == hashlib.sha256(png).hexdigest()
+    # The page reloads once the stream says done, to show the final output: its fields.
+    field = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#output dd[data-field='sha256']"))
+    assert field.text.strip() == hashlib.sha256(png).hexdigest()
     image = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#input-files img"))
     wait_for(browser, lambda d: d.execute_script("return arguments[0].naturalWidth", image) > 0)
 

@@ -24,6 +24,50 @@ test("run returns a file URL inside the surface", async () => {
   assert.equal(file.headers.get("content-type"), "image/png");
 });
 
+const fetchBytes = async (url) => {
+  const file = await fetch(String(url), { headers: { Authorization: `Bearer ${process.env.ADMIN_KEY}` } });
+  assert.equal(file.status, 200, String(url));
+  return Buffer.from(await file.arrayBuffer());
+};
+
+test("run of a list of files model returns a list of fetchable files", async () => {
+  const output = await replicate.run("acme/images", { input: { count: 2, size: 3 } });
+  assert.ok(Array.isArray(output) && output.length === 2, JSON.stringify(output));
+  for (const url of output) {
+    assert.ok(String(url).startsWith(`${ROOT}/files/`), String(url));
+    assert.equal((await fetchBytes(url)).subarray(0, 4).toString("latin1"), "\x89PNG");
+  }
+});
+
+test("run of a token stream model returns its tokens, which join into the text", async () => {
+  const output = await replicate.run("acme/tokens", { input: { text: "The quick brown fox jumps over the lazy dog", delay: 0 } });
+  assert.ok(Array.isArray(output), JSON.stringify(output));
+  assert.equal(output.length, 9);
+  assert.equal(output.join(""), "The quick brown fox jumps over the lazy dog");
+});
+
+test("stream of a token stream model sends the text, then done", async () => {
+  const events = [];
+  for await (const event of replicate.stream("acme/tokens", { input: { text: "one two three", delay: 0.1 } })) {
+    events.push(event);
+  }
+  assert.equal(events.filter((e) => e.event === "output").map(String).join(""), "one two three");
+  assert.equal(events.at(-1).event, "done");
+});
+
+test("run of a stream of files model returns each file", async () => {
+  const output = await replicate.run("acme/frames", { input: { count: 3, delay: 0 } });
+  const contents = await Promise.all(output.map(async (url) => (await fetchBytes(url)).toString()));
+  assert.deepEqual(contents, ["frame 0\n", "frame 1\n", "frame 2\n"]);
+});
+
+test("run of an object model returns its fields with the file as a link", async () => {
+  const output = await replicate.run("acme/annotate", { input: { prompt: "red fox" } });
+  assert.equal(output.caption, "a picture of red fox");
+  assert.deepEqual(output.scores, [1, 1]);
+  assert.equal((await fetchBytes(output.image)).toString(), "mask of red fox\n");
+});
+
 test("run of a model that outlasts its wait keeps polling", async () => {
   const output = await replicate.run("demo/sleep", { input: { seconds: 2.5 }, wait: { mode: "block", timeout: 1 } });
   assert.equal(output, "slept 2.5 s");
@@ -197,7 +241,7 @@ test("files.create, files.get, files.list and files.delete", async () => {
 
 test("run with a Buffer input uploads it and the model sees its exact bytes", async () => {
   const bytes = sample(300 * 1024);
-  const output = JSON.parse(await replicate.run("demo/checksum", { input: { file: bytes } }));
+  const output = await replicate.run("demo/checksum", { input: { file: bytes } });
   assert.equal(output.sha256, sha256(bytes));
   assert.equal(output.size, bytes.length);
 });
@@ -205,7 +249,7 @@ test("run with a Buffer input uploads it and the model sees its exact bytes", as
 test("run with a Blob input uploads it and the model sees its exact bytes", async () => {
   const bytes = sample(100 * 1024);
   const blob = new Blob([bytes], { type: "image/png" });
-  const output = JSON.parse(await replicate.run("demo/checksum", { input: { file: blob } }));
+  const output = await replicate.run("demo/checksum", { input: { file: blob } });
   assert.equal(output.sha256, sha256(bytes));
   assert.equal(output.content_type, "image/png");
 });

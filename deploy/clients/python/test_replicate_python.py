@@ -49,6 +49,57 @@ def test_run_returns_a_file_url_that_the_client_can_fetch(client):
     assert FileOutput(url, client).read() == response.content
 
 
+def _fetch(client, url):
+    response = client._client.get(str(url))
+    assert response.status_code == 200, url
+    return response.content
+
+
+def test_run_of_a_list_of_files_model_returns_a_list_of_fetchable_files(client):
+    output = client.run("acme/images", input={"count": 2, "size": 3})
+    assert isinstance(output, list) and len(output) == 2, output
+    assert all(str(u).startswith(f"{BASE_URL}/replicate/v1/files/") for u in output)
+    assert all(_fetch(client, u).startswith(b"\x89PNG") for u in output)
+    assert str(output[0]) != str(output[1])
+
+
+def test_run_of_a_token_stream_model_yields_its_tokens(client):
+    output = client.run("acme/tokens", input={"text": "The quick brown fox jumps over the lazy dog", "delay": 0})
+    tokens = list(output)
+    assert tokens == ["The ", "quick ", "brown ", "fox ", "jumps ", "over ", "the ", "lazy ", "dog"]
+
+
+def test_stream_of_a_token_stream_model_sends_the_text_then_done(client):
+    events = list(client.stream("acme/tokens", input={"text": "one two three", "delay": 0.1}))
+    assert "".join(str(e) for e in events if e.event.value == "output") == "one two three"
+    assert events[-1].event.value == "done"
+
+
+def test_run_of_a_stream_of_files_model_returns_each_file(client):
+    output = client.run("acme/frames", input={"count": 3, "delay": 0})
+    assert [_fetch(client, u) for u in output] == [f"frame {i}\n".encode() for i in range(3)]
+
+
+def test_run_of_an_object_model_returns_its_fields_with_the_file_as_a_link(client):
+    output = client.run("acme/annotate", input={"prompt": "red fox"})
+    assert output["caption"] == "a picture of red fox"
+    assert output["scores"] == [1.0, 1.0]
+    assert _fetch(client, output["image"]) == b"mask of red fox\n"
+
+
+def test_an_iterator_models_version_declares_it(client):
+    schema = client.models.get("acme/tokens").latest_version.openapi_schema
+    assert schema["components"]["schemas"]["Output"]["x-cog-array-type"] == "iterator"
+
+
+def test_run_of_the_built_in_list_and_object_models(client):
+    images = client.run("demo/text-to-images", input={"prompt": "a fox", "num_outputs": 3, "size": 16})
+    assert len(images) == 3 and all(_fetch(client, u).startswith(b"\x89PNG") for u in images)
+    annotated = client.run("demo/annotate", input={"prompt": "a red fox"})
+    assert annotated["caption"] == "a picture of a red fox"
+    assert _fetch(client, annotated["image"]).startswith(b"\x89PNG")
+
+
 def test_run_of_a_model_that_outlasts_its_wait_keeps_polling(client):
     assert client.run("demo/sleep", input={"seconds": 2.5}, wait=1) == "slept 2.5 s"
 
@@ -301,7 +352,7 @@ def test_run_with_an_open_file_uploads_it_and_the_model_sees_its_exact_bytes(cli
     path = tmp_path / "input.bin"
     path.write_bytes(data)
     with open(path, "rb") as f:
-        output = json.loads(client.run("demo/checksum", input={"file": f}))
+        output = client.run("demo/checksum", input={"file": f})
     assert output["sha256"] == hashlib.sha256(data).hexdigest()
     assert output["size"] == len(data)
     # The upload the client made is an ordinary file of the account.
@@ -313,7 +364,7 @@ def test_run_with_a_file_as_base64_sends_a_data_uri_the_model_reads(client, tmp_
     path = tmp_path / "inline.bin"
     path.write_bytes(data)
     with open(path, "rb") as f:
-        output = json.loads(client.run("demo/checksum", input={"file": f}, file_encoding_strategy="base64"))
+        output = client.run("demo/checksum", input={"file": f}, file_encoding_strategy="base64")
     assert output["sha256"] == hashlib.sha256(data).hexdigest()
 
 

@@ -99,7 +99,7 @@ async fn output_is_throttled_the_latest_state_wins_and_completed_comes_last() {
     fixture.start_notifier();
     let mut p = fixture.prediction(&receiver.url(), None);
     for seq in 1..=8 {
-        p.output = Some(format!("step {seq}"));
+        p.output = Some(format!("step {seq}").into());
         fixture.publish(&p, WebhookEvent::Output, seq).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

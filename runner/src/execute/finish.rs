@@ -4,19 +4,18 @@
 //! The change is conditional on the change sequence this runner last wrote, so nothing is read
 //! back and the write shares a command with other predictions' changes; the event carries this
 //! runner's copy with the change applied. If the sequence moved (a cancel, say), the
-//! conditional change on the status decides and returns the stored prediction. A file output
-//! is stored first, and the prediction's output is its URL.
+//! conditional change on the status decides and returns the stored prediction. The files of
+//! the output are stored first ([`super::output_files`]), and the output holds their URLs.
 
 use anyhow::Context;
 use bson::{Bson, DateTime, doc};
 use common::{
-    domain::{ApiSurface, Metrics, Prediction, PredictionError, PredictionStatus, WebhookEvent},
-    files::NewFile,
+    domain::{Metrics, Prediction, PredictionError, PredictionStatus, WebhookEvent},
     messages::Announcement,
     store::Predictions,
     usage,
 };
-use futures::StreamExt;
+use serde_json::Value;
 use tracing::Instrument;
 
 use super::Executor;
@@ -34,10 +33,11 @@ impl Executor {
         let completed_at = DateTime::now();
         let metrics = Metrics::at_completion(prediction.created_at, prediction.started_at, completed_at);
         // A training's output becomes `{version, weights}`: its weights, a file whatever their
-        // size, are not held to the output limit.
+        // size, are not held to the output limit. Nor are an output's files: its JSON is.
         let result = match result {
             Ok(output) if prediction.is_training() => Box::pin(self.training_result(prediction, output)).await?,
-            other => other.and_then(|output| within_limits(output, progress)),
+            Ok(output) => self.store_output(prediction, output).await?.and_then(|value| within_limits(value, progress)),
+            Err(e) => Err(e),
         };
         // The change, typed once: the document written and the copy published come from it.
         let mut done = prediction.clone();
@@ -52,15 +52,15 @@ impl Executor {
         usage::mark_pending(&mut changes);
         match result {
             Ok(output) => {
-                let output = self.store_output(prediction, output).await?;
-                changes.insert("output", &output);
+                changes.insert("output", bson::to_bson(&output).context("the output as BSON")?);
                 done.output = Some(output);
                 done.status = PredictionStatus::Succeeded;
             }
             Err(e) => {
                 tracing::info!(code = %e.code, message = %e.message, "model failed");
                 done.output = progress.output();
-                changes.insert("output", done.output.clone().map_or(Bson::Null, Bson::String));
+                let partial = done.output.as_ref().map(bson::to_bson).transpose().context("the output as BSON")?;
+                changes.insert("output", partial.unwrap_or(Bson::Null));
                 changes.insert("error", doc! { "code": &e.code, "message": &e.message });
                 done.error = Some(PredictionError { code: e.code, message: e.message });
                 done.status = PredictionStatus::Failed;
@@ -100,38 +100,15 @@ impl Executor {
         }
         Ok(())
     }
-
-    /// The stored form of an output (the contract's `output` string): text as it is, other
-    /// JSON as compact text, a file stored in GridFS as its absolute URL.
-    async fn store_output(&self, p: &Prediction, output: ModelOutput) -> anyhow::Result<String> {
-        Ok(match output {
-            ModelOutput::Text(text) => text,
-            ModelOutput::Json(value) => value.to_string(),
-            ModelOutput::File { content_type, extension, bytes } => {
-                let new = NewFile {
-                    account_id: p.account_id.clone(),
-                    name: format!("{}.{extension}", p.id),
-                    content_type,
-                    metadata: String::new(),
-                    expires_at: None,
-                    prediction_id: Some(p.id.clone()),
-                };
-                let body = futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
-                let record = self.files.create(new, body, u64::MAX).await.context("storing the output file")?;
-                self.links.file(&record.id, ApiSurface::Canonical)
-            }
-        })
-    }
 }
 
-/// A model's output, or `OUTPUT_TOO_LARGE` when its text passed the output limit (while it
-/// streamed, or as returned); a file output is a file, whatever its size.
-fn within_limits(output: ModelOutput, progress: &Progress) -> Result<ModelOutput, ModelError> {
+/// An output as stored, or `OUTPUT_TOO_LARGE` when it passed the output limit (while it
+/// streamed, or as returned): its text, or its compact JSON text with each file as its URL.
+fn within_limits(output: Value, progress: &Progress) -> Result<Value, ModelError> {
     let limit = progress.limits().max_output_bytes;
     let size = match &output {
-        ModelOutput::Text(text) => text.len(),
-        ModelOutput::Json(value) => serde_json::to_string(value).map_or(usize::MAX, |text| text.len()),
-        ModelOutput::File { .. } => 0,
+        Value::String(text) => text.len(),
+        value => crate::progress::json_len(value),
     };
     if progress.output_overflowed() || size > limit {
         return Err(ModelError {

@@ -81,6 +81,7 @@ pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 /// A model's run on one input, as the executor drives it.
 mod begin;
 mod finish;
+mod output_files;
 mod training;
 
 type ModelCall<'a> = BoxFuture<'a, Result<ModelOutput, ModelError>>;
@@ -466,7 +467,7 @@ impl Executor {
             set.insert("logs", logs);
         }
         if let Some(output) = &changes.output {
-            set.insert("output", output);
+            set.insert("output", bson::to_bson(output).context("the output as BSON")?);
         }
         let Some(p) = self.store.predictions().update_while_processing(id, set).await? else {
             return Ok(false);

@@ -54,7 +54,7 @@ impl Executor {
         &self,
         p: &Prediction,
         output: ModelOutput,
-    ) -> anyhow::Result<Result<ModelOutput, ModelError>> {
+    ) -> anyhow::Result<Result<Value, ModelError>> {
         let Some(destination) = p.destination.clone() else {
             return Ok(Err(invalid("the training has no destination")));
         };
@@ -86,6 +86,7 @@ impl Executor {
             input_schema_json: schema.to_string(),
             created_at: DateTime::now(),
             training_input_schema_json: None,
+            output_schema_json: base.output_schema_json.clone(),
             trained_from: Some(TrainedFrom {
                 model: p.model.clone(),
                 version: p.version.clone(),
@@ -104,7 +105,7 @@ impl Executor {
         let weights_id = kept;
         tracing::info!(version = %version.id, %destination, "trained version recorded");
         let url = self.links.file(&weights_id, ApiSurface::Canonical);
-        Ok(Ok(ModelOutput::Text(training::training_output(&destination, &version.id, &url))))
+        Ok(Ok(Value::String(training::training_output(&destination, &version.id, &url))))
     }
 }
 

@@ -23,13 +23,17 @@ pub struct ModelDescriptor {
     pub capability: String,
     /// Its input JSON Schema.
     pub input_schema: Value,
+    /// Its output JSON Schema (a Cog model's `Output`, with `x-cog-array-type` and
+    /// `x-cog-array-display`), which clients read to tell an iterator from a list.
+    pub output_schema: Option<Value>,
 }
 
 impl ModelDescriptor {
     /// Its registration: under `version` when the operator names one
     /// (`RUNNER_MODEL_VERSIONS`), else under the digest of what it declares.
     pub fn record(&self, version: Option<&str>) -> common::store::ModelRecord {
-        let record = common::store::ModelRecord::new(self.model.clone(), &self.capability, &self.input_schema);
+        let record = common::store::ModelRecord::new(self.model.clone(), &self.capability, &self.input_schema)
+            .with_output_schema(self.output_schema.as_ref());
         match version {
             Some(v) => record.with_version(v),
             None => record,
@@ -42,9 +46,10 @@ impl ModelDescriptor {
 pub enum ModelOutput {
     /// Text.
     Text(String),
-    /// Any other JSON value (stored as compact JSON text).
+    /// Any JSON value (an iterator's items, an object's fields, a number): each `data:` URI
+    /// in it, at any depth, is stored as a file and becomes that file's URL.
     Json(Value),
-    /// A file, stored in GridFS; the output becomes its URL.
+    /// A file, stored in the file store; the output becomes its URL.
     File {
         /// Its media type, e.g. `image/png`.
         content_type: String,

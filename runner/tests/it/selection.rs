@@ -15,7 +15,7 @@ async fn runners_with_disjoint_model_sets_each_take_only_their_own_jobs() {
     let echo = fixture.create("demo/echo", json!({"prompt": "mine"})).await;
 
     let done = fixture.wait_until(&echo.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
-    assert_eq!(done.output.as_deref(), Some("mine"));
+    assert_eq!(done.output.as_ref().and_then(serde_json::Value::as_str), Some("mine"));
     let jobs = fixture.bus.jetstream().get_stream(fixture.bus.subjects().jobs_stream()).await.expect("stream");
     let mut jobs = jobs;
     assert_eq!(jobs.info().await.expect("info").state.messages, 1, "the sleep job waits for its runner");

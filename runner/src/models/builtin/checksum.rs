@@ -20,7 +20,17 @@ pub fn model() -> Builtin {
                      "description": "The file to hash: a file of this service, a data: URI or an http(s) URL"},
         }
     });
+    let output = json!({
+        "title": "Output",
+        "type": "object",
+        "properties": {
+            "sha256": {"type": "string"},
+            "size": {"type": "integer"},
+            "content_type": {"type": "string"},
+        }
+    });
     Builtin::new("demo/checksum", "file-analysis", schema, |input, progress| run(input, progress).boxed())
+        .with_output_schema(output)
 }
 
 async fn run(input: Map<String, Value>, progress: &Progress) -> Result<ModelOutput, ModelError> {

@@ -47,7 +47,7 @@ mod tests {
         let input = json!({"prompt": "hi there", "repeat": 3}).as_object().cloned().expect("object");
         let out = model().run(input, &progress).await;
         assert_eq!(out, Ok(ModelOutput::Text("hi there hi there hi there".into())));
-        assert_eq!(progress.output().as_deref(), Some("hi there hi there hi there"));
+        assert_eq!(progress.output(), Some(Value::from("hi there hi there hi there")));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! model servers. They are served and registered like any other model; nothing outside the
 //! runner knows they are built in.
 
+pub mod annotate;
 pub mod chatty;
 pub mod checksum;
 pub mod echo;
@@ -9,6 +10,7 @@ pub mod fail;
 pub mod pattern;
 pub mod sleep;
 pub mod text_to_image;
+pub mod text_to_images;
 pub mod text_to_video;
 pub mod versioned;
 
@@ -32,7 +34,15 @@ impl Builtin {
     /// The model `name` (`owner/name`) of kind `capability` with its input schema.
     pub fn new(name: &str, capability: &str, input_schema: Value, run: RunFn) -> Self {
         let model = name.parse().expect("built-in model names are valid");
-        Self { descriptor: ModelDescriptor { model, capability: capability.to_owned(), input_schema }, run }
+        let descriptor =
+            ModelDescriptor { model, capability: capability.to_owned(), input_schema, output_schema: None };
+        Self { descriptor, run }
+    }
+
+    /// The same model, declaring its output schema.
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.descriptor.output_schema = Some(schema);
+        self
     }
 }
 
@@ -82,6 +92,8 @@ pub fn all_with_versions(
         Arc::new(sleep::model()),
         Arc::new(fail::model()),
         Arc::new(text_to_image::model()),
+        Arc::new(text_to_images::model()),
+        Arc::new(annotate::model()),
         Arc::new(text_to_video::model()),
         Arc::new(checksum::model()),
         Arc::new(chatty::model()),

@@ -29,6 +29,7 @@ pub fn model(version: Option<&str>) -> Versioned {
         model: "demo/versioned".parse().expect("a valid name"),
         capability: "text-generation".into(),
         input_schema,
+        output_schema: None,
     };
     let version = version.map_or_else(|| descriptor.record(None).version, str::to_owned);
     Versioned { descriptor, version }

@@ -27,7 +27,10 @@
 //! - **Cancel**: when the executor drops the run (cancel, deadline, shutdown), a
 //!   `POST /predictions/{id}/cancel` is sent, and sent again while the server still knows
 //!   the prediction (coglet loses a cancel that arrives right as a prediction starts).
-//! - **Files**: `data:` URI outputs become files in GridFS ([`output`]).
+//! - **Output**: the model's JSON value as it is ([`output`]): an iterator's items stay an
+//!   array, an object its fields; its schema (`components.schemas.Output`) is registered
+//!   with the version, so clients can tell an iterator from a list. Files in it, `data:`
+//!   URIs at any depth, become stored files when the prediction ends.
 //! - **Trainers** ([`Mode::Train`], `RUNNER_COG_TRAIN`): a Cog server started with
 //!   `--x-mode train` serves the same routes under `/trainings`, checks its input against
 //!   `components.schemas.TrainingInput`, and answers `{"weights": <file>}`. A trainer is always
@@ -103,6 +106,14 @@ impl Mode {
         match self {
             Self::Predict => "/components/schemas/Input",
             Self::Train => "/components/schemas/TrainingInput",
+        }
+    }
+
+    /// The schema of its output in the server's OpenAPI document.
+    fn output_pointer(self) -> &'static str {
+        match self {
+            Self::Predict => "/components/schemas/Output",
+            Self::Train => "/components/schemas/TrainingOutput",
         }
     }
 }
@@ -191,6 +202,7 @@ impl CogModel {
         if let (Some(schema), Some(components)) = (input_schema.as_object_mut(), doc.get("components")) {
             schema.insert("components".into(), components.clone());
         }
+        let output_schema = doc.pointer(mode.output_pointer()).cloned();
         let transport = Transport::for_schema(&doc, sync_allowed);
         tracing::info!(model = %target.model, server = %base, ?transport, ?mode, "Cog server ready");
         Ok(Self {
@@ -198,6 +210,7 @@ impl CogModel {
                 model: target.model.clone(),
                 capability: target.capability.clone(),
                 input_schema,
+                output_schema,
             },
             base,
             http,
@@ -337,6 +350,10 @@ impl Model for CogModel {
 }
 
 impl CogModel {
+    fn returns_array(&self) -> bool {
+        output::returns_array(self.descriptor.output_schema.as_ref())
+    }
+
     fn cancel_guard(&self, id: &str) -> CancelOnDrop {
         CancelOnDrop { http: self.http.clone(), url: self.base.join(&format!("{}/{id}/cancel", self.mode.path())).ok() }
     }
@@ -357,7 +374,7 @@ impl CogModel {
                 s = snapshots.recv() => s.ok_or_else(|| unavailable(&self.base, "the callback channel closed"))?,
                 e = &mut died => return Err(e),
             };
-            if let Some(ended) = settle(&snapshot, progress) {
+            if let Some(ended) = settle(&snapshot, progress, self.returns_array()) {
                 guard.url = None;
                 return ended;
             }
@@ -374,22 +391,25 @@ impl CogModel {
             e = self.watch_health() => return Err(e),
         };
         guard.url = None;
-        settle(&answer, progress)
+        settle(&answer, progress, self.returns_array())
             .unwrap_or_else(|| Err(unavailable(&self.base, "answered a sync prediction without a terminal status")))
     }
 }
 
 /// Applies a snapshot's logs and output to the progress; a terminal snapshot gives the run's
-/// result.
-fn settle(snapshot: &Value, progress: &Progress) -> Option<Result<ModelOutput, ModelError>> {
+/// result. `returns_array`: the model's output schema is an array (see [`output::partial`]).
+fn settle(snapshot: &Value, progress: &Progress, returns_array: bool) -> Option<Result<ModelOutput, ModelError>> {
     if let Some(logs) = snapshot.get("logs").and_then(Value::as_str) {
         progress.set_logs(logs);
     }
-    if let Some(text) = snapshot.get("output").and_then(output::progress_text) {
-        progress.set_output(&text);
+    let status = snapshot.get("status").and_then(Value::as_str)?;
+    if let Some(output) = snapshot.get("output").filter(|o| !o.is_null())
+        && status != "succeeded"
+    {
+        progress.set_output(output::partial(output, returns_array));
     }
-    match snapshot.get("status").and_then(Value::as_str)? {
-        "succeeded" => Some(output::convert(snapshot.get("output").cloned().unwrap_or(Value::Null))),
+    match status {
+        "succeeded" => Some(Ok(output::convert(snapshot.get("output").cloned().unwrap_or(Value::Null)))),
         "failed" => {
             let message = snapshot.get("error").and_then(Value::as_str).unwrap_or("the model failed");
             Some(Err(ModelError::model(message)))

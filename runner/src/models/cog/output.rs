@@ -1,51 +1,33 @@
-//! Cog outputs as the service stores them: a string stays text, a `data:` URI becomes a file,
-//! an iterator's chunks (an array of strings) are joined, anything else is compact JSON.
+//! Cog outputs as the runner hands them on: the model's JSON value as it is (a string, an
+//! iterator's items, an object), its files still `data:` URIs wherever they sit, or already
+//! stored files when the server uploaded them ([`super::uploads`]). The executor stores each
+//! `data:` URI as a file when the prediction ends (`execute::output_files`).
 
-use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::Value;
 
-use crate::models::{ModelError, ModelOutput};
+use crate::models::ModelOutput;
 
-/// The text to show while the model runs: a string, or the chunks so far joined.
-pub fn progress_text(output: &Value) -> Option<String> {
+/// The output so far, as a snapshot shows it while the model runs: coglet sends the output of
+/// a model that returns one value as a one-item list until it ends, so for a model whose
+/// output is not an array that list is its value.
+pub fn partial(output: &Value, returns_array: bool) -> Value {
     match output {
-        Value::String(s) if !s.starts_with("data:") => Some(s.clone()),
-        Value::Array(items) if items.iter().all(Value::is_string) => {
-            Some(items.iter().filter_map(Value::as_str).collect::<String>())
-        }
-        _ => None,
+        Value::Array(items) if !returns_array && items.len() == 1 => items[0].clone(),
+        other => other.clone(),
     }
 }
 
 /// The final output.
-pub fn convert(output: Value) -> Result<ModelOutput, ModelError> {
+pub fn convert(output: Value) -> ModelOutput {
     match output {
-        Value::String(s) if s.starts_with("data:") => data_uri(&s),
-        Value::String(s) => Ok(ModelOutput::Text(s)),
-        Value::Array(items) if items.iter().all(Value::is_string) => {
-            Ok(ModelOutput::Text(items.iter().filter_map(Value::as_str).collect()))
-        }
-        other => Ok(ModelOutput::Json(other)),
+        Value::String(text) if !text.starts_with("data:") => ModelOutput::Text(text),
+        other => ModelOutput::Json(other),
     }
 }
 
-fn data_uri(uri: &str) -> Result<ModelOutput, ModelError> {
-    let bad = || ModelError::model("the model returned a malformed data: URI");
-    let (meta, data) = uri.strip_prefix("data:").and_then(|r| r.split_once(',')).ok_or_else(bad)?;
-    let content_type = meta.strip_suffix(";base64").ok_or_else(bad)?;
-    let content_type = if content_type.is_empty() { "application/octet-stream" } else { content_type };
-    let bytes = STANDARD.decode(data).map_err(|_| bad())?;
-    let extension = match content_type {
-        "image/png" => "png",
-        "image/jpeg" => "jpg",
-        "image/gif" => "gif",
-        "image/webp" => "webp",
-        "video/mp4" => "mp4",
-        "audio/wav" | "audio/x-wav" => "wav",
-        "text/plain" => "txt",
-        _ => "bin",
-    };
-    Ok(ModelOutput::File { content_type: content_type.to_owned(), extension: extension.into(), bytes })
+/// Whether output schema `schema` is an array (a list, or an iterator's items).
+pub fn returns_array(schema: Option<&Value>) -> bool {
+    schema.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("array")
 }
 
 #[cfg(test)]
@@ -54,20 +36,23 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn strings_chunks_and_json_convert() {
-        assert_eq!(convert(json!("hi")).ok(), Some(ModelOutput::Text("hi".into())));
-        assert_eq!(convert(json!(["a ", "b"])).ok(), Some(ModelOutput::Text("a b".into())));
-        assert_eq!(convert(json!({"x": 1})).ok(), Some(ModelOutput::Json(json!({"x": 1}))));
-        assert_eq!(progress_text(&json!(["tick0 ", "tick1 "])).as_deref(), Some("tick0 tick1 "));
+    fn an_output_stays_the_models_value() {
+        assert_eq!(convert(json!("hi")), ModelOutput::Text("hi".into()));
+        assert_eq!(convert(json!(["a ", "b"])), ModelOutput::Json(json!(["a ", "b"])));
+        assert_eq!(convert(json!({"x": 1})), ModelOutput::Json(json!({"x": 1})));
+        assert_eq!(
+            convert(json!("data:text/plain;base64,aGk=")),
+            ModelOutput::Json(json!("data:text/plain;base64,aGk="))
+        );
     }
 
     #[test]
-    fn a_data_uri_becomes_a_file() {
-        let out = convert(json!("data:text/plain;base64,aGVsbG8=")).expect("valid");
-        assert_eq!(
-            out,
-            ModelOutput::File { content_type: "text/plain".into(), extension: "txt".into(), bytes: b"hello".to_vec() }
-        );
-        assert!(convert(json!("data:image/png,notbase64")).is_err());
+    fn a_one_value_models_partial_list_is_its_value() {
+        assert_eq!(partial(&json!(["x"]), false), json!("x"));
+        assert_eq!(partial(&json!(["x"]), true), json!(["x"]));
+        assert_eq!(partial(&json!(["a", "b"]), true), json!(["a", "b"]));
+        assert!(returns_array(Some(&json!({"type": "array", "items": {"type": "string"}}))));
+        assert!(!returns_array(Some(&json!({"type": "string"}))));
+        assert!(!returns_array(None));
     }
 }
