@@ -96,18 +96,21 @@ docker_available() {
   command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1
 }
 
-# start_cog FIXTURE MODE LOGFILE: serves runner/tests/fixtures/cog/FIXTURE with coglet (from
-# deploy/local/install; MODE predict or train) on a free port, and sets COG_PORT once it is
-# ready. Its pid joins SERVICE_PIDS (stopped with the services) and COG_PIDS.
+# start_cog FIXTURE MODE LOGFILE [UPLOAD_URL]: serves runner/tests/fixtures/cog/FIXTURE with
+# coglet (from deploy/local/install; MODE predict or train) on a free port, and sets COG_PORT
+# once it is ready; with UPLOAD_URL, its output files are PUT there (coglet's --upload-url: the
+# runner's callback receiver, RUNNER_COG_CALLBACK_BIND, at /upload/). Its pid joins
+# SERVICE_PIDS (stopped with the services) and COG_PIDS.
 COG_PIDS=()
 start_cog() {
-  local fixture="$1" mode="$2" logfile="$3" port stub python
+  local fixture="$1" mode="$2" logfile="$3" upload=() port stub python
+  if [ -n "${4:-}" ]; then upload=(--upload-url "$4"); fi
   python="$("$root/deploy/local/install" | sed -n 's/^COG_PYTHON=//p')"
   port="$(free_port)"
   if [ "$mode" = train ]; then stub=(COG_TRAIN_TYPE_STUB=train.py:train); else stub=(COG_PREDICT_TYPE_STUB=predict.py:Predictor); fi
   (cd "$root/runner/tests/fixtures/cog/$fixture" && exec env PATH="$(dirname "$python"):$PATH" PORT="$port" \
     "${stub[@]}" COG_MAX_CONCURRENCY=1 \
-    "$python" -m cog.server.http --host 127.0.0.1 --x-mode "$mode") >"$logfile" 2>&1 &
+    "$python" -m cog.server.http --host 127.0.0.1 --x-mode "$mode" "${upload[@]}") >"$logfile" 2>&1 &
   COG_PIDS+=("$!")
   SERVICE_PIDS+=("$!")
   local deadline=$((SECONDS + 90))

@@ -17,11 +17,12 @@
 //! | `RUNNER_COG_TRAIN` | none | trainers: `owner/name=http://host:port`, comma-separated, each a Cog server in train mode (`--x-mode train`) for a model this runner serves; its trainings run here one at a time |
 //! | `RUNNER_COG_SYNC` | `true` | call non-streaming Cog models synchronously, without a webhook (see `models::cog::Transport`) |
 //! | `RUNNER_COG_CALLBACK_BIND` | `127.0.0.1:0` | where the runner receives Cog webhooks |
-//! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it |
+//! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it; a Cog server started with `--upload-url {this URL}/upload/` streams its output files there |
+//! | `RUNNER_MAX_OUTPUT_FILE_BYTES` | `5368709120` (5 GiB) | the largest output file a Cog server may upload (past it 413, and the prediction fails) |
 //! | `RUNNER_RETENTION_SWEEP_SECONDS` | `60` | how often expired data is removed |
 //! | `RUNNER_HARDWARE` | `cpu` | the hardware pool this runner declares: deployments on that pool run here |
 //! | `PREDICTION_MAX_LOG_BYTES` | `1048576` (1 MiB) | the logs a prediction keeps: past it the oldest lines go, after a line saying how much was cut |
-//! | `PREDICTION_MAX_OUTPUT_BYTES` | `4194304` (4 MiB) | the longest text output: past it the prediction fails with `OUTPUT_TOO_LARGE` (file outputs are files) |
+//! | `PREDICTION_MAX_OUTPUT_BYTES` | `4194304` (4 MiB) | the longest output, as its text or JSON text with each file counted as its URL: past it the prediction fails with `OUTPUT_TOO_LARGE` |
 //! | `RUNNER_MODEL_VERSIONS` | derived | version ids of served models: `owner/name=id`, comma-separated (an image digest's hex, say; 1-64 letters and digits); a model not named has the digest of what it registers |
 
 use std::{collections::HashMap, fmt, time::Duration};
@@ -153,6 +154,8 @@ pub struct RunnerConfig {
     pub cog_callback_bind: std::net::SocketAddr,
     /// `RUNNER_COG_CALLBACK_URL`: the receiver's URL as Cog servers reach it.
     pub cog_callback_url: Option<String>,
+    /// `RUNNER_MAX_OUTPUT_FILE_BYTES`: the largest file a Cog server may upload.
+    pub max_output_file_bytes: u64,
     /// `RUNNER_HARDWARE`: the hardware pool this runner declares.
     pub hardware: Pool,
     /// `RUNNER_MODEL_VERSIONS`: version ids chosen by the operator.
@@ -236,6 +239,8 @@ impl RunnerConfig {
             cog_callback_bind: env
                 .parse("RUNNER_COG_CALLBACK_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?,
             cog_callback_url: env.get("RUNNER_COG_CALLBACK_URL"),
+            max_output_file_bytes: env
+                .parse("RUNNER_MAX_OUTPUT_FILE_BYTES", crate::models::cog::uploads::DEFAULT_MAX_FILE_BYTES)?,
             hardware: Pool::parse(&env.string("RUNNER_HARDWARE", common::domain::route::DEFAULT_POOL))
                 .map_err(|e| bad("RUNNER_HARDWARE", e.to_string()))?,
             versions: parse_versions(&env.string("RUNNER_MODEL_VERSIONS", ""))

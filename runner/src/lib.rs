@@ -44,7 +44,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     config::RunnerConfig,
     execute::Executor,
-    models::cog::{CogModel, callbacks::Callbacks},
+    models::cog::{CogModel, callbacks::Callbacks, uploads::Uploads},
 };
 
 /// Runs until `shutdown` fires: registers the models, then consumes their jobs.
@@ -54,9 +54,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
 
     let mut available = models::builtin::all_with_versions(&config.versions);
     let mut trainers: Vec<Arc<dyn models::Model>> = Vec::new();
+    let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
+    let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     if !config.cog.is_empty() || !config.cog_train.is_empty() {
+        let uploads = Uploads::new(files.clone(), links.clone(), config.max_output_file_bytes);
         let callbacks =
-            Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), shutdown.clone()).await?;
+            Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), uploads, shutdown.clone())
+                .await?;
         let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
         for target in &config.cog {
             let model = CogModel::connect(target, http.clone(), callbacks.clone(), config.cog_sync)
@@ -75,10 +79,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
     let versions = registry::register(&store, &served, &config.versions).await?;
     registry::register_trainers(&store, &trainers, &versions).await?;
-    let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
-    let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let executor = Arc::new(
         Executor::new(store.clone(), bus.clone(), files.clone(), links, common.deadlines).with_limits(config.limits),
     );

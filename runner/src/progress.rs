@@ -17,6 +17,8 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+pub use crate::models::cog::uploads::RunOwner;
+
 /// The most bytes of logs and of text output one prediction keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -34,9 +36,17 @@ impl Default for Limits {
 }
 
 /// The logs and output of one running prediction.
-#[derive(Default)]
 pub struct Progress {
     state: Mutex<State>,
+    /// Whose run it is: known once step 1 read the prediction, which a model started beside
+    /// that step may not wait for, so the files it sends wait for it instead.
+    owner: tokio::sync::watch::Sender<Option<RunOwner>>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self::with_limits(Limits::default())
+    }
 }
 
 #[derive(Default)]
@@ -111,7 +121,17 @@ pub struct Changes {
 impl Progress {
     /// Progress kept within `limits`.
     pub fn with_limits(limits: Limits) -> Self {
-        Self { state: Mutex::new(State { limits, ..State::default() }) }
+        Self { state: Mutex::new(State { limits, ..State::default() }), owner: tokio::sync::watch::Sender::new(None) }
+    }
+
+    /// Says whose run this is: the files its model sends are theirs.
+    pub fn set_owner(&self, owner: RunOwner) {
+        self.owner.send_replace(Some(owner));
+    }
+
+    /// Whose run this is, once [`Self::set_owner`] said.
+    pub fn owner(&self) -> tokio::sync::watch::Receiver<Option<RunOwner>> {
+        self.owner.subscribe()
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {

@@ -353,6 +353,28 @@ impl Files {
         Ok(ids.len())
     }
 
+    /// Deletes the files `prediction` produced that `keep` does not name: what earlier runs of
+    /// it stored (a runner killed after a Cog server uploaded a file, say) once its output is
+    /// final; how many.
+    pub async fn delete_outputs_of_except(
+        &self,
+        prediction: &PredictionId,
+        keep: &[FileId],
+    ) -> Result<usize, FilesError> {
+        let stale: Vec<FileId> = self
+            .records
+            .of_prediction(prediction)
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .filter(|id| !keep.contains(id))
+            .collect();
+        for id in &stale {
+            self.delete(id).await?;
+        }
+        Ok(stale.len())
+    }
+
     /// The records (`file_records`), for the retention sweep.
     pub fn records(&self) -> &FileRecords {
         &self.records

@@ -37,8 +37,9 @@ pub struct CogServer {
 }
 
 impl CogServer {
-    /// Serves fixture `name` in `mode` with one slot (see [`Self::start_ready`]).
-    fn start(name: &str, mode: CogMode) -> Self {
+    /// Serves fixture `name` in `mode` with one slot (see [`Self::start_ready`]); with
+    /// `upload_url`, its output files are PUT there (coglet's `--upload-url`).
+    fn start(name: &str, mode: CogMode, upload_url: Option<&str>) -> Self {
         let python = PathBuf::from(super::installed("COG_PYTHON"));
         let bin = python.parent().expect("the venv's bin").to_path_buf();
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
@@ -56,6 +57,9 @@ impl CogServer {
             CogMode::Predict => command.env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor"),
             CogMode::Train => command.env("COG_TRAIN_TYPE_STUB", "train.py:train").args(["--x-mode", "train"]),
         };
+        if let Some(url) = upload_url {
+            command.args(["--upload-url", url]);
+        }
         let child = command.spawn().expect("start a Cog server");
         Self { child, url: format!("http://127.0.0.1:{port}") }
     }
@@ -63,8 +67,14 @@ impl CogServer {
     /// Starts as [`Self::start`] does, once fewer than [`STARTING`] are starting, and waits
     /// until the server reports `READY`, so a runner given it registers the model at once.
     pub async fn start_ready(name: &str, mode: CogMode) -> Self {
+        Self::start_ready_uploading(name, mode, None).await
+    }
+
+    /// Starts as [`Self::start_ready`] does, the server uploading its output files to
+    /// `upload_url` when given.
+    pub async fn start_ready_uploading(name: &str, mode: CogMode, upload_url: Option<&str>) -> Self {
         let _starting = STARTING.acquire().await.expect("the start gate is never closed");
-        let server = Self::start(name, mode);
+        let server = Self::start(name, mode, upload_url);
         let ready = super::eventually(READY_WITHIN, || async {
             (server.health().await.as_deref() == Some("READY")).then_some(())
         });

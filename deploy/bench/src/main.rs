@@ -63,6 +63,8 @@ enum Scenario {
     Api(scenarios::api_alone::Options),
     /// Files: upload and download MB/s and the api's memory, and file inputs on a Cog model.
     Files(scenarios::files::Options),
+    /// File outputs of a Cog model streamed through the runner: a 1 GiB file's memory and time, images at load.
+    Outputs(scenarios::outputs::Options),
     /// A read with the queue place beside one without, and the cost of the cap check per job.
     Queue(scenarios::queue::Options),
     /// A step load at 1x, 2x and 1x the sustained rate: goodput, rejections and recovery.
@@ -124,6 +126,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Baselines(options) => scenarios::baselines::run(options).await,
         Scenario::Api(options) => scenarios::api_alone::run(options).await,
         Scenario::Files(options) => scenarios::files::run(options).await,
+        Scenario::Outputs(options) => scenarios::outputs::run(options).await,
         Scenario::Queue(options) => scenarios::queue::run(options).await,
         Scenario::Overload(options) => scenarios::overload::run(options).await,
         Scenario::Sustained(options) => scenarios::e2e::run(options).await,

@@ -13,6 +13,7 @@
 //! - [`capped`]: what a capped account runs at once, sampled through the fault;
 //! - [`rollout`]: a rolling update of a model version, and what ran where;
 //! - [`trainings`]: real Cog trainings through a killed runner, and how each ended;
+//! - [`outputs`]: a real Cog model's file outputs streamed to a runner killed mid-upload;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -22,6 +23,7 @@ mod capped;
 mod flood;
 mod levels;
 mod load;
+mod outputs;
 mod recorder;
 mod report;
 mod rollout;

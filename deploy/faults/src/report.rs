@@ -114,6 +114,8 @@ pub struct Outcome {
     pub levels: Option<crate::levels::LevelsTally>,
     /// How the trainings ended, in a scenario with trainings.
     pub trainings: Option<crate::trainings::TrainingsTally>,
+    /// How the predictions with uploaded file outputs ended, in a scenario with them.
+    pub outputs: Option<crate::outputs::OutputsTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -204,6 +206,7 @@ impl Outcome {
             overload: None,
             levels: None,
             trainings: None,
+            outputs: None,
             usage: None,
         }
     }
@@ -257,6 +260,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(outputs) = &self.outputs {
+            for failure in outputs.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(trainings) = &self.trainings {
             for failure in trainings.failures() {
                 fail(true, failure);
@@ -289,6 +297,7 @@ impl Outcome {
             "overload": self.overload.as_ref().map(FloodTally::json),
             "levels": self.levels.as_ref().map(crate::levels::LevelsTally::json),
             "trainings": self.trainings.as_ref().map(crate::trainings::TrainingsTally::json),
+            "outputs": self.outputs.as_ref().map(crate::outputs::OutputsTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,

@@ -19,7 +19,9 @@
 //! A row whose creates take turns between the three priority levels has its runner killed:
 //! every level's predictions must end, each at the level it asked for ([`crate::levels`]). A row has
 //! its runner killed while a real Cog trainer trains: every training must end, run again or
-//! failed with a message, never stuck ([`crate::trainings`]).
+//! failed with a message, never stuck ([`crate::trainings`]). A row has its runner killed while
+//! a real Cog model uploads its output files to it: every prediction must end with its files
+//! whole, and no file record may be left that no output names ([`crate::outputs`]).
 //!
 //! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
 //! by how it ended, also where a runner was killed mid-run.
@@ -108,6 +110,8 @@ pub(crate) struct Scenario {
     pub(crate) levels: bool,
     /// Whether trainings run beside the load (see [`crate::trainings`]).
     pub(crate) trainings: bool,
+    /// Whether a real Cog model uploads file outputs to the runner (see [`crate::outputs`]).
+    pub(crate) outputs: bool,
 }
 
 pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -135,6 +139,7 @@ pub(crate) const PLAIN: Scenario = Scenario {
     s3: false,
     levels: false,
     trainings: false,
+    outputs: false,
 };
 
 /// Every scenario, in the order they run.
@@ -150,6 +155,7 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     },
     Scenario { name: "three priority levels, runner killed", fault: Fault::Kill(Role::Runner), levels: true, ..PLAIN },
     Scenario { name: "runner killed mid-training", fault: Fault::Kill(Role::Runner), trainings: true, ..PLAIN },
+    Scenario { name: "runner killed during output uploads", fault: Fault::Kill(Role::Runner), outputs: true, ..PLAIN },
     Scenario { name: "notifier killed (SIGKILL)", fault: Fault::Kill(Role::Notifier), ..PLAIN },
     Scenario { name: "api killed (SIGKILL)", fault: Fault::Kill(Role::Api), ..PLAIN },
     Scenario { name: "api killed during uploads", fault: Fault::Kill(Role::Api), uploads: true, ..PLAIN },

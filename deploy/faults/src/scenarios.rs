@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    capped, flood, levels, load,
+    capped, flood, levels, load, outputs,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -187,6 +187,13 @@ async fn run_scenario(
     if let Some(trainers) = &trainers {
         vars.extend(trainers.vars());
     }
+    let uploader = match scenario.outputs {
+        true => Some(outputs::Uploader::start().await?),
+        false => None,
+    };
+    if let Some(uploader) = &uploader {
+        vars.extend(uploader.vars());
+    }
     let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
     let pinned = rollout::Pinned::new();
     if rolling {
@@ -223,16 +230,24 @@ async fn run_scenario(
     });
     // The trainings start a second before the fault: the first is training when it comes.
     let fault_at = Duration::from_secs(options.fault_at);
-    let training_ids = match scenario.trainings {
-        true => {
+    let (training_ids, output_ids) = match (scenario.trainings, scenario.outputs) {
+        (true, _) => {
             tokio::time::sleep(fault_at.saturating_sub(Duration::from_secs(1))).await;
             let ids = trainings::start(&topology.apis[0], &topology.key, &recorder.url).await?;
             tokio::time::sleep(Duration::from_secs(1)).await;
-            ids
+            (ids, Vec::new())
         }
-        false => {
+        // The predictions with file outputs start before the fault (see `outputs::LEAD`):
+        // the first is uploading its files when it comes.
+        (_, true) => {
+            tokio::time::sleep(fault_at.saturating_sub(outputs::LEAD)).await;
+            let ids = outputs::start(&topology.apis[0], &topology.key, &recorder.url).await?;
+            tokio::time::sleep(outputs::LEAD).await;
+            (Vec::new(), ids)
+        }
+        _ => {
             tokio::time::sleep(fault_at).await;
-            Vec::new()
+            (Vec::new(), Vec::new())
         }
     };
     let (window, flooded) = inject(scenario.fault, options, &mut topology, servers, &recorder, &pinned).await?;
@@ -270,6 +285,9 @@ async fn run_scenario(
     if scenario.trainings {
         let down = Duration::from_secs(options.down);
         outcome.trainings = Some(trainings::check(&topology.apis[0], &topology.key, &training_ids, down).await?);
+    }
+    if scenario.outputs {
+        outcome.outputs = Some(outputs::check(&topology.apis[0], &topology.key, &output_ids).await?);
     }
     if rolling {
         outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);

@@ -125,6 +125,11 @@ impl Topology {
             }
             Role::Runner => {
                 vars.insert("RUNNER_METRICS_BIND".into(), address.clone());
+                // The public address every service hands out, as behind one load balancer:
+                // the links a runner stores (its output files') are the api's.
+                if let Some(api) = self.apis.first() {
+                    vars.insert("PUBLIC_BASE_URL".into(), api.clone());
+                }
                 format!("http://{address}/health")
             }
             Role::Notifier => {

@@ -24,16 +24,22 @@ pub struct CogServer {
 impl CogServer {
     /// Starts `fixture` with `slots` prediction slots and waits until it is ready.
     pub async fn start(fixture: &Path, slots: usize) -> anyhow::Result<Self> {
-        Self::start_as(fixture, slots, false).await
+        Self::start_as(fixture, slots, false, None).await
+    }
+
+    /// Starts `fixture` with `slots` slots, its output files PUT to `upload_url` (coglet's
+    /// `--upload-url`), and waits until it is ready.
+    pub async fn start_uploading(fixture: &Path, slots: usize, upload_url: &str) -> anyhow::Result<Self> {
+        Self::start_as(fixture, slots, false, Some(upload_url)).await
     }
 
     /// Starts `fixture`'s trainer (`train.py:train`, `--x-mode train`) and waits until it is
     /// ready.
     pub async fn start_trainer(fixture: &Path) -> anyhow::Result<Self> {
-        Self::start_as(fixture, 1, true).await
+        Self::start_as(fixture, 1, true, None).await
     }
 
-    async fn start_as(fixture: &Path, slots: usize, train: bool) -> anyhow::Result<Self> {
+    async fn start_as(fixture: &Path, slots: usize, train: bool, upload_url: Option<&str>) -> anyhow::Result<Self> {
         let python = std::env::var("COG_PYTHON").context("COG_PYTHON is not set (deploy/bench/run sets it)")?;
         let bin = Path::new(&python).parent().context("COG_PYTHON has no directory")?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
@@ -46,6 +52,9 @@ impl CogServer {
             .env("PATH", path)
             .env("PORT", port.to_string())
             .env("COG_MAX_CONCURRENCY", slots.to_string());
+        if let Some(url) = upload_url {
+            command.args(["--upload-url", url]);
+        }
         if train {
             command.args(["--x-mode", "train"]).env("COG_TRAIN_TYPE_STUB", "train.py:train");
         } else {

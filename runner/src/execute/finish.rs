@@ -91,6 +91,7 @@ impl Executor {
         match stored {
             Some(p) => {
                 tracing::info!(status = %p.status, "prediction completed");
+                self.drop_files_not_in_output(&p).await;
                 self.usage.record(&p);
                 self.publish(&p, WebhookEvent::Completed, Announcement::First)
                     .instrument(tracing::info_span!("publish_completed"))
@@ -99,6 +100,33 @@ impl Executor {
             None => tracing::info!("prediction was canceled before its result was stored; result dropped"),
         }
         Ok(())
+    }
+}
+
+impl Executor {
+    /// Removes the files of `p` its final output does not name: what an earlier run of it
+    /// stored before its runner died (a Cog server's upload, say). Only an output that names
+    /// files is looked at (one read per such prediction, none for the rest); the files of a
+    /// run that ended without naming any, and a failure here, are left to the retention
+    /// sweep, which removes every file of a prediction with its data.
+    async fn drop_files_not_in_output(&self, p: &Prediction) {
+        if p.is_training() {
+            return;
+        }
+        let mut named = Vec::new();
+        if let Some(mut output) = p.output.clone() {
+            for s in common::domain::output::strings_mut(&mut output) {
+                named.extend(self.links.stored_file(s));
+            }
+        }
+        if named.is_empty() {
+            return;
+        }
+        match self.files.delete_outputs_of_except(&p.id, &named).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(files = n, "files of earlier runs not in the output removed"),
+            Err(e) => tracing::warn!(error = %e, "files not in the output left to the retention sweep"),
+        }
     }
 }
 

@@ -67,7 +67,7 @@ use crate::{
         Model, ModelError, ModelOutput, Progress,
         file_inputs::{self, FileAccess, FileInputs, NamedFiles},
     },
-    progress::{Changes, Limits},
+    progress::{Changes, Limits, RunOwner},
     run_figures::RunFigures,
 };
 
@@ -365,6 +365,12 @@ impl Executor {
         else {
             return Ok(Outcome::Done);
         };
+        // Whose job it is: the files the model sends belong to its account, and go with a
+        // prediction's data (a training's weights stay while their version does).
+        progress.set_owner(RunOwner {
+            account_id: prediction.account_id.clone(),
+            prediction_id: (!prediction.is_training()).then(|| prediction.id.clone()),
+        });
         let model_call = early_call.unwrap_or_else(|| {
             call(prediction.model_input.as_object().cloned().unwrap_or_default(), self.named_files(&prediction))
         });

@@ -11,11 +11,13 @@
 use anyhow::Context;
 use bson::DateTime;
 use common::{
+    domain::FileId,
     domain::{
         ApiSurface, Prediction,
         training::{self, trained_version_id},
     },
     files::NewFile,
+    links::Links,
     store::{ModelVersionRecord, model_versions::TrainedFrom},
 };
 use futures::StreamExt;
@@ -28,18 +30,29 @@ fn invalid(message: impl Into<String>) -> ModelError {
     ModelError { code: "TRAINING_OUTPUT_INVALID".into(), message: message.into() }
 }
 
-/// The weights a trainer's output holds: their media type and bytes.
-fn weights_of(output: ModelOutput) -> Result<(String, Vec<u8>), ModelError> {
+/// The weights a trainer's output holds.
+#[derive(Debug, PartialEq)]
+enum Weights {
+    /// In the answer: their media type and bytes.
+    Inline(String, Vec<u8>),
+    /// Uploaded by the trainer while it ran (`--upload-url`): a stored file.
+    Stored(FileId),
+}
+
+/// The weights a trainer's output holds; `links` names the stored files.
+fn weights_of(output: ModelOutput, links: &Links) -> Result<Weights, ModelError> {
     match output {
-        ModelOutput::File { content_type, bytes, .. } => Ok((content_type, bytes)),
+        ModelOutput::File { content_type, bytes, .. } => Ok(Weights::Inline(content_type, bytes)),
         ModelOutput::Json(Value::Object(fields)) => match fields.get("weights") {
-            Some(Value::String(uri)) if uri.starts_with("data:") => {
-                data_uri_bytes(uri).ok_or_else(|| invalid("the trainer's weights are a malformed data: URI"))
-            }
-            Some(Value::String(other)) => Err(invalid(format!(
-                "the trainer's weights must come back in the answer (a data: URI), not as {}; start the trainer without --upload-url",
-                other.split('?').next().unwrap_or_default()
-            ))),
+            Some(Value::String(uri)) if uri.starts_with("data:") => data_uri_bytes(uri)
+                .map(|(content_type, bytes)| Weights::Inline(content_type, bytes))
+                .ok_or_else(|| invalid("the trainer's weights are a malformed data: URI")),
+            Some(Value::String(url)) => links.stored_file(url).map(Weights::Stored).ok_or_else(|| {
+                invalid(format!(
+                    "the trainer's weights are neither in the answer nor a file uploaded to this runner: {}",
+                    url.split('?').next().unwrap_or_default()
+                ))
+            }),
             _ => Err(invalid("the trainer's output has no weights")),
         },
         _ => Err(invalid("the trainer's output is not {\"weights\": <file>}")),
@@ -58,7 +71,7 @@ impl Executor {
         let Some(destination) = p.destination.clone() else {
             return Ok(Err(invalid("the training has no destination")));
         };
-        let (content_type, bytes) = match weights_of(output) {
+        let weights = match weights_of(output, &self.links) {
             Ok(weights) => weights,
             Err(e) => return Ok(Err(e)),
         };
@@ -67,17 +80,27 @@ impl Executor {
         let Some(base) = base else {
             return Ok(Err(invalid(format!("version {} of {} is no longer recorded", p.version, p.model))));
         };
-        let new = NewFile {
-            account_id: p.account_id.clone(),
-            name: format!("{}-weights", p.id),
-            content_type,
-            metadata: String::new(),
-            expires_at: None,
-            // Not an output of the training: the retention of its data must not remove it.
-            prediction_id: None,
+        let weights = match weights {
+            Weights::Inline(content_type, bytes) => {
+                let new = NewFile {
+                    account_id: p.account_id.clone(),
+                    name: format!("{}-weights", p.id),
+                    content_type,
+                    metadata: String::new(),
+                    expires_at: None,
+                    // Not an output of the training: the retention of its data must not remove it.
+                    prediction_id: None,
+                };
+                let body = futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
+                self.files.create(new, body, u64::MAX).await.context("storing the weights")?
+            }
+            // Streamed to the store while the trainer ran, as a file of the account kept
+            // apart from the training's data (see `models::cog::uploads`).
+            Weights::Stored(id) => match self.files.get(&id).await.context("reading the uploaded weights")? {
+                Some(file) if file.account_id == p.account_id => file,
+                _ => return Ok(Err(invalid("the trainer's uploaded weights are not stored"))),
+            },
         };
-        let body = futures::stream::once(async move { Ok(bytes::Bytes::from(bytes)) }).boxed();
-        let weights = self.files.create(new, body, u64::MAX).await.context("storing the weights")?;
         let schema = training::without_weights_field(&base.input_schema()?);
         let version = ModelVersionRecord {
             id: trained_version_id(&p.id),
@@ -115,14 +138,20 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn weights_come_as_a_data_uri_or_a_file_and_nothing_else() {
-        let (media, bytes) =
-            weights_of(ModelOutput::Json(json!({"weights": "data:text/plain;base64,aGk="}))).expect("ok");
-        assert_eq!((media.as_str(), bytes.as_slice()), ("text/plain", b"hi".as_slice()));
+    fn weights_come_as_a_data_uri_a_file_or_an_uploaded_file_and_nothing_else() {
+        let links = Links::new(
+            "http://h",
+            common::crypto::MasterKey::from_base64(&common::crypto::MasterKey::generate_base64()).expect("key"),
+        );
+        let inline = weights_of(ModelOutput::Json(json!({"weights": "data:text/plain;base64,aGk="})), &links);
+        assert_eq!(inline, Ok(Weights::Inline("text/plain".into(), b"hi".to_vec())));
         let file = ModelOutput::File { content_type: "a/b".into(), extension: "bin".into(), bytes: vec![1] };
-        assert!(weights_of(file).is_ok());
-        for bad in [json!({"weights": "http://h/w.bin"}), json!({"other": 1}), json!("text")] {
-            let e = weights_of(ModelOutput::Json(bad.clone())).expect_err("refused");
+        assert!(weights_of(file, &links).is_ok());
+        let id = FileId::generate();
+        let uploaded = json!({"weights": links.file(&id, common::domain::ApiSurface::Canonical)});
+        assert_eq!(weights_of(ModelOutput::Json(uploaded), &links), Ok(Weights::Stored(id)));
+        for bad in [json!({"weights": "http://elsewhere/w.bin"}), json!({"other": 1}), json!("text")] {
+            let e = weights_of(ModelOutput::Json(bad.clone()), &links).expect_err("refused");
             assert_eq!(e.code, "TRAINING_OUTPUT_INVALID", "{bad}");
         }
     }

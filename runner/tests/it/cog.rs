@@ -210,9 +210,18 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
         Model, Progress,
         cog::{CogModel, callbacks::Callbacks},
     };
+    let fixture = Fixture::new(&[]).await;
     let server = CogServer::start_ready("pause", CogMode::Predict).await;
+    let uploads = runner::models::cog::uploads::Uploads::new(
+        common::files::Files::new(&fixture.store),
+        common::links::Links::new(
+            "http://127.0.0.1:1",
+            common::crypto::MasterKey::from_base64(&common::crypto::MasterKey::generate_base64()).expect("a key"),
+        ),
+        runner::models::cog::uploads::DEFAULT_MAX_FILE_BYTES,
+    );
     let callbacks =
-        Callbacks::serve("127.0.0.1:0".parse().expect("addr"), None, Default::default()).await.expect("serve");
+        Callbacks::serve("127.0.0.1:0".parse().expect("addr"), None, uploads, Default::default()).await.expect("serve");
     let target = runner::models::cog::parse_targets(&format!("acme/pause={}", server.url)).expect("target").remove(0);
     let model = CogModel::connect(&target, reqwest::Client::new(), callbacks, true).await.expect("connect");
     let progress = Progress::default();

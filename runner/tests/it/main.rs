@@ -4,6 +4,7 @@
 mod account_caps;
 mod cancel;
 mod cog;
+mod cog_uploads;
 mod crash;
 mod deadlines;
 mod depth;

@@ -10,6 +10,7 @@ pub mod cost;
 pub mod create_vs_insert;
 pub mod e2e;
 pub mod files;
+pub mod outputs;
 pub mod overload;
 pub mod priority;
 pub mod queue;

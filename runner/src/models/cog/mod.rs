@@ -30,7 +30,9 @@
 //! - **Output**: the model's JSON value as it is ([`output`]): an iterator's items stay an
 //!   array, an object its fields; its schema (`components.schemas.Output`) is registered
 //!   with the version, so clients can tell an iterator from a list. Files in it, `data:`
-//!   URIs at any depth, become stored files when the prediction ends.
+//!   URIs at any depth, become stored files when the prediction ends; a server started with
+//!   `--upload-url` streams each file to this runner instead ([`uploads`]), and the output
+//!   names the stored file.
 //! - **Trainers** ([`Mode::Train`], `RUNNER_COG_TRAIN`): a Cog server started with
 //!   `--x-mode train` serves the same routes under `/trainings`, checks its input against
 //!   `components.schemas.TrainingInput`, and answers `{"weights": <file>}`. A trainer is always
@@ -38,6 +40,7 @@
 
 pub mod callbacks;
 pub mod output;
+pub mod uploads;
 
 use std::{sync::Arc, time::Duration};
 
@@ -365,6 +368,7 @@ impl CogModel {
     ) -> Result<ModelOutput, ModelError> {
         let (webhook, mut snapshots, _registration) = self.callbacks.register();
         let id = webhook.rsplit('/').next().unwrap_or_default().to_owned();
+        let _uploads = self.callbacks.uploads.register(&id, progress.owner());
         self.start(&id, &input, Some(&webhook)).await?;
         let mut guard = self.cancel_guard(&id);
         let died = self.watch_health();
@@ -385,6 +389,7 @@ impl CogModel {
     /// rather than closing the connection fails the run too.
     async fn run_sync(&self, input: Map<String, Value>, progress: &Progress) -> Result<ModelOutput, ModelError> {
         let id = format!("ps{}", common::domain::PredictionId::generate());
+        let _uploads = self.callbacks.uploads.register(&id, progress.owner());
         let mut guard = self.cancel_guard(&id);
         let answer = tokio::select! {
             answer = self.start(&id, &input, None) => answer?,

@@ -1,0 +1,234 @@
+//! `bench outputs`: file outputs of a real Cog model (the `images` fixture, `List[Path]`)
+//! streamed through the runner into the file store (coglet's `--upload-url` to the runner's
+//! callback receiver; see `runner::models::cog::uploads`).
+//!
+//! - **One large file** (`--mib`, 1 GiB by default): the runner's resident memory while it
+//!   takes the file, sampled every 10 ms, against its memory just before (target: it grows by
+//!   less than 64 MiB: the file streams, never held whole); and the upload's time (the
+//!   prediction's `predict_time` less the model's own time to write the file, which it logs)
+//!   against a raw write of the same bytes to the same store by the load tool (target: at most
+//!   1.25 times as long).
+//! - **Images at load**: predictions of 4 files of 8 MB each, 8 in flight at once
+//!   (`--predictions` in all; the Cog server runs one at a time, the rest wait at the runner):
+//!   predictions a second, MB/s of files stored, and the p50 and p99 of their latency.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use bytes::Bytes;
+use common::{
+    domain::FileId,
+    files::{FileStore, Files, GridFsStore},
+};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use harness::{
+    cluster::{AS_DEPLOYED, Cluster, round},
+    cog_server::CogServer,
+    stats::{Samples, ms},
+};
+
+/// What taking one file may add to the runner's resident memory.
+pub const TARGET_ADDED_RSS_MIB: f64 = 64.0;
+/// The longest an upload through the runner may take against a raw write of the same bytes.
+pub const TARGET_TIME_RATIO: f64 = 1.25;
+/// The Cog fixture whose output is a list of files (shared with the runner's tests).
+const IMAGES_FIXTURE: &str = "runner/tests/fixtures/cog/images";
+const MIB: usize = 1024 * 1024;
+
+/// Options of `bench outputs`.
+#[derive(clap::Args)]
+pub struct Options {
+    /// The size of the large file, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    mib: usize,
+    /// Predictions of 4 files of 8 MB each, 8 in flight.
+    #[arg(long, default_value_t = 32)]
+    predictions: usize,
+}
+
+/// `bench outputs`
+pub async fn run(options: Options) -> anyhow::Result<Value> {
+    let mut cluster = Cluster::start(&AS_DEPLOYED, false).await?;
+    let outcome = async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let upload_url = format!("http://127.0.0.1:{port}/upload/");
+        // One slot: the fixture is synchronous (coglet runs more than one prediction at once
+        // only for an async one), so the 8 in flight queue at the Cog server, as they would
+        // on one GPU.
+        let cog = CogServer::start_uploading(Path::new(IMAGES_FIXTURE), 1, &upload_url).await?;
+        let models = format!("acme/images={}", cog.base);
+        let bind = format!("127.0.0.1:{port}");
+        let settings = [
+            ("RUNNER_MODELS", "acme/images"),
+            ("RUNNER_COG", models.as_str()),
+            ("RUNNER_COG_CALLBACK_BIND", bind.as_str()),
+            ("RUNNER_CONCURRENCY", "8"),
+        ];
+        cluster.add_runners(1, &settings).await?;
+        let large = large_file(&cluster, options.mib).await?;
+        let load = images_at_load(&cluster, options.predictions).await?;
+        anyhow::Ok(json!({"large_file": large, "images_at_load": load}))
+    }
+    .await;
+    cluster.stop().await?;
+    let results = outcome?;
+    println!("{}", table(&results));
+    Ok(results)
+}
+
+/// Resident memory of `pid` now, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(str::to_owned)))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One prediction with `Prefer: wait`, polled to its end; the ended prediction and its latency.
+async fn predict(http: &reqwest::Client, cluster: &Cluster, input: Value) -> anyhow::Result<(Value, Duration)> {
+    let started = Instant::now();
+    let created: Value = http
+        .post(format!("{}/v1/models/acme/images/predictions", cluster.base))
+        .bearer_auth(&cluster.key)
+        .header("prefer", "wait=60")
+        .json(&json!({ "input": input }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = created["id"].as_str().context("the create's id")?.to_owned();
+    let mut prediction = created;
+    while !matches!(prediction["status"].as_str(), Some("succeeded" | "failed" | "canceled")) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        prediction = http
+            .get(format!("{}/v1/predictions/{id}", cluster.base))
+            .bearer_auth(&cluster.key)
+            .send()
+            .await?
+            .json()
+            .await?;
+    }
+    let took = started.elapsed();
+    anyhow::ensure!(prediction["status"] == "succeeded", "the prediction ended {prediction}");
+    Ok((prediction, took))
+}
+
+/// The seconds the model spent writing its files, from its log line `wrote N files in S s`.
+fn write_seconds(logs: &str) -> Option<f64> {
+    logs.lines().find_map(|l| l.strip_prefix("wrote ")?.split(" in ").nth(1)?.strip_suffix(" s")?.parse().ok())
+}
+
+/// One file of `mib` MiB through the runner, against a raw write of as many bytes.
+async fn large_file(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
+    let pid = cluster.pids().into_iter().find(|(name, _)| *name == "runner").context("the runner's pid")?.1;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(1800)).build()?;
+    // A small one first: the runner's first upload sets up what every later one reuses.
+    predict(&http, cluster, json!({"count": 1, "kib": 1024})).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = rss_kib(pid);
+    let mut peak = idle;
+    let work = predict(&http, cluster, json!({"count": 1, "kib": mib * 1024}));
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let (prediction, _) = loop {
+        tokio::select! {
+            done = &mut work => break done?,
+            _ = tick.tick() => peak = peak.max(rss_kib(pid)),
+        }
+    };
+    let predict_time = prediction["metrics"]["predict_time"].as_f64().context("predict_time")?;
+    let wrote = write_seconds(prediction["logs"].as_str().unwrap_or_default()).context("the model's write time")?;
+    let upload_seconds = predict_time - wrote;
+
+    // The same bytes written raw to the store the runner writes to.
+    let files = Files::open(&cluster.setup.store, &cluster.setup.common.files).await?;
+    let raw: Arc<dyn FileStore> = match files.s3() {
+        Some(s3) => Arc::new(s3.clone()),
+        None => Arc::new(GridFsStore::new(cluster.setup.store.database())),
+    };
+    let raw_id = FileId::generate();
+    let pieces = futures::stream::iter((0..mib).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![0u8; MIB]))));
+    let started = Instant::now();
+    raw.put(&raw_id, "raw.bin", pieces.boxed(), u64::MAX).await?;
+    let raw_seconds = started.elapsed().as_secs_f64();
+    raw.delete(&raw_id).await?;
+    let added = round(peak.saturating_sub(idle) as f64 / 1024.0, 1);
+    Ok(json!({
+        "mib": mib,
+        "store": files.writes_to().as_str(),
+        "runner_idle_rss_mib": round(idle as f64 / 1024.0, 1),
+        "runner_peak_rss_mib": round(peak as f64 / 1024.0, 1),
+        "runner_added_rss_mib": added,
+        "target_added_rss_mib": TARGET_ADDED_RSS_MIB,
+        "model_write_seconds": round(wrote, 2),
+        "upload_seconds": round(upload_seconds, 2),
+        "raw_write_seconds": round(raw_seconds, 2),
+        "time_ratio": round(upload_seconds / raw_seconds, 2),
+        "target_time_ratio": TARGET_TIME_RATIO,
+        "met": added < TARGET_ADDED_RSS_MIB && upload_seconds <= TARGET_TIME_RATIO * raw_seconds,
+    }))
+}
+
+/// `count` predictions of 4 files of 8 MB each, 8 at once.
+async fn images_at_load(cluster: &Cluster, count: usize) -> anyhow::Result<Value> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(600)).build()?;
+    let input = json!({"count": 4, "kib": 8 * 1000 * 1000 / 1024});
+    let started = Instant::now();
+    let latencies: Vec<Duration> = futures::stream::iter(0..count)
+        .map(|_| predict(&http, cluster, input.clone()))
+        .buffer_unordered(8)
+        .map(|r| r.map(|(_, took)| took))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let samples = Samples::new(latencies);
+    Ok(json!({
+        "predictions": count,
+        "files_each": 4,
+        "file_mb": 8,
+        "in_flight": 8,
+        "predictions_per_s": round(count as f64 / elapsed, 2),
+        "mb_per_s": round(count as f64 * 32.0 / elapsed, 1),
+        "latency_ms_p50": ms(samples.percentile(50.0)),
+        "latency_ms_p99": ms(samples.percentile(99.0)),
+    }))
+}
+
+/// The results as a table.
+pub fn table(results: &Value) -> String {
+    let large = &results["large_file"];
+    let load = &results["images_at_load"];
+    format!(
+        "one {} MiB output file ({}): runner +{} MiB RSS (target < {}), upload {} s vs raw write {} s = {} (target <= {})\n\
+         4 x 8 MB images, 8 in flight: {} predictions/s, {} MB/s, p50 {} ms, p99 {} ms",
+        large["mib"],
+        large["store"],
+        large["runner_added_rss_mib"],
+        large["target_added_rss_mib"],
+        large["upload_seconds"],
+        large["raw_write_seconds"],
+        large["time_ratio"],
+        large["target_time_ratio"],
+        load["predictions_per_s"],
+        load["mb_per_s"],
+        load["latency_ms_p50"],
+        load["latency_ms_p99"],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_models_write_time_is_read_from_its_log() {
+        assert_eq!(write_seconds("setting up\nwrote 1 files in 2.250 s\n"), Some(2.25));
+        assert_eq!(write_seconds("nothing"), None);
+    }
+}
