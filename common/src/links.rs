@@ -68,6 +68,12 @@ impl Links {
         Self { base_url: base_url.into(), key }
     }
 
+    /// Links under `base_url` signed with a new random key: what a test needs.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn for_tests(base_url: &str) -> Self {
+        Self::new(base_url, MasterKey::from_base64(&MasterKey::generate_base64()).expect("a generated key parses"))
+    }
+
     /// The public base URL (no trailing slash).
     pub fn base_url(&self) -> &str {
         &self.base_url
@@ -203,7 +209,7 @@ mod tests {
     use super::*;
 
     fn links() -> Links {
-        Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"))
+        Links::for_tests("http://h")
     }
 
     #[test]

@@ -180,10 +180,7 @@ mod tests {
     use serde_json::json;
 
     fn links() -> Links {
-        Links::new(
-            "http://h",
-            crate::crypto::MasterKey::from_base64(&crate::crypto::MasterKey::generate_base64()).expect("key"),
-        )
+        Links::for_tests("http://h")
     }
 
     #[test]

@@ -87,16 +87,23 @@ pub struct OutputsTally {
     pub wrong: usize,
     /// Files of the account whose record no output names.
     pub orphans: usize,
+    /// Ended after running longer than the runner's downtime: the ones the fault hit while
+    /// they ran, and which ran again.
+    pub interrupted: usize,
 }
 
-/// Reads each prediction and its files once the drain is over, and the account's files.
-pub async fn check(api: &str, key: &str, ids: &[String]) -> anyhow::Result<OutputsTally> {
+/// Reads each prediction and its files once the drain is over (the runner was down for
+/// `down`), and the account's files.
+pub async fn check(api: &str, key: &str, ids: &[String], down: Duration) -> anyhow::Result<OutputsTally> {
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
     let mut tally = OutputsTally { created: ids.len(), ..OutputsTally::default() };
     let mut named = Vec::new();
     for id in ids {
         let p: Value =
             http.get(format!("{api}/replicate/v1/predictions/{id}")).bearer_auth(key).send().await?.json().await?;
+        if p["metrics"]["predict_time"].as_f64().is_some_and(|ran| ran > down.as_secs_f64()) {
+            tally.interrupted += 1;
+        }
         match p["status"].as_str() {
             Some("succeeded") => {
                 let links: Vec<String> =
@@ -129,7 +136,7 @@ impl OutputsTally {
     /// The tally as JSON.
     pub fn json(&self) -> Value {
         json!({"created": self.created, "whole": self.whole, "stuck": self.stuck, "wrong": self.wrong,
-               "orphans": self.orphans})
+               "orphans": self.orphans, "interrupted": self.interrupted})
     }
 
     /// What is wrong, if anything.
@@ -143,6 +150,9 @@ impl OutputsTally {
         }
         if self.orphans > 0 {
             failures.push(format!("{} file records no output names", self.orphans));
+        }
+        if self.interrupted == 0 {
+            failures.push("the fault hit no prediction with file outputs while it ran".into());
         }
         failures
     }

@@ -287,7 +287,8 @@ async fn run_scenario(
         outcome.trainings = Some(trainings::check(&topology.apis[0], &topology.key, &training_ids, down).await?);
     }
     if scenario.outputs {
-        outcome.outputs = Some(outputs::check(&topology.apis[0], &topology.key, &output_ids).await?);
+        let down = Duration::from_secs(options.down);
+        outcome.outputs = Some(outputs::check(&topology.apis[0], &topology.key, &output_ids, down).await?);
     }
     if rolling {
         outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);

@@ -102,6 +102,15 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Resident memory of process `pid` now, in KiB (0 when it cannot be read).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(str::to_owned)))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Clock ticks per second, the unit of CPU times in `/proc/<pid>/stat` (100 on Linux builds
 /// for every common architecture; `getconf` confirms it when available).
 pub fn clock_ticks() -> f64 {

@@ -139,10 +139,7 @@ mod tests {
 
     #[test]
     fn weights_come_as_a_data_uri_a_file_or_an_uploaded_file_and_nothing_else() {
-        let links = Links::new(
-            "http://h",
-            common::crypto::MasterKey::from_base64(&common::crypto::MasterKey::generate_base64()).expect("key"),
-        );
+        let links = Links::for_tests("http://h");
         let inline = weights_of(ModelOutput::Json(json!({"weights": "data:text/plain;base64,aGk="})), &links);
         assert_eq!(inline, Ok(Weights::Inline("text/plain".into(), b"hi".to_vec())));
         let file = ModelOutput::File { content_type: "a/b".into(), extension: "bin".into(), bytes: vec![1] };

@@ -214,10 +214,7 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
     let server = CogServer::start_ready("pause", CogMode::Predict).await;
     let uploads = runner::models::cog::uploads::Uploads::new(
         common::files::Files::new(&fixture.store),
-        common::links::Links::new(
-            "http://127.0.0.1:1",
-            common::crypto::MasterKey::from_base64(&common::crypto::MasterKey::generate_base64()).expect("a key"),
-        ),
+        common::links::Links::for_tests("http://127.0.0.1:1"),
         runner::models::cog::uploads::DEFAULT_MAX_FILE_BYTES,
     );
     let callbacks =

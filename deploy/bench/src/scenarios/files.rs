@@ -36,6 +36,7 @@ use crate::measure::machine_cpu::{ProcessCpu, Role};
 use harness::{
     cluster::{AS_DEPLOYED, Cluster, round},
     cog_server::CogServer,
+    processes::rss_kib,
     servers::S3Standin,
     stats::{self, Samples, ms},
 };
@@ -119,15 +120,6 @@ fn piece(n: usize) -> Bytes {
 
 fn pieces(mib: usize) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     futures::stream::iter((0..mib).map(|n| Ok(piece(n))))
-}
-
-/// Resident memory of `pid` now, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(str::to_owned)))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// Runs `work` while sampling `pid`'s resident memory every 10 ms; its result and the peak.

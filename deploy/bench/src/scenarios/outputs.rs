@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use harness::{
     cluster::{AS_DEPLOYED, Cluster, round},
     cog_server::CogServer,
+    processes::rss_kib,
     stats::{Samples, ms},
 };
 
@@ -77,15 +78,6 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let results = outcome?;
     println!("{}", table(&results));
     Ok(results)
-}
-
-/// Resident memory of `pid` now, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(str::to_owned)))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// One prediction with `Prefer: wait`, polled to its end; the ended prediction and its latency.
