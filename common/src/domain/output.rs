@@ -28,6 +28,21 @@ fn collect<'a>(value: &'a mut Value, found: &mut Vec<&'a mut String>) {
     }
 }
 
+/// Every string of `value` at any depth, in document order, to be read.
+pub fn strings(value: &Value) -> Vec<&str> {
+    fn walk<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        match value {
+            Value::String(s) => found.push(s),
+            Value::Array(items) => items.iter().for_each(|item| walk(item, found)),
+            Value::Object(fields) => fields.values().for_each(|item| walk(item, found)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    let mut found = Vec::new();
+    walk(value, &mut found);
+    found
+}
+
 /// `value` with every string at any depth passed through `f`.
 pub fn map_strings(mut value: Value, mut f: impl FnMut(&str) -> String) -> Value {
     for s in strings_mut(&mut value) {
@@ -38,12 +53,7 @@ pub fn map_strings(mut value: Value, mut f: impl FnMut(&str) -> String) -> Value
 
 /// Whether `value` holds a `data:` URI anywhere: a file not yet stored.
 pub fn holds_data_uri(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.starts_with("data:"),
-        Value::Array(items) => items.iter().any(holds_data_uri),
-        Value::Object(fields) => fields.values().any(holds_data_uri),
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
-    }
+    strings(value).iter().any(|s| s.starts_with("data:"))
 }
 
 #[cfg(test)]
@@ -56,7 +66,8 @@ mod tests {
         let value = json!({"a": ["x", 1, {"b": "y"}], "c": true, "d": null, "e": 2.5, "f": "z"});
         let mapped = map_strings(value, str::to_uppercase);
         assert_eq!(mapped, json!({"a": ["X", 1, {"b": "Y"}], "c": true, "d": null, "e": 2.5, "f": "Z"}));
-        let mut list = json!(["p", ["q"]]);
+        let mut list = json!(["p", {"k": ["q"]}, 3]);
+        assert_eq!(strings(&list), ["p", "q"]);
         assert_eq!(strings_mut(&mut list).len(), 2);
     }
 

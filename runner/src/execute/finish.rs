@@ -101,9 +101,7 @@ impl Executor {
         }
         Ok(())
     }
-}
 
-impl Executor {
     /// Removes the files of `p` its final output does not name: what an earlier run of it
     /// stored before its runner died (a Cog server's upload, say). Only an output that names
     /// files is looked at (one read per such prediction, none for the rest); the files of a
@@ -113,12 +111,14 @@ impl Executor {
         if p.is_training() {
             return;
         }
-        let mut named = Vec::new();
-        if let Some(mut output) = p.output.clone() {
-            for s in common::domain::output::strings_mut(&mut output) {
-                named.extend(self.links.stored_file(s));
-            }
-        }
+        let named: Vec<_> = p
+            .output
+            .as_ref()
+            .map(common::domain::output::strings)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|s| self.links.stored_file(s))
+            .collect();
         if named.is_empty() {
             return;
         }
