@@ -238,6 +238,40 @@ async fn a_finished_upload_is_never_swept() {
 }
 
 #[tokio::test]
+async fn an_upload_the_store_will_not_discard_stays_noted_and_holds_up_no_other() {
+    let proxy = TcpProxy::start(common::testkit::host_port(&common::testkit::s3().endpoint)).await.expect("proxy");
+    let endpoint = format!("http://{}", proxy.addr());
+    let system = System::start_with(on_s3(&[("S3_ENDPOINT", endpoint.as_str())])).await;
+    let files = system.files().await;
+    let unfinished = system.ctx.store().await.database().collection::<bson::Document>("unfinished_uploads");
+    let on_s3_id = common::domain::FileId::generate();
+    let on_gridfs_id = common::domain::FileId::generate();
+    let old = bson::DateTime::from_millis(0);
+    // The S3 one is older, so a sweep that stopped at a failure would never reach the other.
+    let notes = [
+        bson::doc! { "_id": on_s3_id.as_str(), "store": "s3", "multipart_upload_id": "gone", "started_at": old },
+        bson::doc! { "_id": on_gridfs_id.as_str(), "store": "gridfs", "started_at": bson::DateTime::from_millis(1) },
+    ];
+    unfinished.insert_many(notes).await.expect("noted");
+
+    proxy.cut();
+    assert_eq!(files.sweep_unfinished_older_than(Duration::ZERO, 100).await.expect("swept"), 1, "the GridFS one");
+    let kept = unfinished.find_one(bson::doc! {}).await.expect("read").expect("one note kept");
+    assert_eq!(kept.get_str("_id").expect("id"), on_s3_id.as_str(), "the one S3 refused stays noted");
+    assert_eq!(kept.get_i32("sweeps_failed").expect("counted"), 1);
+    assert!(kept.get_datetime("started_at").expect("date") > &old, "it waits behind newer uploads");
+    assert_eq!(files.sweep_unfinished(100).await.expect("swept"), 0, "not tried again at once");
+
+    proxy.restore();
+    assert_eq!(
+        files.sweep_unfinished_older_than(Duration::ZERO, 100).await.expect("swept"),
+        1,
+        "swept once S3 answers"
+    );
+    assert_eq!(unfinished.count_documents(bson::doc! {}).await.expect("count"), 0);
+}
+
+#[tokio::test]
 async fn the_store_down_is_a_503_with_retry_after_and_back_up_it_serves_again() {
     let proxy = TcpProxy::start(common::testkit::host_port(&common::testkit::s3().endpoint)).await.expect("proxy");
     let endpoint = format!("http://{}", proxy.addr());

@@ -270,7 +270,18 @@ impl Files {
         let mut swept = 0;
         for upload in self.unfinished.begun_before(before, limit).await? {
             if self.records.get(&upload.id).await?.is_none() {
-                self.bytes(upload.store)?.discard_unfinished(&upload).await?;
+                let discarded = match self.bytes(upload.store) {
+                    Ok(bytes) => bytes.discard_unfinished(&upload).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = discarded {
+                    // Kept for a later sweep, behind the others: one upload the store will
+                    // not discard holds up neither this sweep nor the next.
+                    tracing::warn!(file_id = %upload.id, store = upload.store.as_str(), error = %e,
+                        "an unfinished upload was not swept; it is tried again later");
+                    self.unfinished.sweep_later(&upload.id).await?;
+                    continue;
+                }
                 swept += 1;
                 tracing::info!(file_id = %upload.id, store = upload.store.as_str(), "swept an unfinished upload");
             }

@@ -27,7 +27,7 @@ pub struct UnfinishedUpload {
     /// The S3 multipart upload under way, once one is started.
     #[serde(default)]
     pub multipart_upload_id: Option<String>,
-    /// When the upload began.
+    /// When the upload began, or when a sweep last failed to discard its bytes.
     pub started_at: DateTime,
 }
 
@@ -57,6 +57,13 @@ impl UnfinishedUploads {
     /// File `id` is finished: its record is stored, or its bytes are gone.
     pub async fn end(&self, id: &FileId) -> Result<(), StoreError> {
         self.coll.delete_one(doc! { "_id": id.as_str() }).await.map(|_| ())
+    }
+
+    /// The sweep could not discard file `id`'s bytes (the store refused): it is taken again
+    /// once an upload begun now would be, after the ones already waiting.
+    pub async fn sweep_later(&self, id: &FileId) -> Result<(), StoreError> {
+        let update = doc! { "$set": { "started_at": DateTime::now() }, "$inc": { "sweeps_failed": 1 } };
+        self.coll.update_one(doc! { "_id": id.as_str() }, update).await.map(|_| ())
     }
 
     /// Up to `limit` uploads begun before `before`, oldest first.

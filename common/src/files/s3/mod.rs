@@ -230,7 +230,7 @@ impl FileStore for S3Store {
     fn discard_unfinished<'a>(&'a self, upload: &'a UnfinishedUpload) -> BoxFuture<'a, Result<(), FileStoreError>> {
         Box::pin(async move {
             if let Some(upload_id) = &upload.multipart_upload_id {
-                self.abort(&object_key(&upload.id), upload_id).await;
+                self.try_abort(&object_key(&upload.id), upload_id).await?;
             }
             self.delete(&upload.id).await
         })

@@ -86,14 +86,22 @@ impl S3Store {
         Ok(())
     }
 
-    /// Aborts multipart upload `upload_id` of `key`; an upload already gone is fine.
+    /// Aborts multipart upload `upload_id` of `key` on a failed write; one the store refuses
+    /// to abort stays noted in `unfinished_uploads`, for the sweep.
     pub(super) async fn abort(&self, key: &str, upload_id: &str) {
-        let url = self.bucket.abort_multipart_upload(Some(&self.credentials), key, upload_id).sign(SIGN_FOR);
-        match self.send(self.http.delete(url)).await {
-            Ok(response) if response.status().is_success() || response.status().as_u16() == 404 => {}
-            Ok(response) => tracing::warn!(key, status = %response.status(), "a multipart upload was not aborted"),
-            Err(e) => tracing::warn!(key, error = %e, "a multipart upload was not aborted"),
+        if let Err(e) = self.try_abort(key, upload_id).await {
+            tracing::warn!(key, error = %e, "a multipart upload was not aborted; the sweep tries again");
         }
+    }
+
+    /// Aborts multipart upload `upload_id` of `key`; an upload already gone is fine.
+    pub(super) async fn try_abort(&self, key: &str, upload_id: &str) -> Result<(), FileStoreError> {
+        let url = self.bucket.abort_multipart_upload(Some(&self.credentials), key, upload_id).sign(SIGN_FOR);
+        let response = self.send(self.http.delete(url)).await?;
+        if response.status().as_u16() == 404 {
+            return Ok(());
+        }
+        checked(response, "aborting a multipart upload").await.map(drop)
     }
 
     async fn write(
