@@ -9,23 +9,50 @@
 //! Code outside such a task (the runner, the notifier, background work) has none and keeps the
 //! fixed limits.
 
-use std::{cell::Cell, future::Future, time::Duration};
+use std::{
+    future::Future,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use tokio::time::Instant;
 
+/// A request's deadline, shared between the task that does its work (which may move it or
+/// lift it) and the one that answers its client (which answers when it passes, whatever the
+/// work is waiting for).
+#[derive(Clone, Debug)]
+pub struct Deadline(Arc<Mutex<Option<Instant>>>);
+
+impl Deadline {
+    /// A deadline at `at`.
+    pub fn at(at: Instant) -> Self {
+        Self(Arc::new(Mutex::new(Some(at))))
+    }
+
+    /// When it passes; `None` once lifted.
+    pub fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn update(&self, change: impl FnOnce(Option<Instant>) -> Option<Instant>) {
+        let mut at = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *at = change(*at);
+    }
+}
+
 tokio::task_local! {
-    /// The deadline of the request the current task serves; `None` once cleared.
-    static DEADLINE: Cell<Option<Instant>>;
+    /// The deadline of the request the current task serves.
+    static DEADLINE: Deadline;
 }
 
 /// Runs `work` with `deadline` as its task's deadline.
-pub async fn within<F: Future>(deadline: Instant, work: F) -> F::Output {
-    DEADLINE.scope(Cell::new(Some(deadline)), work).await
+pub async fn within<F: Future>(deadline: Deadline, work: F) -> F::Output {
+    DEADLINE.scope(deadline, work).await
 }
 
 /// The current task's deadline, if it has one.
 pub fn current() -> Option<Instant> {
-    DEADLINE.try_with(Cell::get).ok().flatten()
+    DEADLINE.try_with(Deadline::get).ok().flatten()
 }
 
 /// What is left of the current task's deadline: `None` without one, zero once it passed.
@@ -35,12 +62,12 @@ pub fn remaining() -> Option<Duration> {
 
 /// Moves the current task's deadline `by` later (a create about to hold for `Prefer: wait`).
 pub fn extend(by: Duration) {
-    let _ = DEADLINE.try_with(|d| d.set(d.get().map(|deadline| deadline + by)));
+    let _ = DEADLINE.try_with(|d| d.update(|at| at.map(|deadline| deadline + by)));
 }
 
 /// Lifts the current task's deadline (an upload, which has a limit of its own).
 pub fn clear() {
-    let _ = DEADLINE.try_with(|d| d.set(None));
+    let _ = DEADLINE.try_with(|d| d.update(|_| None));
 }
 
 #[cfg(test)]
@@ -51,16 +78,18 @@ mod tests {
     async fn a_task_sees_its_deadline_move_and_go_and_other_tasks_see_none() {
         assert_eq!(remaining(), None, "outside a request");
         let deadline = Instant::now() + Duration::from_secs(10);
-        within(deadline, async {
+        let shared = Deadline::at(deadline);
+        within(shared.clone(), async {
             assert_eq!(current(), Some(deadline));
             extend(Duration::from_secs(5));
             assert_eq!(current(), Some(deadline + Duration::from_secs(5)));
             assert_eq!(tokio::spawn(async { current() }).await.ok().flatten(), None, "not inherited");
-            clear();
-            assert_eq!(current(), None);
         })
         .await;
-        within(Instant::now() - Duration::from_millis(1), async {
+        assert_eq!(shared.get(), Some(deadline + Duration::from_secs(5)), "the answering side sees the move");
+        within(shared.clone(), async { clear() }).await;
+        assert_eq!(shared.get(), None, "and the lift");
+        within(Deadline::at(Instant::now() - Duration::from_millis(1)), async {
             assert_eq!(remaining(), Some(Duration::ZERO), "passed");
         })
         .await;
@@ -70,13 +99,18 @@ mod tests {
     async fn a_read_gets_what_is_left_of_the_deadline_within_the_fixed_limit() {
         use crate::store::{READ_TIME_LIMIT, read_limit};
         assert_eq!(read_limit(), READ_TIME_LIMIT, "no request, the fixed limit");
-        within(Instant::now() + Duration::from_secs(60), async { assert_eq!(read_limit(), READ_TIME_LIMIT) }).await;
-        within(Instant::now() + Duration::from_millis(300), async {
+        within(Deadline::at(Instant::now() + Duration::from_secs(60)), async {
+            assert_eq!(read_limit(), READ_TIME_LIMIT)
+        })
+        .await;
+        within(Deadline::at(Instant::now() + Duration::from_millis(300)), async {
             let limit = read_limit();
             assert!(limit <= Duration::from_millis(300) && limit > Duration::from_millis(200), "{limit:?}");
         })
         .await;
-        within(Instant::now(), async { assert_eq!(read_limit(), Duration::from_millis(1), "passed: fails at once") })
-            .await;
+        within(Deadline::at(Instant::now()), async {
+            assert_eq!(read_limit(), Duration::from_millis(1), "passed: fails at once")
+        })
+        .await;
     }
 }

@@ -29,7 +29,8 @@ pub mod targets;
 
 use std::sync::Arc;
 
-use common::{bus::heartbeat::Heartbeat, links::Links};
+use anyhow::Context;
+use common::{bus::heartbeat::Heartbeat, files::payloads::Payloads, links::Links};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -44,6 +45,9 @@ const LEDGER_MARGIN: std::time::Duration = std::time::Duration::from_secs(3600);
 pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let common = &config.common;
     let (store, bus) = common::connect::connect(common, "notifier").await?;
+    // Webhook bodies read by reference show predictions whole, values kept in the file store
+    // included (`common::files::payloads`).
+    let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
     let metrics = metrics::NotifierMetrics::new();
     if let Some(bind) = config.metrics_bind {
         let (counts, shown) = (store.command_counts().clone(), metrics.clone());
@@ -66,6 +70,7 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         metrics,
         stored_bodies: StoredBodies::new(
             store.predictions(),
+            Payloads::new(files),
             Links::new(common.public_base_url.clone(), common.master_key.clone()),
         ),
     });

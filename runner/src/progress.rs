@@ -192,7 +192,7 @@ impl Progress {
             if let Value::String(_) = output {
                 s.output = Some(output);
                 s.bound_text();
-            } else if json_len(&output) > s.limits.max_output_bytes {
+            } else if common::files::payloads::json_len(&output) > s.limits.max_output_bytes {
                 s.overflowed = true;
                 return;
             } else {
@@ -234,11 +234,6 @@ impl Progress {
     pub fn limits(&self) -> Limits {
         self.with(|s| s.limits)
     }
-}
-
-/// The length of `value`'s compact JSON text: what the output limit counts of a value.
-pub fn json_len(value: &Value) -> usize {
-    serde_json::to_string(value).map_or(usize::MAX, |text| text.len())
 }
 
 #[cfg(test)]

@@ -132,6 +132,7 @@ impl Reconciler {
         for p in canceled {
             if !self.bus.completed_event_exists(&p).await? {
                 tracing::warn!(prediction_id = %p.id, "canceled prediction without its completed event; publishing it");
+                let p = self.executor.whole(p).await?;
                 self.bus
                     .publish_event(
                         PredictionChanged::of(&p, WebhookEvent::Completed, self.executor.links()),

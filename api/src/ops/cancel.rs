@@ -47,6 +47,7 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str, kind: JobKind) 
         else {
             continue;
         };
+        let canceled = crate::ops::owned::whole(state, canceled).await?;
         tracing::info!(was = %current.status, "prediction canceled");
         state.usage.record(&canceled);
         if current.status == PredictionStatus::Starting {

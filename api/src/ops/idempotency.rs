@@ -42,6 +42,7 @@ pub async fn replay_as<V: Serialize>(
 ) -> Result<Response, ApiError> {
     for _ in 0..20 {
         if let Some(p) = state.store.predictions().get_for_account(first, account).await? {
+            let p = crate::ops::owned::whole(state, p).await?;
             let (view, location) = show(&p);
             let mut response = (StatusCode::CREATED, Json(&view)).into_response();
             response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));

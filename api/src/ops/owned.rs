@@ -15,7 +15,14 @@ use crate::{error::ApiError, http::auth::Caller, state::AppState};
 pub async fn owned_prediction(state: &AppState, caller: &Caller, id: &str) -> Result<Prediction, ApiError> {
     let missing = || ApiError::not_found(format!("Prediction {id} not found."));
     let prediction_id = PredictionId::parse(id).map_err(|_| missing())?;
-    state.store.predictions().get_for_account(&prediction_id, &caller.key.account_id).await?.ok_or_else(missing)
+    let stored = state.store.predictions().get_for_account(&prediction_id, &caller.key.account_id).await?;
+    whole(state, stored.ok_or_else(missing)?).await
+}
+
+/// `p` as read from the store, with the values it keeps in the file store read back (see
+/// `common::files::payloads`): what every answer shows.
+pub async fn whole(state: &AppState, p: Prediction) -> Result<Prediction, ApiError> {
+    state.payloads.whole(p).await.map_err(|e| anyhow::Error::from(e).into())
 }
 
 /// The prediction (`kind` prediction) or training `id` of the caller's account; 404 as

@@ -12,7 +12,7 @@ use bson::DateTime;
 use common::{
     bus::BusError,
     domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority, TrainedVersionRef, training},
-    store::Claim,
+    store::{Claim, GroupCommitError},
 };
 use serde_json::{Map, Value};
 use tracing::Instrument;
@@ -143,15 +143,34 @@ pub async fn store_and_publish(
         release(state, prediction).await;
         return Err(refused);
     }
-    let stored = async {
-        prediction.queue_ticket = Some(state.tickets.take(prediction).await?);
-        state.new_predictions.insert(prediction.clone()).await
+    // An input too large for the document goes to the file store first (see
+    // `common::files::payloads`); the document names it.
+    let stored_form = match state.payloads.stored_form(prediction).await {
+        Ok(form) => form,
+        Err(e) => {
+            release(state, prediction).await;
+            return Err(e.into());
+        }
     };
-    if let Err(e) = stored.instrument(tracing::info_span!("store_prediction")).await {
+    let stored = async {
+        prediction.queue_ticket = Some(state.tickets.take(prediction).await.map_err(|e| (e, true))?);
+        let mut document = stored_form.clone().unwrap_or_else(|| prediction.clone());
+        document.queue_ticket = prediction.queue_ticket;
+        // Refused or dropped unwritten: certainly not stored. A failed write may have stored it.
+        state.new_predictions.insert(document).await.map_err(|e| {
+            let unwritten = matches!(e, GroupCommitError::Refused { .. } | GroupCommitError::Abandoned);
+            (e, unwritten)
+        })
+    };
+    if let Err((e, unwritten)) = stored.instrument(tracing::info_span!("store_prediction")).await {
         state.store.queue_lanes().give_back(prediction).await;
         release(state, prediction).await;
+        if unwritten && let Some(file) = stored_form.as_ref().and_then(|form| form.spilled.input.as_ref()) {
+            state.payloads.discard(file).await;
+        }
         return Err(e.into());
     }
+    prediction.spilled = stored_form.map(|form| form.spilled).unwrap_or_default();
     state.metrics.created(&prediction.model.to_string());
     let job = state.bus.job_of(prediction);
     // A publish waits no longer than the request's deadline; a job not sent by then is sent by

@@ -189,7 +189,10 @@ pub async fn create_for(
 /// Replicate-compatible surface its status is `starting`, as Replicate answers: its clients
 /// take any other status in a create response as final and stop polling.
 async fn still_running(state: &AppState, created: Prediction, surface: ApiSurface) -> Result<PredictionView, ApiError> {
-    let current = state.store.predictions().get(&created.id).await?.unwrap_or(created);
+    let current = match state.store.predictions().get(&created.id).await? {
+        Some(stored) => crate::ops::owned::whole(state, stored).await?,
+        None => created,
+    };
     let mut view = current.view(&state.links, surface);
     if surface == ApiSurface::Replicate && !view.status.is_terminal() {
         view.status = PredictionStatus::Starting;
@@ -273,8 +276,9 @@ pub async fn listed(
     query: ListPredictions,
 ) -> Result<Page<Prediction>, ApiError> {
     let limit = i64::from(query.limit);
-    let (jobs, total_count) =
+    let (stored, total_count) =
         state.store.predictions().list_for_account(account, kind, query.status, query.offset, limit).await?;
+    let jobs = futures::future::try_join_all(stored.into_iter().map(|p| crate::ops::owned::whole(state, p))).await?;
     let resource = match kind {
         JobKind::Prediction => "predictions",
         JobKind::Training => "trainings",

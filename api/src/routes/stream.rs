@@ -244,7 +244,8 @@ async fn opened_by_token(state: &AppState, id: &str, token: &str) -> Result<Pred
             "This stream token does not open this prediction; use its urls.stream, or send an API key.",
         )));
     }
-    state.store.predictions().get(&prediction_id).await?.ok_or_else(missing)
+    let stored = state.store.predictions().get(&prediction_id).await?.ok_or_else(missing)?;
+    crate::ops::owned::whole(state, stored).await
 }
 
 /// Whether the events stream still holds the prediction's events.
@@ -265,10 +266,10 @@ async fn has_events(state: &AppState, id: &PredictionId) -> bool {
 async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxStream<'static, Step>, ApiError> {
     let events = state.bus.prediction_events(&prediction.id).await?;
     let changes = events.filter_map(|read| async move { read.ok()?.change });
-    let (store, links) = (state.store.clone(), state.links.clone());
+    let (store, payloads, links) = (state.store.clone(), state.payloads.clone(), state.links.clone());
     // Ends right after the `completed` step, without waiting for another event.
     let steps = stream::unfold((changes.boxed(), Sent::default(), false), move |(mut changes, mut sent, finished)| {
-        let (store, links) = (store.clone(), links.clone());
+        let (store, payloads, links) = (store.clone(), payloads.clone(), links.clone());
         async move {
             if finished {
                 return None;
@@ -277,7 +278,7 @@ async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxSt
             let completed = change.event == WebhookEvent::Completed;
             let (view, seq) = match change.prediction {
                 Some(view) => (view, change.seq),
-                None => stored_view(&store, &links, &change.prediction_id).await?,
+                None => stored_view(&store, &payloads, &links, &change.prediction_id).await?,
             };
             let steps = sent.catch_up(&view, seq, completed);
             Some((stream::iter(steps), (changes, sent, completed)))
@@ -290,14 +291,22 @@ async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxSt
 /// be newer than the event; [`Sent::catch_up`] takes it as the state at its own `seq`).
 async fn stored_view(
     store: &common::store::Store,
+    payloads: &common::files::payloads::Payloads,
     links: &common::links::Links,
     id: &PredictionId,
 ) -> Option<(PredictionView, i64)> {
-    match store.predictions().get(id).await {
+    let read = async {
+        let Some(p) = store.predictions().get(id).await? else { return anyhow::Ok(None) };
+        Ok(Some(payloads.whole(p).await?))
+    };
+    match read.await {
         Ok(Some(p)) => Some((p.view(links, p.surface), p.seq)),
         Ok(None) => None,
         Err(e) => {
-            tracing::warn!(error = %e, "prediction not readable for an event by reference; the stream ends");
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "prediction not readable for an event by reference; the stream ends"
+            );
             None
         }
     }

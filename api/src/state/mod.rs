@@ -24,7 +24,7 @@ use std::time::Duration;
 use common::{
     bus::Bus,
     domain::Prediction,
-    files::Files,
+    files::{Files, payloads::Payloads},
     links::Links,
     store::{Batching, GroupCommit, Store, TicketDesk},
 };
@@ -54,6 +54,8 @@ pub struct Shared {
     pub(crate) store: Store,
     /// Uploaded files and file outputs: records and bytes.
     pub(crate) files: Files,
+    /// Predictions' values too large for their documents, in the file store.
+    pub(crate) payloads: Payloads,
     /// NATS JetStream.
     pub(crate) bus: Bus,
     /// Builds every URL the api hands out (both surfaces, stream tokens).
@@ -109,6 +111,7 @@ impl AppState {
             deployment_figures: crate::state::deployment_metrics::DeploymentFigures::new(
                 config.deployment_slots_per_instance,
             ),
+            payloads: Payloads::new(files.clone()),
             files,
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),
             config,

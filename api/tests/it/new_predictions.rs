@@ -5,6 +5,7 @@
 use std::{collections::HashSet, time::Duration};
 
 use common::{
+    deadline::Deadline,
     domain::{AccountId, Prediction},
     samples,
     store::{Batching, GroupCommitError, Store},
@@ -92,8 +93,8 @@ async fn a_prediction_whose_request_deadline_passed_while_it_queued_is_not_writt
     let later = tokio::time::Instant::now() + Duration::from_secs(30);
 
     let (late_result, on_time_result) = tokio::join!(
-        common::deadline::within(soon, writer.insert(late.clone())),
-        common::deadline::within(later, writer.insert(on_time.clone())),
+        common::deadline::within(Deadline::at(soon), writer.insert(late.clone())),
+        common::deadline::within(Deadline::at(later), writer.insert(on_time.clone())),
     );
 
     assert!(matches!(late_result, Err(GroupCommitError::Abandoned)), "{late_result:?}");

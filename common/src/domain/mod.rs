@@ -21,7 +21,7 @@ pub use events::WebhookEvent;
 pub use file_store::FileStoreKind;
 pub use ids::{AccountId, ApiKeyId, FileId, PredictionId};
 pub use model::ModelRef;
-pub use prediction::{Metrics, NewPrediction, Prediction, PredictionError};
+pub use prediction::{Metrics, NewPrediction, Prediction, PredictionError, Spilled};
 pub use priority::Priority;
 pub use route::{Pool, Route};
 pub use status::PredictionStatus;

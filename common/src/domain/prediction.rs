@@ -135,6 +135,30 @@ pub struct Prediction {
     /// version it was trained from, which runs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trained_version: Option<TrainedVersionRef>,
+    /// Its values too large for its document, kept in the file store instead (see
+    /// [`crate::files::payloads`]); the fields they stand for are `null` as stored.
+    #[serde(default, skip_serializing_if = "Spilled::is_empty")]
+    pub spilled: Spilled,
+}
+
+/// Which of a prediction's values live in the file store rather than in its document, each as
+/// a file of JSON (see [`crate::files::payloads`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spilled {
+    /// `{"input": ..., "model_input": ...}`: the input as submitted and as the model gets it
+    /// (`model_input` left out when it is the input itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<FileId>,
+    /// The output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<FileId>,
+}
+
+impl Spilled {
+    /// Whether nothing is spilled.
+    pub fn is_empty(&self) -> bool {
+        self.input.is_none() && self.output.is_none()
+    }
 }
 
 /// Where an ended prediction's usage stands: written `pending` with its final state, then
@@ -200,6 +224,7 @@ impl Prediction {
             kind: JobKind::Prediction,
             destination: None,
             trained_version: None,
+            spilled: Spilled::default(),
         }
     }
 

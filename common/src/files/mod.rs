@@ -15,6 +15,7 @@
 //! [`Files::get`] still finds them there, so links handed out before keep working.
 
 pub mod gridfs;
+pub mod payloads;
 pub mod s3;
 pub mod store;
 
@@ -98,6 +99,9 @@ pub enum FilesError {
     /// The record could not be stored or read.
     #[error("file records: {0}")]
     Records(#[from] StoreError),
+    /// A prediction's payload file could not be written or read back as JSON.
+    #[error("payload: {0}")]
+    Payload(String),
 }
 
 /// Files of every account: records and bytes.
@@ -210,6 +214,11 @@ impl Files {
     /// Makes the file whose bytes [`Self::put_bytes`] stored visible, with its record; if the
     /// record cannot be stored, the bytes are deleted.
     pub async fn add_record(&self, stored: StoredBytes, new: NewFile) -> Result<FileRecord, FilesError> {
+        self.add_record_as(stored, new, false).await
+    }
+
+    /// [`Self::add_record`] of a file that is a prediction's `payload` or not.
+    async fn add_record_as(&self, stored: StoredBytes, new: NewFile, payload: bool) -> Result<FileRecord, FilesError> {
         let StoredBytes { id, written, store } = stored;
         let record = FileRecord {
             id,
@@ -224,6 +233,7 @@ impl Files {
             expires_at: new.expires_at,
             prediction_id: new.prediction_id,
             store,
+            payload,
         };
         if let Err(e) = self.records.insert(&record).await {
             self.discard(&StoredBytes { id: record.id.clone(), written, store }).await;
@@ -377,6 +387,7 @@ impl Files {
             .of_prediction(prediction)
             .await?
             .into_iter()
+            .filter(|r| !r.payload)
             .map(|r| r.id)
             .filter(|id| !keep.contains(id))
             .collect();
@@ -409,5 +420,6 @@ fn legacy_output(id: &FileId, length: u64, meta: &Document, filename: Option<Str
         expires_at: None,
         prediction_id: Some(prediction_id),
         store: FileStoreKind::Gridfs,
+        payload: false,
     })
 }

@@ -46,6 +46,15 @@ pub struct FileRecord {
     /// The store that holds its bytes (GridFS for files recorded before stores were named).
     #[serde(default)]
     pub store: crate::domain::FileStoreKind,
+    /// A value of prediction `prediction_id` kept out of its document (see
+    /// [`crate::files::payloads`]): never listed, and not one of its output files.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub payload: bool,
+}
+
+/// The files of `account` that are listed: all but its predictions' payloads.
+fn listed(account: &AccountId) -> bson::Document {
+    doc! { "account_id": account.as_str(), "payload": { "$ne": true } }
 }
 
 /// Typed access to `file_records`.
@@ -81,12 +90,12 @@ impl FileRecords {
             .skip(offset)
             .limit(i64::from(limit))
             .build();
-        self.coll.find(doc! { "account_id": account.as_str() }).with_options(options).await?.try_collect().await
+        self.coll.find(listed(account)).with_options(options).await?.try_collect().await
     }
 
     /// How many files `account` has.
     pub async fn count(&self, account: &AccountId) -> Result<u64, StoreError> {
-        self.coll.count_documents(doc! { "account_id": account.as_str() }).await
+        self.coll.count_documents(listed(account)).await
     }
 
     /// Removes file `id`'s record; the record it removed, if any.

@@ -269,6 +269,7 @@ impl Predictions {
     pub async fn remove_data(&self, id: &PredictionId) -> Result<bool, StoreError> {
         let update = doc! {
             "$set": { "input": {}, "model_input": {}, "output": null, "logs": "", "data_removed": true },
+            "$unset": { "spilled": "" },
             "$inc": { "seq": 1 },
         };
         let result = self.coll.update_one(doc! { "_id": id.as_str(), "data_removed": false }, update).await?;

@@ -1,7 +1,9 @@
 //! A TCP proxy a test can cut, to take a server away from a service without stopping the
 //! shared server: after [`TcpProxy::stop`] open connections are closed and new ones refused;
 //! after [`TcpProxy::cut`] the same happens until [`TcpProxy::restore`], on the same address
-//! (a server that restarts).
+//! (a server that restarts). After [`TcpProxy::stall`] connections stay open and new ones are
+//! taken, but no byte passes either way until [`TcpProxy::resume`] (a server that hangs: a
+//! paused process, a long election, `failCommand` with `blockConnection`).
 
 use std::{
     io,
@@ -23,6 +25,8 @@ pub struct TcpProxy {
     down: Arc<AtomicBool>,
     /// Closes the connections open now (a child of `stop`, replaced at each cut).
     open: Arc<Mutex<CancellationToken>>,
+    /// Whether bytes are held (true) or pass (false).
+    stalled: tokio::sync::watch::Sender<bool>,
 }
 
 impl TcpProxy {
@@ -33,7 +37,8 @@ impl TcpProxy {
         let stop = CancellationToken::new();
         let down = Arc::new(AtomicBool::new(false));
         let open = Arc::new(Mutex::new(stop.child_token()));
-        let (token, refusing, current) = (stop.clone(), down.clone(), open.clone());
+        let (stalled, _) = tokio::sync::watch::channel(false);
+        let (token, refusing, current, stall) = (stop.clone(), down.clone(), open.clone(), stalled.clone());
         tokio::spawn(async move {
             loop {
                 let (mut inbound, _) = tokio::select! {
@@ -48,18 +53,22 @@ impl TcpProxy {
                 }
                 let target = target.clone();
                 let closed = current.lock().expect("lock").clone();
+                let (up, down) = (stall.subscribe(), stall.subscribe());
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
+                    let Ok(outbound) = TcpStream::connect(&target).await else {
                         return;
                     };
+                    let (mut in_read, mut in_write) = inbound.split();
+                    let (mut out_read, mut out_write) = outbound.into_split();
                     tokio::select! {
                         _ = closed.cancelled() => {}
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = pump(&mut in_read, &mut out_write, up) => {}
+                        _ = pump(&mut out_read, &mut in_write, down) => {}
                     }
                 });
             }
         });
-        Ok(Self { addr, stop, down, open })
+        Ok(Self { addr, stop, down, open, stalled })
     }
 
     /// The proxy's address.
@@ -80,9 +89,41 @@ impl TcpProxy {
         self.down.store(false, Ordering::SeqCst);
     }
 
+    /// Holds every byte, both ways, on open connections and new ones, until [`Self::resume`].
+    pub fn stall(&self) {
+        self.stalled.send_replace(true);
+    }
+
+    /// Lets bytes pass again after a [`Self::stall`], the held ones first.
+    pub fn resume(&self) {
+        self.stalled.send_replace(false);
+    }
+
     /// Closes every connection and stops listening.
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+}
+
+/// Copies `from` to `to` until either ends, holding each piece read while `stalled` says so.
+async fn pump(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    mut stalled: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if stalled.wait_for(|stalled| !stalled).await.is_err() {
+            return;
+        }
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -52,15 +52,12 @@ impl Executor {
         usage::mark_pending(&mut changes);
         match result {
             Ok(output) => {
-                changes.insert("output", bson::to_bson(&output).context("the output as BSON")?);
-                done.output = Some(output);
+                self.set_output(&mut done, &mut changes, Some(output)).await?;
                 done.status = PredictionStatus::Succeeded;
             }
             Err(e) => {
                 tracing::info!(code = %e.code, message = %e.message, "model failed");
-                done.output = progress.output();
-                let partial = done.output.as_ref().map(bson::to_bson).transpose().context("the output as BSON")?;
-                changes.insert("output", partial.unwrap_or(Bson::Null));
+                self.set_output(&mut done, &mut changes, progress.output()).await?;
                 changes.insert("error", doc! { "code": &e.code, "message": &e.message });
                 done.error = Some(PredictionError { code: e.code, message: e.message });
                 done.status = PredictionStatus::Failed;
@@ -102,6 +99,36 @@ impl Executor {
         Ok(())
     }
 
+    /// Sets the final `output` on `done` and in `changes`: in the document when it is small,
+    /// else in a payload file the document names (`spilled.output`, see
+    /// `common::files::payloads`); `done` keeps it whole for the `completed` event.
+    async fn set_output(
+        &self,
+        done: &mut Prediction,
+        changes: &mut bson::Document,
+        output: Option<Value>,
+    ) -> anyhow::Result<()> {
+        let spilled = match &output {
+            Some(value) => self.payloads.spill_output(done, value).await.context("storing a large output")?,
+            None => None,
+        };
+        match (&spilled, &output) {
+            (Some(file), _) => {
+                changes.insert("output", Bson::Null);
+                changes.insert("spilled.output", file.as_str());
+            }
+            (None, Some(value)) => {
+                changes.insert("output", bson::to_bson(value).context("the output as BSON")?);
+            }
+            (None, None) => {
+                changes.insert("output", Bson::Null);
+            }
+        }
+        done.spilled.output = spilled;
+        done.output = output;
+        Ok(())
+    }
+
     /// Removes the files of `p` its final output does not name: what an earlier run of it
     /// stored before its runner died (a Cog server's upload, say). Only an output that names
     /// files is looked at (one read per such prediction, none for the rest); the files of a
@@ -136,7 +163,7 @@ fn within_limits(output: Value, progress: &Progress) -> Result<Value, ModelError
     let limit = progress.limits().max_output_bytes;
     let size = match &output {
         Value::String(text) => text.len(),
-        value => crate::progress::json_len(value),
+        value => common::files::payloads::json_len(value),
     };
     if progress.output_overflowed() || size > limit {
         return Err(ModelError {

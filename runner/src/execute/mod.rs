@@ -48,7 +48,7 @@ use common::{
     bus::Bus,
     config::Deadlines,
     domain::{Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
-    files::Files,
+    files::{Files, payloads::Payloads},
     links::Links,
     messages::{Announcement, PredictionChanged},
     store::{Batching, GroupUpdate, LaneId, Store, queue_lanes},
@@ -149,6 +149,8 @@ pub struct Executor {
     file_inputs: FileInputs,
     /// Where output files go.
     files: Files,
+    /// Predictions' values too large for their documents, in the file store.
+    payloads: Payloads,
     /// Counts the predictions this runner ends in the usage totals.
     usage: UsageLedger,
     /// The most logs and text output a prediction keeps.
@@ -206,6 +208,7 @@ impl Executor {
             flush_clock,
             changes,
             file_inputs,
+            payloads: Payloads::new(files.clone()),
             files,
             usage,
             limits: Limits::default(),
@@ -303,6 +306,12 @@ impl Executor {
         Ok(())
     }
 
+    /// `p` as read from the store, with the values it keeps in the file store read back (see
+    /// `common::files::payloads`): what its events show.
+    pub async fn whole(&self, p: Prediction) -> anyhow::Result<Prediction> {
+        self.payloads.whole(p).await.context("reading a prediction's spilled values")
+    }
+
     /// Aborts the model call of prediction `id` if it runs here; returns whether it did.
     pub fn cancel(&self, id: &PredictionId) -> bool {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
@@ -365,6 +374,9 @@ impl Executor {
         else {
             return Ok(Outcome::Done);
         };
+        // Its input read back from the file store, if it was too large for its document: the
+        // model gets it, and every event shows it.
+        let prediction = self.payloads.whole(prediction).await.context("reading the spilled input")?;
         // Whose job it is: the files the model sends belong to its account, and go with a
         // prediction's data (a training's weights stay while their version does).
         progress.set_owner(RunOwner {
@@ -501,6 +513,13 @@ impl Executor {
     }
 
     async fn publish(&self, p: &Prediction, event: WebhookEvent, announcement: Announcement) -> anyhow::Result<()> {
+        let whole;
+        let p = if !Payloads::missing_from(p) {
+            p
+        } else {
+            whole = self.whole(p.clone()).await?;
+            &whole
+        };
         self.bus
             .publish_event(PredictionChanged::of(p, event, &self.links), announcement)
             .await

@@ -1,0 +1,76 @@
+//! Every request is answered within its deadline (`API_REQUEST_DEADLINE_SECONDS`, plus
+//! `ANSWER_GRACE`), whatever the database does: here MongoDB stalls (a proxy holds every byte
+//! both ways, as a paused server, a long election or `failCommand` with `blockConnection`
+//! would), so reads and writes already sent never come back. The answer is a 503 with
+//! `Retry-After`; once the database answers again, a create sent again with its
+//! Idempotency-Key is made exactly once.
+
+use std::time::{Duration, Instant};
+
+use common::testkit::{eventually, host_port, infra, proxy::TcpProxy};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{JsonBody, Options, System};
+
+/// The deadline the api gets here.
+const DEADLINE: Duration = Duration::from_secs(2);
+/// What the issue allows past it.
+const ALLOWED: Duration = Duration::from_secs(1);
+
+fn create(system: &System, key: &str) -> reqwest::RequestBuilder {
+    system
+        .request(Method::POST, "/v1/predictions")
+        .header("idempotency-key", key)
+        .json(&json!({"version": "demo/echo", "input": {"prompt": key}}))
+}
+
+#[tokio::test]
+async fn with_the_database_stalled_every_request_is_answered_within_its_deadline() {
+    let real = infra().mongodb_uri.clone();
+    let proxy = TcpProxy::start(host_port(&real)).await.expect("proxy");
+    let proxied = real.replacen(&host_port(&real), &proxy.addr().to_string(), 1);
+    let env = vec![("MONGODB_URI", proxied), ("API_REQUEST_DEADLINE_SECONDS", DEADLINE.as_secs().to_string())];
+    // A runner registers the demo models (and stalls with the database too).
+    let system = System::start_with(Options { runner: true, notifier: false, env }).await;
+    let first = create(&system, "before").send().await.expect("sent");
+    assert_eq!(first.status(), 201, "{}", first.text().await.unwrap_or_default());
+    let first: Value = first.json().await.expect("json");
+    let first_path = format!("/v1/predictions/{}", first["id"].as_str().expect("id"));
+
+    proxy.stall();
+    let requests = [
+        ("a create", create(&system, "during")),
+        ("a get", system.request(Method::GET, &first_path)),
+        ("a list", system.request(Method::GET, "/v1/predictions")),
+        ("a cancel", system.request(Method::POST, &format!("{first_path}/cancel"))),
+        ("a get of the account", system.request(Method::GET, "/v1/account")),
+    ];
+    let answers = futures::future::join_all(requests.into_iter().map(|(what, request)| async move {
+        let sent = Instant::now();
+        let answer = request.send().await.expect("answered");
+        (what, sent.elapsed(), answer)
+    }))
+    .await;
+    for (what, took, answer) in answers {
+        assert!(took <= DEADLINE + ALLOWED, "{what} was answered after {took:?}");
+        assert_eq!(answer.status(), 503, "{what}");
+        assert!(answer.headers().contains_key("retry-after"), "{what}");
+        assert_eq!(answer.headers()["content-type"], "application/problem+json", "{what}");
+        let problem = answer.json_body().await;
+        assert_eq!(problem["status"], 503, "{what}: {problem}");
+    }
+
+    proxy.resume();
+    // Once the database answers, the create sent again with its key is made, and only once.
+    let again = eventually(Duration::from_secs(60), || async {
+        let answer = create(&system, "during").send().await.ok()?;
+        (answer.status() == 201).then_some(())
+    })
+    .await;
+    assert!(again.is_some(), "creates are taken again once the database answers");
+    assert_eq!(create(&system, "during").send().await.expect("sent").status(), 201, "replayed");
+    let listed = system.get("/v1/predictions").await.json_body().await;
+    let made: Vec<&Value> = listed["results"].as_array().expect("results").iter().collect();
+    assert_eq!(made.len(), 2, "the create before the stall and the one sent during it, once: {listed}");
+}
