@@ -61,14 +61,16 @@ impl ApiError {
         Self::Problem(Problem::validation(detail, errors))
     }
 
-    /// 400 for a body with invalid fields, listing them.
+    /// 400 for a body with invalid fields, listing them (and naming them in the `detail`, the
+    /// one text some clients show).
     pub fn invalid_fields(errors: Vec<FieldError>) -> Self {
-        Self::validation("The request has invalid fields; see errors.", errors)
+        Self::validation(naming("The request has invalid fields", &errors), errors)
     }
 
-    /// 400 for a query string with invalid parameters, listing them.
+    /// 400 for a query string with invalid parameters, listing them (and naming them in the
+    /// `detail`).
     pub fn invalid_query(errors: Vec<FieldError>) -> Self {
-        Self::validation("The query has invalid parameters; see errors.", errors)
+        Self::validation(naming("The query has invalid parameters", &errors), errors)
     }
 
     /// 401, the same for every kind of bad key.
@@ -135,6 +137,26 @@ impl IntoResponse for ApiError {
         let mut response = status.into_response();
         response.extensions_mut().insert(problem);
         response
+    }
+}
+
+/// How many failing fields a `detail` names before it says how many more there are.
+const FIELDS_NAMED: usize = 3;
+
+/// `lead`, then each failing field and what is wrong with it (the first [`FIELDS_NAMED`], then
+/// how many more), e.g. `The request has invalid fields: input.words: This field is required;
+/// input.repeat: Must be at most 5. See errors.` replicate-python shows only the `detail`.
+pub fn naming(lead: &str, errors: &[FieldError]) -> String {
+    let named: Vec<String> =
+        errors.iter().take(FIELDS_NAMED).map(|e| format!("{}: {}", e.field, e.message.trim_end_matches('.'))).collect();
+    let more = match errors.len().saturating_sub(FIELDS_NAMED) {
+        0 => String::new(),
+        n => format!("; and {n} more"),
+    };
+    if named.is_empty() {
+        format!("{lead}; see errors.")
+    } else {
+        format!("{lead}: {}{more}. See errors.", named.join("; "))
     }
 }
 
@@ -244,6 +266,23 @@ fn default_detail(status: StatusCode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_validation_detail_names_the_first_fields_and_counts_the_rest() {
+        let errors = |n: usize| -> Vec<FieldError> {
+            (0..n).map(|i| FieldError::invalid(format!("input.f{i}"), format!("Must be at most {i}."))).collect()
+        };
+        assert_eq!(
+            naming("The request has invalid fields", &[FieldError::missing("input.words")]),
+            "The request has invalid fields: input.words: This field is required. See errors."
+        );
+        assert_eq!(
+            naming("The request has invalid fields", &errors(5)),
+            "The request has invalid fields: input.f0: Must be at most 0; input.f1: Must be at most 1; \
+             input.f2: Must be at most 2; and 2 more. See errors."
+        );
+        assert_eq!(naming("The query has invalid parameters", &[]), "The query has invalid parameters; see errors.");
+    }
 
     #[test]
     fn an_unreachable_dependency_is_503_with_retry_after_and_other_failures_500() {

@@ -21,12 +21,12 @@ use tokio::time::Instant;
 /// lift it) and the one that answers its client (which answers when it passes, whatever the
 /// work is waiting for).
 #[derive(Clone, Debug)]
-pub struct Deadline(Arc<Mutex<Option<Instant>>>);
+pub struct Deadline(Arc<Mutex<Option<Instant>>>, Instant);
 
 impl Deadline {
-    /// A deadline at `at`.
+    /// A deadline at `at`, for a request that arrives now.
     pub fn at(at: Instant) -> Self {
-        Self(Arc::new(Mutex::new(Some(at))))
+        Self(Arc::new(Mutex::new(Some(at))), Instant::now())
     }
 
     /// When it passes; `None` once lifted.
@@ -53,6 +53,11 @@ pub async fn within<F: Future>(deadline: Deadline, work: F) -> F::Output {
 /// The current task's deadline, if it has one.
 pub fn current() -> Option<Instant> {
     DEADLINE.try_with(Deadline::get).ok().flatten()
+}
+
+/// When the current task's request arrived (`Prefer: wait` counts from it), if it serves one.
+pub fn arrived() -> Option<Instant> {
+    DEADLINE.try_with(|d| d.1).ok()
 }
 
 /// What is left of the current task's deadline: `None` without one, zero once it passed.

@@ -31,6 +31,10 @@ use super::{
 };
 use crate::state::AppState;
 
+/// The most failed sign-ins a client address may make in any minute before it is refused
+/// (429); `DEFAULT_RATE_LIMIT_RPM` when that is lower.
+const FAILED_SIGN_INS_PER_MINUTE: u32 = 600;
+
 /// The sign-in page.
 #[derive(Template)]
 #[template(path = "login.html")]
@@ -96,8 +100,8 @@ pub async fn submit(
         None => None,
     };
     let Some(key) = key else {
-        let decision =
-            state.rate_limiter.check_counter(&failures_counter(&client), state.config.default_rate_limit_rpm).await;
+        let sign_in_limit = state.config.default_rate_limit_rpm.min(FAILED_SIGN_INS_PER_MINUTE);
+        let decision = state.rate_limiter.check_counter(&failures_counter(&client), sign_in_limit).await;
         if !decision.allowed {
             let page =
                 LoginPage { next, error: Some("Too many failed sign-ins from here. Wait a minute and try again.") };

@@ -82,8 +82,7 @@ pub async fn list(
         .predictions()
         .list_for_account(
             &signed.key.account_id,
-            common::domain::JobKind::Prediction,
-            status,
+            &common::store::JobFilter { status, ..common::store::JobFilter::of(common::domain::JobKind::Prediction) },
             page * PAGE_SIZE,
             PAGE_SIZE as i64,
         )

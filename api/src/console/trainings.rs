@@ -90,7 +90,8 @@ pub async fn list(
     let filter = query.get("status").map(String::as_str).unwrap_or_default();
     let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
     let predictions = state.store.predictions();
-    let listed = predictions.list_for_account(&signed.key.account_id, JobKind::Training, status, 0, 50).await;
+    let which = common::store::JobFilter { status, ..common::store::JobFilter::of(JobKind::Training) };
+    let listed = predictions.list_for_account(&signed.key.account_id, &which, 0, 50).await;
     let (trainings, total) = listed.map_err(anyhow::Error::from)?;
     let now = bson::DateTime::now();
     let rows = trainings

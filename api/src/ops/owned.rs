@@ -54,7 +54,7 @@ pub enum VisibleModel {
     /// A model a runner registered.
     Registered(std::sync::Arc<crate::state::model_catalog::RegisteredModel>),
     /// An account's own model.
-    Owned(common::store::OwnedModel),
+    Owned(Box<common::store::OwnedModel>),
 }
 
 /// The model `owner/name` as `account` may see it; 404 for a bad name, a missing model and
@@ -71,7 +71,7 @@ pub async fn visible_model(
         return Ok(VisibleModel::Registered(registered));
     }
     match state.store.owned_models().get(&model).await? {
-        Some(owned) if owned.visible_to(account) => Ok(VisibleModel::Owned(owned)),
+        Some(owned) if owned.visible_to(account) => Ok(VisibleModel::Owned(Box::new(owned))),
         _ => Err(missing()),
     }
 }

@@ -77,7 +77,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(models::list, models::create))
         .routes(routes!(models::get, models::delete))
         .routes(routes!(model_versions::list))
-        .routes(routes!(model_versions::get))
+        .routes(routes!(model_versions::get, model_versions::delete))
         .routes(routes!(trainings::create))
         .routes(routes!(trainings::list))
         .routes(routes!(trainings::get))

@@ -12,15 +12,16 @@
 use axum::{
     Json,
     extract::{Path, State},
+    http::StatusCode,
 };
 use chrono::{DateTime, Utc};
-use common::store::ModelVersionRecord;
+use common::{domain::ModelRef, store::ModelVersionRecord};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::{
     error::ApiError,
-    http::auth::{Authorized, Read},
+    http::auth::{Admin, Authorized, Read},
     http::page::{Listed, Page},
     ops::owned::{VisibleModel, visible_model},
     routes::openapi::problems,
@@ -163,6 +164,49 @@ pub async fn get(
         _ => return Err(missing()),
     };
     Ok(Json(version_view(&version)?))
+}
+
+/// `DELETE /v1/models/{owner}/{name}/versions/{id}`: a version of the account's own model
+/// (a trained one), with its weights; `latest_version` moves to the newest left.
+#[utoipa::path(
+    delete,
+    path = "/models/{owner}/{name}/versions/{id}",
+    operation_id = "deleteModelVersion",
+    tag = "models",
+    params(
+        ("owner" = String, Path, description = "The model's owner: the caller's account"),
+        ("name" = String, Path, description = "The model's name"),
+        ("id" = String, Path, description = "The version id"),
+    ),
+    responses((status = 204, description = "Deleted"), (status = 404, response = inline(problems::NotFound)), (status = 409, response = inline(problems::Conflict))),
+    security(("bearer" = []))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    auth: Authorized<Admin>,
+    Path((owner, name, id)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
+    let model = ModelRef::new(&owner, &name).map_err(|_| missing())?;
+    match state.store.owned_models().get(&model).await? {
+        Some(owned) if owned.account_id == auth.caller.key.account_id => {}
+        _ => return Err(missing()),
+    }
+    if state.store.deployments().uses_version(&model, &id).await? {
+        return Err(ApiError::conflict(format!(
+            "A deployment runs version {id} of {model}: change or delete the deployment first."
+        )));
+    }
+    let Some(removed) = state.store.model_versions().remove(&model, &id).await? else {
+        return Err(missing());
+    };
+    // Its weights are kept only while the version exists.
+    if let Some(from) = removed.trained_from
+        && let Err(e) = state.files.delete(&from.weights).await
+    {
+        tracing::warn!(file = %from.weights, error = %e, "weights of a deleted version not removed");
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[cfg(test)]

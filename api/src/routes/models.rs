@@ -15,7 +15,7 @@ use axum::{
 };
 use common::{
     domain::{ApiSurface, ModelRef},
-    store::{ModelVersionRecord, OwnedModel, Visibility},
+    store::{ModelLinks, ModelVersionRecord, OwnedModel, Visibility},
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -53,13 +53,13 @@ pub struct ModelView {
     pub description: String,
     /// `public` (every account may see it) or `private` (its account only).
     pub visibility: String,
-    /// Not recorded: `null`.
+    /// Its code, as its owner gave it (`null` for a registered model).
     pub github_url: Option<String>,
-    /// Not recorded: `null`.
+    /// Its paper, as its owner gave it.
     pub paper_url: Option<String>,
-    /// Not recorded: `null`.
+    /// Its license, as its owner gave it.
     pub license_url: Option<String>,
-    /// Not recorded: `null`.
+    /// An image that shows it, as its owner gave it.
     pub cover_image_url: Option<String>,
     /// Not recorded: `null`.
     #[schema(value_type = Option<Object>)]
@@ -95,6 +95,14 @@ impl ModelView {
             run_count,
             latest_version,
         }
+    }
+}
+
+impl ModelView {
+    /// This view with the links its owner gave.
+    fn with_links(self, links: ModelLinks) -> Self {
+        let ModelLinks { github_url, paper_url, license_url, cover_image_url } = links;
+        Self { github_url, paper_url, license_url, cover_image_url, ..self }
     }
 }
 
@@ -136,7 +144,8 @@ async fn owned_view(
     let latest = state.store.model_versions().list_for(&owned.model).await?.into_iter().next();
     let description = owned.description.clone().unwrap_or_default();
     let latest = latest.as_ref().map(model_versions::version_view).transpose()?;
-    Ok(ModelView::new(state, surface, &owned.model, description, owned.visibility, run_count, latest))
+    let view = ModelView::new(state, surface, &owned.model, description, owned.visibility, run_count, latest);
+    Ok(view.with_links(owned.links.clone()))
 }
 
 /// `GET /v1/models`
@@ -233,6 +242,7 @@ pub async fn create(
         visibility: new.visibility,
         hardware: new.hardware.to_string(),
         description: new.description,
+        links: new.links,
         created_at: bson::DateTime::now(),
     };
     if !state.store.owned_models().insert(&owned).await? {

@@ -167,7 +167,10 @@ pub async fn create_for(
         (Some((limit, _slot)), Some(events)) => {
             crate::http::shed::release_while_waiting();
             common::deadline::extend(limit);
-            match wait::completion(events, limit).instrument(tracing::info_span!("wait_for_end")).await {
+            // The wait counts from the request's arrival, as a client's read timeout does.
+            let spent = common::deadline::arrived().map_or(std::time::Duration::ZERO, |at| at.elapsed());
+            let left = limit.saturating_sub(spent);
+            match wait::completion(events, left).instrument(tracing::info_span!("wait_for_end")).await {
                 Some(wait::Ended::Shown(done)) => *done,
                 Some(wait::Ended::Stored) | None => still_running(state, prediction, surface).await?,
             }
@@ -277,7 +280,7 @@ pub async fn listed(
 ) -> Result<Page<Prediction>, ApiError> {
     let limit = i64::from(query.limit);
     let (stored, total_count) =
-        state.store.predictions().list_for_account(account, kind, query.status, query.offset, limit).await?;
+        state.store.predictions().list_for_account(account, &query.filter(kind), query.offset, limit).await?;
     let jobs = futures::future::try_join_all(stored.into_iter().map(|p| crate::ops::owned::whole(state, p))).await?;
     let resource = match kind {
         JobKind::Prediction => "predictions",

@@ -8,10 +8,11 @@
 //! | `visibility` | required: `public` or `private` |
 //! | `hardware` | required: a pool name (see `GET /v1/hardware`) |
 //! | `description` | optional: a string of at most 1,000 characters |
+//! | `github_url`, `paper_url`, `license_url`, `cover_image_url` | optional: an absolute `http` or `https` URL of at most 2,000 characters, or `null` |
 
 use common::{
     domain::{Pool, model::is_valid_segment},
-    store::Visibility,
+    store::{ModelLinks, Visibility},
 };
 use serde_json::{Map, Value};
 
@@ -20,6 +21,8 @@ use crate::problem::FieldError;
 
 /// The longest description.
 const MAX_DESCRIPTION: usize = 1_000;
+/// The longest link.
+const MAX_URL: usize = 2_000;
 
 /// `POST /v1/models`'s body as the OpenAPI description shows it; [`parse`] reads it.
 #[derive(utoipa::ToSchema)]
@@ -38,6 +41,18 @@ pub struct CreateModelBody {
     /// What it does.
     #[schema(max_length = 1000)]
     description: Option<String>,
+    /// Its code (an absolute URL).
+    #[schema(format = "uri", max_length = 2000)]
+    github_url: Option<String>,
+    /// Its paper (an absolute URL).
+    #[schema(format = "uri", max_length = 2000)]
+    paper_url: Option<String>,
+    /// Its license (an absolute URL).
+    #[schema(format = "uri", max_length = 2000)]
+    license_url: Option<String>,
+    /// An image that shows it (an absolute URL).
+    #[schema(format = "uri", max_length = 2000)]
+    cover_image_url: Option<String>,
 }
 
 /// A valid `POST /v1/models` body.
@@ -53,6 +68,8 @@ pub struct NewModel {
     pub hardware: Pool,
     /// What it does.
     pub description: Option<String>,
+    /// Where to read more of it.
+    pub links: ModelLinks,
 }
 
 /// Reads `body`, or every field that is wrong.
@@ -84,6 +101,24 @@ pub fn parse(body: &Map<String, Value>) -> Result<NewModel, Vec<FieldError>> {
             None
         })
     });
+    let mut link = |field: &str| {
+        text(field, &mut errors).and_then(|u| match url::Url::parse(&u) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && u.len() <= MAX_URL => Some(u),
+            _ => {
+                errors.push(FieldError::invalid(
+                    field,
+                    format!("Must be an absolute http or https URL of at most {MAX_URL} characters, or null."),
+                ));
+                None
+            }
+        })
+    };
+    let links = ModelLinks {
+        github_url: link("github_url"),
+        paper_url: link("paper_url"),
+        license_url: link("license_url"),
+        cover_image_url: link("cover_image_url"),
+    };
     require(
         &[
             ("owner", owner.is_some()),
@@ -95,7 +130,7 @@ pub fn parse(body: &Map<String, Value>) -> Result<NewModel, Vec<FieldError>> {
     );
     match (owner, name, visibility, hardware) {
         (Some(owner), Some(name), Some(visibility), Some(hardware)) if errors.is_empty() => {
-            Ok(NewModel { owner, name, visibility, hardware, description })
+            Ok(NewModel { owner, name, visibility, hardware, description, links })
         }
         _ => Err(errors),
     }
@@ -123,6 +158,22 @@ mod tests {
         assert_eq!(new.name, "my-tune");
         assert_eq!(new.visibility, Visibility::Private);
         assert_eq!(new.description, None);
+        assert_eq!(new.links, ModelLinks::default());
+    }
+
+    #[test]
+    fn links_are_kept_when_absolute_urls_and_named_when_not() {
+        let new = parse(&body(json!({"owner": "acme", "name": "m", "visibility": "public", "hardware": "cpu",
+            "github_url": "https://github.com/acme/m", "paper_url": null, "cover_image_url": "http://img.example/m.png"})))
+        .expect("valid");
+        assert_eq!(new.links.github_url.as_deref(), Some("https://github.com/acme/m"));
+        assert_eq!((new.links.paper_url, new.links.license_url), (None, None));
+        assert_eq!(new.links.cover_image_url.as_deref(), Some("http://img.example/m.png"));
+        let errors = parse(&body(json!({"owner": "acme", "name": "m", "visibility": "public", "hardware": "cpu",
+            "github_url": "github.com/acme", "license_url": "ftp://x/y", "paper_url": 3})))
+        .expect_err("invalid");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, vec!["github_url", "paper_url", "license_url"]);
     }
 
     #[test]

@@ -1,9 +1,14 @@
-//! The query of `GET /v1/predictions`: `status` (one of the five statuses), `limit` (1 to 100,
-//! default 20) and `offset` (0 or more, default 0). Unknown parameters are ignored; a repeated
-//! parameter counts once (the first).
+//! The query of `GET /v1/predictions` and `GET /v1/trainings`: `status` (one of the five
+//! statuses), `created_after` and `created_before` (RFC 3339 date-times: created strictly after
+//! the one, at or before the other), `limit` (1 to 100, default 20) and `offset` (0 or more,
+//! default 0). Unknown parameters are ignored; a repeated parameter counts once (the first).
 
 use crate::problem::FieldError;
-use common::domain::PredictionStatus;
+use chrono::{DateTime, SecondsFormat, Utc};
+use common::{
+    domain::{JobKind, PredictionStatus},
+    store::JobFilter,
+};
 
 use super::paging::{Paging, QueryPairs};
 
@@ -15,6 +20,10 @@ use super::paging::{Paging, QueryPairs};
 pub struct StatusParams {
     /// Only predictions in this status.
     status: Option<PredictionStatus>,
+    /// Only those created after this time (RFC 3339, exclusive).
+    created_after: Option<DateTime<Utc>>,
+    /// Only those created at or before this time (RFC 3339, inclusive).
+    created_before: Option<DateTime<Utc>>,
 }
 
 /// A well-formed list query.
@@ -22,6 +31,10 @@ pub struct StatusParams {
 pub struct ListPredictions {
     /// Only predictions in this status.
     pub status: Option<PredictionStatus>,
+    /// Only those created after this time.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only those created at or before this time.
+    pub created_before: Option<DateTime<Utc>>,
     /// Page size.
     pub limit: u32,
     /// Matches to skip.
@@ -45,8 +58,25 @@ pub fn parse(query: Option<&str>) -> Result<ListPredictions, Vec<FieldError>> {
             }
         },
     };
+    let mut time = |name: &str| match query.first(name) {
+        None => None,
+        // A `+` sent unencoded arrives as a space: read it as the offset it was.
+        Some(text) => match DateTime::parse_from_rfc3339(&text.replace(' ', "+")) {
+            Ok(at) => Some(at.with_timezone(&Utc)),
+            Err(_) => {
+                errors.push(FieldError::invalid(name, "Must be an RFC 3339 date-time, such as 2026-11-27T09:30:00Z."));
+                None
+            }
+        },
+    };
+    let created_after = time("created_after");
+    let created_before = time("created_before");
     let Paging { limit, offset } = Paging::parse(&query, &mut errors);
-    if errors.is_empty() { Ok(ListPredictions { status, limit, offset }) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(ListPredictions { status, created_after, created_before, limit, offset })
+    } else {
+        Err(errors)
+    }
 }
 
 impl super::FromQuery for ListPredictions {
@@ -62,7 +92,23 @@ impl ListPredictions {
         if let Some(s) = self.status {
             q.push_str(&format!("&status={s}"));
         }
+        for (name, at) in [("created_after", self.created_after), ("created_before", self.created_before)] {
+            if let Some(at) = at {
+                q.push_str(&format!("&{name}={}", at.to_rfc3339_opts(SecondsFormat::AutoSi, true)));
+            }
+        }
         q
+    }
+
+    /// The jobs of `kind` this query shows.
+    pub fn filter(&self, kind: JobKind) -> JobFilter {
+        let at = |t: DateTime<Utc>| bson::DateTime::from_millis(t.timestamp_millis());
+        JobFilter {
+            kind,
+            status: self.status,
+            created_after: self.created_after.map(at),
+            created_before: self.created_before.map(at),
+        }
     }
 
     /// The offsets of the next and previous pages, given the number of matches.
@@ -81,7 +127,10 @@ mod tests {
 
     #[test]
     fn defaults_apply_without_a_query() {
-        assert_eq!(parse(None), Ok(ListPredictions { status: None, limit: 20, offset: 0 }));
+        assert_eq!(
+            parse(None),
+            Ok(ListPredictions { status: None, created_after: None, created_before: None, limit: 20, offset: 0 })
+        );
     }
 
     #[test]
@@ -99,7 +148,28 @@ mod tests {
 
     #[test]
     fn links_keep_the_status_and_the_limit() {
-        let q = ListPredictions { status: Some(PredictionStatus::Failed), limit: 5, offset: 0 };
+        let q = ListPredictions {
+            status: Some(PredictionStatus::Failed),
+            created_after: None,
+            created_before: None,
+            limit: 5,
+            offset: 0,
+        };
         assert_eq!(q.query_at(5), "limit=5&offset=5&status=failed");
+    }
+
+    #[test]
+    fn creation_bounds_are_rfc3339_kept_in_links_and_named_when_malformed() {
+        let q = parse(Some("created_after=2026-11-27T09:30:00+01:00&created_before=2026-11-28T00:00:00.250Z"))
+            .expect("valid");
+        assert_eq!(q.created_after.map(|t| t.to_rfc3339()), Some("2026-11-27T08:30:00+00:00".to_owned()));
+        assert_eq!(
+            q.query_at(0),
+            "limit=20&offset=0&created_after=2026-11-27T08:30:00Z&created_before=2026-11-28T00:00:00.250Z"
+        );
+        assert_eq!(
+            fields("created_after=yesterday&created_before=2026-13-01T00:00:00Z"),
+            vec!["created_after", "created_before"]
+        );
     }
 }

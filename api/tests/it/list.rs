@@ -1,4 +1,5 @@
-//! `GET /v1/predictions`: newest first, pages with absolute links, status filter, isolation.
+//! `GET /v1/predictions`: newest first, pages with absolute links, status and creation-time
+//! filters, isolation.
 
 use std::time::Duration;
 
@@ -57,6 +58,8 @@ async fn bad_list_parameters_are_400_at_their_name() {
         ("offset=-1", "offset"),
         ("offset=9223372036854775808", "offset"),
         ("status=done", "status"),
+        ("created_after=today", "created_after"),
+        ("created_before=2026-11-27", "created_before"),
     ] {
         let response = system.get(&format!("/v1/predictions?{query}")).await;
         assert_eq!(response.status(), 400, "{query}");
@@ -65,4 +68,47 @@ async fn bad_list_parameters_are_400_at_their_name() {
     for query in ["limit=1", "limit=100", "offset=0", "status=starting"] {
         assert_eq!(system.get(&format!("/v1/predictions?{query}")).await.status(), 200, "{query}");
     }
+}
+
+#[tokio::test]
+async fn created_after_and_before_bound_the_list_and_its_trainings_with_status_and_paging() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let mut made = Vec::new();
+    for i in 0..3 {
+        let created =
+            system.post_json("/v1/models/demo/echo/predictions", &json!({"input": {"prompt": format!("p{i}")}})).await;
+        let body = created.json_body().await;
+        made.push((body["id"].as_str().expect("id").to_owned(), body["created_at"].as_str().expect("time").to_owned()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (id, _) in &made {
+        system.wait_for_terminal(id, Duration::from_secs(30)).await;
+    }
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|p| p["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let encoded = |t: &str| t.replace('+', "%2B");
+    // After the first (exclusive), up to the last (inclusive): the second and the third.
+    let query = format!("created_after={}&created_before={}", encoded(&made[0].1), encoded(&made[2].1));
+    let page = system.get(&format!("/v1/predictions?{query}")).await.json_body().await;
+    assert_eq!(ids(&page), vec![made[2].0.clone(), made[1].0.clone()], "{page}");
+    assert_eq!(page["total_count"], 2);
+    // With status and paging, and kept in the links.
+    let first = system.get(&format!("/v1/predictions?{query}&status=succeeded&limit=1")).await.json_body().await;
+    assert_eq!(ids(&first), vec![made[2].0.clone()]);
+    let next = first["next"].as_str().expect("a next page");
+    assert!(next.contains("created_after=") && next.contains("created_before="), "{next}");
+    let second = system.http().get(next).bearer_auth(&system.admin_key).send().await.expect("sent").json_body().await;
+    assert_eq!(ids(&second), vec![made[1].0.clone()]);
+    // Before the first: none; the trainings list takes the same bounds.
+    let before = system.get(&format!("/v1/predictions?created_before={}", encoded(&made[0].1))).await.json_body().await;
+    assert_eq!(ids(&before), vec![made[0].0.clone()], "inclusive");
+    let trainings = system.get(&format!("/v1/trainings?{query}")).await;
+    assert_eq!(trainings.status(), 200);
+    assert_eq!(trainings.json_body().await["total_count"], 0);
 }

@@ -64,15 +64,23 @@ async fn a_model_is_refused_for_another_owner_a_taken_address_or_bad_fields() {
         .expect("sent");
     assert_eq!(refused.status(), 403, "only under the account's own name");
     assert!(refused.json_body().await["detail"].as_str().expect("detail").contains("test-account"));
-    let bad = create(json!({"name": "Not Valid", "visibility": "hidden", "hardware": 7})).await.expect("sent");
+    let bad = create(json!({"name": "Not Valid", "visibility": "hidden", "hardware": 7, "paper_url": "arxiv"}))
+        .await
+        .expect("sent");
     assert_eq!(bad.status(), 400);
-    let fields: Vec<String> = bad.json_body().await["errors"]
+    let bad = bad.json_body().await;
+    let detail = bad["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("name: 1 to 64 characters") && detail.contains("; and 2 more. See errors."),
+        "the detail names the first fields and counts the rest: {detail}"
+    );
+    let fields: Vec<String> = bad["errors"]
         .as_array()
         .expect("errors")
         .iter()
         .map(|e| e["field"].as_str().unwrap_or("").to_owned())
         .collect();
-    for field in ["owner", "name", "visibility", "hardware"] {
+    for field in ["owner", "name", "visibility", "hardware", "paper_url"] {
         assert!(fields.iter().any(|f| f == field), "{field} in {fields:?}");
     }
     assert_eq!(create(new_model("tune", "private")).await.expect("sent").status(), 201);
@@ -118,4 +126,22 @@ async fn a_model_is_deleted_unless_a_deployment_runs_it() {
     assert_eq!(delete().await.expect("sent").status(), 204);
     assert_eq!(system.get("/v1/models/test-account/busy").await.status(), 404, "gone");
     assert_eq!(delete().await.expect("sent").status(), 404, "deleted once");
+}
+
+#[tokio::test]
+async fn a_models_links_are_kept_and_shown() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    let mut body = new_model("linked", "public");
+    body["github_url"] = json!("https://github.com/acme/linked");
+    body["paper_url"] = json!("https://arxiv.org/abs/2601.00001");
+    body["license_url"] = json!(null);
+    body["cover_image_url"] = json!("https://example.com/cover.png");
+    let created = system.request(Method::POST, "/replicate/v1/models").json(&body).send().await.expect("sent");
+    assert_eq!(created.status(), 201);
+    for shown in [created.json_body().await, system.get("/v1/models/test-account/linked").await.json_body().await] {
+        assert_eq!(shown["github_url"], "https://github.com/acme/linked");
+        assert_eq!(shown["paper_url"], "https://arxiv.org/abs/2601.00001");
+        assert_eq!(shown["license_url"], Value::Null);
+        assert_eq!(shown["cover_image_url"], "https://example.com/cover.png");
+    }
 }

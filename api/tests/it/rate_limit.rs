@@ -8,30 +8,31 @@ use crate::harness::{JsonBody, Options, System};
 
 const LIMIT: usize = 100;
 
-/// A system whose new keys allow `limit` requests a minute (no runner, no notifier).
-async fn limited_system(limit: usize) -> System {
-    System::start_with(Options {
-        runner: false,
-        notifier: false,
-        env: vec![("DEFAULT_RATE_LIMIT_RPM", limit.to_string())],
-    })
-    .await
+/// A system for keys of a limit of their own (no runner, no notifier; the default limit).
+async fn plain_system() -> System {
+    System::start_with(Options { runner: false, notifier: false, env: vec![] }).await
 }
 
-/// A new key of the system's account, with the deployment's default limit.
-async fn new_key(system: &System) -> String {
-    let created = system.request(Method::POST, "/v1/account/api-keys").send().await.expect("sent").json_body().await;
+/// A new key of the system's account allowing `limit` requests a minute (a limit of its own,
+/// which every request counts against), or at the deployment's default.
+async fn key_with(system: &System, limit: Option<usize>) -> String {
+    let body = match limit {
+        Some(limit) => json!({"rate_limit_rpm": limit}),
+        None => json!({}),
+    };
+    let created =
+        system.request(Method::POST, "/v1/account/api-keys").json(&body).send().await.expect("sent").json_body().await;
     created["key"].as_str().expect("key").to_owned()
 }
 
 #[tokio::test]
 async fn two_api_replicas_together_allow_no_more_than_the_limit() {
-    let system = limited_system(LIMIT).await;
+    let system = plain_system().await;
     let second = system.start_another_api().await;
     let created = system
         .request(Method::POST, "/v1/account/api-keys")
         .header("content-type", "application/json")
-        .body(json!({"scopes": ["read"]}).to_string())
+        .body(json!({"scopes": ["read"], "rate_limit_rpm": LIMIT}).to_string())
         .send()
         .await
         .expect("sent")
@@ -62,8 +63,8 @@ async fn one_replica_admits_exactly_its_limit_though_it_counts_far_below_it_in_b
     // 400 a minute: the first requests are admitted locally and added in batches, the last
     // ones before the limit are each decided on the shared counter.
     const BATCHED_LIMIT: usize = 400;
-    let system = limited_system(BATCHED_LIMIT).await;
-    let key = new_key(&system).await;
+    let system = plain_system().await;
+    let key = key_with(&system, Some(BATCHED_LIMIT)).await;
     // The window slides: right after a minute ends, the previous minute's count starts to
     // weigh less and a few more requests are rightly admitted. Exactness is checked inside
     // one minute.
@@ -94,8 +95,8 @@ async fn wait_until_a_minute_has_at_least_seconds_left(seconds: u64) {
 
 #[tokio::test]
 async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() {
-    let system = limited_system(3).await;
-    let key = new_key(&system).await;
+    let system = plain_system().await;
+    let key = key_with(&system, Some(3)).await;
     let get = || system.with_key(Method::GET, "/v1/predictions", &key).send();
 
     let first = get().await.expect("sent");
@@ -107,7 +108,9 @@ async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() 
     get().await.expect("sent");
     let refused = get().await.expect("sent");
     assert_eq!(refused.status(), 429);
-    assert_eq!(refused.headers()["retry-after"], "60");
+    let retry_after: u32 = refused.headers()["retry-after"].to_str().expect("text").parse().expect("seconds");
+    // 4 of 3 in this minute: until its end, then until 2 of the 4 slid out of the next (30 s).
+    assert!((30..=90).contains(&retry_after), "the seconds until the window has room: {retry_after}");
     assert_eq!(refused.headers()["x-ratelimit-remaining"], "0");
     let body = refused.json_body().await;
     assert_eq!(body["detail"], "Rate limit exceeded. Retry after 60 seconds.");
@@ -120,8 +123,8 @@ async fn a_refusal_is_429_problem_json_with_the_documented_detail_and_headers() 
 #[tokio::test]
 async fn rate_limits_hold_again_once_their_lost_stream_is_found_missing() {
     const SMALL: usize = 10;
-    let system = limited_system(SMALL).await;
-    let key = new_key(&system).await;
+    let system = plain_system().await;
+    let key = key_with(&system, Some(SMALL)).await;
     // As after a NATS restart: the memory-stored counter stream is gone.
     let bus = system.ctx.bus().await;
     bus.jetstream().delete_stream(bus.subjects().rate_limit_stream()).await.expect("deleted");
@@ -137,4 +140,29 @@ async fn rate_limits_hold_again_once_their_lost_stream_is_found_missing() {
     assert!(allowed <= SMALL + 1, "{allowed} of {} allowed with a limit of {SMALL}", SMALL + 5);
     let mut stream = bus.jetstream().get_stream(bus.subjects().rate_limit_stream()).await.expect("created again");
     assert!(stream.info().await.expect("info").state.messages > 0, "counting again");
+}
+
+#[tokio::test]
+async fn a_default_key_has_room_for_replicates_budgets_of_polls_and_creates() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let key = key_with(&system, None).await;
+    let about = system.with_key(Method::GET, "/v1/account/api-keys", &key).send().await.expect("sent");
+    assert_eq!(about.headers()["x-ratelimit-limit"], "3000", "3,000 requests other than creates a minute");
+    // The official clients poll each running prediction every half second: six followed at
+    // once for a minute is 720 requests; 900 polls in a burst are all answered.
+    let statuses: Vec<u16> = stream::iter(0..900)
+        .map(|_| async { system.with_key(Method::GET, "/v1/predictions", &key).send().await.expect("sent").status() })
+        .buffer_unordered(16)
+        .map(|status| status.as_u16())
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == 200), "{:?}", statuses.iter().filter(|s| **s != 200).collect::<Vec<_>>());
+    // Creates spend a budget of their own: 600 a minute.
+    let create = system
+        .with_key(Method::POST, "/v1/predictions", &key)
+        .json(&json!({"version": "demo/none", "input": {}}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(create.headers()["x-ratelimit-limit"], "600");
 }

@@ -74,3 +74,34 @@ async fn with_the_database_stalled_every_request_is_answered_within_its_deadline
     let made: Vec<&Value> = listed["results"].as_array().expect("results").iter().collect();
     assert_eq!(made.len(), 2, "the create before the stall and the one sent during it, once: {listed}");
 }
+
+#[tokio::test]
+async fn a_prefer_wait_counts_from_the_requests_arrival_not_from_the_store() {
+    let real = infra().mongodb_uri.clone();
+    let proxy = TcpProxy::start(host_port(&real)).await.expect("proxy");
+    let proxied = real.replacen(&host_port(&real), &proxy.addr().to_string(), 1);
+    let system =
+        System::start_with(Options { runner: true, notifier: false, env: vec![("MONGODB_URI", proxied)] }).await;
+    let wait = Duration::from_secs(3);
+    let stall = Duration::from_millis(1500);
+    proxy.stall();
+    let sent = Instant::now();
+    let create = system
+        .request(Method::POST, "/v1/models/demo/sleep/predictions")
+        .header("prefer", format!("wait={}", wait.as_secs()))
+        .json(&json!({"input": {"seconds": 30}}))
+        .send();
+    let resume = async {
+        tokio::time::sleep(stall).await;
+        proxy.resume();
+    };
+    let (answer, ()) = tokio::join!(create, resume);
+    let took = sent.elapsed();
+    let answer = answer.expect("answered");
+    assert_eq!(answer.status(), 201);
+    let status = answer.json_body().await["status"].as_str().unwrap_or_default().to_owned();
+    assert!(["starting", "processing"].contains(&status.as_str()), "still running when the wait ran out: {status}");
+    // Counted from the store, the answer would come a whole stall later (4.5 s).
+    assert!(took < wait + Duration::from_millis(900), "answered after {took:?}, the wait being {wait:?}");
+    assert!(took >= wait, "held for the whole wait: {took:?}");
+}

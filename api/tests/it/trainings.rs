@@ -161,8 +161,32 @@ async fn a_training_records_a_version_that_runs_with_its_weights_and_leaves_the_
     .await;
     assert!(counted.is_some(), "usage by kind and model");
 
-    // Deleting the destination takes its versions and their weights with it.
+    // A version a deployment runs is not deleted (deployments run registered models today, so
+    // the release is written as a later one would be); an unknown one is 404.
+    let version_path = format!("/v1/models/test-account/tuned/versions/{trained_id}");
+    let deployments = system.ctx.store().await.database().collection::<bson::Document>("deployments");
+    let release = bson::doc! { "_id": "test-account/tuned-app",
+    "current_release": { "model": "test-account/tuned", "version": trained_id } };
+    deployments.insert_one(release).await.expect("a release");
+    let busy = system.request(Method::DELETE, &version_path).send().await.expect("sent");
+    assert_eq!(busy.status(), 409, "a deployment runs it");
+    deployments.delete_one(bson::doc! { "_id": "test-account/tuned-app" }).await.expect("gone");
+    let unknown = system.request(Method::DELETE, "/v1/models/test-account/tuned/versions/nope").send().await;
+    assert_eq!(unknown.expect("sent").status(), 404);
+
+    // Deleting a version: gone from the list, `latest_version` moves, its weights go.
     let weights_url = done["output"]["weights"].as_str().expect("weights").to_owned();
+    let gone = system.request(Method::DELETE, &version_path).send().await.expect("sent");
+    assert_eq!(gone.status(), 204);
+    assert_eq!(system.get(&version_path).await.status(), 404);
+    let listed = system.get("/v1/models/test-account/tuned/versions").await.json_body().await;
+    assert_eq!(listed["results"], json!([]), "{listed}");
+    let model = system.get("/v1/models/test-account/tuned").await.json_body().await;
+    assert_eq!(model["latest_version"], Value::Null, "no version left");
+    let weights = system.http().get(&weights_url).bearer_auth(&system.admin_key).send().await.expect("sent");
+    assert_eq!(weights.status(), 404, "the weights went with the version");
+
+    // Deleting the destination takes its versions with it.
     let deleted = system.request(Method::DELETE, "/v1/models/test-account/tuned").send().await.expect("sent");
     assert_eq!(deleted.status(), 204);
     let recreated = system
@@ -173,8 +197,6 @@ async fn a_training_records_a_version_that_runs_with_its_weights_and_leaves_the_
         .await;
     assert_eq!(recreated.status(), 201);
     assert_eq!(recreated.json_body().await["latest_version"], Value::Null, "a new model has no old versions");
-    let weights = system.http().get(&weights_url).bearer_auth(&system.admin_key).send().await.expect("sent");
-    assert_eq!(weights.status(), 404, "the weights went with the version");
 }
 
 #[tokio::test]

@@ -140,6 +140,18 @@ impl Deployments {
         Ok(found.is_some())
     }
 
+    /// Whether any deployment runs version `version` of `model` now.
+    pub async fn uses_version(&self, model: &ModelRef, version: &str) -> Result<bool, StoreError> {
+        let found = self
+            .coll
+            .clone_with_type::<bson::Document>()
+            .find_one(doc! { "current_release.model": model.to_string(), "current_release.version": version })
+            .projection(doc! { "_id": 1 })
+            .max_time(super::read_limit())
+            .await?;
+        Ok(found.is_some())
+    }
+
     /// Deletes `account`'s deployment `name`; returns whether it existed.
     pub async fn delete(&self, account: &AccountId, name: &str) -> Result<bool, StoreError> {
         Ok(self.coll.delete_one(doc! { "_id": DeploymentRecord::id_of(account, name) }).await?.deleted_count == 1)

@@ -64,8 +64,8 @@ pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
 pub use idempotency::{Claim, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
-pub use owned_models::{OwnedModel, OwnedModels, Visibility};
-pub use predictions::Predictions;
+pub use owned_models::{ModelLinks, OwnedModel, OwnedModels, Visibility};
+pub use predictions::{JobFilter, Predictions};
 pub use queue_figures::QueueFigures;
 pub use queue_lanes::{LaneId, LaneState, QueueLanes, TicketDesk};
 pub use unfinished_uploads::{UnfinishedUpload, UnfinishedUploads};
@@ -229,7 +229,9 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("webhook_attempts", plain(doc! { "webhook_id": 1 })),
         ("webhook_attempts", plain(doc! { "prediction_id": 1, "at": 1 })),
         ("model_versions", plain(doc! { "model": 1, "created_at": -1 })),
-        ("file_records", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
+        // The listed files of an account, newest first: `payload` last, so a list walks the
+        // account's files in order and leaves out predictions' payloads from the index alone.
+        ("file_records", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1, "payload": 1 })),
         ("file_records", plain(doc! { "expires_at": 1 })),
         ("file_records", plain(doc! { "prediction_id": 1 })),
         ("unfinished_uploads", plain(doc! { "started_at": 1 })),

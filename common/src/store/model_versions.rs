@@ -149,6 +149,11 @@ impl ModelVersions {
         Ok(removed)
     }
 
+    /// Removes version `id` of `model`; the version it removed, if any.
+    pub async fn remove(&self, model: &ModelRef, id: &str) -> Result<Option<ModelVersionRecord>, StoreError> {
+        self.coll.find_one_and_delete(doc! { "_id": id, "model": model.to_string() }).await
+    }
+
     /// Every version of `model`, newest first.
     pub async fn list_for(&self, model: &ModelRef) -> Result<Vec<ModelVersionRecord>, StoreError> {
         self.coll

@@ -49,8 +49,28 @@ pub struct OwnedModel {
     /// What it does, as its owner says.
     #[serde(default)]
     pub description: Option<String>,
+    /// Where to read more of it, as its owner says.
+    #[serde(default)]
+    pub links: ModelLinks,
     /// When it was created.
     pub created_at: DateTime,
+}
+
+/// A model's links, as its owner gives them (`models.create`): each an absolute URL or none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelLinks {
+    /// Its code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github_url: Option<String>,
+    /// Its paper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paper_url: Option<String>,
+    /// Its license.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub license_url: Option<String>,
+    /// An image that shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cover_image_url: Option<String>,
 }
 
 impl OwnedModel {

@@ -14,6 +14,27 @@ use super::{
 };
 use crate::domain::{AccountId, JobKind, ModelRef, Prediction, PredictionId, PredictionStatus};
 
+/// Which of an account's jobs a list shows: of one kind, and optionally in one status and
+/// created after (exclusive) and before (inclusive) given times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Predictions or trainings.
+    pub kind: JobKind,
+    /// Only those in this status.
+    pub status: Option<PredictionStatus>,
+    /// Only those created after this time.
+    pub created_after: Option<bson::DateTime>,
+    /// Only those created at or before this time.
+    pub created_before: Option<bson::DateTime>,
+}
+
+impl JobFilter {
+    /// Every job of `kind`.
+    pub fn of(kind: JobKind) -> Self {
+        Self { kind, status: None, created_after: None, created_before: None }
+    }
+}
+
 /// Typed access to the `predictions` collection.
 #[derive(Clone, Debug)]
 pub struct Predictions {
@@ -148,18 +169,27 @@ impl Predictions {
     pub async fn list_for_account(
         &self,
         account: &AccountId,
-        kind: JobKind,
-        status: Option<PredictionStatus>,
+        which: &JobFilter,
         offset: u64,
         limit: i64,
     ) -> Result<(Vec<Prediction>, u64), StoreError> {
-        let kind = match kind {
+        let kind = match which.kind {
             JobKind::Prediction => Bson::Null,
             JobKind::Training => bson::to_bson(&JobKind::Training)?,
         };
         let mut filter = doc! { "account_id": account.as_str(), "kind": kind };
-        if let Some(s) = status {
+        if let Some(s) = which.status {
             filter.insert("status", s.as_str());
+        }
+        let mut created = doc! {};
+        if let Some(after) = which.created_after {
+            created.insert("$gt", after);
+        }
+        if let Some(before) = which.created_before {
+            created.insert("$lte", before);
+        }
+        if !created.is_empty() {
+            filter.insert("created_at", created);
         }
         super::page(&self.coll, filter, doc! { "created_at": -1, "_id": -1 }, offset, limit).await
     }

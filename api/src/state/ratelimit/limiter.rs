@@ -37,6 +37,30 @@ use super::{
 
 /// How often pending requests are added to the shared counters.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// Which of its key's budgets a request spends (see [`RateLimiter::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// A create of a prediction or a training.
+    Creates,
+    /// Any other request: a read, a poll, a cancel, a stream.
+    Others,
+}
+
+impl Budget {
+    /// The budget a request of `method` to `path` spends: a `POST` whose path ends in
+    /// `/predictions` or `/trainings` creates one.
+    pub fn of(method: &axum::http::Method, path: &str) -> Self {
+        let creates = path.ends_with("/predictions") || path.ends_with("/trainings");
+        if method == axum::http::Method::POST && creates { Self::Creates } else { Self::Others }
+    }
+}
+
+/// Other requests a key at the default limit may make for each create it may make a minute:
+/// 3,000 to 600, as Replicate's published budgets.
+pub const OTHERS_PER_CREATE: u32 = 5;
+
+/// How long an idle flusher sleeps before it looks again without being woken.
+const IDLE_RECHECK: Duration = Duration::from_secs(1);
 /// The part of the headroom a replica may admit before the others hear of it.
 pub const LOCAL_SHARE: f64 = 0.05;
 
@@ -81,6 +105,8 @@ struct Shared {
     tallies: Mutex<HashMap<(String, i64), Tally>>,
     /// Signalled after each flush round.
     flushed: tokio::sync::Notify,
+    /// Signalled when a request is left pending: wakes an idle flusher.
+    pending: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -123,16 +149,29 @@ impl RateLimiter {
         Self { bus, previous: PreviousTotals::new(read, breaker.clone()), shared, breaker }
     }
 
-    /// Counts one request of `key` and decides whether it may proceed.
-    pub async fn check(&self, key: &ApiKeyRecord) -> Decision {
-        self.check_counter(key.id.as_str(), key.rate_limit_rpm).await
+    /// Counts one request of `key` (a create or not: `spends`) and decides whether it may
+    /// proceed. A key at the deployment's default `rate_limit_rpm` (`default_rpm`) has
+    /// Replicate's two budgets: that many creates a minute, and [`OTHERS_PER_CREATE`] times as
+    /// many other requests. A key given any other limit counts every request against it.
+    pub async fn check(&self, key: &ApiKeyRecord, spends: Budget, default_rpm: u32) -> Decision {
+        let rpm = key.rate_limit_rpm;
+        if rpm != default_rpm {
+            return self.check_counter(key.id.as_str(), rpm).await;
+        }
+        match spends {
+            Budget::Creates => self.check_counter(&format!("{}_creates", key.id), rpm).await,
+            Budget::Others => {
+                self.check_counter(&format!("{}_others", key.id), rpm.saturating_mul(OTHERS_PER_CREATE)).await
+            }
+        }
     }
 
     /// Counts one event on `counter` (an API key's id, or another counter's name: one token
     /// of letters, digits and `_`) and decides whether it is within `limit` a minute.
     pub async fn check_counter(&self, counter: &str, limit: u32) -> Decision {
         let (minute, elapsed) = now_minute();
-        let let_through = || Decision { allowed: true, limit, remaining: limit, reset: (minute + 1) * WINDOW_SECS };
+        let let_through =
+            || Decision { allowed: true, limit, remaining: limit, reset: (minute + 1) * WINDOW_SECS, retry_after: 1 };
         let skip = |reason: String| {
             if self.breaker.trip(Instant::now()) {
                 tracing::warn!(error = %reason, counter, "rate limits not checked for {OPEN_FOR:?} (NATS unavailable); requests let through");
@@ -140,13 +179,17 @@ impl RateLimiter {
         };
         if self.breaker.is_open(Instant::now()) {
             self.shared.lock().entry((counter.to_owned(), minute)).or_default().pending += 1;
+            self.shared.pending.notify_one();
             return let_through();
         }
         let previous = self.previous_total(counter, minute).await;
         let local =
             self.shared.lock().entry((counter.to_owned(), minute)).or_default().admit_locally(limit, previous, elapsed);
         let current = match local {
-            Some(current) => current,
+            Some(current) => {
+                self.shared.pending.notify_one();
+                current
+            }
             None => match self.increment_now(counter, minute).await {
                 Ok(total) => total,
                 Err(e) => {
@@ -194,7 +237,10 @@ impl RateLimiter {
         tally.sending -= delta;
         match result {
             Ok(total) => tally.total = tally.total.max(total),
-            Err(_) => tally.pending += delta,
+            Err(_) => {
+                tally.pending += delta;
+                self.shared.pending.notify_one();
+            }
         }
         result
     }
@@ -232,6 +278,9 @@ async fn flush_every_interval(bus: Bus, shared: Weak<Shared>) {
                 .collect()
         };
         if due.is_empty() {
+            // Idle: sleep until a request is left pending (a second at most, to notice that the
+            // limiter is gone), instead of waking every interval for nothing.
+            let _ = tokio::time::timeout(IDLE_RECHECK, shared.pending.notified()).await;
             continue;
         }
         let increments = due.into_iter().map(|((key, m), delta)| {

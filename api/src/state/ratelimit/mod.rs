@@ -1,5 +1,8 @@
 //! The per-key rate limit, shared by every api replica: at most `rate_limit_rpm` requests in
-//! any 60 seconds, estimated with a sliding-window counter.
+//! any 60 seconds, estimated with a sliding-window counter. A key at the deployment's default
+//! limit has two budgets instead, as Replicate does: `rate_limit_rpm` creates and
+//! [`OTHERS_PER_CREATE`] times as many other requests (600 and 3,000 by default), so a client
+//! polling several long predictions every half second is not refused.
 //!
 //! Each key has a counter per minute on a JetStream counter stream (`Nats-Incr`: atomic
 //! increments that return the new total, no compare-and-swap races, whatever the number of
@@ -16,7 +19,8 @@
 //! slow every request by a timeout.
 //!
 //! Every authenticated response carries `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-//! `X-RateLimit-Reset` (Unix seconds when the current minute ends); a 429 also `Retry-After: 60`.
+//! `X-RateLimit-Reset` (Unix seconds when the current minute ends); a 429 also `Retry-After`:
+//! the seconds until the window has room again.
 
 pub mod breaker;
 mod limiter;
@@ -31,7 +35,7 @@ use axum::{
     response::Response,
 };
 
-pub use limiter::RateLimiter;
+pub use limiter::{Budget, OTHERS_PER_CREATE, RateLimiter};
 
 /// The window of the limit.
 pub const WINDOW_SECS: i64 = 60;
@@ -47,6 +51,8 @@ pub struct Decision {
     pub remaining: u32,
     /// Unix seconds when the current minute ends.
     pub reset: i64,
+    /// Once refused: the whole seconds until the window has room for one more request.
+    pub retry_after: u32,
 }
 
 impl Decision {
@@ -56,7 +62,7 @@ impl Decision {
         headers.insert("x-ratelimit-remaining", HeaderValue::from(self.remaining));
         headers.insert("x-ratelimit-reset", HeaderValue::from(self.reset));
         if !self.allowed {
-            headers.insert("retry-after", HeaderValue::from(WINDOW_SECS));
+            headers.insert("retry-after", HeaderValue::from(self.retry_after));
         }
     }
 }
@@ -64,14 +70,33 @@ impl Decision {
 /// The verdict for a key with `limit` per minute, given both minutes' totals and how far into
 /// the current minute we are (0.0 to 1.0).
 pub fn decide(limit: u32, previous: i64, current: i64, elapsed: f64, minute: i64) -> Decision {
-    let estimate = previous.max(0) as f64 * (1.0 - elapsed) + current.max(0) as f64;
+    let (previous, current) = (previous.max(0) as f64, current.max(0) as f64);
+    let estimate = previous * (1.0 - elapsed) + current;
     let limit_f = f64::from(limit);
     Decision {
         allowed: estimate <= limit_f,
         limit,
         remaining: (limit_f - estimate.ceil()).max(0.0) as u32,
         reset: (minute + 1) * WINDOW_SECS,
+        retry_after: until_room(limit_f, previous, current, elapsed),
     }
+}
+
+/// The whole seconds (at least 1) until the sliding estimate has room for one more request,
+/// if no other request comes: within this minute, once enough of the previous minute's
+/// requests have slid out of the window; else in the next, once enough of this one's have.
+fn until_room(limit: f64, previous: f64, current: f64, elapsed: f64) -> u32 {
+    let room = limit - 1.0;
+    let window = WINDOW_SECS as f64;
+    let seconds = if current <= room {
+        // previous × (1 − e) + current ≤ room, for e in this minute.
+        let e = if previous > 0.0 { 1.0 - (room - current) / previous } else { elapsed };
+        (e.max(elapsed) - elapsed) * window
+    } else {
+        // Next minute, this one's count is the previous: current × (1 − e) ≤ room.
+        (1.0 - elapsed) * window + (1.0 - room.max(0.0) / current) * window
+    };
+    seconds.ceil().clamp(1.0, 2.0 * window) as u32
 }
 
 /// Where the authentication extractor leaves the decision for [`rate_limit_headers`].
@@ -126,11 +151,23 @@ mod tests {
     }
 
     #[test]
-    fn headers_name_the_limit_and_a_refusal_asks_for_60_seconds() {
+    fn headers_name_the_limit_and_a_refusal_says_when_there_is_room() {
         let mut headers = HeaderMap::new();
         decide(10, 0, 11, 0.0, 1).apply(&mut headers);
         assert_eq!(headers["x-ratelimit-limit"], "10");
         assert_eq!(headers["x-ratelimit-remaining"], "0");
-        assert_eq!(headers["retry-after"], "60");
+        // 11 this minute, at its start: the whole minute, then until 2 of 11 slid out (~11 s).
+        assert_eq!(headers["retry-after"], "71");
+    }
+
+    #[test]
+    fn retry_after_is_when_the_window_next_has_room() {
+        // 32 last minute, 4 now, half way (estimate 20 of 16): room once the 32 weigh 11, at
+        // 21/32 of the minute: 9.4 s on.
+        assert_eq!(decide(16, 32, 4, 0.5, 1).retry_after, 10);
+        // 12 in a minute of no earlier traffic, at 3/4 of it: its last 15 s, then until 3 of
+        // the 12 slid out of the next (15 s).
+        assert_eq!(decide(10, 0, 12, 0.75, 1).retry_after, 30);
+        assert!(decide(600, 0, 601, 0.999, 1).retry_after >= 1);
     }
 }
