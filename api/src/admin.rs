@@ -91,6 +91,45 @@ pub async fn set_max_priority(
     Ok(Account { max_priority: Some(max), ..account })
 }
 
+/// Writes the collection `slug` (made, or replaced whole): `name`, `description`, and `models`
+/// (`owner/name` each, in order; a model that does not exist yet is kept, and shown once it
+/// does).
+pub async fn put_collection(
+    config: &ApiConfig,
+    slug: &str,
+    name: &str,
+    description: &str,
+    models: &[String],
+) -> anyhow::Result<common::store::collections::ModelCollection> {
+    if !common::store::collections::is_valid_slug(slug) {
+        bail!("--slug must be 1 to 64 of a-z, 0-9 and '-', starting with a letter or digit, not {slug:?}");
+    }
+    if name.trim().is_empty() {
+        bail!("--name must not be empty");
+    }
+    let models = models
+        .iter()
+        .map(|m| m.trim().parse::<common::domain::ModelRef>().map_err(|e| anyhow::anyhow!("--models: {m:?}: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let collection = common::store::collections::ModelCollection {
+        slug: slug.to_owned(),
+        name: name.trim().to_owned(),
+        description: description.trim().to_owned(),
+        models,
+        updated_at: bson::DateTime::now(),
+    };
+    connect(config).await?.collections().put(&collection).await?;
+    Ok(collection)
+}
+
+/// Deletes the collection `slug`; an error when there is none.
+pub async fn delete_collection(config: &ApiConfig, slug: &str) -> anyhow::Result<()> {
+    if !connect(config).await?.collections().delete(slug).await? {
+        bail!("no collection has the slug {slug:?}");
+    }
+    Ok(())
+}
+
 /// Every account's usage (or that of the account `name`) since `since` (RFC 3339; 30 days ago
 /// by default), by day and model: a table for people, or CSV with an `account` column first.
 pub async fn usage(config: &ApiConfig, name: Option<&str>, since: Option<&str>, csv: bool) -> anyhow::Result<String> {

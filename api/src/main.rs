@@ -3,7 +3,9 @@
 //! `api admin set-concurrency --account NAME --max-concurrency N` (or `--unlimited`) sets the
 //! account's concurrency cap; `api admin usage [--account NAME] [--since TIME] [--csv]` prints
 //! usage by account, day and model; `api admin set-priority --account NAME --max-priority P`
-//! sets the highest priority its predictions may ask for.
+//! sets the highest priority its predictions may ask for; `api admin collection put --slug S
+//! --name N [--description D] --models a/b,c/d` writes a collection of models and
+//! `api admin collection delete --slug S` deletes one.
 
 use std::process::ExitCode;
 
@@ -57,6 +59,11 @@ enum AdminCommand {
         #[arg(long)]
         max_priority: common::domain::Priority,
     },
+    /// Write or delete a collection of models (`GET /v1/collections`).
+    Collection {
+        #[command(subcommand)]
+        command: CollectionCommand,
+    },
     /// Print the usage of every account (or one) by day and model.
     Usage {
         /// Only this account (by name).
@@ -68,6 +75,31 @@ enum AdminCommand {
         /// CSV, with the account's name first.
         #[arg(long)]
         csv: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum CollectionCommand {
+    /// Make a collection, or replace it whole.
+    Put {
+        /// Its address: a-z, 0-9 and '-'.
+        #[arg(long)]
+        slug: String,
+        /// Its name, for people.
+        #[arg(long)]
+        name: String,
+        /// What it gathers.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Its models, `owner/name` each, comma-separated, in order.
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
+    },
+    /// Delete a collection.
+    Delete {
+        /// Its address.
+        #[arg(long)]
+        slug: String,
     },
 }
 
@@ -118,6 +150,14 @@ async fn serve() -> ExitCode {
             api::admin::set_max_priority(&config, &account, max_priority).await.map(|account| {
                 eprintln!("account {} ({}) may ask for {max_priority} priority at most", account.name, account.id)
             })
+        }
+        Command::Admin {
+            command: AdminCommand::Collection { command: CollectionCommand::Put { slug, name, description, models } },
+        } => api::admin::put_collection(&config, &slug, &name, &description, &models).await.map(|c| {
+            eprintln!("collection {} ({}) holds {} models", c.slug, c.name, c.models.len());
+        }),
+        Command::Admin { command: AdminCommand::Collection { command: CollectionCommand::Delete { slug } } } => {
+            api::admin::delete_collection(&config, &slug).await.map(|()| eprintln!("collection {slug} deleted"))
         }
         Command::Admin { command: AdminCommand::Usage { account, since, csv } } => {
             api::admin::usage(&config, account.as_deref(), since.as_deref(), csv).await.map(|out| print!("{out}"))

@@ -13,6 +13,7 @@
 
 pub mod account;
 pub mod api_keys;
+pub mod collections;
 pub mod deployments;
 pub mod files;
 pub mod hardware;
@@ -21,6 +22,7 @@ pub mod model_versions;
 pub mod models;
 pub mod openapi;
 pub mod predictions;
+pub mod search;
 pub mod stream;
 pub mod trainings;
 pub mod usage;
@@ -74,7 +76,10 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(deployments::predict))
         .routes(routes!(api_keys::create, api_keys::list))
         .routes(routes!(api_keys::get, api_keys::update))
-        .routes(routes!(models::list, models::create))
+        .routes(searchable(routes!(models::list, models::create)))
+        .routes(routes!(search::search))
+        .routes(routes!(collections::list))
+        .routes(routes!(collections::get))
         .routes(routes!(models::get, models::delete))
         .routes(routes!(model_versions::list))
         .routes(routes!(model_versions::get, model_versions::delete))
@@ -103,6 +108,12 @@ fn api() -> OpenApiRouter<AppState> {
 /// 1 MiB of other bodies.
 fn streamed_upload((schemas, paths, methods): UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
     (schemas, paths, methods.layer(DefaultBodyLimit::disable()))
+}
+
+/// `/models` also answers `QUERY` (a search, [`search::query_models`]): a method axum does not
+/// route by, so it reaches the route's fallback.
+fn searchable((schemas, paths, methods): UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
+    (schemas, paths, methods.fallback(search::query_models))
 }
 
 /// An unknown path: a 404 page for a browser outside the APIs, problem+json otherwise.

@@ -116,7 +116,7 @@ impl Listed for ModelView {
     const TOTAL_COUNT: Option<&'static str> = None;
 }
 
-async fn model_view(
+pub(crate) async fn model_view(
     state: &AppState,
     surface: ApiSurface,
     account: &common::domain::AccountId,
@@ -134,7 +134,7 @@ async fn model_view(
 }
 
 /// An account's own model as clients see it: its newest recorded version, if any.
-async fn owned_view(
+pub(crate) async fn owned_view(
     state: &AppState,
     surface: ApiSurface,
     account: &common::domain::AccountId,

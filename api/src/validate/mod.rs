@@ -21,6 +21,7 @@ pub mod deployment;
 pub mod input;
 pub mod list_predictions;
 pub mod paging;
+pub mod search_query;
 pub mod usage_query;
 
 use serde_json::{Map, Value};

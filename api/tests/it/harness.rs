@@ -192,6 +192,14 @@ impl System {
         api::admin::set_max_concurrency(&config, name, max).await.expect("cap set");
     }
 
+    /// Writes a collection as `api admin collection put` does.
+    pub async fn put_collection(&self, slug: &str, name: &str, models: &[&str]) {
+        let env = Env::from_fn(|k| self.vars.get(k).cloned());
+        let config = ApiConfig::from_env(&env).expect("api configuration");
+        let models: Vec<String> = models.iter().map(|m| (*m).to_owned()).collect();
+        api::admin::put_collection(&config, slug, name, "models to try", &models).await.expect("collection written");
+    }
+
     /// The files of this system, opened with its own settings (its store, its bucket).
     pub async fn files(&self) -> common::files::Files {
         let env = Env::from_fn(|k| self.vars.get(k).cloned());

@@ -18,6 +18,7 @@
 //! | `file_records` | [`files`] | api (uploads, deletes), runner (outputs, retention) |
 //! | `usage_totals` | [`usage`] | api (cancels), runner (results, failures), through [`crate::usage`] |
 //! | `unfinished_uploads` | [`unfinished_uploads`] | api, runner (through [`crate::files::Files`]) |
+//! | `collections` | [`collections`] | api (read), `api admin collection` (write) |
 //! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
@@ -28,6 +29,7 @@
 
 pub mod accounts;
 pub mod api_keys;
+pub mod collections;
 pub mod commands;
 pub mod console_sessions;
 pub mod dead_letters;
@@ -388,6 +390,11 @@ impl Store {
     /// The `unfinished_uploads` collection (files whose bytes are being written).
     pub fn unfinished_uploads(&self) -> UnfinishedUploads {
         UnfinishedUploads::new(&self.db)
+    }
+
+    /// The `collections` collection (curated lists of models).
+    pub fn collections(&self) -> collections::ModelCollections {
+        collections::ModelCollections::new(&self.db)
     }
 
     /// The `file_records` collection (files' bytes: [`crate::files`]).

@@ -170,6 +170,30 @@ def test_an_accounts_own_model_is_created_read_and_deleted(client):
     assert raised.value.status == 404
 
 
+def test_models_search_finds_the_callers_models_by_their_words(client):
+    owner = client.accounts.current().username
+    client.models.create(
+        owner,
+        "py-needle",
+        visibility="private",
+        hardware="cpu",
+        description="finds needles in haystacks",
+        github_url="https://github.com/acme/py-needle",
+    )
+    page = client.models.search("needles haystacks")
+    assert [f"{m.owner}/{m.name}" for m in page.results] == [f"{owner}/py-needle"]
+    assert page.results[0].github_url == "https://github.com/acme/py-needle"
+    assert [m.name for m in client.models.search("echo").results][0] == "echo", "the exact name first"
+    client.models.delete(f"{owner}/py-needle")
+
+
+def test_collections_list_and_get_show_the_operators_collection(client):
+    assert "demo" in [c.slug for c in client.collections.list().results]
+    demo = client.collections.get("demo")
+    assert (demo.slug, demo.name) == ("demo", "Demo models")
+    assert [f"{m.owner}/{m.name}" for m in demo] == ["demo/echo", "demo/sleep"]
+
+
 def _tuned_model(client, name):
     """A fresh model of the caller's account to train into."""
     owner = client.accounts.current().username
@@ -206,6 +230,10 @@ def test_a_training_makes_a_version_that_runs_by_id_and_by_name(client):
     latest = client.models.get(destination).latest_version
     assert latest.id == trained.split(":")[1]
     assert training.id in [t.id for t in client.trainings.list().results]
+    model = client.models.get(destination)
+    assert model.versions.delete(latest.id) is True
+    assert [v.id for v in model.versions.list()] == []
+    assert client.models.get(destination).latest_version is None
 
 
 def test_a_training_is_canceled_and_another_accounts_are_not_found(client):

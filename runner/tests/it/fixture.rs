@@ -178,7 +178,17 @@ impl Fixture {
             done(&p).then_some(p)
         })
         .await;
-        found.unwrap_or_else(|| panic!("prediction {id} did not reach the expected state within {limit:?}"))
+        let found =
+            found.unwrap_or_else(|| panic!("prediction {id} did not reach the expected state within {limit:?}"));
+        self.whole(found).await
+    }
+
+    /// `p` with the values it keeps in the file store read back, as every answer shows it.
+    pub async fn whole(&self, p: Prediction) -> Prediction {
+        let env = common::config::Env::from_fn(|k| self.vars.get(k).cloned());
+        let config = common::config::CommonConfig::from_env(&env).expect("configuration");
+        let files = common::files::Files::open(&self.store, &config.files).await.expect("the file store opens");
+        common::files::payloads::Payloads::new(files).whole(p).await.expect("payloads read")
     }
 
     pub async fn current(&self, id: &PredictionId) -> Prediction {

@@ -1,0 +1,194 @@
+//! Finding models by text (CONTRACT §15): `QUERY /v1/models` with the text as a `text/plain`
+//! body (the official clients' `models.search`) and `GET /v1/search?query=`, on both surfaces,
+//! scope `read`.
+//!
+//! A model matches when every word of the text appears, case-insensitively, in its owner, its
+//! name or its description; among the models the caller may see (the registered ones, its own
+//! and the public ones, at most [`CANDIDATES`] of each). Best match first: a word that is the
+//! whole name counts most, then one that starts it, one inside it, one in the owner, one in
+//! the description; equal scores by address. Paginated as every list.
+
+use axum::{
+    Json,
+    extract::{FromRequestParts, State},
+    http::{HeaderValue, StatusCode, header, request::Parts},
+    response::{IntoResponse, Response},
+};
+use common::domain::AccountId;
+use serde::Serialize;
+
+use crate::{
+    error::ApiError,
+    http::{
+        auth::{Authorized, Read},
+        extract::Query,
+        page::Page,
+        surface::Surface,
+    },
+    ops::owned::VisibleModel,
+    routes::{
+        models::{ModelPage, ModelView, model_view, owned_view},
+        openapi::problems,
+    },
+    state::{AppState, model_catalog::RegisteredModel},
+    validate::{
+        paging::{Paging, PagingParams, QueryPairs},
+        search_query::{self, SearchParams, SearchQuery},
+    },
+};
+
+/// The most registered models, and the most of the account's own and public models, a search
+/// looks through.
+pub const CANDIDATES: i64 = 1_000;
+
+/// What `GET /v1/search` answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SearchResults {
+    /// The text searched for, trimmed.
+    pub query: String,
+    /// The matching models, best first.
+    pub models: ModelPage,
+}
+
+/// `GET /v1/search`
+#[utoipa::path(
+    get,
+    path = "/search",
+    operation_id = "search",
+    tag = "models",
+    params(SearchParams, PagingParams),
+    responses((status = 200, description = "The models that match, best first", body = SearchResults), (status = 400, response = inline(problems::BadRequest))),
+    security(("bearer" = []))
+)]
+pub async fn search(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    Query(query): Query<SearchQuery>,
+) -> Result<Json<SearchResults>, ApiError> {
+    let base = format!("{}/search", state.links.api(surface));
+    let encoded: String = url::form_urlencoded::byte_serialize(query.text.as_bytes()).collect();
+    let link = |offset: u64| format!("{base}?query={encoded}&limit={}&offset={offset}", query.paging.limit);
+    let models = matching(&state, surface, &auth.caller.key.account_id, &query.text, query.paging, link).await?;
+    Ok(Json(SearchResults { query: query.text, models }))
+}
+
+/// Every method of `/models` other than `GET` and `POST`: `QUERY` searches (its body is the
+/// text; `limit` and `offset` in the URL), anything else is 405.
+pub async fn query_models(State(state): State<AppState>, mut parts: Parts, body: String) -> Response {
+    if parts.method.as_str() != "QUERY" {
+        let mut refused = StatusCode::METHOD_NOT_ALLOWED.into_response();
+        refused.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET,POST,QUERY"));
+        return refused;
+    }
+    let searched = async {
+        let auth = Authorized::<Read>::from_request_parts(&mut parts, &state).await?;
+        let Surface(surface) = Surface::from_request_parts(&mut parts, &state).await.unwrap_or_else(|e| match e {});
+        let mut errors = Vec::new();
+        let pairs = QueryPairs::parse(parts.uri.query());
+        let paging = Paging::parse(&pairs, &mut errors);
+        let text = search_query::text(Some(&body)).map_err(|e| errors.insert(0, e)).ok();
+        let Some(text) = text.filter(|_| errors.is_empty()) else {
+            return Err(ApiError::invalid_fields(errors));
+        };
+        let base = format!("{}/models", state.links.api(surface));
+        let link = |offset: u64| format!("{base}?limit={}&offset={offset}", paging.limit);
+        matching(&state, surface, &auth.caller.key.account_id, &text, paging, link).await
+    };
+    match searched.await {
+        Ok(page) => Json(page).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The page `paging` asks for of the models `account` may see that match `text`, best first,
+/// with links made by `link` from an offset.
+async fn matching(
+    state: &AppState,
+    surface: common::domain::ApiSurface,
+    account: &AccountId,
+    text: &str,
+    paging: Paging,
+    link: impl Fn(u64) -> String,
+) -> Result<ModelPage, ApiError> {
+    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    let (registered, _) = state.store.models().list(0, CANDIDATES).await?;
+    let (owned, _) = state.store.owned_models().page_visible_to(account, 0, CANDIDATES).await?;
+    let mut found: Vec<(u32, String, VisibleModel)> = Vec::new();
+    for record in registered {
+        let model = RegisteredModel::of(record)?;
+        let description = registered_description(&model);
+        let address = model.record.model.to_string();
+        if let Some(score) = score(&words, model.record.model.owner(), model.record.model.name(), &description) {
+            found.push((score, address, VisibleModel::Registered(model)));
+        }
+    }
+    for model in owned {
+        let description = model.description.clone().unwrap_or_default();
+        if let Some(score) = score(&words, model.model.owner(), model.model.name(), &description) {
+            found.push((score, model.model.to_string(), VisibleModel::Owned(Box::new(model))));
+        }
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let total = found.len() as u64;
+    let start = usize::try_from(paging.offset).unwrap_or(usize::MAX);
+    let mut results: Vec<ModelView> = Vec::new();
+    for (_, _, model) in found.into_iter().skip(start).take(paging.limit as usize) {
+        results.push(match model {
+            VisibleModel::Registered(model) => model_view(state, surface, account, &model).await?,
+            VisibleModel::Owned(model) => owned_view(state, surface, account, &model).await?,
+        });
+    }
+    let (next, previous) = paging.neighbours(total);
+    Ok(Page::uncounted(results, (next.map(&link), previous.map(&link))))
+}
+
+/// What a registered model says of itself (the description its view shows).
+fn registered_description(model: &RegisteredModel) -> String {
+    format!("A {} model served by this deployment.", model.record.capability)
+}
+
+/// How well a model of `owner`, `name` and `description` matches `words` (lowercase); `None`
+/// when a word appears in none of them.
+pub fn score(words: &[String], owner: &str, name: &str, description: &str) -> Option<u32> {
+    let (owner, name, description) = (owner.to_lowercase(), name.to_lowercase(), description.to_lowercase());
+    let address = format!("{owner}/{name}");
+    let mut total = 0;
+    for word in words {
+        total += if name == *word || address == *word {
+            100
+        } else if name.starts_with(word.as_str()) {
+            60
+        } else if name.contains(word.as_str()) || address.contains(word.as_str()) && word.contains('/') {
+            40
+        } else if owner.contains(word.as_str()) {
+            20
+        } else if description.contains(word.as_str()) {
+            10
+        } else {
+            return None;
+        };
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_lowercase).collect()
+    }
+
+    #[test]
+    fn every_word_must_match_and_the_name_counts_most() {
+        assert_eq!(score(&words("echo"), "demo", "echo", "A text model."), Some(100));
+        assert_eq!(score(&words("ECH"), "demo", "echo", ""), Some(60), "case-insensitive, a prefix");
+        assert_eq!(score(&words("cho"), "demo", "echo", ""), Some(40));
+        assert_eq!(score(&words("dem"), "demo", "echo", ""), Some(20), "the owner");
+        assert_eq!(score(&words("text"), "demo", "echo", "A text model."), Some(10), "the description");
+        assert_eq!(score(&words("demo/echo"), "demo", "echo", ""), Some(100), "the address");
+        assert_eq!(score(&words("echo video"), "demo", "echo", "A text model."), None, "every word");
+        assert!(score(&words("echo"), "demo", "echo", "") > score(&words("echo"), "demo", "echo-2", ""));
+    }
+}

@@ -1,0 +1,73 @@
+//! The query of `GET /v1/search`: `query` (required: 1 to 200 characters once trimmed), `limit`
+//! and `offset` as every list. `QUERY /v1/models` sends the same text as its body.
+
+use super::paging::{Paging, QueryPairs};
+use crate::problem::FieldError;
+
+/// The longest query text.
+pub const MAX_QUERY: usize = 200;
+
+/// The search text as the OpenAPI description shows it (beside
+/// [`super::paging::PagingParams`]); [`SearchQuery::from_query`] reads it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct SearchParams {
+    /// What to look for in models' owners, names and descriptions (case-insensitive; every
+    /// word must match).
+    #[param(min_length = 1, max_length = 200)]
+    query: String,
+}
+
+/// A well-formed search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchQuery {
+    /// The text, trimmed.
+    pub text: String,
+    /// The page.
+    pub paging: Paging,
+}
+
+/// The search text `raw` (a query parameter or a `QUERY` body), trimmed; an error at `query`
+/// when it is empty or too long.
+pub fn text(raw: Option<&str>) -> Result<String, FieldError> {
+    let text = raw.unwrap_or_default().trim();
+    if text.is_empty() {
+        return Err(FieldError::missing("query"));
+    }
+    if text.chars().count() > MAX_QUERY {
+        return Err(FieldError::invalid("query", format!("At most {MAX_QUERY} characters.")));
+    }
+    Ok(text.to_owned())
+}
+
+impl super::FromQuery for SearchQuery {
+    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
+        let pairs = QueryPairs::parse(query);
+        let mut errors = Vec::new();
+        let text = text(pairs.first("query")).map_err(|e| errors.push(e)).ok();
+        let paging = Paging::parse(&pairs, &mut errors);
+        match text {
+            Some(text) if errors.is_empty() => Ok(Self { text, paging }),
+            _ => Err(errors),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::FromQuery;
+
+    #[test]
+    fn a_query_is_required_trimmed_and_bounded() {
+        let q = SearchQuery::from_query(Some("query=%20Echo%20&limit=5")).expect("valid");
+        assert_eq!((q.text.as_str(), q.paging.limit), ("Echo", 5));
+        let fields = |raw: &str| -> Vec<String> {
+            SearchQuery::from_query(Some(raw)).expect_err("invalid").into_iter().map(|e| e.field).collect()
+        };
+        assert_eq!(fields("query=%20%20"), vec!["query"]);
+        assert_eq!(fields(""), vec!["query"]);
+        assert_eq!(fields(&format!("query={}&limit=0", "x".repeat(201))), vec!["query", "limit"]);
+    }
+}
