@@ -1,6 +1,6 @@
 //! Finding models by text (CONTRACT §15): `QUERY /v1/models` with the text as a `text/plain`
-//! body (the official clients' `models.search`) and `GET /v1/search?query=`, on both surfaces,
-//! scope `read`.
+//! body (the official clients' `models.search`; replicate JS sends it JSON-encoded, which is
+//! read as the string it encodes) and `GET /v1/search?query=`, on both surfaces, scope `read`.
 //!
 //! A model matches when every word of the text appears, case-insensitively, in its owner, its
 //! name or its description; among the models the caller may see (the registered ones, its own
@@ -87,6 +87,8 @@ pub async fn query_models(State(state): State<AppState>, mut parts: Parts, body:
         let mut errors = Vec::new();
         let pairs = QueryPairs::parse(parts.uri.query());
         let paging = Paging::parse(&pairs, &mut errors);
+        // replicate JS sends the text JSON-encoded (`"a cat"`): read it as the string it encodes.
+        let body = serde_json::from_str::<String>(body.trim()).unwrap_or(body);
         let text = search_query::text(Some(&body)).map_err(|e| errors.insert(0, e)).ok();
         let Some(text) = text.filter(|_| errors.is_empty()) else {
             return Err(ApiError::invalid_fields(errors));

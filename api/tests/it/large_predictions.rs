@@ -38,7 +38,8 @@ fn prompt(n: usize, kib: usize) -> String {
 // input and output are a payload file (`common::files::payloads`). The creates go as a client
 // of a busy service sends them: 32 at a time, and a 503 is sent again after its `Retry-After`
 // (every answer comes within the request deadline; what the service cannot take in time it
-// refuses, and nothing of a refused create is kept).
+// refuses; a create answered 503 while its write was under way may still be stored, so each
+// create carries an Idempotency-Key and its retry answers the stored prediction).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_and_twenty_eight_predictions_of_900_kb_on_64_slots_succeed_whole_and_each_webhook_arrives() {
     let options =
@@ -52,10 +53,19 @@ async fn a_hundred_and_twenty_eight_predictions_of_900_kb_on_64_slots_succeed_wh
         async move {
             let started = std::time::Instant::now();
             loop {
-                let response = system.post_json("/v1/models/demo/echo/predictions", &body).await;
-                if response.status() == 503 && started.elapsed() < Duration::from_secs(120) {
-                    let retry_after = response.headers()["retry-after"].to_str().expect("text").parse().expect("seconds");
-                    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+                // With an Idempotency-Key, as a client that retries must send: a create answered
+                // 503 at its deadline may still be stored, and its retry then answers it.
+                let response = system
+                    .request(reqwest::Method::POST, "/v1/models/demo/echo/predictions")
+                    .header("idempotency-key", format!("large-{n}"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("sent");
+                let again = matches!(response.status().as_u16(), 503 | 409);
+                if again && started.elapsed() < Duration::from_secs(120) {
+                    let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok());
+                    tokio::time::sleep(Duration::from_secs(retry_after.unwrap_or(1))).await;
                     continue;
                 }
                 assert_eq!(response.status(), 201);

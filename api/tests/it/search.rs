@@ -56,6 +56,9 @@ async fn search_finds_visible_models_by_owner_name_and_description_best_first() 
         .expect("sent");
     assert_eq!(searched.status(), 200);
     assert_eq!(names(&searched.json_body().await)[0], "test-account/echo-tune");
+    // replicate JS sends the text JSON-encoded.
+    let encoded = system.request(query.clone(), "/v1/models").body("\"echo-tune\"").send().await.expect("sent");
+    assert_eq!(names(&encoded.json_body().await)[0], "test-account/echo-tune");
 
     // Another account sees the public ones only; an empty query is 400 at `query`.
     let other = system.bootstrap_account("other").await;

@@ -123,6 +123,24 @@ test("models.get and versions.list", async () => {
   await assert.rejects(replicate.models.get("demo", "nothing"), /404/);
 });
 
+test("models.search finds a model by its name, best match first", async () => {
+  const page = await replicate.models.search("echo");
+  assert.equal(`${page.results[0].owner}/${page.results[0].name}`, "demo/echo");
+  const none = await replicate.models.search("no-such-model-anywhere");
+  assert.deepEqual(none.results, []);
+});
+
+test("collections.list and collections.get show the operator's collection", async () => {
+  const list = await replicate.collections.list();
+  assert.ok(list.results.some((c) => c.slug === "demo"));
+  const demo = await replicate.collections.get("demo");
+  assert.equal(demo.name, "Demo models");
+  assert.deepEqual(
+    demo.models.map((m) => `${m.owner}/${m.name}`),
+    ["demo/echo", "demo/sleep"],
+  );
+});
+
 test("run by owner/name:version and create by version", async () => {
   const { latest_version: version } = await replicate.models.get("demo", "echo");
   assert.equal(await replicate.run(`demo/echo:${version.id}`, { input: { prompt: "pinned" } }), "pinned");
