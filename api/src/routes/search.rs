@@ -73,10 +73,17 @@ pub async fn search(
     Ok(Json(SearchResults { query: query.text, models }))
 }
 
-/// Every method of `/models` other than `GET` and `POST`: `QUERY` searches (its body is the
-/// text; `limit` and `offset` in the URL), anything else is 405.
+/// Every method of `/models` other than `GET` and `POST`: `QUERY` with a `text/plain` body
+/// searches (the body is the text; `limit` and `offset` in the URL), anything else is 405.
 pub async fn query_models(State(state): State<AppState>, mut parts: Parts, body: String) -> Response {
-    if parts.method.as_str() != "QUERY" {
+    // A search is a `QUERY` with a text body, as the clients send it; any other request of an
+    // undeclared method (a `QUERY` of JSON among them) is refused as before.
+    let text_body = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/plain"));
+    if parts.method.as_str() != "QUERY" || !text_body {
         let mut refused = StatusCode::METHOD_NOT_ALLOWED.into_response();
         refused.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET,POST,QUERY"));
         return refused;

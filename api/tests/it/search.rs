@@ -57,7 +57,13 @@ async fn search_finds_visible_models_by_owner_name_and_description_best_first() 
     assert_eq!(searched.status(), 200);
     assert_eq!(names(&searched.json_body().await)[0], "test-account/echo-tune");
     // replicate JS sends the text JSON-encoded.
-    let encoded = system.request(query.clone(), "/v1/models").body("\"echo-tune\"").send().await.expect("sent");
+    let encoded = system
+        .request(query.clone(), "/v1/models")
+        .header("content-type", "text/plain")
+        .body("\"echo-tune\"")
+        .send()
+        .await
+        .expect("sent");
     assert_eq!(names(&encoded.json_body().await)[0], "test-account/echo-tune");
 
     // Another account sees the public ones only; an empty query is 400 at `query`.
@@ -71,8 +77,11 @@ async fn search_finds_visible_models_by_owner_name_and_description_best_first() 
     let empty = system.get("/v1/search?query=%20").await;
     assert_eq!(empty.status(), 400);
     assert_eq!(empty.json_body().await["errors"][0]["field"], "query");
-    let empty_body = system.request(query, "/v1/models").body("").send().await.expect("sent");
-    assert_eq!(empty_body.status(), 400);
+    let empty_body =
+        system.request(query.clone(), "/v1/models").header("content-type", "text/plain").body("").send().await;
+    assert_eq!(empty_body.expect("sent").status(), 400);
+    let json_query = system.request(query, "/v1/models").json(&json!({"q": "echo"})).send().await.expect("sent");
+    assert_eq!(json_query.status(), 405, "a QUERY of anything but text is no search");
     let put = system.request(Method::PUT, "/v1/models").send().await.expect("sent");
     assert_eq!(put.status(), 405, "other methods are still not allowed");
 }
