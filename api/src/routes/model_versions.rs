@@ -200,13 +200,18 @@ pub async fn delete(
     let Some(removed) = state.store.model_versions().remove(&model, &id).await? else {
         return Err(missing());
     };
-    // Its weights are kept only while the version exists.
-    if let Some(from) = removed.trained_from
+    drop_weights(&state, &removed).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes the weights of `version`, a removed trained version (they are kept only while it
+/// exists); a failure is logged.
+pub async fn drop_weights(state: &AppState, version: &ModelVersionRecord) {
+    if let Some(from) = &version.trained_from
         && let Err(e) = state.files.delete(&from.weights).await
     {
         tracing::warn!(file = %from.weights, error = %e, "weights of a deleted version not removed");
     }
-    Ok(StatusCode::NO_CONTENT)
 }
 
 #[cfg(test)]

@@ -128,9 +128,14 @@ pub(crate) async fn model_view(
         Some(version) => version,
         None => ModelVersionRecord::of(record),
     };
-    let description = format!("A {} model served by this deployment.", record.capability);
+    let description = registered_description(model);
     let latest = Some(model_versions::version_view(&latest)?);
     Ok(ModelView::new(state, surface, &record.model, description, Visibility::Public, run_count, latest))
+}
+
+/// What a registered model says of itself: its view's description, and what search matches.
+pub(crate) fn registered_description(model: &RegisteredModel) -> String {
+    format!("A {} model served by this deployment.", model.record.capability)
 }
 
 /// An account's own model as clients see it: its newest recorded version, if any.
@@ -282,11 +287,7 @@ pub async fn delete(
     // Its trained versions go with it, and their weights (kept only while a version exists),
     // so a model made again at the address starts with none.
     for version in state.store.model_versions().remove_all_of(&model).await? {
-        if let Some(from) = version.trained_from
-            && let Err(e) = state.files.delete(&from.weights).await
-        {
-            tracing::warn!(file = %from.weights, error = %e, "weights of a deleted model not removed");
-        }
+        model_versions::drop_weights(&state, &version).await;
     }
     Ok(StatusCode::NO_CONTENT)
 }

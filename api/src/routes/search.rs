@@ -27,7 +27,7 @@ use crate::{
     },
     ops::owned::VisibleModel,
     routes::{
-        models::{ModelPage, ModelView, model_view, owned_view},
+        models::{ModelPage, ModelView, model_view, owned_view, registered_description},
         openapi::problems,
     },
     state::{AppState, model_catalog::RegisteredModel},
@@ -150,11 +150,6 @@ async fn matching(
     }
     let (next, previous) = paging.neighbours(total);
     Ok(Page::uncounted(results, (next.map(&link), previous.map(&link))))
-}
-
-/// What a registered model says of itself (the description its view shows).
-fn registered_description(model: &RegisteredModel) -> String {
-    format!("A {} model served by this deployment.", model.record.capability)
 }
 
 /// How well a model of `owner`, `name` and `description` matches `words` (lowercase); `None`

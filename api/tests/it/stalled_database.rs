@@ -25,11 +25,17 @@ fn create(system: &System, key: &str) -> reqwest::RequestBuilder {
         .json(&json!({"version": "demo/echo", "input": {"prompt": key}}))
 }
 
-#[tokio::test]
-async fn with_the_database_stalled_every_request_is_answered_within_its_deadline() {
+/// A proxy to the test run's MongoDB, and the URI that goes through it.
+async fn proxied_mongodb() -> (TcpProxy, String) {
     let real = infra().mongodb_uri.clone();
     let proxy = TcpProxy::start(host_port(&real)).await.expect("proxy");
     let proxied = real.replacen(&host_port(&real), &proxy.addr().to_string(), 1);
+    (proxy, proxied)
+}
+
+#[tokio::test]
+async fn with_the_database_stalled_every_request_is_answered_within_its_deadline() {
+    let (proxy, proxied) = proxied_mongodb().await;
     let env = vec![("MONGODB_URI", proxied), ("API_REQUEST_DEADLINE_SECONDS", DEADLINE.as_secs().to_string())];
     // A runner registers the demo models (and stalls with the database too).
     let system = System::start_with(Options { runner: true, notifier: false, env }).await;
@@ -77,9 +83,7 @@ async fn with_the_database_stalled_every_request_is_answered_within_its_deadline
 
 #[tokio::test]
 async fn a_prefer_wait_counts_from_the_requests_arrival_not_from_the_store() {
-    let real = infra().mongodb_uri.clone();
-    let proxy = TcpProxy::start(host_port(&real)).await.expect("proxy");
-    let proxied = real.replacen(&host_port(&real), &proxy.addr().to_string(), 1);
+    let (proxy, proxied) = proxied_mongodb().await;
     let system =
         System::start_with(Options { runner: true, notifier: false, env: vec![("MONGODB_URI", proxied)] }).await;
     let wait = Duration::from_secs(3);

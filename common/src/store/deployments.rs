@@ -130,22 +130,20 @@ impl Deployments {
 
     /// Whether any deployment runs `model` now.
     pub async fn uses_model(&self, model: &ModelRef) -> Result<bool, StoreError> {
-        let found = self
-            .coll
-            .clone_with_type::<bson::Document>()
-            .find_one(doc! { "current_release.model": model.to_string() })
-            .projection(doc! { "_id": 1 })
-            .max_time(super::read_limit())
-            .await?;
-        Ok(found.is_some())
+        self.any_release(doc! { "current_release.model": model.to_string() }).await
     }
 
     /// Whether any deployment runs version `version` of `model` now.
     pub async fn uses_version(&self, model: &ModelRef, version: &str) -> Result<bool, StoreError> {
+        self.any_release(doc! { "current_release.model": model.to_string(), "current_release.version": version }).await
+    }
+
+    /// Whether any deployment's current release matches `filter`.
+    async fn any_release(&self, filter: bson::Document) -> Result<bool, StoreError> {
         let found = self
             .coll
             .clone_with_type::<bson::Document>()
-            .find_one(doc! { "current_release.model": model.to_string(), "current_release.version": version })
+            .find_one(filter)
             .projection(doc! { "_id": 1 })
             .max_time(super::read_limit())
             .await?;

@@ -185,6 +185,9 @@ impl Fixture {
 
     /// `p` with the values it keeps in the file store read back, as every answer shows it.
     pub async fn whole(&self, p: Prediction) -> Prediction {
+        if !common::files::payloads::Payloads::missing_from(&p) {
+            return p;
+        }
         let env = common::config::Env::from_fn(|k| self.vars.get(k).cloned());
         let config = common::config::CommonConfig::from_env(&env).expect("configuration");
         let files = common::files::Files::open(&self.store, &config.files).await.expect("the file store opens");
