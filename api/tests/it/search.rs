@@ -84,4 +84,6 @@ async fn search_finds_visible_models_by_owner_name_and_description_best_first() 
     assert_eq!(json_query.status(), 405, "a QUERY of anything but text is no search");
     let put = system.request(Method::PUT, "/v1/models").send().await.expect("sent");
     assert_eq!(put.status(), 405, "other methods are still not allowed");
+    // `Allow` names what the OpenAPI document declares for /models (it has no QUERY method).
+    assert_eq!(put.headers().get("allow").and_then(|v| v.to_str().ok()), Some("GET,POST"));
 }
