@@ -4,11 +4,14 @@
 //! of the account's predictions run at once; `api admin set-priority --account NAME
 //! --max-priority high|normal|low` sets the highest priority its predictions may ask for;
 //! `api admin usage [--account NAME] [--since TIME]
-//! [--csv]` prints every account's usage (or one's) by day and model.
+//! [--csv]` prints every account's usage (or one's) by day and model;
+//! `api admin set-price --hardware POOL --per-second DOLLARS` sets a hardware pool's price
+//! (jobs that start after it pay it); `api admin set-budget --account NAME --monthly DOLLARS`
+//! (or `none`) sets an account's monthly budget.
 
 use anyhow::{Context, bail};
 use common::{
-    domain::{ApiKeyValue, Scope, WebhookSecret},
+    domain::{ApiKeyValue, Micros, Scope, WebhookSecret},
     store::{Account, Store},
 };
 
@@ -91,6 +94,55 @@ pub async fn set_max_priority(
     Ok(Account { max_priority: Some(max), ..account })
 }
 
+/// Sets the price per second of the hardware pool `hardware` to `per_second` (US dollars, a
+/// decimal string) and tells the runners; the pool must be one a live runner declares, or one
+/// priced before. Returns the price set.
+pub async fn set_price(config: &ApiConfig, hardware: &str, per_second: &str) -> anyhow::Result<common::domain::Price> {
+    let pool =
+        common::domain::Pool::parse(hardware.trim()).map_err(|e| anyhow::anyhow!("--hardware {hardware:?}: {e}"))?;
+    let price = common::domain::Price::parse_dollars(per_second).map_err(|e| anyhow::anyhow!("--per-second: {e}"))?;
+    let store = connect(config).await?;
+    let prices = store.prices();
+    let priced = prices.all().await?;
+    let live = store.runners().live(bson::DateTime::now()).await?;
+    let mut known: Vec<String> =
+        live.iter().map(|r| r.pool.to_string()).chain(priced.keys().map(ToString::to_string)).collect();
+    known.sort();
+    known.dedup();
+    if !known.contains(&pool.to_string()) {
+        bail!(
+            "unknown hardware pool {:?}: no live runner declares it (known pools: {})",
+            pool.as_str(),
+            if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+        );
+    }
+    prices.set(&pool, price).await?;
+    let common = &config.common;
+    let told = async {
+        let bus = common::bus::Bus::connect(&common.nats_url, common.subjects.clone(), "api-admin").await?;
+        bus.publish_price_set(&pool, price).await
+    };
+    if let Err(e) = told.await {
+        eprintln!(
+            "warning: the runners were not told ({e}); they read the price again within {} s",
+            common::store::prices::REREAD.as_secs()
+        );
+    }
+    Ok(price)
+}
+
+/// Sets (`Some`) or removes (`None`) the operator's monthly budget of the account `name`;
+/// api replicas apply it within a few seconds.
+pub async fn set_budget(config: &ApiConfig, name: &str, monthly: &str) -> anyhow::Result<(Account, Option<Micros>)> {
+    let budget = match monthly.trim() {
+        "none" => None,
+        text => Some(Micros::parse_dollars(text).map_err(|e| anyhow::anyhow!("--monthly (or none): {e}"))?),
+    };
+    let (store, account) = account_named(config, name).await?;
+    store.accounts().set_operator_budget(&account.id, budget).await?;
+    Ok((account, budget))
+}
+
 /// Writes the collection `slug` (made, or replaced whole): `name`, `description`, and `models`
 /// (`owner/name` each, in order; a model that does not exist yet is kept, and shown once it
 /// does).
@@ -156,7 +208,7 @@ pub async fn usage(config: &ApiConfig, name: Option<&str>, since: Option<&str>, 
     }
     let mut out = String::new();
     if csv {
-        out.push_str("account,bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time\n");
+        out.push_str("account,bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time,cost\n");
     }
     for (id, totals) in by_account {
         let parsed = common::domain::AccountId::parse(&id).ok();

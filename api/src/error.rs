@@ -73,6 +73,22 @@ impl ApiError {
         Self::validation(naming("The query has invalid parameters", &errors), errors)
     }
 
+    /// 402: the account's monthly budget `budget` is spent (`spent` this month); creates are
+    /// refused until `resets_at` or until the budget is raised.
+    pub fn budget_exhausted(
+        budget: common::domain::Micros,
+        spent: common::domain::Micros,
+        resets_at: chrono::DateTime<chrono::Utc>,
+    ) -> Self {
+        Self::Problem(Problem::new(
+            ProblemKind::BudgetExhausted,
+            format!(
+                "This account's monthly budget of ${budget} is spent (${spent} this month); new predictions and trainings are refused until it resets at {} or is raised. Work already accepted runs to its end.",
+                resets_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        ))
+    }
+
     /// 401, the same for every kind of bad key.
     pub fn unauthorized() -> Self {
         Self::Problem(Problem::new(

@@ -5,7 +5,9 @@
 //! usage by account, day and model; `api admin set-priority --account NAME --max-priority P`
 //! sets the highest priority its predictions may ask for; `api admin collection put --slug S
 //! --name N [--description D] --models a/b,c/d` writes a collection of models and
-//! `api admin collection delete --slug S` deletes one.
+//! `api admin collection delete --slug S` deletes one; `api admin set-price --hardware POOL
+//! --per-second DOLLARS` prices a hardware pool; `api admin set-budget --account NAME --monthly
+//! DOLLARS|none` sets an account's monthly budget.
 
 use std::process::ExitCode;
 
@@ -58,6 +60,24 @@ enum AdminCommand {
         /// high, normal or low.
         #[arg(long)]
         max_priority: common::domain::Priority,
+    },
+    /// Set a hardware pool's price per second (jobs that start after it pay it).
+    SetPrice {
+        /// The pool, as runners declare it (`RUNNER_HARDWARE`).
+        #[arg(long)]
+        hardware: String,
+        /// US dollars per second, a decimal number such as 0.000225.
+        #[arg(long)]
+        per_second: String,
+    },
+    /// Set an account's monthly budget (past it, its creates are refused with 402).
+    SetBudget {
+        /// The account's name.
+        #[arg(long)]
+        account: String,
+        /// US dollars a calendar month (UTC), such as 25.00; `none` removes the budget.
+        #[arg(long)]
+        monthly: String,
     },
     /// Write or delete a collection of models (`GET /v1/collections`).
     Collection {
@@ -149,6 +169,17 @@ async fn serve() -> ExitCode {
         Command::Admin { command: AdminCommand::SetPriority { account, max_priority } } => {
             api::admin::set_max_priority(&config, &account, max_priority).await.map(|account| {
                 eprintln!("account {} ({}) may ask for {max_priority} priority at most", account.name, account.id)
+            })
+        }
+        Command::Admin { command: AdminCommand::SetPrice { hardware, per_second } } => {
+            api::admin::set_price(&config, &hardware, &per_second)
+                .await
+                .map(|price| eprintln!("hardware {hardware} now costs ${price} a second, for jobs that start from now"))
+        }
+        Command::Admin { command: AdminCommand::SetBudget { account, monthly } } => {
+            api::admin::set_budget(&config, &account, &monthly).await.map(|(account, budget)| match budget {
+                Some(b) => eprintln!("account {} ({}) has a monthly budget of ${b}", account.name, account.id),
+                None => eprintln!("account {} ({}) has no monthly budget", account.name, account.id),
             })
         }
         Command::Admin {

@@ -15,6 +15,9 @@ pub enum ProblemKind {
     Validation,
     /// 401: missing, malformed, unknown, inactive or expired key.
     Unauthorized,
+    /// 402: the account's monthly budget is spent; creates are refused until it resets or is
+    /// raised.
+    BudgetExhausted,
     /// 403: the key lacks the scope the route needs.
     Forbidden,
     /// 404: no such resource (or not the caller's).
@@ -41,6 +44,7 @@ impl ProblemKind {
         match self {
             Self::Validation => 400,
             Self::Unauthorized => 401,
+            Self::BudgetExhausted => 402,
             Self::Forbidden => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
@@ -58,6 +62,7 @@ impl ProblemKind {
         match self {
             Self::Validation => "validation-error",
             Self::Unauthorized => "unauthorized",
+            Self::BudgetExhausted => "budget-exhausted",
             Self::Forbidden => "forbidden",
             Self::NotFound => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
@@ -75,6 +80,7 @@ impl ProblemKind {
         match self {
             Self::Validation => "Validation Error",
             Self::Unauthorized => "Unauthorized",
+            Self::BudgetExhausted => "Budget Exhausted",
             Self::Forbidden => "Forbidden",
             Self::NotFound => "Not Found",
             Self::MethodNotAllowed => "Method Not Allowed",
@@ -92,6 +98,7 @@ impl ProblemKind {
         match self {
             Self::Validation => "VALIDATION_INVALID_ARGUMENT",
             Self::Unauthorized => "AUTH_INVALID_TOKEN",
+            Self::BudgetExhausted => "BUDGET_EXHAUSTED",
             Self::Forbidden => "AUTH_INSUFFICIENT_SCOPE",
             Self::NotFound => "RESOURCE_NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
@@ -109,6 +116,7 @@ impl ProblemKind {
         match status {
             400 | 411 | 415 | 422 => Self::Validation,
             401 => Self::Unauthorized,
+            402 => Self::BudgetExhausted,
             403 => Self::Forbidden,
             404 => Self::NotFound,
             405 => Self::MethodNotAllowed,

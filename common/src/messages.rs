@@ -333,6 +333,21 @@ pub enum KeyMessage {
     },
 }
 
+/// A price change announced to every runner on core NATS (sent by `api admin set-price` once
+/// the price is stored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum PriceMessage {
+    /// Version 1.
+    #[serde(rename = "price_set.v1")]
+    PriceSetV1 {
+        /// The hardware pool.
+        pool: crate::domain::Pool,
+        /// Its new price per second.
+        price_nanos: crate::domain::Price,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,6 +562,15 @@ mod tests {
         let msg = SecretMessage::SecretRotatedV1 { account_id: AccountId::generate() };
         let bytes = serde_json::to_vec(&msg).expect("serializes");
         assert_eq!(serde_json::from_slice::<SecretMessage>(&bytes).ok(), Some(msg));
+    }
+
+    #[test]
+    fn a_price_change_round_trips() {
+        let pool = crate::domain::Pool::parse("gpu").expect("a pool");
+        let msg = PriceMessage::PriceSetV1 { pool, price_nanos: crate::domain::Price(225_000) };
+        let text = serde_json::to_value(&msg).expect("serializes");
+        assert_eq!(text, serde_json::json!({"kind": "price_set.v1", "pool": "gpu", "price_nanos": 225_000}));
+        assert_eq!(serde_json::from_value::<PriceMessage>(text).ok(), Some(msg));
     }
 
     #[test]

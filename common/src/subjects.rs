@@ -12,6 +12,7 @@
 //! | notifier consumer | `ps_notifier` |
 //! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
 //! | signing secret rotated (core NATS) | `ps.secrets.rotated` |
+//! | hardware prices changed (core NATS) | `ps.prices.changed` |
 //! | running slots of capped accounts (KV bucket) | `ps_account_slots`, keys `<account id>.<slot>` |
 
 use sha2::{Digest, Sha256};
@@ -231,6 +232,12 @@ impl Subjects {
     /// The core-NATS subject on which a deactivated API key is announced to every api replica.
     pub fn key_deactivations(&self) -> String {
         format!("{}.keys.deactivated", self.prefix)
+    }
+
+    /// The core-NATS subject on which a change of the hardware prices is announced to every
+    /// runner.
+    pub fn prices_changed(&self) -> String {
+        format!("{}.prices.changed", self.prefix)
     }
 
     /// The events-stream subject of webhook resends (inside [`Self::all_events`], outside

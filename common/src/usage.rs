@@ -57,7 +57,7 @@ pub fn counted(ended: &Prediction) -> Option<Counted> {
     }
     let millis = completed_at.timestamp_millis();
     let hour = DateTime::from_millis(millis - millis.rem_euclid(3_600_000));
-    let metrics = ended.metrics.unwrap_or(crate::domain::Metrics { predict_time: 0.0, total_time: 0.0 });
+    let metrics = ended.metrics.unwrap_or_default();
     // A prediction of a trained version counts under the model it names (the destination),
     // not the base that ran it; a training under the model it trained.
     let model = ended.trained_version.as_ref().map_or(&ended.model, |t| &t.model);
@@ -68,11 +68,12 @@ pub fn counted(ended: &Prediction) -> Option<Counted> {
     let group = UsageGroup {
         model: model.to_string(),
         deployment: ended.deployment.clone(),
-        hardware: ended.hardware.as_ref().map(|h| h.as_str().to_owned()),
+        // The pool it ran on; else (it never started) the pool its deployment asked for.
+        hardware: ended.started_on.as_ref().map(|s| &s.pool).or(ended.hardware.as_ref()).map(|h| h.as_str().to_owned()),
         api_key: ended.api_key_id.as_ref().map(ToString::to_string),
         kind: kind.into(),
     };
-    Some(Counted::one(ended.account_id.clone(), hour, group, ended.status, metrics.predict_time, metrics.total_time))
+    Some(Counted::one(ended.account_id.clone(), hour, group, ended.status, metrics))
 }
 
 /// A process's writer of usage totals.
@@ -228,7 +229,7 @@ mod tests {
         assert_eq!(counted(&p), None);
         p.status = PredictionStatus::Succeeded;
         p.completed_at = Some(DateTime::from_millis(3 * 3_600_000 + 59 * 60_000));
-        p.metrics = Some(crate::domain::Metrics { predict_time: 1.5, total_time: 2.0 });
+        p.metrics = Some(crate::domain::Metrics { predict_time: 1.5, total_time: 2.0, cost: crate::domain::Micros(7) });
         let c = counted(&p).expect("ended");
         assert_eq!(c.hour, DateTime::from_millis(3 * 3_600_000));
         assert_eq!(c.group.model, p.model.to_string());

@@ -28,6 +28,7 @@ pub mod lanes;
 pub mod metrics;
 pub mod models;
 pub mod presence;
+pub mod price_board;
 pub mod progress;
 pub mod reconcile;
 pub mod registry;
@@ -81,8 +82,14 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     registry::register_trainers(&store, &trainers, &versions).await?;
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
+    // The loops beside the consumer, waited for on shutdown like the jobs.
+    let background = TaskTracker::new();
+    let prices =
+        price_board::PriceBoard::start(&store, &bus, config.hardware.clone(), &background, shutdown.clone()).await?;
     let executor = Arc::new(
-        Executor::new(store.clone(), bus.clone(), files.clone(), links, common.deadlines).with_limits(config.limits),
+        Executor::new(store.clone(), bus.clone(), files.clone(), links, common.deadlines)
+            .with_limits(config.limits)
+            .with_prices(prices),
     );
     let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
     presence::announce(store.runners(), record, executor.run_figures(), shutdown.clone()).await?;
@@ -91,8 +98,6 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
         let render = move || format!("{}{}", metrics.render(), counts.openmetrics());
         common::telemetry::serve_operations(bind, render, store.clone(), bus.clone(), shutdown.clone()).await?;
     }
-    // The loops beside the consumer, waited for on shutdown like the jobs.
-    let background = TaskTracker::new();
     cancel::listen(&bus, executor.clone(), &background, shutdown.clone()).await?;
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
     background.spawn(reconciler.run(shutdown.clone()));

@@ -1,6 +1,8 @@
 //! The Usage page (`/usage`, scope `read`): the account's predictions of the last 30 days by day
 //! and model, as a stacked bar chart (drawn here as SVG: no script, nothing fetched) and a
-//! table; and `/usage.csv`, the same as `GET /v1/usage` answers with `Accept: text/csv`.
+//! table with their cost; what the account spent this month and, when it has a monthly budget,
+//! a bar of it with a banner past 80 % and at 100 % (creates refused); and `/usage.csv`, the
+//! same as `GET /v1/usage` answers with `Accept: text/csv`.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +52,18 @@ struct Row {
     failed: i64,
     canceled: i64,
     predict_time: String,
+    cost: String,
+}
+
+/// The account's monthly budget as the page shows it.
+struct BudgetBar {
+    budget: String,
+    spent: String,
+    /// Spent as a share of the budget, 0 to 100 (the bar).
+    percent: u32,
+    /// `warn` past 80 %, `exhausted` at 100 %, else empty.
+    level: &'static str,
+    resets_at: String,
 }
 
 #[derive(Template)]
@@ -60,6 +74,8 @@ struct UsagePage {
     legend: Vec<Legend>,
     rows: Vec<Row>,
     most: i64,
+    spent_this_month: String,
+    budget: Option<BudgetBar>,
 }
 
 /// The report of the signed-in account for the last 30 days, by day and model.
@@ -95,6 +111,7 @@ pub async fn show(State(state): State<AppState>, signed: Signed) -> Result<Respo
                 failed: g["count"]["failed"].as_i64().unwrap_or(0),
                 canceled: g["count"]["canceled"].as_i64().unwrap_or(0),
                 predict_time: format!("{:.1} s", g["predict_time"].as_f64().unwrap_or(0.0)),
+                cost: format!("${}", g["cost"].as_str().unwrap_or("0.00")),
             });
         }
     }
@@ -125,7 +142,35 @@ pub async fn show(State(state): State<AppState>, signed: Signed) -> Result<Respo
         }
     }
     let legend = colours.into_iter().map(|(model, colour)| Legend { model, colour }).collect();
-    Ok(html(&UsagePage { chrome: signed.chrome("usage"), segments, legend, rows, most }))
+    let standing = state.account_limits.fresh(&signed.key.account_id).await.map_err(anyhow::Error::from)?;
+    let spent = standing.spent_this_month;
+    let budget = standing.limits.monthly_budget().map(|budget| {
+        let percent =
+            if budget.0 <= 0 { 100 } else { (i128::from(spent.0) * 100 / i128::from(budget.0)).clamp(0, 100) as u32 };
+        BudgetBar {
+            budget: budget.dollars(),
+            spent: spent.dollars(),
+            percent,
+            level: if spent >= budget {
+                "exhausted"
+            } else if percent >= 80 {
+                "warn"
+            } else {
+                ""
+            },
+            resets_at: standing.resets_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+        }
+    });
+    let page = UsagePage {
+        chrome: signed.chrome("usage"),
+        segments,
+        legend,
+        rows,
+        most,
+        spent_this_month: spent.dollars(),
+        budget,
+    };
+    Ok(html(&page))
 }
 
 /// `GET /usage.csv`

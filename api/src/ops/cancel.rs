@@ -9,7 +9,7 @@
 use crate::problem::FieldError;
 use bson::{DateTime, doc};
 use common::{
-    domain::{JobKind, Metrics, Prediction, PredictionStatus, WebhookEvent},
+    domain::{JobKind, Prediction, PredictionStatus, WebhookEvent},
     messages::{Announcement, PredictionChanged},
 };
 
@@ -39,7 +39,7 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str, kind: JobKind) 
             ));
         }
         let now = DateTime::now();
-        let metrics = Metrics::at_completion(current.created_at, current.started_at, now);
+        let metrics = current.metrics_at(now);
         let mut changes = doc! { "completed_at": now, "metrics": bson::to_bson(&metrics)? };
         common::usage::mark_pending(&mut changes);
         let Some(canceled) =

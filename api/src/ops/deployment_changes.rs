@@ -128,7 +128,7 @@ async fn check_priority(
     priority: Option<common::domain::Priority>,
 ) -> Result<(), ApiError> {
     let Some(priority) = priority else { return Ok(()) };
-    let max = state.priority_limits.max(account).await?;
+    let max = state.account_limits.standing(account).await?.limits.max_priority;
     if priority.above(max) {
         return Err(ApiError::invalid_fields(vec![crate::problem::FieldError::invalid(
             "priority",

@@ -35,7 +35,8 @@ const PUBLISH_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(5
 /// its input against `model`'s schema; then the files of this service its input names, each
 /// checked to be the caller's (see [`file_inputs`]). A body that asks for no priority gets
 /// `default_priority` (a deployment's, else `normal`); either must be within the account's
-/// `max_priority`. `more` are field errors of fields the caller read itself (a training's
+/// `max_priority`. An account whose monthly budget is spent is refused first (402). `more`
+/// are field errors of fields the caller read itself (a training's
 /// `destination`), reported with the body's own.
 pub async fn validated(
     state: &AppState,
@@ -52,7 +53,11 @@ pub async fn validated(
         Err(_) => Ok(Default::default()),
     };
     let priority = request.as_ref().ok().and_then(|r| r.priority).unwrap_or(default_priority);
-    let max = state.priority_limits.max(&caller.key.account_id).await?;
+    let standing = state.account_limits.standing(&caller.key.account_id).await?;
+    if let Some(budget) = standing.exhausted_budget() {
+        return Err(ApiError::budget_exhausted(budget, standing.spent_this_month, standing.resets_at));
+    }
+    let max = standing.limits.max_priority;
     let priority_error = priority.above(max).then(|| {
         FieldError::invalid(
             "priority",

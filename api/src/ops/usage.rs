@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use bson::DateTime as BsonDateTime;
 use chrono::{DateTime, Utc};
 use common::{
-    domain::AccountId,
+    domain::{AccountId, Micros},
     store::{
         Store, StoreError,
         usage::{UsageGroup, UsageTotal},
@@ -35,6 +35,7 @@ struct Sums {
     count: Counts,
     predict_time: f64,
     total_time: f64,
+    cost: Micros,
 }
 
 impl Sums {
@@ -44,6 +45,7 @@ impl Sums {
         self.count.canceled += t.canceled;
         self.predict_time += t.predict_time;
         self.total_time += t.total_time;
+        self.cost.0 += t.cost.0;
     }
 }
 
@@ -103,6 +105,7 @@ impl UsageReport {
         out.insert("count".into(), serde_json::to_value(sums.count).unwrap_or_default());
         out.insert("predict_time".into(), round(sums.predict_time).into());
         out.insert("total_time".into(), round(sums.total_time).into());
+        out.insert("cost".into(), sums.cost.dollars().into());
         out
     }
 
@@ -140,14 +143,16 @@ impl UsageReport {
     /// The same as CSV: a header, then one row per bucket and group.
     pub fn csv(&self) -> String {
         let keys: Vec<&str> = self.query.group_by.iter().map(|k| k.as_str()).collect();
-        let mut out =
-            format!("bucket_start,bucket_end,{},succeeded,failed,canceled,predict_time,total_time\n", keys.join(","));
+        let mut out = format!(
+            "bucket_start,bucket_end,{},succeeded,failed,canceled,predict_time,total_time,cost\n",
+            keys.join(",")
+        );
         let length = self.query.bucket.length();
         for (start, groups) in &self.buckets {
             for (values, sums) in groups {
                 let cells: Vec<String> = values.iter().map(|v| csv_cell(v.as_deref().unwrap_or(""))).collect();
                 out.push_str(&format!(
-                    "{},{},{},{},{},{},{},{}\n",
+                    "{},{},{},{},{},{},{},{},{}\n",
                     start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                     (*start + length).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                     cells.join(","),
@@ -156,6 +161,7 @@ impl UsageReport {
                     sums.count.canceled,
                     round(sums.predict_time),
                     round(sums.total_time),
+                    sums.cost.dollars(),
                 ));
             }
         }
@@ -197,6 +203,7 @@ mod tests {
             canceled: 0,
             predict_time: predict,
             total_time: predict * 2.0,
+            cost: Micros((predict * 1000.0) as i64),
             last_seq: 1,
         }
     }
@@ -218,16 +225,17 @@ mod tests {
             body["results"][0]["groups"][0],
             serde_json::json!({
                 "model": "demo/echo", "count": {"succeeded": 3, "failed": 1, "canceled": 0},
-                "predict_time": 1.75, "total_time": 3.5,
+                "predict_time": 1.75, "total_time": 3.5, "cost": "0.00175",
             })
         );
         assert_eq!(body["totals"]["count"], serde_json::json!({"succeeded": 3, "failed": 3, "canceled": 0}));
         let csv = report.csv();
         assert_eq!(
             csv.lines().next(),
-            Some("bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time")
+            Some("bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time,cost")
         );
-        assert!(csv.contains("2026-11-26T00:00:00Z,2026-11-27T00:00:00Z,demo/fail,0,2,0,0,0\n"), "{csv}");
+        assert!(csv.contains("2026-11-26T00:00:00Z,2026-11-27T00:00:00Z,demo/fail,0,2,0,0,0,0.00\n"), "{csv}");
+        assert_eq!(body["totals"]["cost"], "0.00175", "the groups' costs add up exactly");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::{
     http::surface::Surface,
     ops::deployment_changes,
     routes::openapi::problems,
-    routes::{account::AccountView, predictions},
+    routes::{account::AccountName, predictions},
     state::AppState,
     validate::{
         deployment,
@@ -57,7 +57,7 @@ pub struct ReleaseView {
     /// When it was made.
     pub created_at: chrono::DateTime<Utc>,
     /// The account that made it.
-    pub created_by: AccountView,
+    pub created_by: AccountName,
     /// What it runs on.
     pub configuration: ConfigurationView,
 }
@@ -93,11 +93,7 @@ fn view(d: &DeploymentRecord) -> DeploymentView {
             model: r.model.to_string(),
             version: r.version.clone(),
             created_at: r.created_at.to_chrono(),
-            created_by: AccountView {
-                kind: "organization".into(),
-                username: r.created_by.clone(),
-                name: r.created_by.clone(),
-            },
+            created_by: AccountName::of(&r.created_by),
             configuration: ConfigurationView {
                 hardware: r.configuration.hardware.to_string(),
                 min_instances: r.configuration.min_instances,
@@ -223,7 +219,7 @@ pub async fn delete(
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
     request_body(content = crate::validate::create_prediction::CreatePredictionBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::views::PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
+    responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::views::PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 402, response = inline(problems::BudgetExhausted)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(deployment = %format!("{owner}/{name}"), prediction_id))]

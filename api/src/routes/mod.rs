@@ -69,7 +69,7 @@ fn documented() -> OpenApiRouter<AppState> {
 /// The routes of an API surface, relative to its root: one `routes!` per path.
 fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(account::get))
+        .routes(routes!(account::get, account::update))
         .routes(routes!(hardware::list))
         .routes(routes!(deployments::create, deployments::list))
         .routes(routes!(deployments::get, deployments::update, deployments::delete))

@@ -30,6 +30,9 @@ fn describe(status: u16) -> &'static str {
     match status {
         400 => "Validation error: `errors[]` names each failing field",
         401 => "Missing, malformed, unknown, inactive or expired key (`AUTH_INVALID_TOKEN`)",
+        402 => {
+            "The account's monthly budget is spent (`BUDGET_EXHAUSTED`): the `detail` names the budget and when it resets"
+        }
         403 => "The key lacks the scope this operation needs (`AUTH_INSUFFICIENT_SCOPE`)",
         404 => "No such resource in the caller's account (`RESOURCE_NOT_FOUND`)",
         409 => "The request conflicts with the resource's state (`CONFLICT`)",
@@ -106,7 +109,14 @@ pub mod problems {
         )*};
     }
 
-    problems!(BadRequest = 400, NotFound = 404, Conflict = 409, TooLarge = 413, RangeNotSatisfiable = 416);
+    problems!(
+        BadRequest = 400,
+        BudgetExhausted = 402,
+        NotFound = 404,
+        Conflict = 409,
+        TooLarge = 413,
+        RangeNotSatisfiable = 416
+    );
 }
 
 /// Every operation of `item`.

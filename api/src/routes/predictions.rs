@@ -50,7 +50,7 @@ use crate::{
     tag = "predictions",
     params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
     request_body(content = create_prediction::CreatePredictionBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 402, response = inline(problems::BudgetExhausted)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(model = %format!("{owner}/{name}"), prediction_id))]
@@ -82,7 +82,7 @@ pub async fn create(
     operation_id = "createPredictionByVersion",
     tag = "predictions",
     request_body(content = create_prediction::CreateByVersionBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 402, response = inline(problems::BudgetExhausted)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(model, prediction_id))]

@@ -12,7 +12,7 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use common::{
-    domain::{ApiSurface, JobKind, Metrics, ModelRef, Prediction, PredictionStatus, training::TrainingOutput},
+    domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus, training::TrainingOutput},
     links::{Links, PredictionUrls},
     store::Claim,
     views::ErrorView,
@@ -61,7 +61,7 @@ pub struct TrainingView {
     /// Once failed: `{code, message}` (canonical), the message (Replicate-compatible).
     pub error: Option<ErrorView>,
     /// Timings in seconds, `null` until it ended.
-    pub metrics: Option<Metrics>,
+    pub metrics: Option<common::views::MetricsView>,
     /// Always `api`.
     pub source: String,
     /// Links to it.
@@ -111,7 +111,7 @@ impl TrainingView {
         ("id" = String, Path, description = "The version to train: one with a trainer"),
     ),
     request_body(content = create_training::CreateTrainingBody, content_type = "application/json"),
-    responses((status = 201, description = "Created, `starting`; `Location` names it", body = TrainingView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
+    responses((status = 201, description = "Created, `starting`; `Location` names it", body = TrainingView), (status = 400, response = inline(problems::BadRequest)), (status = 402, response = inline(problems::BudgetExhausted)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
 #[tracing::instrument(skip_all, fields(model = %format!("{owner}/{name}"), prediction_id))]

@@ -7,12 +7,12 @@
 //! [`deployment_metrics`] (what an autoscaler reads). The fields are `pub(crate)`: only the
 //! api's own modules reach them.
 
+pub mod account_limits;
 pub mod deployment_metrics;
 pub mod job_outbox;
 pub mod keys;
 pub mod metrics;
 pub mod model_catalog;
-pub mod priority;
 pub mod queue_places;
 pub mod ratelimit;
 pub mod wait_slots;
@@ -86,7 +86,7 @@ pub struct Shared {
     /// Counts the predictions this api ends (cancels) in the usage totals.
     pub(crate) usage: common::usage::UsageLedger,
     /// The highest priority each account may ask for.
-    pub(crate) priority_limits: crate::state::priority::PriorityLimits,
+    pub(crate) account_limits: crate::state::account_limits::AccountLimitsCache,
 }
 
 impl AppState {
@@ -98,7 +98,10 @@ impl AppState {
         Ok(Self(Arc::new(Shared {
             job_outbox: JobOutbox::start(bus.clone(), &background),
             usage: common::usage::UsageLedger::start(&store),
-            priority_limits: crate::state::priority::PriorityLimits::new(store.accounts()),
+            account_limits: crate::state::account_limits::AccountLimitsCache::new(
+                store.accounts(),
+                store.usage_totals(),
+            ),
             keys: KeyDirectory::new(store.api_keys(), deactivations),
             queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes(), models.live().clone()),
             models,

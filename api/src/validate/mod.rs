@@ -11,6 +11,7 @@
 //! A parser that reads a whole query or body implements [`FromQuery`] or [`FromBody`], and
 //! [`crate::http::extract`] runs it at the door.
 
+pub mod account_changes;
 pub mod body;
 pub mod create_api_key;
 pub mod create_headers;

@@ -39,7 +39,11 @@ async fn ended(system: &System, p: &Value) -> Value {
 async fn the_account_and_the_hardware_of_live_runners_answer_for_the_key() {
     let system = System::start_with(no_runner()).await;
     let account = system.get("/v1/account").await.json_body().await;
-    assert_eq!(account, json!({"type": "organization", "username": "test-account", "name": "test-account"}));
+    assert_eq!(
+        account,
+        json!({"type": "organization", "username": "test-account", "name": "test-account",
+               "monthly_budget": null, "spent_this_month": "0.00"})
+    );
     assert_eq!(system.get("/replicate/v1/hardware").await.json_body().await, json!([]), "no runner is alive");
     let _cpu = system.start_runner_with(&[("RUNNER_MODELS", "demo/echo")]);
     let _gpu = system.start_runner_with(&[("RUNNER_MODELS", "demo/echo"), ("RUNNER_HARDWARE", "gpu-t4")]);
@@ -49,7 +53,11 @@ async fn the_account_and_the_hardware_of_live_runners_answer_for_the_key() {
     })
     .await
     .expect("both pools listed");
-    assert_eq!(pools, json!([{"name": "cpu", "sku": "cpu"}, {"name": "gpu-t4", "sku": "gpu-t4"}]));
+    assert_eq!(
+        pools,
+        json!([{"name": "cpu", "sku": "cpu", "price_per_second": "0"},
+               {"name": "gpu-t4", "sku": "gpu-t4", "price_per_second": "0"}])
+    );
 }
 
 #[tokio::test]

@@ -192,6 +192,21 @@ impl System {
         api::admin::set_max_concurrency(&config, name, max).await.expect("cap set");
     }
 
+    /// The api's configuration, as the operator's commands read it.
+    pub fn admin_config(&self) -> ApiConfig {
+        ApiConfig::from_env(&Env::from_fn(|k| self.vars.get(k).cloned())).expect("api configuration")
+    }
+
+    /// Prices the hardware pool `pool` as `api admin set-price` does.
+    pub async fn set_price(&self, pool: &str, per_second: &str) {
+        api::admin::set_price(&self.admin_config(), pool, per_second).await.expect("price set");
+    }
+
+    /// Sets the account `name`'s monthly budget as `api admin set-budget` does.
+    pub async fn set_budget(&self, name: &str, monthly: &str) {
+        api::admin::set_budget(&self.admin_config(), name, monthly).await.expect("budget set");
+    }
+
     /// Writes a collection as `api admin collection put` does.
     pub async fn put_collection(&self, slug: &str, name: &str, models: &[&str]) {
         let env = Env::from_fn(|k| self.vars.get(k).cloned());

@@ -27,9 +27,10 @@ fn serves(keys: &[String], shape: &QueryShape) -> bool {
 }
 
 /// Queries that may scan, and why: the `models` collection holds one document per model
-/// served, and its list counts them all.
+/// served, and its list counts them all; `hardware_prices` holds one per priced pool, and
+/// `GET /v1/hardware` reads them all.
 fn may_scan(shape: &QueryShape) -> bool {
-    shape.collection == "models" && shape.filter.is_empty()
+    matches!(shape.collection.as_str(), "models" | "hardware_prices") && shape.filter.is_empty()
 }
 
 /// Each collection's indexes, by their keys.

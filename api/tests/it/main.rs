@@ -35,6 +35,7 @@ mod replicate_surface;
 mod search;
 mod shedding;
 mod signing_secret;
+mod spend;
 mod stalled_database;
 mod streaming;
 mod tracing;

@@ -74,7 +74,10 @@ async fn an_accounts_predictions_are_counted_once_each_by_model_and_status_in_js
     assert!(csv.headers()["content-type"].to_str().expect("type").starts_with("text/csv"));
     let csv = csv.text().await.expect("body");
     let mut lines = csv.lines();
-    assert_eq!(lines.next(), Some("bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time"));
+    assert_eq!(
+        lines.next(),
+        Some("bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time,cost")
+    );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     let row = |model: &str| rows.iter().find(|r| r[2] == model).unwrap_or_else(|| panic!("no row of {model}: {csv}"));
     assert_eq!(&row("demo/echo")[3..6], ["5", "0", "0"]);

@@ -6,13 +6,15 @@
 //!   secrets. Sent and flushed before the api answers the rotation.
 //! - **Key deactivations**: every api replica drops its cached key look-ups. Sent and flushed
 //!   before the api answers the deactivation.
+//! - **Price changes**: the runners of the pool take its new price at once (they also read it
+//!   every few minutes, so a missed broadcast only delays a price).
 
 use bytes::Bytes;
 
 use super::{Bus, BusError};
 use crate::{
-    domain::{AccountId, ApiKeyId, PredictionId},
-    messages::{CancelMessage, KeyMessage, SecretMessage},
+    domain::{AccountId, ApiKeyId, Pool, PredictionId, Price},
+    messages::{CancelMessage, KeyMessage, PriceMessage, SecretMessage},
 };
 
 impl Bus {
@@ -43,6 +45,22 @@ impl Bus {
         let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
         self.client.publish(subject.clone(), encode(&msg)).await.map_err(|e| fail(e.into()))?;
         self.client.flush().await.map_err(|e| fail(e.into()))
+    }
+
+    /// Tells every runner that `pool` now costs `price` a second, and waits until the server
+    /// has it.
+    pub async fn publish_price_set(&self, pool: &Pool, price: Price) -> Result<(), BusError> {
+        let subject = self.subjects.prices_changed();
+        let msg = PriceMessage::PriceSetV1 { pool: pool.clone(), price_nanos: price };
+        let fail = |e: async_nats::Error| BusError::Publish { subject: subject.clone(), source: e };
+        self.client.publish(subject.clone(), encode(&msg)).await.map_err(|e| fail(e.into()))?;
+        self.client.flush().await.map_err(|e| fail(e.into()))
+    }
+
+    /// Subscribes to the price changes announced from now on.
+    pub async fn subscribe_prices_changed(&self) -> Result<async_nats::Subscriber, BusError> {
+        let subject = self.subjects.prices_changed();
+        self.client.subscribe(subject.clone()).await.map_err(|e| BusError::Publish { subject, source: e.into() })
     }
 
     /// Subscribes to the key deactivations announced from now on.

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::{
     AccountId, ApiSurface, FileId, JobKind, ModelRef, PredictionId, PredictionStatus, TrainedVersionRef, WebhookEvent,
     WebhookUrl,
+    money::{Micros, Price},
 };
 
 /// The origin recorded for predictions made through the HTTP API.
@@ -24,27 +25,48 @@ pub struct PredictionError {
     pub message: String,
 }
 
-/// Timings in seconds: `predict_time` = completed - started, `total_time` = completed - created.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// Timings in seconds: `predict_time` = completed - started, `total_time` = completed - created;
+/// and the job's cost: `predict_time` × the price of its pool when it started (see
+/// [`super::money`]), kept with its final state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     /// Seconds the model ran (0 for a prediction that never started).
     pub predict_time: f64,
     /// Seconds from creation to completion.
     pub total_time: f64,
+    /// What the run cost, in micro-dollars (0 before prices were kept, and at price 0).
+    #[serde(default, rename = "cost_micros")]
+    pub cost: Micros,
 }
 
 impl Metrics {
-    /// The metrics of a prediction that ended at `completed_at`.
+    /// The metrics of a prediction that ended at `completed_at`, having started at
+    /// `started_at` (if it did) on a pool priced `price`.
     pub fn at_completion(
         created_at: BsonDateTime,
         started_at: Option<BsonDateTime>,
         completed_at: BsonDateTime,
+        price: Price,
     ) -> Self {
-        let secs =
-            |from: BsonDateTime| (completed_at.timestamp_millis() - from.timestamp_millis()).max(0) as f64 / 1000.0;
-        Self { predict_time: started_at.map_or(0.0, secs), total_time: secs(created_at) }
+        let millis = |from: BsonDateTime| (completed_at.timestamp_millis() - from.timestamp_millis()).max(0);
+        let ran = started_at.map_or(0, millis);
+        Self {
+            predict_time: ran as f64 / 1000.0,
+            total_time: millis(created_at) as f64 / 1000.0,
+            cost: price.cost_of_millis(ran),
+        }
     }
+}
+
+/// The pool a job started on and that pool's price then, recorded by the runner that started
+/// it: its cost is reckoned from them when it ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartedOn {
+    /// The runner's hardware pool.
+    pub pool: super::Pool,
+    /// The pool's price per second when the job started.
+    #[serde(rename = "price_nanos")]
+    pub price: Price,
 }
 
 /// A prediction as stored (collection `predictions`, `_id` = the prediction id).
@@ -112,6 +134,10 @@ pub struct Prediction {
     /// The hardware pool whose runners may run it (a deployment's); any pool when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<super::Pool>,
+    /// The pool it started on and that pool's price then (absent until it starts, and on
+    /// predictions stored before prices were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_on: Option<StartedOn>,
     /// Its ticket in its queue lane (see [`crate::store::queue_lanes`]): where it stands among
     /// the lane's waiting predictions. Absent on predictions stored before lanes had tickets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +243,7 @@ impl Prediction {
             input_files: Vec::new(),
             deployment: None,
             hardware: None,
+            started_on: None,
             api_key_id: None,
             priority: super::Priority::Normal,
             usage: None,
@@ -236,6 +263,13 @@ impl Prediction {
             JobKind::Training => Some(super::Pool::trainers()),
         };
         super::Route { version: self.version.clone(), pool }
+    }
+
+    /// Its metrics if it ends at `completed_at`: the time since it started (if it did) at the
+    /// price of the pool it started on.
+    pub fn metrics_at(&self, completed_at: BsonDateTime) -> Metrics {
+        let price = self.started_on.as_ref().map_or(Price::FREE, |s| s.price);
+        Metrics::at_completion(self.created_at, self.started_at, completed_at, price)
     }
 
     /// Whether this is a training.
@@ -302,12 +336,18 @@ pub(crate) mod tests {
     #[test]
     fn metrics_are_seconds_between_the_timestamps() {
         let created = BsonDateTime::from_millis(1_000);
-        let m =
-            Metrics::at_completion(created, Some(BsonDateTime::from_millis(1_500)), BsonDateTime::from_millis(3_750));
+        let m = Metrics::at_completion(
+            created,
+            Some(BsonDateTime::from_millis(1_500)),
+            BsonDateTime::from_millis(3_750),
+            Price(225_000),
+        );
         assert_eq!(m.predict_time, 2.25);
-        let never_started = Metrics::at_completion(created, None, BsonDateTime::from_millis(2_000));
+        let never_started = Metrics::at_completion(created, None, BsonDateTime::from_millis(2_000), Price(225_000));
         assert_eq!(never_started.predict_time, 0.0);
         assert_eq!(m.total_time, 2.75);
+        assert_eq!(m.cost, Micros(506), "2,250 ms at $0.000225/s is 506.25 micro-dollars");
+        assert_eq!(never_started.cost, Micros::ZERO, "a job that never started costs nothing");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::StoreError;
 use crate::{
     crypto::{CryptoError, MasterKey},
-    domain::{AccountId, WebhookSecret},
+    domain::{AccountId, Micros, WebhookSecret},
 };
 
 /// The signing secrets as stored: sealed text.
@@ -69,6 +69,45 @@ pub struct Account {
     /// The highest priority its predictions may ask for (`normal` when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_priority: Option<crate::domain::Priority>,
+    /// Its monthly budget as the operator set it (`api admin set-budget`; none: no budget).
+    #[serde(default, rename = "monthly_budget_micros", skip_serializing_if = "Option::is_none")]
+    pub operator_budget: Option<Micros>,
+    /// A lower monthly budget its admins set for themselves (`PATCH /v1/account`).
+    #[serde(default, rename = "own_budget_micros", skip_serializing_if = "Option::is_none")]
+    pub own_budget: Option<Micros>,
+}
+
+/// What an account may ask of the service, as a create checks it: read together, in one
+/// look-up of the account.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountLimits {
+    /// The highest priority its predictions may ask for.
+    pub max_priority: crate::domain::Priority,
+    /// Its monthly budget as the operator set it.
+    pub operator_budget: Option<Micros>,
+    /// The lower budget its admins set, if any.
+    pub own_budget: Option<Micros>,
+}
+
+impl AccountLimits {
+    /// The budget in force: the lower of the operator's and the account's own.
+    pub fn monthly_budget(&self) -> Option<Micros> {
+        match (self.operator_budget, self.own_budget) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl Account {
+    /// Its limits.
+    pub fn limits(&self) -> AccountLimits {
+        AccountLimits {
+            max_priority: self.max_priority.unwrap_or_default(),
+            operator_budget: self.operator_budget,
+            own_budget: self.own_budget,
+        }
+    }
 }
 
 fn secret_context(id: &AccountId) -> String {
@@ -93,6 +132,8 @@ impl Account {
             created_at: now,
             max_concurrency: None,
             max_priority: None,
+            operator_budget: None,
+            own_budget: None,
         };
         (account, secret)
     }
@@ -189,6 +230,43 @@ impl Accounts {
     pub async fn set_max_priority(&self, id: &AccountId, max: crate::domain::Priority) -> Result<bool, StoreError> {
         let update = doc! { "$set": { "max_priority": max.as_str() } };
         Ok(self.coll.update_one(doc! { "_id": id.as_str() }, update).await?.matched_count == 1)
+    }
+
+    /// Sets (or, with `None`, lifts) the operator's monthly budget of account `id`; whether it
+    /// exists.
+    pub async fn set_operator_budget(&self, id: &AccountId, budget: Option<Micros>) -> Result<bool, StoreError> {
+        self.set_or_unset(id, "monthly_budget_micros", budget).await
+    }
+
+    /// Sets (or, with `None`, clears) the lower budget account `id`'s admins chose; whether
+    /// it exists.
+    pub async fn set_own_budget(&self, id: &AccountId, budget: Option<Micros>) -> Result<bool, StoreError> {
+        self.set_or_unset(id, "own_budget_micros", budget).await
+    }
+
+    async fn set_or_unset(&self, id: &AccountId, field: &str, amount: Option<Micros>) -> Result<bool, StoreError> {
+        let update = match amount {
+            Some(m) => doc! { "$set": { field: m.0 } },
+            None => doc! { "$unset": { field: "" } },
+        };
+        Ok(self.coll.update_one(doc! { "_id": id.as_str() }, update).await?.matched_count == 1)
+    }
+
+    /// Account `id`'s limits (the defaults for an account that does not exist).
+    pub async fn limits(&self, id: &AccountId) -> Result<AccountLimits, StoreError> {
+        let projection = doc! { "max_priority": 1, "monthly_budget_micros": 1, "own_budget_micros": 1 };
+        let options = mongodb::options::FindOneOptions::builder().projection(projection).build();
+        let raw = self.coll.clone_with_type::<bson::Document>();
+        let Some(found) = raw.find_one(doc! { "_id": id.as_str() }).with_options(options).await? else {
+            return Ok(AccountLimits::default());
+        };
+        let amount =
+            |field: &str| found.get(field).and_then(|v| v.as_i64().or_else(|| v.as_i32().map(i64::from))).map(Micros);
+        Ok(AccountLimits {
+            max_priority: found.get_str("max_priority").ok().and_then(|p| p.parse().ok()).unwrap_or_default(),
+            operator_budget: amount("monthly_budget_micros"),
+            own_budget: amount("own_budget_micros"),
+        })
     }
 
     /// The highest priority account `id`'s predictions may ask for (`normal` by default, and

@@ -19,6 +19,7 @@
 //! | `usage_totals` | [`usage`] | api (cancels), runner (results, failures), through [`crate::usage`] |
 //! | `unfinished_uploads` | [`unfinished_uploads`] | api, runner (through [`crate::files::Files`]) |
 //! | `collections` | [`collections`] | api (read), `api admin collection` (write) |
+//! | `hardware_prices` | [`prices`] | api and runners (read), `api admin set-price` (write) |
 //! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
@@ -42,6 +43,7 @@ pub mod model_versions;
 pub mod models;
 pub mod owned_models;
 pub mod predictions;
+pub mod prices;
 pub mod queue_figures;
 pub mod queue_lanes;
 pub mod runners;
@@ -58,7 +60,7 @@ use mongodb::{
     options::{ClientOptions, IndexOptions, ReadPreference, SelectionCriteria},
 };
 
-pub use accounts::{Account, Accounts};
+pub use accounts::{Account, AccountLimits, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{FileRecord, FileRecords};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
@@ -380,6 +382,11 @@ impl Store {
     /// The `dead_letters` collection.
     pub fn dead_letters(&self) -> dead_letters::DeadLetters {
         dead_letters::DeadLetters::new(&self.db)
+    }
+
+    /// The `hardware_prices` collection (each pool's price per second).
+    pub fn prices(&self) -> prices::Prices {
+        prices::Prices::new(&self.db)
     }
 
     /// The `usage_totals` collection (usage per account, hour and group).

@@ -16,7 +16,7 @@ use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
 use super::{StoreError, is_duplicate_key};
-use crate::domain::{AccountId, PredictionStatus};
+use crate::domain::{AccountId, Metrics, Micros, PredictionStatus};
 
 /// What a usage total is grouped by, besides the account and the hour.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -62,6 +62,9 @@ pub struct UsageTotal {
     /// The sum of their `total_time`, seconds.
     #[serde(default)]
     pub total_time: f64,
+    /// The sum of their costs, micro-dollars.
+    #[serde(default, rename = "cost_micros")]
+    pub cost: Micros,
     /// The writer's last `seq` added here.
     #[serde(default)]
     pub last_seq: i64,
@@ -87,17 +90,18 @@ pub struct Counted {
     pub predict_time: f64,
     /// The sum of their `total_time`, seconds.
     pub total_time: f64,
+    /// The sum of their costs.
+    pub cost: Micros,
 }
 
 impl Counted {
-    /// One prediction that ended as `status` (not terminal: counts nothing).
+    /// One prediction that ended as `status` (not terminal: counts nothing) with `metrics`.
     pub fn one(
         account_id: AccountId,
         hour: DateTime,
         group: UsageGroup,
         status: PredictionStatus,
-        predict_time: f64,
-        total_time: f64,
+        metrics: Metrics,
     ) -> Self {
         let is = |s: PredictionStatus| i64::from(status == s);
         Self {
@@ -107,8 +111,9 @@ impl Counted {
             succeeded: is(PredictionStatus::Succeeded),
             failed: is(PredictionStatus::Failed),
             canceled: is(PredictionStatus::Canceled),
-            predict_time,
-            total_time,
+            predict_time: metrics.predict_time,
+            total_time: metrics.total_time,
+            cost: metrics.cost,
         }
     }
 
@@ -119,6 +124,7 @@ impl Counted {
         self.canceled += other.canceled;
         self.predict_time += other.predict_time;
         self.total_time += other.total_time;
+        self.cost.0 += other.cost.0;
     }
 
     /// The `_id` of `writer`'s total these go into.
@@ -162,6 +168,7 @@ impl UsageTotals {
                 "canceled": counted.canceled,
                 "predict_time": counted.predict_time,
                 "total_time": counted.total_time,
+                "cost_micros": counted.cost.0,
             },
             "$set": { "last_seq": seq },
             "$setOnInsert": { "account_id": counted.account_id.as_str(), "hour": counted.hour, "group": group },
@@ -187,6 +194,20 @@ impl UsageTotals {
             filter.insert("account_id", account.as_str());
         }
         self.coll.find(filter).sort(doc! { "hour": 1 }).await?.try_collect().await
+    }
+}
+
+impl UsageTotals {
+    /// What `account` spent on jobs that ended from `from` on (every writer's totals of those
+    /// hours; an index on `{account_id, hour}` finds them).
+    pub async fn spent_since(&self, account: &AccountId, from: DateTime) -> Result<Micros, StoreError> {
+        let filter = doc! { "account_id": account.as_str(), "hour": { "$gte": from } };
+        let costs = self.coll.clone_with_type::<bson::Document>();
+        let found: Vec<bson::Document> =
+            costs.find(filter).projection(doc! { "cost_micros": 1 }).await?.try_collect().await?;
+        let cost =
+            |d: &bson::Document| d.get("cost_micros").and_then(|c| c.as_i64().or_else(|| c.as_i32().map(i64::from)));
+        Ok(found.iter().filter_map(cost).map(Micros).sum())
     }
 }
 

@@ -81,8 +81,8 @@ pub struct PredictionView {
     pub source: String,
     /// The status.
     pub status: PredictionStatus,
-    /// Timings in seconds, `null` until terminal.
-    pub metrics: Option<Metrics>,
+    /// Timings in seconds, `null` until terminal; on `/replicate/v1` also the cost.
+    pub metrics: Option<MetricsView>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Start of processing.
@@ -105,6 +105,29 @@ pub struct PredictionView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(ignore))]
     pub destination: Option<String>,
+}
+
+/// A job's metrics as clients see them: its timings in seconds, and on the
+/// Replicate-compatible surface its cost (the canonical object keeps the interface's fields).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsView {
+    /// Seconds the model ran (0 for a job that never started).
+    pub predict_time: f64,
+    /// Seconds from creation to completion.
+    pub total_time: f64,
+    /// `/replicate/v1` only: what it cost, a decimal string of US dollars (`predict_time` × the
+    /// price of its hardware pool when it started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<String>,
+}
+
+impl MetricsView {
+    /// `metrics` as `surface` shows them.
+    pub fn of(metrics: Metrics, surface: ApiSurface) -> Self {
+        let cost = (surface == ApiSurface::Replicate).then(|| metrics.cost.dollars());
+        Self { predict_time: metrics.predict_time, total_time: metrics.total_time, cost }
+    }
 }
 
 /// Where a waiting prediction stands in its model's queue.
@@ -142,7 +165,7 @@ impl Prediction {
             error,
             source: self.source.clone(),
             status: self.status,
-            metrics: self.metrics,
+            metrics: self.metrics.map(|m| MetricsView::of(m, surface)),
             created_at: self.created_at.to_chrono(),
             started_at: self.started_at.map(BsonDateTime::to_chrono),
             completed_at: self.completed_at.map(BsonDateTime::to_chrono),

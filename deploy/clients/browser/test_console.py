@@ -336,6 +336,26 @@ def test_a_training_is_started_from_the_form_followed_live_and_its_version_run(b
     assert text_of(browser, "output") == "hello web"
 
 
+def test_the_usage_page_shows_the_budget_as_a_bar_and_a_banner_once_it_is_spent(browser, api):
+    # No price is set here, so nothing costs anything: a budget of 0.00 is spent at once. The
+    # account's own budget is dropped again after, so the other tests may create.
+    try:
+        status, account = api.call("PATCH", "/v1/account", {"monthly_budget": "0.00"})
+        assert status == 200 and account["monthly_budget"] == "0.00", account
+        browser.get(BASE_URL + "/usage")
+        assert text_of(browser, "monthly-budget") == "$0.00"
+        assert text_of(browser, "spent-this-month") == "$0.00"
+        assert browser.find_element(By.ID, "budget-bar").get_attribute("value") == "100"
+        assert "is spent" in text_of(browser, "budget-banner")
+        status, problem = api.call("POST", "/v1/models/demo/echo/predictions", {"input": {"prompt": "over"}})
+        assert status == 402 and problem["code"] == "BUDGET_EXHAUSTED", problem
+    finally:
+        status, account = api.call("PATCH", "/v1/account", {"monthly_budget": None})
+        assert status == 200 and account["monthly_budget"] is None, account
+    browser.get(BASE_URL + "/usage")
+    assert not browser.find_elements(By.ID, "budget-banner")
+
+
 def test_the_usage_page_charts_the_days_by_model_and_offers_the_csv(browser, api):
     api.wait_terminal(api.create("demo/echo", {"prompt": "counted"})["id"])
 
@@ -349,5 +369,5 @@ def test_the_usage_page_charts_the_days_by_model_and_offers_the_csv(browser, api
     csv = browser.execute_async_script(
         "const [url, done] = arguments; fetch(url, {credentials: 'include'}).then(r => r.text()).then(done);", link
     )
-    assert csv.startswith("bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time")
+    assert csv.startswith("bucket_start,bucket_end,model,succeeded,failed,canceled,predict_time,total_time,cost")
     assert ",demo/echo," in csv

@@ -116,8 +116,12 @@ pub(crate) struct Scenario {
 
 pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
 /// The p99 of creates and reads in scenarios where nothing the api needs goes away for long
-/// (on a three-node cluster, losing one node must not slow them past it either).
-pub(crate) const LATENCY_BOUND: Duration = Duration::from_millis(100);
+/// (on a three-node cluster, losing one node must not slow them past it either). It tells a
+/// stall (a request held for a timeout, a lock, a dependency) from a busy machine: these
+/// scenarios' p99s are 20 to 50 ms on the 2-core reference machine, and up to 115 ms with a
+/// compile beside them; the bound leaves room for a machine twice as slow as that. The
+/// latency targets themselves are the benchmarks' (docs/benchmarks.md).
+pub(crate) const LATENCY_BOUND: Duration = Duration::from_millis(250);
 /// The notifier's timeout in these runs: the hanging receiver holds each first attempt past it.
 pub(crate) const DELIVERY_TIMEOUT_SECONDS: u64 = 2;
 /// `NOTIFIER_PER_TARGET` against the hanging receiver: every event's first attempt holds one

@@ -53,7 +53,12 @@ impl Executor {
         let job_seq = i64::try_from(stream_seq).unwrap_or(i64::MAX);
         let writing = std::time::Instant::now();
         let started_at = DateTime::now();
-        let changes = doc! { "started_at": started_at, "job_seq": job_seq };
+        let started_on = self.prices.started_on();
+        let changes = doc! {
+            "started_at": started_at,
+            "job_seq": job_seq,
+            "started_on": { "pool": started_on.pool.as_str(), "price_nanos": started_on.price.0 },
+        };
         // The job carries the prediction as created: if it is still so, it is moved without
         // reading it back, beside other predictions' changes.
         if let Some(mut p) = created.filter(|p| &p.id == id && p.status == PredictionStatus::Starting) {
@@ -69,6 +74,7 @@ impl Executor {
                 self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
                 (p.status, p.started_at, p.job_seq, p.seq) =
                     (PredictionStatus::Processing, Some(started_at), Some(job_seq), p.seq + 1);
+                p.started_on = Some(started_on);
                 self.mark_started(&p);
                 return Ok(Some((*p, true)));
             }

@@ -10,7 +10,7 @@
 use anyhow::Context;
 use bson::{Bson, DateTime, doc};
 use common::{
-    domain::{Metrics, Prediction, PredictionError, PredictionStatus, WebhookEvent},
+    domain::{Prediction, PredictionError, PredictionStatus, WebhookEvent},
     messages::Announcement,
     store::Predictions,
     usage,
@@ -31,7 +31,7 @@ impl Executor {
         progress: &Progress,
     ) -> anyhow::Result<()> {
         let completed_at = DateTime::now();
-        let metrics = Metrics::at_completion(prediction.created_at, prediction.started_at, completed_at);
+        let metrics = prediction.metrics_at(completed_at);
         // A training's output becomes `{version, weights}`: its weights, a file whatever their
         // size, are not held to the output limit. Nor are an output's files: its JSON is.
         let result = match result {

@@ -47,7 +47,7 @@ use bson::{DateTime, doc};
 use common::{
     bus::Bus,
     config::Deadlines,
-    domain::{Metrics, Prediction, PredictionId, PredictionStatus, WebhookEvent},
+    domain::{Pool, Prediction, PredictionId, PredictionStatus, Price, WebhookEvent, route::DEFAULT_POOL},
     files::{Files, payloads::Payloads},
     links::Links,
     messages::{Announcement, PredictionChanged},
@@ -67,6 +67,7 @@ use crate::{
         Model, ModelError, ModelOutput, Progress,
         file_inputs::{self, FileAccess, FileInputs, NamedFiles},
     },
+    price_board::PriceBoard,
     progress::{Changes, Limits, RunOwner},
     run_figures::RunFigures,
 };
@@ -159,6 +160,8 @@ pub struct Executor {
     lane_marks: LaneMarks,
     /// What runs here of each model, and its recent run times (reported with the presence).
     figures: Arc<RunFigures>,
+    /// This runner's pool and its price, recorded on each job it starts.
+    prices: PriceBoard,
 }
 
 /// How state changes that read nothing back are gathered: what is queued while two writes
@@ -214,7 +217,14 @@ impl Executor {
             limits: Limits::default(),
             lane_marks,
             figures: Arc::default(),
+            prices: PriceBoard::fixed(Pool::parse(DEFAULT_POOL).expect("the default pool is valid"), Price::FREE),
         }
+    }
+
+    /// Records `prices` (this runner's pool and its price) on each job it starts.
+    pub fn with_prices(mut self, prices: PriceBoard) -> Self {
+        self.prices = prices;
+        self
     }
 
     /// This runner's usage ledger (its sweep recovers what dead writers left).
@@ -270,7 +280,7 @@ impl Executor {
     /// returns it after the change, or `None` if it changed meanwhile.
     pub async fn fail(&self, p: &Prediction, error: ModelError) -> anyhow::Result<Option<Prediction>> {
         let completed_at = DateTime::now();
-        let metrics = Metrics::at_completion(p.created_at, p.started_at, completed_at);
+        let metrics = p.metrics_at(completed_at);
         let mut changes = doc! {
             "completed_at": completed_at,
             "metrics": bson::to_bson(&metrics)?,

@@ -1,0 +1,107 @@
+//! What each account may ask of the service, as a create checks it, read from `accounts` at
+//! most every [`LIMIT_TTL`] per account: the highest priority it may ask for (`max_priority`,
+//! set by the operator with `api admin set-priority`; `normal` by default) and, when it has a
+//! monthly budget (CONTRACT §14: `api admin set-budget`, lowered by its admins with
+//! `PATCH /v1/account`), what it spent this calendar month (UTC) from the usage totals.
+//!
+//! Every api replica reads them on its own, so a budget raised, lowered or reached takes
+//! effect within [`LIMIT_TTL`] plus the usage ledger's gathering (a quarter of a second) on
+//! each: well within the 5 s the contract allows. An account without a budget costs one
+//! small read every [`LIMIT_TTL`] while it creates.
+
+use std::time::Duration;
+
+use bson::DateTime;
+use chrono::{Datelike, TimeZone, Utc};
+use common::{
+    cache::TtlCache,
+    domain::{AccountId, Micros},
+    store::{AccountLimits, Accounts, StoreError, usage::UsageTotals},
+};
+
+/// How long an account's limits are used before they are read again: a change by the
+/// operator, or spending that reaches the budget, applies within this.
+pub const LIMIT_TTL: Duration = Duration::from_secs(2);
+
+/// An account's limits and, if it has a budget, what it spent this month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Its limits.
+    pub limits: AccountLimits,
+    /// What it spent this month (counted only when it has a budget).
+    pub spent_this_month: Micros,
+    /// When the month's spending resets (the first of the next month, UTC).
+    pub resets_at: chrono::DateTime<Utc>,
+}
+
+impl Standing {
+    /// Its budget in force, if it is spent: the refusal of every create.
+    pub fn exhausted_budget(&self) -> Option<Micros> {
+        self.limits.monthly_budget().filter(|budget| self.spent_this_month >= *budget)
+    }
+}
+
+/// Accounts' limits and spending, cached.
+pub struct AccountLimitsCache {
+    accounts: Accounts,
+    usage: UsageTotals,
+    cache: TtlCache<AccountId, Standing>,
+}
+
+/// The start of the calendar month (UTC) `now` is in, and of the next one.
+pub fn month_of(now: chrono::DateTime<Utc>) -> (chrono::DateTime<Utc>, chrono::DateTime<Utc>) {
+    let start = Utc.with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0).single().unwrap_or(now);
+    let (year, month) = if now.month() == 12 { (now.year() + 1, 1) } else { (now.year(), now.month() + 1) };
+    let next = Utc.with_ymd_and_hms(year, month, 1, 0, 0, 0).single().unwrap_or(now);
+    (start, next)
+}
+
+impl AccountLimitsCache {
+    /// Limits read from `accounts`, spending from `usage`.
+    pub fn new(accounts: Accounts, usage: UsageTotals) -> Self {
+        Self { accounts, usage, cache: TtlCache::new(LIMIT_TTL, 100_000) }
+    }
+
+    /// `account`'s limits and spending, at most [`LIMIT_TTL`] old.
+    pub async fn standing(&self, account: &AccountId) -> Result<Standing, StoreError> {
+        self.cache.get_or_load(account, read(&self.accounts, &self.usage, account, false)).await
+    }
+
+    /// `account`'s limits and spending as stored now, its spending counted even without a
+    /// budget (the account's own page, and after it changed its budget).
+    pub async fn fresh(&self, account: &AccountId) -> Result<Standing, StoreError> {
+        let standing = read(&self.accounts, &self.usage, account, true).await?;
+        self.cache.insert(account.clone(), standing);
+        Ok(standing)
+    }
+}
+
+/// `account`'s standing; its spending read only when it has a budget, unless `always_spent`.
+async fn read(
+    accounts: &Accounts,
+    usage: &UsageTotals,
+    account: &AccountId,
+    always_spent: bool,
+) -> Result<Standing, StoreError> {
+    let limits = accounts.limits(account).await?;
+    let (month, resets_at) = month_of(Utc::now());
+    let spent_this_month = if always_spent || limits.monthly_budget().is_some() {
+        usage.spent_since(account, DateTime::from_chrono(month)).await?
+    } else {
+        Micros::ZERO
+    };
+    Ok(Standing { limits, spent_this_month, resets_at })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_month_runs_from_its_first_day_to_the_next_months_in_utc() {
+        let at = |y, m, d| Utc.with_ymd_and_hms(y, m, d, 13, 5, 0).single().expect("a time");
+        let day = |y, m| Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single().expect("a day");
+        assert_eq!(month_of(at(2026, 11, 27)), (day(2026, 11), day(2026, 12)));
+        assert_eq!(month_of(at(2026, 12, 31)), (day(2026, 12), day(2027, 1)));
+    }
+}
