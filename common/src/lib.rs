@@ -21,6 +21,7 @@
 //! - `samples` (feature `samples`, part of `testkit`): sample predictions for tests and the load tool.
 #![forbid(unsafe_code)]
 
+pub mod budget;
 pub mod bus;
 pub mod cache;
 pub mod config;

@@ -90,8 +90,13 @@ impl UsageLedger {
     pub fn start(store: &Store) -> Self {
         let (ended, mut queue) = mpsc::unbounded_channel::<Prediction>();
         let (predictions, totals) = (store.predictions(), store.usage_totals());
-        let writer =
-            Writer { id: random_base32(16), next_seq: 1, predictions: predictions.clone(), totals: totals.clone() };
+        let writer = Writer {
+            id: random_base32(16),
+            next_seq: 1,
+            predictions: predictions.clone(),
+            totals: totals.clone(),
+            store: store.clone(),
+        };
         tokio::spawn(async move {
             let mut writer = writer;
             let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -161,6 +166,8 @@ struct Writer {
     next_seq: i64,
     predictions: Predictions,
     totals: UsageTotals,
+    /// For the budget notices of the accounts whose spending it adds.
+    store: Store,
 }
 
 impl Writer {
@@ -188,6 +195,16 @@ impl Writer {
         }
         let ids: Vec<&PredictionId> = batch.iter().map(|p| &p.id).collect();
         retried("mark counted", || self.predictions.usage_counted(&ids)).await;
+        // The accounts whose spending grew: a threshold of a budget may have been crossed.
+        let mut spenders: Vec<&crate::domain::AccountId> =
+            batch.iter().filter(|p| p.metrics.is_some_and(|m| m.cost.0 > 0)).map(|p| &p.account_id).collect();
+        spenders.sort();
+        spenders.dedup();
+        for account in spenders {
+            if let Err(e) = crate::budget::raise_notices(&self.store, account).await {
+                tracing::warn!(account = %account, error = %e, "budget thresholds not checked; the next costs check them again");
+            }
+        }
     }
 }
 

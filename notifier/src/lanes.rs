@@ -88,7 +88,7 @@ impl Lanes {
                 WebhookEvent::Output => known.newest_output = known.newest_output.max(seq),
                 WebhookEvent::Logs => known.newest_logs = known.newest_logs.max(seq),
                 WebhookEvent::Completed => known.completed = true,
-                WebhookEvent::Start => {}
+                WebhookEvent::Start | WebhookEvent::AccountBudget => {}
             }
         }
         Some(lane)
@@ -124,7 +124,9 @@ impl Lane {
         let (newest, last) = match kind {
             WebhookEvent::Output => (known.newest_output, known.last_output),
             WebhookEvent::Logs => (known.newest_logs, known.last_logs),
-            WebhookEvent::Start | WebhookEvent::Completed => return Verdict::Deliver { wait: Duration::ZERO },
+            WebhookEvent::Start | WebhookEvent::Completed | WebhookEvent::AccountBudget => {
+                return Verdict::Deliver { wait: Duration::ZERO };
+            }
         };
         if known.completed || newest > seq {
             return Verdict::Superseded;
@@ -139,7 +141,7 @@ impl Lane {
         match kind {
             WebhookEvent::Output => known.last_output = Some(Instant::now()),
             WebhookEvent::Logs => known.last_logs = Some(Instant::now()),
-            WebhookEvent::Start | WebhookEvent::Completed => {}
+            WebhookEvent::Start | WebhookEvent::Completed | WebhookEvent::AccountBudget => {}
         }
     }
 }

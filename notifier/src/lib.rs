@@ -11,6 +11,7 @@
 //! - [`recorder`]: attempt records stored before acknowledging, several per write.
 //! - [`ledger`]: which earlier deliveries of an event this replica handled, to number attempts.
 //! - [`metrics`]: what `/metrics` shows (deliveries by outcome, latency, retry backlog).
+//! - [`notices`]: the accounts' budget notices (`account.budget`), delivered beside the events.
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -19,6 +20,7 @@ pub mod deliver;
 pub mod lanes;
 pub mod ledger;
 pub mod metrics;
+pub mod notices;
 pub mod pull;
 pub mod recorder;
 pub mod retry;
@@ -74,5 +76,9 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
             Links::new(common.public_base_url.clone(), common.master_key.clone()),
         ),
     });
-    consumer::consume(&config, &bus, notifier, shutdown).await
+    let notices = tokio::spawn(notices::deliver_due(notifier.clone(), store.budget_notices(), shutdown.clone()));
+    let consumed = consumer::consume(&config, &bus, notifier, shutdown).await;
+    // It stops at its next look once `shutdown` fired; a round under way is left to its lease.
+    notices.abort();
+    consumed
 }

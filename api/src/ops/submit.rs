@@ -11,7 +11,7 @@
 use bson::DateTime;
 use common::{
     bus::BusError,
-    domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority, TrainedVersionRef, training},
+    domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority, TrainedVersionRef, WebhookEvent, training},
     store::{Claim, GroupCommitError},
 };
 use serde_json::{Map, Value};
@@ -116,6 +116,18 @@ fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::
     }
 }
 
+/// A prediction whose webhook asked for `account.budget` makes its receiver one of the
+/// account's budget notices' (see `common::store::budget_notices`). A failure to note it is
+/// logged, and the create stands: the next such create notes it.
+async fn remember_budget_receiver(state: &AppState, account: &AccountId, prediction: &Prediction) {
+    let asked = prediction.webhook_events_filter.as_ref().is_some_and(|f| f.contains(&WebhookEvent::AccountBudget));
+    if let (true, Some(url)) = (asked, &prediction.webhook)
+        && let Err(e) = state.store.budget_notices().add_receiver(account, url).await
+    {
+        tracing::warn!(error = %e, "the receiver of the account's budget notices was not noted");
+    }
+}
+
 /// Sets the prediction's deadline (its kind's, or the sooner one `options` ask for), claims
 /// the idempotency key (if any), gives the prediction its ticket in its queue lane, stores it
 /// and sends its job; returns the claim (an existing one means nothing was written). The client is answered once the job is
@@ -177,6 +189,7 @@ pub async fn store_and_publish(
     }
     prediction.spilled = stored_form.map(|form| form.spilled).unwrap_or_default();
     state.metrics.created(&prediction.model.to_string());
+    remember_budget_receiver(state, account, prediction).await;
     let job = state.bus.job_of(prediction);
     // A publish waits no longer than the request's deadline; a job not sent by then is sent by
     // the outbox, like one NATS refused.

@@ -12,8 +12,9 @@
 use std::time::Duration;
 
 use bson::DateTime;
-use chrono::{Datelike, TimeZone, Utc};
+use chrono::Utc;
 use common::{
+    budget::month_of,
     cache::TtlCache,
     domain::{AccountId, Micros},
     store::{AccountLimits, Accounts, StoreError, usage::UsageTotals},
@@ -46,14 +47,6 @@ pub struct AccountLimitsCache {
     accounts: Accounts,
     usage: UsageTotals,
     cache: TtlCache<AccountId, Standing>,
-}
-
-/// The start of the calendar month (UTC) `now` is in, and of the next one.
-pub fn month_of(now: chrono::DateTime<Utc>) -> (chrono::DateTime<Utc>, chrono::DateTime<Utc>) {
-    let start = Utc.with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0).single().unwrap_or(now);
-    let (year, month) = if now.month() == 12 { (now.year() + 1, 1) } else { (now.year(), now.month() + 1) };
-    let next = Utc.with_ymd_and_hms(year, month, 1, 0, 0, 0).single().unwrap_or(now);
-    (start, next)
 }
 
 impl AccountLimitsCache {
@@ -91,17 +84,4 @@ async fn read(
         Micros::ZERO
     };
     Ok(Standing { limits, spent_this_month, resets_at })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_month_runs_from_its_first_day_to_the_next_months_in_utc() {
-        let at = |y, m, d| Utc.with_ymd_and_hms(y, m, d, 13, 5, 0).single().expect("a time");
-        let day = |y, m| Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single().expect("a day");
-        assert_eq!(month_of(at(2026, 11, 27)), (day(2026, 11), day(2026, 12)));
-        assert_eq!(month_of(at(2026, 12, 31)), (day(2026, 12), day(2027, 1)));
-    }
 }

@@ -14,6 +14,8 @@ use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use receiver::Receiver;
+
 use crate::harness::{JsonBody, Options, System};
 
 /// How long an announced price takes to reach the runners at most, in these tests: the
@@ -150,7 +152,8 @@ async fn create_at(system: &System, base: &str, key: &str) -> reqwest::Response 
 
 #[tokio::test]
 async fn an_account_past_its_budget_is_refused_on_every_replica_until_the_budget_is_raised() {
-    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let system = System::start().await;
+    let receiver = Receiver::start().await;
     let second = system.start_another_api().await;
     let key = system.admin_key.clone();
     let replicas = [system.base_url.clone(), second];
@@ -162,6 +165,12 @@ async fn an_account_past_its_budget_is_refused_on_every_replica_until_the_budget
         (account["monthly_budget"].clone(), account["spent_this_month"].clone()),
         (json!("0.50"), json!("0.00"))
     );
+
+    // A receiver asks for the account's budget notices by naming the event in a prediction's
+    // filter.
+    let asking = json!({"input": {"seconds": 0}, "webhook": receiver.url(),
+                        "webhook_events_filter": ["completed", "account.budget"]});
+    assert_eq!(system.post_json("/v1/models/demo/sleep/predictions", &asking).await.status(), 201);
 
     // 0.2 s at $1 a second: the budget is spent after three predictions.
     let mut ids = Vec::new();
@@ -198,6 +207,24 @@ async fn an_account_past_its_budget_is_refused_on_every_replica_until_the_budget
             "{detail}"
         );
     }
+
+    // The receiver got one notice at 80 % and one at 100 %, signed like every webhook.
+    let notices = eventually(Duration::from_secs(30), || async {
+        let notices = receiver.of_event("account.budget");
+        let thresholds: Vec<Value> =
+            notices.iter().filter(|d| d.accepted()).map(|d| d.json()["threshold"].clone()).collect();
+        (thresholds.contains(&json!(80)) && thresholds.contains(&json!(100))).then_some(notices)
+    })
+    .await
+    .expect("both budget notices delivered");
+    for notice in &notices {
+        assert!(notice.verifies(&system.secret), "signed with the account's secret");
+        let body = notice.json();
+        assert_eq!((body["type"].clone(), body["account"].clone()), (json!("account.budget"), json!("test-account")));
+        assert_eq!(body["monthly_budget"], "0.50");
+        assert!(notice.header("webhook-id").ends_with(&format!("|{}", body["threshold"])), "one id per notice");
+    }
+    assert_eq!(notices.iter().filter(|d| d.json()["threshold"] == 100).count(), 1, "each notice once");
 
     // An admin key may lower the budget, never raise it past the operator's.
     let patch = |body: Value| system.request(Method::PATCH, "/v1/account").json(&body).send();

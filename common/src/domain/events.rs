@@ -1,4 +1,7 @@
 //! Webhook event names: the values of `webhook_events_filter` and of the `webhook-event` header.
+//! The four events of a prediction, and `account.budget`: a notice that the account's monthly
+//! budget reached 80 % or 100 % (CONTRACT §14), sent to the receivers whose predictions asked
+//! for it by name (it is never in a filter's default).
 
 use std::{fmt, str::FromStr};
 
@@ -17,10 +20,14 @@ pub enum WebhookEvent {
     Logs,
     /// It reached a terminal status.
     Completed,
+    /// The account's monthly budget reached a threshold (80 % or 100 %): a notice of the
+    /// account, not a change of the prediction.
+    #[serde(rename = "account.budget")]
+    AccountBudget,
 }
 
 impl WebhookEvent {
-    /// Every event; a prediction without a filter receives all of them.
+    /// Every event of a prediction; a prediction without a filter receives all of them.
     pub const ALL: [Self; 4] = [Self::Start, Self::Output, Self::Logs, Self::Completed];
 
     /// The event's wire name.
@@ -30,12 +37,17 @@ impl WebhookEvent {
             Self::Output => "output",
             Self::Logs => "logs",
             Self::Completed => "completed",
+            Self::AccountBudget => "account.budget",
         }
     }
 
-    /// Whether a prediction with this filter (absent = all events) wants this event.
+    /// Whether a prediction with this filter (absent = every event of a prediction) wants this
+    /// event.
     pub fn selected_by(self, filter: Option<&[WebhookEvent]>) -> bool {
-        filter.is_none_or(|events| events.contains(&self))
+        match filter {
+            None => Self::ALL.contains(&self),
+            Some(events) => events.contains(&self),
+        }
     }
 }
 
@@ -47,13 +59,13 @@ impl fmt::Display for WebhookEvent {
 
 /// The error of parsing an event name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown event; expected one of start, output, logs, completed")]
+#[error("unknown event; expected one of start, output, logs, completed, account.budget")]
 pub struct UnknownEvent;
 
 impl FromStr for WebhookEvent {
     type Err = UnknownEvent;
     fn from_str(s: &str) -> Result<Self, UnknownEvent> {
-        Self::ALL.into_iter().find(|e| e.as_str() == s).ok_or(UnknownEvent)
+        Self::ALL.into_iter().chain([Self::AccountBudget]).find(|e| e.as_str() == s).ok_or(UnknownEvent)
     }
 }
 
@@ -77,6 +89,9 @@ mod tests {
     #[test]
     fn event_names_parse() {
         assert_eq!("logs".parse(), Ok(Logs));
+        assert_eq!("account.budget".parse(), Ok(AccountBudget));
+        assert!(!AccountBudget.selected_by(None), "a budget notice only when asked for by name");
+        assert!(AccountBudget.selected_by(Some(&[Completed, AccountBudget])));
         assert!("bogus".parse::<WebhookEvent>().is_err());
     }
 }

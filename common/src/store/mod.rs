@@ -20,6 +20,7 @@
 //! | `unfinished_uploads` | [`unfinished_uploads`] | api, runner (through [`crate::files::Files`]) |
 //! | `collections` | [`collections`] | api (read), `api admin collection` (write) |
 //! | `hardware_prices` | [`prices`] | api and runners (read), `api admin set-price` (write) |
+//! | `budget_receivers`, `budget_notices` | [`budget_notices`] | api (receivers), usage ledgers (notices raised), notifier (delivered) |
 //! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
 //!
 //! Only standard commands are used, so any MongoDB 6+ works. Every change of a prediction's
@@ -30,6 +31,7 @@
 
 pub mod accounts;
 pub mod api_keys;
+pub mod budget_notices;
 pub mod collections;
 pub mod commands;
 pub mod console_sessions;
@@ -242,6 +244,10 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("usage_totals", plain(doc! { "account_id": 1, "hour": 1 })),
         ("usage_totals", plain(doc! { "hour": 1 })),
         ("predictions", plain(doc! { "usage.pending": 1, "completed_at": 1 })),
+        ("budget_receivers", plain(doc! { "account_id": 1 })),
+        // The notifier's claim of a due budget notice, and an account's notices.
+        ("budget_notices", plain(doc! { "done": 1, "next_at": 1, "claimed_until": 1 })),
+        ("budget_notices", plain(doc! { "account_id": 1 })),
         // GridFS (bucket `files`): the driver's own two, made here too (it makes them only on a
         // first upload into an empty bucket), and the output files of a prediction.
         ("files.files", plain(doc! { "filename": 1, "uploadDate": 1 })),
@@ -382,6 +388,11 @@ impl Store {
     /// The `dead_letters` collection.
     pub fn dead_letters(&self) -> dead_letters::DeadLetters {
         dead_letters::DeadLetters::new(&self.db)
+    }
+
+    /// The `budget_receivers` and `budget_notices` collections (notices of an account's budget).
+    pub fn budget_notices(&self) -> budget_notices::BudgetNotices {
+        budget_notices::BudgetNotices::new(&self.db)
     }
 
     /// The `hardware_prices` collection (each pool's price per second).

@@ -160,6 +160,21 @@ fn a_lane_found_empty_just_after_its_doorbell_is_asked_again_within_milliseconds
 }
 
 #[test]
+fn a_lane_gone_dormant_or_due_without_a_free_slot_sets_no_timer() {
+    let pick = pick_of(&["a"], 1, &HashMap::new());
+    let now = Instant::now();
+    pick.mark(&key("a", None), 1, 0, now);
+    let due = now + FIRST_RECHECK * 2;
+    let running = run_jobs(&pick, "a", 1);
+    assert_eq!(picked(&pick, due), None, "its model has no free slot");
+    assert_eq!(pick.next_recheck(due), MAX_RECHECK, "a freed slot wakes the scheduler; no timer of 1 ms");
+    drop(running);
+    pick.scanned(&model("a"), &[], due);
+    assert_eq!(picked(&pick, due), None, "dormant after a scan saw no job");
+    assert_eq!(pick.next_recheck(due), MAX_RECHECK, "asked again when its doorbell rings, not every millisecond");
+}
+
+#[test]
 fn a_lane_that_gave_fewer_jobs_than_asked_waits_for_its_next_doorbell() {
     let pick = pick_of(&["a"], 4, &HashMap::new());
     assert!(pick.ring(&key("a", None), Heard::Doorbell));
