@@ -9,7 +9,7 @@
 //! once the schedule is spent (or at once when it is refused as a private address). Several
 //! notifier replicas share the notices through the claims; one that dies holding a notice
 //! leaves it to be claimed again when the lease runs out. Notices are rare (two per account and
-//! month at most), so one query every few seconds is all they cost an idle notifier.
+//! month at most), so one query every ten seconds is all they cost an idle notifier.
 
 use std::{sync::Arc, time::Duration};
 
@@ -26,7 +26,7 @@ use crate::{
 };
 
 /// How often due notices are looked for.
-pub const LOOK_EVERY: Duration = Duration::from_secs(5);
+pub const LOOK_EVERY: Duration = Duration::from_secs(10);
 /// How long a claim holds a notice (longer than a round of attempts can take).
 pub const LEASE: Duration = Duration::from_secs(120);
 

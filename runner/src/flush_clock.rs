@@ -4,38 +4,53 @@
 //! One clock rather than a timer per job: a timer that becomes the runtime's earliest wakes its
 //! driver through an eventfd as it is set, and a short job would set one only to drop it. A
 //! job stores its progress at most once per tick, the first at the next tick after it starts.
+//! While no job listens the clock stops, and the next job to listen starts it again: an idle
+//! runner does not wake for it.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 /// The clock; it ticks until it is dropped.
 pub struct FlushClock {
     ticks: watch::Receiver<()>,
+    /// Rung when a job starts listening, so a stopped clock starts again.
+    listening: Arc<Notify>,
 }
 
 impl FlushClock {
-    /// Starts a clock ticking every `interval`.
+    /// Starts a clock ticking every `interval` while a job listens.
     pub fn start(interval: Duration) -> Self {
         let (tick, ticks) = watch::channel(());
+        let listening = Arc::new(Notify::new());
+        let heard = listening.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(interval);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             every.tick().await;
             loop {
+                // Only the clock's own receiver: nobody listens.
+                if tick.receiver_count() <= 1 {
+                    tokio::select! {
+                        () = heard.notified() => every.reset(),
+                        () = tick.closed() => return,
+                    }
+                    continue;
+                }
                 tokio::select! {
                     _ = every.tick() => tick.send_replace(()),
                     () = tick.closed() => return,
                 }
             }
         });
-        Self { ticks }
+        Self { ticks, listening }
     }
 
     /// The ticks from now on (none already past).
     pub fn ticks(&self) -> Ticks {
         let mut ticks = self.ticks.clone();
         ticks.mark_unchanged();
+        self.listening.notify_one();
         Ticks(ticks)
     }
 }

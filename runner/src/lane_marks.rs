@@ -19,21 +19,35 @@ use std::{
 use common::store::queue_lanes::START_MARK_INTERVAL;
 use common::store::{LaneId, QueueLanes};
 use futures::future::join_all;
+use tokio::sync::Notify;
 
 /// The marks not yet written: the highest ticket started, per lane.
 #[derive(Clone)]
 pub struct LaneMarks {
     pending: Arc<Mutex<HashMap<LaneId, i64>>>,
+    /// Rung when a mark is noted, so the writer sleeps while there is none.
+    noted: Arc<Notify>,
 }
 
+/// How often a writer with nothing to write checks whether its marks are still used.
+const IDLE_CHECK: Duration = Duration::from_secs(5);
+
 impl LaneMarks {
-    /// Starts writing the marks of `lanes` every `interval`, until the last clone is dropped
-    /// (the marks gathered by then are written first).
+    /// Starts writing the marks of `lanes` every `interval` while there are some, until the
+    /// last clone is dropped (the marks gathered by then are written first).
     pub fn start(lanes: QueueLanes, interval: Duration) -> Self {
         let pending: Arc<Mutex<HashMap<LaneId, i64>>> = Arc::default();
-        let writer = pending.clone();
+        let noted = Arc::new(Notify::new());
+        let (writer, heard) = (pending.clone(), noted.clone());
         tokio::spawn(async move {
             loop {
+                let idle = writer.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+                if idle && Arc::strong_count(&writer) > 1 {
+                    // Nothing to write: asleep until a mark is noted (or, now and then, to see
+                    // whether the marks are still used).
+                    let _ = tokio::time::timeout(IDLE_CHECK, heard.notified()).await;
+                    continue;
+                }
                 tokio::time::sleep(interval).await;
                 let marks = std::mem::take(&mut *writer.lock().unwrap_or_else(|p| p.into_inner()));
                 write(&lanes, marks).await;
@@ -44,14 +58,17 @@ impl LaneMarks {
                 }
             }
         });
-        Self { pending }
+        Self { pending, noted }
     }
 
     /// Notes that `ticket` of `lane` started.
     pub fn started(&self, lane: LaneId, ticket: i64) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let highest = pending.entry(lane).or_insert(ticket);
-        *highest = (*highest).max(ticket);
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let highest = pending.entry(lane).or_insert(ticket);
+            *highest = (*highest).max(ticket);
+        }
+        self.noted.notify_one();
     }
 }
 
