@@ -45,7 +45,7 @@ impl Sums {
         self.count.canceled += t.canceled;
         self.predict_time += t.predict_time;
         self.total_time += t.total_time;
-        self.cost.0 += t.cost.0;
+        self.cost += t.cost;
     }
 }
 

@@ -8,6 +8,7 @@
 //! budget, never above the operator's (403); `null` drops it.
 
 use axum::{Json, extract::State};
+use common::{domain::AccountId, store::Account};
 use serde::Serialize;
 
 use crate::{
@@ -65,6 +66,12 @@ impl AccountView {
     }
 }
 
+/// The calling key's account (404 if it is gone).
+async fn key_account(state: &AppState, id: &AccountId) -> Result<Account, ApiError> {
+    let account = state.store.accounts().get(id).await?;
+    account.ok_or_else(|| ApiError::not_found("The key's account does not exist."))
+}
+
 /// `GET /v1/account`
 #[utoipa::path(
     get,
@@ -76,8 +83,7 @@ impl AccountView {
 )]
 pub async fn get(State(state): State<AppState>, auth: Authorized<Read>) -> Result<Json<AccountView>, ApiError> {
     let id = &auth.caller.key.account_id;
-    let account = state.store.accounts().get(id).await?;
-    let account = account.ok_or_else(|| ApiError::not_found("The key's account does not exist."))?;
+    let account = key_account(&state, id).await?;
     let standing = state.account_limits.fresh(id).await?;
     Ok(Json(AccountView::of(account.name, &standing)))
 }
@@ -98,8 +104,7 @@ pub async fn update(
     Body(changes): Body<AccountChanges>,
 ) -> Result<Json<AccountView>, ApiError> {
     let id = &auth.caller.key.account_id;
-    let account = state.store.accounts().get(id).await?;
-    let account = account.ok_or_else(|| ApiError::not_found("The key's account does not exist."))?;
+    let account = key_account(&state, id).await?;
     if let Some(budget) = changes.monthly_budget {
         if let (Some(asked), Some(operator)) = (budget, account.operator_budget)
             && asked > operator

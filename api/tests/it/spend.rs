@@ -97,8 +97,7 @@ async fn costs_follow_the_price_each_job_started_at_and_add_up_to_the_usage_tota
         assert_eq!(cost, started_on.price.cost_of_millis(ran_ms));
         assert!(cost > Micros::ZERO, "20 ms at these prices costs something");
         assert_eq!(shown["metrics"]["cost"], cost.dollars(), "{shown}");
-        *by_pool.entry(started_on.pool.to_string()).or_default() =
-            Micros(by_pool.get(started_on.pool.as_str()).copied().unwrap_or_default().0 + cost.0);
+        *by_pool.entry(started_on.pool.to_string()).or_default() += cost;
     }
     assert_eq!(by_pool.len(), 2, "both pools ran predictions: {by_pool:?}");
     let canonical = system.get(&format!("/v1/predictions/{}", ran[0].0["id"].as_str().expect("id"))).await;

@@ -86,6 +86,12 @@ impl fmt::Display for Micros {
     }
 }
 
+impl std::ops::AddAssign for Micros {
+    fn add_assign(&mut self, other: Self) {
+        self.0 = self.0.saturating_add(other.0);
+    }
+}
+
 impl std::iter::Sum for Micros {
     fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
         Self(iter.map(|m| m.0).fold(0_i64, i64::saturating_add))

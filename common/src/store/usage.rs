@@ -124,7 +124,7 @@ impl Counted {
         self.canceled += other.canceled;
         self.predict_time += other.predict_time;
         self.total_time += other.total_time;
-        self.cost.0 += other.cost.0;
+        self.cost += other.cost;
     }
 
     /// The `_id` of `writer`'s total these go into.
