@@ -138,7 +138,9 @@ impl BudgetNotices {
     /// Whether `account` has the notice of `threshold` % in `month` already.
     pub async fn raised(&self, account: &AccountId, month: &str, threshold: u32) -> Result<bool, StoreError> {
         let id = BudgetNotice::id_of(account, month, threshold);
-        Ok(self.notices.find_one(doc! { "_id": id }).projection(doc! { "_id": 1 }).await?.is_some())
+        // Only the `_id` is read: not a whole notice.
+        let ids = self.notices.clone_with_type::<bson::Document>();
+        Ok(ids.find_one(doc! { "_id": id }).projection(doc! { "_id": 1 }).await?.is_some())
     }
 
     /// A notice due for delivery at `now`, held until `until` by the caller (none is due).

@@ -19,6 +19,7 @@
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
 #![forbid(unsafe_code)]
 
+mod budget;
 mod capped;
 mod flood;
 mod levels;

@@ -116,6 +116,8 @@ pub struct Outcome {
     pub trainings: Option<crate::trainings::TrainingsTally>,
     /// How the predictions with uploaded file outputs ended, in a scenario with them.
     pub outputs: Option<crate::outputs::OutputsTally>,
+    /// What the budget's refusals and costs showed, in a scenario with a budget.
+    pub budget: Option<crate::budget::BudgetTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -207,6 +209,7 @@ impl Outcome {
             levels: None,
             trainings: None,
             outputs: None,
+            budget: None,
             usage: None,
         }
     }
@@ -270,6 +273,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(budget) = &self.budget {
+            for failure in budget.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(cap) = &self.cap {
             fail(cap.most > u64::from(cap.cap), format!("{} running at once, past the cap of {}", cap.most, cap.cap));
             fail(!cap.full_after_fault, format!("never {} running again after the fault (a slot leaked?)", cap.cap));
@@ -298,6 +306,7 @@ impl Outcome {
             "levels": self.levels.as_ref().map(crate::levels::LevelsTally::json),
             "trainings": self.trainings.as_ref().map(crate::trainings::TrainingsTally::json),
             "outputs": self.outputs.as_ref().map(crate::outputs::OutputsTally::json),
+            "budget": self.budget.as_ref().map(crate::budget::BudgetTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,

@@ -21,7 +21,10 @@
 //! its runner killed while a real Cog trainer trains: every training must end, run again or
 //! failed with a message, never stuck ([`crate::trainings`]). A row has its runner killed while
 //! a real Cog model uploads its output files to it: every prediction must end with its files
-//! whole, and no file record may be left that no output names ([`crate::outputs`]).
+//! whole, and no file record may be left that no output names ([`crate::outputs`]). A row
+//! crosses the account's monthly budget and kills the runner whose usage ledger is counting
+//! the crossing: creates must be refused (402) soon after, none accepted once refused, and the
+//! usage's cost must equal the predictions' ([`crate::budget`]).
 //!
 //! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
 //! by how it ended, also where a runner was killed mid-run.
@@ -112,6 +115,9 @@ pub(crate) struct Scenario {
     pub(crate) trainings: bool,
     /// Whether a real Cog model uploads file outputs to the runner (see [`crate::outputs`]).
     pub(crate) outputs: bool,
+    /// Whether the account has a budget its load crosses, with the fault at the crossing (see
+    /// [`crate::budget`]).
+    pub(crate) budget: bool,
 }
 
 pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -144,6 +150,7 @@ pub(crate) const PLAIN: Scenario = Scenario {
     levels: false,
     trainings: false,
     outputs: false,
+    budget: false,
 };
 
 /// Every scenario, in the order they run.
@@ -160,6 +167,12 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     Scenario { name: "three priority levels, runner killed", fault: Fault::Kill(Role::Runner), levels: true, ..PLAIN },
     Scenario { name: "runner killed mid-training", fault: Fault::Kill(Role::Runner), trainings: true, ..PLAIN },
     Scenario { name: "runner killed during output uploads", fault: Fault::Kill(Role::Runner), outputs: true, ..PLAIN },
+    Scenario {
+        name: "budget crossed, the usage ledger's runner killed at the crossing",
+        fault: Fault::Kill(Role::Runner),
+        budget: true,
+        ..PLAIN
+    },
     Scenario { name: "notifier killed (SIGKILL)", fault: Fault::Kill(Role::Notifier), ..PLAIN },
     Scenario { name: "api killed (SIGKILL)", fault: Fault::Kill(Role::Api), ..PLAIN },
     Scenario { name: "api killed during uploads", fault: Fault::Kill(Role::Api), uploads: true, ..PLAIN },

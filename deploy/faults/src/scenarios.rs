@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    capped, flood, levels, load, outputs,
+    budget, capped, flood, levels, load, outputs,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -205,9 +205,15 @@ async fn run_scenario(
     if scenario.levels {
         levels::allow_high(&topology.setup.store).await?;
     }
+    let budgeted = match scenario.budget {
+        true => Some(budget::prepare(&topology.setup).await?),
+        false => None,
+    };
     let stop = CancellationToken::new();
     let sampling = scenario.capped.then(|| tokio::spawn(capped::sample(topology.runner_metrics(), stop.clone())));
     let recorder = Recorder::start(topology.secret.clone(), scenario.behaviour, stop.clone()).await?;
+    // The load's instants by the wall clock the services stamp predictions with.
+    let anchor = (Instant::now(), chrono::Utc::now());
     let load = tokio::spawn({
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
         let (rate, seconds) = (options.rate, options.seconds);
@@ -244,6 +250,12 @@ async fn run_scenario(
             let ids = outputs::start(&topology.apis[0], &topology.key, &recorder.url).await?;
             tokio::time::sleep(outputs::LEAD).await;
             (Vec::new(), ids)
+        }
+        // The fault comes when the usage ledger is about to count the crossing of the budget.
+        _ if budgeted.is_some() => {
+            let account = budgeted.as_ref().context("the budgeted account")?;
+            budget::wait_for_the_crossing(&topology.setup.store, account).await?;
+            (Vec::new(), Vec::new())
         }
         _ => {
             tokio::time::sleep(fault_at).await;
@@ -289,6 +301,11 @@ async fn run_scenario(
     if scenario.outputs {
         let down = Duration::from_secs(options.down);
         outcome.outputs = Some(outputs::check(&topology.apis[0], &topology.key, &output_ids, down).await?);
+    }
+    if let Some(account) = &budgeted {
+        let (api, key) = (&topology.apis[0], &topology.key);
+        let back = window.map(|w| w.back);
+        outcome.budget = Some(budget::check(&topology.setup, api, key, account, &attempts, anchor, back).await?);
     }
     if rolling {
         outcome.rollout = Some(rollout::check(&topology, &accepted_ids(&topology).await?).await?);
