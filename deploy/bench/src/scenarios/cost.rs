@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use futures::{StreamExt, stream};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -43,7 +44,19 @@ pub struct Options {
     /// reported.
     #[arg(long)]
     perf: Option<std::path::PathBuf>,
+    /// What spend adds: each repeat measures a fresh system without prices and one with the
+    /// runners' pool priced and the account under a budget it does not reach (so every job's
+    /// cost is reckoned and added, each create checks the budget, each batch of costs checks
+    /// the thresholds), in alternating order; reports both medians and their ratio.
+    #[arg(long)]
+    spend: bool,
 }
+
+/// The price of the pool and the account's budget in the priced runs of `--spend`: demo/echo
+/// runs for a millisecond or two, so at $1 a second each job costs something (a job that
+/// costs nothing adds nothing to check), and the budget is never reached.
+const SPEND_PRICE: &str = "1";
+const SPEND_BUDGET: &str = "1000000";
 
 /// How long the last webhooks may take to arrive.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -151,10 +164,18 @@ fn counted(value: &Value) -> String {
 /// One measured batch on a fresh system (its database and streams dropped afterwards, so a
 /// run does not pay for the data of the one before), recorded with `perf` into `perf` when
 /// given.
-async fn fresh_run(extra: &[(&str, &str)], options: &Options, perf: Option<&std::path::Path>) -> anyhow::Result<Value> {
+async fn fresh_run(
+    extra: &[(&str, &str)],
+    options: &Options,
+    perf: Option<&std::path::Path>,
+    priced: bool,
+) -> anyhow::Result<Value> {
     let stop = CancellationToken::new();
     let mut cluster = Cluster::start(extra, true).await?;
     let result = async {
+        if priced {
+            price_and_budget(&cluster).await?;
+        }
         cluster.add_runners(1, &ECHO_RUNNER).await?;
         let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
         let Some(dir) = perf else {
@@ -171,6 +192,50 @@ async fn fresh_run(extra: &[(&str, &str)], options: &Options, perf: Option<&std:
     stop.cancel();
     cluster.stop().await?;
     result
+}
+
+/// Prices the default pool at [`SPEND_PRICE`] (before the runner starts, so it reads it) and
+/// gives the account a budget of [`SPEND_BUDGET`].
+async fn price_and_budget(cluster: &Cluster) -> anyhow::Result<()> {
+    use common::domain::{Micros, Pool, Price};
+    let store = &cluster.setup.store;
+    let price = Price::parse_dollars(SPEND_PRICE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    store.prices().set(&Pool::default_pool(), price).await?;
+    let budget = Micros::parse_dollars(SPEND_BUDGET).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let account = store.accounts().find_by_name("bench").await?.context("the account bench")?;
+    store.accounts().set_operator_budget(&account.id, Some(budget)).await?;
+    Ok(())
+}
+
+/// `bench cost --spend`: pairs of fresh runs without and with prices and a budget.
+async fn spend(extra: &[(&str, &str)], options: &Options) -> anyhow::Result<Value> {
+    fresh_run(extra, options, None, false).await?;
+    let (mut plain, mut priced) = (Vec::new(), Vec::new());
+    for n in 0..options.repeat.max(1) {
+        // Alternating which goes first, so a drift of the machine falls on both alike.
+        for with_spend in [n % 2 == 1, n % 2 == 0] {
+            let run = fresh_run(extra, options, None, with_spend).await?;
+            println!(
+                "  pair {} {}: {} µs a prediction",
+                n + 1,
+                if with_spend { "priced" } else { "plain" },
+                run["cpu_us_per_prediction"]
+            );
+            if with_spend { priced.push(run) } else { plain.push(run) }
+        }
+    }
+    let cpu = |r: &Value| r["cpu_us_per_prediction"].as_f64().unwrap_or_default();
+    let (without, with) = (cpu(median_run(&plain)), cpu(median_run(&priced)));
+    let ratio = harness::cluster::round(with / without.max(1.0), 3);
+    println!("spend: {without} µs a prediction without prices, {with} µs with (median of each): {ratio}x");
+    Ok(json!({
+        "scenario": "cost --spend", "predictions_per_run": options.predictions,
+        "price_per_second": SPEND_PRICE, "monthly_budget": SPEND_BUDGET,
+        "cpu_us_per_prediction_without": without, "cpu_us_per_prediction_with": with, "ratio": ratio,
+        "without_each_run": plain.iter().map(cpu).collect::<Vec<_>>(),
+        "with_each_run": priced.iter().map(cpu).collect::<Vec<_>>(),
+        "without": median_run(&plain), "with": median_run(&priced),
+    }))
 }
 
 /// `bench cost`
@@ -191,17 +256,22 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
             ("RUST_LOG", "info"),
         ]);
     }
+    if options.spend {
+        let measured = spend(&extra, &options).await;
+        stop.cancel();
+        return measured;
+    }
     let result = async {
         // The servers' first thousands of operations tend to run slower (the stand-in is a
         // JVM): five fresh-system batches right after start cost 880, 960, 600, 740 and 580 µs
         // per prediction; after one unreported warm-up batch, 760, 600, 580, 700 and 770.
-        fresh_run(&extra, &options, None).await?;
+        fresh_run(&extra, &options, None, false).await?;
         let mut runs = Vec::new();
         for _ in 0..options.repeat.max(1) {
-            runs.push(fresh_run(&extra, &options, None).await?);
+            runs.push(fresh_run(&extra, &options, None, false).await?);
         }
         if let Some(dir) = &options.perf {
-            fresh_run(&extra, &options, Some(dir)).await?;
+            fresh_run(&extra, &options, Some(dir), false).await?;
         }
         anyhow::Ok(runs)
     }
