@@ -180,16 +180,21 @@ impl Writer {
         let seq = self.next_seq;
         self.next_seq += 1;
         let ids: Vec<&PredictionId> = countable.iter().map(|p| &p.id).collect();
-        let claimed = retried("claim", || self.predictions.claim_usage(&ids, &self.id, seq)).await;
-        if claimed == 0 {
-            return; // the sweep took them over, or they are counted
-        }
-        // Those this writer claimed (all of them, unless the sweep took some over meanwhile).
-        let batch: Vec<Prediction> = if claimed as usize == ids.len() {
+        let (claimed, first_try) = retried("claim", || self.predictions.claim_usage(&ids, &self.id, seq)).await;
+        // Those this writer claimed: all of them when the first claim says so. Otherwise the
+        // sweep took some over meanwhile, or a claim whose answer was lost applied before the
+        // one that answered (an `updateMany` is not retried by the driver, and sent again it
+        // matches nothing): what this writer holds under `seq` is read, not guessed.
+        let batch: Vec<Prediction> = if first_try && claimed as usize == ids.len() {
             countable.into_iter().cloned().collect()
         } else {
-            retried("read the batch", || self.predictions.usage_pending_of(&self.id, seq)).await
+            retried("read the batch", || self.predictions.usage_pending_of(&self.id, seq)).await.0
         };
+        if batch.is_empty() {
+            return; // the sweep took them over, or they are counted
+        }
+        // Sent again after a lost answer, an add is refused by its own `last_seq`: each is
+        // applied once.
         for sum in merged(&self.id, batch.iter().filter_map(counted)) {
             retried("add", || self.totals.add(&self.id, seq, &sum)).await;
         }
@@ -208,17 +213,20 @@ impl Writer {
     }
 }
 
-/// `step` until it succeeds, pausing [`RETRY_PAUSE`] between failures.
-async fn retried<T, F, Fut>(what: &str, mut step: F) -> T
+/// `step` until it succeeds, pausing [`RETRY_PAUSE`] between failures; its value, and
+/// whether the first try gave it (after a failure, an earlier try may have applied too).
+async fn retried<T, F, Fut>(what: &str, mut step: F) -> (T, bool)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
+    let mut first_try = true;
     loop {
         match step().await {
-            Ok(value) => return value,
+            Ok(value) => return (value, first_try),
             Err(e) => {
                 tracing::warn!(step = what, error = %e, "counting usage failed; trying again");
+                first_try = false;
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
         }

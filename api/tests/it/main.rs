@@ -40,5 +40,6 @@ mod stalled_database;
 mod streaming;
 mod tracing;
 mod trainings;
+mod uncertain_writes;
 mod usage;
 mod webhook_deliveries;

@@ -16,6 +16,7 @@
 
 pub mod cog;
 mod containers;
+pub mod mongo_faults;
 pub mod proxy;
 mod standins;
 
