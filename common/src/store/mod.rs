@@ -59,7 +59,9 @@ use bson::doc;
 use mongodb::{
     Client, Database, IndexModel,
     error::{ErrorKind, WriteFailure},
-    options::{ClientOptions, IndexOptions, ReadPreference, SelectionCriteria},
+    options::{
+        Acknowledgment, ClientOptions, IndexOptions, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
+    },
 };
 
 pub use accounts::{Account, AccountLimits, Accounts};
@@ -272,8 +274,28 @@ fn client_options(mut options: ClientOptions, app_name: &str) -> ClientOptions {
     options.connect_timeout.get_or_insert(DEFAULT_TIMEOUT);
     options.server_selection_timeout.get_or_insert(DEFAULT_TIMEOUT);
     options.selection_criteria = Some(SelectionCriteria::ReadPreference(ReadPreference::Primary));
+    // A write acknowledged by the primary alone is rolled back if that primary loses an
+    // election before a secondary has it: usage counts, claims and tickets would be lost or
+    // handed out twice. So writes wait for a majority unless the URI names its own `w`.
+    let concern = options.write_concern.get_or_insert_with(WriteConcern::default);
+    if concern.w.is_none() {
+        concern.w = Some(Acknowledgment::Majority);
+    }
+    if concern.w_timeout.is_none() {
+        concern.w_timeout = Some(MAJORITY_TIMEOUT);
+    }
+    // And reads see only what a majority has, so nothing read can be rolled back, where
+    // writes are majority (with `w: 1` a majority read may miss the write just made).
+    if options.read_concern.is_none() && concern.w == Some(Acknowledgment::Majority) {
+        options.read_concern = Some(ReadConcern::majority());
+    }
     options
 }
+
+/// How long a write waits for a majority where the URI names no `wtimeoutMS`: past it the
+/// write is answered with an error (it applied on the primary, and is settled like any write
+/// whose outcome is unknown).
+pub const MAJORITY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connected database with typed access to each collection.
 #[derive(Clone, Debug)]
@@ -452,5 +474,25 @@ mod tests {
 
         let plain = client_options(ClientOptions::parse("mongodb://db.example").await.expect("valid"), "runner");
         assert_eq!((plain.connect_timeout, plain.app_name.as_deref()), (Some(DEFAULT_TIMEOUT), Some("runner")));
+    }
+
+    #[tokio::test]
+    async fn writes_wait_for_a_majority_and_reads_see_a_majoritys_unless_the_uri_says_otherwise() {
+        let plain = client_options(ClientOptions::parse("mongodb://db.example").await.expect("valid"), "api");
+        let concern = plain.write_concern.clone().expect("a write concern");
+        assert_eq!((concern.w, concern.w_timeout), (Some(Acknowledgment::Majority), Some(MAJORITY_TIMEOUT)));
+        assert_eq!(plain.read_concern, Some(ReadConcern::majority()));
+
+        let uri = "mongodb://db.example/?w=1&wtimeoutMS=500";
+        let own = client_options(ClientOptions::parse(uri).await.expect("valid"), "api");
+        let concern = own.write_concern.clone().expect("a write concern");
+        assert_eq!((concern.w, concern.w_timeout), (Some(Acknowledgment::Nodes(1)), Some(Duration::from_millis(500))));
+        assert_eq!(own.read_concern, None, "w: 1 with majority reads would not read its own writes");
+
+        let uri = "mongodb://db.example/?journal=true&readConcernLevel=local";
+        let journaled = client_options(ClientOptions::parse(uri).await.expect("valid"), "api");
+        let concern = journaled.write_concern.clone().expect("a write concern");
+        assert_eq!((concern.w, concern.journal), (Some(Acknowledgment::Majority), Some(true)));
+        assert_eq!(journaled.read_concern, Some(ReadConcern::local()));
     }
 }

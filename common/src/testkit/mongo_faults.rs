@@ -9,6 +9,13 @@
 //!
 //! Every other frame passes unchanged, in order, including the monitoring connections'
 //! streamed `hello` answers.
+//!
+//! Beside the `failCommand` failpoint (which the stand-in takes too, see
+//! [`super::TestContext::fail_commands`]), this singles out one command by what it says (the
+//! update that claims a usage batch, not the status writes around it) and drops an answer
+//! after the write applied, which a failpoint cannot do (its `writeConcernError` comes
+//! closest). It sits in front of any server, so a test of a whole system (services as they
+//! run, on their own connections) uses it without naming their clients.
 
 use std::{
     collections::HashSet,
