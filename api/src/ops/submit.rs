@@ -8,10 +8,15 @@
 //! is still accepted, and its job waits in the [`crate::state::job_outbox`], published again as soon
 //! as NATS takes it (the runners' reconciler covers an api that dies meanwhile).
 
+use std::time::Duration;
+
 use bson::DateTime;
 use common::{
     bus::BusError,
-    domain::{AccountId, ApiSurface, NewPrediction, Prediction, Priority, TrainedVersionRef, WebhookEvent, training},
+    domain::{
+        AccountId, ApiSurface, NewPrediction, Prediction, PredictionId, Priority, TrainedVersionRef, WebhookEvent,
+        training,
+    },
     store::{Claim, GroupCommitError},
 };
 use serde_json::{Map, Value};
@@ -29,7 +34,7 @@ use crate::{
 };
 
 /// The longest a create waits for NATS to take its job before leaving it to the outbox.
-const PUBLISH_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+const PUBLISH_TIME_LIMIT: Duration = Duration::from_secs(5);
 
 /// The `starting` prediction a create body asks for, or every field error of the body and of
 /// its input against `model`'s schema; then the files of this service its input names, each
@@ -144,8 +149,7 @@ pub async fn store_and_publish(
     let limit = state.config.common.deadlines.of(prediction.kind);
     prediction.set_deadline(create_headers::time_limit(cancel_after, limit));
     if let Some(key) = &idempotency_key
-        && let Claim::Existing(first) =
-            state.store.idempotency_keys().claim(account, key, &prediction.id, DateTime::now()).await?
+        && let Claim::Existing(first) = claim_key(state, account, key, &prediction.id).await?
     {
         return Ok(Claim::Existing(first));
     }
@@ -170,22 +174,41 @@ pub async fn store_and_publish(
         }
     };
     let stored = async {
-        prediction.queue_ticket = Some(state.tickets.take(prediction).await.map_err(|e| (e, true))?);
+        prediction.queue_ticket = Some(state.tickets.take(prediction).await.map_err(|e| (e, None))?);
         let mut document = stored_form.clone().unwrap_or_else(|| prediction.clone());
         document.queue_ticket = prediction.queue_ticket;
-        // Refused or dropped unwritten: certainly not stored. A failed write may have stored it.
-        state.new_predictions.insert(document).await.map_err(|e| {
-            let unwritten = matches!(e, GroupCommitError::Refused { .. } | GroupCommitError::Abandoned);
-            (e, unwritten)
+        // Refused or dropped unwritten: certainly not stored. A failed write may have stored it,
+        // and a duplicate of its `_id` (random) is its own first write, retried by the driver.
+        state.new_predictions.insert(document.clone()).await.map_err(|e| {
+            let unwritten =
+                matches!(e, GroupCommitError::Refused { .. } | GroupCommitError::Abandoned) && !e.is_duplicate_key();
+            (e, (!unwritten).then_some(document))
         })
     };
-    if let Err((e, unwritten)) = stored.instrument(tracing::info_span!("store_prediction")).await {
-        state.store.queue_lanes().give_back(prediction).await;
-        release(state, prediction).await;
-        if unwritten && let Some(file) = stored_form.as_ref().and_then(|form| form.spilled.input.as_ref()) {
-            state.payloads.discard(file).await;
+    if let Err((e, uncertain)) = stored.instrument(tracing::info_span!("store_prediction")).await {
+        let outcome = match &uncertain {
+            None => Stored::No,
+            Some(document) => settle(state, document).await,
+        };
+        match outcome {
+            // The write applied though its answer was lost: the prediction is created.
+            Stored::Yes => tracing::warn!(error = %e, "the prediction's write answered an error but it is stored"),
+            Stored::No => {
+                tracing::warn!(error = %e, "the prediction was not stored");
+                state.store.queue_lanes().give_back(prediction).await;
+                release(state, prediction).await;
+                if let Some(file) = stored_form.as_ref().and_then(|form| form.spilled.input.as_ref()) {
+                    state.payloads.discard(file).await;
+                }
+                return Err(e.into());
+            }
+            // It may yet be stored: the key stays claimed (a retry replays the prediction if it
+            // appears, and takes the key over once the claim is stale if it never does), the
+            // ticket stays taken (given back, a stored prediction's ticket could be handed out
+            // twice; kept, one never stored counts as waiting only until the lane's next start
+            // moves past it), the input file stays.
+            Stored::Unknown => return Err(e.into()),
         }
-        return Err(e.into());
     }
     prediction.spilled = stored_form.map(|form| form.spilled).unwrap_or_default();
     state.metrics.created(&prediction.model.to_string());
@@ -213,6 +236,72 @@ pub async fn store_and_publish(
         }
     }
     Ok(Claim::New)
+}
+
+/// Claims `key` for `prediction`; a live claim whose prediction was never stored (its create
+/// could not tell) is taken over once it is stale (see `common::store::idempotency`).
+async fn claim_key(
+    state: &AppState,
+    account: &AccountId,
+    key: &str,
+    prediction: &PredictionId,
+) -> Result<Claim, ApiError> {
+    let keys = state.store.idempotency_keys();
+    let now = DateTime::now();
+    let first = match keys.claim(account, key, prediction, now).await? {
+        Claim::Existing(first) => first,
+        claim => return Ok(claim),
+    };
+    if state.store.predictions().get(&first).await?.is_none()
+        && keys.take_over_stale(account, key, &first, prediction, now).await?
+    {
+        tracing::warn!(stale = %first, "an Idempotency-Key whose prediction was never stored is taken over");
+        return Ok(Claim::New);
+    }
+    Ok(Claim::Existing(first))
+}
+
+/// Whether a prediction whose write failed is stored.
+enum Stored {
+    /// It is (the write applied, or its second did).
+    Yes,
+    /// It is not, and cannot be: its write was refused or never sent.
+    No,
+    /// Not settled in time.
+    Unknown,
+}
+
+/// How long a create spends settling a failed write (within its deadline), and the pause
+/// between tries.
+const SETTLE_TIME: Duration = Duration::from_secs(2);
+const SETTLE_PAUSE: Duration = Duration::from_millis(200);
+
+/// Settles whether `document`, whose write failed, is stored, by writing it again on its own
+/// (a read alone could not tell a write still on its way from one that never came): the
+/// insert stores it now, or is refused as a duplicate, and then a read of its `_id` tells
+/// whether the first write applied (a duplicate on another unique field: it did not). Not
+/// settled within [`SETTLE_TIME`] or the request's deadline: unknown.
+async fn settle(state: &AppState, document: &Prediction) -> Stored {
+    let left = common::deadline::remaining().unwrap_or(SETTLE_TIME).min(SETTLE_TIME);
+    let predictions = state.store.predictions();
+    let again = async {
+        loop {
+            let settled = match predictions.insert(document).await {
+                Ok(()) => Ok(Stored::Yes),
+                Err(e) if common::store::is_duplicate_key(&e) => predictions
+                    .get(&document.id)
+                    .await
+                    .map(|found| if found.is_some() { Stored::Yes } else { Stored::No }),
+                Err(e) => Err(e),
+            };
+            match settled {
+                Ok(stored) => return stored,
+                Err(e) => tracing::warn!(error = %e, "settling whether the prediction is stored failed; trying again"),
+            }
+            tokio::time::sleep(SETTLE_PAUSE).await;
+        }
+    };
+    tokio::time::timeout(left, again).await.unwrap_or(Stored::Unknown)
 }
 
 /// Refuses a prediction that would wait longer than `API_MAX_QUEUE_SECONDS` to start (503,

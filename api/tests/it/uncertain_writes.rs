@@ -39,7 +39,9 @@ async fn succeeded_in_usage(system: &System, expected: i64) -> i64 {
 async fn a_usage_claim_whose_answer_was_lost_is_counted_once_with_the_writers_next_batch() {
     let (system, faults) = system_behind_faults(true).await;
     // The ledger's claim of its first batch applies, and its answer is lost.
-    faults.inject(1, Fault::LoseReply, |c| c.name == "update" && c.collection == "predictions" && c.mentions("usage.writer"));
+    faults.inject(1, Fault::LoseReply, |c| {
+        c.name == "update" && c.collection == "predictions" && c.mentions("usage.writer")
+    });
     let first = system.run("demo/echo", json!({"prompt": "first"})).await;
     assert_eq!(first["status"], "succeeded");
     let dropped = eventually(Duration::from_secs(10), || async { (faults.injected().len() == 1).then_some(()) });
@@ -49,4 +51,61 @@ async fn a_usage_claim_whose_answer_was_lost_is_counted_once_with_the_writers_ne
     assert_eq!(second["status"], "succeeded");
     // Counted once each, well before the sweep (30 s after they ended) would look at them.
     assert_eq!(succeeded_in_usage(&system, 2).await, 2, "both predictions counted, once");
+}
+
+fn create(system: &System, key: &str) -> reqwest::RequestBuilder {
+    system
+        .request(Method::POST, "/v1/predictions")
+        .header("idempotency-key", key)
+        .json(&json!({"version": "demo/echo", "input": {"prompt": key}}))
+}
+
+#[tokio::test]
+async fn a_create_whose_write_applied_but_whose_answer_was_lost_is_made_once_and_its_key_replays_it() {
+    let (system, faults) = system_behind_faults(true).await;
+    faults.inject(1, Fault::LoseReply, |c| c.name == "insert" && c.collection == "predictions");
+    let created = create(&system, "lost").send().await.expect("sent");
+    assert_eq!(faults.injected().len(), 1, "the insert's answer was dropped");
+    assert_eq!(created.status(), 201, "settled as stored: {}", created.text().await.unwrap_or_default());
+    let created: Value = created.json().await.expect("json");
+    let id = created["id"].as_str().expect("id");
+    assert_eq!(system.wait_for_terminal(id, Duration::from_secs(30)).await["status"], "succeeded");
+
+    let again = create(&system, "lost").send().await.expect("sent");
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.json_body().await["id"], id);
+    let listed = system.get("/v1/predictions").await.json_body().await;
+    assert_eq!(listed["results"].as_array().expect("results").len(), 1, "made once: {listed}");
+}
+
+#[tokio::test]
+async fn a_key_whose_prediction_was_never_stored_is_taken_over_once_its_claim_is_stale() {
+    use common::{domain::PredictionId, store::idempotency::STALE_CLAIM_MS};
+    let system = System::start_with(Options { runner: true, notifier: false, env: Vec::new() }).await;
+    let store = system.ctx.store().await;
+    let account = store.accounts().find_by_name("test-account").await.expect("read").expect("the account");
+    // A create claimed the key, then could tell neither whether its prediction was stored nor
+    // release the key: the claim names a prediction that does not exist.
+    let now = bson::DateTime::now().timestamp_millis();
+    let claim = |age_ms: i64, key: &str| {
+        bson::doc! {
+            "_id": format!("{}:{key}", account.id), "prediction_id": PredictionId::generate().as_str(),
+            "created_at": bson::DateTime::from_millis(now - age_ms),
+            "expires_at": bson::DateTime::from_millis(now - age_ms + 24 * 3600 * 1000),
+        }
+    };
+    let keys = store.database().collection::<bson::Document>("idempotency_keys");
+    keys.insert_one(claim(STALE_CLAIM_MS + 1_000, "stale")).await.expect("a stale claim");
+    keys.insert_one(claim(1_000, "fresh")).await.expect("a fresh claim");
+
+    // A fresh claim may be a create still storing: the retry is told to come back.
+    assert_eq!(create(&system, "fresh").send().await.expect("sent").status(), 409);
+    // A stale one is taken over: the create is made, once, and the key then replays it.
+    let made = create(&system, "stale").send().await.expect("sent");
+    assert_eq!(made.status(), 201);
+    assert!(made.headers().get("idempotent-replayed").is_none(), "a new prediction");
+    let id = made.json_body().await["id"].clone();
+    let replayed = create(&system, "stale").send().await.expect("sent");
+    assert_eq!((replayed.status().as_u16(), replayed.json_body().await["id"].clone()), (201, id));
 }

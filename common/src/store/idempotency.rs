@@ -14,6 +14,10 @@ use crate::domain::{AccountId, PredictionId};
 
 /// How long a key keeps returning its first prediction.
 pub const IDEMPOTENCY_WINDOW_MS: i64 = 24 * 3600 * 1000;
+/// How old a claim must be before a request may take it over when its prediction was never
+/// stored (a create that could not tell whether its write applied, nor read it back): longer
+/// than any create takes, so a first request still storing keeps its key.
+pub const STALE_CLAIM_MS: i64 = 2 * 60 * 1000;
 
 /// One claimed key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,6 +74,10 @@ impl IdempotencyKeys {
                 Err(e) => return Err(e),
             }
             let Some(existing) = self.coll.find_one(doc! { "_id": &record.id }).await? else { continue };
+            // This request's own claim: its insert applied, and the answer was lost.
+            if existing.prediction_id == *prediction {
+                return Ok(Claim::New);
+            }
             if existing.expires_at > now {
                 return Ok(Claim::Existing(existing.prediction_id));
             }
@@ -81,6 +89,28 @@ impl IdempotencyKeys {
         }
         let current = self.coll.find_one(doc! { "_id": &record.id }).await?;
         Ok(current.map_or(Claim::New, |r| Claim::Existing(r.prediction_id)))
+    }
+
+    /// Takes over `key`'s claim for `prediction` if it still names `stale`, a prediction that
+    /// does not exist (the caller read so), and is older than [`STALE_CLAIM_MS`]; whether it did.
+    pub async fn take_over_stale(
+        &self,
+        account: &AccountId,
+        key: &str,
+        stale: &PredictionId,
+        prediction: &PredictionId,
+        now: DateTime,
+    ) -> Result<bool, StoreError> {
+        let id = format!("{account}:{key}");
+        let before = DateTime::from_millis(now.timestamp_millis() - STALE_CLAIM_MS);
+        let filter = doc! { "_id": &id, "prediction_id": stale.as_str(), "created_at": { "$lt": before } };
+        let record = IdempotencyRecord {
+            id,
+            prediction_id: prediction.clone(),
+            created_at: now,
+            expires_at: DateTime::from_millis(now.timestamp_millis() + IDEMPOTENCY_WINDOW_MS),
+        };
+        Ok(self.coll.replace_one(filter, &record).await?.modified_count == 1)
     }
 
     /// Gives up a claim whose prediction could not be stored, so a retry can create it.

@@ -70,9 +70,11 @@ impl Command {
     pub fn mentions(&self, needle: &str) -> bool {
         let body = bson::Bson::Document(self.body.clone()).into_relaxed_extjson().to_string();
         body.contains(needle)
-            || self.sequences.iter().flat_map(|(_, docs)| docs).any(|d| {
-                bson::Bson::Document(d.clone()).into_relaxed_extjson().to_string().contains(needle)
-            })
+            || self
+                .sequences
+                .iter()
+                .flat_map(|(_, docs)| docs)
+                .any(|d| bson::Bson::Document(d.clone()).into_relaxed_extjson().to_string().contains(needle))
     }
 }
 
@@ -293,7 +295,8 @@ fn command_of(frame: &[u8]) -> Option<Command> {
 
 /// An `OP_MSG` answer to `request_id`: `{ok: 0, code, errmsg}`.
 fn error_reply(request_id: i32, code: i32) -> Vec<u8> {
-    let reply = doc! { "ok": 0.0, "code": code, "errmsg": format!("injected fault {code}"), "codeName": "InjectedFault" };
+    let reply =
+        doc! { "ok": 0.0, "code": code, "errmsg": format!("injected fault {code}"), "codeName": "InjectedFault" };
     let mut body = Vec::new();
     reply.to_writer(&mut body).expect("a document serializes");
     let total = 16 + 4 + 1 + body.len();

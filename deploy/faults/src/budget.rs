@@ -106,10 +106,9 @@ impl BudgetTally {
             why.push(format!("never refused with 402 (spent {} of a budget of {})", self.spent, self.budget));
         }
         match self.refused_after_s {
-            Some(late) if late > REFUSAL_BOUND.as_secs_f64() => why.push(format!(
-                "refused {late:.1} s after the crossing, past {} s",
-                REFUSAL_BOUND.as_secs()
-            )),
+            Some(late) if late > REFUSAL_BOUND.as_secs_f64() => {
+                why.push(format!("refused {late:.1} s after the crossing, past {} s", REFUSAL_BOUND.as_secs()))
+            }
             _ => {}
         }
         if self.accepted_after_refusal > 0 {
@@ -219,8 +218,14 @@ async fn ended(setup: &harness::setup::Setup, account: &AccountId) -> anyhow::Re
 /// The account's usage cost this hour and the ones before (`GET /v1/usage`).
 async fn usage_cost(api: &str, key: &str) -> anyhow::Result<Micros> {
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
-    let body: Value =
-        http.get(format!("{api}/v1/usage?bucket=hour")).bearer_auth(key).send().await?.error_for_status()?.json().await?;
+    let body: Value = http
+        .get(format!("{api}/v1/usage?bucket=hour"))
+        .bearer_auth(key)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
     let cost = body["totals"]["cost"].as_str().context("the usage totals have no cost")?;
     Micros::parse_dollars(cost).map_err(|e| anyhow::anyhow!("the usage cost {cost:?}: {e}"))
 }
@@ -231,7 +236,10 @@ mod tests {
 
     fn ended(seconds: &[(i64, i64)]) -> Vec<Ended> {
         let start = Utc::now();
-        seconds.iter().map(|(s, cost)| Ended { at: start + chrono::TimeDelta::seconds(*s), cost: Micros(*cost) }).collect()
+        seconds
+            .iter()
+            .map(|(s, cost)| Ended { at: start + chrono::TimeDelta::seconds(*s), cost: Micros(*cost) })
+            .collect()
     }
 
     #[test]
