@@ -109,3 +109,29 @@ async fn a_key_whose_prediction_was_never_stored_is_taken_over_once_its_claim_is
     let replayed = create(&system, "stale").send().await.expect("sent");
     assert_eq!((replayed.status().as_u16(), replayed.json_body().await["id"].clone()), (201, id));
 }
+
+#[tokio::test]
+async fn a_result_whose_write_fails_is_stored_again_without_running_the_model_again() {
+    let real = infra().mongodb_uri.clone();
+    let faults = MongoFaults::start(common::testkit::host_port(&real)).await.expect("proxy");
+    let metrics = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").to_string()
+    };
+    let env = vec![("MONGODB_URI", faults.uri(&real)), ("RUNNER_METRICS_BIND", metrics.clone())];
+    let system = System::start_with(Options { runner: true, notifier: false, env }).await;
+    // The final write (the one that sets `completed_at`) is refused three times over, with a
+    // code no write retries.
+    faults.inject(3, Fault::Error { code: 1 }, |c| {
+        c.name == "update" && c.collection == "predictions" && c.mentions("completed_at")
+    });
+    let done = system.run("demo/echo", json!({"prompt": "once"})).await;
+    assert_eq!((done["status"].clone(), done["output"].clone()), (json!("succeeded"), json!("once")));
+    assert_eq!(faults.injected().len(), 3, "the result's write failed three times");
+    let text = system.http().get(format!("http://{metrics}/metrics")).send().await.expect("metrics").text().await;
+    let runs = text.expect("text");
+    assert!(
+        runs.contains(r#"runner_model_run_duration_seconds_count{model="demo/echo",outcome="succeeded"} 1"#),
+        "the model ran once: {runs}"
+    );
+}

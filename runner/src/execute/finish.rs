@@ -6,6 +6,10 @@
 //! runner's copy with the change applied. If the sequence moved (a cancel, say), the
 //! conditional change on the status decides and returns the stored prediction. The files of
 //! the output are stored first ([`super::output_files`]), and the output holds their URLs.
+//!
+//! A try that fails is made again by the caller with the same result and end time, never by
+//! running the model again: a try whose write applied though its answer was lost is known by
+//! that end time, and the files an earlier try stored are dropped as not in the output.
 
 use anyhow::Context;
 use bson::{Bson, DateTime, doc};
@@ -29,8 +33,8 @@ impl Executor {
         seq: i64,
         result: Result<ModelOutput, ModelError>,
         progress: &Progress,
+        completed_at: DateTime,
     ) -> anyhow::Result<()> {
-        let completed_at = DateTime::now();
         let metrics = prediction.metrics_at(completed_at);
         // A training's output becomes `{version, weights}`: its weights, a file whatever their
         // size, are not held to the output limit. Nor are an output's files: its JSON is.
@@ -79,7 +83,13 @@ impl Executor {
                 done.seq = seq + 1;
                 return anyhow::Ok(Some(done));
             }
-            Ok(predictions.transition(&prediction.id, status, changes).await?)
+            if let Some(stored) = predictions.transition(&prediction.id, status, changes).await? {
+                return Ok(Some(stored));
+            }
+            // Not `processing` any more: canceled meanwhile, or ended by an earlier try of
+            // this very result whose answer was lost (it has this result's end time).
+            let stored = predictions.get(&prediction.id).await?;
+            Ok(stored.filter(|p| p.status == status && p.completed_at == Some(completed_at)))
         }
         .instrument(tracing::info_span!("store_result"))
         .await

@@ -115,6 +115,11 @@ pub fn timeout_error() -> ModelError {
     }
 }
 
+/// The first pause before a result that could not be stored is stored again, and the
+/// longest (the pause doubles between tries).
+const SAVE_PAUSE: Duration = Duration::from_millis(500);
+const SAVE_PAUSE_MAX: Duration = Duration::from_secs(10);
+
 /// What to do with the job message after executing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -455,7 +460,29 @@ impl Executor {
             self.figures.succeeded(&model.descriptor().model, flight.started.elapsed().as_secs_f64());
         }
         drop(running_here);
-        Box::pin(self.finish(&prediction, seq.load(Ordering::Acquire), result, &progress)).await?;
+        // A result is stored until it is: the model never runs again because storing failed.
+        // Only a shutdown hands the job back unstored (another runner then runs it again).
+        let completed_at = bson::DateTime::now();
+        let mut pause = SAVE_PAUSE;
+        loop {
+            let at = seq.load(Ordering::Acquire);
+            match Box::pin(self.finish(&prediction, at, result.clone(), &progress, completed_at)).await {
+                Ok(()) => break,
+                Err(e) => tracing::warn!(
+                    error = format!("{e:#}"),
+                    retry_in_ms = pause.as_millis() as u64,
+                    "the result was not stored; storing it again (the model does not run again)"
+                ),
+            }
+            tokio::select! {
+                () = stop.cancelled() => {
+                    tracing::warn!("shutting down with the result unstored; job handed back");
+                    return Ok(Outcome::HandBack);
+                }
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(SAVE_PAUSE_MAX);
+        }
         drop(flight);
         Ok(Outcome::Done)
     }
