@@ -17,6 +17,12 @@ use serde::Serialize;
 
 use crate::{error::ApiError, state::AppState};
 
+/// How long a replay waits for the first request's prediction to be stored, between reads,
+/// and what it leaves of its deadline to answer.
+const REPLAY_WAIT: Duration = Duration::from_secs(2);
+const REPLAY_PAUSE: Duration = Duration::from_millis(100);
+const ANSWER_MARGIN: Duration = Duration::from_millis(300);
+
 /// The answer to a repeated key: the first prediction as it stands now, shown on `surface`.
 pub async fn replay(
     state: &AppState,
@@ -40,7 +46,11 @@ pub async fn replay_as<V: Serialize>(
     first: &PredictionId,
     show: impl Fn(&Prediction) -> (V, String),
 ) -> Result<Response, ApiError> {
-    for _ in 0..20 {
+    // The first request's prediction is waited for up to 2 s, within this request's deadline
+    // (a 409 in time, not a 503 after it).
+    let wait = common::deadline::remaining().unwrap_or(REPLAY_WAIT).saturating_sub(ANSWER_MARGIN).min(REPLAY_WAIT);
+    let tries = (wait.as_millis() / REPLAY_PAUSE.as_millis()).max(1);
+    for _ in 0..tries {
         if let Some(p) = state.store.predictions().get_for_account(first, account).await? {
             let p = crate::ops::owned::whole(state, p).await?;
             let (view, location) = show(&p);
@@ -51,7 +61,7 @@ pub async fn replay_as<V: Serialize>(
             }
             return Ok(response);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(REPLAY_PAUSE).await;
     }
     Err(ApiError::Problem(Problem::new(
         ProblemKind::Conflict,

@@ -154,10 +154,8 @@ pub async fn store_and_publish(
         return Ok(Claim::Existing(first));
     }
     let release = async |state: &AppState, prediction: &Prediction| {
-        if let Some(key) = &idempotency_key
-            && let Err(release) = state.store.idempotency_keys().release(account, key, &prediction.id).await
-        {
-            tracing::warn!(error = %release, "idempotency key not released");
+        if let Some(key) = &idempotency_key {
+            release_key(state, account, key, &prediction.id).await;
         }
     };
     if let Err(refused) = admitted(state, prediction).await {
@@ -206,8 +204,12 @@ pub async fn store_and_publish(
             // appears, and takes the key over once the claim is stale if it never does), the
             // ticket stays taken (given back, a stored prediction's ticket could be handed out
             // twice; kept, one never stored counts as waiting only until the lane's next start
-            // moves past it), the input file stays.
-            Stored::Unknown => return Err(e.into()),
+            // moves past it), the input file stays, and its job is sent once NATS takes it (a
+            // runner drops a job whose prediction does not exist).
+            Stored::Unknown => {
+                state.job_outbox.hold(state.bus.job_of(prediction));
+                return Err(e.into());
+            }
         }
     }
     prediction.spilled = stored_form.map(|form| form.spilled).unwrap_or_default();
@@ -252,13 +254,38 @@ async fn claim_key(
         Claim::Existing(first) => first,
         claim => return Ok(claim),
     };
+    // The request that claimed it goes on no longer than its deadline (a `Prefer: wait`
+    // stores before it waits); past that and a margin it stores nothing any more.
+    let stale_after = state.config.request_deadline + STALE_MARGIN;
     if state.store.predictions().get(&first).await?.is_none()
-        && keys.take_over_stale(account, key, &first, prediction, now).await?
+        && keys.take_over_stale(account, key, &first, prediction, now, stale_after).await?
     {
         tracing::warn!(stale = %first, "an Idempotency-Key whose prediction was never stored is taken over");
         return Ok(Claim::New);
     }
     Ok(Claim::Existing(first))
+}
+
+/// How long past the request deadline a claim whose prediction never appeared is kept.
+const STALE_MARGIN: Duration = Duration::from_secs(5);
+
+/// Releases `key`'s claim for `prediction`, whose create failed, trying again while the
+/// request's deadline lasts (a claim left behind answers 409 until it is stale).
+async fn release_key(state: &AppState, account: &AccountId, key: &str, prediction: &PredictionId) {
+    let keys = state.store.idempotency_keys();
+    let left = common::deadline::remaining().unwrap_or(SETTLE_TIME).min(SETTLE_TIME);
+    let released = tokio::time::timeout(left, async {
+        loop {
+            match keys.release(account, key, prediction).await {
+                Ok(()) => return,
+                Err(e) => tracing::warn!(error = %e, "idempotency key not released; trying again"),
+            }
+            tokio::time::sleep(SETTLE_PAUSE).await;
+        }
+    });
+    if released.await.is_err() {
+        tracing::warn!("idempotency key not released; a retry of it is taken over once the claim is stale");
+    }
 }
 
 /// Whether a prediction whose write failed is stored.

@@ -1,14 +1,12 @@
 //! Writes whose outcome is unknown are settled by reading, not guessing: MongoDB's answer to a
 //! write is lost after the write applied (a primary stepping down, a cut connection), which
 //! the stand-in never does by itself, so a wire-level proxy
-//! ([`common::testkit::mongo_faults`]) drops it, as `failCommand` would on a real server.
+//! ([`mongo_faults`]) drops it, as `failCommand` would on a real server.
 
 use std::time::Duration;
 
-use common::testkit::{
-    eventually, infra,
-    mongo_faults::{Fault, MongoFaults},
-};
+use common::testkit::{eventually, infra};
+use mongo_faults::{Fault, MongoFaults};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -81,8 +79,12 @@ async fn a_create_whose_write_applied_but_whose_answer_was_lost_is_made_once_and
 
 #[tokio::test]
 async fn a_key_whose_prediction_was_never_stored_is_taken_over_once_its_claim_is_stale() {
-    use common::{domain::PredictionId, store::idempotency::STALE_CLAIM_MS};
-    let system = System::start_with(Options { runner: true, notifier: false, env: Vec::new() }).await;
+    use common::domain::PredictionId;
+    // Past the request deadline (1 s here) and a margin of 5 s, the request that claimed a key
+    // stores nothing any more.
+    const STALE_CLAIM_MS: i64 = 6_000;
+    let env = vec![("API_REQUEST_DEADLINE_SECONDS", "1".to_owned())];
+    let system = System::start_with(Options { runner: true, notifier: false, env }).await;
     let store = system.ctx.store().await;
     let account = store.accounts().find_by_name("test-account").await.expect("read").expect("the account");
     // A create claimed the key, then could tell neither whether its prediction was stored nor

@@ -14,10 +14,6 @@ use crate::domain::{AccountId, PredictionId};
 
 /// How long a key keeps returning its first prediction.
 pub const IDEMPOTENCY_WINDOW_MS: i64 = 24 * 3600 * 1000;
-/// How old a claim must be before a request may take it over when its prediction was never
-/// stored (a create that could not tell whether its write applied, nor read it back): longer
-/// than any create takes, so a first request still storing keeps its key.
-pub const STALE_CLAIM_MS: i64 = 2 * 60 * 1000;
 
 /// One claimed key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,7 +67,14 @@ impl IdempotencyKeys {
             match self.coll.insert_one(&record).await {
                 Ok(_) => return Ok(Claim::New),
                 Err(e) if is_duplicate_key(&e) => {}
-                Err(e) => return Err(e),
+                // The insert may have applied with its answer lost: what is stored tells.
+                Err(e) => {
+                    let stored = self.coll.find_one(doc! { "_id": &record.id }).await.map_err(|_| e)?;
+                    match stored {
+                        Some(existing) if existing.prediction_id == *prediction => return Ok(Claim::New),
+                        _ => continue,
+                    }
+                }
             }
             let Some(existing) = self.coll.find_one(doc! { "_id": &record.id }).await? else { continue };
             // This request's own claim: its insert applied, and the answer was lost.
@@ -92,7 +95,9 @@ impl IdempotencyKeys {
     }
 
     /// Takes over `key`'s claim for `prediction` if it still names `stale`, a prediction that
-    /// does not exist (the caller read so), and is older than [`STALE_CLAIM_MS`]; whether it did.
+    /// does not exist (the caller read so), and is older than `stale_after` (longer than the
+    /// request that claimed it may go on, so it will not store its prediction any more);
+    /// whether it did.
     pub async fn take_over_stale(
         &self,
         account: &AccountId,
@@ -100,9 +105,11 @@ impl IdempotencyKeys {
         stale: &PredictionId,
         prediction: &PredictionId,
         now: DateTime,
+        stale_after: std::time::Duration,
     ) -> Result<bool, StoreError> {
         let id = format!("{account}:{key}");
-        let before = DateTime::from_millis(now.timestamp_millis() - STALE_CLAIM_MS);
+        let age = i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
+        let before = DateTime::from_millis(now.timestamp_millis().saturating_sub(age));
         let filter = doc! { "_id": &id, "prediction_id": stale.as_str(), "created_at": { "$lt": before } };
         let record = IdempotencyRecord {
             id,

@@ -16,7 +16,6 @@
 
 pub mod cog;
 mod containers;
-pub mod mongo_faults;
 pub mod proxy;
 mod standins;
 

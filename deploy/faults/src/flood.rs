@@ -161,6 +161,7 @@ mod tests {
             asked_priority: None,
             shown_priority: None,
             retry_after,
+            n: 0,
         };
         let attempts = [
             attempt(Answer::Accepted("a".into()), false),

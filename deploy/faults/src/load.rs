@@ -46,6 +46,8 @@ pub struct Attempt {
     pub shown_priority: Option<String>,
     /// Whether the create's answer carried `Retry-After`.
     pub retry_after: bool,
+    /// Its number in the load (its `Idempotency-Key` in a keyed load).
+    pub n: usize,
 }
 
 /// The `n`-th create of a run: the path under the api's base URL, and the body.
@@ -54,8 +56,34 @@ pub type Target = Arc<dyn Fn(usize) -> (String, Value) + Send + Sync>;
 /// Sends `rate` creates a second for `seconds` seconds of `demo/sleep` (1 s).
 pub async fn run(apis: &[String], key: &str, webhook: &str, rate: u64, seconds: u64) -> anyhow::Result<Vec<Attempt>> {
     let body = create_body(webhook);
-    let target: Target = Arc::new(move |_| ("/v1/models/demo/sleep/predictions".to_owned(), body.clone()));
+    let target: Target = Arc::new(move |_| (LOAD_PATH.to_owned(), body.clone()));
     run_with(apis, key, rate, seconds, target).await
+}
+
+/// [`run`], each create with its own `Idempotency-Key` ([`idempotency_key`] of its number).
+pub async fn run_keyed(
+    apis: &[String],
+    key: &str,
+    webhook: &str,
+    rate: u64,
+    seconds: u64,
+) -> anyhow::Result<Vec<Attempt>> {
+    let body = create_body(webhook);
+    let target: Target = Arc::new(move |_| (LOAD_PATH.to_owned(), body.clone()));
+    sent(apis, key, rate, seconds, target, true).await
+}
+
+/// The path of the load's creates.
+pub const LOAD_PATH: &str = "/v1/models/demo/sleep/predictions";
+
+/// The `Idempotency-Key` of the `n`-th create of a keyed load.
+pub fn idempotency_key(n: usize) -> String {
+    format!("load-{n}")
+}
+
+/// The body of the load's creates, for `webhook` (sent again with a create's key).
+pub fn body(webhook: &str) -> Value {
+    create_body(webhook)
 }
 
 /// Sends `rate` creates a second for `seconds` seconds, each what `target` makes of its number.
@@ -65,6 +93,17 @@ pub async fn run_with(
     rate: u64,
     seconds: u64,
     target: Target,
+) -> anyhow::Result<Vec<Attempt>> {
+    sent(apis, key, rate, seconds, target, false).await
+}
+
+async fn sent(
+    apis: &[String],
+    key: &str,
+    rate: u64,
+    seconds: u64,
+    target: Target,
+    keyed: bool,
 ) -> anyhow::Result<Vec<Attempt>> {
     let http =
         reqwest::Client::builder().timeout(Duration::from_secs(10)).connect_timeout(Duration::from_secs(2)).build()?;
@@ -76,7 +115,8 @@ pub async fn run_with(
         let base = apis[n % apis.len()].clone();
         let (path, body) = target(n);
         let (http, key) = (http.clone(), key.to_owned());
-        tasks.spawn(async move { attempt(&http, &base, &path, &key, &body).await });
+        let idempotency = keyed.then(|| idempotency_key(n));
+        tasks.spawn(async move { attempt(&http, &base, &path, &key, &body, idempotency, n).await });
     }
     let mut attempts = Vec::new();
     while let Some(attempt) = tasks.join_next().await {
@@ -86,9 +126,21 @@ pub async fn run_with(
     Ok(attempts)
 }
 
-async fn attempt(http: &reqwest::Client, base: &str, path: &str, key: &str, body: &Value) -> Attempt {
+async fn attempt(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    key: &str,
+    body: &Value,
+    idempotency: Option<String>,
+    n: usize,
+) -> Attempt {
     let at = Instant::now();
-    let sent = http.post(format!("{base}{path}")).bearer_auth(key).json(body).send().await;
+    let mut request = http.post(format!("{base}{path}")).bearer_auth(key).json(body);
+    if let Some(idempotency) = &idempotency {
+        request = request.header("idempotency-key", idempotency);
+    }
+    let sent = request.send().await;
     let create = at.elapsed();
     let retry_after = sent.as_ref().is_ok_and(|r| r.headers().contains_key("retry-after"));
     let answer = match sent {
@@ -112,5 +164,5 @@ async fn attempt(http: &reqwest::Client, base: &str, path: &str, key: &str, body
         get = Some((status, took));
     }
     let asked_priority = body["priority"].as_str().map(str::to_owned);
-    Attempt { at, answer, create, get, asked_priority, shown_priority, retry_after }
+    Attempt { at, answer, create, get, asked_priority, shown_priority, retry_after, n }
 }

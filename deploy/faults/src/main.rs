@@ -24,6 +24,7 @@ mod capped;
 mod flood;
 mod levels;
 mod load;
+mod lost_replies;
 mod outputs;
 mod recorder;
 mod report;

@@ -116,6 +116,8 @@ pub struct Outcome {
     pub trainings: Option<crate::trainings::TrainingsTally>,
     /// How the predictions with uploaded file outputs ended, in a scenario with them.
     pub outputs: Option<crate::outputs::OutputsTally>,
+    /// Runs, keys and answers lost, in the lost-answers scenario.
+    pub lost: Option<crate::lost_replies::LostTally>,
     /// What the budget's refusals and costs showed, in a scenario with a budget.
     pub budget: Option<crate::budget::BudgetTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
@@ -210,6 +212,7 @@ impl Outcome {
             trainings: None,
             outputs: None,
             budget: None,
+            lost: None,
             usage: None,
         }
     }
@@ -278,6 +281,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(lost) = &self.lost {
+            for failure in lost.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(cap) = &self.cap {
             fail(cap.most > u64::from(cap.cap), format!("{} running at once, past the cap of {}", cap.most, cap.cap));
             fail(!cap.full_after_fault, format!("never {} running again after the fault (a slot leaked?)", cap.cap));
@@ -307,6 +315,7 @@ impl Outcome {
             "trainings": self.trainings.as_ref().map(crate::trainings::TrainingsTally::json),
             "outputs": self.outputs.as_ref().map(crate::outputs::OutputsTally::json),
             "budget": self.budget.as_ref().map(crate::budget::BudgetTally::json),
+            "lost_answers": self.lost.as_ref().map(crate::lost_replies::LostTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,
             "ids_differ": self.ids_differ, "server_errors_outside_fault": self.server_errors,
@@ -381,6 +390,7 @@ mod tests {
             asked_priority: None,
             shown_priority: None,
             retry_after: false,
+            n: 0,
         }
     }
 
@@ -448,6 +458,7 @@ mod tests {
             asked_priority: None,
             shown_priority: None,
             retry_after: true,
+            n: 0,
         };
         let attempts = [error(start), error(start + Duration::from_secs(2)), error(start + Duration::from_secs(9))];
         let window =

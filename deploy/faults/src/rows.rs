@@ -26,6 +26,10 @@
 //! the crossing: creates must be refused (402) soon after, none accepted once refused, and the
 //! usage's cost must equal the predictions' ([`crate::budget`]).
 //!
+//! A row loses MongoDB's answers to every fourth write for a few seconds, after the writes
+//! applied, as a failover does: no model may run twice, no Idempotency-Key be left stuck
+//! ([`crate::lost_replies`]).
+//!
 //! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
 //! by how it ended, also where a runner was killed mid-run.
 
@@ -58,6 +62,9 @@ pub(crate) enum Fault {
     /// [`FLOOD_CLIENTS`] clients reading back to back for [`FLOOD_SECONDS`] (see [`crate::flood`]),
     /// twice the api's in-flight bound ([`FLOOD_BOUND`]).
     Overload,
+    /// Every few writes' answers lost after they applied, for `down` (see
+    /// [`crate::lost_replies`]).
+    LoseReplies,
     /// Creates at twice the rate the runner starts them ([`CREATE_FLOOD`]) for
     /// [`FLOOD_SECONDS`], with the queue bound at [`QUEUE_BOUND`] (see [`crate::flood::creates`]).
     CreateFlood,
@@ -192,6 +199,7 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     },
     Scenario { name: "nats-server restarted", fault: Fault::RestartNats, ..PLAIN },
     Scenario { name: "MongoDB stand-in restarted", fault: Fault::RestartMongo, ..PLAIN },
+    Scenario { name: "MongoDB answers lost after writes applied (failover)", fault: Fault::LoseReplies, ..PLAIN },
     Scenario {
         name: "receiver hangs on first attempts",
         behaviour: Behaviour::HangFirst(Duration::from_secs(DELIVERY_TIMEOUT_SECONDS + 1)),

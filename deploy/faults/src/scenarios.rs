@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    budget, capped, flood, levels, load, outputs,
+    budget, capped, flood, levels, load, lost_replies, outputs,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -194,6 +194,16 @@ async fn run_scenario(
     if let Some(uploader) = &uploader {
         vars.extend(uploader.vars());
     }
+    // Every service reaches MongoDB through the proxy that loses answers.
+    let losing = match scenario.fault {
+        Fault::LoseReplies => {
+            let (losing, proxied) = lost_replies::LostReplies::start(&servers.mongo.uri()).await?;
+            vars.retain(|(name, _)| *name != "MONGODB_URI");
+            vars.push(("MONGODB_URI", proxied));
+            Some(losing)
+        }
+        _ => None,
+    };
     let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
     let pinned = rollout::Pinned::new();
     if rolling {
@@ -217,6 +227,7 @@ async fn run_scenario(
     let load = tokio::spawn({
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
         let (rate, seconds) = (options.rate, options.seconds);
+        let keyed = losing.is_some();
         let target = match (rolling, scenario.levels) {
             (true, _) => Some(rollout::target(pinned.clone(), url.clone())),
             (_, true) => Some(levels::target(url.clone())),
@@ -225,6 +236,7 @@ async fn run_scenario(
         async move {
             match target {
                 Some(target) => load::run_with(&apis, &key, rate, seconds, target).await,
+                None if keyed => load::run_keyed(&apis, &key, &url, rate, seconds).await,
                 None => load::run(&apis, &key, &url, rate, seconds).await,
             }
         }
@@ -262,8 +274,26 @@ async fn run_scenario(
             (Vec::new(), Vec::new())
         }
     };
-    let (window, flooded) = inject(scenario.fault, options, &mut topology, servers, &recorder, &pinned).await?;
+    let (window, flooded, lost) = match &losing {
+        Some(losing) => {
+            let from = Instant::now();
+            losing.begin();
+            tokio::time::sleep(Duration::from_secs(options.down)).await;
+            let lost = losing.end();
+            (Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), None, lost)
+        }
+        None => {
+            let (window, flooded) = inject(scenario.fault, options, &mut topology, servers, &recorder, &pinned).await?;
+            (window, flooded, 0)
+        }
+    };
     let attempts = load.await??;
+    // Every create not answered 201 is sent again with its key (its prediction is then drained
+    // with the others), and every one answered 201 once more.
+    let keys = match &losing {
+        Some(_) => Some(lost_replies::settle_keys(&topology.apis[0], &topology.key, &recorder.url, &attempts).await?),
+        None => None,
+    };
     let (statuses, started) = drain(&topology, &recorder).await?;
     let usage = usage_against(&topology, &statuses).await?;
     let files = match uploading {
@@ -302,6 +332,12 @@ async fn run_scenario(
         let down = Duration::from_secs(options.down);
         outcome.outputs = Some(outputs::check(&topology.apis[0], &topology.key, &output_ids, down).await?);
     }
+    if let Some(mut keys) = keys {
+        keys.lost = lost;
+        keys.runs = lost_replies::runs(&topology.runner_metrics()[0]).await?;
+        keys.predictions = statuses.len();
+        outcome.lost = Some(keys);
+    }
     if let Some(account) = &budgeted {
         let (api, key) = (&topology.apis[0], &topology.key);
         let back = window.map(|w| w.back);
@@ -327,7 +363,8 @@ async fn inject(
     let from = Instant::now();
     let mut flooded = None;
     match fault {
-        Fault::None => return Ok((None, None)),
+        // Injected by the row itself (it holds the proxy).
+        Fault::None | Fault::LoseReplies => return Ok((None, None)),
         Fault::Rotate => {
             rotate(topology, recorder).await?;
             return Ok((None, None));

@@ -10,12 +10,13 @@
 //! Every other frame passes unchanged, in order, including the monitoring connections'
 //! streamed `hello` answers.
 //!
-//! Beside the `failCommand` failpoint (which the stand-in takes too, see
-//! [`super::TestContext::fail_commands`]), this singles out one command by what it says (the
+//! Beside the `failCommand` failpoint (which the stand-in takes too, see `common::testkit`'s
+//! `fail_commands`), this singles out one command by what it says (the
 //! update that claims a usage batch, not the status writes around it) and drops an answer
 //! after the write applied, which a failpoint cannot do (its `writeConcernError` comes
 //! closest). It sits in front of any server, so a test of a whole system (services as they
 //! run, on their own connections) uses it without naming their clients.
+#![forbid(unsafe_code)]
 
 use std::{
     collections::HashSet,
@@ -145,9 +146,13 @@ impl MongoFaults {
         self.addr
     }
 
-    /// `uri` with its host and port replaced by the proxy's.
+    /// `uri` (`mongodb://[user@]host:port[/...]`, the address it proxies) with its host and
+    /// port replaced by the proxy's.
     pub fn uri(&self, uri: &str) -> String {
-        uri.replacen(&super::host_port(uri), &self.addr.to_string(), 1)
+        let rest = uri.split_once("://").map_or(uri, |(_, r)| r);
+        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+        let host_port = rest.split(['/', '?']).next().unwrap_or(rest);
+        uri.replacen(host_port, &self.addr.to_string(), 1)
     }
 
     /// Gives the next `times` commands that `matches` accepts `fault`.
@@ -314,6 +319,13 @@ fn error_reply(request_id: i32, code: i32) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_uri_names_the_proxy_instead_of_the_server() {
+        let proxy = MongoFaults::start("127.0.0.1:1".into()).await.expect("proxy");
+        let uri = proxy.uri("mongodb://u:p@127.0.0.1:27017/db?w=1");
+        assert_eq!(uri, format!("mongodb://u:p@{}/db?w=1", proxy.addr()));
+    }
 
     fn op_msg(body: &Document, sequence: Option<(&str, &[Document])>) -> Vec<u8> {
         let mut sections = vec![0u8];

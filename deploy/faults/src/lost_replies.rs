@@ -1,0 +1,189 @@
+//! MongoDB's answers lost under load, as in a failover: every service reaches MongoDB through a
+//! [`MongoFaults`] proxy, and while the fault lasts every [`EVERY`]-th write (an insert, an
+//! update, a delete, a find-and-modify, of any service and collection) is applied by the server
+//! and its answer dropped with the connection, which is what a client sees when its primary
+//! steps down right after a write. Each create carries its own `Idempotency-Key`.
+//!
+//! What must hold ([`LostTally::failures`]), beside every row's checks (the usage equal to the
+//! predictions run, nothing stuck, every `completed` webhook):
+//! - no model ran twice: the runner's runs of `demo/sleep` equal the predictions;
+//! - no key is stuck: a create that was not answered 201 is sent again with its key until it
+//!   is (within [`SETTLE_KEYS`]), and a create that was answered 201 and sent again replays the
+//!   same prediction.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use mongo_faults::{Fault, MongoFaults};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::load::{self, Answer, Attempt};
+
+/// One write in this many loses its answer while the fault lasts.
+pub const EVERY: usize = 4;
+/// How long a create not answered 201 is sent again with its key before its key counts as
+/// stuck (a claim whose prediction never appeared answers 409 for two minutes, then is taken
+/// over: longer than this, so such a key is stuck here).
+const SETTLE_KEYS: Duration = Duration::from_secs(60);
+
+const WRITES: [&str; 4] = ["insert", "update", "delete", "findAndModify"];
+
+/// The proxy every service of the row goes through, and the switch of its fault.
+pub struct LostReplies {
+    proxy: MongoFaults,
+    on: Arc<AtomicBool>,
+}
+
+impl LostReplies {
+    /// A proxy to the server of `uri`, its fault off; the URI the services get.
+    pub async fn start(uri: &str) -> anyhow::Result<(Self, String)> {
+        let rest = uri.split_once("://").map_or(uri, |(_, r)| r);
+        let host_port = rest.split(['/', '?']).next().unwrap_or(rest);
+        let proxy = MongoFaults::start(host_port.to_owned()).await?;
+        let on = Arc::new(AtomicBool::new(false));
+        let (switch, writes) = (on.clone(), Arc::new(AtomicUsize::new(0)));
+        proxy.inject(usize::MAX, Fault::LoseReply, move |c| {
+            switch.load(Ordering::SeqCst)
+                && WRITES.contains(&c.name.as_str())
+                && writes.fetch_add(1, Ordering::SeqCst) % EVERY == EVERY - 1
+        });
+        let proxied = proxy.uri(uri);
+        Ok((Self { proxy, on }, proxied))
+    }
+
+    /// Starts losing answers.
+    pub fn begin(&self) {
+        self.on.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops losing answers; how many were lost.
+    pub fn end(&self) -> usize {
+        self.on.store(false, Ordering::SeqCst);
+        self.proxy.injected().len()
+    }
+}
+
+/// What the row found.
+#[derive(Clone, Debug, Default)]
+pub struct LostTally {
+    /// Answers lost.
+    pub lost: usize,
+    /// Runs of the model the runner counted, by any outcome.
+    pub runs: u64,
+    /// Predictions of the account.
+    pub predictions: usize,
+    /// Creates not answered 201 the first time.
+    pub resent: usize,
+    /// Of those, still not 201 after [`SETTLE_KEYS`].
+    pub stuck_keys: usize,
+    /// Creates answered 201 whose key, sent again, gave another prediction or none.
+    pub not_replayed: usize,
+}
+
+impl LostTally {
+    /// Why the row fails, if it does.
+    pub fn failures(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if self.lost == 0 {
+            why.push("no answer was lost: the fault did nothing".into());
+        }
+        if self.runs != self.predictions as u64 {
+            why.push(format!("the model ran {} times for {} predictions", self.runs, self.predictions));
+        }
+        if self.stuck_keys > 0 {
+            why.push(format!("{} keys stuck (no 201 within {} s)", self.stuck_keys, SETTLE_KEYS.as_secs()));
+        }
+        if self.not_replayed > 0 {
+            why.push(format!("{} keys sent again did not replay their prediction", self.not_replayed));
+        }
+        why
+    }
+
+    /// The tally as JSON.
+    pub fn json(&self) -> Value {
+        json!({
+            "answers_lost": self.lost, "model_runs": self.runs, "predictions": self.predictions,
+            "resent": self.resent, "stuck_keys": self.stuck_keys, "not_replayed": self.not_replayed,
+        })
+    }
+}
+
+/// Sends again, with its key, each create of `attempts` not answered 201 until it is (or
+/// [`SETTLE_KEYS`] passes), and each answered 201 once more (it must replay); returns the
+/// tally's `resent`, `stuck_keys` and `not_replayed`.
+pub async fn settle_keys(api: &str, key: &str, webhook: &str, attempts: &[Attempt]) -> anyhow::Result<LostTally> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let body = load::body(webhook);
+    let send = |n: usize| {
+        http.post(format!("{api}{}", load::LOAD_PATH))
+            .bearer_auth(key)
+            .header("idempotency-key", load::idempotency_key(n))
+            .json(&body)
+            .send()
+    };
+    let mut tally = LostTally::default();
+    let deadline = Instant::now() + SETTLE_KEYS;
+    for attempt in attempts {
+        match &attempt.answer {
+            Answer::Accepted(id) => {
+                let replayed = match send(attempt.n).await {
+                    Ok(r) if r.status() == 201 => r.json::<Value>().await.ok().map(|p| p["id"] == json!(id)),
+                    _ => None,
+                };
+                if replayed != Some(true) {
+                    tally.not_replayed += 1;
+                }
+            }
+            _ => {
+                tally.resent += 1;
+                let mut made = false;
+                while !made && Instant::now() < deadline {
+                    made = send(attempt.n).await.is_ok_and(|r| r.status() == 201);
+                    if !made {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+                if !made {
+                    tally.stuck_keys += 1;
+                }
+            }
+        }
+    }
+    Ok(tally)
+}
+
+/// The runs of every model the runner at `metrics` counted, by any outcome.
+pub async fn runs(metrics: &str) -> anyhow::Result<u64> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+    let text = http.get(metrics).send().await?.text().await?;
+    Ok(text
+        .lines()
+        .filter(|line| line.starts_with("runner_model_run_duration_seconds_count{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_run_a_stuck_key_a_key_that_does_not_replay_or_no_fault_fails_the_row() {
+        let good = LostTally { lost: 12, runs: 200, predictions: 200, resent: 9, stuck_keys: 0, not_replayed: 0 };
+        assert!(good.failures().is_empty());
+        for bad in [
+            LostTally { lost: 0, ..good.clone() },
+            LostTally { runs: 201, ..good.clone() },
+            LostTally { stuck_keys: 1, ..good.clone() },
+            LostTally { not_replayed: 1, ..good.clone() },
+        ] {
+            assert_eq!(bad.failures().len(), 1, "{bad:?}");
+        }
+    }
+}
