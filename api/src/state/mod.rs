@@ -58,6 +58,8 @@ pub struct Shared {
     pub(crate) payloads: Payloads,
     /// NATS JetStream.
     pub(crate) bus: Bus,
+    /// `/ready`'s memory of when MongoDB last answered (an election is forgiven).
+    pub(crate) readiness: common::readiness::Readiness,
     /// Builds every URL the api hands out (both surfaces, stream tokens).
     pub(crate) links: Links,
     /// API keys, cached briefly.
@@ -120,6 +122,7 @@ impl AppState {
             config,
             store,
             bus,
+            readiness: common::readiness::Readiness::default(),
         })))
     }
 

@@ -155,3 +155,33 @@ async fn the_runner_and_notifier_serve_their_metrics_and_answer_ready_only_with_
         assert_eq!(page(bind, "/health").await.expect("answers").status(), 200, "liveness does not need NATS");
     }
 }
+
+#[tokio::test]
+async fn ready_stays_200_through_a_mongodb_silence_as_long_as_an_election_and_turns_503_past_it() {
+    use common::readiness::ELECTION_GRACE;
+    let real = infra().mongodb_uri.clone();
+    let proxy = TcpProxy::start(host_port(&real)).await.expect("proxy");
+    let proxied = real.replacen(&host_port(&real), &proxy.addr().to_string(), 1);
+    let system = System::start_with(Options { env: vec![("MONGODB_URI", proxied)], ..Options::default() }).await;
+    assert_eq!(system.anonymous(Method::GET, "/ready").send().await.expect("sent").status(), 200);
+    let silent_since = std::time::Instant::now();
+    proxy.stall();
+    // Within the grace: MongoDB does not answer, and the replica stays in rotation.
+    let during = system.anonymous(Method::GET, "/ready").send().await.expect("sent");
+    assert_eq!(during.status(), 200, "an election's silence keeps the replica ready");
+    // Past it: unready.
+    let not_ready = eventually(ELECTION_GRACE + Duration::from_secs(15), || async {
+        let r = system.anonymous(Method::GET, "/ready").send().await.ok()?;
+        (r.status() == 503).then_some(())
+    })
+    .await;
+    assert!(not_ready.is_some(), "/ready turns 503 once the silence outlasts an election");
+    assert!(silent_since.elapsed() >= ELECTION_GRACE, "not before the grace ran out");
+    proxy.resume();
+    let back = eventually(Duration::from_secs(30), || async {
+        let r = system.anonymous(Method::GET, "/ready").send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "ready again once MongoDB answers");
+}

@@ -23,7 +23,9 @@
 //! - **Retries.** The driver retries `update_one` across an election, never `run_command`. A
 //!   command that fails because the primary stepped down or could not be reached
 //!   ([`super::is_unreachable`]) is sent again, for up to [`RETRY_FOR`] (an election takes up to
-//!   about 12 s). A command whose reply was lost may have been applied, so after a retry a
+//!   about 12 s); so is one whose `writeErrors` carry such a code (a statement the stepping
+//!   down primary did not write), while any other code there refuses its statement alone.
+//!   A command whose reply was lost may have been applied, so after a retry a
 //!   statement that did not match is settled by its `applied` filter: "matched nothing" no
 //!   longer means "applied nothing".
 
@@ -329,9 +331,15 @@ impl Reply {
         for error in reply.get_array("writeErrors").map(Vec::as_slice).unwrap_or_default() {
             let Bson::Document(error) = error else { continue };
             let index = super::integer(error.get("index")).and_then(|i| usize::try_from(i).ok());
+            let code = super::integer(error.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
+            let message = error.get_str("errmsg").unwrap_or_default().to_owned();
+            // A statement not written because the primary stepped down or shut down is not a
+            // refusal: the whole command is sent again (what it applied does not match twice,
+            // and is settled by reading).
+            if super::is_retryable_code(code) {
+                return Err(StoreError::custom(super::PrimaryLost(format!("write error {code}: {message}"))));
+            }
             if let Some(slot) = index.and_then(|i| refused.get_mut(i)) {
-                let code = super::integer(error.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
-                let message = error.get_str("errmsg").unwrap_or_default().to_owned();
                 *slot = Some(GroupUpdateError::Refused { code, message });
             }
         }
@@ -414,6 +422,15 @@ mod tests {
             })
             .collect();
         assert_eq!(shapes, ["batch of 2", "alone", "batch of 2"]);
+    }
+
+    #[test]
+    fn a_write_error_of_a_lost_primary_is_worth_a_retry_and_another_is_a_refusal() {
+        let stepped_down = doc! { "n": 1, "writeErrors": [{ "index": 1, "code": 10107, "errmsg": "not primary" }] };
+        assert!(Reply::read(&stepped_down, 2).is_err_and(|e| super::super::is_unreachable(&e)));
+        let invalid = doc! { "n": 1, "writeErrors": [{ "index": 1, "code": 121, "errmsg": "validation" }] };
+        let read = Reply::read(&invalid, 2).expect("a reply");
+        assert!(matches!(&read.refused[1], Some(GroupUpdateError::Refused { code: 121, .. })), "{read:?}");
     }
 
     #[test]

@@ -110,10 +110,11 @@ pub async fn serve_operations(
             ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         }
     };
+    let readiness = crate::readiness::Readiness::default();
     let ready = move || {
-        let (store, bus) = (store.clone(), bus.clone());
+        let (store, bus, readiness) = (store.clone(), bus.clone(), readiness.clone());
         async move {
-            match crate::readiness::check(&store, &bus).await {
+            match readiness.check(&store, &bus).await {
                 Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready", "version": crate::VERSION}))),
                 Err(not_ready) => {
                     tracing::warn!(mongodb = ?not_ready.mongodb, nats = ?not_ready.nats, "not ready");
