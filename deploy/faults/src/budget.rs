@@ -4,7 +4,9 @@
 //! [`KILL_AT_PERCENT`] of it (the next batch is the one that crosses), the runner that counts
 //! is killed with that batch in hand. The batch's costs come back only with the recovery
 //! sweep ([`common::usage::RECOVER_AFTER`] later), so the api must learn of the crossing
-//! from what the restarted runner counts next.
+//! from what the restarted runner counts next. The row's load lasts twice the suite's (the
+//! crossing comes only once the killed runner is back and has run jobs again: 9 s in, in one
+//! run, against the 10 s of the other rows' load).
 //!
 //! What must hold ([`BudgetTally::failures`]):
 //! - the account is refused (402) once its spending reaches the budget, no later than

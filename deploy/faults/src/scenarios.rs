@@ -226,7 +226,10 @@ async fn run_scenario(
     let anchor = (Instant::now(), chrono::Utc::now());
     let load = tokio::spawn({
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
-        let (rate, seconds) = (options.rate, options.seconds);
+        // The budget row's load lasts twice as long: its crossing comes only once the killed
+        // runner is back and has run jobs again, and refusals must be seen after it.
+        let seconds = if scenario.budget { options.seconds * 2 } else { options.seconds };
+        let rate = options.rate;
         let keyed = losing.is_some();
         let target = match (rolling, scenario.levels) {
             (true, _) => Some(rollout::target(pinned.clone(), url.clone())),
