@@ -273,19 +273,29 @@ const STALE_MARGIN: Duration = Duration::from_secs(5);
 /// request's deadline lasts (a claim left behind answers 409 until it is stale).
 async fn release_key(state: &AppState, account: &AccountId, key: &str, prediction: &PredictionId) {
     let keys = state.store.idempotency_keys();
+    if until_settled("releasing the idempotency key", || keys.release(account, key, prediction)).await.is_none() {
+        tracing::warn!("idempotency key not released; a retry of it is taken over once the claim is stale");
+    }
+}
+
+/// `step` until it succeeds, pausing [`SETTLE_PAUSE`] between failures, for up to
+/// [`SETTLE_TIME`] within the request's deadline; `None` if it never did.
+async fn until_settled<T, F, Fut>(what: &str, mut step: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, common::store::StoreError>>,
+{
     let left = common::deadline::remaining().unwrap_or(SETTLE_TIME).min(SETTLE_TIME);
-    let released = tokio::time::timeout(left, async {
+    let tries = async {
         loop {
-            match keys.release(account, key, prediction).await {
-                Ok(()) => return,
-                Err(e) => tracing::warn!(error = %e, "idempotency key not released; trying again"),
+            match step().await {
+                Ok(value) => return value,
+                Err(e) => tracing::warn!(error = %e, "{what} failed; trying again"),
             }
             tokio::time::sleep(SETTLE_PAUSE).await;
         }
-    });
-    if released.await.is_err() {
-        tracing::warn!("idempotency key not released; a retry of it is taken over once the claim is stale");
-    }
+    };
+    tokio::time::timeout(left, tries).await.ok()
 }
 
 /// Whether a prediction whose write failed is stored.
@@ -309,26 +319,17 @@ const SETTLE_PAUSE: Duration = Duration::from_millis(200);
 /// whether the first write applied (a duplicate on another unique field: it did not). Not
 /// settled within [`SETTLE_TIME`] or the request's deadline: unknown.
 async fn settle(state: &AppState, document: &Prediction) -> Stored {
-    let left = common::deadline::remaining().unwrap_or(SETTLE_TIME).min(SETTLE_TIME);
     let predictions = state.store.predictions();
-    let again = async {
-        loop {
-            let settled = match predictions.insert(document).await {
-                Ok(()) => Ok(Stored::Yes),
-                Err(e) if common::store::is_duplicate_key(&e) => predictions
-                    .get(&document.id)
-                    .await
-                    .map(|found| if found.is_some() { Stored::Yes } else { Stored::No }),
-                Err(e) => Err(e),
-            };
-            match settled {
-                Ok(stored) => return stored,
-                Err(e) => tracing::warn!(error = %e, "settling whether the prediction is stored failed; trying again"),
+    let again = || async {
+        match predictions.insert(document).await {
+            Ok(()) => Ok(Stored::Yes),
+            Err(e) if common::store::is_duplicate_key(&e) => {
+                predictions.get(&document.id).await.map(|found| if found.is_some() { Stored::Yes } else { Stored::No })
             }
-            tokio::time::sleep(SETTLE_PAUSE).await;
+            Err(e) => Err(e),
         }
     };
-    tokio::time::timeout(left, again).await.unwrap_or(Stored::Unknown)
+    until_settled("settling whether the prediction is stored", again).await.unwrap_or(Stored::Unknown)
 }
 
 /// Refuses a prediction that would wait longer than `API_MAX_QUEUE_SECONDS` to start (503,

@@ -29,6 +29,18 @@ pub struct IdempotencyRecord {
     pub expires_at: DateTime,
 }
 
+impl IdempotencyRecord {
+    /// The claim of `key` of `account` for `prediction`, made at `now`, for the window.
+    fn new(account: &AccountId, key: &str, prediction: &PredictionId, now: DateTime) -> Self {
+        Self {
+            id: format!("{account}:{key}"),
+            prediction_id: prediction.clone(),
+            created_at: now,
+            expires_at: DateTime::from_millis(now.timestamp_millis() + IDEMPOTENCY_WINDOW_MS),
+        }
+    }
+}
+
 /// The outcome of claiming a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -57,12 +69,7 @@ impl IdempotencyKeys {
         prediction: &PredictionId,
         now: DateTime,
     ) -> Result<Claim, StoreError> {
-        let record = IdempotencyRecord {
-            id: format!("{account}:{key}"),
-            prediction_id: prediction.clone(),
-            created_at: now,
-            expires_at: DateTime::from_millis(now.timestamp_millis() + IDEMPOTENCY_WINDOW_MS),
-        };
+        let record = IdempotencyRecord::new(account, key, prediction, now);
         for _ in 0..3 {
             match self.coll.insert_one(&record).await {
                 Ok(_) => return Ok(Claim::New),
@@ -107,16 +114,10 @@ impl IdempotencyKeys {
         now: DateTime,
         stale_after: std::time::Duration,
     ) -> Result<bool, StoreError> {
-        let id = format!("{account}:{key}");
+        let record = IdempotencyRecord::new(account, key, prediction, now);
         let age = i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
         let before = DateTime::from_millis(now.timestamp_millis().saturating_sub(age));
-        let filter = doc! { "_id": &id, "prediction_id": stale.as_str(), "created_at": { "$lt": before } };
-        let record = IdempotencyRecord {
-            id,
-            prediction_id: prediction.clone(),
-            created_at: now,
-            expires_at: DateTime::from_millis(now.timestamp_millis() + IDEMPOTENCY_WINDOW_MS),
-        };
+        let filter = doc! { "_id": &record.id, "prediction_id": stale.as_str(), "created_at": { "$lt": before } };
         Ok(self.coll.replace_one(filter, &record).await?.modified_count == 1)
     }
 

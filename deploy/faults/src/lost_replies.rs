@@ -43,9 +43,7 @@ pub struct LostReplies {
 impl LostReplies {
     /// A proxy to the server of `uri`, its fault off; the URI the services get.
     pub async fn start(uri: &str) -> anyhow::Result<(Self, String)> {
-        let rest = uri.split_once("://").map_or(uri, |(_, r)| r);
-        let host_port = rest.split(['/', '?']).next().unwrap_or(rest);
-        let proxy = MongoFaults::start(host_port.to_owned()).await?;
+        let proxy = MongoFaults::start(mongo_faults::host_port(uri).to_owned()).await?;
         let on = Arc::new(AtomicBool::new(false));
         let (switch, writes) = (on.clone(), Arc::new(AtomicUsize::new(0)));
         proxy.inject(usize::MAX, Fault::LoseReply, move |c| {

@@ -149,10 +149,7 @@ impl MongoFaults {
     /// `uri` (`mongodb://[user@]host:port[/...]`, the address it proxies) with its host and
     /// port replaced by the proxy's.
     pub fn uri(&self, uri: &str) -> String {
-        let rest = uri.split_once("://").map_or(uri, |(_, r)| r);
-        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-        let host_port = rest.split(['/', '?']).next().unwrap_or(rest);
-        uri.replacen(host_port, &self.addr.to_string(), 1)
+        uri.replacen(host_port(uri), &self.addr.to_string(), 1)
     }
 
     /// Gives the next `times` commands that `matches` accepts `fault`.
@@ -164,6 +161,13 @@ impl MongoFaults {
     pub fn injected(&self) -> Vec<(String, String)> {
         lock(&self.faults).injected.clone()
     }
+}
+
+/// The `host:port` a `mongodb://[user@]host:port[/...]` URI names.
+pub fn host_port(uri: &str) -> &str {
+    let rest = uri.split_once("://").map_or(uri, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap_or(rest)
 }
 
 impl Drop for MongoFaults {
