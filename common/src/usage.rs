@@ -28,6 +28,7 @@ use crate::{
     domain::{Prediction, PredictionId, ids::random_base32},
     store::{
         Predictions, Store, StoreError,
+        predictions::PageMark,
         usage::{Counted, UsageGroup, UsageTotals, merged},
     },
 };
@@ -124,39 +125,58 @@ impl UsageLedger {
         }
     }
 
-    /// Counts up to `limit` predictions whose usage is still pending [`RECOVER_AFTER`] after
-    /// they ended; how many it took over.
+    /// Counts the predictions whose usage is still pending [`RECOVER_AFTER`] after they ended,
+    /// walking them in pages of `limit`; how many it looked at.
     pub async fn recover(&self, limit: i64) -> Result<usize, StoreError> {
         self.recover_ended_before(RECOVER_AFTER, limit).await
     }
 
-    /// [`Self::recover`] of predictions that ended more than `ago` ago (tests).
+    /// [`Self::recover`] of predictions that ended more than `ago` ago (tests). A batch that
+    /// cannot be added is logged and passed over (the next sweep tries it again): it holds up
+    /// neither the batches after it nor the rest of the walk. Only a page that cannot be read
+    /// ends the walk early, with its error.
     pub async fn recover_ended_before(&self, ago: Duration, limit: i64) -> Result<usize, StoreError> {
         let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
         let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(ago));
-        let pending = self.predictions.usage_pending_before(before, limit).await?;
-        let mut batches: Vec<(String, i64)> = Vec::new();
-        for prediction in &pending {
-            match prediction.usage.as_ref().and_then(|u| Some((u.writer.clone()?, u.seq?))) {
-                Some(batch) if !batches.contains(&batch) => batches.push(batch),
-                Some(_) => {}
-                None => self.record(prediction),
+        let mut seen = 0;
+        let mut from = None;
+        let mut done: Vec<(String, i64)> = Vec::new();
+        loop {
+            let pending = self.predictions.usage_pending_before(before, from.as_ref(), limit).await?;
+            seen += pending.len();
+            for prediction in &pending {
+                match prediction.usage.as_ref().and_then(|u| Some((u.writer.clone()?, u.seq?))) {
+                    Some(batch) if !done.contains(&batch) => {
+                        if let Err(e) = self.add_again(&batch.0, batch.1).await {
+                            tracing::warn!(writer = %batch.0, seq = batch.1, error = %e,
+                                "a claimed usage batch was not added; the next sweep tries it again");
+                        }
+                        done.push(batch);
+                    }
+                    Some(_) => {}
+                    None => self.record(prediction),
+                }
+            }
+            from = PageMark::after_page(&pending, limit, |p| p.completed_at);
+            if from.is_none() {
+                break;
             }
         }
-        // A claimed batch is added again whole (all of it still pending: it is marked counted
-        // only once added), so its totals take it exactly where they had not.
-        for (writer, seq) in &batches {
-            let batch = self.predictions.usage_pending_of(writer, *seq).await?;
-            for sum in merged(writer, batch.iter().filter_map(counted)) {
-                self.totals.add(writer, *seq, &sum).await?;
-            }
-            let ids: Vec<&PredictionId> = batch.iter().map(|p| &p.id).collect();
-            self.predictions.usage_counted(&ids).await?;
+        if seen > 0 {
+            tracing::info!(predictions = seen, "counted the usage of predictions whose writer did not");
         }
-        if !pending.is_empty() {
-            tracing::info!(predictions = pending.len(), "counted the usage of predictions whose writer did not");
+        Ok(seen)
+    }
+
+    /// Adds `writer`'s claimed batch `seq` again, whole (all of it still pending: it is marked
+    /// counted only once added), so its totals take it exactly where they had not.
+    async fn add_again(&self, writer: &str, seq: i64) -> Result<(), StoreError> {
+        let batch = self.predictions.usage_pending_of(writer, seq).await?;
+        for sum in merged(writer, batch.iter().filter_map(counted)) {
+            self.totals.add(writer, seq, &sum).await?;
         }
-        Ok(pending.len())
+        let ids: Vec<&PredictionId> = batch.iter().map(|p| &p.id).collect();
+        self.predictions.usage_counted(&ids).await
     }
 }
 

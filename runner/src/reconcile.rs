@@ -54,6 +54,17 @@ pub struct Repairs {
     pub republished: usize,
     /// `completed` events of canceled predictions published.
     pub announced: usize,
+    /// Predictions whose repair failed (each logged; the next pass looks again).
+    pub failed: usize,
+}
+
+impl Repairs {
+    /// Counts a repair of `id` that failed, with `error`: logged and passed over, so it holds
+    /// up no other.
+    fn failed(&mut self, id: &common::domain::PredictionId, error: anyhow::Error) {
+        self.failed += 1;
+        tracing::warn!(prediction_id = %id, error = format!("{error:#}"), "a repair failed; the next pass looks again");
+    }
 }
 
 /// The reconciler of one runner.
@@ -71,11 +82,7 @@ pub struct Reconciler {
 /// The mark a page leaves for the next: after its last prediction, or back at the start when
 /// the page was not full.
 fn next_mark(page: &[Prediction], at: impl Fn(&Prediction) -> Option<DateTime>) -> Option<PageMark> {
-    if page.len() < usize::try_from(BATCH).unwrap_or(usize::MAX) {
-        return None;
-    }
-    let last = page.last()?;
-    Some(PageMark { at: at(last)?, id: last.id.to_string() })
+    PageMark::after_page(page, BATCH, at)
 }
 
 fn ago(d: Duration) -> DateTime {
@@ -103,25 +110,38 @@ impl Reconciler {
         }
     }
 
-    /// One pass over overdue and orphaned predictions.
+    /// One pass over overdue and orphaned predictions. A prediction whose repair fails is
+    /// logged and passed over ([`Repairs::failed`]); only a page that cannot be read ends the
+    /// pass early.
     pub async fn pass(&self) -> anyhow::Result<Repairs> {
         let mut repairs = Repairs::default();
         for p in self.store.predictions().overdue(ago(GRACE), BATCH).await? {
-            if self.executor.fail(&p, timeout_error()).await?.is_some() {
-                repairs.timed_out += 1;
-                if let Err(e) = self.bus.publish_cancel(&p.id).await {
-                    tracing::warn!(prediction_id = %p.id, error = %e, "cancel broadcast failed");
+            match self.executor.fail(&p, timeout_error()).await {
+                Ok(Some(_)) => {
+                    repairs.timed_out += 1;
+                    if let Err(e) = self.bus.publish_cancel(&p.id).await {
+                        tracing::warn!(prediction_id = %p.id, error = %e, "cancel broadcast failed");
+                    }
                 }
+                Ok(None) => {}
+                Err(e) => repairs.failed(&p.id, e),
             }
         }
         let from = self.orphans_from.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let orphans = self.store.predictions().starting_since_before(ago(ORPHAN_AFTER), from.as_ref(), BATCH).await?;
         *self.orphans_from.lock().unwrap_or_else(|p| p.into_inner()) = next_mark(&orphans, |p| Some(p.created_at));
         for p in orphans {
-            if !self.bus.job_exists(&p).await? {
+            let republished = async {
+                if self.bus.job_exists(&p).await? {
+                    return anyhow::Ok(false);
+                }
                 tracing::warn!(prediction_id = %p.id, "starting prediction without a job; republishing it");
                 self.bus.publish_job(&p).await?;
-                repairs.republished += 1;
+                Ok(true)
+            };
+            match republished.await {
+                Ok(done) => repairs.republished += usize::from(done),
+                Err(e) => repairs.failed(&p.id, e),
             }
         }
         let predictions = self.store.predictions();
@@ -130,16 +150,20 @@ impl Reconciler {
             predictions.canceled_between(ago(ANNOUNCE_WITHIN), ago(ORPHAN_AFTER), from.as_ref(), BATCH).await?;
         *self.canceled_from.lock().unwrap_or_else(|p| p.into_inner()) = next_mark(&canceled, |p| p.completed_at);
         for p in canceled {
-            if !self.bus.completed_event_exists(&p).await? {
+            let id = p.id.clone();
+            let announced = async {
+                if self.bus.completed_event_exists(&p).await? {
+                    return anyhow::Ok(false);
+                }
                 tracing::warn!(prediction_id = %p.id, "canceled prediction without its completed event; publishing it");
                 let p = self.executor.whole(p).await?;
-                self.bus
-                    .publish_event(
-                        PredictionChanged::of(&p, WebhookEvent::Completed, self.executor.links()),
-                        Announcement::Again,
-                    )
-                    .await?;
-                repairs.announced += 1;
+                let event = PredictionChanged::of(&p, WebhookEvent::Completed, self.executor.links());
+                self.bus.publish_event(event, Announcement::Again).await?;
+                Ok(true)
+            };
+            match announced.await {
+                Ok(done) => repairs.announced += usize::from(done),
+                Err(e) => repairs.failed(&id, e),
             }
         }
         Ok(repairs)

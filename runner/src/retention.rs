@@ -13,18 +13,55 @@
 //! Uploads of the Files API expire at their `expires_at` (`FILES_RETENTION_HOURS` after the
 //! upload) and the same passes delete them, record first, then bytes. A file that a prediction
 //! which has not ended names in its input is kept: its expiry moves [`IN_USE_GRACE`] on, and a
-//! later pass looks again.
+//! later pass looks again. So is a file a trained version names as its weights (weights are
+//! stored expiring, and kept once their version is recorded; see the runner's
+//! `execute::training`).
+//!
+//! Each sweep walks all it has to do in pages of [`BATCH`], and an item that fails (a file the
+//! object store will not delete, say) is logged and passed over, tried again by the next pass:
+//! it holds up neither the items after it nor the other sweeps.
 
 use std::time::Duration;
 
 use bson::DateTime;
-use common::{files::Files, store::Store, usage::UsageLedger};
+use common::{
+    files::Files,
+    store::{Store, predictions::PageMark},
+    usage::UsageLedger,
+};
 use tokio_util::sync::CancellationToken;
 
-/// The most predictions (and expired files) one pass clears.
+/// The size of a page each sweep reads.
 pub const BATCH: i64 = 100;
-/// How far an expired file still in use as an input is postponed.
+/// How far an expired file still in use as an input, or one that could not be deleted, is
+/// postponed.
 pub const IN_USE_GRACE: Duration = Duration::from_secs(600);
+
+/// What one pass did: items done and items that failed (each logged), over every sweep.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    /// Items cleared, swept, counted or postponed.
+    pub done: usize,
+    /// Items that failed, and sweeps that could not read what they had to do.
+    pub failed: usize,
+}
+
+impl Swept {
+    fn add(&mut self, other: Swept) {
+        self.done += other.done;
+        self.failed += other.failed;
+    }
+
+    fn one(&mut self, result: anyhow::Result<()>, what: &str) {
+        match result {
+            Ok(()) => self.done += 1,
+            Err(e) => {
+                self.failed += 1;
+                tracing::warn!(error = format!("{e:#}"), "{what} failed; the next pass tries it again");
+            }
+        }
+    }
+}
 
 /// The retention sweeper of one runner.
 pub struct Sweeper {
@@ -54,56 +91,112 @@ impl Sweeper {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(self.interval) => {}
             }
-            loop {
-                match self.pass().await {
-                    Ok(n) if n as i64 == BATCH => continue,
-                    Ok(0) => break,
-                    Ok(n) => {
-                        tracing::info!(predictions = n, "retention removed the data of ended predictions");
-                        break;
+            let swept = self.pass().await;
+            if swept.failed > 0 {
+                tracing::warn!(done = swept.done, failed = swept.failed, "retention pass left items for the next");
+            } else if swept.done > 0 {
+                tracing::info!(done = swept.done, "retention pass done");
+            }
+        }
+    }
+
+    /// One pass of every sweep, each walking all it has to do.
+    pub async fn pass(&self) -> Swept {
+        let mut swept = Swept::default();
+        swept.add(self.clear_data().await);
+        match self.files.sweep_unfinished(BATCH).await {
+            Ok(n) => swept.done += n,
+            Err(e) => swept.one(Err(e.into()), "the sweep of unfinished uploads"),
+        }
+        if let Some(usage) = &self.usage {
+            match usage.recover(BATCH).await {
+                Ok(n) => swept.done += n,
+                Err(e) => swept.one(Err(e.into()), "the usage sweep"),
+            }
+        }
+        swept.add(self.expire_files(&self.files).await);
+        swept
+    }
+
+    /// Deletes the files, then the data, of every prediction that ended more than the
+    /// retention ago: files first, so a crash between the two leaves a prediction the next
+    /// pass finishes, never a file that nothing points to.
+    async fn clear_data(&self) -> Swept {
+        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
+        let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(retention_ms));
+        let mut swept = Swept::default();
+        let mut from = None;
+        loop {
+            let page = match self.store.predictions().data_expired(before, from.as_ref(), BATCH).await {
+                Ok(page) => page,
+                Err(e) => {
+                    swept.one(Err(e.into()), "reading the predictions whose data expired");
+                    return swept;
+                }
+            };
+            for p in &page {
+                let cleared = async {
+                    self.files.delete_outputs_of(&p.id).await?;
+                    self.store.predictions().remove_data(&p.id).await?;
+                    Ok(())
+                };
+                swept.one(cleared.await, &format!("clearing the data of {}", p.id));
+            }
+            from = PageMark::after_page(&page, BATCH, |p| p.completed_at);
+            if from.is_none() {
+                return swept;
+            }
+        }
+    }
+
+    /// Deletes every expired upload, postponing those still in use (and those it could not
+    /// delete, which go behind the others).
+    pub async fn expire_files(&self, files: &Files) -> Swept {
+        let now = DateTime::now();
+        let grace = i64::try_from(IN_USE_GRACE.as_millis()).unwrap_or(i64::MAX);
+        let later = DateTime::from_millis(now.timestamp_millis().saturating_add(grace));
+        let mut swept = Swept::default();
+        loop {
+            let expired = match files.records().expired(now, BATCH).await {
+                Ok(expired) => expired,
+                Err(e) => {
+                    swept.one(Err(e.into()), "reading the expired files");
+                    return swept;
+                }
+            };
+            let mut moved = 0;
+            for file in &expired {
+                let done = async {
+                    let in_use = self.store.predictions().file_in_use(&file.id).await?
+                        || self.store.model_versions().names_weights(&file.id).await?;
+                    if in_use {
+                        files.records().postpone(&file.id, later).await?;
+                    } else {
+                        files.delete(&file.id).await?;
+                    }
+                    anyhow::Ok(())
+                };
+                match done.await {
+                    Ok(()) => {
+                        moved += 1;
+                        swept.done += 1;
                     }
                     Err(e) => {
-                        tracing::warn!(error = format!("{e:#}"), "retention sweep failed; trying again next time");
-                        break;
+                        swept.one(Err(e), &format!("expiring file {}", file.id));
+                        // Behind the others, so the next page does not read it again.
+                        if files.records().postpone(&file.id, later).await.is_ok() {
+                            moved += 1;
+                        }
                     }
                 }
             }
-        }
-    }
-
-    /// Clears one batch; returns how many predictions it looked at.
-    pub async fn pass(&self) -> anyhow::Result<usize> {
-        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
-        let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(retention_ms));
-        let expired = self.store.predictions().data_expired(before, BATCH).await?;
-        for p in &expired {
-            self.files.delete_outputs_of(&p.id).await?;
-            self.store.predictions().remove_data(&p.id).await?;
-        }
-        let swept = self.files.sweep_unfinished(BATCH).await?;
-        let recovered = match &self.usage {
-            Some(usage) => usage.recover(BATCH).await?,
-            None => 0,
-        };
-        Ok(expired.len().max(self.expire_files(&self.files).await?).max(swept).max(recovered))
-    }
-
-    /// Deletes a batch of expired uploads (postponing those still in use); how many it looked at.
-    pub async fn expire_files(&self, files: &Files) -> anyhow::Result<usize> {
-        let now = DateTime::now();
-        let expired = files.records().expired(now, BATCH).await?;
-        let grace = i64::try_from(IN_USE_GRACE.as_millis()).unwrap_or(i64::MAX);
-        for file in &expired {
-            if self.store.predictions().file_in_use(&file.id).await? {
-                let until = DateTime::from_millis(now.timestamp_millis().saturating_add(grace));
-                files.records().postpone(&file.id, until).await?;
-            } else {
-                files.delete(&file.id).await?;
+            if !expired.is_empty() {
+                tracing::info!(files = expired.len(), "retention looked at expired files");
+            }
+            // A short page was the last; a page where nothing moved would be read again.
+            if expired.len() < usize::try_from(BATCH).unwrap_or(usize::MAX) || moved == 0 {
+                return swept;
             }
         }
-        if !expired.is_empty() {
-            tracing::info!(files = expired.len(), "retention looked at expired files");
-        }
-        Ok(expired.len())
     }
 }

@@ -16,14 +16,29 @@ use receiver::Receiver;
 
 use crate::harness::{JsonBody, Options, System};
 
-/// Whether an index with these keys serves `shape`: it holds every field the query filters
-/// and sorts on (`_id` aside: a document found by `_id` is one document), and it leads with
-/// one the filter names (or, for a query without a filter, with the first it sorts on).
-fn serves(keys: &[String], shape: &QueryShape) -> bool {
+/// Whether an index with these keys serves a query filtering on `filter` and sorting on
+/// `sort`: it holds every field the query filters and sorts on (an `_id` range or sort
+/// included), and it leads with one the filter names (or, for a query without a filter, with
+/// the first it sorts on).
+fn serves_fields(keys: &[String], filter: &[String], sort: &[String]) -> bool {
     let Some(first) = keys.first() else { return false };
-    let covered = shape.filter.iter().chain(&shape.sort).all(|f| f == "_id" || keys.contains(f));
-    let leads = if shape.filter.is_empty() { shape.sort.first() == Some(first) } else { shape.filter.contains(first) };
+    let covered = filter.iter().chain(sort).all(|f| keys.contains(f));
+    let leads = if filter.is_empty() { sort.first() == Some(first) } else { filter.contains(first) };
     covered && leads
+}
+
+/// Whether `indexes` serve `shape`: a query naming its documents by `_id` is served by the
+/// `_id` index; one with a top-level `$or` needs an index for each branch; any other one
+/// index that [`serves_fields`].
+fn served(indexes: &[Vec<String>], shape: &QueryShape) -> bool {
+    let by_one = |filter: &[String]| indexes.iter().any(|keys| serves_fields(keys, filter, &shape.sort));
+    if shape.by_id {
+        true
+    } else if shape.branches.is_empty() {
+        by_one(&shape.filter)
+    } else {
+        shape.branches.iter().all(|branch| by_one(branch))
+    }
 }
 
 /// Queries that may scan, and why: the `models` collection holds one document per model
@@ -205,9 +220,8 @@ async fn every_query_the_services_make_has_an_index_to_use() {
     let unserved: Vec<&QueryShape> = shapes
         .iter()
         .filter(|shape| {
-            let by_id = shape.filter.iter().any(|f| f == "_id");
-            let served = indexes.get(&shape.collection).is_some_and(|all| all.iter().any(|keys| serves(keys, shape)));
-            !by_id && !served && !may_scan(shape)
+            let of_collection = indexes.get(&shape.collection).map(Vec::as_slice).unwrap_or_default();
+            !served(of_collection, shape) && !may_scan(shape)
         })
         .collect();
     assert!(unserved.is_empty(), "queries no index serves:\n{unserved:#?}");
@@ -228,4 +242,20 @@ async fn an_index_made_before_with_the_same_keys_and_other_options_does_not_stop
     assert!(conflict.is_err(), "the server refuses the same keys with other options");
 
     store.ensure_indexes().await.expect("the service starts, keeping the operator's index");
+}
+
+#[tokio::test]
+async fn an_index_a_newer_one_replaces_is_dropped_at_start() {
+    let ctx = common::testkit::TestContext::new();
+    let store = ctx.store().await;
+    let predictions = store.database().collection::<Document>("predictions");
+    let old = mongodb::IndexModel::builder().keys(bson::doc! { "status": 1, "created_at": 1 }).build();
+    predictions.create_index(old).await.expect("an earlier release's index");
+
+    store.ensure_indexes().await.expect("indexes made");
+    store.ensure_indexes().await.expect("and again, with nothing left to drop");
+
+    let names: Vec<String> = predictions.list_index_names().await.expect("index names");
+    assert!(!names.contains(&"status_1_created_at_1".to_owned()), "{names:?}");
+    assert!(names.contains(&"status_1_created_at_1__id_1".to_owned()), "{names:?}");
 }

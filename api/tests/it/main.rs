@@ -38,6 +38,7 @@ mod signing_secret;
 mod spend;
 mod stalled_database;
 mod streaming;
+mod sweeps;
 mod tracing;
 mod trainings;
 mod uncertain_writes;

@@ -41,6 +41,13 @@ pub struct QueryShape {
     pub sort: Vec<String>,
     /// Whether the command carries a time limit for the server (`maxTimeMS`).
     pub time_limited: bool,
+    /// Whether the filter names its documents by `_id` (a value, `$eq` or `$in` at its top
+    /// level): a point lookup, served by the `_id` index whatever else it filters on. An `_id`
+    /// range or sort is no such thing: an index must hold `_id` for it.
+    pub by_id: bool,
+    /// The fields of each branch of a top-level `$or`, with the fields beside it (empty when
+    /// it has none): MongoDB serves each branch with an index of its own.
+    pub branches: Vec<Vec<String>>,
 }
 
 /// The shapes of the queries of each database so far, in every store of this process that
@@ -76,6 +83,35 @@ fn filter_fields(filter: &Document, into: &mut Vec<String>) {
     }
 }
 
+/// Whether `filter` names its documents by `_id`: a plain value, `{$eq: v}` or `{$in: [...]}`.
+fn names_by_id(filter: &Document) -> bool {
+    match filter.get("_id") {
+        None => false,
+        Some(Bson::Document(ops)) if ops.keys().any(|k| k.starts_with('$')) => {
+            ops.keys().all(|op| op == "$eq" || op == "$in")
+        }
+        Some(_) => true,
+    }
+}
+
+/// The fields of each branch of `filter`'s top-level `$or`, each with the fields beside it.
+fn or_branches(filter: &Document) -> Vec<Vec<String>> {
+    let Ok(branches) = filter.get_array("$or") else { return Vec::new() };
+    let mut beside = Vec::new();
+    let mut rest = filter.clone();
+    rest.remove("$or");
+    filter_fields(&rest, &mut beside);
+    branches
+        .iter()
+        .filter_map(Bson::as_document)
+        .map(|branch| {
+            let mut fields = beside.clone();
+            filter_fields(branch, &mut fields);
+            fields
+        })
+        .collect()
+}
+
 /// The shapes of the queries of one command (an `update` or `delete` carries several).
 fn shapes_of(name: &str, command: &Document) -> Vec<QueryShape> {
     let collection = command.get_str(name).unwrap_or_default().to_owned();
@@ -86,7 +122,17 @@ fn shapes_of(name: &str, command: &Document) -> Vec<QueryShape> {
         }
         let sort = sort.map(|s| s.keys().cloned().collect()).unwrap_or_default();
         let time_limited = command.contains_key("maxTimeMS");
-        QueryShape { command: name.to_owned(), collection: collection.clone(), filter: fields, sort, time_limited }
+        let by_id = filter.is_some_and(names_by_id);
+        let branches = filter.map(or_branches).unwrap_or_default();
+        QueryShape {
+            command: name.to_owned(),
+            collection: collection.clone(),
+            filter: fields,
+            sort,
+            time_limited,
+            by_id,
+            branches,
+        }
     };
     let statements = |list: &str| -> Vec<QueryShape> {
         command
@@ -111,6 +157,34 @@ fn shapes_of(name: &str, command: &Document) -> Vec<QueryShape> {
         "update" => statements("updates"),
         "delete" => statements("deletes"),
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::doc;
+
+    use super::*;
+
+    #[test]
+    fn an_id_given_as_values_is_a_point_lookup_and_an_id_range_is_not() {
+        for point in [doc! {"_id": "a"}, doc! {"_id": {"$in": ["a", "b"]}, "x": 1}, doc! {"_id": {"$eq": "a"}}] {
+            assert!(names_by_id(&point), "{point}");
+        }
+        for not in [
+            doc! {"_id": {"$gt": "a"}},
+            doc! {"x": 1},
+            doc! {"$or": [{"_id": "a"}]},
+            doc! {"_id": {"$in": [], "$lt": 1}},
+        ] {
+            assert!(!names_by_id(&not), "{not}");
+        }
+        let shapes =
+            shapes_of("find", &doc! {"find": "c", "filter": {"_id": {"$lt": "z"}, "s": 1}, "sort": {"_id": 1}});
+        assert_eq!(shapes[0].filter, ["_id", "s"]);
+        assert!(!shapes[0].by_id);
+        let or = doc! {"find": "c", "filter": {"k": 1, "$or": [{"a": 1}, {"b": 1, "c": 1}]}};
+        assert_eq!(shapes_of("find", &or)[0].branches, [vec!["k", "a"], vec!["k", "b", "c"]]);
     }
 }
 

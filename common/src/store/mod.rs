@@ -194,6 +194,21 @@ pub fn is_unreachable(err: &StoreError) -> bool {
         || err.contains_label("TransientTransactionError")
 }
 
+/// Indexes earlier releases made that one of [`indexes`] replaces (it has their keys first,
+/// and `_id` after, for a walk in pages): dropped at start, by their default names.
+pub fn retired_indexes() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("predictions", "status_1_created_at_1"),
+        ("predictions", "status_1_completed_at_1"),
+        ("predictions", "data_removed_1_completed_at_1"),
+        ("predictions", "usage.pending_1_completed_at_1"),
+        ("webhook_attempts", "prediction_id_1_at_1"),
+        ("model_versions", "model_1_created_at_-1"),
+        ("owned_models", "account_id_1_visibility_1"),
+        ("owned_models", "visibility_1_account_id_1"),
+    ]
+}
+
 /// Every index the services rely on, by collection. Each query a service makes has one to use
 /// (the api's test `every_query_the_services_make_has_an_index_to_use` checks them all).
 pub fn indexes() -> Vec<(&'static str, IndexModel)> {
@@ -216,10 +231,10 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         // A model's run count for an account, and a waiting prediction's place in its lane.
         ("predictions", plain(doc! { "account_id": 1, "model": 1, "status": 1, "created_at": 1 })),
         // The reconciler (orphans, deadlines, recent cancels) and the retention sweep.
-        ("predictions", plain(doc! { "status": 1, "created_at": 1 })),
+        ("predictions", plain(doc! { "status": 1, "created_at": 1, "_id": 1 })),
         ("predictions", plain(doc! { "status": 1, "deadline_at": 1 })),
-        ("predictions", plain(doc! { "status": 1, "completed_at": 1 })),
-        ("predictions", plain(doc! { "data_removed": 1, "completed_at": 1 })),
+        ("predictions", plain(doc! { "status": 1, "completed_at": 1, "_id": 1 })),
+        ("predictions", plain(doc! { "data_removed": 1, "completed_at": 1, "_id": 1 })),
         ("predictions", plain(doc! { "input_files": 1 })),
         ("predictions", plain(doc! { "deployment": 1, "status": 1 })),
         // A model's lanes (its queue's figures).
@@ -228,15 +243,17 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("deployments", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
         // Whether a deployment runs a model (an owned model is not deleted while one does).
         ("deployments", plain(doc! { "current_release.model": 1 })),
-        // The owned models an account may see: its own `$or` the public ones (each branch led
-        // by one of these).
-        ("owned_models", plain(doc! { "account_id": 1, "visibility": 1 })),
-        ("owned_models", plain(doc! { "visibility": 1, "account_id": 1 })),
+        // The owned models an account may see, by address: its own `$or` the public ones (each
+        // branch served by one of these, in `_id` order).
+        ("owned_models", plain(doc! { "account_id": 1, "_id": 1 })),
+        ("owned_models", plain(doc! { "visibility": 1, "_id": 1 })),
         ("idempotency_keys", expiring()),
         ("console_sessions", expiring()),
         ("webhook_attempts", plain(doc! { "webhook_id": 1 })),
-        ("webhook_attempts", plain(doc! { "prediction_id": 1, "at": 1 })),
-        ("model_versions", plain(doc! { "model": 1, "created_at": -1 })),
+        ("webhook_attempts", plain(doc! { "prediction_id": 1, "at": 1, "_id": 1 })),
+        ("model_versions", plain(doc! { "model": 1, "created_at": -1, "_id": 1 })),
+        // Whether an expired file is a trained version's weights (then it is kept).
+        ("model_versions", plain(doc! { "trained_from.weights": 1 })),
         // The listed files of an account, newest first: `payload` last, so a list walks the
         // account's files in order and leaves out predictions' payloads from the index alone.
         ("file_records", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1, "payload": 1 })),
@@ -245,7 +262,7 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("unfinished_uploads", plain(doc! { "started_at": 1 })),
         ("usage_totals", plain(doc! { "account_id": 1, "hour": 1 })),
         ("usage_totals", plain(doc! { "hour": 1 })),
-        ("predictions", plain(doc! { "usage.pending": 1, "completed_at": 1 })),
+        ("predictions", plain(doc! { "usage.pending": 1, "completed_at": 1, "_id": 1 })),
         ("budget_receivers", plain(doc! { "account_id": 1 })),
         // The notifier's claim of a due budget notice, and an account's notices.
         ("budget_notices", plain(doc! { "done": 1, "next_at": 1, "claimed_until": 1 })),
@@ -262,6 +279,11 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
 /// other options: `IndexOptionsConflict` (85) or `IndexKeySpecsConflict` (86).
 fn is_index_conflict(err: &StoreError) -> bool {
     matches!(err.kind.as_ref(), ErrorKind::Command(e) if e.code == 85 || e.code == 86)
+}
+
+/// Whether `err` says the index or its collection does not exist (MongoDB's errors 27 and 26).
+fn is_not_found(err: &StoreError) -> bool {
+    matches!(err.kind.as_ref(), ErrorKind::Command(e) if e.code == 27 || e.code == 26)
 }
 
 /// How long connecting and selecting a server may take when the URI does not say.
@@ -347,6 +369,16 @@ impl Store {
                     tracing::warn!(collection, %keys, error = %e, "an index with these keys exists with other options; kept as it is");
                 }
                 Err(e) => return Err(e),
+            }
+        }
+        for (collection, name) in retired_indexes() {
+            match self.db.collection::<bson::Document>(collection).drop_index(name).await {
+                Ok(()) => tracing::info!(collection, index = name, "dropped an index a newer one replaces"),
+                // Never made (a new database), or dropped already by another replica.
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => {
+                    tracing::warn!(collection, index = name, error = %e, "an index a newer one replaces was not dropped")
+                }
             }
         }
         Ok(())

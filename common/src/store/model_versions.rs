@@ -137,6 +137,13 @@ impl ModelVersions {
             .await
     }
 
+    /// Whether a trained version names file `file` as its weights.
+    pub async fn names_weights(&self, file: &crate::domain::FileId) -> Result<bool, StoreError> {
+        let ids = self.coll.clone_with_type::<bson::Document>();
+        let found = ids.find_one(doc! { "trained_from.weights": file.as_str() }).projection(doc! { "_id": 1 }).await?;
+        Ok(found.is_some())
+    }
+
     /// A version by id.
     pub async fn get(&self, id: &str) -> Result<Option<ModelVersionRecord>, StoreError> {
         self.coll.find_one(doc! { "_id": id }).await

@@ -277,10 +277,18 @@ impl Predictions {
             .await
     }
 
-    /// Ended predictions whose data is still kept, completed before `before` (at most `limit`).
-    pub async fn data_expired(&self, before: bson::DateTime, limit: i64) -> Result<Vec<Prediction>, StoreError> {
+    /// Ended predictions whose data is still kept, completed before `before`, oldest first,
+    /// after `from` (the last one a previous page ended with), at most `limit`.
+    pub async fn data_expired(
+        &self,
+        before: bson::DateTime,
+        from: Option<&PageMark>,
+        limit: i64,
+    ) -> Result<Vec<Prediction>, StoreError> {
+        let filter = doc! { "data_removed": false, "completed_at": { "$lt": before } };
         self.coll
-            .find(doc! { "data_removed": false, "completed_at": { "$lt": before } })
+            .find(after_mark(filter, "completed_at", from))
+            .sort(doc! { "completed_at": 1, "_id": 1 })
             .limit(limit)
             .await?
             .try_collect()
@@ -336,6 +344,22 @@ pub struct PageMark {
     pub id: String,
 }
 
+impl PageMark {
+    /// The mark a page of at most `limit` leaves for the next: after its last prediction (`at`
+    /// its time field), or none when the page was not full (the walk is over).
+    pub fn after_page(
+        page: &[Prediction],
+        limit: i64,
+        at: impl Fn(&Prediction) -> Option<bson::DateTime>,
+    ) -> Option<Self> {
+        if page.len() < usize::try_from(limit).unwrap_or(usize::MAX) {
+            return None;
+        }
+        let last = page.last()?;
+        Some(Self { at: at(last)?, id: last.id.to_string() })
+    }
+}
+
 /// `filter`, limited to what comes after `from` in `(field, _id)` order.
 fn after_mark(filter: bson::Document, field: &str, from: Option<&PageMark>) -> bson::Document {
     let Some(mark) = from else { return filter };
@@ -370,13 +394,21 @@ impl Predictions {
     }
 
     /// Up to `limit` predictions that ended before `before` whose usage is still pending (their
-    /// writer died, or is far behind), oldest first.
+    /// writer died, or is far behind), oldest first, after `from` (the last one a previous page
+    /// ended with).
     pub async fn usage_pending_before(
         &self,
         before: bson::DateTime,
+        from: Option<&PageMark>,
         limit: i64,
     ) -> Result<Vec<Prediction>, StoreError> {
         let filter = doc! { "usage.pending": true, "completed_at": { "$lt": before } };
-        self.coll.find(filter).sort(doc! { "completed_at": 1 }).limit(limit).await?.try_collect().await
+        self.coll
+            .find(after_mark(filter, "completed_at", from))
+            .sort(doc! { "completed_at": 1, "_id": 1 })
+            .limit(limit)
+            .await?
+            .try_collect()
+            .await
     }
 }
