@@ -13,9 +13,11 @@
 //! Uploads of the Files API expire at their `expires_at` (`FILES_RETENTION_HOURS` after the
 //! upload) and the same passes delete them, record first, then bytes. A file that a prediction
 //! which has not ended names in its input is kept: its expiry moves [`IN_USE_GRACE`] on, and a
-//! later pass looks again. So is a file a trained version names as its weights (weights are
-//! stored expiring, and kept once their version is recorded; see the runner's
-//! `execute::training`).
+//! later pass looks again. A file a trained version names as its weights is kept for good (its
+//! expiry removed): weights are stored expiring and kept once their version is recorded (see
+//! `crate::execute::training`), and a version's delete lets them expire before it removes the
+//! version, so whichever of those steps failed, the weights end kept or removed with their
+//! version.
 //!
 //! Each sweep walks all it has to do in pages of [`BATCH`], and an item that fails (a file the
 //! object store will not delete, say) is logged and passed over, tried again by the next pass:
@@ -167,9 +169,10 @@ impl Sweeper {
             let mut moved = 0;
             for file in &expired {
                 let done = async {
-                    let in_use = self.store.predictions().file_in_use(&file.id).await?
-                        || self.store.model_versions().names_weights(&file.id).await?;
-                    if in_use {
+                    if self.store.model_versions().names_weights(&file.id).await? {
+                        // Weights whose version is recorded: kept for good.
+                        files.records().keep(&file.id).await?;
+                    } else if self.store.predictions().file_in_use(&file.id).await? {
                         files.records().postpone(&file.id, later).await?;
                     } else {
                         files.delete(&file.id).await?;

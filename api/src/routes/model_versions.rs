@@ -197,20 +197,36 @@ pub async fn delete(
             "A deployment runs version {id} of {model}: change or delete the deployment first."
         )));
     }
-    let Some(removed) = state.store.model_versions().remove(&model, &id).await? else {
+    let versions = state.store.model_versions();
+    let Some(version) = versions.get(&id).await?.filter(|v| v.model == model) else {
         return Err(missing());
     };
-    drop_weights(&state, &removed).await;
+    // Each step may be done again: a delete that fails part way is finished by the next.
+    release_weights(&state, &version).await?;
+    versions.remove(&model, &id).await?;
+    drop_weights(&state, &version).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Deletes the weights of `version`, a removed trained version (they are kept only while it
-/// exists); a failure is logged.
+/// Lets the weights of `version` go before it is removed: they expire shortly
+/// ([`common::domain::training::WEIGHTS_RELEASED`]), so the file expiry of retention removes
+/// them once no version names them, whatever fails after this. Should the version stay (the
+/// delete failed and was not tried again), the expiry finds it naming them and keeps them.
+pub async fn release_weights(state: &AppState, version: &ModelVersionRecord) -> Result<(), ApiError> {
+    if let Some(from) = &version.trained_from {
+        let until = common::domain::training::weights_released_until(bson::DateTime::now());
+        state.files.records().postpone(&from.weights, until).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the weights of `version`, a removed trained version, at once; a failure is logged
+/// (their expiry, set by [`release_weights`], removes them later).
 pub async fn drop_weights(state: &AppState, version: &ModelVersionRecord) {
     if let Some(from) = &version.trained_from
         && let Err(e) = state.files.delete(&from.weights).await
     {
-        tracing::warn!(file = %from.weights, error = %e, "weights of a deleted version not removed");
+        tracing::warn!(file = %from.weights, error = %e, "weights of a deleted version not removed yet; they expire");
     }
 }
 

@@ -281,13 +281,20 @@ pub async fn delete(
     if state.store.deployments().uses_model(&model).await? {
         return Err(ApiError::conflict(format!("A deployment runs {model}: delete or change it first.")));
     }
+    // Its trained versions go with it, and their weights (kept only while a version exists),
+    // so a model made again at the address starts with none. The model itself goes last: a
+    // delete that fails part way leaves it there, and the next delete finishes the rest.
+    let versions = state.store.model_versions();
+    let trained = versions.list_for(&model).await?;
+    for version in &trained {
+        model_versions::release_weights(&state, version).await?;
+    }
+    versions.remove_all_of(&model).await?;
+    for version in &trained {
+        model_versions::drop_weights(&state, version).await;
+    }
     if !state.store.owned_models().delete(account, &model).await? {
         return Err(missing());
-    }
-    // Its trained versions go with it, and their weights (kept only while a version exists),
-    // so a model made again at the address starts with none.
-    for version in state.store.model_versions().remove_all_of(&model).await? {
-        model_versions::drop_weights(&state, &version).await;
     }
     Ok(StatusCode::NO_CONTENT)
 }

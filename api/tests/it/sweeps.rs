@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{
     domain::{FileId, FileStoreKind, PredictionId},
-    store::FileRecord,
+    store::{FileRecord, ModelVersionRecord, model_versions::TrainedFrom},
 };
 use serde_json::json;
 
@@ -47,7 +47,7 @@ async fn an_item_that_fails_holds_up_no_other_item_of_any_sweep() {
     store.file_records().insert(&stuck_output).await.expect("an output record");
     store.file_records().insert(&stuck_upload).await.expect("an upload record");
     let mut uploads = Vec::new();
-    for n in 0..2 {
+    for n in 0..3 {
         let form = reqwest::multipart::Form::new()
             .part("content", reqwest::multipart::Part::bytes(vec![n; 10]).file_name("a.bin"));
         let created = system.request(reqwest::Method::POST, "/v1/files").multipart(form).send().await.expect("upload");
@@ -55,7 +55,25 @@ async fn an_item_that_fails_holds_up_no_other_item_of_any_sweep() {
     }
     let records = store.database().collection::<bson::Document>("file_records");
     let expired = bson::doc! { "$set": { "expires_at": bson::DateTime::from_millis(1000) } };
-    records.update_many(bson::doc! { "_id": { "$in": &uploads } }, expired).await.expect("expired");
+    records.update_many(bson::doc! { "_id": { "$in": &uploads } }, expired.clone()).await.expect("expired");
+    // The third upload is a trained version's weights whose keeping was never written.
+    let weights = FileId::parse(&uploads.pop().expect("three")).expect("a file id");
+    let version = ModelVersionRecord {
+        id: "v-trained".into(),
+        model: "test-account/tuned".parse().expect("a model"),
+        capability: "text-generation".into(),
+        input_schema_json: "{}".into(),
+        created_at: bson::DateTime::now(),
+        training_input_schema_json: None,
+        output_schema_json: None,
+        trained_from: Some(TrainedFrom {
+            model: "acme/tune".parse().expect("a model"),
+            version: "base".into(),
+            training: PredictionId::generate(),
+            weights: weights.clone(),
+        }),
+    };
+    store.model_versions().record_version(&version).await.expect("a version");
 
     let sweeper =
         runner::retention::Sweeper::new(store.clone(), system.files().await, Duration::ZERO, Duration::from_secs(3600));
@@ -74,4 +92,6 @@ async fn an_item_that_fails_holds_up_no_other_item_of_any_sweep() {
     let stuck = store.file_records().get(&stuck_upload.id).await.expect("read").expect("kept");
     let later = stuck.expires_at.expect("still expiring").timestamp_millis();
     assert!(later > bson::DateTime::now().timestamp_millis(), "postponed behind the others");
+    let kept = store.file_records().get(&weights).await.expect("read").expect("weights a version names are kept");
+    assert_eq!(kept.expires_at, None, "kept for good");
 }

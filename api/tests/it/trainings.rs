@@ -10,6 +10,7 @@ use common::testkit::{
     cog::{CogMode, CogServer},
     eventually,
 };
+use mongo_faults::{Fault, MongoFaults};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -420,4 +421,75 @@ async fn a_training_has_its_own_deadline_not_a_predictions() {
     training_until(&system, past_id, ended).await;
     let past = system.get(&format!("/v1/trainings/{past_id}")).await.json_body().await;
     assert_eq!((&past["status"], &past["error"]["code"]), (&json!("failed"), &json!("PREDICTION_TIMEOUT")), "{past}");
+}
+
+/// The ids of the files `GET /v1/files` lists, each with its `expires_at`.
+async fn listed_files(system: &System) -> Vec<(String, Value)> {
+    let listed = system.get("/v1/files").await.json_body().await;
+    let files = listed["results"].as_array().cloned().unwrap_or_default();
+    files.iter().map(|f| (f["id"].as_str().unwrap_or_default().to_owned(), f["expires_at"].clone())).collect()
+}
+
+#[tokio::test]
+async fn a_version_whose_recording_fails_or_loses_its_answer_is_recorded_once_and_no_weights_are_left_over() {
+    let real = common::testkit::infra().mongodb_uri.clone();
+    let faults = MongoFaults::start(common::testkit::host_port(&real)).await.expect("proxy");
+    let uri = faults.uri(&real);
+    let (system, _predictor, _trainer, version) = tune_system_with(false, &[("MONGODB_URI", &uri)]).await;
+    let recording = |c: &mongo_faults::Command| c.name == "findAndModify" && c.collection == "model_versions";
+    let mut weights = Vec::new();
+    // The first training's recording is refused twice; the second's applies and its answer is
+    // lost (the stand-in is no replica set, so the driver does not retry it itself).
+    for (suffix, fault, times) in [("refused", Fault::Error { code: 2 }, 2), ("lost", Fault::LoseReply, 1)] {
+        faults.inject(times, fault, recording);
+        let created = train(&system, "/v1", &version, json!({"suffix": suffix})).await;
+        assert_eq!(created.status(), 201);
+        let id = created.json_body().await["id"].as_str().expect("an id").to_owned();
+        let done = training_until(&system, &id, |t| t["status"] != "starting" && t["status"] != "processing").await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        let url = done["output"]["weights"].as_str().expect("weights").to_owned();
+        let read = system.http().get(&url).bearer_auth(&system.admin_key).send().await.expect("sent");
+        assert_eq!(read.text().await.expect("text"), suffix, "the version's weights are there");
+        let file_id = url.split("/files/").nth(1).and_then(|rest| rest.split('/').next()).expect("a file URL");
+        weights.push(file_id.to_owned());
+    }
+    assert_eq!(faults.injected().len(), 3, "every fault was met");
+    let versions = system.get("/v1/models/test-account/tuned/versions").await.json_body().await;
+    assert_eq!(versions["results"].as_array().map(Vec::len), Some(2), "one version each: {versions}");
+    // The account's files are the two versions' weights, kept for good; the copies the
+    // refused tries stored are gone.
+    let mut files = listed_files(&system).await;
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    weights.sort();
+    assert_eq!(files.iter().map(|f| f.0.clone()).collect::<Vec<_>>(), weights, "{files:?}");
+    assert!(files.iter().all(|f| f.1.is_null()), "no expiry once the version is recorded: {files:?}");
+}
+
+#[tokio::test]
+async fn a_model_delete_that_fails_part_way_leaves_the_model_and_the_next_delete_finishes_it() {
+    let real = common::testkit::infra().mongodb_uri.clone();
+    let faults = MongoFaults::start(common::testkit::host_port(&real)).await.expect("proxy");
+    let uri = faults.uri(&real);
+    let (system, _predictor, _trainer, version) = tune_system_with(false, &[("MONGODB_URI", &uri)]).await;
+    let created = train(&system, "/v1", &version, json!({"suffix": "gone"})).await;
+    let id = created.json_body().await["id"].as_str().expect("an id").to_owned();
+    let done = training_until(&system, &id, |t| t["status"] != "starting" && t["status"] != "processing").await;
+    let weights = done["output"]["weights"].as_str().expect("weights").to_owned();
+
+    // Removing the versions fails: the model is still there, its weights still readable.
+    faults.inject(1, Fault::Error { code: 2 }, |c| c.name == "delete" && c.collection == "model_versions");
+    let failed = system.request(Method::DELETE, "/v1/models/test-account/tuned").send().await.expect("sent");
+    assert!(failed.status().is_server_error(), "{}", failed.status());
+    assert_eq!(system.get("/v1/models/test-account/tuned").await.status(), 200, "the model stays");
+    let versions = system.get("/v1/models/test-account/tuned/versions").await.json_body().await;
+    assert_eq!(versions["results"].as_array().map(Vec::len), Some(1), "{versions}");
+    let read = system.http().get(&weights).bearer_auth(&system.admin_key).send().await.expect("sent");
+    assert_eq!(read.status(), 200, "weights stay while their version does");
+
+    let deleted = system.request(Method::DELETE, "/v1/models/test-account/tuned").send().await.expect("sent");
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(system.get("/v1/models/test-account/tuned").await.status(), 404);
+    let read = system.http().get(&weights).bearer_auth(&system.admin_key).send().await.expect("sent");
+    assert_eq!(read.status(), 404, "the weights went with their version");
+    assert!(listed_files(&system).await.is_empty(), "nothing left behind");
 }

@@ -20,6 +20,34 @@ use super::{ModelRef, PredictionId};
 /// schema.
 pub const WEIGHTS_FIELD: &str = "replicate_weights";
 
+/// How long a training's weights are kept before their version is recorded: they are stored
+/// expiring this far ahead, and kept for good (their expiry removed) once the version that
+/// names them is. Weights whose version never comes (the training failed, was canceled, or
+/// stored them again) are removed by the file expiry of retention, never left behind.
+pub const WEIGHTS_PENDING: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// How long the weights of a version being deleted stay: they expire this far ahead before
+/// the version is removed, and are deleted at once after it is; should the delete fail part
+/// way, the expiry removes them once no version names them (and keeps them for good if one
+/// still does).
+pub const WEIGHTS_RELEASED: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// When weights stored now expire unless their version is recorded ([`WEIGHTS_PENDING`]).
+pub fn weights_pending_until(now: bson::DateTime) -> bson::DateTime {
+    later(now, WEIGHTS_PENDING)
+}
+
+/// When the weights of a version being deleted now expire ([`WEIGHTS_RELEASED`]).
+pub fn weights_released_until(now: bson::DateTime) -> bson::DateTime {
+    later(now, WEIGHTS_RELEASED)
+}
+
+fn later(now: bson::DateTime, by: std::time::Duration) -> bson::DateTime {
+    bson::DateTime::from_millis(
+        now.timestamp_millis().saturating_add(i64::try_from(by.as_millis()).unwrap_or(i64::MAX)),
+    )
+}
+
 /// What a job runs: a prediction (on a model) or a training (on a model's trainer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

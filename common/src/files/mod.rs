@@ -212,7 +212,7 @@ impl Files {
     }
 
     /// Makes the file whose bytes [`Self::put_bytes`] stored visible, with its record; if the
-    /// record cannot be stored, the bytes are deleted.
+    /// record is surely not stored, the bytes are deleted.
     pub async fn add_record(&self, stored: StoredBytes, new: NewFile) -> Result<FileRecord, FilesError> {
         self.add_record_as(stored, new, false).await
     }
@@ -236,8 +236,17 @@ impl Files {
             payload,
         };
         if let Err(e) = self.records.insert(&record).await {
-            self.discard(&StoredBytes { id: record.id.clone(), written, store }).await;
-            return Err(e.into());
+            // Unknown whether it applied (its answer lost): a record that is there keeps its
+            // bytes; only one surely not stored has them discarded (if even the reading fails,
+            // they are left to the sweep of unfinished uploads, which reads again).
+            match self.records.get(&record.id).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    self.discard(&StoredBytes { id: record.id.clone(), written, store }).await;
+                    return Err(e.into());
+                }
+                Err(_) => return Err(e.into()),
+            }
         }
         if let Err(e) = self.unfinished.end(&record.id).await {
             // The sweep finds the record and leaves the bytes alone.

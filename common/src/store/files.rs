@@ -103,6 +103,11 @@ impl FileRecords {
         self.coll.find_one_and_delete(doc! { "_id": id.as_str() }).await
     }
 
+    /// Keeps file `id` for good: its expiry is removed (weights once their version is recorded).
+    pub async fn keep(&self, id: &FileId) -> Result<(), StoreError> {
+        self.coll.update_one(doc! { "_id": id.as_str() }, doc! { "$unset": { "expires_at": "" } }).await.map(|_| ())
+    }
+
     /// Up to `limit` files whose expiry passed before `now`.
     pub async fn expired(&self, now: DateTime, limit: i64) -> Result<Vec<FileRecord>, StoreError> {
         let filter = doc! { "expires_at": { "$lt": now } };

@@ -149,11 +149,9 @@ impl ModelVersions {
         self.coll.find_one(doc! { "_id": id }).await
     }
 
-    /// Removes every version of `model` (an account's own model being deleted); returns them.
-    pub async fn remove_all_of(&self, model: &ModelRef) -> Result<Vec<ModelVersionRecord>, StoreError> {
-        let removed = self.list_for(model).await?;
-        self.coll.delete_many(doc! { "model": model.to_string() }).await?;
-        Ok(removed)
+    /// Removes every version of `model` (an account's own model being deleted).
+    pub async fn remove_all_of(&self, model: &ModelRef) -> Result<(), StoreError> {
+        self.coll.delete_many(doc! { "model": model.to_string() }).await.map(drop)
     }
 
     /// Removes version `id` of `model`; the version it removed, if any.

@@ -7,6 +7,13 @@
 //! A redelivered job that stores the result again records no second version (the version's
 //! id is derived from the training): its output names the weights the version kept, and the
 //! weights it stored again are removed.
+//!
+//! Weights are never left without their version: they are stored expiring
+//! ([`training::WEIGHTS_PENDING`]) and kept for good only once the version naming them is
+//! recorded. A recording whose outcome is unknown (its answer lost) is settled by reading the
+//! version back: weights it names are kept, others removed; if even the reading fails, the
+//! weights are left to expire. The whole step is retried until it is stored (see
+//! `super::Executor::run`), and each retry settles the same way.
 
 use anyhow::Context;
 use bson::DateTime;
@@ -80,6 +87,8 @@ impl Executor {
         let Some(base) = base else {
             return Ok(Err(invalid(format!("version {} of {} is no longer recorded", p.version, p.model))));
         };
+        // Weights stored by this try (not the trainer's upload, which a retry cannot make again).
+        let stored_here = matches!(weights, Weights::Inline(..));
         let weights = match weights {
             Weights::Inline(content_type, bytes) => {
                 let new = NewFile {
@@ -87,7 +96,8 @@ impl Executor {
                     name: format!("{}-weights", p.id),
                     content_type,
                     metadata: String::new(),
-                    expires_at: None,
+                    // Kept for good once their version is recorded.
+                    expires_at: Some(training::weights_pending_until(DateTime::now())),
                     // Not an output of the training: the retention of its data must not remove it.
                     prediction_id: None,
                 };
@@ -117,18 +127,40 @@ impl Executor {
                 weights: weights.id.clone(),
             }),
         };
-        let stored = versions.record_version(&version).await.context("recording the trained version")?;
+        let stored = match versions.record_version(&version).await {
+            Ok(stored) => stored,
+            // Unknown whether it applied: what is stored says.
+            Err(e) => match versions.get(&version.id).await {
+                Ok(Some(stored)) => Some(stored),
+                Ok(None) => {
+                    if stored_here {
+                        // The retry stores them again.
+                        self.remove_weights(&weights.id, "the version was not recorded").await;
+                    }
+                    return Err(anyhow::Error::new(e).context("recording the trained version"));
+                }
+                Err(_) => return Err(anyhow::Error::new(e).context("recording the trained version (outcome unknown)")),
+            },
+        };
         // A version recorded by an earlier delivery keeps its weights: these are not needed.
         let kept = stored.and_then(|v| v.trained_from).map(|t| t.weights).unwrap_or_else(|| weights.id.clone());
-        if kept != weights.id
-            && let Err(e) = self.files.delete(&weights.id).await
-        {
-            tracing::warn!(file = %weights.id, error = %e, "weights a redelivery stored again were not removed");
+        if kept != weights.id {
+            self.remove_weights(&weights.id, "a redelivery stored them again").await;
         }
+        self.files.records().keep(&kept).await.context("keeping the weights of the recorded version")?;
         let weights_id = kept;
         tracing::info!(version = %version.id, %destination, "trained version recorded");
         let url = self.links.file(&weights_id, ApiSurface::Canonical);
         Ok(Ok(Value::String(training::training_output(&destination, &version.id, &url))))
+    }
+}
+
+impl Executor {
+    /// Removes weights no version names (`why`); if that fails, their expiry removes them.
+    async fn remove_weights(&self, id: &FileId, why: &str) {
+        if let Err(e) = self.files.delete(id).await {
+            tracing::warn!(file = %id, error = %e, why, "weights no version names were not removed; they expire");
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use common::{
-    domain::{AccountId, ApiSurface, PredictionId},
+    domain::{AccountId, ApiSurface, PredictionId, training::weights_pending_until},
     files::{FileStoreError, Files, FilesError, NewFile},
     links::Links,
 };
@@ -125,7 +125,8 @@ pub async fn receive(
         name: name.rsplit('/').next().unwrap_or(&name).to_owned(),
         content_type,
         metadata: String::new(),
-        expires_at: None,
+        // A training's files expire unless a version it records names them as its weights.
+        expires_at: owner.prediction_id.is_none().then(|| weights_pending_until(bson::DateTime::now())),
         prediction_id: owner.prediction_id,
     };
     let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
