@@ -19,16 +19,26 @@
 //! version, so whichever of those steps failed, the weights end kept or removed with their
 //! version.
 //!
+//! Queue lanes are tended here too ([`Sweeper::tend_lanes`]): one left idle has its counters
+//! checked against its predictions still waiting (a ticket whose give-back was lost counts no
+//! more), and one nothing waits in is removed after an hour unused (see
+//! `common::store::queue_lanes`).
+//!
 //! Each sweep walks all it has to do in pages of [`BATCH`], and an item that fails (a file the
 //! object store will not delete, say) is logged and passed over, tried again by the next pass:
 //! it holds up neither the items after it nor the other sweeps.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use bson::DateTime;
 use common::{
+    domain::{AccountId, ModelRef},
     files::Files,
-    store::{Store, predictions::PageMark},
+    store::{
+        Store,
+        predictions::PageMark,
+        queue_lanes::{self, LaneId, LaneState},
+    },
     usage::UsageLedger,
 };
 use tokio_util::sync::CancellationToken;
@@ -38,6 +48,16 @@ pub const BATCH: i64 = 100;
 /// How far an expired file still in use as an input, or one that could not be deleted, is
 /// postponed.
 pub const IN_USE_GRACE: Duration = Duration::from_secs(600);
+
+/// The most idle lanes one pass tends.
+pub const LANES_PER_PASS: i64 = 1_000;
+
+/// The time `d` ago.
+fn ago(d: Duration) -> DateTime {
+    DateTime::from_millis(
+        DateTime::now().timestamp_millis().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+    )
+}
 
 /// What one pass did: items done and items that failed (each logged), over every sweep.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +137,60 @@ impl Sweeper {
             }
         }
         swept.add(self.expire_files(&self.files).await);
+        swept.add(self.tend_lanes().await);
         swept
+    }
+
+    /// Tends the lanes left idle for [`queue_lanes::RECOUNT_IDLE`]: removes those nothing waits
+    /// in once unused for [`queue_lanes::PRUNE_IDLE`], and sets right the counters of the
+    /// others where they miscount their waiting predictions (each write only if the lane was
+    /// not written meanwhile).
+    pub async fn tend_lanes(&self) -> Swept {
+        let lanes = self.store.queue_lanes();
+        let mut swept = Swept::default();
+        let idle = match lanes.idle_since(ago(queue_lanes::RECOUNT_IDLE), LANES_PER_PASS).await {
+            Ok(idle) => idle,
+            Err(e) => {
+                swept.one(Err(e.into()), "reading the idle queue lanes");
+                return swept;
+            }
+        };
+        let unused_before = ago(queue_lanes::PRUNE_IDLE);
+        let mut waiting_of: HashMap<(String, String), Vec<(LaneId, i64)>> = HashMap::new();
+        for lane in &idle {
+            let tended = async {
+                let (Ok(model), Ok(account)) = (lane.model.parse::<ModelRef>(), AccountId::parse(&lane.account_id))
+                else {
+                    return anyhow::Ok(());
+                };
+                let key = (lane.account_id.clone(), lane.model.clone());
+                if !waiting_of.contains_key(&key) {
+                    let found = self.store.predictions().waiting_tickets(&account, &model).await?;
+                    waiting_of.insert(key.clone(), found);
+                }
+                let waiting: Vec<i64> =
+                    waiting_of[&key].iter().filter(|(of, _)| of.key() == lane.id).map(|(_, t)| *t).collect();
+                self.tend_lane(lane, &waiting, unused_before).await
+            };
+            swept.one(tended.await, &format!("tending queue lane {}", lane.id));
+        }
+        swept
+    }
+
+    /// Tends one idle lane, whose predictions still waiting hold tickets `waiting`.
+    async fn tend_lane(&self, lane: &LaneState, waiting: &[i64], unused_before: DateTime) -> anyhow::Result<()> {
+        let lanes = self.store.queue_lanes();
+        if waiting.is_empty() && lane.touched_at.is_none_or(|at| at < unused_before) {
+            if lanes.remove_unused(lane).await? {
+                tracing::info!(lane = %lane.id, "removed a queue lane unused for an hour");
+            }
+        } else if let Some((mark, skipped)) = queue_lanes::recount(lane, waiting)
+            && lanes.correct(lane, mark, &skipped).await?
+        {
+            tracing::warn!(lane = %lane.id, counted = lane.waiting(), waiting = waiting.len(),
+                "a queue lane's counters missed tickets that left it; set right");
+        }
+        Ok(())
     }
 
     /// Deletes the files, then the data, of every prediction that ended more than the

@@ -213,6 +213,16 @@ async fn every_query_the_services_make_has_an_index_to_use() {
         .await
         .expect("the usage sweep");
 
+    // The lanes' recount and removal ask for lanes idle two minutes and more: the lanes are
+    // aged here, and tended through the same kind of store.
+    let lanes = system.ctx.store().await.database().collection::<Document>("queue_lanes");
+    let aged = bson::doc! { "$set": { "touched_at": bson::DateTime::from_millis(1000) } };
+    lanes.update_many(bson::doc! {}, aged).await.expect("aged");
+    let files = common::files::Files::new(&sweeping);
+    runner::retention::Sweeper::new(sweeping.clone(), files, Duration::from_secs(3600), Duration::from_secs(3600))
+        .tend_lanes()
+        .await;
+
     let store = system.ctx.store().await;
     let indexes = indexes(&store).await;
     let shapes = query_shapes(&system.ctx.database);

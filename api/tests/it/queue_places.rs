@@ -208,3 +208,72 @@ async fn past_the_queue_bound_a_create_is_refused_with_retry_after_and_another_a
         assert_eq!(done["status"], "succeeded", "{id}: nothing accepted is lost");
     }
 }
+
+/// Sets lane `of`'s last write `ago` back, as if it had been idle since.
+async fn idle_for(system: &System, of: &str, ago: Duration, also: bson::Document) {
+    let store = system.ctx.store().await;
+    let p = store.predictions().get(&common::domain::PredictionId::parse(of).expect("id")).await.expect("read");
+    let lane = common::store::queue_lanes::LaneId::of(&p.expect("stored"));
+    let at = bson::DateTime::from_millis(bson::DateTime::now().timestamp_millis() - ago.as_millis() as i64);
+    let mut set = bson::doc! { "touched_at": at };
+    set.extend(also);
+    let lanes = store.database().collection::<bson::Document>("queue_lanes");
+    lanes.update_one(bson::doc! { "_id": lane.key() }, bson::doc! { "$set": set }).await.expect("set");
+}
+
+async fn lane_count(system: &System) -> u64 {
+    let lanes = system.ctx.store().await.database().collection::<bson::Document>("queue_lanes");
+    lanes.count_documents(bson::doc! {}).await.expect("counted")
+}
+
+#[tokio::test]
+async fn a_lane_that_lost_give_backs_is_recounted_once_idle_and_a_lane_unused_for_an_hour_is_removed() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let key = system.admin_key.clone();
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(sleep_of(&system, &key, 0.3).await);
+    }
+    for i in [1, 3] {
+        let canceled = system.post_json(&format!("/v1/predictions/{}/cancel", ids[i]), &json!({})).await;
+        assert_eq!(canceled.status(), 200);
+    }
+    // Their give-backs are lost (as if written by a process killed before them), and the lane
+    // is left alone for three minutes.
+    idle_for(&system, &ids[0], Duration::from_secs(180), bson::doc! { "skipped": [] }).await;
+    tokio::time::sleep(api::state::queue_places::MODEL_QUEUE_TTL).await;
+    assert_eq!(queue_of(&system, &ids[5]).await["position"], 6, "the canceled two still count");
+
+    // Another account's lane, empty (its one prediction canceled) and unused for two hours,
+    // and a third's, unused as long but with a prediction waiting.
+    let other = system.bootstrap_account("other").await;
+    let gone = sleep_of(&system, &other, 0.3).await;
+    let canceled =
+        system.with_key(reqwest::Method::POST, &format!("/v1/predictions/{gone}/cancel"), &other).send().await;
+    assert_eq!(canceled.expect("sent").status(), 200);
+    idle_for(&system, &gone, Duration::from_secs(7200), bson::doc! {}).await;
+    let third = system.bootstrap_account("third").await;
+    let waits = sleep_of(&system, &third, 0.3).await;
+    idle_for(&system, &waits, Duration::from_secs(7200), bson::doc! {}).await;
+    assert_eq!(lane_count(&system).await, 3);
+
+    let sweeper = runner::retention::Sweeper::new(
+        system.ctx.store().await,
+        system.files().await,
+        Duration::from_secs(3600),
+        Duration::from_secs(3600),
+    );
+    let tended = sweeper.tend_lanes().await;
+    assert_eq!(tended.failed, 0, "{tended:?}");
+    assert_eq!(lane_count(&system).await, 2, "the empty lane unused for two hours is removed, the third's kept");
+    tokio::time::sleep(api::state::queue_places::MODEL_QUEUE_TTL).await;
+    let store = system.ctx.store().await;
+    let first = store.predictions().get(&common::domain::PredictionId::parse(&ids[0]).expect("id")).await;
+    let lane = common::store::queue_lanes::LaneId::of(&first.expect("read").expect("stored"));
+    let counters = store.queue_lanes().get(&lane).await.expect("read").expect("kept: four wait in it");
+    assert_eq!(counters.waiting(), 4, "recounted: {counters:?}");
+    // The first, third and fifth wait ahead of the sixth, and the third account's one takes
+    // its turn between.
+    assert_eq!(queue_of(&system, &ids[5]).await["position"], 3 + 1 + 1);
+}

@@ -258,11 +258,7 @@ impl Prediction {
     /// Where its job may run: its version, on its pool's runners (any pool when it has
     /// none); a training, on its version's trainers.
     pub fn route(&self) -> super::Route {
-        let pool = match self.kind {
-            JobKind::Prediction => self.hardware.clone(),
-            JobKind::Training => Some(super::Pool::trainers()),
-        };
-        super::Route { version: self.version.clone(), pool }
+        super::Route::of_job(self.kind, self.version.clone(), self.hardware.clone())
     }
 
     /// Its metrics if it ends at `completed_at`: the time since it started (if it did) at the

@@ -96,6 +96,18 @@ pub struct Route {
     pub pool: Option<Pool>,
 }
 
+impl Route {
+    /// The route of a job of `kind` on `version`, pinned to `hardware` if given: a training
+    /// runs on the trainers' pool, a prediction on its hardware's (any when none).
+    pub fn of_job(kind: super::JobKind, version: String, hardware: Option<Pool>) -> Self {
+        let pool = match kind {
+            super::JobKind::Prediction => hardware,
+            super::JobKind::Training => Some(Pool::trainers()),
+        };
+        Self { version, pool }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -239,6 +239,8 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("predictions", plain(doc! { "deployment": 1, "status": 1 })),
         // A model's lanes (its queue's figures).
         ("queue_lanes", plain(doc! { "model": 1 })),
+        // Lanes left idle, for their recount and removal.
+        ("queue_lanes", plain(doc! { "touched_at": 1 })),
         ("runners", plain(doc! { "seen_at": 1 })),
         ("deployments", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
         // Whether a deployment runs a model (an owned model is not deleted while one does).

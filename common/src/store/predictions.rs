@@ -255,6 +255,51 @@ impl Predictions {
             .await
     }
 
+    /// The lanes and tickets of `account`'s predictions of `model` still waiting (`starting`)
+    /// that took a ticket: what a lane's recount checks its counters against.
+    pub async fn waiting_tickets(
+        &self,
+        account: &crate::domain::AccountId,
+        model: &crate::domain::ModelRef,
+    ) -> Result<Vec<(super::queue_lanes::LaneId, i64)>, StoreError> {
+        /// What of a waiting prediction names its lane and ticket.
+        #[derive(serde::Deserialize)]
+        struct Waiting {
+            account_id: crate::domain::AccountId,
+            model: crate::domain::ModelRef,
+            version: String,
+            #[serde(default)]
+            hardware: Option<crate::domain::Pool>,
+            #[serde(default)]
+            kind: crate::domain::JobKind,
+            #[serde(default)]
+            priority: crate::domain::Priority,
+            queue_ticket: Option<i64>,
+        }
+        let filter = doc! {
+            "account_id": account.as_str(),
+            "model": model.to_string(),
+            "status": PredictionStatus::Starting.as_str(),
+        };
+        let projection = doc! { "account_id": 1, "model": 1, "version": 1, "hardware": 1, "kind": 1, "priority": 1, "queue_ticket": 1 };
+        let found: Vec<Waiting> = self
+            .coll
+            .clone_with_type::<Waiting>()
+            .find(filter)
+            .projection(projection)
+            .max_time(super::read_limit())
+            .await?
+            .try_collect()
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter_map(|w| {
+                let route = crate::domain::Route::of_job(w.kind, w.version, w.hardware);
+                Some((super::queue_lanes::LaneId::new(&w.model, &route, &w.account_id, w.priority), w.queue_ticket?))
+            })
+            .collect())
+    }
+
     /// Predictions canceled between `after` and `before`, oldest first, after `from` (the last
     /// one a previous page ended with), at most `limit`.
     pub async fn canceled_between(

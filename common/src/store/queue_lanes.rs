@@ -19,6 +19,14 @@
 //! - a job started out of turn (redelivered after a runner died) moves the mark past tickets
 //!   still waiting, which then stand first;
 //! - the skipped list keeps the [`SKIPPED_KEPT`] newest entries.
+//!
+//! A lane that no longer moves keeps what it missed, so lanes are tended
+//! ([`QueueLanes::idle_since`], by the runners' retention sweep): one whose counters were not
+//! written for [`RECOUNT_IDLE`] (no create can still be taking a ticket of it) has them checked
+//! against its predictions still waiting, and set right ([`recount`], [`QueueLanes::correct`])
+//! unless written meanwhile; one that has no waiting prediction and was not written for
+//! [`PRUNE_IDLE`] is removed ([`QueueLanes::remove_unused`]), so a model's lanes, read whole
+//! for its queue's figures, are only those in use.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -40,6 +48,14 @@ pub const START_MARK_INTERVAL: std::time::Duration = std::time::Duration::from_m
 
 /// The most skipped tickets a lane keeps (the newest).
 pub const SKIPPED_KEPT: i64 = 1_000;
+
+/// How long a lane's counters go unwritten before they are checked against its predictions:
+/// longer than any create may take a ticket and then store its prediction (a request's
+/// deadline), so every ticket it gave out is stored or never will be.
+pub const RECOUNT_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How long a lane with no waiting prediction goes unwritten before it is removed.
+pub const PRUNE_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Which lane a prediction waits in: its model, route, account and priority.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -121,6 +137,9 @@ pub struct LaneState {
     /// Tickets above `started_through` that left without starting.
     #[serde(default)]
     pub skipped: Vec<i64>,
+    /// When a ticket of it was last taken, started or given back (none for lanes of before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub touched_at: Option<bson::DateTime>,
 }
 
 impl LaneState {
@@ -135,6 +154,26 @@ impl LaneState {
     pub fn waiting(&self) -> u64 {
         self.ahead_of(self.taken + 1)
     }
+}
+
+/// The counters (`started_through`, `skipped`) a lane read as `seen` should hold, given the
+/// tickets of its predictions still waiting; `None` when its count of waiting is right. Only
+/// tickets between its mark and `taken` count: one at or below the mark (passed by a job
+/// started out of turn) stands first whatever the counters say.
+pub fn recount(seen: &LaneState, waiting: &[i64]) -> Option<(i64, Vec<i64>)> {
+    let mut waiting: Vec<i64> =
+        waiting.iter().copied().filter(|t| *t > seen.started_through && *t <= seen.taken).collect();
+    waiting.sort_unstable();
+    waiting.dedup();
+    if seen.waiting() == waiting.len() as u64 {
+        return None;
+    }
+    let Some(first) = waiting.first() else { return Some((seen.taken, Vec::new())) };
+    let mark = seen.started_through.max(first - 1);
+    let mut skipped: Vec<i64> = (mark + 1..=seen.taken).filter(|t| waiting.binary_search(t).is_err()).collect();
+    let excess = skipped.len().saturating_sub(usize::try_from(SKIPPED_KEPT).unwrap_or(usize::MAX));
+    skipped.drain(..excess);
+    Some((mark, skipped))
 }
 
 /// Typed access to the `queue_lanes` collection.
@@ -159,6 +198,7 @@ impl QueueLanes {
                 doc! { "_id": lane.key() },
                 doc! {
                     "$inc": { "taken": count },
+                    "$set": { "touched_at": bson::DateTime::now() },
                     "$setOnInsert": {
                         "model": &lane.model, "route": &lane.route, "account_id": &lane.account,
                         "priority": lane.level().as_str(), "started_through": 0_i64, "skipped": [],
@@ -178,7 +218,11 @@ impl QueueLanes {
         self.coll
             .update_one(
                 doc! { "_id": lane.key() },
-                doc! { "$max": { "started_through": ticket }, "$pull": { "skipped": { "$lte": ticket } } },
+                doc! {
+                    "$max": { "started_through": ticket },
+                    "$pull": { "skipped": { "$lte": ticket } },
+                    "$set": { "touched_at": bson::DateTime::now() },
+                },
             )
             .await?;
         Ok(())
@@ -189,7 +233,10 @@ impl QueueLanes {
         self.coll
             .update_one(
                 doc! { "_id": lane.key(), "started_through": { "$lt": ticket } },
-                doc! { "$push": { "skipped": { "$each": [ticket], "$slice": -SKIPPED_KEPT } } },
+                doc! {
+                    "$push": { "skipped": { "$each": [ticket], "$slice": -SKIPPED_KEPT } },
+                    "$set": { "touched_at": bson::DateTime::now() },
+                },
             )
             .await?;
         Ok(())
@@ -211,9 +258,47 @@ impl QueueLanes {
         self.coll.find_one(doc! { "_id": lane.key() }).max_time(super::read_limit()).await
     }
 
+    /// Up to `limit` lanes whose counters were not written since `before` (those of before
+    /// lanes were timed too), the longest idle first.
+    pub async fn idle_since(&self, before: bson::DateTime, limit: i64) -> Result<Vec<LaneState>, StoreError> {
+        let filter = doc! { "$or": [{ "touched_at": { "$lt": before } }, { "touched_at": null }] };
+        self.coll
+            .find(filter)
+            .sort(doc! { "touched_at": 1 })
+            .limit(limit)
+            .max_time(super::read_limit())
+            .await?
+            .try_collect()
+            .await
+    }
+
+    /// Sets the counters of the lane read as `seen` to `started_through` and `skipped` (see
+    /// [`recount`]), unless a ticket of it was taken, started or given back since; whether it did.
+    pub async fn correct(&self, seen: &LaneState, started_through: i64, skipped: &[i64]) -> Result<bool, StoreError> {
+        let update = doc! { "$max": { "started_through": started_through }, "$set": { "skipped": skipped } };
+        let done = self.coll.update_one(unchanged(seen), update).await?;
+        Ok(done.modified_count == 1)
+    }
+
+    /// Removes the lane read as `seen` (no prediction of it waits), unless a ticket of it was
+    /// taken, started or given back since; whether it did.
+    pub async fn remove_unused(&self, seen: &LaneState) -> Result<bool, StoreError> {
+        Ok(self.coll.delete_one(unchanged(seen)).await?.deleted_count == 1)
+    }
+
     /// Every lane of `model`.
     pub async fn of_model(&self, model: &ModelRef) -> Result<Vec<LaneState>, StoreError> {
         self.coll.find(doc! { "model": model.to_string() }).max_time(super::read_limit()).await?.try_collect().await
+    }
+}
+
+/// The lane read as `seen`, as long as none of its counters was written since.
+fn unchanged(seen: &LaneState) -> Document {
+    doc! {
+        "_id": &seen.id,
+        "taken": seen.taken,
+        "started_through": seen.started_through,
+        "touched_at": seen.touched_at.map_or(bson::Bson::Null, bson::Bson::DateTime),
     }
 }
 
@@ -298,6 +383,24 @@ mod tests {
         assert_eq!(state.ahead_of(6), 2, "3 and 5; 4 left, 1 was passed");
         assert_eq!(state.ahead_of(4), 1, "3 only");
         assert_eq!(state.waiting(), 6, "3, 5, 6, 7, 8, 10");
+    }
+
+    #[test]
+    fn a_recount_sets_the_counters_to_the_tickets_still_waiting() {
+        assert_eq!(recount(&lane(10, 2, &[4, 9]), &[3, 5, 6, 7, 8, 10]), None, "right already");
+        assert_eq!(recount(&lane(10, 2, &[]), &[]), Some((10, vec![])), "nothing waits: the lane moves to its end");
+        let (mark, skipped) = recount(&lane(10, 2, &[]), &[6, 8]).expect("two wait, not eight");
+        assert_eq!((mark, skipped.clone()), (5, vec![7, 9, 10]));
+        let fixed = LaneState { started_through: mark, skipped, ..lane(10, 2, &[]) };
+        assert_eq!((fixed.waiting(), fixed.ahead_of(8)), (2, 1));
+        assert_eq!(recount(&lane(10, 5, &[]), &[1, 2]), Some((10, vec![])), "tickets passed already stand first");
+    }
+
+    #[test]
+    fn a_recount_keeps_the_newest_skipped_tickets() {
+        let (_, skipped) = recount(&lane(5_000, 0, &[]), &[1]).expect("one waits");
+        assert_eq!(skipped.len(), SKIPPED_KEPT as usize);
+        assert_eq!(skipped.last(), Some(&5_000));
     }
 
     #[test]
