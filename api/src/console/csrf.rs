@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use axum::{
     Form,
     extract::{FromRequest, FromRequestParts, Multipart, Request},
-    http::{HeaderMap, header},
+    http::{HeaderMap, StatusCode, header},
 };
 use common::domain::{ApiSurface, Scope};
 use subtle::ConstantTimeEq;
@@ -74,6 +74,17 @@ impl FromRequest<AppState> for ConsoleAction {
             let fields = multipart_fields(request, state, &signed).await?;
             return Ok(Self { signed, fields });
         }
+        // The run and train routes take any size of body (their files stream to the store): a
+        // form without files is held to the API's own limit here.
+        let (parts, body) = request.into_parts();
+        let bytes = axum::body::to_bytes(body, crate::app::MAX_BODY_BYTES).await.map_err(|_| {
+            let most = crate::app::MAX_BODY_BYTES;
+            ConsoleError::Problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("A form without files may be at most {most} bytes; this one is larger (or was cut off)."),
+            )
+        })?;
+        let request = Request::from_parts(parts, axum::body::Body::from(bytes));
         let Form(fields) = Form::<HashMap<String, String>>::from_request(request, state)
             .await
             .map_err(|_| ConsoleError::Forbidden("The form could not be read.".into()))?;

@@ -325,3 +325,22 @@ async fn the_account_page_shows_the_concurrency_cap_the_operator_set() {
     system.set_max_concurrency("test-account", None).await;
     assert!(browser.page("/account").await.contains(r#"id="account-max-concurrency">none<"#), "lifted");
 }
+
+#[tokio::test]
+async fn a_run_or_train_form_without_files_larger_than_the_api_limit_is_413_and_runs_nothing() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let csrf = browser.csrf().await;
+    let huge = "x".repeat(api::app::MAX_BODY_BYTES + 1);
+    for path in ["/models/demo/echo", "/models/demo/echo/train"] {
+        let refused = browser.post(path, &[("csrf", &csrf), ("prompt", &huge)], Some(&system.base_url)).await;
+        assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        assert!(refused.text().await.expect("html").contains("at most"), "{path}: a page that says why");
+    }
+    let listed = system.get("/v1/predictions").await.json_body().await;
+    assert_eq!(listed["results"], json!([]), "nothing made");
+    // Within the limit, the form is read as before.
+    let fine = browser.post("/models/demo/echo", &[("csrf", &csrf), ("prompt", "hi")], Some(&system.base_url)).await;
+    assert_eq!(fine.status(), StatusCode::SEE_OTHER);
+}
