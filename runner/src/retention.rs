@@ -11,7 +11,7 @@
 //! the upload timeout: [`Files::sweep_unfinished`] removes their partial bytes from the store.
 //!
 //! Uploads of the Files API expire at their `expires_at` (`FILES_RETENTION_HOURS` after the
-//! upload) and the same passes delete them, record first, then bytes. A file that a prediction
+//! upload) and the same passes delete them, bytes first, then record. A file that a prediction
 //! which has not ended names in its input is kept: its expiry moves [`IN_USE_GRACE`] on, and a
 //! later pass looks again. A file a trained version names as its weights is kept for good (its
 //! expiry removed): weights are stored expiring and kept once their version is recorded (see
