@@ -201,6 +201,12 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     Scenario { name: "MongoDB stand-in restarted", fault: Fault::RestartMongo, ..PLAIN },
     Scenario { name: "MongoDB answers lost after writes applied (failover)", fault: Fault::LoseReplies, ..PLAIN },
     Scenario {
+        name: "MongoDB answers lost during trainings (failover)",
+        fault: Fault::LoseReplies,
+        trainings: true,
+        ..PLAIN
+    },
+    Scenario {
         name: "receiver hangs on first attempts",
         behaviour: Behaviour::HangFirst(Duration::from_secs(DELIVERY_TIMEOUT_SECONDS + 1)),
         ..PLAIN

@@ -329,7 +329,9 @@ async fn run_scenario(
     outcome.levels = scenario.levels.then(|| levels::LevelsTally::of(&attempts));
     if scenario.trainings {
         let down = Duration::from_secs(options.down);
-        outcome.trainings = Some(trainings::check(&topology.apis[0], &topology.key, &training_ids, down).await?);
+        let interrupting = matches!(scenario.fault, Fault::Kill(_));
+        let (api, key) = (&topology.apis[0], &topology.key);
+        outcome.trainings = Some(trainings::check(api, key, &training_ids, down, interrupting).await?);
     }
     if scenario.outputs {
         let down = Duration::from_secs(options.down);

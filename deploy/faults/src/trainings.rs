@@ -4,6 +4,9 @@
 //! when the runner is killed and the others wait in its lane. A training is a job like a
 //! prediction: each must end (run again after the redelivery, or fail with a message), never
 //! stay `starting` or `processing`, and each that succeeded must have recorded its version.
+//! Its weights must be kept for good, and no weights may be kept that no version names (under
+//! lost MongoDB answers, a recording may apply with its answer lost, or fail and be tried
+//! again).
 
 use std::{path::Path, time::Duration};
 
@@ -101,12 +104,26 @@ pub struct TrainingsTally {
     /// Ended otherwise: succeeded without a readable version, failed without a message, or
     /// canceled.
     pub wrong: usize,
+    /// Weights kept for good that no succeeded training names.
+    pub orphaned_weights: usize,
+    /// Weights of a succeeded training that still expire.
+    pub expiring_weights: usize,
+    /// Whether the fault stops the runner, so some training must have run again.
+    pub interrupting: bool,
 }
 
-/// Reads each training once the drain is over (the runner was down for `down`).
-pub async fn check(api: &str, key: &str, ids: &[String], down: Duration) -> anyhow::Result<TrainingsTally> {
+/// Reads each training once the drain is over (the runner was down for `down`; `interrupting`
+/// when the fault stops it), then the account's weights.
+pub async fn check(
+    api: &str,
+    key: &str,
+    ids: &[String],
+    down: Duration,
+    interrupting: bool,
+) -> anyhow::Result<TrainingsTally> {
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
-    let mut tally = TrainingsTally { created: ids.len(), ..TrainingsTally::default() };
+    let mut tally = TrainingsTally { created: ids.len(), interrupting, ..TrainingsTally::default() };
+    let mut named = Vec::new();
     for id in ids {
         let training: Value =
             http.get(format!("{api}/v1/trainings/{id}")).bearer_auth(key).send().await?.json().await?;
@@ -124,13 +141,31 @@ pub async fn check(api: &str, key: &str, ids: &[String], down: Duration) -> anyh
                     }
                     None => false,
                 };
-                if readable { tally.succeeded += 1 } else { tally.wrong += 1 }
+                if readable {
+                    tally.succeeded += 1
+                } else {
+                    tally.wrong += 1
+                }
+                let weights = training["output"]["weights"].as_str().unwrap_or_default();
+                named
+                    .extend(weights.split("/files/").nth(1).and_then(|rest| rest.split('/').next()).map(str::to_owned));
             }
             Some("failed") if training["error"]["message"].as_str().is_some_and(|m| !m.is_empty()) => {
                 tally.failed_clearly += 1;
             }
             Some("starting" | "processing") => tally.stuck += 1,
             _ => tally.wrong += 1,
+        }
+    }
+    let files: Value =
+        http.get(format!("{api}/v1/files?limit=100")).bearer_auth(key).send().await?.error_for_status()?.json().await?;
+    for file in files["results"].as_array().context("a page of files")? {
+        let (id, name) = (file["id"].as_str().unwrap_or_default(), file["name"].as_str().unwrap_or_default());
+        let kept = file["expires_at"].is_null();
+        match (named.iter().any(|n| n == id), kept) {
+            (true, false) => tally.expiring_weights += 1,
+            (false, true) if name.ends_with("-weights") => tally.orphaned_weights += 1,
+            _ => {}
         }
     }
     Ok(tally)
@@ -140,7 +175,8 @@ impl TrainingsTally {
     /// The tally as JSON.
     pub fn json(&self) -> Value {
         json!({"created": self.created, "succeeded": self.succeeded, "failed_clearly": self.failed_clearly,
-               "stuck": self.stuck, "wrong": self.wrong, "interrupted": self.interrupted})
+               "stuck": self.stuck, "wrong": self.wrong, "interrupted": self.interrupted,
+               "orphaned_weights": self.orphaned_weights, "expiring_weights": self.expiring_weights})
     }
 
     /// What is wrong, if anything.
@@ -155,8 +191,14 @@ impl TrainingsTally {
         if self.succeeded == 0 {
             failures.push("no training succeeded".into());
         }
-        if self.interrupted == 0 {
+        if self.interrupting && self.interrupted == 0 {
             failures.push("the fault hit no training while it trained".into());
+        }
+        if self.orphaned_weights > 0 {
+            failures.push(format!("{} weights kept that no version names", self.orphaned_weights));
+        }
+        if self.expiring_weights > 0 {
+            failures.push(format!("{} versions' weights still expire", self.expiring_weights));
         }
         failures
     }
