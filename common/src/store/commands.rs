@@ -145,13 +145,21 @@ fn shapes_of(name: &str, command: &Document) -> Vec<QueryShape> {
     match name {
         "find" => vec![shape(command.get_document("filter").ok(), command.get_document("sort").ok())],
         "findAndModify" => vec![shape(command.get_document("query").ok(), command.get_document("sort").ok())],
-        "count" | "distinct" => vec![shape(command.get_document("query").ok(), None)],
+        // A `count` without a query is read from the collection's metadata.
+        "count" if command.get_document("query").is_ok_and(|q| !q.is_empty()) => {
+            vec![shape(command.get_document("query").ok(), None)]
+        }
+        "count" => Vec::new(),
+        "distinct" => vec![shape(command.get_document("query").ok(), None)],
         "aggregate" => {
             let stages: Vec<&Document> = command
                 .get_array("pipeline")
                 .map(|p| p.iter().filter_map(Bson::as_document).collect())
                 .unwrap_or_default();
             let first = |op: &str| stages.iter().find_map(|s| s.get_document(op).ok());
+            if first("$collStats").is_some() {
+                return Vec::new(); // the collection's metadata
+            }
             vec![shape(first("$match"), first("$sort"))]
         }
         "update" => statements("updates"),

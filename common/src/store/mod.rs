@@ -96,11 +96,17 @@ where
     T: serde::de::DeserializeOwned + Send + Sync,
 {
     use futures::TryStreamExt;
-    use std::future::IntoFuture;
     let documents = async {
         coll.find(filter.clone()).sort(sort).skip(offset).limit(limit).max_time(read_limit()).await?.try_collect().await
     };
-    tokio::try_join!(documents, coll.count_documents(filter.clone()).max_time(read_limit()).into_future())
+    // A count of the whole collection is read from its metadata, not by scanning it.
+    let total = async {
+        match filter.is_empty() {
+            true => coll.estimated_document_count().max_time(read_limit()).await,
+            false => coll.count_documents(filter.clone()).max_time(read_limit()).await,
+        }
+    };
+    tokio::try_join!(documents, total)
 }
 
 /// An integer field of a document, whatever its BSON width.

@@ -59,7 +59,8 @@ impl Prices {
 
     /// Every price set, by pool.
     pub async fn all(&self) -> Result<BTreeMap<Pool, Price>, StoreError> {
-        let prices: Vec<PoolPrice> = self.coll.find(doc! {}).await?.try_collect().await?;
+        // In `_id` order: a walk of the `_id` index, not a scan (one document per priced pool).
+        let prices: Vec<PoolPrice> = self.coll.find(doc! {}).sort(doc! { "_id": 1 }).await?.try_collect().await?;
         Ok(prices.into_iter().map(|p| (p.pool, p.price)).collect())
     }
 }
