@@ -1,4 +1,4 @@
-//! Monthly budgets (CONTRACT §14): the calendar month (UTC) spending is counted in, and the
+//! Monthly budgets (docs/spend.md): the calendar month (UTC) spending is counted in, and the
 //! notices raised when an account's spending reaches [`THRESHOLDS`] of its budget.
 //!
 //! A usage ledger ([`crate::usage`]) calls [`raise_notices`] for each account whose costs it

@@ -11,7 +11,7 @@
 //! | its bytes, and a file output | `…/files/{file id}/download` | `…/files/{file id}/download` |
 //! | its signed download | `…/download?owner={account}&expiry={unix s}&signature={s}` | the same |
 //!
-//! The stream token is a MAC of the prediction id under the master key (CONTRACT §6): it opens
+//! The stream token is a MAC of the prediction id under the master key (docs/replicate.md): it opens
 //! that prediction's stream without `Authorization` (a browser's `EventSource` cannot send one),
 //! and nothing else. Any replica of any service computes the same token.
 //!

@@ -11,7 +11,7 @@
 //! attempt's record is stored ([`crate::recorder`], several per write) before its message is
 //! acknowledged or handed back. After the last attempt the
 //! delivery is recorded as failed and the message terminated. Before sending, an event waits
-//! for its turn in its prediction's lane ([`crate::lanes`]) and for a slot at its target
+//! for its turn in its prediction's sequence ([`crate::sequences`]) and for a slot at its target
 //! ([`crate::targets`]).
 
 use std::{sync::Arc, time::Duration};
@@ -38,13 +38,13 @@ use tracing::Instrument;
 use crate::{
     config::NotifierConfig,
     deliver::{AttemptResult, Deliverer, Webhook},
-    lanes::{self, Lane, Lanes, Verdict},
     ledger::DeliveryLedger,
     metrics::{BACKLOG_REFRESH, NotifierMetrics},
     pull::{Permits, pull_with_permits},
     recorder::AttemptRecorder,
     retry::RetrySchedule,
     secrets::SecretCache,
+    sequences::{self, Sequence, Sequences, Verdict},
     stored_bodies::StoredBodies,
     targets::Targets,
 };
@@ -73,7 +73,7 @@ pub struct Notifier {
     /// When to retry.
     pub schedule: RetrySchedule,
     /// Per-prediction order and throttling.
-    pub lanes: Lanes,
+    pub sequences: Sequences,
     /// Per-target concurrency limits.
     pub targets: Targets,
     /// Where undecodable events are recorded.
@@ -165,7 +165,7 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
 }
 
 /// A resend: exactly one more attempt of the event, with its `webhook-id` and the next attempt
-/// number, outside the prediction's lane (its order was kept the first time) and without
+/// number, outside the prediction's sequence (its order was kept the first time) and without
 /// retries. Its record is stored before the message is acked.
 async fn resend(notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
     let Some(url) = change.webhook.clone() else {
@@ -213,7 +213,7 @@ struct Arrival {
 }
 
 /// Drops what needs no webhook (none set, filtered out, stale, superseded), then delivers the
-/// event when its prediction's lane gives it its turn; returns how to settle its message.
+/// event when its prediction's sequence gives it its turn; returns how to settle its message.
 async fn route(arrival: Arrival, notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
     let Some(url) = change.webhook.clone() else {
         return AckKind::Ack;
@@ -221,19 +221,19 @@ async fn route(arrival: Arrival, notifier: &Notifier, change: &DeliverableEvent)
     if !change.event.selected_by(change.webhook_events_filter.as_deref()) {
         return AckKind::Ack;
     }
-    let Some(lane) = notifier.lanes.enter(&change.prediction_id, change.event, change.seq) else {
+    let Some(sequence) = notifier.sequences.enter(&change.prediction_id, change.event, change.seq) else {
         tracing::debug!("stale retry after the prediction's completed webhook; dropped");
         return AckKind::Ack;
     };
-    let turn = lane.turn().await;
-    match lane.verdict(change.event, change.seq) {
+    let turn = sequence.turn().await;
+    match sequence.verdict(change.event, change.seq) {
         Verdict::Superseded => {
             tracing::debug!("superseded by a newer state of the prediction; dropped");
             return AckKind::Ack;
         }
-        Verdict::Deliver { wait } => lanes::wait_out(wait).await,
+        Verdict::Deliver { wait } => sequences::wait_out(wait).await,
     }
-    deliver(arrival, notifier, change, &url, &lane, turn).await
+    deliver(arrival, notifier, change, &url, &sequence, turn).await
 }
 
 /// In the event's turn: a slot at its target, its attempt number, the attempt. Then, with the
@@ -245,7 +245,7 @@ async fn deliver(
     notifier: &Notifier,
     change: &DeliverableEvent,
     url: &WebhookUrl,
-    lane: &Lane,
+    sequence: &Sequence,
     turn: tokio::sync::MutexGuard<'_, ()>,
 ) -> AckKind {
     let webhook_id = change.message_id();
@@ -289,9 +289,9 @@ async fn deliver(
     };
     drop(slot);
     if disposition == Disposition::Ack {
-        lane.delivered(change.event);
+        sequence.delivered(change.event);
         if change.event == WebhookEvent::Completed {
-            notifier.lanes.finish(&change.prediction_id);
+            notifier.sequences.finish(&change.prediction_id);
         }
     }
     // The prediction's next event may go out while this record waits for its write.

@@ -6,7 +6,7 @@
 //! - [`retry`]: the retry schedule with jitter.
 //! - [`secrets`]: the accounts' signing secrets, opened and cached briefly.
 //! - [`ssrf`]: which addresses a webhook may not reach.
-//! - [`lanes`]: one prediction's events in order, `output`/`logs` throttled, latest wins.
+//! - [`sequences`]: one prediction's events in order, `output`/`logs` throttled, latest wins.
 //! - [`targets`]: a concurrency limit per receiver, so one cannot hold up the others.
 //! - [`recorder`]: attempt records stored before acknowledging, several per write.
 //! - [`ledger`]: which earlier deliveries of an event this replica handled, to number attempts.
@@ -17,7 +17,6 @@
 pub mod config;
 pub mod consumer;
 pub mod deliver;
-pub mod lanes;
 pub mod ledger;
 pub mod metrics;
 pub mod notices;
@@ -25,6 +24,7 @@ pub mod pull;
 pub mod recorder;
 pub mod retry;
 pub mod secrets;
+pub mod sequences;
 pub mod ssrf;
 pub mod stored_bodies;
 pub mod targets;
@@ -36,8 +36,8 @@ use common::{bus::heartbeat::Heartbeat, files::payloads::Payloads, links::Links}
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::NotifierConfig, consumer::Notifier, deliver::Deliverer, lanes::Lanes, ledger::DeliveryLedger,
-    recorder::AttemptRecorder, secrets::SecretCache, stored_bodies::StoredBodies, targets::Targets,
+    config::NotifierConfig, consumer::Notifier, deliver::Deliverer, ledger::DeliveryLedger, recorder::AttemptRecorder,
+    secrets::SecretCache, sequences::Sequences, stored_bodies::StoredBodies, targets::Targets,
 };
 
 /// How much longer than the longest retry delay the ledger remembers a handed-back event.
@@ -61,7 +61,7 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
     let notifier = Arc::new(Notifier {
         deliverer: Deliverer::new(&config)?,
         secrets: SecretCache::new(store.accounts(), common.master_key.clone(), config.secret_cache, rotations),
-        lanes: Lanes::default(),
+        sequences: Sequences::default(),
         targets: Targets::new(config.per_target),
         dead_letters: store.dead_letters(),
         attempts: store.webhook_attempts(),

@@ -1,4 +1,4 @@
-//! The web console: pages for people, served by the api on its own port.
+//! The web console: pages for people, served by the api beside the API, on the same listener.
 //!
 //! - [`login`]: sign in with an API key, sign out; [`session`]: the cookie and the signed-in
 //!   person every page proves it is ([`session::Signed`]); [`csrf`]: the checks of every form

@@ -1,4 +1,4 @@
-//! Which registered model a create's `version` names (`POST /v1/predictions`, CONTRACT §6):
+//! Which registered model a create's `version` names (`POST /v1/predictions`, docs/replicate.md):
 //! `owner/name` (the model's current version), `owner/name:id` or a bare version id.
 //!
 //! A prediction runs on the version it names, and only there (its job's subject carries the

@@ -1,4 +1,4 @@
-//! The Replicate-compatible surface (CONTRACT §6): every `/v1` route, mounted again under
+//! The Replicate-compatible surface (docs/replicate.md): every `/v1` route, mounted again under
 //! `/replicate/v1` with [`ApiSurface::Replicate`] on its requests. It is a translation, not a
 //! copy: the same handlers, keys, scopes, rate limits and storage; the handlers render for the
 //! request's [`Surface`], which changes only the shape:

@@ -1,7 +1,7 @@
 //! `GET /v1/account` (scope `read`): the account of the calling key, in the shape Replicate's
 //! clients read (`accounts.current()`): `{type: "organization", username, name}`, where
 //! `username` and `name` are the account's name (a deployment's `owner`); and its spending
-//! (CONTRACT §14): `monthly_budget` (the lower of the operator's and its own; `null` when it
+//! (docs/spend.md): `monthly_budget` (the lower of the operator's and its own; `null` when it
 //! has none) and `spent_this_month` (calendar month, UTC), decimal strings of US dollars.
 //!
 //! `PATCH /v1/account` (scope `admin`): `{"monthly_budget": "10.00"}` sets the account's own

@@ -1,4 +1,4 @@
-//! Collections (CONTRACT §15): curated lists of models, in Replicate's shape.
+//! Collections (docs/replicate.md): curated lists of models, in Replicate's shape.
 //! `GET /v1/collections` (a page of `{name, slug, description}`) and
 //! `GET /v1/collections/{slug}` (the same with `models`: those of its models the caller may
 //! see), scope `read`, both surfaces. The operator writes them (`api admin collection`).

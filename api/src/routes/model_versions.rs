@@ -1,4 +1,4 @@
-//! A model's versions (CONTRACT §6): `GET /v1/models/{owner}/{name}/versions` and
+//! A model's versions (docs/replicate.md): `GET /v1/models/{owner}/{name}/versions` and
 //! `GET …/versions/{id}` (scope `read`), for a registered model and an account's own (whose
 //! versions its trainings record; a private one's are 404 to other accounts).
 //!

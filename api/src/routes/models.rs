@@ -1,4 +1,4 @@
-//! Models (CONTRACT §6), in the shape Replicate's clients read: `GET /v1/models` (paginated)
+//! Models (docs/replicate.md), in the shape Replicate's clients read: `GET /v1/models` (paginated)
 //! and `GET /v1/models/{owner}/{name}` (scope `read`; their versions are
 //! [`super::model_versions`]), and an account's own models: `POST /v1/models` and `DELETE /v1/models/{owner}/{name}` (scope
 //! `admin`; see [`common::store::owned_models`]).

@@ -1,4 +1,4 @@
-//! Finding models by text (CONTRACT §15): `QUERY /v1/models` with the text as a `text/plain`
+//! Finding models by text (docs/replicate.md): `QUERY /v1/models` with the text as a `text/plain`
 //! body (the official clients' `models.search`; replicate JS sends it JSON-encoded, which is
 //! read as the string it encodes) and `GET /v1/search?query=`, on both surfaces, scope `read`.
 //!

@@ -1,5 +1,5 @@
 //! `GET /v1/predictions/{id}/stream` (and on `/replicate/v1`): Server-Sent Events as the
-//! prediction runs, in the shape Replicate's clients read (CONTRACT §6):
+//! prediction runs, in the shape Replicate's clients read (docs/replicate.md):
 //!
 //! - `output` and `logs` carry what was added since the previous event (the whole text when it
 //!   was replaced). An output that is an array (an iterator's items, on `/replicate/v1`) sends

@@ -1,4 +1,4 @@
-//! Trainings (CONTRACT §10), on either API surface: create on a version of a model
+//! Trainings (docs/trainings.md), on either API surface: create on a version of a model
 //! (`POST /v1/models/{owner}/{name}/versions/{id}/trainings`, scope `write`), list, get and
 //! cancel (`/v1/trainings…`). A training is a job in the pipeline of predictions (see
 //! [`crate::ops::training`]); this file renders it as Replicate's training object. Its webhooks

@@ -1,7 +1,7 @@
 //! What each account may ask of the service, as a create checks it, read from `accounts` at
 //! most every [`LIMIT_TTL`] per account: the highest priority it may ask for (`max_priority`,
 //! set by the operator with `api admin set-priority`; `normal` by default) and, when it has a
-//! monthly budget (CONTRACT §14: `api admin set-budget`, lowered by its admins with
+//! monthly budget (docs/spend.md: `api admin set-budget`, lowered by its admins with
 //! `PATCH /v1/account`), what it spent this calendar month (UTC) from the usage totals.
 //!
 //! Every api replica reads them on its own, so a budget raised, lowered or reached takes

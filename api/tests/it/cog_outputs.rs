@@ -1,4 +1,4 @@
-//! Real models' outputs in Replicate's shapes (CONTRACT §1 `output`): real Cog servers
+//! Real models' outputs in Replicate's shapes (docs/outputs.md): real Cog servers
 //! (coglet 0.23.1, no Docker) returning a list of files (`List[Path]`), a token stream
 //! (`Iterator[str]`), a stream of files (`Iterator[Path]`) and an object holding a file
 //! (a `BaseModel`), run through the api and a runner and read on both surfaces: the model's

@@ -1,4 +1,4 @@
-//! Versions, deployments, hardware pools and the account (CONTRACT §9): a prediction runs only
+//! Versions, deployments, hardware pools and the account (docs/deployments.md): a prediction runs only
 //! on a runner of its version (and of its deployment's pool), the model route runs the newest
 //! live version, and deployments are created, used, changed release by release and deleted.
 

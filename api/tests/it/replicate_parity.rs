@@ -1,4 +1,4 @@
-//! CONTRACT section 4 on the api: `Prefer: wait`, `Idempotency-Key` and `Cancel-After` (the
+//! The request conventions of docs/api.md on the api: `Prefer: wait`, `Idempotency-Key` and `Cancel-After` (the
 //! stream has its own file, `streaming.rs`).
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! The Replicate-compatible surface (`/replicate/v1`, CONTRACT §6), models and versions, and
+//! The Replicate-compatible surface (`/replicate/v1`, docs/replicate.md), models and versions, and
 //! create by `version`: the same handlers as `/v1` in Replicate's shapes.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The SSE stream (CONTRACT §6) as Replicate's clients read it: only `output`, `logs`,
+//! The SSE stream (docs/replicate.md) as Replicate's clients read it: only `output`, `logs`,
 //! `error` and `done`, an `id` that grows on every event, `Last-Event-ID` resumption, and
 //! `urls.stream` as a capability URL that needs no `Authorization`.
 

@@ -1,6 +1,6 @@
 //! Webhook event names: the values of `webhook_events_filter` and of the `webhook-event` header.
 //! The four events of a prediction, and `account.budget`: a notice that the account's monthly
-//! budget reached 80 % or 100 % (CONTRACT §14), sent to the receivers whose predictions asked
+//! budget reached 80 % or 100 % (docs/spend.md), sent to the receivers whose predictions asked
 //! for it by name (it is never in a filter's default).
 
 use std::{fmt, str::FromStr};

@@ -1,5 +1,5 @@
 //! The two API surfaces a prediction can be seen through: the canonical `/v1` and the
-//! Replicate-compatible `/replicate/v1` (CONTRACT §6). They share handlers, keys, limits and
+//! Replicate-compatible `/replicate/v1` (docs/replicate.md). They share handlers, keys, limits and
 //! storage; they differ only in the shape of what they return (see
 //! [`crate::domain::prediction::Prediction::view`]). A prediction remembers the surface that
 //! created it, so its webhooks carry the shape its creator reads.

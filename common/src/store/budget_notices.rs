@@ -1,4 +1,4 @@
-//! Budget notices (CONTRACT §14): when an account's spending this month reaches 80 % and again
+//! Budget notices (docs/spend.md): when an account's spending this month reaches 80 % and again
 //! 100 % of its monthly budget, one notice each, delivered at least once to the webhook
 //! receivers of its predictions that asked for `account.budget` in their
 //! `webhook_events_filter`.

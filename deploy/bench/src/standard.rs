@@ -26,7 +26,7 @@
 //! 8. the Cog overhead at 1 and 8 in flight, the first `start` webhook and SSE output of
 //!    demo/echo, and where a create's time goes by the services' spans (see [`cog`]).
 //!
-//! The report adds the floor under the CPU targets: the calls the CONTRACT requires of each
+//! The report adds the floor under the CPU targets: the calls the service makes for each
 //! prediction, priced at the load tool's own client cost per call (see [`crate::report::cpu_floor`]).
 //!
 //! Steps 3 to 7 each start a fresh system, so one step's load never shows in the next.

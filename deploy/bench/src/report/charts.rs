@@ -1,7 +1,7 @@
 //! The standard set's pictures, drawn with plotters from the results JSON (so a committed
 //! results file can be drawn again): end-to-end latency against offered rate, completions per
 //! second against runner processes, CPU per prediction per service beside the floor of
-//! the calls the CONTRACT requires, and the overload's timeline (goodput and rejections per
+//! the calls the service makes for each prediction, and the overload's timeline (goodput and rejections per
 //! second through a step to twice the sustained rate). Each is an SVG next to the results file.
 
 use std::path::{Path, PathBuf};

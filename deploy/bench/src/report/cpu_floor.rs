@@ -1,4 +1,4 @@
-//! The floor under the CPU targets: the calls the CONTRACT requires of each prediction, each
+//! The floor under the CPU targets: the calls the service makes for each prediction, each
 //! priced at what the load tool's own client spent on the same call. MongoDB and JetStream
 //! calls come from the baselines, a webhook POST is priced as a create request to the api, a
 //! message received (the job, an event) as a publish (a message and its ack). The api's HTTP

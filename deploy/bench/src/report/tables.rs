@@ -420,7 +420,7 @@ pub fn tables(m: &Measured) -> String {
         out.push_str(&format!("\n## Scheduling\n\n{}", scheduling::table(&m.scheduling)));
     }
     out.push_str(
-        "\n## The floor under the CPU target\n\nThe calls the CONTRACT requires of each prediction, each priced at what the load \
+        "\n## The floor under the CPU target\n\nThe calls the service makes for each prediction, each priced at what the load \
          tool's own client spent on the same call (8 in flight): MongoDB and JetStream calls in the baselines, a webhook POST as \
          a create request to the api, a message received (the job, an event) as a publish. The api's HTTP server side and all \
          JSON work are left out, so the real floor is higher.\n\n| service | calls | CPU |\n|---|---|---|\n",

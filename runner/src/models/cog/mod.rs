@@ -1,5 +1,5 @@
-//! Models served by Cog HTTP servers (coglet). Facts about driving them, measured on this
-//! machine, are in `shared/notes/cog-http.md`; this module follows them:
+//! Models served by Cog HTTP servers (coglet). What driving them takes, as measured against
+//! coglet 0.23.1 (docs/outputs.md and docs/configuration.md say it for operators):
 //!
 //! - **Start**: wait for `GET /health-check` to say `READY` (or `BUSY`), then read the input
 //!   schema from `GET /openapi.json` (`components.schemas.Input`, with the document's

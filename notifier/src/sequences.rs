@@ -1,14 +1,14 @@
-//! Per-prediction lanes: the events of one prediction are delivered one at a time, in the
+//! Per-prediction sequences: the events of one prediction are delivered one at a time, in the
 //! order the stream holds them, so `completed` goes out after every earlier event of that
 //! prediction still queued on this replica.
 //!
-//! Within a lane `output` and `logs` events are spaced at least [`THROTTLE`] apart, and an
+//! Within a sequence `output` and `logs` events are spaced at least [`THROTTLE`] apart, and an
 //! `output`/`logs` event is dropped when a newer event of the same kind, or the `completed`
 //! event, is already queued or delivered: the latest state wins (each payload is the whole
 //! prediction, so nothing is lost). Redelivered retries of such superseded events are
 //! dropped the same way. `start` and `completed` are never dropped.
 //!
-//! Lanes live in memory and only order work; nothing about delivery itself is kept here
+//! Sequences live in memory and only order work; nothing about delivery itself is kept here
 //! (that is JetStream's job), so losing them on a restart loses no event. Several replicas
 //! order per replica; across replicas the shared consumer hands out events in stream order,
 //! which keeps them in order in the normal case.
@@ -27,10 +27,10 @@ use tokio::time::Instant;
 
 /// The least time between two `output` or two `logs` deliveries of one prediction.
 pub const THROTTLE: Duration = Duration::from_millis(500);
-/// How long a finished prediction's lane summary is kept to drop stale retries.
+/// How long a finished prediction's sequence summary is kept to drop stale retries.
 const FINISHED_MEMORY: Duration = Duration::from_secs(6 * 3600);
 
-/// What a lane knows of its prediction.
+/// What a sequence knows of its prediction.
 #[derive(Debug, Default, Clone)]
 struct Known {
     /// The newest sequence seen (queued or delivered) per throttled event kind.
@@ -43,22 +43,22 @@ struct Known {
     last_logs: Option<Instant>,
 }
 
-/// One prediction's lane.
+/// One prediction's sequence.
 #[derive(Default)]
-pub struct Lane {
+pub struct Sequence {
     turn: tokio::sync::Mutex<()>,
     known: Mutex<Known>,
 }
 
-/// Every lane of this replica.
-pub struct Lanes {
-    lanes: Mutex<HashMap<PredictionId, Arc<Lane>>>,
+/// Every sequence of this replica.
+pub struct Sequences {
+    sequences: Mutex<HashMap<PredictionId, Arc<Sequence>>>,
     finished: TtlCache<PredictionId, ()>,
 }
 
-impl Default for Lanes {
+impl Default for Sequences {
     fn default() -> Self {
-        Self { lanes: Mutex::new(HashMap::new()), finished: TtlCache::new(FINISHED_MEMORY, 100_000) }
+        Self { sequences: Mutex::new(HashMap::new()), finished: TtlCache::new(FINISHED_MEMORY, 100_000) }
     }
 }
 
@@ -74,16 +74,16 @@ pub enum Verdict {
     Superseded,
 }
 
-impl Lanes {
-    /// The lane of `id`, noting that an event of `kind` with `seq` is queued in it. Returns
+impl Sequences {
+    /// The sequence of `id`, noting that an event of `kind` with `seq` is queued in it. Returns
     /// `None` when the prediction's `completed` was already delivered (a stale retry).
-    pub fn enter(&self, id: &PredictionId, kind: WebhookEvent, seq: i64) -> Option<Arc<Lane>> {
+    pub fn enter(&self, id: &PredictionId, kind: WebhookEvent, seq: i64) -> Option<Arc<Sequence>> {
         if kind != WebhookEvent::Completed && self.finished.get(id).is_some() {
             return None;
         }
-        let lane = self.lanes.lock().unwrap_or_else(|p| p.into_inner()).entry(id.clone()).or_default().clone();
+        let sequence = self.sequences.lock().unwrap_or_else(|p| p.into_inner()).entry(id.clone()).or_default().clone();
         {
-            let mut known = lane.known.lock().unwrap_or_else(|p| p.into_inner());
+            let mut known = sequence.known.lock().unwrap_or_else(|p| p.into_inner());
             match kind {
                 WebhookEvent::Output => known.newest_output = known.newest_output.max(seq),
                 WebhookEvent::Logs => known.newest_logs = known.newest_logs.max(seq),
@@ -91,12 +91,12 @@ impl Lanes {
                 WebhookEvent::Start | WebhookEvent::AccountBudget => {}
             }
         }
-        Some(lane)
+        Some(sequence)
     }
 
-    /// Forgets the lane of a prediction whose `completed` was delivered.
+    /// Forgets the sequence of a prediction whose `completed` was delivered.
     pub fn finish(&self, id: &PredictionId) {
-        self.lanes.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.sequences.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
         self.finished.insert(id.clone(), ());
     }
 }
@@ -112,8 +112,8 @@ pub async fn wait_out(wait: Duration) {
     }
 }
 
-impl Lane {
-    /// Waits for this lane's turn (FIFO); the returned guard holds it.
+impl Sequence {
+    /// Waits for this sequence's turn (FIFO); the returned guard holds it.
     pub async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.turn.lock().await
     }
@@ -157,35 +157,35 @@ mod tests {
 
     #[test]
     fn an_older_output_is_superseded_by_a_newer_queued_one() {
-        let lanes = Lanes::default();
+        let sequences = Sequences::default();
         let p = id();
-        let lane = lanes.enter(&p, Output, 2).expect("a lane");
-        lanes.enter(&p, Output, 5).expect("a lane");
-        assert_eq!(lane.verdict(Output, 2), Verdict::Superseded);
-        assert_eq!(lane.verdict(Output, 5), Verdict::Deliver { wait: Duration::ZERO });
-        assert_eq!(lane.verdict(Logs, 3), Verdict::Deliver { wait: Duration::ZERO }, "kinds are separate");
+        let sequence = sequences.enter(&p, Output, 2).expect("a sequence");
+        sequences.enter(&p, Output, 5).expect("a sequence");
+        assert_eq!(sequence.verdict(Output, 2), Verdict::Superseded);
+        assert_eq!(sequence.verdict(Output, 5), Verdict::Deliver { wait: Duration::ZERO });
+        assert_eq!(sequence.verdict(Logs, 3), Verdict::Deliver { wait: Duration::ZERO }, "kinds are separate");
     }
 
     #[test]
     fn a_queued_completed_supersedes_output_and_logs_but_not_start() {
-        let lanes = Lanes::default();
+        let sequences = Sequences::default();
         let p = id();
-        let lane = lanes.enter(&p, Output, 2).expect("a lane");
-        lanes.enter(&p, Completed, 9).expect("a lane");
-        assert_eq!(lane.verdict(Output, 2), Verdict::Superseded);
-        assert_eq!(lane.verdict(Start, 1), Verdict::Deliver { wait: Duration::ZERO });
-        assert_eq!(lane.verdict(Completed, 9), Verdict::Deliver { wait: Duration::ZERO });
+        let sequence = sequences.enter(&p, Output, 2).expect("a sequence");
+        sequences.enter(&p, Completed, 9).expect("a sequence");
+        assert_eq!(sequence.verdict(Output, 2), Verdict::Superseded);
+        assert_eq!(sequence.verdict(Start, 1), Verdict::Deliver { wait: Duration::ZERO });
+        assert_eq!(sequence.verdict(Completed, 9), Verdict::Deliver { wait: Duration::ZERO });
     }
 
     #[tokio::test(start_paused = true)]
     async fn deliveries_of_one_kind_are_spaced_by_the_throttle() {
-        let lanes = Lanes::default();
+        let sequences = Sequences::default();
         let p = id();
-        let lane = lanes.enter(&p, Output, 1).expect("a lane");
-        lane.delivered(Output);
-        lanes.enter(&p, Output, 2).expect("a lane");
+        let sequence = sequences.enter(&p, Output, 1).expect("a sequence");
+        sequence.delivered(Output);
+        sequences.enter(&p, Output, 2).expect("a sequence");
         tokio::time::advance(Duration::from_millis(200)).await;
-        assert_eq!(lane.verdict(Output, 2), Verdict::Deliver { wait: Duration::from_millis(300) });
+        assert_eq!(sequence.verdict(Output, 2), Verdict::Deliver { wait: Duration::from_millis(300) });
     }
 
     #[tokio::test]
@@ -199,11 +199,11 @@ mod tests {
 
     #[test]
     fn retries_after_completed_was_delivered_are_dropped() {
-        let lanes = Lanes::default();
+        let sequences = Sequences::default();
         let p = id();
-        lanes.enter(&p, Completed, 3).expect("a lane");
-        lanes.finish(&p);
-        assert!(lanes.enter(&p, Output, 2).is_none());
-        assert!(lanes.enter(&p, Completed, 3).is_some(), "completed itself is never dropped");
+        sequences.enter(&p, Completed, 3).expect("a sequence");
+        sequences.finish(&p);
+        assert!(sequences.enter(&p, Output, 2).is_none());
+        assert!(sequences.enter(&p, Completed, 3).is_some(), "completed itself is never dropped");
     }
 }
