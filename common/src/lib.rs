@@ -30,6 +30,7 @@ pub mod crypto;
 pub mod deadline;
 pub mod domain;
 pub mod files;
+pub mod lane;
 pub mod links;
 pub mod messages;
 pub mod metrics;

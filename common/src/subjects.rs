@@ -15,42 +15,14 @@
 //! | hardware prices changed (core NATS) | `ps.prices.changed` |
 //! | running slots of capped accounts (KV bucket) | `ps_account_slots`, keys `<account id>.<slot>` |
 
-use sha2::{Digest, Sha256};
-
 use crate::domain::{
     AccountId, ModelRef, PredictionId, Priority, Route,
     route::{ANY_POOL, Pool},
 };
 
-/// Which lane a job subject of a model belongs to: its route, account and priority. Route
-/// and account are absent in the formats of before (jobs published before versions were
-/// routed carry no route; before accounts had lanes, no account either), and such jobs are
-/// `normal`, as is every job whose subject has no level token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobLane {
-    /// The version and pool the job must run on.
-    pub route: Option<Route>,
-    /// The account.
-    pub account: Option<AccountId>,
-    /// The priority its jobs were created with.
-    pub level: Priority,
-}
-
-impl JobLane {
-    /// A lane of the formats of before levels: `normal`.
-    pub fn of(route: Option<Route>, account: Option<AccountId>) -> Self {
-        Self { route, account, level: Priority::Normal }
-    }
-
-    /// The same lane at `level`.
-    pub fn at(self, level: Priority) -> Self {
-        Self { level, ..self }
-    }
-}
-
 /// The subject token of a level: none for `normal`, so the subjects and consumers of before
 /// levels are those of `normal` and the jobs waiting at an upgrade drain through them.
-fn level_token(level: Priority) -> Option<&'static str> {
+pub(crate) fn level_token(level: Priority) -> Option<&'static str> {
     match level {
         Priority::Normal => None,
         other => Some(other.as_str()),
@@ -115,58 +87,6 @@ impl Subjects {
     /// and the filter that finds the lanes with jobs waiting).
     pub fn model_jobs(&self, model: &ModelRef) -> String {
         format!("{}.jobs.{}.{}.>", self.prefix, model.owner(), model.name())
-    }
-
-    /// The job subjects of one lane: the filter of its consumer.
-    pub fn lane_jobs(&self, model: &ModelRef, lane: &JobLane) -> String {
-        let base = format!("{}.jobs.{}.{}", self.prefix, model.owner(), model.name());
-        match (&lane.route, &lane.account) {
-            (Some(route), Some(account)) => {
-                let pool = route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
-                let level = level_token(lane.level).map(|t| format!("{t}.")).unwrap_or_default();
-                format!("{base}.{}.{pool}.{account}.{level}*", route.version)
-            }
-            (_, Some(account)) => format!("{base}.{account}.*"),
-            (_, None) => format!("{base}.*"),
-        }
-    }
-
-    /// The lane of a job subject of `model` (`None` for a subject of no known format).
-    pub fn lane_of_job(&self, model: &ModelRef, subject: &str) -> Option<JobLane> {
-        let rest = subject.strip_prefix(&format!("{}.jobs.{}.{}.", self.prefix, model.owner(), model.name()))?;
-        let tokens: Vec<&str> = rest.split('.').collect();
-        let routed = |version: &str, pool: &str, account: &str| {
-            let pool = if pool == ANY_POOL { None } else { Some(Pool::from_token(pool).ok()?) };
-            let route = Route { version: version.to_owned(), pool };
-            Some(JobLane::of(Some(route), Some(AccountId::parse(account).ok()?)))
-        };
-        match tokens.as_slice() {
-            [_id] => Some(JobLane::of(None, None)),
-            [account, _id] => Some(JobLane::of(None, Some(AccountId::parse(account).ok()?))),
-            [version, pool, account, _id] => routed(version, pool, account),
-            [version, pool, account, level, _id] => {
-                // `normal` has no token: a subject naming it is of no known format.
-                let level = [Priority::High, Priority::Low].into_iter().find(|l| l.as_str() == *level)?;
-                Some(routed(version, pool, account)?.at(level))
-            }
-            _ => None,
-        }
-    }
-
-    /// The durable consumer of one lane, which every runner serving it shares.
-    pub fn lane_consumer(&self, model: &ModelRef, lane: &JobLane) -> String {
-        let base = self.runner_consumer(model);
-        match (&lane.route, &lane.account) {
-            (Some(route), Some(account)) => {
-                // A version id may be 64 characters; its digest's first 12 keep the name short.
-                let key = crate::domain::api_key::hex(&Sha256::digest(route.version.as_bytes()))[..12].to_owned();
-                let pool = route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
-                let level = level_token(lane.level).map(|t| format!("_{t}")).unwrap_or_default();
-                format!("{base}_{key}_{pool}_{account}{level}")
-            }
-            (_, Some(account)) => format!("{base}_{account}"),
-            (_, None) => base,
-        }
     }
 
     /// The job subjects of one model from before accounts had lanes (one token after the
@@ -276,47 +196,13 @@ mod tests {
         assert_eq!(s.job(&m, &any, &account, normal, &id), format!("ps.jobs.demo.echo.v1.any.{account}.{id}"));
         assert_eq!(s.job(&m, &gpu, &account, normal, &id), format!("ps.jobs.demo.echo.v1.gpu.{account}.{id}"));
         assert_eq!(s.model_jobs(&m), "ps.jobs.demo.echo.>");
-        let routed = JobLane::of(Some(gpu.clone()), Some(account.clone()));
-        assert_eq!(s.lane_jobs(&m, &routed), format!("ps.jobs.demo.echo.v1.gpu.{account}.*"));
-        assert_eq!(s.lane_of_job(&m, &s.job(&m, &gpu, &account, normal, &id)), Some(routed.clone()));
-        let key = &crate::domain::api_key::hex(&Sha256::digest(b"v1"))[..12];
-        assert_eq!(s.lane_consumer(&m, &routed), format!("ps_runner_4_demo_echo_{key}_gpu_{account}"));
-        // The levels above and below normal: a token before the id, a suffix on the consumer.
-        let high = routed.clone().at(Priority::High);
         assert_eq!(
             s.job(&m, &gpu, &account, Priority::High, &id),
             format!("ps.jobs.demo.echo.v1.gpu.{account}.high.{id}")
         );
-        assert_eq!(s.lane_jobs(&m, &high), format!("ps.jobs.demo.echo.v1.gpu.{account}.high.*"));
-        assert_eq!(
-            s.lane_of_job(&m, &s.job(&m, &gpu, &account, Priority::Low, &id)),
-            Some(routed.clone().at(Priority::Low))
-        );
-        assert_eq!(s.lane_consumer(&m, &high), format!("ps_runner_4_demo_echo_{key}_gpu_{account}_high"));
-        // A training's job: the trainers' token where the pool goes.
         let train = Route { version: "v1".into(), pool: Some(Pool::trainers()) };
         assert_eq!(s.job(&m, &train, &account, normal, &id), format!("ps.jobs.demo.echo.v1.train.{account}.{id}"));
-        assert_eq!(
-            s.lane_of_job(&m, &s.job(&m, &train, &account, normal, &id)),
-            Some(JobLane::of(Some(train.clone()), Some(account.clone())))
-        );
-        assert_eq!(
-            s.lane_of_job(&m, &format!("ps.jobs.demo.echo.v1.gpu.{account}.normal.{id}")),
-            None,
-            "normal has no token"
-        );
-        // The formats of before: an account's lane without a route, and the model's legacy one.
-        let unrouted = JobLane::of(None, Some(account.clone()));
-        assert_eq!(s.lane_jobs(&m, &unrouted), format!("ps.jobs.demo.echo.{account}.*"));
-        assert_eq!(s.lane_of_job(&m, &format!("ps.jobs.demo.echo.{account}.{id}")), Some(unrouted.clone()));
-        assert_eq!(s.lane_consumer(&m, &unrouted), format!("ps_runner_4_demo_echo_{account}"));
-        let legacy = JobLane::of(None, None);
-        assert_eq!(s.lane_jobs(&m, &legacy), "ps.jobs.demo.echo.*");
-        assert_eq!(s.lane_of_job(&m, &format!("ps.jobs.demo.echo.{id}")), Some(legacy.clone()));
-        assert_eq!(s.lane_consumer(&m, &legacy), "ps_runner_4_demo_echo");
         assert_eq!(s.legacy_model_jobs(&m), "ps.jobs.demo.echo.*");
-        assert_eq!(s.lane_of_job(&"demo/sleep".parse().expect("valid"), &s.job(&m, &any, &account, normal, &id)), None);
-        assert_eq!(s.lane_of_job(&m, "ps.jobs.demo.echo.a.b.c"), None, "no format of three tokens");
         assert_eq!(s.events_stream(), "PS_EVENTS");
     }
 

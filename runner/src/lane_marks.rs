@@ -17,14 +17,14 @@ use std::{
 
 #[cfg(doc)]
 use common::store::queue_lanes::START_MARK_INTERVAL;
-use common::store::{LaneId, QueueLanes};
+use common::{lane::Lane, store::QueueLanes};
 use futures::future::join_all;
 use tokio::sync::Notify;
 
 /// The marks not yet written: the highest ticket started, per lane.
 #[derive(Clone)]
 pub struct LaneMarks {
-    pending: Arc<Mutex<HashMap<LaneId, i64>>>,
+    pending: Arc<Mutex<HashMap<Lane, i64>>>,
     /// Rung when a mark is noted, so the writer sleeps while there is none.
     noted: Arc<Notify>,
 }
@@ -36,7 +36,7 @@ impl LaneMarks {
     /// Starts writing the marks of `lanes` every `interval` while there are some, until the
     /// last clone is dropped (the marks gathered by then are written first).
     pub fn start(lanes: QueueLanes, interval: Duration) -> Self {
-        let pending: Arc<Mutex<HashMap<LaneId, i64>>> = Arc::default();
+        let pending: Arc<Mutex<HashMap<Lane, i64>>> = Arc::default();
         let noted = Arc::new(Notify::new());
         let (writer, heard) = (pending.clone(), noted.clone());
         tokio::spawn(async move {
@@ -62,7 +62,7 @@ impl LaneMarks {
     }
 
     /// Notes that `ticket` of `lane` started.
-    pub fn started(&self, lane: LaneId, ticket: i64) {
+    pub fn started(&self, lane: Lane, ticket: i64) {
         {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             let highest = pending.entry(lane).or_insert(ticket);
@@ -73,7 +73,7 @@ impl LaneMarks {
 }
 
 /// Writes each lane's mark, all at once.
-async fn write(lanes: &QueueLanes, marks: HashMap<LaneId, i64>) {
+async fn write(lanes: &QueueLanes, marks: HashMap<Lane, i64>) {
     join_all(marks.into_iter().map(|(lane, ticket)| async move {
         if let Err(e) = lanes.mark_started(&lane, ticket).await {
             tracing::debug!(error = %e, "a queue lane's start mark was not written");

@@ -26,39 +26,8 @@ use async_nats::jetstream::{
     consumer::{AckPolicy, PullConsumer, pull},
     stream::Stream,
 };
-use common::{
-    domain::{AccountId, JobKind, ModelRef, Priority, Route},
-    subjects::{JobLane, Subjects},
-};
+use common::{domain::ModelRef, lane::Lane, subjects::Subjects};
 use futures::TryStreamExt;
-
-/// Which jobs a lane holds: one model's, of one route, of one account, at one level
-/// (`None`s: jobs published in the formats of before, see the module's doc).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LaneKey {
-    /// The model.
-    pub model: ModelRef,
-    /// The version (and pool) its jobs must run on.
-    pub route: Option<Route>,
-    /// The account.
-    pub account: Option<AccountId>,
-    /// The priority its jobs were created with.
-    pub level: Priority,
-}
-
-impl LaneKey {
-    /// What its jobs are: trainings on the trainers' route, else predictions.
-    pub fn kind(&self) -> JobKind {
-        match self.route.as_ref().and_then(|r| r.pool.as_ref()) {
-            Some(pool) if pool.is_trainers() => JobKind::Training,
-            _ => JobKind::Prediction,
-        }
-    }
-
-    fn lane(&self) -> JobLane {
-        JobLane { route: self.route.clone(), account: self.account.clone(), level: self.level }
-    }
-}
 
 /// How often the jobs stream is scanned for lanes no doorbell announced.
 pub const SCAN_INTERVAL: Duration = Duration::from_secs(10);
@@ -82,10 +51,9 @@ impl Lanes {
     }
 
     /// The lane's consumer, created if it does not exist.
-    pub async fn open(&self, key: &LaneKey) -> anyhow::Result<PullConsumer> {
-        let lane = key.lane();
-        let name = self.subjects.lane_consumer(&key.model, &lane);
-        let filter = self.subjects.lane_jobs(&key.model, &lane);
+    pub async fn open(&self, key: &Lane) -> anyhow::Result<PullConsumer> {
+        let name = key.consumer(&self.subjects);
+        let filter = key.subject(&self.subjects);
         // The model's legacy consumer was created without an inactivity limit.
         let inactive_threshold = if key.account.is_some() { LANE_INACTIVE_THRESHOLD } else { Duration::ZERO };
         let config = pull::Config {
@@ -101,13 +69,13 @@ impl Lanes {
     }
 
     /// The lanes of `model` that hold a job (waiting or running), and how many jobs they hold.
-    pub async fn with_jobs(&self, model: &ModelRef) -> anyhow::Result<(Vec<LaneKey>, usize)> {
+    pub async fn with_jobs(&self, model: &ModelRef) -> anyhow::Result<(Vec<Lane>, usize)> {
         let subjects = self.stream.info_with_subjects(self.subjects.model_jobs(model)).await?;
         let subjects: Vec<(String, usize)> = subjects.try_collect().await?;
         let jobs = subjects.iter().map(|(_, count)| count).sum();
-        let mut lanes: Vec<LaneKey> = subjects.iter().filter_map(|(subject, _)| self.lane_of(model, subject)).collect();
+        let mut lanes: Vec<Lane> = subjects.iter().filter_map(|(subject, _)| self.lane_of(model, subject)).collect();
         lanes.sort_by(|a, b| {
-            let version = |k: &LaneKey| k.route.as_ref().map(|r| (r.version.clone(), r.pool.clone()));
+            let version = |k: &Lane| k.route.as_ref().map(|r| (r.version.clone(), r.pool.clone()));
             version(a)
                 .cmp(&version(b))
                 .then_with(|| a.account.cmp(&b.account))
@@ -140,8 +108,7 @@ impl Lanes {
 
     /// The lane a job subject of `model` belongs to (`None` for a subject of no known
     /// format).
-    pub fn lane_of(&self, model: &ModelRef, subject: &str) -> Option<LaneKey> {
-        let lane = self.subjects.lane_of_job(model, subject)?;
-        Some(LaneKey { model: model.clone(), route: lane.route, account: lane.account, level: lane.level })
+    pub fn lane_of(&self, model: &ModelRef, subject: &str) -> Option<Lane> {
+        Lane::from_subject(&self.subjects, model, subject)
     }
 }

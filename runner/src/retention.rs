@@ -37,7 +37,7 @@ use common::{
     store::{
         Store,
         predictions::PageMark,
-        queue_lanes::{self, LaneId, LaneState},
+        queue_lanes::{self, LaneState},
     },
     usage::UsageLedger,
 };
@@ -156,7 +156,7 @@ impl Sweeper {
             }
         };
         let unused_before = ago(queue_lanes::PRUNE_IDLE);
-        let mut waiting_of: HashMap<(String, String), Vec<(LaneId, i64)>> = HashMap::new();
+        let mut waiting_of: HashMap<(String, String), Vec<(common::lane::Lane, i64)>> = HashMap::new();
         for lane in &idle {
             let tended = async {
                 let (Ok(model), Ok(account)) = (lane.model.parse::<ModelRef>(), AccountId::parse(&lane.account_id))
@@ -169,7 +169,7 @@ impl Sweeper {
                     waiting_of.insert(key.clone(), found);
                 }
                 let waiting: Vec<i64> =
-                    waiting_of[&key].iter().filter(|(of, _)| of.key() == lane.id).map(|(_, t)| *t).collect();
+                    waiting_of[&key].iter().filter(|(of, _)| of.store_key() == lane.id).map(|(_, t)| *t).collect();
                 self.tend_lane(lane, &waiting, unused_before).await
             };
             swept.one(tended.await, &format!("tending queue lane {}", lane.id));

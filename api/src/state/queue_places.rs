@@ -51,8 +51,9 @@ use chrono::Utc;
 use common::{
     cache::TtlCache,
     domain::{ModelRef, Prediction, PredictionStatus},
+    lane::Lane,
     store::{
-        LaneId, LaneState, Predictions, QueueFigures, QueueLanes, StoreError, queue_lanes::START_MARK_INTERVAL,
+        LaneState, Predictions, QueueFigures, QueueLanes, StoreError, queue_lanes::START_MARK_INTERVAL,
         runners::ModelRuns,
     },
     views::QueuePlace,
@@ -120,8 +121,8 @@ impl QueuePlaces {
     pub async fn wait_of_new(&self, p: &Prediction) -> Result<Option<Duration>, ApiError> {
         let lanes = self.model_lanes(&p.model, ADMISSION_TTL).await?;
         let Some(rate) = self.start_rate(&p.model) else { return Ok(None) };
-        let lane = LaneId::of(p);
-        let key = lane.key();
+        let lane = Lane::of(p);
+        let key = lane.store_key();
         let ahead = lanes.iter().find(|l| l.id == key).map_or(0, LaneState::waiting);
         let figures = figures_of(&lane, ahead, &lanes, None);
         // The marks trail the starts by half their interval on average: as many jobs as start
@@ -144,7 +145,7 @@ impl QueuePlaces {
         let lanes = self.model_lanes(&p.model, MODEL_QUEUE_TTL).await?;
         let live = self.live.snapshot().await?;
         let runs = live.runs.get(&p.model);
-        let lane = LaneId::of(p);
+        let lane = Lane::of(p);
         let ahead = match p.queue_ticket {
             Some(ticket) => self.lanes.get(&lane).await?.map_or(0, |state| state.ahead_of(ticket)),
             None => self.predictions.ahead_in_lane(p).await?,
@@ -184,7 +185,7 @@ impl QueuePlaces {
 /// The figures of a job of `lane` with `ahead` of its own lane before it: the waiting counts of
 /// the model's other `lanes` it takes turns with or ranks below, and what the model's live
 /// runners run of it (`runs`, if known).
-fn figures_of(lane: &LaneId, ahead: u64, lanes: &[LaneState], runs: Option<&ModelRuns>) -> QueueFigures {
+fn figures_of(lane: &Lane, ahead: u64, lanes: &[LaneState], runs: Option<&ModelRuns>) -> QueueFigures {
     QueueFigures {
         ahead_in_lane: ahead,
         other_lanes: lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),

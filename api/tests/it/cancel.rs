@@ -66,8 +66,7 @@ async fn a_processing_prediction_is_canceled_and_its_runner_stops_within_a_secon
     let stream = bus.jetstream().get_stream(bus.subjects().jobs_stream()).await.expect("jobs stream");
     let prediction_id = common::domain::PredictionId::parse(&id).expect("id");
     let record = system.ctx.store().await.predictions().get(&prediction_id).await.expect("read").expect("exists");
-    let lane = common::subjects::JobLane::of(Some(record.route()), Some(record.account_id.clone())).at(record.priority);
-    let consumer_name = bus.subjects().lane_consumer(&record.model, &lane);
+    let consumer_name = common::lane::Lane::of(&record).consumer(bus.subjects());
     let released = eventually(Duration::from_secs(1), || {
         let (stream, name) = (stream.clone(), consumer_name.clone());
         async move {

@@ -213,12 +213,12 @@ async fn past_the_queue_bound_a_create_is_refused_with_retry_after_and_another_a
 async fn idle_for(system: &System, of: &str, ago: Duration, also: bson::Document) {
     let store = system.ctx.store().await;
     let p = store.predictions().get(&common::domain::PredictionId::parse(of).expect("id")).await.expect("read");
-    let lane = common::store::queue_lanes::LaneId::of(&p.expect("stored"));
+    let lane = common::lane::Lane::of(&p.expect("stored"));
     let at = bson::DateTime::from_millis(bson::DateTime::now().timestamp_millis() - ago.as_millis() as i64);
     let mut set = bson::doc! { "touched_at": at };
     set.extend(also);
     let lanes = store.database().collection::<bson::Document>("queue_lanes");
-    lanes.update_one(bson::doc! { "_id": lane.key() }, bson::doc! { "$set": set }).await.expect("set");
+    lanes.update_one(bson::doc! { "_id": lane.store_key() }, bson::doc! { "$set": set }).await.expect("set");
 }
 
 async fn lane_count(system: &System) -> u64 {
@@ -270,7 +270,7 @@ async fn a_lane_that_lost_give_backs_is_recounted_once_idle_and_a_lane_unused_fo
     tokio::time::sleep(api::state::queue_places::MODEL_QUEUE_TTL).await;
     let store = system.ctx.store().await;
     let first = store.predictions().get(&common::domain::PredictionId::parse(&ids[0]).expect("id")).await;
-    let lane = common::store::queue_lanes::LaneId::of(&first.expect("read").expect("stored"));
+    let lane = common::lane::Lane::of(&first.expect("read").expect("stored"));
     let counters = store.queue_lanes().get(&lane).await.expect("read").expect("kept: four wait in it");
     assert_eq!(counters.waiting(), 4, "recounted: {counters:?}");
     // The first, third and fifth wait ahead of the sixth, and the third account's one takes

@@ -261,7 +261,7 @@ impl Predictions {
         &self,
         account: &crate::domain::AccountId,
         model: &crate::domain::ModelRef,
-    ) -> Result<Vec<(super::queue_lanes::LaneId, i64)>, StoreError> {
+    ) -> Result<Vec<(crate::lane::Lane, i64)>, StoreError> {
         /// What of a waiting prediction names its lane and ticket.
         #[derive(serde::Deserialize)]
         struct Waiting {
@@ -295,7 +295,7 @@ impl Predictions {
             .into_iter()
             .filter_map(|w| {
                 let route = crate::domain::Route::of_job(w.kind, w.version, w.hardware);
-                Some((super::queue_lanes::LaneId::new(&w.model, &route, &w.account_id, w.priority), w.queue_ticket?))
+                Some((crate::lane::Lane::new(&w.model, &route, &w.account_id, w.priority), w.queue_ticket?))
             })
             .collect())
     }

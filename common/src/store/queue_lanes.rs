@@ -2,7 +2,8 @@
 //! place in its lane costs one small document, however long the queue.
 //!
 //! A lane is what a runner takes turns between: one model's jobs of one route (version and
-//! pool), one account and one priority level ([`LaneId`]). Each new prediction takes the lane's next **ticket**
+//! pool), one account and one priority level ([`Lane`], whose `store_key` is the document's
+//! `_id`). Each new prediction takes the lane's next **ticket**
 //! (`taken`, a counter) before it is stored, and keeps it (`Prediction::queue_ticket`). Jobs
 //! of a lane start in ticket order, so one mark says how far the lane has moved:
 //! `started_through`, the highest ticket a runner has started (`$max`, so marks may arrive in
@@ -28,7 +29,7 @@
 //! [`PRUNE_IDLE`] is removed ([`QueueLanes::remove_unused`]), so a model's lanes, read whole
 //! for its queue's figures, are only those in use.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc};
 
 use bson::{Document, doc};
 use futures::{TryStreamExt, future::join_all};
@@ -40,7 +41,10 @@ use super::{
     StoreError,
     group_commit::{Batching, GroupCommitError, run_writer},
 };
-use crate::domain::{AccountId, ModelRef, Prediction, Priority, Route};
+use crate::{
+    domain::{AccountId, ModelRef, Prediction, Priority},
+    lane::Lane,
+};
 
 /// How often a runner writes the start marks it gathered: a lane's mark trails its starts by
 /// up to this much (see the runner's `lane_marks`).
@@ -57,66 +61,33 @@ pub const RECOUNT_IDLE: std::time::Duration = std::time::Duration::from_secs(120
 /// How long a lane with no waiting prediction goes unwritten before it is removed.
 pub const PRUNE_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Which lane a prediction waits in: its model, route, account and priority.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LaneId {
-    model: String,
-    route: String,
-    account: String,
-    level: u8,
-}
-
-impl LaneId {
-    /// The lane of `model`'s jobs on `route` of `account` at `level`.
-    pub fn new(model: &ModelRef, route: &Route, account: &AccountId, level: Priority) -> Self {
-        let pool = route.pool.as_ref().map_or("any", |p| p.as_str());
-        Self {
-            model: model.to_string(),
-            route: format!("{}|{pool}", route.version),
-            account: account.as_str().to_owned(),
-            level: level.rank(),
-        }
-    }
-
-    /// The lane of `prediction`.
-    pub fn of(prediction: &Prediction) -> Self {
-        Self::new(&prediction.model, &prediction.route(), &prediction.account_id, prediction.priority)
-    }
-
-    fn level(&self) -> Priority {
-        Priority::from_rank(self.level)
-    }
-
-    /// The lane's `_id` as stored (a `normal` lane's as before levels, so its tickets go on).
-    pub fn key(&self) -> String {
-        let base = format!("{}|{}|{}", self.model, self.route, self.account);
-        match self.level() {
-            Priority::Normal => base,
-            other => format!("{base}|{other}"),
-        }
-    }
-
+/// What the counters of a lane say of another lane's counters (`state`).
+impl Lane {
     /// Whether `state` is a lane of the same model, route and level, of another account: one
     /// the runners of this lane take turns with.
     pub fn shares_turns_with(&self, state: &LaneState) -> bool {
-        self.same_route(state) && state.priority == self.level() && state.account_id != self.account
+        self.same_route(state) && state.priority == self.level && Some(state.account_id.as_str()) != self.account_str()
     }
 
     /// Whether `state` is a lane of the same model and route at a higher level (of any
     /// account): its waiting jobs start before this lane's.
     pub fn ranks_below(&self, state: &LaneState) -> bool {
-        self.same_route(state) && state.priority.above(self.level())
+        self.same_route(state) && state.priority.above(self.level)
     }
 
     fn same_route(&self, state: &LaneState) -> bool {
-        state.model == self.model && state.route == self.route
+        state.model == self.model.to_string() && state.route == self.route_key()
+    }
+
+    fn account_str(&self) -> Option<&str> {
+        self.account.as_ref().map(AccountId::as_str)
     }
 }
 
 /// A lane's counters as stored.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LaneState {
-    /// The lane ([`LaneId`]).
+    /// The lane ([`Lane::store_key`]).
     #[serde(rename = "_id")]
     pub id: String,
     /// Its model (`owner/name`).
@@ -189,19 +160,20 @@ impl QueueLanes {
 
     /// Takes `count` tickets of `lane` at once; returns the first
     /// (the others follow it).
-    pub async fn take(&self, lane: &LaneId, count: u64) -> Result<i64, StoreError> {
+    pub async fn take(&self, lane: &Lane, count: u64) -> Result<i64, StoreError> {
         let count = i64::try_from(count).unwrap_or(i64::MAX);
         let after = self
             .coll
             .clone_with_type::<Document>()
             .find_one_and_update(
-                doc! { "_id": lane.key() },
+                doc! { "_id": lane.store_key() },
                 doc! {
                     "$inc": { "taken": count },
                     "$set": { "touched_at": bson::DateTime::now() },
                     "$setOnInsert": {
-                        "model": &lane.model, "route": &lane.route, "account_id": &lane.account,
-                        "priority": lane.level().as_str(), "started_through": 0_i64, "skipped": [],
+                        "model": lane.model.to_string(), "route": lane.route_key(),
+                        "account_id": lane.account_str().unwrap_or_default(),
+                        "priority": lane.level.as_str(), "started_through": 0_i64, "skipped": [],
                     },
                 },
             )
@@ -214,10 +186,10 @@ impl QueueLanes {
     }
 
     /// Marks `ticket` of `lane` started: the lane has moved at least that far.
-    pub async fn mark_started(&self, lane: &LaneId, ticket: i64) -> Result<(), StoreError> {
+    pub async fn mark_started(&self, lane: &Lane, ticket: i64) -> Result<(), StoreError> {
         self.coll
             .update_one(
-                doc! { "_id": lane.key() },
+                doc! { "_id": lane.store_key() },
                 doc! {
                     "$max": { "started_through": ticket },
                     "$pull": { "skipped": { "$lte": ticket } },
@@ -229,10 +201,10 @@ impl QueueLanes {
     }
 
     /// Marks `ticket` of `lane` gone without starting (unless the lane has moved past it).
-    pub async fn skipped(&self, lane: &LaneId, ticket: i64) -> Result<(), StoreError> {
+    pub async fn skipped(&self, lane: &Lane, ticket: i64) -> Result<(), StoreError> {
         self.coll
             .update_one(
-                doc! { "_id": lane.key(), "started_through": { "$lt": ticket } },
+                doc! { "_id": lane.store_key(), "started_through": { "$lt": ticket } },
                 doc! {
                     "$push": { "skipped": { "$each": [ticket], "$slice": -SKIPPED_KEPT } },
                     "$set": { "touched_at": bson::DateTime::now() },
@@ -247,15 +219,15 @@ impl QueueLanes {
     /// that fails is logged, and mended by the lane's next start.
     pub async fn give_back(&self, prediction: &Prediction) {
         if let Some(ticket) = prediction.queue_ticket
-            && let Err(e) = self.skipped(&LaneId::of(prediction), ticket).await
+            && let Err(e) = self.skipped(&Lane::of(prediction), ticket).await
         {
             tracing::warn!(prediction_id = %prediction.id, error = %e, "a ticket was not given back to its queue lane");
         }
     }
 
     /// The lane `lane`, if a ticket of it was ever taken.
-    pub async fn get(&self, lane: &LaneId) -> Result<Option<LaneState>, StoreError> {
-        self.coll.find_one(doc! { "_id": lane.key() }).max_time(super::read_limit()).await
+    pub async fn get(&self, lane: &Lane) -> Result<Option<LaneState>, StoreError> {
+        self.coll.find_one(doc! { "_id": lane.store_key() }).max_time(super::read_limit()).await
     }
 
     /// Up to `limit` lanes whose counters were not written since `before` (those of before
@@ -312,7 +284,7 @@ pub struct TicketDesk {
 
 /// A request for a ticket of a prediction's lane, with whom to tell.
 struct TicketRequest {
-    lane: LaneId,
+    lane: Lane,
     done: oneshot::Sender<Result<i64, GroupCommitError>>,
 }
 
@@ -331,7 +303,7 @@ impl TicketDesk {
     /// The next ticket of `prediction`'s lane.
     pub async fn take(&self, prediction: &Prediction) -> Result<i64, GroupCommitError> {
         let (done, answer) = oneshot::channel();
-        let request = TicketRequest { lane: LaneId::of(prediction), done };
+        let request = TicketRequest { lane: Lane::of(prediction), done };
         self.queue.send(request).await.map_err(|_| GroupCommitError::Stopped)?;
         answer.await.map_err(|_| GroupCommitError::Stopped)?
     }
@@ -339,7 +311,7 @@ impl TicketDesk {
 
 /// Takes the tickets of one batch, one `$inc` per lane, and answers each request in order.
 async fn hand_out(lanes: &QueueLanes, batch: Vec<TicketRequest>) {
-    let mut by_lane: BTreeMap<LaneId, Vec<TicketRequest>> = BTreeMap::new();
+    let mut by_lane: HashMap<Lane, Vec<TicketRequest>> = HashMap::new();
     for request in batch {
         by_lane.entry(request.lane.clone()).or_default().push(request);
     }

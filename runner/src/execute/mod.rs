@@ -49,9 +49,10 @@ use common::{
     config::Deadlines,
     domain::{Pool, Prediction, PredictionId, PredictionStatus, Price, WebhookEvent, route::DEFAULT_POOL},
     files::{Files, payloads::Payloads},
+    lane::Lane,
     links::Links,
     messages::{Announcement, PredictionChanged},
-    store::{Batching, GroupUpdate, LaneId, Store, queue_lanes},
+    store::{Batching, GroupUpdate, Store, queue_lanes},
     usage::{self, UsageLedger},
 };
 use futures::{FutureExt, future::BoxFuture};
@@ -309,7 +310,7 @@ impl Executor {
     /// [`crate::lane_marks`]).
     fn mark_started(&self, p: &Prediction) {
         if let Some(ticket) = p.queue_ticket {
-            self.lane_marks.started(LaneId::of(p), ticket);
+            self.lane_marks.started(Lane::of(p), ticket);
         }
     }
 

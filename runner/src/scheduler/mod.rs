@@ -44,7 +44,8 @@ use self::{
     account_slots::{AccountSlot, AccountSlots, Claim},
     fair_pick::{FairPick, Heard},
 };
-use crate::lanes::{LaneKey, Lanes};
+use crate::lanes::Lanes;
+use common::lane::Lane;
 
 /// The longest a stopping runner keeps starting the jobs its lanes already announced.
 pub const DRAIN: Duration = Duration::from_secs(5);
@@ -138,7 +139,7 @@ impl Scheduler {
 
     /// Whether the lane's jobs are this runner's: of a served model, and of the version and
     /// pool served here when the lane has a route (lanes of before routes: any runner's).
-    fn serves(&self, key: &LaneKey) -> bool {
+    fn serves(&self, key: &Lane) -> bool {
         if !self.pick.serves(key) {
             return false;
         }
@@ -170,7 +171,7 @@ impl Scheduler {
     }
 
     /// Whether a lane's account is at its cap.
-    fn account_full(&self, key: &LaneKey) -> bool {
+    fn account_full(&self, key: &Lane) -> bool {
         match (&self.accounts, &key.account) {
             (Some(slots), Some(account)) => slots.is_full(account),
             _ => false,
@@ -179,13 +180,13 @@ impl Scheduler {
 
     /// Records what a scan begun at `scanned_at` found in `model`'s lanes (see
     /// [`FairPick::scanned`]).
-    pub fn scanned(&self, model: &ModelRef, with_jobs: &[LaneKey], scanned_at: Instant) {
+    pub fn scanned(&self, model: &ModelRef, with_jobs: &[Lane], scanned_at: Instant) {
         self.pick.scanned(model, with_jobs, scanned_at);
     }
 
     /// A job of `key` is waiting (`heard` by its doorbell or the scan): opens its lane if it
     /// is new, marks it, and wakes the loop.
-    pub async fn ring(&self, key: LaneKey, heard: Heard) {
+    pub async fn ring(&self, key: Lane, heard: Heard) {
         if !self.serves(&key) {
             return;
         }
@@ -212,7 +213,7 @@ impl Scheduler {
     /// already announced still start, for at most [`DRAIN`], until no lane may have work (no
     /// doorbell rings any more), so a version whose last runner stops leaves no job behind
     /// that was published before it began to stop.
-    pub async fn run(&self, shutdown: CancellationToken, start: impl Fn(Message, &LaneKey, Slots)) {
+    pub async fn run(&self, shutdown: CancellationToken, start: impl Fn(Message, &Lane, Slots)) {
         self.turn(shutdown.cancelled(), false, &start).await;
         let drained = self.turn(tokio::time::sleep(DRAIN), true, &start).await;
         tracing::info!(jobs = drained, "stopped taking jobs");
@@ -224,7 +225,7 @@ impl Scheduler {
         &self,
         stop: impl Future<Output = ()>,
         draining: bool,
-        start: &impl Fn(Message, &LaneKey, Slots),
+        start: &impl Fn(Message, &Lane, Slots),
     ) -> usize {
         tokio::pin!(stop);
         let mut total = 0;
@@ -291,11 +292,11 @@ impl Scheduler {
     /// returns how many were asked for and how many there were.
     async fn fetch(
         &self,
-        key: &LaneKey,
+        key: &Lane,
         consumer: &PullConsumer,
         most: usize,
         held: OwnedSemaphorePermit,
-        start: &impl Fn(Message, &LaneKey, Slots),
+        start: &impl Fn(Message, &Lane, Slots),
     ) -> Result<(usize, usize), async_nats::Error> {
         let mut account_slots = match (&self.accounts, &key.account) {
             // A capped account's slots are taken for the jobs its doorbells announced, not for

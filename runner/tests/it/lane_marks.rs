@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use common::{
     domain::{AccountId, ModelRef, Priority, Route},
-    store::LaneId,
+    lane::Lane,
     testkit::eventually,
 };
 use runner::lane_marks::LaneMarks;
@@ -16,8 +16,7 @@ async fn marks_of_one_lane_in_any_order_leave_its_highest_ticket_and_drop_the_sk
     let fixture = Fixture::new(&[]).await;
     let lanes = fixture.store.queue_lanes();
     let model: ModelRef = "demo/echo".parse().expect("a model");
-    let lane =
-        LaneId::new(&model, &Route { version: "v1".into(), pool: None }, &AccountId::generate(), Priority::Normal);
+    let lane = Lane::new(&model, &Route { version: "v1".into(), pool: None }, &AccountId::generate(), Priority::Normal);
     let first = lanes.take(&lane, 10).await.expect("tickets");
     assert_eq!(first, 1);
     lanes.skipped(&lane, 3).await.expect("a skip");

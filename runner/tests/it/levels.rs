@@ -119,7 +119,7 @@ async fn more_than_a_thousand_lanes_open() {
     let route = common::domain::Route { version: "v1".into(), pool: None };
     let opened = futures::stream::iter(0..1_001)
         .map(|_| {
-            let key = runner::lanes::LaneKey {
+            let key = common::lane::Lane {
                 model: model.clone(),
                 route: Some(route.clone()),
                 account: Some(AccountId::generate()),

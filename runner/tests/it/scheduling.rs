@@ -145,8 +145,8 @@ async fn a_job_published_before_versions_were_routed_still_runs() {
         prediction: None,
     };
     // The subject of before: `<account>.<id>` after the model, no version or pool.
-    let lane = common::subjects::JobLane::of(None, Some(account.clone()));
-    let subject = fixture.bus.subjects().lane_jobs(&p.model, &lane).replace('*', p.id.as_str());
+    let lane = common::lane::Lane::unrouted(&p.model, Some(account.clone()));
+    let subject = lane.subject(fixture.bus.subjects()).replace('*', p.id.as_str());
     let ack = fixture
         .bus
         .jetstream()

@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::{super::arrivals::Arrivals, MAX_RECHECK};
-use crate::lanes::LaneKey;
+use common::lane::Lane;
 
 /// How long a lane found empty waits first; each empty answer in a row doubles it.
 pub(super) const FIRST_RECHECK: Duration = Duration::from_secs(1);
@@ -81,7 +81,7 @@ impl LaneState {
 }
 
 pub(super) struct Entry<T> {
-    pub(super) key: LaneKey,
+    pub(super) key: Lane,
     /// Its model's place in the pick's list of models.
     pub(super) model: usize,
     pub(super) state: LaneState,
@@ -91,7 +91,7 @@ pub(super) struct Entry<T> {
 /// The lanes, in the order they were opened, with an index by key.
 pub(super) struct Table<T> {
     entries: Vec<Entry<T>>,
-    index: HashMap<LaneKey, usize>,
+    index: HashMap<Lane, usize>,
 }
 
 impl<T> Default for Table<T> {
@@ -109,11 +109,11 @@ impl<T> Table<T> {
         &mut self.entries
     }
 
-    pub(super) fn get(&self, key: &LaneKey) -> Option<&Entry<T>> {
+    pub(super) fn get(&self, key: &Lane) -> Option<&Entry<T>> {
         self.index.get(key).map(|i| &self.entries[*i])
     }
 
-    pub(super) fn get_mut(&mut self, key: &LaneKey) -> Option<&mut Entry<T>> {
+    pub(super) fn get_mut(&mut self, key: &Lane) -> Option<&mut Entry<T>> {
         self.index.get(key).map(|i| &mut self.entries[*i])
     }
 

@@ -46,7 +46,7 @@ mod lane_state;
 #[cfg(test)]
 use self::lane_state::FIRST_RECHECK;
 use self::lane_state::{Entry, LaneState, RING_SETTLE, SETTLE_TRIES, Table};
-use crate::lanes::LaneKey;
+use common::lane::Lane;
 
 /// How long a job waits before its lane counts one level higher (`PRIORITY_AGING_SECONDS`).
 pub const DEFAULT_AGING: Duration = Duration::from_secs(60);
@@ -73,7 +73,7 @@ pub const TRAINER_CONCURRENCY: usize = 1;
 /// Whose slots a lane's jobs take: its model's predictions' or its model's trainer's.
 type SlotsOf = (ModelRef, JobKind);
 
-fn slots_of(key: &LaneKey) -> SlotsOf {
+fn slots_of(key: &Lane) -> SlotsOf {
     (key.model.clone(), key.kind())
 }
 
@@ -150,23 +150,23 @@ impl<T: Clone> FairPick<T> {
 
     /// Whether the lane's jobs are picked for: of a model picked for, and a training only of
     /// a model with a trainer here.
-    pub fn serves(&self, key: &LaneKey) -> bool {
+    pub fn serves(&self, key: &Lane) -> bool {
         self.model_index.contains_key(&slots_of(key))
     }
 
     /// Adds a lane (one that may have work); `false` if it is known already or its model is
     /// not picked for.
-    pub fn add(&self, key: LaneKey, lane: T) -> bool {
+    pub fn add(&self, key: Lane, lane: T) -> bool {
         let Some(&model) = self.model_index.get(&slots_of(&key)) else { return false };
         self.lanes().insert(Entry { key, model, state: LaneState::new(), lane })
     }
 
     /// Marks a known lane as having work, as `heard`; `false` if the lane is not known.
-    pub fn ring(&self, key: &LaneKey, heard: Heard) -> bool {
+    pub fn ring(&self, key: &Lane, heard: Heard) -> bool {
         self.ring_at(key, heard, Instant::now())
     }
 
-    fn ring_at(&self, key: &LaneKey, heard: Heard, now: Instant) -> bool {
+    fn ring_at(&self, key: &Lane, heard: Heard, now: Instant) -> bool {
         let mut lanes = self.lanes();
         let Some(entry) = lanes.get_mut(key) else { return false };
         let state = &mut entry.state;
@@ -182,7 +182,7 @@ impl<T: Clone> FairPick<T> {
 
     /// A fetch from `key` brought a job published at `published` (when known), after which
     /// `pending` jobs of the lane still wait.
-    pub fn left(&self, key: &LaneKey, pending: u64, published: Option<Instant>) {
+    pub fn left(&self, key: &Lane, pending: u64, published: Option<Instant>) {
         if let Some(entry) = self.lanes().get_mut(key) {
             entry.state.arrivals.left(pending, published);
         }
@@ -196,7 +196,7 @@ impl<T: Clone> FairPick<T> {
     /// One pass over the lanes, reading only their own fields; `held_back` (a look-up in the
     /// caps' cache) is asked only of the lane about to be picked, and of a lane whose wait would
     /// age its level (a lane held back does not age its level: its jobs wait for its cap).
-    pub fn pick(&self, now: Instant, held_back: impl Fn(&LaneKey) -> bool) -> Option<(LaneKey, T, usize)> {
+    pub fn pick(&self, now: Instant, held_back: impl Fn(&Lane) -> bool) -> Option<(Lane, T, usize)> {
         let lanes = self.lanes();
         let entries = lanes.entries();
         let free: Vec<bool> = self.models.iter().map(|(_, slots)| slots.free.available_permits() > 0).collect();
@@ -261,7 +261,7 @@ impl<T: Clone> FairPick<T> {
     /// gave fewer than asked has no more ready: like an empty one, it is asked again when its
     /// doorbell rings (or after the back-off), not at once. Quick re-asks follow only while a
     /// doorbell rung in the last `RING_SETTLE` is not yet made up for by a fetched job.
-    pub fn mark(&self, key: &LaneKey, asked: usize, found: usize, now: Instant) {
+    pub fn mark(&self, key: &Lane, asked: usize, found: usize, now: Instant) {
         let mut lanes = self.lanes();
         let Some(entry) = lanes.get_mut(key) else { return };
         let state = &mut entry.state;
@@ -291,8 +291,8 @@ impl<T: Clone> FairPick<T> {
 
     /// A scan begun at `scanned_at` saw jobs in `with_jobs` of `model` (which are rung
     /// separately): its other lanes go dormant, unless their doorbell rang since.
-    pub fn scanned(&self, model: &ModelRef, with_jobs: &[LaneKey], scanned_at: Instant) {
-        let with_jobs: HashSet<&LaneKey> = with_jobs.iter().collect();
+    pub fn scanned(&self, model: &ModelRef, with_jobs: &[Lane], scanned_at: Instant) {
+        let with_jobs: HashSet<&Lane> = with_jobs.iter().collect();
         for entry in self.lanes().entries_mut() {
             if &entry.key.model == model
                 && !with_jobs.contains(&entry.key)
@@ -305,7 +305,7 @@ impl<T: Clone> FairPick<T> {
     }
 
     /// Drops `key` (its consumer is gone) and lanes empty for [`FORGET_AFTER`].
-    pub fn forget(&self, key: Option<&LaneKey>, now: Instant) {
+    pub fn forget(&self, key: Option<&Lane>, now: Instant) {
         self.lanes().retain(|e| {
             Some(&e.key) != key && e.state.empty_since.is_none_or(|since| now.duration_since(since) < FORGET_AFTER)
         });
@@ -313,13 +313,13 @@ impl<T: Clone> FairPick<T> {
 
     /// Jobs of `key` announced by doorbells and not yet fetched (at least one is assumed when
     /// the lane was picked for other reasons).
-    pub fn announced(&self, key: &LaneKey) -> usize {
+    pub fn announced(&self, key: &Lane) -> usize {
         let rings = self.lanes().get(key).map_or(0, |e| e.state.unanswered_rings);
         usize::try_from(rings).unwrap_or(usize::MAX).max(1)
     }
 
     /// A free slot for a job of `key`: of its model, or of its model's trainer.
-    pub(super) fn model_slot(&self, key: &LaneKey) -> Option<OwnedSemaphorePermit> {
+    pub(super) fn model_slot(&self, key: &Lane) -> Option<OwnedSemaphorePermit> {
         let (_, slots) = &self.models[*self.model_index.get(&slots_of(key))?];
         slots.free.clone().try_acquire_owned().ok()
     }

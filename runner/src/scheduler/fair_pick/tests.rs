@@ -7,17 +7,17 @@ fn model(name: &str) -> ModelRef {
     format!("demo/{name}").parse().expect("model")
 }
 
-fn key(name: &str, account: Option<&AccountId>) -> LaneKey {
-    LaneKey { model: model(name), route: None, account: account.cloned(), level: Priority::Normal }
+fn key(name: &str, account: Option<&AccountId>) -> Lane {
+    Lane { model: model(name), route: None, account: account.cloned(), level: Priority::Normal }
 }
 
-fn leveled(name: &str, account: &AccountId, level: Priority) -> LaneKey {
-    LaneKey { level, ..key(name, Some(account)) }
+fn leveled(name: &str, account: &AccountId, level: Priority) -> Lane {
+    Lane { level, ..key(name, Some(account)) }
 }
 
 /// Opens `lanes` of model `a` (on a runner of `limit` slots), each with a job announced
 /// at `at`.
-fn with_lanes(lanes: &[&LaneKey], limit: usize, at: Instant) -> FairPick<()> {
+fn with_lanes(lanes: &[&Lane], limit: usize, at: Instant) -> FairPick<()> {
     let pick = FairPick::new(&[model("a")], limit, &HashMap::new()).with_aging(Duration::from_secs(60));
     for lane in lanes {
         pick.add((*lane).clone(), ());
@@ -136,7 +136,7 @@ fn run_jobs(pick: &FairPick<()>, name: &str, n: usize) -> Vec<OwnedSemaphorePerm
     (0..n).map(|_| pick.model_slot(&key(name, None)).expect("a free slot")).collect()
 }
 
-fn picked(pick: &FairPick<()>, now: Instant) -> Option<LaneKey> {
+fn picked(pick: &FairPick<()>, now: Instant) -> Option<Lane> {
     pick.pick(now, |_| false).map(|(k, _, _)| k)
 }
 
@@ -255,7 +255,7 @@ fn a_lane_held_back_by_its_accounts_cap_is_passed_over_for_the_next() {
     pick.mark(&key("a", None), 1, 0, now);
     pick.add(key("a", Some(&capped)), ());
     pick.add(key("a", Some(&other)), ());
-    let held_back = |k: &LaneKey| k.account.as_ref() == Some(&capped);
+    let held_back = |k: &Lane| k.account.as_ref() == Some(&capped);
     assert_eq!(
         pick.pick(now, held_back),
         Some((key("a", Some(&other)), (), MAX_FETCH)),
@@ -314,9 +314,9 @@ fn an_empty_lane_backs_off_and_is_forgotten_after_a_while() {
 fn a_training_takes_its_trainers_slot_never_the_models_and_waits_while_the_trainer_is_busy() {
     let account = AccountId::generate();
     let route = |pool: Option<common::domain::Pool>| Some(common::domain::Route { version: "v1".into(), pool });
-    let predictions = LaneKey { route: route(None), ..key("a", Some(&account)) };
-    let trainings = LaneKey { route: route(Some(common::domain::Pool::trainers())), ..predictions.clone() };
-    let elsewhere = LaneKey { model: model("b"), ..trainings.clone() };
+    let predictions = Lane { route: route(None), ..key("a", Some(&account)) };
+    let trainings = Lane { route: route(Some(common::domain::Pool::trainers())), ..predictions.clone() };
+    let elsewhere = Lane { model: model("b"), ..trainings.clone() };
     let now = Instant::now();
     let pick = FairPick::new(&[model("a"), model("b")], 1, &HashMap::new()).with_trainers(&[model("a")]);
     assert!(pick.serves(&trainings) && pick.serves(&predictions));
