@@ -42,8 +42,7 @@ use crate::{
     state::ratelimit::rate_limit_headers,
 };
 
-/// The largest request body accepted.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub use crate::http::MAX_BODY_BYTES;
 /// The longest a request may take (above the longest `Prefer: wait` of 60 s).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 

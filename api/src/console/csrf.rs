@@ -77,8 +77,8 @@ impl FromRequest<AppState> for ConsoleAction {
         // The run and train routes take any size of body (their files stream to the store): a
         // form without files is held to the API's own limit here.
         let (parts, body) = request.into_parts();
-        let bytes = axum::body::to_bytes(body, crate::app::MAX_BODY_BYTES).await.map_err(|_| {
-            let most = crate::app::MAX_BODY_BYTES;
+        let bytes = axum::body::to_bytes(body, crate::http::MAX_BODY_BYTES).await.map_err(|_| {
+            let most = crate::http::MAX_BODY_BYTES;
             ConsoleError::Problem(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("A form without files may be at most {most} bytes; this one is larger (or was cut off)."),

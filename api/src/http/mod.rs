@@ -9,6 +9,10 @@
 //!   redirects) and [`reference`] (`/docs`). Errors answer problem+json through
 //!   [`crate::error`].
 
+/// The largest request body accepted (a file upload's parts stream past it, each within the
+/// uploads' own limit).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
 pub mod auth;
 pub mod extract;
 pub mod file_response;
