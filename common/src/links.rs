@@ -27,8 +27,6 @@ use subtle::ConstantTimeEq;
 use crate::{
     crypto::MasterKey,
     domain::{AccountId, ApiSurface, FileId, PredictionId},
-    store::FileRecord,
-    views::{FileChecksums, FileUrls, FileView},
 };
 
 /// What a stream token's MAC vouches for.
@@ -166,31 +164,6 @@ impl Links {
     pub fn stored_file(&self, output: &str) -> Option<FileId> {
         let canonical = format!("{}/files/", self.api(ApiSurface::Canonical));
         output.strip_prefix(&canonical).and_then(|id| FileId::parse(id).ok())
-    }
-
-    /// File `record` as `surface` shows it at `now` (unix seconds): its signed download works
-    /// for [`SIGNED_DOWNLOAD_SECONDS`].
-    pub fn file_view(&self, record: &FileRecord, surface: ApiSurface, now: i64) -> FileView {
-        let metadata = match serde_json::from_str(&record.metadata) {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => serde_json::Map::new(),
-        };
-        let expiry = now + SIGNED_DOWNLOAD_SECONDS;
-        FileView {
-            id: record.id.to_string(),
-            name: record.name.clone(),
-            content_type: record.content_type.clone(),
-            size: record.size,
-            etag: record.md5.clone(),
-            checksums: FileChecksums { sha256: record.sha256.clone(), md5: record.md5.clone() },
-            metadata,
-            created_at: record.created_at.to_chrono(),
-            expires_at: record.expires_at.map(|t| t.to_chrono()),
-            urls: FileUrls {
-                get: self.file(&record.id, surface),
-                download: self.file_signed_download(&record.id, &record.account_id, expiry, surface),
-            },
-        }
     }
 
     /// The capability token of prediction `id`'s stream.

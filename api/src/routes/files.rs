@@ -139,7 +139,7 @@ pub async fn create(
     };
     let record = state.files.add_record(bytes, new).await.map_err(anyhow::Error::from)?;
     tracing::Span::current().record("file_id", record.id.as_str());
-    let view = state.links.file_view(&record, surface, now_seconds());
+    let view = FileView::of(&record, &state.links, surface, now_seconds());
     Ok((StatusCode::CREATED, [(axum::http::header::LOCATION, view.urls.get.clone())], Json(view)).into_response())
 }
 
@@ -183,7 +183,7 @@ pub async fn list(
     let (records, total_count) =
         state.files.list(account, paging.offset, paging.limit).await.map_err(anyhow::Error::from)?;
     let now = now_seconds();
-    let views = records.iter().map(|r| state.links.file_view(r, surface, now)).collect();
+    let views = records.iter().map(|r| FileView::of(r, &state.links, surface, now)).collect();
     let links = paging.links(total_count, &format!("{}/files", state.links.api(surface)));
     Ok(Json(Page::counted(views, links, total_count)))
 }
@@ -205,7 +205,7 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<FileView>, ApiError> {
     let record = owned_file(&state, &auth.caller.key.account_id, &id).await?;
-    Ok(Json(state.links.file_view(&record, surface, now_seconds())))
+    Ok(Json(FileView::of(&record, &state.links, surface, now_seconds())))
 }
 
 /// `DELETE /v1/files/{id}`

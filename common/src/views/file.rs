@@ -1,7 +1,13 @@
 //! A file as clients see it (`GET /v1/files/{id}`, uploads, the list), built from its record
-//! by [`crate::links::Links::file_view`].
+//! ([`FileView::of`]).
 
 use chrono::{DateTime, Utc};
+
+use crate::{
+    domain::ApiSurface,
+    links::{Links, SIGNED_DOWNLOAD_SECONDS},
+    store::FileRecord,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -51,4 +57,31 @@ pub struct FileView {
     pub expires_at: Option<DateTime<Utc>>,
     /// Its links.
     pub urls: FileUrls,
+}
+
+impl FileView {
+    /// File `record` as `surface` shows it at `now` (unix seconds): its signed download works
+    /// for [`SIGNED_DOWNLOAD_SECONDS`].
+    pub fn of(record: &FileRecord, links: &Links, surface: ApiSurface, now: i64) -> Self {
+        let metadata = match serde_json::from_str(&record.metadata) {
+            Ok(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        let expiry = now + SIGNED_DOWNLOAD_SECONDS;
+        Self {
+            id: record.id.to_string(),
+            name: record.name.clone(),
+            content_type: record.content_type.clone(),
+            size: record.size,
+            etag: record.md5.clone(),
+            checksums: FileChecksums { sha256: record.sha256.clone(), md5: record.md5.clone() },
+            metadata,
+            created_at: record.created_at.to_chrono(),
+            expires_at: record.expires_at.map(|t| t.to_chrono()),
+            urls: FileUrls {
+                get: links.file(&record.id, surface),
+                download: links.file_signed_download(&record.id, &record.account_id, expiry, surface),
+            },
+        }
+    }
 }
