@@ -17,8 +17,9 @@
 //! - [`deadline`]: a request's deadline, which the calls it makes respect.
 //! - [`config`], [`connect`], [`telemetry`], [`readiness`], [`shutdown`], [`runtime`]: what every service
 //!   needs at start and while it runs.
-//! - `testkit` (feature `testkit`): MongoDB and NATS for integration tests.
-//! - `samples` (feature `samples`, part of `testkit`): sample predictions for tests and the load tool.
+//! - `samples` (feature `samples`): sample predictions for tests and the load tool, and
+//!   `Links::for_tests`. The integration-test harness is a crate of its own, `testkit`
+//!   (deploy/testkit), a dev-dependency only.
 #![forbid(unsafe_code)]
 
 pub mod budget;
@@ -43,8 +44,6 @@ pub mod signing;
 pub mod store;
 pub mod subjects;
 pub mod telemetry;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 pub mod trace_context;
 pub mod usage;
 pub mod views;

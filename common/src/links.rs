@@ -67,7 +67,7 @@ impl Links {
     }
 
     /// Links under `base_url` signed with a new random key: what a test needs.
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(any(test, feature = "samples"))]
     pub fn for_tests(base_url: &str) -> Self {
         Self::new(base_url, MasterKey::from_base64(&MasterKey::generate_base64()).expect("a generated key parses"))
     }

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::testkit::eventually;
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use crate::harness::{JsonBody, Options, System};
 

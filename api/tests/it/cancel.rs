@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use common::testkit::eventually;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use receiver::Receiver;
 

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use common::testkit::{
-    cog::{CogMode, CogServer},
-    eventually,
-};
 use reqwest::{Method, multipart};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use testkit::{
+    cog::{CogMode, CogServer},
+    eventually,
+};
 
 use crate::harness::{JsonBody, Options, System};
 

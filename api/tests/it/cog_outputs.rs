@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use common::testkit::{
+use reqwest::Method;
+use serde_json::{Value, json};
+use testkit::{
     cog::{CogMode, CogServer},
     eventually,
 };
-use reqwest::Method;
-use serde_json::{Value, json};
 
 use crate::harness::{JsonBody, Options, System};
 

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use common::testkit::eventually;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use crate::harness::{JsonBody, Options, System};
 

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{domain::PredictionId, signing, store::webhook_attempts::AttemptOutcome, testkit::eventually};
+use common::{domain::PredictionId, signing, store::webhook_attempts::AttemptOutcome};
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use receiver::Receiver;
 

@@ -5,9 +5,9 @@
 use common::{
     domain::AccountId,
     files::{Files, NewFile},
-    testkit::TestContext,
 };
 use futures::StreamExt;
+use testkit::TestContext;
 
 fn new_file(name: &str) -> NewFile {
     NewFile {

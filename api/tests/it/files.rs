@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use common::testkit::eventually;
 use reqwest::{Method, multipart};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use testkit::eventually;
 
 use crate::harness::{JsonBody, Options, System};
 

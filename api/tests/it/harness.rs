@@ -7,10 +7,10 @@ use api::config::ApiConfig;
 use common::{
     config::Env,
     domain::{ModelRef, WebhookSecret},
-    testkit::{TestContext, eventually},
 };
 use reqwest::{Method, RequestBuilder, Response};
 use serde_json::Value;
+use testkit::{TestContext, eventually};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 

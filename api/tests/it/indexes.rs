@@ -234,7 +234,7 @@ async fn every_query_the_services_make_has_an_index_to_use() {
 
 #[tokio::test]
 async fn an_index_made_before_with_the_same_keys_and_other_options_does_not_stop_a_start() {
-    let ctx = common::testkit::TestContext::new();
+    let ctx = testkit::TestContext::new();
     let store = ctx.store().await;
     let options = mongodb::options::IndexOptions::builder().expire_after(Duration::from_secs(3600)).build();
     let theirs = mongodb::IndexModel::builder().keys(bson::doc! { "seen_at": 1 }).options(options).build();
@@ -251,7 +251,7 @@ async fn an_index_made_before_with_the_same_keys_and_other_options_does_not_stop
 
 #[tokio::test]
 async fn an_index_a_newer_one_replaces_is_dropped_at_start() {
-    let ctx = common::testkit::TestContext::new();
+    let ctx = testkit::TestContext::new();
     let store = ctx.store().await;
     let predictions = store.database().collection::<Document>("predictions");
     let old = mongodb::IndexModel::builder().keys(bson::doc! { "status": 1, "created_at": 1 }).build();

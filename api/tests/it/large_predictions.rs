@@ -5,9 +5,9 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use common::testkit::eventually;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use receiver::{Delivery, Receiver};
 

@@ -1,5 +1,5 @@
 //! The api's integration tests: the real api, runner and notifier (in-process) against real
-//! NATS JetStream and MongoDB (see `common::testkit` for where the servers come from).
+//! NATS JetStream and MongoDB (see `testkit` for where the servers come from).
 
 mod api_keys;
 mod bad_input;

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::testkit::{host_port, infra, proxy::TcpProxy};
 use futures::future::join_all;
 use serde_json::{Value, json};
+use testkit::{host_port, infra, proxy::TcpProxy};
 
 use crate::harness::{JsonBody, Options, System};
 

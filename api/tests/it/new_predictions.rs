@@ -9,10 +9,10 @@ use common::{
     domain::{AccountId, Prediction},
     samples,
     store::{Batching, GroupCommitError, Store},
-    testkit::TestContext,
 };
 use futures::future::join_all;
 use serde_json::json;
+use testkit::TestContext;
 
 use crate::harness::{JsonBody, Options, System};
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 use common::{
     domain::AccountId,
     files::{Files, NewFile, s3::PART_SIZE},
-    testkit::{eventually, proxy::TcpProxy},
 };
 use futures::StreamExt;
 use reqwest::{Method, multipart};
 use serde_json::Value;
+use testkit::{eventually, proxy::TcpProxy};
 
 use crate::harness::{JsonBody, Options, System};
 
@@ -61,7 +61,7 @@ async fn a_download_answers_a_redirect_to_the_object_that_serves_the_exact_bytes
     assert_eq!(bearer.status(), 307);
     assert_eq!(bearer.headers()["etag"], format!("\"{}\"", file["etag"].as_str().expect("etag")).as_str());
     let location = bearer.headers()["location"].to_str().expect("location").to_owned();
-    assert!(location.starts_with(&common::testkit::s3().endpoint), "{location}");
+    assert!(location.starts_with(&testkit::s3().endpoint), "{location}");
     assert_eq!(query_value(&location, "X-Amz-Expires").as_deref(), Some("900"));
     let object = http.get(&location).send().await.expect("sent");
     assert_eq!(object.status(), 200);
@@ -239,7 +239,7 @@ async fn a_finished_upload_is_never_swept() {
 
 #[tokio::test]
 async fn an_upload_the_store_will_not_discard_stays_noted_and_holds_up_no_other() {
-    let proxy = TcpProxy::start(common::testkit::host_port(&common::testkit::s3().endpoint)).await.expect("proxy");
+    let proxy = TcpProxy::start(testkit::host_port(&testkit::s3().endpoint)).await.expect("proxy");
     let endpoint = format!("http://{}", proxy.addr());
     let system = System::start_with(on_s3(&[("S3_ENDPOINT", endpoint.as_str())])).await;
     let files = system.files().await;
@@ -273,7 +273,7 @@ async fn an_upload_the_store_will_not_discard_stays_noted_and_holds_up_no_other(
 
 #[tokio::test]
 async fn the_store_down_is_a_503_with_retry_after_and_back_up_it_serves_again() {
-    let proxy = TcpProxy::start(common::testkit::host_port(&common::testkit::s3().endpoint)).await.expect("proxy");
+    let proxy = TcpProxy::start(testkit::host_port(&testkit::s3().endpoint)).await.expect("proxy");
     let endpoint = format!("http://{}", proxy.addr());
     let system = System::start_with(on_s3(&[("S3_ENDPOINT", endpoint.as_str()), ("FILES_S3_REDIRECT", "false")])).await;
     let file = upload(&system, "a.bin", sample(2000)).await;
@@ -303,7 +303,7 @@ async fn the_store_down_is_a_503_with_retry_after_and_back_up_it_serves_again() 
 
 #[tokio::test]
 async fn a_store_unreachable_at_start_does_not_stop_the_api_and_files_work_once_it_answers() {
-    let proxy = TcpProxy::start(common::testkit::host_port(&common::testkit::s3().endpoint)).await.expect("proxy");
+    let proxy = TcpProxy::start(testkit::host_port(&testkit::s3().endpoint)).await.expect("proxy");
     proxy.cut();
     let endpoint = format!("http://{}", proxy.addr());
     let system = System::start_with(on_s3(&[("S3_ENDPOINT", endpoint.as_str())])).await;

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use common::{domain::PredictionId, testkit::eventually};
+use common::domain::PredictionId;
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use receiver::Receiver;
 

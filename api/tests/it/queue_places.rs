@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use common::testkit::eventually;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use common::store::commands::query_shapes;
 

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use common::testkit::{eventually, host_port, infra, proxy::TcpProxy};
 use reqwest::Method;
 use serde_json::json;
+use testkit::{eventually, host_port, infra, proxy::TcpProxy};
 
 use crate::harness::{JsonBody, Options, System};
 

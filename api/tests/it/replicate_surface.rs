@@ -7,10 +7,10 @@ use bson::DateTime;
 use common::{
     domain::ModelRef,
     store::{ModelRecord, ModelVersionRecord},
-    testkit::eventually,
 };
 use reqwest::{Method, redirect::Policy};
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use receiver::Receiver;
 

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{domain::WebhookSecret, signing, testkit::eventually};
+use common::{domain::WebhookSecret, signing};
 use serde_json::json;
+use testkit::eventually;
 
 use receiver::Receiver;
 

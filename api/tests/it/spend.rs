@@ -6,13 +6,11 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use common::{
-    domain::{Micros, PredictionId, Price},
-    testkit::eventually,
-};
+use common::domain::{Micros, PredictionId, Price};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use receiver::Receiver;
 

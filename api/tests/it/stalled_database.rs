@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use common::testkit::{eventually, host_port, infra, proxy::TcpProxy};
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::{eventually, host_port, infra, proxy::TcpProxy};
 
 use crate::harness::{JsonBody, Options, System};
 

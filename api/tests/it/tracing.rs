@@ -1,12 +1,12 @@
 //! One trace per prediction: the spans the api, runner and notifier produce for one create
 //! request share its trace id, with the parent links of the path it took (captured in memory,
-//! see `common::telemetry::init_for_tests`).
+//! see `testkit::telemetry::init_for_tests`).
 
 use std::time::Duration;
 
-use common::testkit::eventually;
 use opentelemetry::trace::{SpanId, TraceId};
 use serde_json::json;
+use testkit::eventually;
 
 use receiver::Receiver;
 
@@ -42,8 +42,10 @@ async fn one_trace_runs_from_the_create_request_through_the_job_to_the_webhook_a
     let trace_id = TraceId::from_hex(&trace).expect("hex");
     let names = ["request", "job", "model_call", "webhook", "webhook_attempt"];
     let spans = eventually(Duration::from_secs(10), || async {
-        let spans: Vec<_> =
-            common::telemetry::captured_spans().into_iter().filter(|s| s.span_context.trace_id() == trace_id).collect();
+        let spans: Vec<_> = testkit::telemetry::captured_spans()
+            .into_iter()
+            .filter(|s| s.span_context.trace_id() == trace_id)
+            .collect();
         let all_named = names.iter().all(|n| spans.iter().any(|s| s.name == *n));
         // The attempt's webhook span ends after it (once the attempt is recorded).
         let attempt_parent = spans.iter().find(|s| s.name == "webhook_attempt").map(|s| s.parent_span_id);

@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use common::testkit::{
-    cog::{CogMode, CogServer},
-    eventually,
-};
 use mongo_faults::{Fault, MongoFaults};
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::{
+    cog::{CogMode, CogServer},
+    eventually,
+};
 
 use receiver::Receiver;
 
@@ -432,8 +432,8 @@ async fn listed_files(system: &System) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn a_version_whose_recording_fails_or_loses_its_answer_is_recorded_once_and_no_weights_are_left_over() {
-    let real = common::testkit::infra().mongodb_uri.clone();
-    let faults = MongoFaults::start(common::testkit::host_port(&real)).await.expect("proxy");
+    let real = testkit::infra().mongodb_uri.clone();
+    let faults = MongoFaults::start(testkit::host_port(&real)).await.expect("proxy");
     let uri = faults.uri(&real);
     let (system, _predictor, _trainer, version) = tune_system_with(false, &[("MONGODB_URI", &uri)]).await;
     let recording = |c: &mongo_faults::Command| c.name == "findAndModify" && c.collection == "model_versions";
@@ -467,8 +467,8 @@ async fn a_version_whose_recording_fails_or_loses_its_answer_is_recorded_once_an
 
 #[tokio::test]
 async fn a_model_delete_that_fails_part_way_leaves_the_model_and_the_next_delete_finishes_it() {
-    let real = common::testkit::infra().mongodb_uri.clone();
-    let faults = MongoFaults::start(common::testkit::host_port(&real)).await.expect("proxy");
+    let real = testkit::infra().mongodb_uri.clone();
+    let faults = MongoFaults::start(testkit::host_port(&real)).await.expect("proxy");
     let uri = faults.uri(&real);
     let (system, _predictor, _trainer, version) = tune_system_with(false, &[("MONGODB_URI", &uri)]).await;
     let created = train(&system, "/v1", &version, json!({"suffix": "gone"})).await;

@@ -5,17 +5,17 @@
 
 use std::time::Duration;
 
-use common::testkit::{eventually, infra};
 use mongo_faults::{Fault, MongoFaults};
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::{eventually, infra};
 
 use crate::harness::{JsonBody, Options, System};
 
 /// A system whose services reach MongoDB through a fault proxy.
 async fn system_behind_faults(runner: bool) -> (System, MongoFaults) {
     let real = infra().mongodb_uri.clone();
-    let faults = MongoFaults::start(common::testkit::host_port(&real)).await.expect("proxy");
+    let faults = MongoFaults::start(testkit::host_port(&real)).await.expect("proxy");
     let env = vec![("MONGODB_URI", faults.uri(&real))];
     (System::start_with(Options { runner, notifier: false, env }).await, faults)
 }
@@ -115,7 +115,7 @@ async fn a_key_whose_prediction_was_never_stored_is_taken_over_once_its_claim_is
 #[tokio::test]
 async fn a_result_whose_write_fails_is_stored_again_without_running_the_model_again() {
     let real = infra().mongodb_uri.clone();
-    let faults = MongoFaults::start(common::testkit::host_port(&real)).await.expect("proxy");
+    let faults = MongoFaults::start(testkit::host_port(&real)).await.expect("proxy");
     let metrics = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.local_addr().expect("address").to_string()

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use common::{domain::PredictionStatus, testkit::eventually, usage::UsageLedger};
+use common::{domain::PredictionStatus, usage::UsageLedger};
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use crate::harness::{JsonBody, Options, System};
 

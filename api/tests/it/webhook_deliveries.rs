@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use common::testkit::eventually;
 use reqwest::Method;
 use serde_json::{Value, json};
+use testkit::eventually;
 
 use receiver::Receiver;
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
 /// `len` random characters of lowercase base32 (5 bits each).
-pub(crate) fn random_base32(len: usize) -> String {
+pub fn random_base32(len: usize) -> String {
     let mut rng = rand::rng();
     (0..len).map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())])).collect()
 }

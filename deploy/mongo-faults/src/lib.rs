@@ -10,7 +10,7 @@
 //! Every other frame passes unchanged, in order, including the monitoring connections'
 //! streamed `hello` answers.
 //!
-//! Beside the `failCommand` failpoint (which the stand-in takes too, see `common::testkit`'s
+//! Beside the `failCommand` failpoint (which the stand-in takes too, see `testkit`'s
 //! `fail_commands`), this singles out one command by what it says (the
 //! update that claims a usage batch, not the status writes around it) and drops an answer
 //! after the write applied, which a failpoint cannot do (its `writeConcernError` comes

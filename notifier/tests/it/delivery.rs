@@ -2,9 +2,8 @@
 
 use std::{process::Stdio, time::Duration};
 
-use common::{
-    domain::WebhookEvent, messages::Announcement, store::webhook_attempts::AttemptOutcome, testkit::eventually,
-};
+use common::{domain::WebhookEvent, messages::Announcement, store::webhook_attempts::AttemptOutcome};
+use testkit::eventually;
 
 use receiver::{Answer, Receiver};
 

@@ -11,9 +11,9 @@ use common::{
     links::Links,
     messages::{Announcement, PredictionChanged},
     store::{Account, Store, webhook_attempts::WebhookAttempt},
-    testkit::{TestContext, eventually},
 };
 use serde_json::json;
+use testkit::{TestContext, eventually};
 use tokio_util::sync::CancellationToken;
 
 pub struct Fixture {

@@ -9,11 +9,9 @@ use async_nats::jetstream::{
     consumer::{AckPolicy, PullConsumer, pull},
     stream::Config as StreamConfig,
 };
-use common::{
-    bus::{heartbeat::Heartbeat, held::HeldMessage},
-    testkit::TestContext,
-};
+use common::bus::{heartbeat::Heartbeat, held::HeldMessage};
 use futures::StreamExt;
+use testkit::TestContext;
 
 async fn next(consumer: &PullConsumer) -> Option<async_nats::jetstream::Message> {
     consumer.fetch().max_messages(1).messages().await.expect("fetch").next().await.map(|m| m.expect("message"))

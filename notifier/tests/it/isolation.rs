@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use common::{domain::WebhookEvent, store::webhook_attempts::AttemptOutcome, testkit::eventually};
+use common::{domain::WebhookEvent, store::webhook_attempts::AttemptOutcome};
+use testkit::eventually;
 
 use receiver::{Answer, Receiver};
 

@@ -114,7 +114,7 @@ async fn an_attempt_whose_record_cannot_be_stored_is_not_acked_but_made_again() 
 
     fixture.start_notifier();
     fixture.publish(&p, WebhookEvent::Start, 1).await;
-    let copies = common::testkit::eventually(Duration::from_secs(15), || async {
+    let copies = testkit::eventually(Duration::from_secs(15), || async {
         let received = receiver.deliveries();
         (received.len() >= 2).then_some(received)
     })

@@ -7,9 +7,9 @@ use common::{
     crypto::MasterKey,
     domain::{AccountId, Prediction, PredictionStatus},
     store::Account,
-    testkit::eventually,
 };
 use serde_json::json;
+use testkit::eventually;
 
 use crate::fixture::{Fixture, finished, start_delay};
 

@@ -4,14 +4,12 @@
 use std::time::Duration;
 
 use bson::doc;
-use common::{
-    domain::PredictionStatus,
-    testkit::{
-        cog::{CogMode, CogServer},
-        eventually,
-    },
-};
+use common::domain::PredictionStatus;
 use serde_json::json;
+use testkit::{
+    cog::{CogMode, CogServer},
+    eventually,
+};
 
 use crate::fixture::Fixture;
 

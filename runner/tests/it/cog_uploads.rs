@@ -8,12 +8,12 @@ use std::time::Duration;
 use common::{
     domain::{FileId, PredictionStatus},
     files::Files,
-    testkit::{
-        cog::{CogMode, CogServer},
-        eventually,
-    },
 };
 use serde_json::{Value, json};
+use testkit::{
+    cog::{CogMode, CogServer},
+    eventually,
+};
 
 use crate::fixture::Fixture;
 

@@ -56,7 +56,7 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
     );
     let ack = fixture.bus.jetstream().publish(subject, "not a job".into()).await.expect("publish");
     ack.await.expect("stored");
-    let letters = common::testkit::eventually(Duration::from_secs(20), || async {
+    let letters = testkit::eventually(Duration::from_secs(20), || async {
         let found = fixture.store.dead_letters().of_service("runner").await.ok()?;
         (!found.is_empty()).then_some(found)
     })

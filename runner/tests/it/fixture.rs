@@ -9,9 +9,9 @@ use common::{
     domain::{AccountId, Prediction, PredictionId},
     samples,
     store::Store,
-    testkit::{TestContext, eventually},
 };
 use serde_json::Value;
+use testkit::{TestContext, eventually};
 use tokio_util::sync::CancellationToken;
 
 pub struct Fixture {

@@ -5,9 +5,9 @@ use std::time::Duration;
 use common::{
     domain::{AccountId, ModelRef, Priority, Route},
     lane::Lane,
-    testkit::eventually,
 };
 use runner::lane_marks::LaneMarks;
+use testkit::eventually;
 
 use crate::fixture::Fixture;
 

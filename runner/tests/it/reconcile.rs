@@ -61,7 +61,7 @@ async fn a_canceled_prediction_whose_completed_event_was_lost_gets_it_published(
     assert!(!fixture.bus.completed_event_exists(&canceled).await.expect("readable"));
 
     fixture.start_runner_with("demo/echo", &[("RUNNER_RECONCILE_SECONDS", "0.2")]);
-    let announced = common::testkit::eventually(Duration::from_secs(20), || async {
+    let announced = testkit::eventually(Duration::from_secs(20), || async {
         fixture.bus.completed_event_exists(&canceled).await.ok().filter(|found| *found)
     })
     .await;

@@ -15,7 +15,8 @@ use std::{
 static CHILDREN: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
 pub(super) fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("common/ sits in the workspace root").to_path_buf()
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().nth(2).expect("deploy/testkit/ sits two folders below the workspace root").to_path_buf()
 }
 
 /// Runs `deploy/local/install` (idempotent) and returns the value of `KEY=` in its output:

@@ -18,12 +18,13 @@ pub mod cog;
 mod containers;
 pub mod proxy;
 mod standins;
+pub mod telemetry;
 
 pub use standins::installed;
 
 use std::{collections::HashMap, sync::OnceLock};
 
-use crate::{
+use common::{
     bus::Bus,
     config::{CommonConfig, Env},
     crypto::MasterKey,
