@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod model_catalog;
 pub mod queue_places;
 pub mod ratelimit;
+pub mod tickets;
 pub mod wait_slots;
 
 use std::{ops::Deref, sync::Arc};
@@ -26,14 +27,14 @@ use common::{
     domain::Prediction,
     files::{Files, payloads::Payloads},
     links::Links,
-    store::{Batching, GroupCommit, Store, TicketDesk},
+    store::{Batching, GroupCommit, Store},
 };
 use tokio_util::task::TaskTracker;
 
 use crate::{
     config::ApiConfig, state::job_outbox::JobOutbox, state::keys::KeyDirectory, state::metrics::HttpMetrics,
     state::model_catalog::ModelCatalog, state::queue_places::QueuePlaces, state::ratelimit::RateLimiter,
-    state::wait_slots::WaitSlots,
+    state::tickets::TicketDesk, state::wait_slots::WaitSlots,
 };
 
 /// How creates share writes: no waiting (a lone create is written at once), but creates that

@@ -99,7 +99,7 @@ impl<T> Clone for GroupCommit<T> {
 
 impl Batching {
     /// At least one item per write and one write at a time.
-    pub(super) fn at_least_one(self) -> Self {
+    pub fn at_least_one(self) -> Self {
         Self { max_batch: self.max_batch.max(1), max_in_flight: self.max_in_flight.max(1), ..self }
     }
 }
@@ -136,10 +136,10 @@ async fn write_batches<T: Serialize + Send + Sync + 'static>(
     .await;
 }
 
-/// A writer loop (shared with [`super::group_update`]): gathers a batch once a write slot is
-/// free, writes it with `write` in its own task, and stops when every sender is gone and the
-/// queue is empty.
-pub(super) async fn run_writer<W, F, Fut>(batching: Batching, mut queue: mpsc::Receiver<W>, write: F)
+/// A writer loop (shared with [`super::group_update`] and the api's ticket desk): gathers a
+/// batch once a write slot is free, writes it with `write` in its own task, and stops when
+/// every sender is gone and the queue is empty.
+pub async fn run_writer<W, F, Fut>(batching: Batching, mut queue: mpsc::Receiver<W>, write: F)
 where
     W: Send + 'static,
     F: Fn(Vec<W>) -> Fut,

@@ -246,13 +246,7 @@ impl Predictions {
         limit: i64,
     ) -> Result<Vec<Prediction>, StoreError> {
         let filter = doc! { "status": PredictionStatus::Starting.as_str(), "created_at": { "$lt": before } };
-        self.coll
-            .find(after_mark(filter, "created_at", from))
-            .sort(doc! { "created_at": 1, "_id": 1 })
-            .limit(limit)
-            .await?
-            .try_collect()
-            .await
+        self.page_after(filter, "created_at", from, limit).await
     }
 
     /// The lanes and tickets of `account`'s predictions of `model` still waiting (`starting`)
@@ -300,6 +294,24 @@ impl Predictions {
             .collect())
     }
 
+    /// Up to `limit` predictions matching `filter`, in `(field, _id)` order, after `from` (the
+    /// last one a previous page ended with): a page of a walk that repeats ([`PageMark`]).
+    async fn page_after(
+        &self,
+        filter: bson::Document,
+        field: &str,
+        from: Option<&PageMark>,
+        limit: i64,
+    ) -> Result<Vec<Prediction>, StoreError> {
+        self.coll
+            .find(after_mark(filter, field, from))
+            .sort(doc! { field: 1, "_id": 1 })
+            .limit(limit)
+            .await?
+            .try_collect()
+            .await
+    }
+
     /// Predictions canceled between `after` and `before`, oldest first, after `from` (the last
     /// one a previous page ended with), at most `limit`.
     pub async fn canceled_between(
@@ -313,13 +325,7 @@ impl Predictions {
             "status": PredictionStatus::Canceled.as_str(),
             "completed_at": { "$gt": after, "$lt": before },
         };
-        self.coll
-            .find(after_mark(filter, "completed_at", from))
-            .sort(doc! { "completed_at": 1, "_id": 1 })
-            .limit(limit)
-            .await?
-            .try_collect()
-            .await
+        self.page_after(filter, "completed_at", from, limit).await
     }
 
     /// Ended predictions whose data is still kept, completed before `before`, oldest first,
@@ -331,13 +337,7 @@ impl Predictions {
         limit: i64,
     ) -> Result<Vec<Prediction>, StoreError> {
         let filter = doc! { "data_removed": false, "completed_at": { "$lt": before } };
-        self.coll
-            .find(after_mark(filter, "completed_at", from))
-            .sort(doc! { "completed_at": 1, "_id": 1 })
-            .limit(limit)
-            .await?
-            .try_collect()
-            .await
+        self.page_after(filter, "completed_at", from, limit).await
     }
 
     /// Whether a prediction that has not ended names file `file` in its input.
@@ -448,12 +448,6 @@ impl Predictions {
         limit: i64,
     ) -> Result<Vec<Prediction>, StoreError> {
         let filter = doc! { "usage.pending": true, "completed_at": { "$lt": before } };
-        self.coll
-            .find(after_mark(filter, "completed_at", from))
-            .sort(doc! { "completed_at": 1, "_id": 1 })
-            .limit(limit)
-            .await?
-            .try_collect()
-            .await
+        self.page_after(filter, "completed_at", from, limit).await
     }
 }
