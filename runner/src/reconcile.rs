@@ -33,7 +33,10 @@ use common::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::execute::{Executor, timeout_error};
+use crate::{
+    execute::{Executor, timeout_error},
+    retention::ago,
+};
 
 /// How long past its deadline a prediction may be before the reconciler fails it (the runner
 /// holding it normally does so itself, at the deadline).
@@ -83,10 +86,6 @@ pub struct Reconciler {
 /// the page was not full.
 fn next_mark(page: &[Prediction], at: impl Fn(&Prediction) -> Option<DateTime>) -> Option<PageMark> {
     PageMark::after_page(page, BATCH, at)
-}
-
-fn ago(d: Duration) -> DateTime {
-    DateTime::from_millis(DateTime::now().timestamp_millis() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Reconciler {

@@ -52,8 +52,8 @@ pub const IN_USE_GRACE: Duration = Duration::from_secs(600);
 /// The most idle lanes one pass tends.
 pub const LANES_PER_PASS: i64 = 1_000;
 
-/// The time `d` ago.
-fn ago(d: Duration) -> DateTime {
+/// The time `d` ago (the reconciler's scans use it too).
+pub(crate) fn ago(d: Duration) -> DateTime {
     DateTime::from_millis(
         DateTime::now().timestamp_millis().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
     )
@@ -197,8 +197,7 @@ impl Sweeper {
     /// retention ago: files first, so a crash between the two leaves a prediction the next
     /// pass finishes, never a file that nothing points to.
     async fn clear_data(&self) -> Swept {
-        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
-        let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(retention_ms));
+        let before = ago(self.retention);
         let mut swept = Swept::default();
         let mut from = None;
         loop {
