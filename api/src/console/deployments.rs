@@ -18,7 +18,16 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{error::ApiError, ops::deployment_changes, state::AppState, validate::deployment};
+use crate::{
+    error::ApiError,
+    ops::deployment_changes,
+    state::AppState,
+    validate::{
+        FromBody,
+        deployment::{self, NewDeployment},
+        field,
+    },
+};
 
 /// One deployment in the list.
 struct DeploymentRow {
@@ -121,7 +130,7 @@ pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Respo
 pub async fn create(State(state): State<AppState>, action: ConsoleAction) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Admin)?;
     let body = body_of(&action, &["name", "model", "version", "hardware", "min_instances", "max_instances"]);
-    let new = match deployment::parse_new(&body) {
+    let new = match NewDeployment::from_object(body) {
         Ok(new) => new,
         Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
     };
@@ -143,7 +152,9 @@ pub async fn release(
     let current = owned(&state, &action.signed, &name).await?;
     let configuration = &current.current_release.configuration;
     let body = body_of(&action, &["version", "hardware", "min_instances", "max_instances"]);
-    let change = match deployment::parse_change(&body, (configuration.min_instances, configuration.max_instances)) {
+    let change = match field::from_object(body)
+        .and_then(|body| deployment::parse_change(body, (configuration.min_instances, configuration.max_instances)))
+    {
         Ok(change) => change,
         Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
     };

@@ -18,7 +18,12 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{error::ApiError, ops::accounts, state::AppState, validate::create_api_key};
+use crate::{
+    error::ApiError,
+    ops::accounts,
+    state::AppState,
+    validate::{FromBody, create_api_key::CreateApiKey},
+};
 
 /// One key in the list.
 struct KeyRow {
@@ -98,7 +103,7 @@ fn request_of(action: &ConsoleAction) -> Map<String, Value> {
 /// `POST /keys`: creates a key and shows it once.
 pub async fn create(State(state): State<AppState>, action: ConsoleAction) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Admin)?;
-    let request = match create_api_key::parse(&request_of(&action)) {
+    let request = match CreateApiKey::from_object(request_of(&action)) {
         Ok(request) => request,
         Err(errors) => {
             let message = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(" ");

@@ -27,7 +27,10 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
-use crate::{error::ApiError, ops::submit, state::AppState, state::model_catalog::RegisteredModel};
+use crate::{
+    error::ApiError, ops::submit, state::AppState, state::model_catalog::RegisteredModel,
+    validate::create_prediction::CreatePredictionBody,
+};
 
 /// One registered model in the list.
 struct ModelRow {
@@ -273,11 +276,12 @@ pub async fn run(
     let missing = || ConsoleError::NotFound(format!("Model {owner}/{name} has no version to run yet."));
     let model = shown.runs.clone().ok_or_else(missing)?;
     let mut form_fields = fields(&model.input_schema);
-    let body = json!({"input": input_of(&form_fields, &action.fields)});
-    let body = body.as_object().cloned().unwrap_or_default();
+    // Read as a body is (its fields cannot fail to deserialize, so there is no error to lose).
+    let body: CreatePredictionBody =
+        serde_json::from_value(json!({"input": input_of(&form_fields, &action.fields)})).unwrap_or_default();
     let caller = action.signed.caller();
     let mut prediction =
-        match submit::validated(&state, &caller, &model, &body, ApiSurface::Canonical, Default::default(), Vec::new())
+        match submit::validated(&state, &caller, &model, body, ApiSurface::Canonical, Default::default(), Vec::new())
             .await
         {
             Ok(p) => p,

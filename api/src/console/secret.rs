@@ -17,7 +17,7 @@ use super::{
     page::{Chrome, html},
     session::Signed,
 };
-use crate::{ops::signing_secret, state::AppState};
+use crate::{ops::signing_secret, state::AppState, validate::field::FieldValue};
 
 #[derive(Template)]
 #[template(path = "secret.html")]
@@ -78,7 +78,8 @@ pub async fn rotate(State(state): State<AppState>, action: ConsoleAction) -> Res
         .trim()
         .parse::<i64>()
         .ok()
-        .filter(|h| signing_secret::TRANSITION_HOURS.contains(h));
+        .and_then(|h| signing_secret::TransitionHours::from_value(h.into()).ok())
+        .map(|h| h.0);
     let Some(hours) = hours else {
         let secrets = signing_secret::current(&state, account).await?;
         let error = Some("The transition must be a whole number of hours from 1 to 168.".to_owned());

@@ -24,7 +24,10 @@ use super::{
     predictions::time,
     session::Signed,
 };
-use crate::{error::ApiError, ops::cancel, ops::owned::owned_job, ops::submit, state::AppState};
+use crate::{
+    error::ApiError, ops::cancel, ops::owned::owned_job, ops::submit, state::AppState,
+    validate::create_training::CreateTrainingBody,
+};
 
 /// `POST /models/{owner}/{name}/train` (scope `write`): starts the training and opens its page.
 pub async fn train(
@@ -37,11 +40,12 @@ pub async fn train(
     let no_trainer = || ConsoleError::NotFound(format!("Model {owner}/{name} has no trainer."));
     let mut form = form_for(&state, &action.signed, &shown).await?.ok_or_else(no_trainer)?;
     let input = models::input_of(&form.fields, &action.fields);
-    let body = json!({"destination": action.field("destination"), "input": input});
-    let body = body.as_object().cloned().unwrap_or_default();
+    // Read as a body is (its fields cannot fail to deserialize, so there is no error to lose).
+    let body: CreateTrainingBody =
+        serde_json::from_value(json!({"destination": action.field("destination"), "input": input})).unwrap_or_default();
     let caller = action.signed.caller();
     let validated =
-        crate::ops::training::validated(&state, &caller, &shown.model, &form.version, &body, ApiSurface::Canonical)
+        crate::ops::training::validated(&state, &caller, &shown.model, &form.version, body, ApiSurface::Canonical)
             .await;
     let mut training = match validated {
         Ok(training) => training,

@@ -4,8 +4,10 @@
 //!
 //! - [`Query<T>`]: the query string, parsed by `T`'s [`FromQuery`]; a bad one is 400 naming
 //!   each field.
-//! - [`JsonObject`] and [`OptionalJsonObject`]: a JSON object body (see [`body::json_object`]);
-//!   [`Body<T>`] and [`OptionalBody<T>`]: such a body parsed by `T`'s [`FromBody`].
+//! - [`Body<T>`] and [`OptionalBody<T>`]: a JSON object body (see [`body::json_object`]) read
+//!   into `T`'s [`FromBody::Sent`] and checked; [`Sent<B>`]: such a body read into `B` alone,
+//!   for a handler that checks it once it knows more (a create checks its fields after the
+//!   model it names is found, so an unknown model is 404 whatever the body).
 //! - [`AcceptsCsv`]: whether `Accept` asks for CSV.
 //! - [`PreferWait`] and [`JobOptions`]: the headers of a create (`Prefer: wait`;
 //!   `Idempotency-Key` and `Cancel-After`).
@@ -21,11 +23,12 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use bytes::Bytes;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::{
     error::ApiError,
-    validate::{FromBody, FromQuery, body, create_headers},
+    validate::{FromBody, FromQuery, body, create_headers, field},
 };
 
 /// A query string parsed by `T`.
@@ -40,13 +43,9 @@ impl<S: Send + Sync, T: FromQuery> FromRequestParts<S> for Query<T> {
     }
 }
 
-/// The body as a JSON object: declared JSON, parsed, and an object.
+/// A JSON object body read into `B`, its fields not yet checked.
 #[derive(Debug)]
-pub struct JsonObject(pub Map<String, Value>);
-
-/// A body whose fields are all optional: none (or JSON `null`) is `{}`.
-#[derive(Debug)]
-pub struct OptionalJsonObject(pub Map<String, Value>);
+pub struct Sent<B>(pub B);
 
 /// A JSON object body parsed by `T`.
 #[derive(Debug)]
@@ -71,19 +70,12 @@ async fn read<S: Send + Sync>(
     object(&headers, &bytes).map_err(IntoResponse::into_response)
 }
 
-impl<S: Send + Sync> FromRequest<S> for JsonObject {
+impl<S: Send + Sync, B: DeserializeOwned> FromRequest<S> for Sent<B> {
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
-        read(request, state, body::json_object).await.map(Self)
-    }
-}
-
-impl<S: Send + Sync> FromRequest<S> for OptionalJsonObject {
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
-        read(request, state, body::optional_json_object).await.map(Self)
+        let object = read(request, state, body::json_object).await?;
+        field::from_object(object).map(Sent).map_err(|e| ApiError::invalid_fields(e).into_response())
     }
 }
 
@@ -92,7 +84,7 @@ impl<S: Send + Sync, T: FromBody> FromRequest<S> for Body<T> {
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
         let object = read(request, state, body::json_object).await?;
-        parsed(&object).map(Body).map_err(IntoResponse::into_response)
+        parsed(object).map(Body).map_err(IntoResponse::into_response)
     }
 }
 
@@ -101,13 +93,13 @@ impl<S: Send + Sync, T: FromBody> FromRequest<S> for OptionalBody<T> {
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
         let object = read(request, state, body::optional_json_object).await?;
-        parsed(&object).map(OptionalBody).map_err(IntoResponse::into_response)
+        parsed(object).map(OptionalBody).map_err(IntoResponse::into_response)
     }
 }
 
 /// `object` as `T`, or the 400 that names every bad field.
-fn parsed<T: FromBody>(object: &Map<String, Value>) -> Result<T, ApiError> {
-    T::from_body(object).map_err(ApiError::invalid_fields)
+fn parsed<T: FromBody>(object: Map<String, Value>) -> Result<T, ApiError> {
+    T::from_object(object).map_err(ApiError::invalid_fields)
 }
 
 /// Whether the request's `Accept` asks for CSV (`text/csv`).

@@ -14,8 +14,8 @@ use crate::{error::ApiError, state::AppState};
 
 /// The default transition window of a rotation, in hours.
 pub const DEFAULT_TRANSITION_HOURS: i64 = 24;
-/// The allowed transition windows, in hours.
-pub const TRANSITION_HOURS: std::ops::RangeInclusive<i64> = 1..=168;
+/// Hours a rotation's previous secret keeps signing: 1 to 168.
+pub type TransitionHours = crate::validate::field::Bounded<1, 168>;
 
 /// How often a rotation retries when another rotation of the same account won the race.
 const ROTATE_ATTEMPTS: usize = 3;
@@ -34,7 +34,7 @@ pub async fn current(state: &AppState, account_id: &AccountId) -> Result<Signing
     Ok(account(state, account_id).await?.signing_secrets(&state.config.common.master_key)?)
 }
 
-/// A new secret now; the previous one keeps signing for `hours` (within [`TRANSITION_HOURS`]).
+/// A new secret now; the previous one keeps signing for `hours` (within [`TransitionHours`]).
 pub async fn rotate(state: &AppState, account_id: &AccountId, hours: i64) -> Result<SigningSecrets, ApiError> {
     let accounts = state.store.accounts();
     let master = &state.config.common.master_key;

@@ -19,7 +19,7 @@ use common::{
     },
     store::{Claim, GroupCommitError},
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tracing::Instrument;
 
 use crate::{
@@ -30,7 +30,11 @@ use crate::{
     state::AppState,
     state::job_outbox,
     state::model_catalog::RegisteredModel,
-    validate::{create_headers, create_prediction, input},
+    validate::{
+        FromBody, create_headers,
+        create_prediction::{CreatePrediction, CreatePredictionBody},
+        input,
+    },
 };
 
 /// The longest a create waits for NATS to take its job before leaving it to the outbox.
@@ -47,12 +51,12 @@ pub async fn validated(
     state: &AppState,
     caller: &Caller,
     model: &RegisteredModel,
-    body: &Map<String, Value>,
+    body: CreatePredictionBody,
     surface: ApiSurface,
     default_priority: Priority,
     more: Vec<FieldError>,
 ) -> Result<Prediction, ApiError> {
-    let request = create_prediction::parse(body);
+    let request = CreatePrediction::check(body);
     let model_input = match &request {
         Ok(req) => input::validate(&model.input_schema, &req.input),
         Err(_) => Ok(Default::default()),

@@ -11,11 +11,15 @@
 //! | a destination that is not a model of the caller's account | `404` |
 
 use common::domain::{ApiSurface, JobKind, ModelRef, Prediction};
-use serde_json::{Map, Value};
 
 use crate::{
-    error::ApiError, http::auth::Caller, ops::submit, problem::FieldError, state::AppState,
-    state::model_catalog::RegisteredModel, validate::create_training,
+    error::ApiError,
+    http::auth::Caller,
+    ops::submit,
+    problem::FieldError,
+    state::AppState,
+    state::model_catalog::RegisteredModel,
+    validate::create_training::{self, CreateTrainingBody},
 };
 
 /// The `starting` training `body` asks for on version `version` of `model`, or why not.
@@ -24,7 +28,7 @@ pub async fn validated(
     caller: &Caller,
     model: &ModelRef,
     version: &str,
-    body: &Map<String, Value>,
+    body: CreateTrainingBody,
     surface: ApiSurface,
 ) -> Result<Prediction, ApiError> {
     if state.models.get(model).await?.is_none() {
@@ -41,13 +45,14 @@ pub async fn validated(
             ),
         )]));
     };
-    let destination = create_training::destination(body);
+    let destination = create_training::destination(body.destination);
     if let Ok(destination) = &destination {
         destination_of(state, caller, destination).await?;
     }
     let trainer = RegisteredModel { record: base.record.clone(), input_schema: schema, trained: None };
     let more = destination.as_ref().err().cloned().into_iter().collect();
-    let mut training = submit::validated(state, caller, &trainer, body, surface, Default::default(), more).await?;
+    let mut training =
+        submit::validated(state, caller, &trainer, body.create, surface, Default::default(), more).await?;
     training.kind = JobKind::Training;
     training.destination = destination.ok();
     Ok(training)

@@ -15,39 +15,15 @@
 use std::sync::Arc;
 
 use crate::problem::FieldError;
-use common::domain::{AccountId, ModelRef};
-use serde_json::Value;
+use common::domain::AccountId;
 
-use crate::{error::ApiError, state::AppState, state::model_catalog::RegisteredModel};
-
-/// The longest version id accepted (ours are 64 hex digits).
-const MAX_ID_LEN: usize = 128;
-
-/// A parsed `version`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VersionRef {
-    /// `owner/name`: whatever version the model has now.
-    Model(ModelRef),
-    /// `owner/name:id`.
-    ModelAt(ModelRef, String),
-    /// A bare version id.
-    Id(String),
-}
-
-fn is_id(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_ID_LEN && s.bytes().all(|b| b.is_ascii_alphanumeric())
-}
-
-impl VersionRef {
-    /// Parses `owner/name`, `owner/name:id` or `id`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.split_once(':') {
-            Some((model, id)) => Some(Self::ModelAt(model.parse().ok()?, is_id(id).then(|| id.to_owned())?)),
-            None if text.contains('/') => text.parse().ok().map(Self::Model),
-            None => is_id(text).then(|| Self::Id(text.to_owned())),
-        }
-    }
-}
+pub use crate::validate::create_prediction::VersionRef;
+use crate::{
+    error::ApiError,
+    state::AppState,
+    state::model_catalog::RegisteredModel,
+    validate::field::{Field, Read},
+};
 
 /// Why a `version` names no model that can run.
 #[derive(Debug)]
@@ -70,14 +46,12 @@ impl<E: Into<ApiError>> From<E> for Unresolved {
 pub async fn resolve(
     state: &AppState,
     account: &AccountId,
-    version: Option<&Value>,
+    version: Option<Field<VersionRef>>,
 ) -> Result<Arc<RegisteredModel>, Unresolved> {
-    let text = match version {
-        None | Some(Value::Null) => return Err(Unresolved::Field(FieldError::missing("version"))),
-        Some(Value::String(s)) => s,
-        Some(_) => return Err(Unresolved::Field(FieldError::invalid("version", FORM))),
+    let mut errors = Vec::new();
+    let Some(reference) = version.required("version", &mut errors) else {
+        return Err(Unresolved::Field(errors.remove(0)));
     };
-    let reference = VersionRef::parse(text).ok_or_else(|| Unresolved::Field(FieldError::invalid("version", FORM)))?;
     let (model, id) = match reference {
         VersionRef::Model(model) => (model, None),
         VersionRef::ModelAt(model, id) => (model, Some(id)),
@@ -101,28 +75,6 @@ pub async fn resolve(
         Some(id) => {
             let found = state.models.version(&model, &id).await?;
             Ok(found.ok_or_else(|| missing_version(&id))?)
-        }
-    }
-}
-
-const FORM: &str = "Must be 'owner/name', 'owner/name:<version id>' or a version id.";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_three_forms_parse() {
-        let m: ModelRef = "demo/echo".parse().expect("model");
-        assert_eq!(VersionRef::parse("demo/echo"), Some(VersionRef::Model(m.clone())));
-        assert_eq!(VersionRef::parse("demo/echo:abc123"), Some(VersionRef::ModelAt(m, "abc123".into())));
-        assert_eq!(VersionRef::parse("abc123"), Some(VersionRef::Id("abc123".into())));
-    }
-
-    #[test]
-    fn anything_else_is_refused() {
-        for bad in ["", "demo/echo:", ":abc", "demo/ec.ho", "a b", "demo/echo:a:b", "Demo/echo", &"a".repeat(129)] {
-            assert_eq!(VersionRef::parse(bad), None, "{bad:?}");
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::{
     },
     routes::openapi::problems,
     state::{AppState, account_limits::Standing},
-    validate::account_changes::AccountChanges,
+    validate::account_changes::{AccountChanges, AccountChangesBody},
 };
 
 /// An account as Replicate names one (a release's `created_by`, and the first fields of
@@ -94,7 +94,7 @@ pub async fn get(State(state): State<AppState>, auth: Authorized<Read>) -> Resul
     path = "/account",
     operation_id = "updateAccount",
     tag = "account",
-    request_body(content = AccountChanges, content_type = "application/json"),
+    request_body(content = AccountChangesBody, content_type = "application/json"),
     responses((status = 200, description = "The account as changed", body = AccountView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]

@@ -22,13 +22,14 @@ use serde::Serialize;
 use crate::{
     error::ApiError,
     http::auth::{Admin, Authorized},
-    http::extract::{JsonObject, OptionalBody, Query},
+    http::extract::{Body, OptionalBody, Query},
     http::page::{Listed, Page},
     ops::accounts,
     routes::openapi::problems,
     state::AppState,
     validate::{
-        create_api_key,
+        FromBody, create_api_key,
+        field::{Faults, Field, FieldValue, Read},
         paging::{Paging, PagingParams},
     },
 };
@@ -192,13 +193,50 @@ pub async fn list(
 }
 
 /// The body of `PATCH /v1/account/api-keys/{id}` (no other field is accepted).
+// As sent; `Deactivate` is it checked.
 #[derive(utoipa::ToSchema, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 pub struct UpdateApiKeyBody {
     /// `false` deactivates the key, at once on every replica; a key cannot be reactivated.
-    #[schema(schema_with = false_only)]
-    is_active: bool,
+    #[schema(schema_with = false_only, required = true)]
+    is_active: Option<Field<Inactive>>,
+    /// Any other field: refused, by name.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `is_active: false`, the one change a key takes.
+pub struct Inactive;
+
+impl FieldValue for Inactive {
+    fn from_value(value: serde_json::Value) -> Result<Self, Faults> {
+        match value {
+            serde_json::Value::Bool(false) => Ok(Self),
+            serde_json::Value::Bool(true) => {
+                Err(Faults::new("A deactivated key cannot be reactivated; create a new key instead."))
+            }
+            _ => Err(Faults::new("Must be false.")),
+        }
+    }
+}
+
+/// A checked `PATCH` of a key: deactivate it.
+pub struct Deactivate;
+
+impl FromBody for Deactivate {
+    type Sent = UpdateApiKeyBody;
+
+    fn check(body: UpdateApiKeyBody) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let inactive = body.is_active.required("is_active", &mut errors);
+        errors.extend(
+            body.other.keys().map(|k| FieldError::invalid(k.clone(), "Unknown field; only is_active may be changed.")),
+        );
+        match inactive {
+            Some(Inactive) if errors.is_empty() => Ok(Self),
+            _ => Err(errors),
+        }
+    }
 }
 
 /// The schema of a boolean that may only be `false`.
@@ -225,27 +263,8 @@ pub async fn update(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
     Path(id): Path<String>,
-    JsonObject(body): JsonObject,
+    Body(Deactivate): Body<Deactivate>,
 ) -> Result<Json<ApiKeySummary>, ApiError> {
-    let invalid = |detail: &str| {
-        ApiError::validation(
-            "The request has invalid fields; see errors.",
-            vec![FieldError::invalid("is_active", detail)],
-        )
-    };
-    match body.get("is_active") {
-        Some(serde_json::Value::Bool(false)) => {}
-        Some(serde_json::Value::Bool(true)) => {
-            return Err(invalid("A deactivated key cannot be reactivated; create a new key instead."));
-        }
-        _ => return Err(invalid("Must be false.")),
-    }
-    if let Some(unknown) = body.keys().find(|k| k.as_str() != "is_active") {
-        return Err(ApiError::validation(
-            "The request has invalid fields; see errors.",
-            vec![FieldError::invalid(unknown.clone(), "Unknown field; only is_active may be changed.")],
-        ));
-    }
     let record = accounts::deactivate_key(&state, &auth.caller.key.account_id, &id).await?;
     Ok(Json(ApiKeySummary::of(&record)))
 }

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::{
     error::ApiError,
     http::auth::{Admin, Authorized, Caller, Read, Write},
-    http::extract::{Body, JobOptions, JsonObject, PreferWait, Query},
+    http::extract::{Body, JobOptions, PreferWait, Query, Sent},
     http::page::{Listed, Page},
     http::surface::Surface,
     ops::deployment_changes,
@@ -27,6 +27,7 @@ use crate::{
     routes::{account::AccountName, predictions},
     state::AppState,
     validate::{
+        create_prediction::CreatePredictionBody,
         deployment,
         paging::{Paging, PagingParams},
     },
@@ -182,11 +183,11 @@ pub async fn update(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
     Path((owner, name)): Path<(String, String)>,
-    JsonObject(body): JsonObject,
+    Sent(body): Sent<deployment::UpdateDeploymentBody>,
 ) -> Result<Json<DeploymentView>, ApiError> {
     let current = owned(&state, &auth.caller, &owner, &name).await?;
     let configuration = &current.current_release.configuration;
-    let change = deployment::parse_change(&body, (configuration.min_instances, configuration.max_instances))
+    let change = deployment::parse_change(body, (configuration.min_instances, configuration.max_instances))
         .map_err(ApiError::invalid_fields)?;
     Ok(Json(view(&deployment_changes::change(&state, current, change).await?)))
 }
@@ -218,7 +219,7 @@ pub async fn delete(
     operation_id = "createDeploymentPrediction",
     tag = "deployments",
     params(("owner" = String, Path, description = "The account's name"), ("name" = String, Path, description = "The deployment's name")),
-    request_body(content = crate::validate::create_prediction::CreatePredictionBody, content_type = "application/json"),
+    request_body(content = CreatePredictionBody, content_type = "application/json"),
     responses((status = 201, description = "Created, `starting`, at the current release's version", body = common::views::PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 402, response = inline(problems::BudgetExhausted)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
@@ -230,7 +231,7 @@ pub async fn predict(
     Path((owner, name)): Path<(String, String)>,
     wait: PreferWait,
     options: JobOptions,
-    JsonObject(body): JsonObject,
+    Sent(body): Sent<CreatePredictionBody>,
 ) -> Result<Response, ApiError> {
     let found = owned(&state, &auth.caller, &owner, &name).await?;
     let release = &found.current_release;

@@ -19,13 +19,12 @@ use common::{
     store::Claim,
     views::{PredictionView, QueuePlace},
 };
-use serde_json::Value;
 use tracing::Instrument;
 
 use crate::{
     error::ApiError,
     http::auth::{Authorized, Caller, Read, Write},
-    http::extract::{JobOptions, JsonObject, PreferWait, Query},
+    http::extract::{JobOptions, PreferWait, Query, Sent},
     http::page::{Listed, Page},
     http::surface::Surface,
     ops::idempotency,
@@ -36,7 +35,8 @@ use crate::{
     state::AppState,
     state::model_catalog::RegisteredModel,
     validate::{
-        create_prediction,
+        FromBody,
+        create_prediction::{CreateByVersionBody, CreatePrediction, CreatePredictionBody},
         list_predictions::{self, ListPredictions},
         paging,
     },
@@ -49,7 +49,7 @@ use crate::{
     operation_id = "createPrediction",
     tag = "predictions",
     params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
-    request_body(content = create_prediction::CreatePredictionBody, content_type = "application/json"),
+    request_body(content = CreatePredictionBody, content_type = "application/json"),
     responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 402, response = inline(problems::BudgetExhausted)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
@@ -61,7 +61,7 @@ pub async fn create(
     Path((owner, name)): Path<(String, String)>,
     wait: PreferWait,
     options: JobOptions,
-    JsonObject(body): JsonObject,
+    Sent(body): Sent<CreatePredictionBody>,
 ) -> Result<Response, ApiError> {
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
     let model_ref = ModelRef::new(&owner, &name).map_err(|_| missing())?;
@@ -81,7 +81,7 @@ pub async fn create(
     path = "/predictions",
     operation_id = "createPredictionByVersion",
     tag = "predictions",
-    request_body(content = create_prediction::CreateByVersionBody, content_type = "application/json"),
+    request_body(content = CreateByVersionBody, content_type = "application/json"),
     responses((status = 201, description = "Created, `starting`; `Location` names it", body = PredictionView), (status = 400, response = inline(problems::BadRequest)), (status = 402, response = inline(problems::BudgetExhausted)), (status = 404, response = inline(problems::NotFound)), (status = 413, response = inline(problems::TooLarge))),
     security(("bearer" = []))
 )]
@@ -92,14 +92,14 @@ pub async fn create_by_version(
     auth: Authorized<Write>,
     wait: PreferWait,
     options: JobOptions,
-    JsonObject(body): JsonObject,
+    Sent(CreateByVersionBody { version, create: body }): Sent<CreateByVersionBody>,
 ) -> Result<Response, ApiError> {
-    let model = match versions::resolve(&state, &auth.caller.key.account_id, body.get("version")).await {
+    let model = match versions::resolve(&state, &auth.caller.key.account_id, version).await {
         Ok(model) => model,
         Err(versions::Unresolved::Api(e)) => return Err(e),
         Err(versions::Unresolved::Field(error)) => {
             let mut errors = vec![error];
-            errors.extend(create_prediction::parse(&body).err().unwrap_or_default());
+            errors.extend(CreatePrediction::check(body).err().unwrap_or_default());
             return Err(ApiError::invalid_fields(errors));
         }
     };
@@ -114,7 +114,7 @@ pub struct Create {
     /// `Idempotency-Key` and `Cancel-After`.
     pub options: JobOptions,
     /// The body.
-    pub body: serde_json::Map<String, Value>,
+    pub body: CreatePredictionBody,
     /// Where a deployment places it.
     pub placement: Option<Placement>,
 }
@@ -144,7 +144,7 @@ pub async fn create_for(
     let wait_for = wait.and_then(|limit| state.wait_slots.try_take(&caller.key.id).map(|slot| (limit, slot)));
     let account = caller.key.account_id.clone();
     let default_priority = placement.as_ref().and_then(|p| p.priority).unwrap_or_default();
-    let mut prediction = submit::validated(state, caller, model, &body, surface, default_priority, Vec::new()).await?;
+    let mut prediction = submit::validated(state, caller, model, body, surface, default_priority, Vec::new()).await?;
     if let Some(placement) = placement {
         prediction.deployment = Some(placement.deployment);
         prediction.hardware = Some(placement.hardware);

@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::{
     error::ApiError,
     http::auth::{Authorized, Read, Write},
-    http::extract::{JobOptions, JsonObject, Query},
+    http::extract::{JobOptions, Query, Sent},
     http::page::{Listed, Page},
     http::surface::Surface,
     ops::idempotency,
@@ -121,12 +121,12 @@ pub async fn create(
     auth: Authorized<Write>,
     Path((owner, name, version)): Path<(String, String, String)>,
     options: JobOptions,
-    JsonObject(body): JsonObject,
+    Sent(body): Sent<create_training::CreateTrainingBody>,
 ) -> Result<Response, ApiError> {
     let model =
         ModelRef::new(&owner, &name).map_err(|_| ApiError::not_found(format!("Model {owner}/{name} not found.")))?;
     let caller = &auth.caller;
-    let mut training = crate::ops::training::validated(&state, caller, &model, &version, &body, surface).await?;
+    let mut training = crate::ops::training::validated(&state, caller, &model, &version, body, surface).await?;
     tracing::Span::current().record("prediction_id", training.id.as_str());
     let account = caller.key.account_id.clone();
     if let Claim::Existing(first) = submit::store_and_publish(&state, &account, options, &mut training).await? {

@@ -12,11 +12,14 @@ use serde::Serialize;
 use crate::{
     error::ApiError,
     http::auth::{Admin, Authorized},
-    http::extract::OptionalJsonObject,
+    http::extract::OptionalBody,
     ops::signing_secret,
     routes::openapi::problems,
     state::AppState,
-    validate::body,
+    validate::{
+        FromBody,
+        field::{Field, Read},
+    },
 };
 
 /// The secret as the API shows it.
@@ -63,25 +66,29 @@ pub async fn get(State(state): State<AppState>, auth: Authorized<Admin>) -> Resu
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
 }
 
-/// The rotate request body as the OpenAPI description shows it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
+/// The body of a rotation: optional, and no body at all is `{}`.
+// As sent; `Rotation` is it checked.
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 pub struct RotateSecretBody {
     /// Hours during which the previous secret still signs (default 24).
-    #[schema(minimum = 1, maximum = 168)]
-    transition_hours: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 168)]
+    transition_hours: Option<Field<signing_secret::TransitionHours>>,
 }
 
-/// The body of the rotate request: `transition_hours`, an integer from 1 to 168 (default 24).
-fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result<i64, ApiError> {
-    match body.get("transition_hours") {
-        None | Some(serde_json::Value::Null) => Ok(signing_secret::DEFAULT_TRANSITION_HOURS),
-        Some(v) => body::integer(v).filter(|h| signing_secret::TRANSITION_HOURS.contains(h)).ok_or_else(|| {
-            ApiError::validation(
-                "The request has invalid fields; see errors.",
-                vec![FieldError::invalid("transition_hours", "Must be an integer from 1 to 168.")],
-            )
-        }),
+/// A rotation asked for: how long the previous secret keeps signing.
+pub struct Rotation {
+    /// Hours, 1 to 168.
+    transition_hours: i64,
+}
+
+impl FromBody for Rotation {
+    type Sent = RotateSecretBody;
+
+    fn check(body: RotateSecretBody) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let hours = body.transition_hours.optional("transition_hours", &mut errors);
+        let transition_hours = hours.map_or(signing_secret::DEFAULT_TRANSITION_HOURS, |h| h.0);
+        if errors.is_empty() { Ok(Self { transition_hours }) } else { Err(errors) }
     }
 }
 
@@ -100,9 +107,8 @@ fn transition_hours(body: &serde_json::Map<String, serde_json::Value>) -> Result
 pub async fn rotate(
     State(state): State<AppState>,
     auth: Authorized<Admin>,
-    OptionalJsonObject(body): OptionalJsonObject,
+    OptionalBody(rotation): OptionalBody<Rotation>,
 ) -> Result<Json<SecretView>, ApiError> {
-    let hours = transition_hours(&body)?;
-    let secrets = signing_secret::rotate(&state, &auth.caller.key.account_id, hours).await?;
+    let secrets = signing_secret::rotate(&state, &auth.caller.key.account_id, rotation.transition_hours).await?;
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
 }

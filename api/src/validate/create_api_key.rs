@@ -3,33 +3,81 @@
 //! empty, duplicates dropped); `expires_in_days` an integer from 1 to 365; `rate_limit_rpm`
 //! an integer from 1 to 1,000,000 (default: the deployment's `DEFAULT_RATE_LIMIT_RPM`).
 
-use crate::problem::FieldError;
 use common::domain::Scope;
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{
+    FromBody,
+    field::{Bounded, Faults, Field, FieldValue, Read, text},
+};
+use crate::problem::FieldError;
 
 /// The longest key name.
 pub const MAX_NAME_CHARS: usize = 100;
-/// The shortest and longest lifetimes of a key, in days.
-pub const EXPIRES_IN_DAYS: std::ops::RangeInclusive<i64> = 1..=365;
-/// The requests per minute a key may be given.
-pub const RATE_LIMIT_RPM: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 
-/// The request body as the OpenAPI description shows it; [`parse`] reads it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
+/// The body of `POST /v1/account/api-keys`: every field optional, and no body at all is `{}`.
+// As sent; `CreateApiKey` is it checked.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct CreateApiKeyBody {
     /// A name for people.
-    #[schema(max_length = 100)]
-    name: Option<String>,
+    #[schema(value_type = Option<String>, max_length = 100)]
+    pub name: Option<Field<KeyName>>,
     /// The key's scopes, each held by the calling key (default `["read","write"]`).
-    #[schema(min_items = 1)]
-    scopes: Option<Vec<Scope>>,
+    #[schema(value_type = Option<Vec<Scope>>, min_items = 1)]
+    pub scopes: Option<Field<Scopes>>,
     /// Days until the key stops working; never when absent.
-    #[schema(minimum = 1, maximum = 365)]
-    expires_in_days: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 365)]
+    pub expires_in_days: Option<Field<Bounded<1, 365>>>,
     /// Requests per minute the key may make (default: the deployment's default, 600).
-    #[schema(minimum = 1, maximum = 1000000)]
-    rate_limit_rpm: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 1000000)]
+    pub rate_limit_rpm: Option<Field<Bounded<1, 1_000_000>>>,
+}
+
+/// A key's name: at most [`MAX_NAME_CHARS`] characters.
+#[derive(Debug)]
+pub struct KeyName(String);
+
+impl FieldValue for KeyName {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let name = text(value)?;
+        if name.chars().count() <= MAX_NAME_CHARS {
+            Ok(Self(name))
+        } else {
+            Err(Faults::new(format!("Must be at most {MAX_NAME_CHARS} characters long.")))
+        }
+    }
+}
+
+/// A key's scopes: at least one, each named once.
+#[derive(Debug)]
+pub struct Scopes(Vec<Scope>);
+
+impl FieldValue for Scopes {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let Value::Array(items) = value else {
+            return Err(Faults::new("Must be an array of scope names (read, write, admin)."));
+        };
+        if items.is_empty() {
+            return Err(Faults::new("Must list at least one scope."));
+        }
+        let mut scopes = Vec::new();
+        let mut faults: Option<Faults> = None;
+        for (i, item) in items.iter().enumerate() {
+            match item.as_str().map(str::parse::<Scope>) {
+                Some(Ok(scope)) if scopes.contains(&scope) => {}
+                Some(Ok(scope)) => scopes.push(scope),
+                _ => {
+                    let fault = Faults::at(format!("[{i}]"), "Must be one of read, write, admin.");
+                    match &mut faults {
+                        Some(all) => all.extend(fault),
+                        None => faults = Some(fault),
+                    }
+                }
+            }
+        }
+        faults.map_or(Ok(Self(scopes)), Err)
+    }
 }
 
 /// A well-formed create-key request.
@@ -45,69 +93,18 @@ pub struct CreateApiKey {
     pub rate_limit_rpm: Option<u32>,
 }
 
-/// Parses the body; on failure returns every field error.
-pub fn parse(body: &Map<String, Value>) -> Result<CreateApiKey, Vec<FieldError>> {
-    let mut errors = Vec::new();
-    let name = match body.get("name") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) if s.chars().count() <= MAX_NAME_CHARS => s.clone(),
-        Some(Value::String(_)) => {
-            errors.push(FieldError::invalid("name", format!("Must be at most {MAX_NAME_CHARS} characters long.")));
-            String::new()
-        }
-        Some(_) => {
-            errors.push(FieldError::invalid("name", "Must be a string."));
-            String::new()
-        }
-    };
-    let scopes = match body.get("scopes") {
-        None | Some(Value::Null) => vec![Scope::Read, Scope::Write],
-        Some(Value::Array(items)) if items.is_empty() => {
-            errors.push(FieldError::invalid("scopes", "Must list at least one scope."));
-            Vec::new()
-        }
-        Some(Value::Array(items)) => {
-            let mut scopes = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                match item.as_str().map(str::parse::<Scope>) {
-                    Some(Ok(scope)) if !scopes.contains(&scope) => scopes.push(scope),
-                    Some(Ok(_)) => {}
-                    _ => errors.push(FieldError::invalid(format!("scopes[{i}]"), "Must be one of read, write, admin.")),
-                }
-            }
-            scopes
-        }
-        Some(_) => {
-            errors.push(FieldError::invalid("scopes", "Must be an array of scope names (read, write, admin)."));
-            Vec::new()
-        }
-    };
-    let expires_in_days = match body.get("expires_in_days") {
-        None | Some(Value::Null) => None,
-        Some(v) => match super::body::integer(v) {
-            Some(days) if EXPIRES_IN_DAYS.contains(&days) => Some(days),
-            _ => {
-                errors.push(FieldError::invalid("expires_in_days", "Must be an integer from 1 to 365."));
-                None
-            }
-        },
-    };
-    let rate_limit_rpm = match body.get("rate_limit_rpm") {
-        None | Some(Value::Null) => None,
-        Some(v) => match super::body::integer(v) {
-            Some(rpm) if RATE_LIMIT_RPM.contains(&rpm) => u32::try_from(rpm).ok(),
-            _ => {
-                errors.push(FieldError::invalid("rate_limit_rpm", "Must be an integer from 1 to 1000000."));
-                None
-            }
-        },
-    };
-    if errors.is_empty() { Ok(CreateApiKey { name, scopes, expires_in_days, rate_limit_rpm }) } else { Err(errors) }
-}
+impl FromBody for CreateApiKey {
+    type Sent = CreateApiKeyBody;
 
-impl super::FromBody for CreateApiKey {
-    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
-        parse(body)
+    fn check(body: CreateApiKeyBody) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let name = body.name.optional("name", &mut errors).map_or_else(String::new, |n| n.0);
+        let scopes =
+            body.scopes.optional("scopes", &mut errors).map_or_else(|| vec![Scope::Read, Scope::Write], |s| s.0);
+        let expires_in_days = body.expires_in_days.optional("expires_in_days", &mut errors).map(|d| d.0);
+        let rate_limit_rpm =
+            body.rate_limit_rpm.optional("rate_limit_rpm", &mut errors).and_then(|r| u32::try_from(r.0).ok());
+        if errors.is_empty() { Ok(Self { name, scopes, expires_in_days, rate_limit_rpm }) } else { Err(errors) }
     }
 }
 
@@ -117,7 +114,7 @@ mod tests {
     use serde_json::json;
 
     fn parse_json(v: Value) -> Result<CreateApiKey, Vec<FieldError>> {
-        parse(v.as_object().expect("object"))
+        CreateApiKey::from_object(v.as_object().cloned().expect("object"))
     }
 
     fn fields(v: Value) -> Vec<String> {

@@ -14,9 +14,13 @@ use common::{
     domain::{Pool, model::is_valid_segment},
     store::{ModelLinks, Visibility},
 };
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::body::{hardware, require, string};
+use super::{
+    FromBody,
+    field::{Faults, Field, FieldValue, Read, text},
+};
 use crate::problem::FieldError;
 
 /// The longest description.
@@ -24,35 +28,94 @@ const MAX_DESCRIPTION: usize = 1_000;
 /// The longest link.
 const MAX_URL: usize = 2_000;
 
-/// `POST /v1/models`'s body as the OpenAPI description shows it; [`parse`] reads it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
+/// The body of `POST /v1/models`.
+// As sent; `NewModel` is it checked.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct CreateModelBody {
     /// The caller's account's name.
-    owner: String,
+    #[schema(value_type = String)]
+    pub owner: Option<Field<String>>,
     /// The model's name, unique under its owner.
-    #[schema(pattern = r"^[a-z0-9][a-z0-9_-]{0,63}$")]
-    name: String,
+    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+    pub name: Option<Field<ModelName>>,
     /// `public` (every account may see and run it) or `private` (its account only).
-    visibility: Visibility,
+    #[schema(value_type = Visibility)]
+    pub visibility: Option<Field<Visibility>>,
     /// A hardware pool (`GET /v1/hardware`).
-    #[schema(pattern = r"^[a-z][a-z0-9-]{0,31}$")]
-    hardware: String,
+    #[schema(value_type = String, pattern = r"^[a-z][a-z0-9-]{0,31}$")]
+    pub hardware: Option<Field<Pool>>,
     /// What it does.
-    #[schema(max_length = 1000)]
-    description: Option<String>,
+    #[schema(value_type = Option<String>, max_length = 1000)]
+    pub description: Option<Field<Description>>,
     /// Its code (an absolute URL).
-    #[schema(format = "uri", max_length = 2000)]
-    github_url: Option<String>,
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub github_url: Option<Field<Link>>,
     /// Its paper (an absolute URL).
-    #[schema(format = "uri", max_length = 2000)]
-    paper_url: Option<String>,
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub paper_url: Option<Field<Link>>,
     /// Its license (an absolute URL).
-    #[schema(format = "uri", max_length = 2000)]
-    license_url: Option<String>,
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub license_url: Option<Field<Link>>,
     /// An image that shows it (an absolute URL).
-    #[schema(format = "uri", max_length = 2000)]
-    cover_image_url: Option<String>,
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub cover_image_url: Option<Field<Link>>,
+}
+
+/// A model's name: 1 to 64 characters of `a-z`, `0-9`, `-`, `_`, starting with a letter or
+/// digit.
+#[derive(Debug)]
+pub struct ModelName(String);
+
+impl FieldValue for ModelName {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let name = text(value)?;
+        if is_valid_segment(&name) {
+            Ok(Self(name))
+        } else {
+            Err(Faults::new("1 to 64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit."))
+        }
+    }
+}
+
+impl FieldValue for Visibility {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        match value.as_str() {
+            Some("public") => Ok(Visibility::Public),
+            Some("private") => Ok(Visibility::Private),
+            _ => Err(Faults::new("Must be 'public' or 'private'.")),
+        }
+    }
+}
+
+/// A model's description: at most [`MAX_DESCRIPTION`] characters.
+#[derive(Debug)]
+pub struct Description(String);
+
+impl FieldValue for Description {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let description = text(value)?;
+        if description.chars().count() <= MAX_DESCRIPTION {
+            Ok(Self(description))
+        } else {
+            Err(Faults::new(format!("At most {MAX_DESCRIPTION} characters.")))
+        }
+    }
+}
+
+/// A link of a model: an absolute `http` or `https` URL of at most [`MAX_URL`] characters.
+#[derive(Debug)]
+pub struct Link(String);
+
+impl FieldValue for Link {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let must =
+            || Faults::new(format!("Must be an absolute http or https URL of at most {MAX_URL} characters, or null."));
+        let url = text(value).map_err(|_| must())?;
+        match url::Url::parse(&url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && url.len() <= MAX_URL => Ok(Self(url)),
+            _ => Err(must()),
+        }
+    }
 }
 
 /// A valid `POST /v1/models` body.
@@ -72,73 +135,29 @@ pub struct NewModel {
     pub links: ModelLinks,
 }
 
-/// Reads `body`, or every field that is wrong.
-pub fn parse(body: &Map<String, Value>) -> Result<NewModel, Vec<FieldError>> {
-    let mut errors = Vec::new();
-    let text = |field: &str, errors: &mut Vec<FieldError>| string(body, field, errors).map(str::to_owned);
-    let owner = text("owner", &mut errors);
-    let name = text("name", &mut errors).and_then(|n| {
-        is_valid_segment(&n).then_some(n).or_else(|| {
-            errors.push(FieldError::invalid(
-                "name",
-                "1 to 64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit.",
-            ));
-            None
-        })
-    });
-    let visibility = text("visibility", &mut errors).and_then(|v| match v.as_str() {
-        "public" => Some(Visibility::Public),
-        "private" => Some(Visibility::Private),
-        _ => {
-            errors.push(FieldError::invalid("visibility", "Must be 'public' or 'private'."));
-            None
-        }
-    });
-    let hardware = hardware(body, &mut errors);
-    let description = text("description", &mut errors).and_then(|d| {
-        (d.chars().count() <= MAX_DESCRIPTION).then_some(d).or_else(|| {
-            errors.push(FieldError::invalid("description", format!("At most {MAX_DESCRIPTION} characters.")));
-            None
-        })
-    });
-    let mut link = |field: &str| {
-        text(field, &mut errors).and_then(|u| match url::Url::parse(&u) {
-            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && u.len() <= MAX_URL => Some(u),
-            _ => {
-                errors.push(FieldError::invalid(
-                    field,
-                    format!("Must be an absolute http or https URL of at most {MAX_URL} characters, or null."),
-                ));
-                None
-            }
-        })
-    };
-    let links = ModelLinks {
-        github_url: link("github_url"),
-        paper_url: link("paper_url"),
-        license_url: link("license_url"),
-        cover_image_url: link("cover_image_url"),
-    };
-    require(
-        &[
-            ("owner", owner.is_some()),
-            ("name", name.is_some()),
-            ("visibility", visibility.is_some()),
-            ("hardware", hardware.is_some()),
-        ],
-        &mut errors,
-    );
-    match (owner, name, visibility, hardware) {
-        (Some(owner), Some(name), Some(visibility), Some(hardware)) if errors.is_empty() => {
-            Ok(NewModel { owner, name, visibility, hardware, description, links })
-        }
-        _ => Err(errors),
-    }
-}
+impl FromBody for NewModel {
+    type Sent = CreateModelBody;
 
-impl super::FromBody for NewModel {
-    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
-        parse(body)
+    fn check(body: CreateModelBody) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let owner = body.owner.required("owner", &mut errors);
+        let name = body.name.required("name", &mut errors);
+        let visibility = body.visibility.required("visibility", &mut errors);
+        let hardware = body.hardware.required("hardware", &mut errors);
+        let description = body.description.optional("description", &mut errors).map(|d| d.0);
+        let mut link = |field: Option<Field<Link>>, name: &str| field.optional(name, &mut errors).map(|l| l.0);
+        let links = ModelLinks {
+            github_url: link(body.github_url, "github_url"),
+            paper_url: link(body.paper_url, "paper_url"),
+            license_url: link(body.license_url, "license_url"),
+            cover_image_url: link(body.cover_image_url, "cover_image_url"),
+        };
+        match (owner, name, visibility, hardware) {
+            (Some(owner), Some(ModelName(name)), Some(visibility), Some(hardware)) if errors.is_empty() => {
+                Ok(NewModel { owner, name, visibility, hardware, description, links })
+            }
+            _ => Err(errors),
+        }
     }
 }
 
@@ -147,13 +166,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn body(value: Value) -> Map<String, Value> {
+    fn parse(body: serde_json::Map<String, Value>) -> Result<NewModel, Vec<FieldError>> {
+        NewModel::from_object(body)
+    }
+
+    fn body(value: Value) -> serde_json::Map<String, Value> {
         value.as_object().cloned().expect("an object")
     }
 
     #[test]
     fn a_whole_body_reads() {
-        let new = parse(&body(json!({"owner": "acme", "name": "my-tune", "visibility": "private", "hardware": "cpu"})))
+        let new = parse(body(json!({"owner": "acme", "name": "my-tune", "visibility": "private", "hardware": "cpu"})))
             .expect("valid");
         assert_eq!(new.name, "my-tune");
         assert_eq!(new.visibility, Visibility::Private);
@@ -163,13 +186,13 @@ mod tests {
 
     #[test]
     fn links_are_kept_when_absolute_urls_and_named_when_not() {
-        let new = parse(&body(json!({"owner": "acme", "name": "m", "visibility": "public", "hardware": "cpu",
+        let new = parse(body(json!({"owner": "acme", "name": "m", "visibility": "public", "hardware": "cpu",
             "github_url": "https://github.com/acme/m", "paper_url": null, "cover_image_url": "http://img.example/m.png"})))
         .expect("valid");
         assert_eq!(new.links.github_url.as_deref(), Some("https://github.com/acme/m"));
         assert_eq!((new.links.paper_url, new.links.license_url), (None, None));
         assert_eq!(new.links.cover_image_url.as_deref(), Some("http://img.example/m.png"));
-        let errors = parse(&body(json!({"owner": "acme", "name": "m", "visibility": "public", "hardware": "cpu",
+        let errors = parse(body(json!({"owner": "acme", "name": "m", "visibility": "public", "hardware": "cpu",
             "github_url": "github.com/acme", "license_url": "ftp://x/y", "paper_url": 3})))
         .expect_err("invalid");
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
@@ -178,7 +201,7 @@ mod tests {
 
     #[test]
     fn every_wrong_field_is_named_at_once() {
-        let errors = parse(&body(
+        let errors = parse(body(
             json!({"name": "Bad Name", "visibility": "secret", "hardware": 3, "description": "x".repeat(1001)}),
         ))
         .expect_err("invalid");

@@ -3,47 +3,56 @@
 //! prediction's create ([`create_prediction::parse`]: `input`, `webhook`,
 //! `webhook_events_filter`, `priority`), every failing field reported at once.
 
-use common::domain::{ModelRef, Priority, WebhookEvent};
-use serde_json::{Map, Value};
+use common::domain::ModelRef;
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::create_prediction::{self, CreatePrediction};
+use super::{
+    FromBody,
+    create_prediction::{CreatePrediction, CreatePredictionBody},
+    field::{Faults, Field, FieldValue, Read},
+};
 use crate::problem::FieldError;
 
-/// The request body as the OpenAPI description shows it; [`parse`] reads it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
+/// The body of a training's create: its destination beside the fields of every create.
+// As sent; `destination` and `CreatePrediction::check` read it.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct CreateTrainingBody {
     /// The model the trained version goes to: `owner/name` of a model of your account
     /// (`POST /models` makes one).
-    #[schema(pattern = r"^[a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}$")]
-    destination: String,
-    /// Training parameters, checked against the trainer's `TrainingInput` schema. No name, at
-    /// any depth, may contain the NUL character.
-    #[schema(value_type = Object)]
-    input: Value,
-    /// An absolute http or https URL that receives the training's webhooks.
-    #[schema(format = "uri", max_length = 2048)]
-    webhook: Option<String>,
-    /// The events to deliver; all of them when absent.
-    webhook_events_filter: Option<Vec<WebhookEvent>>,
-    /// How urgent it is (default `normal`); at most the account's `max_priority`.
-    priority: Option<Priority>,
+    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}$")]
+    pub destination: Option<Field<Destination>>,
+    /// The fields of every create (the input is checked against the trainer's
+    /// `TrainingInput` schema).
+    #[serde(flatten)]
+    pub create: CreatePredictionBody,
 }
 
-/// The destination a body names, or its field error.
-pub fn destination(body: &Map<String, Value>) -> Result<ModelRef, FieldError> {
-    match body.get("destination") {
-        None | Some(Value::Null) => Err(FieldError::missing("destination")),
-        Some(Value::String(text)) => text
-            .parse()
-            .map_err(|_| FieldError::invalid("destination", "Must be 'owner/name', a model of your account.")),
-        Some(_) => Err(FieldError::invalid("destination", "Must be a string, 'owner/name'.")),
+/// A training's destination: `owner/name`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Destination(pub ModelRef);
+
+impl FieldValue for Destination {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let Value::String(text) = value else {
+            return Err(Faults::new("Must be a string, 'owner/name'."));
+        };
+        text.parse().map(Self).map_err(|_| Faults::new("Must be 'owner/name', a model of your account."))
     }
 }
 
-/// Parses the body: its destination and the prediction-like rest, or every field error.
-pub fn parse(body: &Map<String, Value>) -> Result<(ModelRef, CreatePrediction), Vec<FieldError>> {
-    match (destination(body), create_prediction::parse(body)) {
+/// The destination a body names, or its field error.
+pub fn destination(field: Option<Field<Destination>>) -> Result<ModelRef, FieldError> {
+    let mut errors = Vec::new();
+    match field.required("destination", &mut errors) {
+        Some(Destination(model)) => Ok(model),
+        None => Err(errors.remove(0)),
+    }
+}
+
+/// Checks the body: its destination and the prediction-like rest, or every field error.
+pub fn parse(body: CreateTrainingBody) -> Result<(ModelRef, CreatePrediction), Vec<FieldError>> {
+    match (destination(body.destination), CreatePrediction::check(body.create)) {
         (Ok(destination), Ok(request)) => Ok((destination, request)),
         (destination, request) => {
             let mut errors: Vec<FieldError> = destination.err().into_iter().collect();
@@ -59,13 +68,17 @@ mod tests {
     use serde_json::json;
 
     fn fields(v: Value) -> Vec<String> {
-        parse(v.as_object().expect("object")).expect_err("invalid").into_iter().map(|e| e.field).collect()
+        parse(body(v)).expect_err("invalid").into_iter().map(|e| e.field).collect()
+    }
+
+    fn body(v: Value) -> CreateTrainingBody {
+        crate::validate::field::from_object(v.as_object().expect("object").clone()).expect("read")
     }
 
     #[test]
     fn a_destination_and_an_input_make_a_training() {
         let body = json!({"destination": "alice/tuned", "input": {"suffix": "x"}});
-        let (destination, request) = parse(body.as_object().expect("object")).expect("valid");
+        let (destination, request) = parse(self::body(body)).expect("valid");
         assert_eq!(destination.to_string(), "alice/tuned");
         assert_eq!(request.input.get("suffix"), Some(&json!("x")));
     }

@@ -15,56 +15,123 @@
 
 use crate::problem::FieldError;
 use common::domain::{ModelRef, Pool, Priority, route::is_version_id};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::body::{hardware, integer, require, string};
+use super::{
+    FromBody,
+    body::integer,
+    field::{Faults, Field, FieldValue, Read, text},
+};
 
-/// `POST /v1/deployments`'s body as the OpenAPI description shows it; [`parse_new`] reads it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
+/// The body of `POST /v1/deployments`.
+// As sent; `NewDeployment` is it checked.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct CreateDeploymentBody {
     /// The deployment's name, unique in the account.
-    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,99}$")]
-    name: String,
+    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9._-]{0,99}$")]
+    pub name: Option<Field<DeploymentName>>,
     /// `owner/name` of a registered model.
-    #[schema(pattern = r"^[a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}$")]
-    model: String,
+    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}$")]
+    pub model: Option<Field<Model>>,
     /// A version id the model has had (`GET /v1/models/{owner}/{name}/versions`).
-    #[schema(pattern = r"^[A-Za-z0-9]{1,64}$")]
-    version: String,
+    #[schema(value_type = String, pattern = r"^[A-Za-z0-9]{1,64}$")]
+    pub version: Option<Field<VersionId>>,
     /// A hardware pool (`GET /v1/hardware`).
-    #[schema(pattern = r"^[a-z][a-z0-9-]{0,31}$")]
-    hardware: String,
+    #[schema(value_type = String, pattern = r"^[a-z][a-z0-9-]{0,31}$")]
+    pub hardware: Option<Field<Pool>>,
     /// The fewest runners an autoscaler keeps.
-    #[schema(minimum = 0, maximum = 100)]
-    min_instances: u32,
+    #[schema(value_type = u32, minimum = 0, maximum = 100)]
+    pub min_instances: Option<Field<Instances<0>>>,
     /// The most runners an autoscaler starts; at least `min_instances`.
-    #[schema(minimum = 1, maximum = 100)]
-    max_instances: u32,
+    #[schema(value_type = u32, minimum = 1, maximum = 100)]
+    pub max_instances: Option<Field<Instances<1>>>,
     /// The priority of its predictions that ask for none (default `normal`); at most the
     /// account's `max_priority`.
-    priority: Option<Priority>,
+    #[schema(value_type = Option<Priority>)]
+    pub priority: Option<Field<Priority>>,
 }
 
-/// `PATCH /v1/deployments/{owner}/{name}`'s body as the OpenAPI description shows it: at
-/// least one field; [`parse_change`] reads it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
+/// The body of `PATCH /v1/deployments/{owner}/{name}`: at least one field, and no other.
+// As sent; `parse_change` checks it.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct UpdateDeploymentBody {
     /// A version id the model has had.
-    #[schema(pattern = r"^[A-Za-z0-9]{1,64}$")]
-    version: Option<String>,
+    #[schema(value_type = Option<String>, pattern = r"^[A-Za-z0-9]{1,64}$")]
+    pub version: Option<Field<VersionId>>,
     /// A hardware pool.
-    #[schema(pattern = r"^[a-z][a-z0-9-]{0,31}$")]
-    hardware: Option<String>,
+    #[schema(value_type = Option<String>, pattern = r"^[a-z][a-z0-9-]{0,31}$")]
+    pub hardware: Option<Field<Pool>>,
     /// The fewest runners an autoscaler keeps.
-    #[schema(minimum = 0, maximum = 100)]
-    min_instances: Option<u32>,
+    #[schema(value_type = Option<u32>, minimum = 0, maximum = 100)]
+    pub min_instances: Option<Field<Instances<0>>>,
     /// The most runners an autoscaler starts.
-    #[schema(minimum = 1, maximum = 100)]
-    max_instances: Option<u32>,
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    pub max_instances: Option<Field<Instances<1>>>,
     /// The priority of its predictions that ask for none.
-    priority: Option<Priority>,
+    #[schema(value_type = Option<Priority>)]
+    pub priority: Option<Field<Priority>>,
+    /// Any other field: refused, by name.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: Map<String, Value>,
+}
+
+/// A deployment's name: 1 to 100 characters of `a-z`, `0-9`, `-`, `_`, `.`, starting with a
+/// letter or digit.
+#[derive(Debug)]
+pub struct DeploymentName(String);
+
+impl FieldValue for DeploymentName {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let name = text(value)?;
+        if is_name(&name) {
+            Ok(Self(name))
+        } else {
+            Err(Faults::new("1 to 100 characters of a-z, 0-9, '-', '_' and '.'."))
+        }
+    }
+}
+
+/// The model of a deployment: `owner/name`.
+#[derive(Debug)]
+pub struct Model(ModelRef);
+
+impl FieldValue for Model {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        text(value)?.parse().map(Self).map_err(|_| Faults::new("Must be 'owner/name'."))
+    }
+}
+
+/// A version id: 1 to 64 letters and digits (`owner/name:id`, as Replicate's clients may send
+/// it, counts as its id).
+#[derive(Debug)]
+pub struct VersionId(String);
+
+impl FieldValue for VersionId {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let text = text(value)?;
+        let id = text.rsplit_once(':').map_or(text.as_str(), |(_, id)| id);
+        if is_version_id(id) {
+            Ok(Self(id.to_owned()))
+        } else {
+            Err(Faults::new("Must be a version id (1 to 64 letters and digits)."))
+        }
+    }
+}
+
+/// A number of instances from `LEAST` to [`MAX_INSTANCES`].
+#[derive(Debug)]
+pub struct Instances<const LEAST: u32>(u32);
+
+impl<const LEAST: u32> FieldValue for Instances<LEAST> {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        integer(&value)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| (LEAST..=MAX_INSTANCES).contains(n))
+            .map(Self)
+            .ok_or_else(|| Faults::new(format!("Must be a whole number from {LEAST} to {MAX_INSTANCES}.")))
+    }
 }
 
 /// The most instances a release may name.
@@ -111,40 +178,6 @@ pub fn is_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-fn instances(body: &Map<String, Value>, field: &str, least: u32, errors: &mut Vec<FieldError>) -> Option<u32> {
-    let value = body.get(field).filter(|v| !v.is_null())?;
-    match integer(value).and_then(|n| u32::try_from(n).ok()).filter(|n| (least..=MAX_INSTANCES).contains(n)) {
-        Some(n) => Some(n),
-        None => {
-            errors.push(FieldError::invalid(field, format!("Must be a whole number from {least} to {MAX_INSTANCES}.")));
-            None
-        }
-    }
-}
-
-fn version(body: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<String> {
-    let text = string(body, "version", errors)?;
-    // `owner/name:id` as Replicate's clients may send it: the id is what counts.
-    let id = text.rsplit_once(':').map_or(text, |(_, id)| id);
-    if is_version_id(id) {
-        Some(id.to_owned())
-    } else {
-        errors.push(FieldError::invalid("version", "Must be a version id (1 to 64 letters and digits)."));
-        None
-    }
-}
-
-fn priority(body: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<Priority> {
-    let text = string(body, "priority", errors)?;
-    match text.parse() {
-        Ok(p) => Some(p),
-        Err(_) => {
-            errors.push(FieldError::invalid("priority", "Must be high, normal or low."));
-            None
-        }
-    }
-}
-
 fn check_bounds(min: Option<u32>, max: Option<u32>, errors: &mut Vec<FieldError>) {
     if let (Some(min), Some(max)) = (min, max)
         && max < min
@@ -153,62 +186,47 @@ fn check_bounds(min: Option<u32>, max: Option<u32>, errors: &mut Vec<FieldError>
     }
 }
 
-/// Parses a create body.
-pub fn parse_new(body: &Map<String, Value>) -> Result<NewDeployment, Vec<FieldError>> {
-    let mut errors = Vec::new();
-    let name = string(body, "name", &mut errors).and_then(|n| {
-        is_name(n).then(|| n.to_owned()).or_else(|| {
-            errors.push(FieldError::invalid("name", "1 to 100 characters of a-z, 0-9, '-', '_' and '.'."));
-            None
-        })
-    });
-    let model = string(body, "model", &mut errors).and_then(|m| {
-        m.parse::<ModelRef>().ok().or_else(|| {
-            errors.push(FieldError::invalid("model", "Must be 'owner/name'."));
-            None
-        })
-    });
-    let version = version(body, &mut errors);
-    let hardware = hardware(body, &mut errors);
-    let min_instances = instances(body, "min_instances", 0, &mut errors);
-    let max_instances = instances(body, "max_instances", 1, &mut errors);
-    let priority = priority(body, &mut errors);
-    require(
-        &[
-            ("name", name.is_some()),
-            ("model", model.is_some()),
-            ("version", version.is_some()),
-            ("hardware", hardware.is_some()),
-            ("min_instances", min_instances.is_some()),
-            ("max_instances", max_instances.is_some()),
-        ],
-        &mut errors,
-    );
-    check_bounds(min_instances, max_instances, &mut errors);
-    match (name, model, version, hardware, min_instances, max_instances) {
-        (Some(name), Some(model), Some(version), Some(hardware), Some(min_instances), Some(max_instances))
-            if errors.is_empty() =>
-        {
-            Ok(NewDeployment { name, model, version, hardware, min_instances, max_instances, priority })
+impl FromBody for NewDeployment {
+    type Sent = CreateDeploymentBody;
+
+    fn check(body: CreateDeploymentBody) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let name = body.name.required("name", &mut errors);
+        let model = body.model.required("model", &mut errors);
+        let version = body.version.required("version", &mut errors);
+        let hardware = body.hardware.required("hardware", &mut errors);
+        let min_instances = body.min_instances.required("min_instances", &mut errors).map(|n| n.0);
+        let max_instances = body.max_instances.required("max_instances", &mut errors).map(|n| n.0);
+        let priority = body.priority.optional("priority", &mut errors);
+        check_bounds(min_instances, max_instances, &mut errors);
+        match (name, model, version, hardware, min_instances, max_instances) {
+            (
+                Some(DeploymentName(name)),
+                Some(Model(model)),
+                Some(VersionId(version)),
+                Some(hardware),
+                Some(min_instances),
+                Some(max_instances),
+            ) if errors.is_empty() => {
+                Ok(NewDeployment { name, model, version, hardware, min_instances, max_instances, priority })
+            }
+            _ => Err(errors),
         }
-        _ => Err(errors),
     }
 }
 
-/// Parses an update body; `current` bounds are used to check `max_instances >= min_instances`.
-pub fn parse_change(body: &Map<String, Value>, current: (u32, u32)) -> Result<DeploymentChange, Vec<FieldError>> {
+/// Checks an update body; `current` bounds are used to check `max_instances >= min_instances`.
+pub fn parse_change(body: UpdateDeploymentBody, current: (u32, u32)) -> Result<DeploymentChange, Vec<FieldError>> {
     let mut errors = Vec::new();
-    for field in body.keys() {
-        if !matches!(field.as_str(), "version" | "hardware" | "min_instances" | "max_instances" | "priority") {
-            errors.push(FieldError::invalid(field, "Not a field a deployment's update can change."));
-        }
+    for field in body.other.keys() {
+        errors.push(FieldError::invalid(field, "Not a field a deployment's update can change."));
     }
     let change = DeploymentChange {
-        version: version(body, &mut errors),
-        hardware: hardware(body, &mut errors),
-        min_instances: instances(body, "min_instances", 0, &mut errors),
-        max_instances: instances(body, "max_instances", 1, &mut errors),
-        priority: priority(body, &mut errors),
+        version: body.version.optional("version", &mut errors).map(|v| v.0),
+        hardware: body.hardware.optional("hardware", &mut errors),
+        min_instances: body.min_instances.optional("min_instances", &mut errors).map(|n| n.0),
+        max_instances: body.max_instances.optional("max_instances", &mut errors).map(|n| n.0),
+        priority: body.priority.optional("priority", &mut errors),
     };
     if errors.is_empty() && change == DeploymentChange::default() {
         errors.push(FieldError::missing("version"));
@@ -217,36 +235,34 @@ pub fn parse_change(body: &Map<String, Value>, current: (u32, u32)) -> Result<De
     if errors.is_empty() { Ok(change) } else { Err(errors) }
 }
 
-impl super::FromBody for NewDeployment {
-    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
-        parse_new(body)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    fn object(v: Value) -> Map<String, Value> {
-        v.as_object().cloned().expect("object")
+    fn object<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        crate::validate::field::from_object(v.as_object().cloned().expect("object")).expect("read")
+    }
+
+    fn parse_new(body: CreateDeploymentBody) -> Result<NewDeployment, Vec<FieldError>> {
+        NewDeployment::check(body)
     }
 
     #[test]
     fn a_whole_create_parses() {
         let body = object(json!({"name": "my-app", "model": "demo/echo", "version": "v2", "hardware": "cpu",
                                  "min_instances": 0, "max_instances": 3}));
-        let parsed = parse_new(&body).expect("valid");
+        let parsed = parse_new(body).expect("valid");
         assert_eq!((parsed.name.as_str(), parsed.version.as_str(), parsed.max_instances), ("my-app", "v2", 3));
         assert_eq!(parsed.priority, None);
         let low = object(json!({"name": "b", "model": "demo/echo", "version": "v2", "hardware": "cpu",
                                 "min_instances": 0, "max_instances": 3, "priority": "low"}));
-        assert_eq!(parse_new(&low).expect("valid").priority, Some(Priority::Low));
+        assert_eq!(parse_new(low).expect("valid").priority, Some(Priority::Low));
         let bad = object(json!({"name": "b", "model": "demo/echo", "version": "v2", "hardware": "cpu",
                                 "min_instances": 0, "max_instances": 3, "priority": "urgent"}));
-        assert_eq!(parse_new(&bad).expect_err("invalid")[0].field, "priority");
+        assert_eq!(parse_new(bad).expect_err("invalid")[0].field, "priority");
         assert_eq!(
-            parse_change(&object(json!({"priority": "high"})), (0, 1)),
+            parse_change(object(json!({"priority": "high"})), (0, 1)),
             Ok(DeploymentChange { priority: Some(Priority::High), ..DeploymentChange::default() })
         );
     }
@@ -255,20 +271,20 @@ mod tests {
     fn every_bad_or_missing_field_of_a_create_is_reported() {
         let body = object(json!({"name": "My App", "model": "echo", "hardware": "any", "min_instances": 5,
                                  "max_instances": 2}));
-        let errors = parse_new(&body).expect_err("invalid");
+        let errors = parse_new(body).expect_err("invalid");
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["name", "model", "hardware", "version", "max_instances"]);
+        assert_eq!(fields, ["name", "model", "version", "hardware", "max_instances"]);
     }
 
     #[test]
     fn an_update_takes_only_its_fields_and_at_least_one() {
         assert_eq!(
-            parse_change(&object(json!({"version": "demo/echo:v3"})), (0, 1)),
+            parse_change(object(json!({"version": "demo/echo:v3"})), (0, 1)),
             Ok(DeploymentChange { version: Some("v3".into()), ..DeploymentChange::default() })
         );
-        assert!(parse_change(&object(json!({})), (0, 1)).is_err(), "nothing to change");
-        assert!(parse_change(&object(json!({"name": "other"})), (0, 1)).is_err(), "not changeable");
-        let errors = parse_change(&object(json!({"min_instances": 4})), (0, 2)).expect_err("over max");
+        assert!(parse_change(object(json!({})), (0, 1)).is_err(), "nothing to change");
+        assert!(parse_change(object(json!({"name": "other"})), (0, 1)).is_err(), "not changeable");
+        let errors = parse_change(object(json!({"min_instances": 4})), (0, 2)).expect_err("over max");
         assert_eq!(errors[0].field, "max_instances");
     }
 }

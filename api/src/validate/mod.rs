@@ -9,7 +9,9 @@
 //! - [`paging`]: `limit` and `offset` of every list; [`list_predictions`] adds `status`.
 //!
 //! A parser that reads a whole query or body implements [`FromQuery`] or [`FromBody`], and
-//! [`crate::http::extract`] runs it at the door.
+//! [`crate::http::extract`] runs it at the door. A body is declared once: the type its JSON
+//! is read into is its OpenAPI schema, each field a [`field::Field`] that keeps what was sent
+//! or why it failed, so a check names every failing field at once.
 
 pub mod account_changes;
 pub mod body;
@@ -19,13 +21,12 @@ pub mod create_model;
 pub mod create_prediction;
 pub mod create_training;
 pub mod deployment;
+pub mod field;
 pub mod input;
 pub mod list_predictions;
 pub mod paging;
 pub mod search_query;
 pub mod usage_query;
-
-use serde_json::{Map, Value};
 
 use crate::problem::FieldError;
 
@@ -35,8 +36,17 @@ pub trait FromQuery: Sized {
     fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>>;
 }
 
-/// A type read from a request's JSON object body.
+/// A request checked from its JSON object body: the body is read into [`FromBody::Sent`],
+/// the one type that declares it (its OpenAPI schema, every field read leniently: see
+/// [`field`]), then checked.
 pub trait FromBody: Sized {
-    /// Reads the body; on failure, every bad field.
-    fn from_body(body: &Map<String, Value>) -> Result<Self, Vec<FieldError>>;
+    /// The body as sent.
+    type Sent: serde::de::DeserializeOwned;
+    /// The request the body asks for; on failure, every bad field.
+    fn check(sent: Self::Sent) -> Result<Self, Vec<FieldError>>;
+
+    /// Reads and checks a JSON object (a body, or the console's form made one).
+    fn from_object(object: serde_json::Map<String, serde_json::Value>) -> Result<Self, Vec<FieldError>> {
+        field::from_object(object).and_then(Self::check)
+    }
 }

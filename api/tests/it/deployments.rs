@@ -175,7 +175,7 @@ async fn bad_fields_of_a_deployment_are_400_with_every_field_and_an_unknown_mode
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     let fields: Vec<Value> =
         refused.json_body().await["errors"].as_array().expect("errors").iter().map(|e| e["field"].clone()).collect();
-    assert_eq!(fields, vec![json!("name"), json!("hardware"), json!("version"), json!("max_instances")]);
+    assert_eq!(fields, vec![json!("name"), json!("version"), json!("hardware"), json!("max_instances")]);
     let unknown = json!({"name": "app", "model": "demo/echo", "version": "nope", "hardware": "cpu", "min_instances": 0, "max_instances": 1});
     let refused = system.request(Method::POST, "/v1/deployments").json(&unknown).send().await.expect("sent");
     assert_eq!(refused.status(), StatusCode::NOT_FOUND, "a version that does not exist, as elsewhere");
