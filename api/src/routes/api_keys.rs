@@ -195,14 +195,11 @@ pub async fn list(
 /// The body of `PATCH /v1/account/api-keys/{id}` (no other field is accepted).
 // As sent; `Deactivate` is it checked.
 #[derive(utoipa::ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UpdateApiKeyBody {
     /// `false` deactivates the key, at once on every replica; a key cannot be reactivated.
     #[schema(schema_with = false_only, required = true)]
     is_active: Option<Field<Inactive>>,
-    /// Any other field: refused, by name.
-    #[serde(flatten)]
-    #[schema(ignore)]
-    other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `is_active: false`, the one change a key takes.
@@ -229,9 +226,6 @@ impl FromBody for Deactivate {
     fn check(body: UpdateApiKeyBody) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
         let inactive = body.is_active.required("is_active", &mut errors);
-        errors.extend(
-            body.other.keys().map(|k| FieldError::invalid(k.clone(), "Unknown field; only is_active may be changed.")),
-        );
         match inactive {
             Some(Inactive) if errors.is_empty() => Ok(Self),
             _ => Err(errors),

@@ -16,7 +16,7 @@
 use crate::problem::FieldError;
 use common::domain::{ModelRef, Pool, Priority, route::is_version_id};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{
     FromBody,
@@ -55,6 +55,7 @@ pub struct CreateDeploymentBody {
 /// The body of `PATCH /v1/deployments/{owner}/{name}`: at least one field, and no other.
 // As sent; `parse_change` checks it.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct UpdateDeploymentBody {
     /// A version id the model has had.
     #[schema(value_type = Option<String>, pattern = r"^[A-Za-z0-9]{1,64}$")]
@@ -71,10 +72,6 @@ pub struct UpdateDeploymentBody {
     /// The priority of its predictions that ask for none.
     #[schema(value_type = Option<Priority>)]
     pub priority: Option<Field<Priority>>,
-    /// Any other field: refused, by name.
-    #[serde(flatten)]
-    #[schema(ignore)]
-    pub other: Map<String, Value>,
 }
 
 /// A deployment's name: 1 to 100 characters of `a-z`, `0-9`, `-`, `_`, `.`, starting with a
@@ -218,9 +215,6 @@ impl FromBody for NewDeployment {
 /// Checks an update body; `current` bounds are used to check `max_instances >= min_instances`.
 pub fn parse_change(body: UpdateDeploymentBody, current: (u32, u32)) -> Result<DeploymentChange, Vec<FieldError>> {
     let mut errors = Vec::new();
-    for field in body.other.keys() {
-        errors.push(FieldError::invalid(field, "Not a field a deployment's update can change."));
-    }
     let change = DeploymentChange {
         version: body.version.optional("version", &mut errors).map(|v| v.0),
         hardware: body.hardware.optional("hardware", &mut errors),
@@ -283,7 +277,10 @@ mod tests {
             Ok(DeploymentChange { version: Some("v3".into()), ..DeploymentChange::default() })
         );
         assert!(parse_change(object(json!({})), (0, 1)).is_err(), "nothing to change");
-        assert!(parse_change(object(json!({"name": "other"})), (0, 1)).is_err(), "not changeable");
+        let refused = crate::validate::field::from_object::<UpdateDeploymentBody>(
+            json!({"name": "other"}).as_object().cloned().expect("object"),
+        );
+        assert_eq!(refused.expect_err("not changeable")[0].field, "name");
         let errors = parse_change(object(json!({"min_instances": 4})), (0, 2)).expect_err("over max");
         assert_eq!(errors[0].field, "max_instances");
     }

@@ -92,13 +92,25 @@ impl<T> Read<T> for Option<Field<T>> {
     }
 }
 
-/// Deserializes a request type from a JSON object (its `Field`s cannot fail; a type that
-/// can, say an unknown field where none is allowed, is an error at `body`).
+/// Deserializes a request type from a JSON object. Its `Field`s cannot fail; a closed type
+/// (`#[serde(deny_unknown_fields)]`, declared `additionalProperties: false`) refuses a field it
+/// does not have, named as the error's field; any other failure is an error at `body`.
 pub fn from_object<T: serde::de::DeserializeOwned>(
     object: serde_json::Map<String, Value>,
 ) -> Result<T, Vec<FieldError>> {
-    serde_json::from_value(Value::Object(object))
-        .map_err(|e| vec![FieldError::invalid(super::body::BODY_FIELD, e.to_string())])
+    serde_json::from_value(Value::Object(object)).map_err(|e| {
+        let message = e.to_string();
+        match unknown_field(&message) {
+            Some(field) => vec![FieldError::invalid(field, "Unknown field: this request does not take it.")],
+            None => vec![FieldError::invalid(super::body::BODY_FIELD, message)],
+        }
+    })
+}
+
+/// The field serde's "unknown field `name`, expected …" names, if that is the message.
+fn unknown_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.rsplit_once("`, expected").map(|(field, _)| field).or_else(|| rest.strip_suffix('`'))
 }
 
 /// The text of a JSON string, or the fault "must be a string".
@@ -213,5 +225,20 @@ mod tests {
         assert_eq!(count, Some(2));
         let (_, _, _, fields) = read(json!({"name": null, "count": null}));
         assert_eq!(fields, vec!["name"], "null is absent: missing where required, nothing where optional");
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Closed {
+        only: Option<Field<String>>,
+    }
+
+    #[test]
+    fn a_closed_type_names_the_field_it_does_not_have() {
+        let refused =
+            from_object::<Closed>(json!({"only": "x", "odd`, name": 1}).as_object().cloned().expect("object"));
+        assert_eq!(refused.expect_err("refused")[0].field, "odd`, name");
+        let read: Closed = from_object(json!({"only": 3}).as_object().cloned().expect("object")).expect("read");
+        assert_eq!(read.only.optional("only", &mut Vec::new()), None, "a bad value is the check's to name");
     }
 }
