@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{
     FromBody,
-    field::{Bounded, Faults, Field, FieldValue, Read, text},
+    field::{Bounded, Faults, Field, FieldValue, Read, names, text},
 };
 use crate::problem::FieldError;
 
@@ -55,28 +55,11 @@ pub struct Scopes(Vec<Scope>);
 
 impl FieldValue for Scopes {
     fn from_value(value: Value) -> Result<Self, Faults> {
-        let Value::Array(items) = value else {
-            return Err(Faults::new("Must be an array of scope names (read, write, admin)."));
-        };
-        if items.is_empty() {
+        if value.as_array().is_some_and(Vec::is_empty) {
             return Err(Faults::new("Must list at least one scope."));
         }
-        let mut scopes = Vec::new();
-        let mut faults: Option<Faults> = None;
-        for (i, item) in items.iter().enumerate() {
-            match item.as_str().map(str::parse::<Scope>) {
-                Some(Ok(scope)) if scopes.contains(&scope) => {}
-                Some(Ok(scope)) => scopes.push(scope),
-                _ => {
-                    let fault = Faults::at(format!("[{i}]"), "Must be one of read, write, admin.");
-                    match &mut faults {
-                        Some(all) => all.extend(fault),
-                        None => faults = Some(fault),
-                    }
-                }
-            }
-        }
-        faults.map_or(Ok(Self(scopes)), Err)
+        let array = "Must be an array of scope names (read, write, admin).";
+        names(value, array, "Must be one of read, write, admin.").map(Self)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The body of `POST /v1/models/{owner}/{name}/versions/{version}/trainings`: `destination`
 //! (`owner/name` of a model of the caller's account, required) beside the fields of a
-//! prediction's create ([`create_prediction::parse`]: `input`, `webhook`,
+//! prediction's create ([`CreatePrediction::check`]: `input`, `webhook`,
 //! `webhook_events_filter`, `priority`), every failing field reported at once.
 
 use common::domain::ModelRef;

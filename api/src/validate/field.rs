@@ -26,16 +26,6 @@ impl Faults {
         Self(vec![(String::new(), must.into())])
     }
 
-    /// The part `at` of the field (say `[2]`) is wrong.
-    pub fn at(at: impl Into<String>, must: impl Into<String>) -> Self {
-        Self(vec![(at.into(), must.into())])
-    }
-
-    /// Adds the faults of `other`.
-    pub fn extend(&mut self, other: Faults) {
-        self.0.extend(other.0);
-    }
-
     /// The faults as errors of the field `name`.
     fn into_errors(self, name: &str) -> impl Iterator<Item = FieldError> + '_ {
         self.0.into_iter().map(move |(at, must)| FieldError::invalid(format!("{name}{at}"), must))
@@ -148,28 +138,33 @@ impl FieldValue for WebhookUrl {
     }
 }
 
-/// The events a job's webhooks are filtered to: each named once, in the order first named.
+/// A JSON array of names, each read by `T`'s `FromStr` and kept once, in the order first
+/// named; a fault at `[i]` for each item that is not one. `array` and `item` say what the
+/// field and an item must be.
+pub fn names<T: std::str::FromStr + PartialEq>(value: Value, array: &str, item: &str) -> Result<Vec<T>, Faults> {
+    let Value::Array(items) = value else {
+        return Err(Faults::new(array));
+    };
+    let mut names = Vec::new();
+    let mut faults = Vec::new();
+    for (i, value) in items.iter().enumerate() {
+        match value.as_str().map(str::parse::<T>) {
+            Some(Ok(name)) if names.contains(&name) => {}
+            Some(Ok(name)) => names.push(name),
+            _ => faults.push((format!("[{i}]"), item.to_owned())),
+        }
+    }
+    if faults.is_empty() { Ok(names) } else { Err(Faults(faults)) }
+}
+
+/// The events a job's webhooks are filtered to.
 impl FieldValue for Vec<WebhookEvent> {
     fn from_value(value: Value) -> Result<Self, Faults> {
-        let Value::Array(items) = value else {
-            return Err(Faults::new("Must be an array of event names (start, output, logs, completed)."));
-        };
-        let mut events = Vec::new();
-        let mut faults: Option<Faults> = None;
-        for (i, item) in items.iter().enumerate() {
-            match item.as_str().map(str::parse::<WebhookEvent>) {
-                Some(Ok(event)) if events.contains(&event) => {}
-                Some(Ok(event)) => events.push(event),
-                _ => {
-                    let fault = Faults::at(format!("[{i}]"), "Must be one of start, output, logs, completed.");
-                    match &mut faults {
-                        Some(all) => all.extend(fault),
-                        None => faults = Some(fault),
-                    }
-                }
-            }
-        }
-        faults.map_or(Ok(events), Err)
+        names(
+            value,
+            "Must be an array of event names (start, output, logs, completed).",
+            "Must be one of start, output, logs, completed.",
+        )
     }
 }
 
