@@ -17,7 +17,7 @@ use common::{
         AccountId, ApiSurface, NewPrediction, Prediction, PredictionId, Priority, TrainedVersionRef, WebhookEvent,
         training,
     },
-    store::{Claim, GroupCommitError},
+    store::{Claim, ClaimRaced, GroupCommitError},
 };
 use serde_json::Value;
 use tracing::Instrument;
@@ -26,7 +26,7 @@ use crate::{
     error::ApiError,
     http::{auth::Caller, extract::JobOptions},
     ops::file_inputs,
-    problem::FieldError,
+    problem::{FieldError, Problem, ProblemKind},
     state::AppState,
     state::job_outbox,
     state::model_catalog::RegisteredModel,
@@ -254,17 +254,28 @@ async fn claim_key(
 ) -> Result<Claim, ApiError> {
     let keys = state.store.idempotency_keys();
     let now = DateTime::now();
-    let first = match keys.claim(account, key, prediction, now).await? {
+    let claimed = keys.claim(account, key, prediction, now).await.map_err(|e| match e.get_custom::<ClaimRaced>() {
+        Some(_) => ApiError::Problem(Problem::new(
+            ProblemKind::Conflict,
+            "Other requests with this Idempotency-Key claimed and released it meanwhile; retry shortly.",
+        )),
+        None => e.into(),
+    })?;
+    let first = match claimed {
         Claim::Existing(first) => first,
-        claim => return Ok(claim),
+        claim => {
+            tracing::debug!(idempotency_key = key, "the Idempotency-Key is claimed");
+            return Ok(claim);
+        }
     };
+    tracing::debug!(idempotency_key = key, %first, "the Idempotency-Key was claimed before");
     // The request that claimed it goes on no longer than its deadline (a `Prefer: wait`
     // stores before it waits); past that and a margin it stores nothing any more.
     let stale_after = state.config.request_deadline + STALE_MARGIN;
     if state.store.predictions().get(&first).await?.is_none()
         && keys.take_over_stale(account, key, &first, prediction, now, stale_after).await?
     {
-        tracing::warn!(stale = %first, "an Idempotency-Key whose prediction was never stored is taken over");
+        tracing::warn!(idempotency_key = key, stale = %first, "an Idempotency-Key whose prediction was never stored is taken over");
         return Ok(Claim::New);
     }
     Ok(Claim::Existing(first))
@@ -319,17 +330,20 @@ const SETTLE_PAUSE: Duration = Duration::from_millis(200);
 
 /// Settles whether `document`, whose write failed, is stored, by writing it again on its own
 /// (a read alone could not tell a write still on its way from one that never came): the
-/// insert stores it now, or is refused as a duplicate, and then a read of its `_id` tells
-/// whether the first write applied (a duplicate on another unique field: it did not). Not
-/// settled within [`SETTLE_TIME`] or the request's deadline: unknown.
+/// insert stores it now, or is refused as a duplicate of its `_id` (random, this document's
+/// alone), which only its first write can hold, so a read of it then tells it is stored. A
+/// duplicate not yet readable is tried again (the first write may still be applying). Not
+/// settled within [`SETTLE_TIME`] or the request's deadline: unknown. Never `No`: a write
+/// that may have reached the server may be stored.
 async fn settle(state: &AppState, document: &Prediction) -> Stored {
     let predictions = state.store.predictions();
     let again = || async {
         match predictions.insert(document).await {
             Ok(()) => Ok(Stored::Yes),
-            Err(e) if common::store::is_duplicate_key(&e) => {
-                predictions.get(&document.id).await.map(|found| if found.is_some() { Stored::Yes } else { Stored::No })
-            }
+            Err(e) if common::store::is_duplicate_key(&e) => match predictions.get(&document.id).await? {
+                Some(_) => Ok(Stored::Yes),
+                None => Err(e),
+            },
             Err(e) => Err(e),
         }
     };

@@ -78,6 +78,25 @@ async fn a_create_whose_write_applied_but_whose_answer_was_lost_is_made_once_and
 }
 
 #[tokio::test]
+async fn a_create_whose_key_could_not_be_claimed_is_not_made_and_its_retry_is_made_once() {
+    let (system, faults) = system_behind_faults(true).await;
+    // Every insert of the claim fails before the server sees it (HostUnreachable): the claim is
+    // never stored, so the create must not go on without it.
+    faults.inject(3, Fault::Error { code: 6 }, |c| c.name == "insert" && c.collection == "idempotency_keys");
+    let first = create(&system, "unclaimed").send().await.expect("sent");
+    assert_eq!(faults.injected().len(), 3, "every try of the claim failed");
+    assert_eq!(first.status(), 503, "told to retry: {}", first.text().await.unwrap_or_default());
+    // Its retries make one prediction, which the key replays from then on.
+    let made = create(&system, "unclaimed").send().await.expect("sent");
+    assert_eq!(made.status(), 201);
+    let id = made.json_body().await["id"].clone();
+    let again = create(&system, "unclaimed").send().await.expect("sent");
+    assert_eq!((again.status().as_u16(), again.json_body().await["id"].clone()), (201, id));
+    let listed = system.get("/v1/predictions").await.json_body().await;
+    assert_eq!(listed["results"].as_array().expect("results").len(), 1, "made once: {listed}");
+}
+
+#[tokio::test]
 async fn a_key_whose_prediction_was_never_stored_is_taken_over_once_its_claim_is_stale() {
     use common::domain::PredictionId;
     // Past the request deadline (1 s here) and a margin of 5 s, the request that claimed a key

@@ -15,6 +15,15 @@ use crate::domain::{AccountId, PredictionId};
 /// How long a key keeps returning its first prediction.
 pub const IDEMPOTENCY_WINDOW_MS: i64 = 24 * 3600 * 1000;
 
+/// How many times a claim is tried (an insert, and a read when it fails or collides).
+const CLAIM_TRIES: usize = 3;
+
+/// Why a claim failed (inside a [`StoreError::custom`]) when every try found the key held,
+/// then released, by other requests: a retry shortly may claim it.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the Idempotency-Key was claimed and released by other requests on every try")]
+pub struct ClaimRaced;
+
 /// One claimed key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {
@@ -61,7 +70,10 @@ impl IdempotencyKeys {
         Self { coll: db.collection("idempotency_keys") }
     }
 
-    /// Claims `key` of `account` for `prediction`, unless a live claim exists.
+    /// Claims `key` of `account` for `prediction`, unless a live claim exists. `New` only once
+    /// the claim is stored (its insert answered, or a read found it after an insert whose answer
+    /// was lost): a create goes on only with its key claimed, so a retry of it replays it. An
+    /// insert that fails every time, its claim not found after, is the last insert's error.
     pub async fn claim(
         &self,
         account: &AccountId,
@@ -70,20 +82,19 @@ impl IdempotencyKeys {
         now: DateTime,
     ) -> Result<Claim, StoreError> {
         let record = IdempotencyRecord::new(account, key, prediction, now);
-        for _ in 0..3 {
+        let mut failed = None;
+        for _ in 0..CLAIM_TRIES {
             match self.coll.insert_one(&record).await {
                 Ok(_) => return Ok(Claim::New),
                 Err(e) if is_duplicate_key(&e) => {}
                 // The insert may have applied with its answer lost: what is stored tells.
-                Err(e) => {
-                    let stored = self.coll.find_one(doc! { "_id": &record.id }).await.map_err(|_| e)?;
-                    match stored {
-                        Some(existing) if existing.prediction_id == *prediction => return Ok(Claim::New),
-                        _ => continue,
-                    }
-                }
+                Err(e) => failed = Some(e),
             }
-            let Some(existing) = self.coll.find_one(doc! { "_id": &record.id }).await? else { continue };
+            let stored = match self.coll.find_one(doc! { "_id": &record.id }).await {
+                Ok(stored) => stored,
+                Err(read) => return Err(failed.unwrap_or(read)),
+            };
+            let Some(existing) = stored else { continue };
             // This request's own claim: its insert applied, and the answer was lost.
             if existing.prediction_id == *prediction {
                 return Ok(Claim::New);
@@ -97,8 +108,15 @@ impl IdempotencyKeys {
                 return Ok(Claim::New);
             }
         }
-        let current = self.coll.find_one(doc! { "_id": &record.id }).await?;
-        Ok(current.map_or(Claim::New, |r| Claim::Existing(r.prediction_id)))
+        match failed {
+            Some(e) => Err(e),
+            // Every try raced another request's claim or release: whatever holds the key now.
+            None => match self.coll.find_one(doc! { "_id": &record.id }).await? {
+                Some(current) if current.prediction_id == *prediction => Ok(Claim::New),
+                Some(current) => Ok(Claim::Existing(current.prediction_id)),
+                None => Err(StoreError::custom(ClaimRaced)),
+            },
+        }
     }
 
     /// Takes over `key`'s claim for `prediction` if it still names `stale`, a prediction that

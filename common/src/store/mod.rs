@@ -69,7 +69,7 @@ pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{FileRecord, FileRecords};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
 pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
-pub use idempotency::{Claim, IdempotencyKeys};
+pub use idempotency::{Claim, ClaimRaced, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
 pub use owned_models::{ModelLinks, OwnedModel, OwnedModels, Visibility};

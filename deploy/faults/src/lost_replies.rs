@@ -82,6 +82,8 @@ pub struct LostTally {
     pub stuck_keys: usize,
     /// Creates answered 201 whose key, sent again, gave another prediction or none.
     pub not_replayed: usize,
+    /// Each of those: its key, the prediction it was answered, and what sending it again got.
+    pub not_replayed_keys: Vec<String>,
 }
 
 impl LostTally {
@@ -98,7 +100,11 @@ impl LostTally {
             why.push(format!("{} keys stuck (no 201 within {} s)", self.stuck_keys, SETTLE_KEYS.as_secs()));
         }
         if self.not_replayed > 0 {
-            why.push(format!("{} keys sent again did not replay their prediction", self.not_replayed));
+            why.push(format!(
+                "{} keys sent again did not replay their prediction ({})",
+                self.not_replayed,
+                self.not_replayed_keys.join("; ")
+            ));
         }
         why
     }
@@ -108,6 +114,7 @@ impl LostTally {
         json!({
             "answers_lost": self.lost, "model_runs": self.runs, "predictions": self.predictions,
             "resent": self.resent, "stuck_keys": self.stuck_keys, "not_replayed": self.not_replayed,
+            "not_replayed_keys": self.not_replayed_keys,
         })
     }
 }
@@ -130,12 +137,20 @@ pub async fn settle_keys(api: &str, key: &str, webhook: &str, attempts: &[Attemp
     for attempt in attempts {
         match &attempt.answer {
             Answer::Accepted(id) => {
-                let replayed = match send(attempt.n).await {
-                    Ok(r) if r.status() == 201 => r.json::<Value>().await.ok().map(|p| p["id"] == json!(id)),
-                    _ => None,
+                let got = match send(attempt.n).await {
+                    Ok(r) if r.status() == 201 => match r.json::<Value>().await {
+                        Ok(p) if p["id"] == json!(id) => None,
+                        Ok(p) => Some(format!("201 with {}", p["id"])),
+                        Err(e) => Some(format!("201 without a body ({e})")),
+                    },
+                    Ok(r) => Some(format!("{}", r.status())),
+                    Err(e) => Some(format!("no answer ({e})")),
                 };
-                if replayed != Some(true) {
+                if let Some(got) = got {
                     tally.not_replayed += 1;
+                    tally
+                        .not_replayed_keys
+                        .push(format!("{}: answered {id}, sent again {got}", load::idempotency_key(attempt.n)));
                 }
             }
             _ => {
@@ -173,7 +188,15 @@ mod tests {
 
     #[test]
     fn a_second_run_a_stuck_key_a_key_that_does_not_replay_or_no_fault_fails_the_row() {
-        let good = LostTally { lost: 12, runs: 200, predictions: 200, resent: 9, stuck_keys: 0, not_replayed: 0 };
+        let good = LostTally {
+            lost: 12,
+            runs: 200,
+            predictions: 200,
+            resent: 9,
+            stuck_keys: 0,
+            not_replayed: 0,
+            not_replayed_keys: Vec::new(),
+        };
         assert!(good.failures().is_empty());
         for bad in [
             LostTally { lost: 0, ..good.clone() },
