@@ -7,6 +7,7 @@
 //! What must hold ([`LostTally::failures`]), beside every row's checks (the usage equal to the
 //! predictions run, nothing stuck, every `completed` webhook):
 //! - no model ran twice: the runner's runs of `demo/sleep` equal the predictions;
+//! - no key made two predictions: the account has one prediction per key sent;
 //! - no key is stuck: a create that was not answered 201 is sent again with its key until it
 //!   is (within [`SETTLE_KEYS`]), and a create that was answered 201 and sent again replays the
 //!   same prediction.
@@ -74,8 +75,12 @@ pub struct LostTally {
     pub lost: usize,
     /// Runs of the model the runner counted, by any outcome.
     pub runs: u64,
-    /// Predictions of the account.
+    /// Predictions and trainings of the account.
     pub predictions: usize,
+    /// Keys the load sent (one create each).
+    pub keys: usize,
+    /// Predictions the account has (not trainings): one per key, none made twice.
+    pub made: usize,
     /// Creates not answered 201 the first time.
     pub resent: usize,
     /// Of those, still not 201 after [`SETTLE_KEYS`].
@@ -96,6 +101,9 @@ impl LostTally {
         if self.runs != self.predictions as u64 {
             why.push(format!("the model ran {} times for {} predictions", self.runs, self.predictions));
         }
+        if self.made != self.keys {
+            why.push(format!("{} predictions for {} keys: a key made more than one", self.made, self.keys));
+        }
         if self.stuck_keys > 0 {
             why.push(format!("{} keys stuck (no 201 within {} s)", self.stuck_keys, SETTLE_KEYS.as_secs()));
         }
@@ -113,6 +121,7 @@ impl LostTally {
     pub fn json(&self) -> Value {
         json!({
             "answers_lost": self.lost, "model_runs": self.runs, "predictions": self.predictions,
+            "keys": self.keys, "made": self.made,
             "resent": self.resent, "stuck_keys": self.stuck_keys, "not_replayed": self.not_replayed,
             "not_replayed_keys": self.not_replayed_keys,
         })
@@ -132,7 +141,7 @@ pub async fn settle_keys(api: &str, key: &str, webhook: &str, attempts: &[Attemp
             .json(&body)
             .send()
     };
-    let mut tally = LostTally::default();
+    let mut tally = LostTally { keys: attempts.len(), ..LostTally::default() };
     let deadline = Instant::now() + SETTLE_KEYS;
     for attempt in attempts {
         match &attempt.answer {
@@ -187,11 +196,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_second_run_a_stuck_key_a_key_that_does_not_replay_or_no_fault_fails_the_row() {
+    fn a_second_run_a_second_prediction_of_a_key_a_stuck_key_a_key_that_does_not_replay_or_no_fault_fails_the_row() {
         let good = LostTally {
             lost: 12,
             runs: 200,
             predictions: 200,
+            keys: 200,
+            made: 200,
             resent: 9,
             stuck_keys: 0,
             not_replayed: 0,
@@ -201,6 +212,7 @@ mod tests {
         for bad in [
             LostTally { lost: 0, ..good.clone() },
             LostTally { runs: 201, ..good.clone() },
+            LostTally { made: 201, runs: 201, predictions: 201, ..good.clone() },
             LostTally { stuck_keys: 1, ..good.clone() },
             LostTally { not_replayed: 1, ..good.clone() },
         ] {

@@ -341,6 +341,7 @@ async fn run_scenario(
         keys.lost = lost;
         keys.runs = lost_replies::runs(&topology.runner_metrics()[0]).await?;
         keys.predictions = statuses.len();
+        keys.made = accepted_ids(&topology).await?.len();
         outcome.lost = Some(keys);
     }
     if let Some(account) = &budgeted {
