@@ -10,7 +10,7 @@
 //! batch settles it. A statement the server refused (a write error) answers its caller with
 //! that error; a failed command answers every caller of its batch with it.
 //!
-//! Batching as in [`super::group_commit`] (whose writer loop this shares): with no linger and a
+//! Batching as in [`common::store::group_commit`] (whose writer loop this shares): with no linger and a
 //! free write slot a lone update is written at once, so a quiet service pays no latency; under
 //! load updates queue while the slots are busy and the next command carries them all, which
 //! saves the driver's and the server's per-command work (one round trip instead of several).
@@ -22,7 +22,7 @@
 //!   encoded once, measured by its bytes, and sent as they are (`run_raw_command`).
 //! - **Retries.** The driver retries `update_one` across an election, never `run_command`. A
 //!   command that fails because the primary stepped down or could not be reached
-//!   ([`super::is_unreachable`]) is sent again, for up to [`RETRY_FOR`] (an election takes up to
+//!   ([`is_unreachable`]) is sent again, for up to [`RETRY_FOR`] (an election takes up to
 //!   about 12 s); so is one whose `writeErrors` carry such a code (a statement the stepping
 //!   down primary did not write), while any other code there refuses its statement alone.
 //!   A command whose reply was lost may have been applied, so after a retry a
@@ -38,9 +38,9 @@ use bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc};
 use mongodb::{Collection, Database, options::WriteConcern};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
-    StoreError,
-    group_commit::{Batching, run_writer},
+use common::store::{
+    Batching, ConditionalUpdate, RETRYABLE_WRITE_LABEL, StoreError, describe, group_commit::run_writer, integer,
+    is_retryable_code, is_unreachable, primary_lost,
 };
 
 /// The most bytes of statements one `update` command carries: MongoDB's 16 MiB limit on a
@@ -53,18 +53,6 @@ pub const TOO_LARGE: i32 = 10334;
 const BAD_VALUE: i32 = 2;
 /// How long a command that could not reach a primary is tried again.
 pub const RETRY_FOR: Duration = Duration::from_secs(30);
-
-/// One conditional update of a single document.
-#[derive(Debug, Clone)]
-pub struct ConditionalUpdate {
-    /// The document and the state it must be in.
-    pub filter: Document,
-    /// The update operators to apply (`$set`, `$inc`, ...).
-    pub update: Document,
-    /// A filter that matches the document only once this update has applied: read when the
-    /// count of a batch leaves open which of its statements matched.
-    pub applied: Document,
-}
 
 /// Why an update's fate is unknown or it was refused.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -158,7 +146,7 @@ impl Target {
         let outcomes = match self.send(&command, count).await {
             Ok((reply, retried)) => self.settle(applied, reply, retried).await,
             Err(e) => {
-                tracing::warn!(error = super::describe(&e), updates = count, "group update failed");
+                tracing::warn!(error = describe(&e), updates = count, "group update failed");
                 let e = Arc::new(e);
                 vec![Err(GroupUpdateError::Write(e)); count]
             }
@@ -178,8 +166,8 @@ impl Target {
             let reply = self.database.run_raw_command(command.clone()).await.and_then(|r| Reply::read(&r, count));
             match reply {
                 Ok(reply) => return Ok((reply, retried)),
-                Err(e) if super::is_unreachable(&e) && started.elapsed() + pause < RETRY_FOR => {
-                    let error = super::describe(&e);
+                Err(e) if is_unreachable(&e) && started.elapsed() + pause < RETRY_FOR => {
+                    let error = describe(&e);
                     tracing::warn!(%error, updates = count, retry_in = ?pause, "group update not written; trying again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));
@@ -330,14 +318,14 @@ impl Reply {
         let mut refused = vec![None; count];
         for error in reply.get_array("writeErrors").map(Vec::as_slice).unwrap_or_default() {
             let Bson::Document(error) = error else { continue };
-            let index = super::integer(error.get("index")).and_then(|i| usize::try_from(i).ok());
-            let code = super::integer(error.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
+            let index = integer(error.get("index")).and_then(|i| usize::try_from(i).ok());
+            let code = integer(error.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
             let message = error.get_str("errmsg").unwrap_or_default().to_owned();
             // A statement not written because the primary stepped down or shut down is not a
             // refusal: the whole command is sent again (what it applied does not match twice,
             // and is settled by reading).
-            if super::is_retryable_code(code) {
-                return Err(StoreError::custom(super::PrimaryLost(format!("write error {code}: {message}"))));
+            if is_retryable_code(code) {
+                return Err(primary_lost(format!("write error {code}: {message}")));
             }
             if let Some(slot) = index.and_then(|i| refused.get_mut(i)) {
                 *slot = Some(GroupUpdateError::Refused { code, message });
@@ -348,19 +336,15 @@ impl Reply {
 }
 
 /// The error of a reply that carries a write concern error: retryable (as
-/// [`super::is_unreachable`] tells) when its code is one of a primary stepping down or shutting
+/// [`is_unreachable`] tells) when its code is one of a primary stepping down or shutting
 /// down, or the server labels it so.
 fn write_concern_error(concern: &Document, reply: &Document) -> StoreError {
-    let code = super::integer(concern.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
+    let code = integer(concern.get("code")).and_then(|c| i32::try_from(c).ok()).unwrap_or_default();
     let labelled = reply
         .get_array("errorLabels")
-        .is_ok_and(|labels| labels.iter().any(|l| l.as_str() == Some(super::RETRYABLE_WRITE_LABEL)));
+        .is_ok_and(|labels| labels.iter().any(|l| l.as_str() == Some(RETRYABLE_WRITE_LABEL)));
     let message = format!("write concern error: {concern}");
-    if labelled || super::is_retryable_code(code) {
-        StoreError::custom(super::PrimaryLost(message))
-    } else {
-        StoreError::custom(message)
-    }
+    if labelled || is_retryable_code(code) { primary_lost(message) } else { StoreError::custom(message) }
 }
 
 #[cfg(test)]
@@ -427,7 +411,7 @@ mod tests {
     #[test]
     fn a_write_error_of_a_lost_primary_is_worth_a_retry_and_another_is_a_refusal() {
         let stepped_down = doc! { "n": 1, "writeErrors": [{ "index": 1, "code": 10107, "errmsg": "not primary" }] };
-        assert!(Reply::read(&stepped_down, 2).is_err_and(|e| super::super::is_unreachable(&e)));
+        assert!(Reply::read(&stepped_down, 2).is_err_and(|e| is_unreachable(&e)));
         let invalid = doc! { "n": 1, "writeErrors": [{ "index": 1, "code": 121, "errmsg": "validation" }] };
         let read = Reply::read(&invalid, 2).expect("a reply");
         assert!(matches!(&read.refused[1], Some(GroupUpdateError::Refused { code: 121, .. })), "{read:?}");
@@ -436,12 +420,12 @@ mod tests {
     #[test]
     fn a_write_concern_error_of_a_lost_primary_is_worth_a_retry_and_another_is_not() {
         let lost = doc! { "n": 1, "writeConcernError": { "code": 91, "errmsg": "shutting down" } };
-        assert!(Reply::read(&lost, 1).is_err_and(|e| super::super::is_unreachable(&e)));
+        assert!(Reply::read(&lost, 1).is_err_and(|e| is_unreachable(&e)));
         let labelled = doc! { "n": 1, "writeConcernError": { "code": 100, "errmsg": "x" }, "errorLabels": ["RetryableWriteError"] };
-        assert!(Reply::read(&labelled, 1).is_err_and(|e| super::super::is_unreachable(&e)));
+        assert!(Reply::read(&labelled, 1).is_err_and(|e| is_unreachable(&e)));
         let timeout =
             doc! { "n": 1, "writeConcernError": { "code": 64, "errmsg": "waiting for replication timed out" } };
-        assert!(Reply::read(&timeout, 1).is_err_and(|e| !super::super::is_unreachable(&e)));
+        assert!(Reply::read(&timeout, 1).is_err_and(|e| !is_unreachable(&e)));
     }
 
     #[test]

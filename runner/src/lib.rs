@@ -8,6 +8,7 @@
 //!   model and account; [`doorbell`]: which lanes have work; [`scheduler`]: which job starts next (no idle slot while work waits,
 //!   fair share between models and between the accounts of a model).
 //! - [`execute`]: one job through the status machine: `starting → processing → terminal`;
+//!   [`group_update`]: its changes, several per `update` command under load;
 //!   [`lane_marks`]: how far each queue lane has moved, written a few times a second.
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms, on the
 //!   ticks of one [`flush_clock`].
@@ -23,6 +24,7 @@ pub mod consumer;
 pub mod doorbell;
 pub mod execute;
 pub mod flush_clock;
+pub mod group_update;
 pub mod lane_marks;
 pub mod lanes;
 pub mod metrics;

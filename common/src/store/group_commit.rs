@@ -136,7 +136,7 @@ async fn write_batches<T: Serialize + Send + Sync + 'static>(
     .await;
 }
 
-/// A writer loop (shared with [`super::group_update`] and the api's ticket desk): gathers a
+/// A writer loop (shared with the runner's group update and the api's ticket desk): gathers a
 /// batch once a write slot is free, writes it with `write` in its own task, and stops when
 /// every sender is gone and the queue is empty.
 pub async fn run_writer<W, F, Fut>(batching: Batching, mut queue: mpsc::Receiver<W>, write: F)

@@ -27,7 +27,8 @@
 //! status is one conditional update (see [`predictions`]). New predictions and
 //! webhook attempt records are inserted through [`group_commit`]: several per `insert_many`
 //! under load, each caller still told whether its own document was stored; a runner's last
-//! state change of a prediction goes through [`group_update`], several per `update` command.
+//! state change of a prediction goes through the runner's group update, several per `update`
+//! command (the [`ConditionalUpdate`]s of [`predictions`]).
 
 pub mod accounts;
 pub mod api_keys;
@@ -39,7 +40,6 @@ pub mod dead_letters;
 pub mod deployments;
 pub mod files;
 pub mod group_commit;
-pub mod group_update;
 pub mod idempotency;
 pub mod model_versions;
 pub mod models;
@@ -68,12 +68,11 @@ pub use accounts::{Account, AccountLimits, Accounts};
 pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{FileRecord, FileRecords};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
-pub use group_update::{ConditionalUpdate, GroupUpdate, GroupUpdateError};
 pub use idempotency::{Claim, ClaimRaced, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
 pub use owned_models::{ModelLinks, OwnedModel, OwnedModels, Visibility};
-pub use predictions::{JobFilter, Predictions};
+pub use predictions::{ConditionalUpdate, JobFilter, Predictions};
 pub use queue_figures::QueueFigures;
 pub use queue_lanes::{LaneState, QueueLanes};
 pub use unfinished_uploads::{UnfinishedUpload, UnfinishedUploads};
@@ -110,7 +109,7 @@ where
 }
 
 /// An integer field of a document, whatever its BSON width.
-pub(super) fn integer(value: Option<&bson::Bson>) -> Option<i64> {
+pub fn integer(value: Option<&bson::Bson>) -> Option<i64> {
     match value? {
         bson::Bson::Int32(n) => Some(i64::from(*n)),
         bson::Bson::Int64(n) => Some(*n),
@@ -155,7 +154,7 @@ pub fn is_duplicate_key(err: &StoreError) -> bool {
 }
 
 /// The label MongoDB puts on an error that a retried write may get past.
-const RETRYABLE_WRITE_LABEL: &str = "RetryableWriteError";
+pub const RETRYABLE_WRITE_LABEL: &str = "RetryableWriteError";
 
 /// The codes of a primary that stepped down, is shutting down or cannot be reached (the
 /// driver's list of retryable errors): `HostUnreachable` 6, `HostNotFound` 7, `NetworkTimeout`
@@ -163,7 +162,7 @@ const RETRYABLE_WRITE_LABEL: &str = "RetryableWriteError";
 /// `SocketException` 9001, `NotWritablePrimary` 10107, `InterruptedAtShutdown` 11600,
 /// `InterruptedDueToReplStateChange` 11602, `NotPrimaryNoSecondaryOk` 13435,
 /// `NotPrimaryOrSecondary` 13436.
-fn is_retryable_code(code: i32) -> bool {
+pub fn is_retryable_code(code: i32) -> bool {
     matches!(code, 6 | 7 | 89 | 91 | 189 | 262 | 9001 | 10107 | 11600 | 11602 | 13435 | 13436)
 }
 
@@ -171,6 +170,13 @@ fn is_retryable_code(code: i32) -> bool {
 /// lost before the write was safe: worth sending again, as [`is_unreachable`] tells.
 #[derive(Debug)]
 struct PrimaryLost(String);
+
+/// The error of a reply that says the primary was lost before the write was safe (a write
+/// error or write concern error with a retryable code or label, in a command the driver does
+/// not retry): [`is_unreachable`], and [`describe`]d by `message`.
+pub fn primary_lost(message: String) -> StoreError {
+    StoreError::custom(PrimaryLost(message))
+}
 
 /// What `err` says, with the server's message where the driver's text of a custom error would
 /// hide it.

@@ -10,7 +10,6 @@ use mongodb::{Collection, Database, options::ReturnDocument};
 use super::{
     StoreError,
     group_commit::{Batching, GroupCommit},
-    group_update::{ConditionalUpdate, GroupUpdate},
 };
 use crate::domain::{AccountId, JobKind, ModelRef, Prediction, PredictionId, PredictionStatus};
 
@@ -35,6 +34,18 @@ impl JobFilter {
     }
 }
 
+/// One conditional update of a single document.
+#[derive(Debug, Clone)]
+pub struct ConditionalUpdate {
+    /// The document and the state it must be in.
+    pub filter: Document,
+    /// The update operators to apply (`$set`, `$inc`, ...).
+    pub update: Document,
+    /// A filter that matches the document only once this update has applied: read when the
+    /// count of a batch leaves open which of its statements matched.
+    pub applied: Document,
+}
+
 /// Typed access to the `predictions` collection.
 #[derive(Clone, Debug)]
 pub struct Predictions {
@@ -50,7 +61,9 @@ impl Predictions {
         Self { coll: db.collection("predictions") }
     }
 
-    pub(super) fn collection(&self) -> &Collection<Prediction> {
+    /// The collection itself, for a writer that sends its own commands (the runner's group
+    /// update of [`ConditionalUpdate`]s).
+    pub fn collection(&self) -> &Collection<Prediction> {
         &self.coll
     }
 
@@ -129,7 +142,7 @@ impl Predictions {
         Ok(updated.matched_count == 1)
     }
 
-    /// The change of [`Self::transition_at_seq`] as a statement for a [`GroupUpdate`] (a
+    /// The change of [`Self::transition_at_seq`] as a statement for the runner's group update (a
     /// runner's state changes, several per command under load); `None` when `from` may never
     /// become `to`. It has applied if the prediction is now `to` at change `seq + 1` with the
     /// change's timestamps (`started_at`, `completed_at`: a competing change of the same
@@ -156,12 +169,6 @@ impl Predictions {
             update: doc! { "$set": changes, "$inc": { "seq": 1 } },
             applied,
         })
-    }
-
-    /// A writer that applies conditional changes of predictions several per `update` command
-    /// under load (see [`GroupUpdate`]); each caller still learns whether its own applied.
-    pub fn group_update(&self, batching: Batching) -> GroupUpdate {
-        GroupUpdate::start(&self.coll, batching)
     }
 
     /// One page of an account's predictions or trainings (`kind`), newest first, and the

@@ -1,7 +1,7 @@
 //! Step 1 of a job (see [`super`]): `starting → processing`, and the prediction to run.
 //!
 //! When the job carries the prediction as created, the change is conditional on its `seq` and
-//! reads nothing back: it goes to the runner's [`common::store::GroupUpdate`] beside other
+//! reads nothing back: it goes to the runner's [`crate::group_update::GroupUpdate`] beside other
 //! predictions' changes, and the runner applies it to the job's copy. Otherwise, or if that
 //! copy is no longer current (canceled, or a redelivery), the change returns the stored
 //! prediction, and if that fails too the prediction is read to decide what the job is.

@@ -3,7 +3,7 @@
 //! 1. `starting → processing` (conditional), recording the job message's stream sequence.
 //!    When the job carries the prediction as created, the change is conditional on its `seq`
 //!    too and reads nothing back (it goes beside other predictions' changes, see
-//!    [`common::store::GroupUpdate`]); the runner applies it to the job's copy. Otherwise, or
+//!    [`crate::group_update::GroupUpdate`]); the runner applies it to the job's copy. Otherwise, or
 //!    if that copy is no longer current, the change returns the stored prediction. If that
 //!    fails too the prediction is read: terminal → its `completed` event is republished
 //!    (JetStream drops it if the first got through) and the job is done; `processing` with this
@@ -52,7 +52,7 @@ use common::{
     lane::Lane,
     links::Links,
     messages::{Announcement, PredictionChanged},
-    store::{Batching, GroupUpdate, Store, queue_lanes},
+    store::{Batching, Store, queue_lanes},
     usage::{self, UsageLedger},
 };
 use futures::{FutureExt, future::BoxFuture};
@@ -62,6 +62,7 @@ use tracing::Instrument;
 
 use crate::{
     flush_clock::FlushClock,
+    group_update::GroupUpdate,
     lane_marks::LaneMarks,
     metrics::RunnerMetrics,
     models::{
@@ -203,7 +204,7 @@ impl Executor {
     pub fn new(store: Store, bus: Bus, files: Files, links: Links, default_deadlines: Deadlines) -> Self {
         let running = Mutex::new(HashMap::new());
         let flush_clock = FlushClock::start(FLUSH_INTERVAL);
-        let changes = store.predictions().group_update(CHANGE_WRITES);
+        let changes = GroupUpdate::start(store.predictions().collection(), CHANGE_WRITES);
         let lane_marks = LaneMarks::start(store.queue_lanes(), queue_lanes::START_MARK_INTERVAL);
         let file_inputs = FileInputs::new(files.clone(), links.clone());
         let usage = UsageLedger::start(&store);

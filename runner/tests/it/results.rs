@@ -1,6 +1,6 @@
 //! The runner's last state change: written without reading the prediction back when nothing
 //! changed it since the runner's own last write, and never over a change it did not make;
-//! results that are ready together share one `update` command (`common::store::GroupUpdate`),
+//! results that are ready together share one `update` command (`runner::group_update::GroupUpdate`),
 //! and each runner still learns whether its own was applied.
 
 use std::time::Duration;
@@ -8,9 +8,10 @@ use std::time::Duration;
 use bson::doc;
 use common::{
     domain::{Prediction, PredictionStatus},
-    store::{Batching, ConditionalUpdate, GroupUpdate, GroupUpdateError, Predictions, Store},
+    store::{Batching, ConditionalUpdate, Predictions, Store},
 };
 use futures::future::join_all;
+use runner::group_update::{GroupUpdate, GroupUpdateError};
 use serde_json::json;
 
 use crate::fixture::Fixture;
@@ -105,7 +106,7 @@ fn success_of(p: &Prediction) -> ConditionalUpdate {
 async fn results_ready_together_share_one_update_command_and_each_is_applied() {
     let fixture = Fixture::new(&[]).await;
     let running = processing(&fixture, 5).await;
-    let writer = fixture.store.predictions().group_update(TOGETHER);
+    let writer = GroupUpdate::start(fixture.store.predictions().collection(), TOGETHER);
     let before = update_commands(&fixture.store);
 
     let applied = join_all(running.iter().map(|p| writer.apply(success_of(p)))).await;
@@ -126,7 +127,7 @@ async fn in_a_shared_write_a_prediction_moved_meanwhile_is_left_as_it_is_and_its
     let predictions = fixture.store.predictions();
     let canceled = predictions.transition(&running[1].id, PredictionStatus::Canceled, doc! {}).await;
     assert!(canceled.expect("write").is_some(), "canceled while running");
-    let writer = predictions.group_update(TOGETHER);
+    let writer = GroupUpdate::start(predictions.collection(), TOGETHER);
 
     let applied = join_all(running.iter().map(|p| writer.apply(success_of(p)))).await;
 
@@ -140,7 +141,7 @@ async fn in_a_shared_write_a_prediction_moved_meanwhile_is_left_as_it_is_and_its
 async fn an_update_the_database_refuses_fails_alone() {
     let fixture = Fixture::new(&[]).await;
     let running = processing(&fixture, 2).await;
-    let writer = fixture.store.predictions().group_update(TOGETHER);
+    let writer = GroupUpdate::start(fixture.store.predictions().collection(), TOGETHER);
     // `_id` cannot change: the server refuses this statement, not the command.
     let mut refused = success_of(&running[0]);
     refused.update = doc! { "$set": { "_id": "another id" } };
@@ -196,7 +197,7 @@ async fn failing_writer(count: usize) -> (Fixture, Store, GroupUpdate, Vec<Predi
     let fixture = Fixture::new(&[]).await;
     let running = processing(&fixture, count).await;
     let named = fixture.ctx.named_store().await;
-    let writer = named.predictions().group_update(TOGETHER);
+    let writer = GroupUpdate::start(named.predictions().collection(), TOGETHER);
     (fixture, named, writer, running)
 }
 
@@ -234,7 +235,7 @@ async fn a_shared_write_whose_reply_was_lost_after_it_applied_is_settled_by_read
 async fn results_larger_together_than_a_command_may_be_are_written_in_several_commands() {
     let fixture = Fixture::new(&[]).await;
     let running = processing(&fixture, 40).await;
-    let writer = fixture.store.predictions().group_update(TOGETHER);
+    let writer = GroupUpdate::start(fixture.store.predictions().collection(), TOGETHER);
     let before = update_commands(&fixture.store);
     let large = "x".repeat(900 * 1024);
     let result_of = |p: &Prediction| {
