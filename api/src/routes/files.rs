@@ -48,17 +48,26 @@ impl Listed for FileView {
     const TOTAL_COUNT: Option<&'static str> = Some("How many files the account has.");
 }
 
-/// The multipart body of an upload, as the OpenAPI document shows it (any other part is 400).
-#[allow(dead_code)]
-#[derive(serde::Deserialize, utoipa::ToSchema)]
+/// The multipart body of an upload: the part `content` and, optionally, `metadata`; any other
+/// part is 400.
+// The type `create` reads the parts into (the bytes streamed into the file store as they
+// arrive) and the body's OpenAPI description at once.
+#[derive(Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UploadBody {
     /// The file's bytes, with its file name and content type in the part's headers.
-    #[schema(value_type = String, format = Binary)]
-    content: Vec<u8>,
+    #[schema(value_type = String, format = Binary, required = true)]
+    content: Option<UploadedContent>,
     /// A JSON object to keep with the file.
     #[schema(value_type = Option<Object>)]
     metadata: Option<String>,
+}
+
+/// The `content` part, stored: its bytes, and the file name and content type of its headers.
+struct UploadedContent {
+    bytes: StoredBytes,
+    name: String,
+    content_type: String,
 }
 
 fn now_seconds() -> i64 {
@@ -86,12 +95,11 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     // An upload takes as long as its bytes do, within its own limit (FILES_UPLOAD_TIMEOUT_SECONDS).
     common::deadline::clear();
-    let mut stored: Option<(StoredBytes, String, String)> = None;
-    let mut metadata: Option<String> = None;
+    let mut body = UploadBody::default();
     let outcome = async {
         while let Some(field) = multipart.next_field().await.map_err(uploads::bad_multipart)? {
             match field.name().unwrap_or_default() {
-                "content" if stored.is_none() => {
+                "content" if body.content.is_none() => {
                     let name = field.file_name().filter(|n| !n.is_empty()).unwrap_or("file").to_owned();
                     let content_type = field
                         .content_type()
@@ -102,9 +110,11 @@ pub async fn create(
                         .put_bytes(&name, uploads::body_of(field), state.config.max_file_bytes)
                         .await
                         .map_err(|e| uploads::upload_error(e, state.config.max_file_bytes))?;
-                    stored = Some((bytes, name, content_type));
+                    body.content = Some(UploadedContent { bytes, name, content_type });
                 }
-                "metadata" if metadata.is_none() => metadata = Some(uploads::small_text(field, "metadata").await?),
+                "metadata" if body.metadata.is_none() => {
+                    body.metadata = Some(uploads::small_text(field, "metadata").await?);
+                }
                 // A form's array is sent as one part per item: metadata is one JSON object.
                 "metadata" => return Err(bad_metadata()),
                 other => {
@@ -122,14 +132,14 @@ pub async fn create(
         Ok::<(), ApiError>(())
     }
     .await;
-    let Some((bytes, part_name, part_type)) = stored else {
+    let Some(UploadedContent { bytes, name, content_type }) = body.content else {
         outcome?;
         return Err(ApiError::validation("The upload has no file.", vec![FieldError::missing("content")]));
     };
     let account = &auth.caller.key.account_id;
     let new = outcome
-        .and_then(|()| metadata_of(metadata.as_deref()))
-        .map(|metadata| uploads::new_file(&state, account, part_name, part_type, metadata));
+        .and_then(|()| metadata_of(body.metadata.as_deref()))
+        .map(|metadata| uploads::new_file(&state, account, name, content_type, metadata));
     let new = match new {
         Ok(new) => new,
         Err(e) => {

@@ -32,7 +32,8 @@ use crate::{
     },
     state::{AppState, model_catalog::RegisteredModel},
     validate::{
-        paging::{Paging, PagingParams, QueryPairs},
+        FromQuery,
+        paging::{Paging, PagingParams},
         search_query::{self, SearchParams, SearchQuery},
     },
 };
@@ -93,14 +94,14 @@ pub async fn query_models(State(state): State<AppState>, mut parts: Parts, body:
     let searched = async {
         let auth = Authorized::<Read>::from_request_parts(&mut parts, &state).await?;
         let Surface(surface) = Surface::from_request_parts(&mut parts, &state).await.unwrap_or_else(|e| match e {});
-        let mut errors = Vec::new();
-        let pairs = QueryPairs::parse(parts.uri.query());
-        let paging = Paging::parse(&pairs, &mut errors);
         // replicate JS sends the text JSON-encoded (`"a cat"`): read it as the string it encodes.
         let body = serde_json::from_str::<String>(body.trim()).unwrap_or(body);
-        let text = search_query::text(Some(&body)).map_err(|e| errors.insert(0, e)).ok();
-        let Some(text) = text.filter(|_| errors.is_empty()) else {
-            return Err(ApiError::invalid_fields(errors));
+        let (text, paging) = match (search_query::text(Some(&body)), Paging::from_query(parts.uri.query())) {
+            (Ok(text), Ok(paging)) => (text, paging),
+            (text, paging) => {
+                let errors = text.err().into_iter().chain(paging.err().unwrap_or_default()).collect();
+                return Err(ApiError::invalid_fields(errors));
+            }
         };
         let base = format!("{}/models", state.links.api(surface));
         let link = |offset: u64| format!("{base}?limit={}&offset={offset}", paging.limit);

@@ -75,17 +75,25 @@ impl Kind {
     }
 }
 
-/// One event, before it is encoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Step {
+/// One Server-Sent Event of the stream.
+// What the stream sends, before it is encoded, and its OpenAPI description at once.
+#[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
+pub struct StreamEvent {
+    /// Grows with every event of the prediction (`4 × seq + kind`); send it back as
+    /// `Last-Event-ID` to resume after it.
+    #[schema(value_type = String)]
     id: u64,
-    kind: Kind,
+    /// `output` and `logs` carry the text added; `error` `{"detail": message}`; `done` `{}`,
+    /// `{"reason":"canceled"}` or `{"reason":"error"}`.
+    #[schema(value_type = String, pattern = "^(output|logs|error|done)$")]
+    event: Kind,
+    /// The event's data.
     data: String,
 }
 
-impl Step {
-    fn event(&self) -> Event {
-        Event::default().id(self.id.to_string()).event(self.kind.name()).data(&self.data)
+impl StreamEvent {
+    fn encoded(&self) -> Event {
+        Event::default().id(self.id.to_string()).event(self.event.name()).data(&self.data)
     }
 }
 
@@ -134,13 +142,13 @@ impl Sent {
     /// The steps that bring the client up to `view`, the prediction at change `seq`; a
     /// `completed` change also ends the stream. A change older than one already sent (events
     /// of one prediction can be published out of order) is skipped, so ids only grow.
-    fn catch_up(&mut self, view: &PredictionView, seq: i64, completed: bool) -> Vec<Step> {
+    fn catch_up(&mut self, view: &PredictionView, seq: i64, completed: bool) -> Vec<StreamEvent> {
         if seq < self.seq && !completed {
             return Vec::new();
         }
         self.seq = self.seq.max(seq);
         let base = u64::try_from(self.seq).unwrap_or(0) * 4;
-        let step = |kind: Kind, data: String| Step { id: base + kind as u64, kind, data };
+        let step = |kind: Kind, data: String| StreamEvent { id: base + kind as u64, event: kind, data };
         let mut steps = Vec::new();
         if let Some(output) = &view.output
             && let Some(data) = output_added(self.output.as_ref(), output)
@@ -166,21 +174,6 @@ impl Sent {
         }
         steps
     }
-}
-
-/// One Server-Sent Event of the stream, as the OpenAPI description shows it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-pub struct StreamEvent {
-    /// Grows with every event of the prediction (`4 × seq + kind`); send it back as
-    /// `Last-Event-ID` to resume after it.
-    id: String,
-    /// `output` and `logs` carry the text added; `error` `{"detail": message}`; `done` `{}`,
-    /// `{"reason":"canceled"}` or `{"reason":"error"}`.
-    #[schema(pattern = "^(output|logs|error|done)$")]
-    event: String,
-    /// The event's data.
-    data: String,
 }
 
 /// The `Last-Event-ID` a reconnecting client sends, if it is one of ours.
@@ -224,13 +217,13 @@ pub async fn stream(
     let after = last_event_id(&parts.headers);
 
     let from_record = prediction.status.is_terminal() && (after.is_none() || !has_events(&state, &prediction.id).await);
-    let steps: stream::BoxStream<'static, Step> = if from_record {
+    let steps: stream::BoxStream<'static, StreamEvent> = if from_record {
         let view = prediction.view(&state.links, surface);
         stream::iter(Sent::default().catch_up(&view, prediction.seq, true)).boxed()
     } else {
         live(&state, &prediction).await?
     };
-    let events = steps.filter(move |s| std::future::ready(after.is_none_or(|a| s.id > a))).map(|s| Ok(s.event()));
+    let events = steps.filter(move |s| std::future::ready(after.is_none_or(|a| s.id > a))).map(|s| Ok(s.encoded()));
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 
@@ -263,7 +256,7 @@ async fn has_events(state: &AppState, id: &PredictionId) -> bool {
 }
 
 /// The prediction's steps from its first status event, following live until `completed`.
-async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxStream<'static, Step>, ApiError> {
+async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxStream<'static, StreamEvent>, ApiError> {
     let events = state.bus.prediction_events(&prediction.id).await?;
     let changes = events.filter_map(|read| async move { read.ok()?.change });
     let (store, payloads, links) = (state.store.clone(), state.payloads.clone(), state.links.clone());
@@ -362,15 +355,15 @@ mod tests {
         p.output = Some("a".into());
         p.logs = "l1\n".into();
         let first = sent.catch_up(&view(&p), 2, false);
-        assert_eq!(first.iter().map(|s| (s.id, s.kind)).collect::<Vec<_>>(), vec![(8, Kind::Output), (9, Kind::Logs)]);
+        assert_eq!(first.iter().map(|s| (s.id, s.event)).collect::<Vec<_>>(), vec![(8, Kind::Output), (9, Kind::Logs)]);
         p.output = Some("ab".into());
         p.status = PredictionStatus::Succeeded;
         let last = sent.catch_up(&view(&p), 3, true);
         assert_eq!(
             last,
             vec![
-                Step { id: 12, kind: Kind::Output, data: "b".into() },
-                Step { id: 15, kind: Kind::Done, data: "{}".into() },
+                StreamEvent { id: 12, event: Kind::Output, data: "b".into() },
+                StreamEvent { id: 15, event: Kind::Done, data: "{}".into() },
             ]
         );
     }
@@ -391,7 +384,7 @@ mod tests {
         p.status = PredictionStatus::Failed;
         p.error = Some(PredictionError { code: "MODEL_ERROR".into(), message: "boom".into() });
         let steps = Sent::default().catch_up(&view(&p), 1, true);
-        let named: Vec<_> = steps.iter().map(|s| (s.kind.name(), s.data.as_str())).collect();
+        let named: Vec<_> = steps.iter().map(|s| (s.event.name(), s.data.as_str())).collect();
         assert_eq!(named, vec![("error", r#"{"detail":"boom"}"#), ("done", r#"{"reason":"error"}"#)]);
         p.status = PredictionStatus::Canceled;
         p.error = None;

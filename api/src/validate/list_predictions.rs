@@ -3,28 +3,35 @@
 //! the one, at or before the other), `limit` (1 to 100, default 20) and `offset` (0 or more,
 //! default 0). Unknown parameters are ignored; a repeated parameter counts once (the first).
 
-use crate::problem::FieldError;
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::{
     domain::{JobKind, PredictionStatus},
     store::JobFilter,
 };
+use serde::Deserialize;
 
-use super::paging::{Paging, QueryPairs};
+use super::{
+    field::{Field, Read},
+    paging::{Paging, PagingParams},
+    query::{Timestamp, query_params},
+};
+use crate::problem::FieldError;
 
-/// The status filter as the OpenAPI description shows it (beside
-/// [`super::paging::PagingParams`]); [`parse`] reads it.
-#[derive(utoipa::IntoParams)]
+/// The filter of a list as sent (beside its [`PagingParams`]).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
 pub struct StatusParams {
     /// Only predictions in this status.
-    status: Option<PredictionStatus>,
+    #[param(value_type = Option<PredictionStatus>)]
+    status: Option<Field<PredictionStatus>>,
     /// Only those created after this time (RFC 3339, exclusive).
-    created_after: Option<DateTime<Utc>>,
+    #[param(value_type = Option<DateTime<Utc>>)]
+    created_after: Option<Field<Timestamp>>,
     /// Only those created at or before this time (RFC 3339, inclusive).
-    created_before: Option<DateTime<Utc>>,
+    #[param(value_type = Option<DateTime<Utc>>)]
+    created_before: Option<Field<Timestamp>>,
 }
+query_params!(StatusParams);
 
 /// A well-formed list query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,47 +48,20 @@ pub struct ListPredictions {
     pub offset: u64,
 }
 
-/// Parses the raw query string; on failure returns every field error.
-pub fn parse(query: Option<&str>) -> Result<ListPredictions, Vec<FieldError>> {
-    let query = QueryPairs::parse(query);
-    let mut errors = Vec::new();
-    let status = match query.first("status") {
-        None => None,
-        Some(s) => match s.parse() {
-            Ok(status) => Some(status),
-            Err(_) => {
-                errors.push(FieldError::invalid(
-                    "status",
-                    "Must be one of starting, processing, succeeded, failed, canceled.",
-                ));
-                None
-            }
-        },
-    };
-    let mut time = |name: &str| match query.first(name) {
-        None => None,
-        // A `+` sent unencoded arrives as a space: read it as the offset it was.
-        Some(text) => match DateTime::parse_from_rfc3339(&text.replace(' ', "+")) {
-            Ok(at) => Some(at.with_timezone(&Utc)),
-            Err(_) => {
-                errors.push(FieldError::invalid(name, "Must be an RFC 3339 date-time, such as 2026-11-27T09:30:00Z."));
-                None
-            }
-        },
-    };
-    let created_after = time("created_after");
-    let created_before = time("created_before");
-    let Paging { limit, offset } = Paging::parse(&query, &mut errors);
-    if errors.is_empty() {
-        Ok(ListPredictions { status, created_after, created_before, limit, offset })
-    } else {
-        Err(errors)
-    }
-}
-
 impl super::FromQuery for ListPredictions {
-    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
-        parse(query)
+    type Sent = (StatusParams, PagingParams);
+
+    fn check((filter, paging): Self::Sent) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let status = filter.status.optional("status", &mut errors);
+        let created_after = filter.created_after.optional("created_after", &mut errors).map(|t| t.0);
+        let created_before = filter.created_before.optional("created_before", &mut errors).map(|t| t.0);
+        let Paging { limit, offset } = Paging::read(paging, &mut errors);
+        if errors.is_empty() {
+            Ok(ListPredictions { status, created_after, created_before, limit, offset })
+        } else {
+            Err(errors)
+        }
     }
 }
 
@@ -120,6 +100,11 @@ impl ListPredictions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::FromQuery;
+
+    fn parse(query: Option<&str>) -> Result<ListPredictions, Vec<FieldError>> {
+        ListPredictions::from_query(query)
+    }
 
     fn fields(q: &str) -> Vec<String> {
         parse(Some(q)).expect_err("invalid").into_iter().map(|e| e.field).collect()

@@ -6,12 +6,13 @@
 //! - [`create_headers`]: `Prefer: wait`, `Idempotency-Key` and `Cancel-After`.
 //! - [`create_prediction`]: the create-prediction request as a whole; [`create_training`]: a
 //!   training's, its `destination` beside the same fields.
-//! - [`paging`]: `limit` and `offset` of every list; [`list_predictions`] adds `status`.
+//! - [`paging`]: `limit` and `offset` of every list; [`list_predictions`] adds `status`;
+//!   [`query`]: a query string read into the type that declares its parameters.
 //!
-//! A parser that reads a whole query or body implements [`FromQuery`] or [`FromBody`], and
-//! [`crate::http::extract`] runs it at the door. A body is declared once: the type its JSON
-//! is read into is its OpenAPI schema, each field a [`field::Field`] that keeps what was sent
-//! or why it failed, so a check names every failing field at once.
+//! A request read from a whole query or body implements [`FromQuery`] or [`FromBody`], and
+//! [`crate::http::extract`] runs it at the door. A query or a body is declared once: the type
+//! it is read into is its OpenAPI description, each field a [`field::Field`] that keeps what
+//! was sent or why it failed, so a check names every failing field at once.
 
 pub mod account_changes;
 pub mod body;
@@ -25,15 +26,24 @@ pub mod field;
 pub mod input;
 pub mod list_predictions;
 pub mod paging;
+pub mod query;
 pub mod search_query;
 pub mod usage_query;
 
 use crate::problem::FieldError;
 
-/// A type read from a request's query string (`None` when there is none).
+/// A request checked from its query string: the parameters are read into
+/// [`FromQuery::Sent`], the type that declares them (see [`query`]), then checked.
 pub trait FromQuery: Sized {
-    /// Reads the query; on failure, every bad field.
-    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>>;
+    /// The parameters as sent.
+    type Sent: query::QueryParams;
+    /// The request the parameters ask for; on failure, every bad parameter.
+    fn check(sent: Self::Sent) -> Result<Self, Vec<FieldError>>;
+
+    /// Reads and checks a query string (`None` when there is none).
+    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
+        <Self::Sent as query::QueryParams>::read(&query::object(query)).and_then(Self::check)
+    }
 }
 
 /// A request checked from its JSON object body: the body is read into [`FromBody::Sent`],

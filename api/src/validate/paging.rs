@@ -1,6 +1,12 @@
 //! `limit` (1 to 100, default 20) and `offset` (0 to 2^63-1, default 0): the paging of every list
 //! (predictions, models), with the offsets of the neighbouring pages.
 
+use serde::Deserialize;
+
+use super::{
+    field::{Field, Read},
+    query::{QueryInt, query_params},
+};
 use crate::problem::FieldError;
 
 /// The default page size.
@@ -10,18 +16,18 @@ pub const MAX_LIMIT: u32 = 100;
 /// The largest offset: MongoDB's `skip` is a signed 64-bit integer.
 pub const MAX_OFFSET: u64 = i64::MAX as u64;
 
-/// `limit` and `offset` as the OpenAPI description shows them; [`Paging::parse`] reads them.
-#[derive(utoipa::IntoParams)]
+/// `limit` and `offset` as sent.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
 pub struct PagingParams {
     /// Page size (default 20).
-    #[param(minimum = 1, maximum = 100)]
-    limit: Option<u32>,
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    limit: Option<Field<QueryInt<1, { MAX_LIMIT as i64 }>>>,
     /// Matches to skip (default 0).
-    #[param(minimum = 0, maximum = 9223372036854775807_u64)]
-    offset: Option<u64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9223372036854775807_u64)]
+    offset: Option<Field<QueryInt<0, { i64::MAX }>>>,
 }
+query_params!(PagingParams);
 
 /// A page of a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,58 +44,24 @@ impl Default for Paging {
     }
 }
 
-/// The query's parameters, each by its first occurrence (unknown ones are ignored).
-pub struct QueryPairs(Vec<(String, String)>);
-
-impl QueryPairs {
-    /// Splits a raw query string.
-    pub fn parse(query: Option<&str>) -> Self {
-        Self(
-            url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    /// The first value of `name`.
-    pub fn first(&self, name: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-}
-
 /// A query of `limit` and `offset` alone.
 impl super::FromQuery for Paging {
-    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
+    type Sent = PagingParams;
+
+    fn check(sent: PagingParams) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
-        let paging = Self::parse(&QueryPairs::parse(query), &mut errors);
+        let paging = Self::read(sent, &mut errors);
         if errors.is_empty() { Ok(paging) } else { Err(errors) }
     }
 }
 
 impl Paging {
-    /// Reads `limit` and `offset`, adding an error for each bad one.
-    pub fn parse(query: &QueryPairs, errors: &mut Vec<FieldError>) -> Self {
-        let limit = match query.first("limit") {
-            None => DEFAULT_LIMIT,
-            Some(v) => match v.parse::<u32>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
-                _ => {
-                    errors.push(FieldError::invalid("limit", format!("Must be an integer from 1 to {MAX_LIMIT}.")));
-                    DEFAULT_LIMIT
-                }
-            },
-        };
-        let offset = match query.first("offset") {
-            None => 0,
-            Some(v) => match v.parse::<u64>() {
-                Ok(n) if n <= MAX_OFFSET => n,
-                _ => {
-                    errors.push(FieldError::invalid("offset", format!("Must be an integer from 0 to {MAX_OFFSET}.")));
-                    0
-                }
-            },
-        };
-        Self { limit, offset }
+    /// The page `sent` asks for, adding an error for each bad parameter (a list reads its own
+    /// filter first).
+    pub fn read(sent: PagingParams, errors: &mut Vec<FieldError>) -> Self {
+        let limit = sent.limit.optional("limit", errors).and_then(|n| u32::try_from(n.0).ok());
+        let offset = sent.offset.optional("offset", errors).and_then(|n| u64::try_from(n.0).ok());
+        Self { limit: limit.unwrap_or(DEFAULT_LIMIT), offset: offset.unwrap_or(0) }
     }
 
     /// The URLs of the next and previous pages of the list at `url` (no query), given the
@@ -112,11 +84,13 @@ impl Paging {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::FromQuery;
 
     fn parse(q: &str) -> (Paging, Vec<String>) {
-        let mut errors = Vec::new();
-        let paging = Paging::parse(&QueryPairs::parse(Some(q)), &mut errors);
-        (paging, errors.into_iter().map(|e| e.field).collect())
+        match Paging::from_query(Some(q)) {
+            Ok(paging) => (paging, Vec::new()),
+            Err(errors) => (Paging::default(), errors.into_iter().map(|e| e.field).collect()),
+        }
     }
 
     #[test]

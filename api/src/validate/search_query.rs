@@ -1,23 +1,28 @@
 //! The query of `GET /v1/search`: `query` (required: 1 to 200 characters once trimmed), `limit`
 //! and `offset` as every list. `QUERY /v1/models` sends the same text as its body.
 
-use super::paging::{Paging, QueryPairs};
+use serde::Deserialize;
+
+use super::{
+    field::{Field, Read},
+    paging::{Paging, PagingParams},
+    query::query_params,
+};
 use crate::problem::FieldError;
 
 /// The longest query text.
 pub const MAX_QUERY: usize = 200;
 
-/// The search text as the OpenAPI description shows it (beside
-/// [`super::paging::PagingParams`]); [`SearchQuery::from_query`] reads it.
-#[derive(utoipa::IntoParams)]
+/// The search text as sent (beside its [`PagingParams`]).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
 pub struct SearchParams {
     /// What to look for in models' owners, names and descriptions (case-insensitive; every
     /// word must match).
-    #[param(min_length = 1, max_length = 200)]
-    query: String,
+    #[param(value_type = String, min_length = 1, max_length = 200)]
+    query: Option<Field<String>>,
 }
+query_params!(SearchParams);
 
 /// A well-formed search.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,11 +47,13 @@ pub fn text(raw: Option<&str>) -> Result<String, FieldError> {
 }
 
 impl super::FromQuery for SearchQuery {
-    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
-        let pairs = QueryPairs::parse(query);
+    type Sent = (SearchParams, PagingParams);
+
+    fn check((search, paging): Self::Sent) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
-        let text = text(pairs.first("query")).map_err(|e| errors.push(e)).ok();
-        let paging = Paging::parse(&pairs, &mut errors);
+        let sent = search.query.optional("query", &mut errors);
+        let text = text(sent.as_deref()).map_err(|e| errors.push(e)).ok();
+        let paging = Paging::read(paging, &mut errors);
         match text {
             Some(text) if errors.is_empty() => Ok(Self { text, paging }),
             _ => Err(errors),

@@ -6,28 +6,36 @@
 //! not by the range: empty buckets are left out); one that ends before it starts is empty.
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::paging::QueryPairs;
+use super::{
+    field::{Faults, Field, FieldValue, Read},
+    query::{self, QueryParams, Timestamp, query_params},
+};
 use crate::problem::FieldError;
 
-/// The parameters as the OpenAPI description shows them; [`parse`] reads them.
-#[derive(utoipa::IntoParams)]
+/// The parameters as sent.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
 pub struct UsageParams {
     /// The start of the range (RFC 3339); default 30 days before `end`.
-    #[param(format = DateTime)]
-    start: Option<String>,
+    #[param(value_type = Option<String>, format = DateTime)]
+    start: Option<Field<Timestamp>>,
     /// The end of the range (RFC 3339); default now.
-    #[param(format = DateTime)]
-    end: Option<String>,
+    #[param(value_type = Option<String>, format = DateTime)]
+    end: Option<Field<Timestamp>>,
     /// `hour` or `day` (default `day`).
-    #[param(pattern = "^(hour|day)$")]
-    bucket: Option<String>,
+    #[param(value_type = Option<String>, pattern = "^(hour|day)$")]
+    bucket: Option<Field<Bucket>>,
     /// A comma list of `model`, `deployment`, `hardware`, `api_key`, `kind` (default `model`).
-    #[param(pattern = "^(model|deployment|hardware|api_key|kind)(,(model|deployment|hardware|api_key|kind))*$")]
-    group_by: Option<String>,
+    #[param(
+        value_type = Option<String>,
+        pattern = "^(model|deployment|hardware|api_key|kind)(,(model|deployment|hardware|api_key|kind))*$"
+    )]
+    group_by: Option<Field<GroupBy>>,
 }
+query_params!(UsageParams);
 
 /// The size of a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +101,38 @@ impl GroupKey {
     }
 }
 
+impl FieldValue for Bucket {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        match value.as_str() {
+            Some("hour") => Ok(Self::Hour),
+            Some("day") => Ok(Self::Day),
+            _ => Err(Faults::new("Must be hour or day.")),
+        }
+    }
+}
+
+/// The group keys of a comma list, in the order named, without repeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupBy(Vec<GroupKey>);
+
+impl FieldValue for GroupBy {
+    fn from_value(value: Value) -> Result<Self, Faults> {
+        let mut keys = Vec::new();
+        for name in value.as_str().unwrap_or_default().split(',').map(str::trim) {
+            match GroupKey::parse(name) {
+                Some(key) if !keys.contains(&key) => keys.push(key),
+                Some(_) => {}
+                None => {
+                    return Err(Faults::new(format!(
+                        "Unknown group {name:?}: use a comma list of model, deployment, hardware, api_key, kind."
+                    )));
+                }
+            }
+        }
+        Ok(Self(keys))
+    }
+}
+
 /// A well-formed usage query, its range aligned to its buckets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageQuery {
@@ -106,60 +146,38 @@ pub struct UsageQuery {
     pub group_by: Vec<GroupKey>,
 }
 
-fn time(query: &QueryPairs, name: &str, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
-    let raw = query.first(name)?;
-    match DateTime::parse_from_rfc3339(raw) {
-        Ok(t) => Some(t.with_timezone(&Utc)),
-        Err(_) => {
-            errors.push(FieldError::invalid(name, "Must be an RFC 3339 time, like 2026-11-01T00:00:00Z."));
-            None
-        }
-    }
-}
-
 /// Parses the raw query string as of `now`; on failure returns every field error.
 pub fn parse(query: Option<&str>, now: DateTime<Utc>) -> Result<UsageQuery, Vec<FieldError>> {
-    let query = QueryPairs::parse(query);
-    let mut errors = Vec::new();
-    let bucket = match query.first("bucket") {
-        None | Some("day") => Bucket::Day,
-        Some("hour") => Bucket::Hour,
-        Some(_) => {
-            errors.push(FieldError::invalid("bucket", "Must be hour or day."));
-            Bucket::Day
+    UsageParams::read(&query::object(query)).and_then(|sent| UsageQuery::at(sent, now))
+}
+
+impl UsageQuery {
+    /// The query `sent` asks for as of `now`, its range aligned to its buckets; on failure,
+    /// every bad parameter.
+    fn at(sent: UsageParams, now: DateTime<Utc>) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let bucket = sent.bucket.optional("bucket", &mut errors).unwrap_or(Bucket::Day);
+        let group_by = sent.group_by.optional("group_by", &mut errors).map_or_else(|| vec![GroupKey::Model], |g| g.0);
+        let end = sent.end.optional("end", &mut errors).map_or(now, |t| t.0);
+        let start = sent.start.optional("start", &mut errors).map_or(end - Duration::days(30), |t| t.0);
+        if !errors.is_empty() {
+            return Err(errors);
         }
-    };
-    let mut group_by = Vec::new();
-    for name in query.first("group_by").unwrap_or("model").split(',').map(str::trim) {
-        match GroupKey::parse(name) {
-            Some(key) if !group_by.contains(&key) => group_by.push(key),
-            Some(_) => {}
-            None => {
-                errors.push(FieldError::invalid(
-                    "group_by",
-                    format!("Unknown group {name:?}: use a comma list of model, deployment, hardware, api_key, kind."),
-                ));
-                break;
-            }
+        if start >= end {
+            return Ok(Self { start: end, end, bucket, group_by });
         }
+        let (start, last) = (bucket.floor(start), bucket.floor(end));
+        let end = if last == end { end } else { last + bucket.length() };
+        Ok(Self { start, end, bucket, group_by })
     }
-    let end = time(&query, "end", &mut errors).unwrap_or(now);
-    let start = time(&query, "start", &mut errors).unwrap_or(end - Duration::days(30));
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    if start >= end {
-        return Ok(UsageQuery { start: end, end, bucket, group_by });
-    }
-    let (start, last) = (bucket.floor(start), bucket.floor(end));
-    let end = if last == end { end } else { last + bucket.length() };
-    Ok(UsageQuery { start, end, bucket, group_by })
 }
 
 /// The query as of now.
 impl super::FromQuery for UsageQuery {
-    fn from_query(query: Option<&str>) -> Result<Self, Vec<FieldError>> {
-        parse(query, Utc::now())
+    type Sent = UsageParams;
+
+    fn check(sent: UsageParams) -> Result<Self, Vec<FieldError>> {
+        Self::at(sent, Utc::now())
     }
 }
 
