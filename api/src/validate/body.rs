@@ -57,8 +57,9 @@ pub fn json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Valu
 /// An optional body for endpoints whose fields are all optional: empty (or JSON `null`) means `{}`.
 pub fn optional_json_object(headers: &HeaderMap, body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     // No body, or JSON `null` (what a client that serializes "no options" sends), means defaults.
-    let text = body.trim_ascii();
-    if text.is_empty() || (text == b"null" && is_json_content_type(headers)) {
+    // A body of white space said to be JSON is not JSON: refused like any other.
+    let (text, json) = (body.trim_ascii(), is_json_content_type(headers));
+    if body.is_empty() || (text.is_empty() && !json) || (text == b"null" && json) {
         return Ok(Map::new());
     }
     json_object(headers, body)
@@ -141,6 +142,8 @@ mod tests {
         assert!(optional_json_object(&HeaderMap::new(), &Bytes::new()).expect("empty ok").is_empty());
         let null = optional_json_object(&headers("application/json"), &Bytes::from_static(b" null "));
         assert!(null.expect("null ok").is_empty(), "JSON null is no options");
+        let blank = optional_json_object(&headers("application/json"), &Bytes::from_static(b"\r"));
+        assert_eq!(field_of(blank.expect_err("white space is not JSON")), "body");
         assert_eq!(integer(&serde_json::json!(164.0)), Some(164), "JSON Schema integers include 164.0");
         assert_eq!(integer(&serde_json::json!(1.5)), None);
     }
