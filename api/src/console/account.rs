@@ -30,8 +30,7 @@ pub async fn show(State(state): State<AppState>, signed: Signed) -> Result<Respo
         .store
         .accounts()
         .get(&signed.key.account_id)
-        .await
-        .map_err(anyhow::Error::from)?
+        .await?
         .ok_or_else(|| anyhow::anyhow!("the signed-in key's account {} does not exist", signed.key.account_id))?;
     Ok(html(&AccountPage {
         chrome: signed.chrome("account"),

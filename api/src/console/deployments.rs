@@ -73,8 +73,7 @@ async fn render(
     notice: Option<String>,
     error: Option<String>,
 ) -> Result<Response, ConsoleError> {
-    let (records, _) =
-        state.store.deployments().list(&signed.key.account_id, 0, 100).await.map_err(anyhow::Error::from)?;
+    let (records, _) = state.store.deployments().list(&signed.key.account_id, 0, 100).await?;
     let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
     let page = DeploymentsPage {
         chrome: signed.chrome("deployments"),
@@ -181,6 +180,6 @@ pub async fn delete(
 
 /// The signed-in account's deployment `name` (a 404 page otherwise).
 async fn owned(state: &AppState, signed: &Signed, name: &str) -> Result<DeploymentRecord, ConsoleError> {
-    let found = state.store.deployments().get(&signed.key.account_id, name).await.map_err(anyhow::Error::from)?;
+    let found = state.store.deployments().get(&signed.key.account_id, name).await?;
     found.ok_or_else(|| ConsoleError::NotFound(format!("Deployment {name} not found.")))
 }

@@ -43,9 +43,11 @@ impl From<ApiError> for ConsoleError {
     }
 }
 
-impl From<anyhow::Error> for ConsoleError {
-    fn from(e: anyhow::Error) -> Self {
-        Self::Internal(e)
+/// Any other failure (a store's, the file store's, ...) is one inside the service: `?` on it is
+/// the console's one conversion.
+impl<E: Into<anyhow::Error>> From<E> for ConsoleError {
+    fn from(e: E) -> Self {
+        Self::Internal(e.into())
     }
 }
 

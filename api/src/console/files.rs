@@ -62,7 +62,7 @@ fn size(bytes: i64) -> String {
 
 /// `GET /files`
 pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
-    let (records, total) = state.files.list(&signed.key.account_id, 0, PAGE).await.map_err(anyhow::Error::from)?;
+    let (records, total) = state.files.list(&signed.key.account_id, 0, PAGE).await?;
     let files = records
         .iter()
         .map(|r| FileRow {
@@ -97,7 +97,7 @@ pub async fn delete(
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Write)?;
     let record = owned_file(&state, &action.signed.key.account_id, &id).await?;
-    state.files.delete(&record.id).await.map_err(anyhow::Error::from)?;
+    state.files.delete(&record.id).await?;
     Ok(see_other("/files"))
 }
 

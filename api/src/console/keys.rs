@@ -57,8 +57,7 @@ async fn render(
     new_key: Option<String>,
     error: Option<String>,
 ) -> Result<Response, ConsoleError> {
-    let (records, _) =
-        state.store.api_keys().list_for_account(&signed.key.account_id, 0, 100).await.map_err(anyhow::Error::from)?;
+    let (records, _) = state.store.api_keys().list_for_account(&signed.key.account_id, 0, 100).await?;
     let now = DateTime::now();
     let keys = records
         .iter()

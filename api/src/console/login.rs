@@ -119,7 +119,7 @@ pub async fn submit(
 
 /// `POST /logout`
 pub async fn logout(State(state): State<AppState>, action: ConsoleAction) -> Result<Response, ConsoleError> {
-    state.store.console_sessions().delete(&action.signed.session.token_hash).await.map_err(anyhow::Error::from)?;
+    state.store.console_sessions().delete(&action.signed.session.token_hash).await?;
     let mut response = see_other("/login");
     response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&state, None));
     Ok(response)

@@ -28,9 +28,18 @@ use super::{
     session::Signed,
 };
 use crate::{
-    error::ApiError, ops::submit, state::AppState, state::model_catalog::RegisteredModel,
-    validate::create_prediction::CreatePredictionBody,
+    error::ApiError,
+    ops::{
+        owned::{self, VisibleModel},
+        submit,
+    },
+    state::AppState,
+    state::model_catalog::RegisteredModel,
+    validate::{create_prediction::CreatePredictionBody, paging::Paging},
 };
+
+/// The most models the models page lists: one page of the API's list at its largest.
+const SHOWN: u32 = crate::validate::paging::MAX_LIMIT;
 
 /// One registered model in the list.
 struct ModelRow {
@@ -45,21 +54,23 @@ struct ListPage {
     models: Vec<ModelRow>,
 }
 
-/// `GET /models`: the registered models, then the account's own and the public ones.
+/// `GET /models`: the registered models, then the account's own and the public ones (see
+/// [`owned::visible_models`]).
 pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
-    let (records, _) = state.store.models().list(0, 100).await.map_err(anyhow::Error::from)?;
-    let mut models: Vec<ModelRow> =
-        records.iter().map(|r| ModelRow { name: r.model.to_string(), capability: r.capability.clone() }).collect();
-    let (owned, _) = state
-        .store
-        .owned_models()
-        .page_visible_to(&signed.key.account_id, 0, 100)
-        .await
-        .map_err(anyhow::Error::from)?;
-    models.extend(owned.iter().map(|o| ModelRow {
-        name: o.model.to_string(),
-        capability: format!("{} model of {}", o.visibility.as_str(), o.model.owner()),
-    }));
+    let (visible, _) =
+        owned::visible_models(&state, &signed.key.account_id, Paging { limit: SHOWN, offset: 0 }).await?;
+    let models = visible
+        .into_iter()
+        .map(|model| match model {
+            VisibleModel::Registered(r) => {
+                ModelRow { name: r.record.model.to_string(), capability: r.record.capability.clone() }
+            }
+            VisibleModel::Owned(o) => ModelRow {
+                name: o.model.to_string(),
+                capability: format!("{} model of {}", o.visibility.as_str(), o.model.owner()),
+            },
+        })
+        .collect();
     Ok(html(&ListPage { chrome: signed.chrome("models"), models }))
 }
 
@@ -187,7 +198,7 @@ pub(super) struct Shown {
 
 /// The model's versions, newest first, with which are live and which is the latest.
 async fn versions(state: &AppState, shown: &Shown) -> Result<Vec<VersionRow>, ConsoleError> {
-    let records = state.store.model_versions().list_for(&shown.model).await.map_err(anyhow::Error::from)?;
+    let records = state.store.model_versions().list_for(&shown.model).await?;
     let snapshot = state.models.live().snapshot().await?;
     let latest = shown.runs.as_ref().map(|m| m.trained.as_ref().map_or(&m.record.version, |t| &t.version));
     Ok(records
@@ -214,18 +225,15 @@ async fn versions(state: &AppState, shown: &Shown) -> Result<Vec<VersionRow>, Co
 /// The model at `owner/name` the signed-in account may see: a registered one, or an account's
 /// own (its newest trained version runs).
 pub(super) async fn model(state: &AppState, signed: &Signed, owner: &str, name: &str) -> Result<Shown, ConsoleError> {
-    let missing = || ConsoleError::NotFound(format!("Model {owner}/{name} not found."));
-    let model = ModelRef::new(owner, name).map_err(|_| missing())?;
-    if let Some(registered) = state.models.get(&model).await? {
-        return Ok(Shown { model, runs: Some(registered) });
-    }
-    let owned = state.store.owned_models().get(&model).await.map_err(anyhow::Error::from)?;
-    match owned {
-        Some(o) if o.visible_to(&signed.key.account_id) => {
-            let runs = crate::ops::trained::trained_model(state, &signed.key.account_id, &model, None).await?;
-            Ok(Shown { model, runs })
+    let account = &signed.key.account_id;
+    match owned::visible_model(state, account, owner, name).await? {
+        VisibleModel::Registered(registered) => {
+            Ok(Shown { model: registered.record.model.clone(), runs: Some(registered) })
         }
-        _ => Err(missing()),
+        VisibleModel::Owned(o) => {
+            let runs = crate::ops::trained::trained_model(state, account, &o.model, None).await?;
+            Ok(Shown { model: o.model, runs })
+        }
     }
 }
 
@@ -325,18 +333,11 @@ pub(super) async fn form_for(
     shown: &Shown,
 ) -> Result<Option<TrainForm>, ConsoleError> {
     let Some(model) = shown.runs.as_ref().filter(|m| m.trained.is_none()) else { return Ok(None) };
-    let version = state.store.model_versions().get(&model.record.version).await.map_err(anyhow::Error::from)?;
-    let Some(schema) =
-        version.as_ref().and_then(|v| v.training_input_schema()).transpose().map_err(anyhow::Error::from)?
-    else {
+    let version = state.store.model_versions().get(&model.record.version).await?;
+    let Some(schema) = version.as_ref().and_then(|v| v.training_input_schema()).transpose()? else {
         return Ok(None);
     };
-    let (owned, _) = state
-        .store
-        .owned_models()
-        .page_visible_to(&signed.key.account_id, 0, 100)
-        .await
-        .map_err(anyhow::Error::from)?;
+    let (owned, _) = state.store.owned_models().page_visible_to(&signed.key.account_id, 0, 100).await?;
     let destinations: Vec<String> =
         owned.iter().filter(|o| o.account_id == signed.key.account_id).map(|o| o.model.to_string()).collect();
     Ok(Some(TrainForm {

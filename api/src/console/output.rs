@@ -96,7 +96,7 @@ pub(super) async fn output_view(state: &AppState, stored: Option<&Value>) -> Res
 pub(super) async fn file_views(state: &AppState, ids: &[FileId]) -> Result<Vec<FileView>, ConsoleError> {
     let mut files = Vec::new();
     for id in ids {
-        let info = state.files.get(id).await.map_err(anyhow::Error::from)?;
+        let info = state.files.get(id).await?;
         let (kind, name) = match &info {
             Some(f) if f.content_type.starts_with("image/") => ("image", f.name.clone()),
             Some(f) if f.content_type.starts_with("video/") => ("video", f.name.clone()),

@@ -17,7 +17,7 @@ use axum::{
 };
 use bson::DateTime;
 use common::{
-    domain::{ApiSurface, Prediction, PredictionStatus, Scope},
+    domain::{ApiSurface, JobKind, Prediction, PredictionStatus, Scope},
     store::webhook_attempts::{AttemptOutcome, WebhookAttempt},
 };
 
@@ -28,10 +28,7 @@ use super::{
     page::{Chrome, ago, html, see_other},
     session::Signed,
 };
-use crate::{ops::cancel, ops::deliveries, ops::owned::owned_prediction, state::AppState};
-
-/// Predictions on one page of the list.
-const PAGE_SIZE: u64 = 20;
+use crate::{ops::cancel, ops::deliveries, ops::jobs, ops::owned::owned_prediction, state::AppState};
 
 /// One row of the list.
 struct Row {
@@ -77,17 +74,8 @@ pub async fn list(
     let filter = query.get("status").map(String::as_str).unwrap_or_default();
     let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
     let page: u64 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000);
-    let (predictions, total) = state
-        .store
-        .predictions()
-        .list_for_account(
-            &signed.key.account_id,
-            &common::store::JobFilter { status, ..common::store::JobFilter::of(common::domain::JobKind::Prediction) },
-            page * PAGE_SIZE,
-            PAGE_SIZE as i64,
-        )
-        .await
-        .map_err(anyhow::Error::from)?;
+    let listed = jobs::console_page(&state, &signed.key.account_id, JobKind::Prediction, status, page).await?;
+    let predictions = &listed.jobs;
     let now = DateTime::now();
     let rows: Vec<Row> = predictions
         .iter()
@@ -108,9 +96,9 @@ pub async fn list(
         rows,
         statuses: PredictionStatus::ALL.iter().map(|s| s.as_str()).collect(),
         status_filter: status.map_or(String::new(), |s| s.as_str().to_owned()),
-        total,
-        previous: (page > 0).then(|| link(page - 1)),
-        next: ((page + 1) * PAGE_SIZE < total).then(|| link(page + 1)),
+        total: listed.total,
+        previous: listed.previous.map(link),
+        next: listed.next.map(link),
     };
     Ok(html(&list))
 }
@@ -193,7 +181,7 @@ pub async fn page(
 ) -> Result<Response, ConsoleError> {
     let p = owned_prediction(&state, &signed.caller(), &id).await?;
     let output = output_view(&state, p.output.as_ref()).await?;
-    let attempts = state.store.webhook_attempts().for_prediction(&p.id).await.map_err(anyhow::Error::from)?;
+    let attempts = state.store.webhook_attempts().for_prediction(&p.id).await?;
     let running = !p.status.is_terminal();
     let can_write = signed.key.has_scope(Scope::Write);
     let view = p.view(&state.links, ApiSurface::Canonical);
@@ -237,7 +225,7 @@ pub async fn cancel(
     action: ConsoleAction,
 ) -> Result<Response, ConsoleError> {
     action.signed.require(Scope::Write)?;
-    cancel::cancel(&state, &action.signed.caller(), &id, common::domain::JobKind::Prediction).await?;
+    cancel::cancel(&state, &action.signed.caller(), &id, JobKind::Prediction).await?;
     Ok(back_to(&id))
 }
 

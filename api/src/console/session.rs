@@ -88,7 +88,7 @@ pub async fn start(state: &AppState, key: &ApiKeyRecord) -> Result<SessionToken,
         created_at: now,
         expires_at,
     };
-    state.store.console_sessions().insert(&session).await.map_err(anyhow::Error::from)?;
+    state.store.console_sessions().insert(&session).await?;
     tracing::info!(account_id = %key.account_id, key_id = %key.id, "console session started");
     Ok(token)
 }
@@ -134,7 +134,7 @@ pub async fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<Option<S
     let Some(token) = cookie(headers, COOKIE).filter(|t| !t.is_empty()) else { return Ok(None) };
     let hash = SessionToken(token.to_owned()).hash();
     let now = DateTime::now();
-    let Some(session) = state.store.console_sessions().find_live(&hash, now).await.map_err(anyhow::Error::from)? else {
+    let Some(session) = state.store.console_sessions().find_live(&hash, now).await? else {
         return Ok(None);
     };
     let key =

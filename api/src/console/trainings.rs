@@ -25,7 +25,7 @@ use super::{
     session::Signed,
 };
 use crate::{
-    error::ApiError, ops::cancel, ops::owned::owned_job, ops::submit, state::AppState,
+    error::ApiError, ops::cancel, ops::jobs, ops::owned::owned_job, ops::submit, state::AppState,
     validate::create_training::CreateTrainingBody,
 };
 
@@ -83,9 +83,12 @@ struct ListPage {
     chrome: Chrome,
     rows: Vec<Row>,
     total: u64,
+    previous: Option<String>,
+    next: Option<String>,
 }
 
-/// `GET /trainings`: the account's newest 50.
+/// `GET /trainings`: the account's trainings, newest first, 20 a page (`page`, from 0), in
+/// `status` if given.
 pub async fn list(
     State(state): State<AppState>,
     signed: Signed,
@@ -93,10 +96,12 @@ pub async fn list(
 ) -> Result<Response, ConsoleError> {
     let filter = query.get("status").map(String::as_str).unwrap_or_default();
     let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
-    let predictions = state.store.predictions();
-    let which = common::store::JobFilter { status, ..common::store::JobFilter::of(JobKind::Training) };
-    let listed = predictions.list_for_account(&signed.key.account_id, &which, 0, 50).await;
-    let (trainings, total) = listed.map_err(anyhow::Error::from)?;
+    let page: u64 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000);
+    let listed = jobs::console_page(&state, &signed.key.account_id, JobKind::Training, status, page).await?;
+    let status_query = status.map_or(String::new(), |s| format!("status={}&", s.as_str()));
+    let link = |n: u64| format!("/trainings?{status_query}page={n}");
+    let (previous, next) = (listed.previous.map(link), listed.next.map(link));
+    let trainings = &listed.jobs;
     let now = bson::DateTime::now();
     let rows = trainings
         .iter()
@@ -109,7 +114,7 @@ pub async fn list(
             age: ago((now.timestamp_millis() - t.created_at.timestamp_millis()) / 1000),
         })
         .collect();
-    Ok(html(&ListPage { chrome: signed.chrome("trainings"), rows, total }))
+    Ok(html(&ListPage { chrome: signed.chrome("trainings"), rows, total: listed.total, previous, next }))
 }
 
 #[derive(Template)]

@@ -82,7 +82,7 @@ struct UsagePage {
 async fn last_30_days(state: &AppState, signed: &Signed) -> Result<usage::UsageReport, ConsoleError> {
     let query = usage_query::parse(None, chrono::Utc::now())
         .map_err(|_| anyhow::anyhow!("the default usage query is valid"))?;
-    Ok(usage::report(&state.store, Some(&signed.key.account_id), &query).await.map_err(anyhow::Error::from)?)
+    Ok(usage::report(&state.store, Some(&signed.key.account_id), &query).await?)
 }
 
 fn count(group: &Value) -> i64 {
@@ -142,7 +142,7 @@ pub async fn show(State(state): State<AppState>, signed: Signed) -> Result<Respo
         }
     }
     let legend = colours.into_iter().map(|(model, colour)| Legend { model, colour }).collect();
-    let standing = state.account_limits.fresh(&signed.key.account_id).await.map_err(anyhow::Error::from)?;
+    let standing = state.account_limits.fresh(&signed.key.account_id).await?;
     let spent = standing.spent_this_month;
     let budget = standing.limits.monthly_budget().map(|budget| {
         let percent =

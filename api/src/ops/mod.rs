@@ -4,7 +4,8 @@
 //!
 //! - Predictions and trainings: [`submit`] (validate, store, publish), [`training`] and
 //!   [`trained`] (a fine-tune and the versions it makes), [`versions`] (what `version` names),
-//!   [`owned`] (the caller's own), [`file_inputs`] (the caller's files an input names),
+//!   [`owned`] (the caller's own, and the models it may see), [`jobs`] (lists of them),
+//!   [`file_inputs`] (the caller's files an input names),
 //!   [`cancel`], [`idempotency`], [`wait`] (`Prefer: wait`).
 //! - Accounts: [`accounts`] (keys), [`signing_secret`], [`deployment_changes`], [`usage`].
 //! - Files and webhooks: [`uploads`], [`deliveries`] (resends).
@@ -15,6 +16,7 @@ pub mod deliveries;
 pub mod deployment_changes;
 pub mod file_inputs;
 pub mod idempotency;
+pub mod jobs;
 pub mod owned;
 pub mod signing_secret;
 pub mod submit;

@@ -75,3 +75,25 @@ pub async fn visible_model(
         _ => Err(missing()),
     }
 }
+
+/// The page `paging` asks for of the models `account` may see: the registered models by
+/// address, then the account's own and the public ones by address; and how many there are in
+/// all (what the API's model list and the console's models page show).
+pub async fn visible_models(
+    state: &AppState,
+    account: &AccountId,
+    paging: crate::validate::paging::Paging,
+) -> Result<(Vec<VisibleModel>, u64), ApiError> {
+    let limit = i64::from(paging.limit);
+    let (records, registered) = state.store.models().list(paging.offset, limit).await?;
+    let mut models = Vec::with_capacity(records.len());
+    for record in records {
+        models.push(VisibleModel::Registered(crate::state::model_catalog::RegisteredModel::of(record)?));
+    }
+    let owned_offset = paging.offset.saturating_sub(registered);
+    let room = limit - i64::try_from(models.len()).unwrap_or(limit);
+    let (owned, owned_total) = state.store.owned_models().page_visible_to(account, owned_offset, room.max(1)).await?;
+    let room = usize::try_from(room).unwrap_or(0);
+    models.extend(owned.into_iter().take(room).map(|model| VisibleModel::Owned(Box::new(model))));
+    Ok((models, registered + owned_total))
+}

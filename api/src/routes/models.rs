@@ -26,7 +26,7 @@ use crate::{
     http::extract::{Body, Query},
     http::page::{Listed, Page},
     http::surface::Surface,
-    ops::owned::{VisibleModel, visible_model},
+    ops::owned::{self, VisibleModel, visible_model},
     problem::FieldError,
     routes::{
         model_versions::{self, VersionView},
@@ -170,21 +170,14 @@ pub async fn list(
     Query(paging): Query<Paging>,
 ) -> Result<Json<ModelPage>, ApiError> {
     let account = &auth.caller.key.account_id;
-    let limit = i64::from(paging.limit);
-    // The registered models by address, then the account's own and the public ones.
-    let (records, registered) = state.store.models().list(paging.offset, limit).await?;
-    let mut results = Vec::with_capacity(records.len());
-    for record in records {
-        let model = RegisteredModel::of(record)?;
-        results.push(model_view(&state, surface, account, &model).await?);
+    let (models, total) = owned::visible_models(&state, account, paging).await?;
+    let mut results = Vec::with_capacity(models.len());
+    for model in models {
+        results.push(match model {
+            VisibleModel::Registered(model) => model_view(&state, surface, account, &model).await?,
+            VisibleModel::Owned(model) => owned_view(&state, surface, account, &model).await?,
+        });
     }
-    let owned_offset = paging.offset.saturating_sub(registered);
-    let room = limit - i64::try_from(results.len()).unwrap_or(limit);
-    let (owned, owned_total) = state.store.owned_models().page_visible_to(account, owned_offset, room.max(1)).await?;
-    for model in owned.iter().take(usize::try_from(room).unwrap_or(0)) {
-        results.push(owned_view(&state, surface, account, model).await?);
-    }
-    let total = registered + owned_total;
     let links = paging.links(total, &format!("{}/models", state.links.api(surface)));
     Ok(Json(Page::uncounted(results, links)))
 }

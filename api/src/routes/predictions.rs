@@ -278,9 +278,7 @@ pub async fn listed(
     kind: JobKind,
     query: ListPredictions,
 ) -> Result<Page<Prediction>, ApiError> {
-    let limit = i64::from(query.limit);
-    let (stored, total_count) =
-        state.store.predictions().list_for_account(account, &query.filter(kind), query.offset, limit).await?;
+    let (stored, total_count) = crate::ops::jobs::page(state, account, kind, &query).await?;
     let jobs = futures::future::try_join_all(stored.into_iter().map(|p| crate::ops::owned::whole(state, p))).await?;
     let resource = match kind {
         JobKind::Prediction => "predictions",

@@ -344,3 +344,24 @@ async fn a_run_or_train_form_without_files_larger_than_the_api_limit_is_413_and_
     let fine = browser.post("/models/demo/echo", &[("csrf", &csrf), ("prompt", "hi")], Some(&system.base_url)).await;
     assert_eq!(fine.status(), StatusCode::SEE_OTHER);
 }
+
+#[tokio::test]
+async fn the_predictions_list_pages_twenty_at_a_time_newest_first() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let mut ids = Vec::new();
+    for n in 0..21 {
+        ids.push(created(&system, "demo/echo", json!({"prompt": format!("p{n}")})).await);
+    }
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let rows = |html: &str| html.matches(r#"<td><a href="/predictions/"#).count();
+    let first = browser.page("/").await;
+    assert_eq!(rows(&first), 20, "one page of 20");
+    assert!(first.contains(r#"href="/?page=1" id="next-page""#) && !first.contains("previous-page"), "Older only");
+    assert!(first.contains(&format!("/predictions/{}", ids[20])), "the newest is first");
+    let second = browser.page("/?page=1").await;
+    assert_eq!(rows(&second), 1);
+    assert!(second.contains(&format!("/predictions/{}", ids[0])), "the oldest is last");
+    assert!(second.contains(r#"href="/?page=0" id="previous-page""#) && !second.contains("next-page"), "Newer only");
+    let trainings = browser.page("/trainings?page=3").await;
+    assert!(!trainings.contains("next-page") && !trainings.contains("previous-page"), "no trainings, no pages");
+}
