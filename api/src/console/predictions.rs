@@ -65,19 +65,48 @@ fn duration(p: &Prediction) -> String {
     }
 }
 
+/// A console list of jobs (the predictions, the trainings) as its query asks: `status`, and
+/// `page` from 0 ([`jobs::console_page`]).
+pub(super) struct JobList {
+    /// The page's jobs, newest first.
+    pub(super) jobs: Vec<Prediction>,
+    /// How many match in all.
+    pub(super) total: u64,
+    /// The status asked for, if it is one.
+    pub(super) status: Option<PredictionStatus>,
+    /// The links to the newer and the older page, if any.
+    pub(super) previous: Option<String>,
+    pub(super) next: Option<String>,
+}
+
+/// The list of the signed-in account's jobs of `kind` shown at `path`, as `query` asks.
+pub(super) async fn job_list(
+    state: &AppState,
+    signed: &Signed,
+    kind: JobKind,
+    path: &str,
+    query: &HashMap<String, String>,
+) -> Result<JobList, ConsoleError> {
+    let filter = query.get("status").map(String::as_str).unwrap_or_default();
+    let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
+    let page: u64 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000);
+    let listed = jobs::console_page(state, &signed.key.account_id, kind, status, page).await?;
+    let status_query = status.map_or(String::new(), |s| format!("status={}&", s.as_str()));
+    let link = |n: u64| format!("{path}?{status_query}page={n}");
+    let (previous, next) = (listed.previous.map(link), listed.next.map(link));
+    Ok(JobList { jobs: listed.jobs, total: listed.total, status, previous, next })
+}
+
 /// `GET /`
 pub async fn list(
     State(state): State<AppState>,
     signed: Signed,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ConsoleError> {
-    let filter = query.get("status").map(String::as_str).unwrap_or_default();
-    let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
-    let page: u64 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000);
-    let listed = jobs::console_page(&state, &signed.key.account_id, JobKind::Prediction, status, page).await?;
-    let predictions = &listed.jobs;
+    let listed = job_list(&state, &signed, JobKind::Prediction, "/", &query).await?;
     let now = DateTime::now();
-    let rows: Vec<Row> = predictions
+    let rows: Vec<Row> = listed
+        .jobs
         .iter()
         .map(|p| Row {
             id: p.id.to_string(),
@@ -88,17 +117,15 @@ pub async fn list(
             duration: duration(p),
         })
         .collect();
-    let status_query = status.map_or(String::new(), |s| format!("status={}&", s.as_str()));
-    let link = |n: u64| format!("/?{status_query}page={n}");
     let list = ListPage {
         chrome: signed.chrome("predictions"),
         shown: rows.len(),
         rows,
         statuses: PredictionStatus::ALL.iter().map(|s| s.as_str()).collect(),
-        status_filter: status.map_or(String::new(), |s| s.as_str().to_owned()),
+        status_filter: listed.status.map_or(String::new(), |s| s.as_str().to_owned()),
         total: listed.total,
-        previous: listed.previous.map(link),
-        next: listed.next.map(link),
+        previous: listed.previous,
+        next: listed.next,
     };
     Ok(html(&list))
 }

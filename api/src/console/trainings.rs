@@ -13,7 +13,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use common::domain::{ApiSurface, JobKind, PredictionStatus, Scope};
+use common::domain::{ApiSurface, JobKind, Scope};
 use serde_json::json;
 
 use super::{
@@ -25,7 +25,7 @@ use super::{
     session::Signed,
 };
 use crate::{
-    error::ApiError, ops::cancel, ops::jobs, ops::owned::owned_job, ops::submit, state::AppState,
+    error::ApiError, ops::cancel, ops::owned::owned_job, ops::submit, state::AppState,
     validate::create_training::CreateTrainingBody,
 };
 
@@ -94,16 +94,10 @@ pub async fn list(
     signed: Signed,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ConsoleError> {
-    let filter = query.get("status").map(String::as_str).unwrap_or_default();
-    let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
-    let page: u64 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000);
-    let listed = jobs::console_page(&state, &signed.key.account_id, JobKind::Training, status, page).await?;
-    let status_query = status.map_or(String::new(), |s| format!("status={}&", s.as_str()));
-    let link = |n: u64| format!("/trainings?{status_query}page={n}");
-    let (previous, next) = (listed.previous.map(link), listed.next.map(link));
-    let trainings = &listed.jobs;
+    let listed = super::predictions::job_list(&state, &signed, JobKind::Training, "/trainings", &query).await?;
     let now = bson::DateTime::now();
-    let rows = trainings
+    let rows = listed
+        .jobs
         .iter()
         .map(|t| Row {
             id: t.id.to_string(),
@@ -114,7 +108,8 @@ pub async fn list(
             age: ago((now.timestamp_millis() - t.created_at.timestamp_millis()) / 1000),
         })
         .collect();
-    Ok(html(&ListPage { chrome: signed.chrome("trainings"), rows, total: listed.total, previous, next }))
+    let (total, previous, next) = (listed.total, listed.previous, listed.next);
+    Ok(html(&ListPage { chrome: signed.chrome("trainings"), rows, total, previous, next }))
 }
 
 #[derive(Template)]
