@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::{
     field::{Field, Read},
     paging::{Paging, PagingParams},
-    query::{Timestamp, query_params},
+    query::Timestamp,
 };
 use crate::problem::FieldError;
 
@@ -31,7 +31,7 @@ pub struct StatusParams {
     #[param(value_type = Option<DateTime<Utc>>)]
     created_before: Option<Field<Timestamp>>,
 }
-query_params!(StatusParams);
+impl super::query::QueryParams for StatusParams {}
 
 /// A well-formed list query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

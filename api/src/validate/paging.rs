@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::{
     field::{Field, Read},
-    query::{QueryInt, query_params},
+    query::QueryInt,
 };
 use crate::problem::FieldError;
 
@@ -27,7 +27,7 @@ pub struct PagingParams {
     #[param(value_type = Option<u64>, minimum = 0, maximum = 9223372036854775807_u64)]
     offset: Option<Field<QueryInt<0, { i64::MAX }>>>,
 }
-query_params!(PagingParams);
+impl super::query::QueryParams for PagingParams {}
 
 /// A page of a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,30 +21,14 @@ pub fn object(query: Option<&str>) -> Map<String, Value> {
     object
 }
 
-/// A type a query's parameters are read into: one declared set of them, or two read from the
-/// same query (a list's own filter beside its paging).
-pub trait QueryParams: Sized {
+/// A type a query's parameters are read into: one declared set of them (`Deserialize`, every
+/// field an `Option<Field<_>>`: the provided `read`), or two read from the same query (a list's
+/// own filter beside its paging).
+pub trait QueryParams: DeserializeOwned {
     /// The parameters of `query` ([`object`]), every field read leniently.
-    fn read(query: &Map<String, Value>) -> Result<Self, Vec<FieldError>>;
-}
-
-/// Declares `$t` (`Deserialize`, every field an `Option<Field<_>>`) a set of query parameters.
-macro_rules! query_params {
-    ($($t:ty),* $(,)?) => {$(
-        impl $crate::validate::query::QueryParams for $t {
-            fn read(
-                query: &serde_json::Map<String, serde_json::Value>,
-            ) -> Result<Self, Vec<$crate::problem::FieldError>> {
-                $crate::validate::query::read_params(query)
-            }
-        }
-    )*};
-}
-pub(crate) use query_params;
-
-/// Reads one declared set of parameters (what [`query_params!`] implements).
-pub fn read_params<T: DeserializeOwned>(query: &Map<String, Value>) -> Result<T, Vec<FieldError>> {
-    field::from_object(query.clone())
+    fn read(query: &Map<String, Value>) -> Result<Self, Vec<FieldError>> {
+        field::from_object(query.clone())
+    }
 }
 
 impl<A: QueryParams, B: QueryParams> QueryParams for (A, B) {

@@ -6,7 +6,6 @@ use serde::Deserialize;
 use super::{
     field::{Field, Read},
     paging::{Paging, PagingParams},
-    query::query_params,
 };
 use crate::problem::FieldError;
 
@@ -22,7 +21,7 @@ pub struct SearchParams {
     #[param(value_type = String, min_length = 1, max_length = 200)]
     query: Option<Field<String>>,
 }
-query_params!(SearchParams);
+impl super::query::QueryParams for SearchParams {}
 
 /// A well-formed search.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{
     field::{Faults, Field, FieldValue, Read},
-    query::{self, QueryParams, Timestamp, query_params},
+    query::{self, QueryParams, Timestamp},
 };
 use crate::problem::FieldError;
 
@@ -35,7 +35,7 @@ pub struct UsageParams {
     )]
     group_by: Option<Field<GroupBy>>,
 }
-query_params!(UsageParams);
+impl QueryParams for UsageParams {}
 
 /// The size of a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
