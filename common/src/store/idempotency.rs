@@ -72,8 +72,9 @@ impl IdempotencyKeys {
 
     /// Claims `key` of `account` for `prediction`, unless a live claim exists. `New` only once
     /// the claim is stored (its insert answered, or a read found it after an insert whose answer
-    /// was lost): a create goes on only with its key claimed, so a retry of it replays it. An
-    /// insert that fails every time, its claim not found after, is the last insert's error.
+    /// was lost): a create goes on only with its key claimed, so a retry of it replays it. A
+    /// claim not settled by its last try, after an insert failed (not as a duplicate), is that
+    /// insert's error.
     pub async fn claim(
         &self,
         account: &AccountId,
