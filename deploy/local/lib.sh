@@ -96,27 +96,47 @@ docker_available() {
   command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1
 }
 
-# start_cog FIXTURE MODE LOGFILE [UPLOAD_URL]: serves runner/tests/fixtures/cog/FIXTURE with
-# coglet (from deploy/local/install; MODE predict or train) on a free port, and sets COG_PORT
-# once it is ready; with UPLOAD_URL, its output files are PUT there (coglet's --upload-url: the
-# runner's callback receiver, RUNNER_COG_CALLBACK_BIND, at /upload/). Its pid joins
-# SERVICE_PIDS (stopped with the services) and COG_PIDS.
+# launch_cog FIXTURE MODE LOGFILE [UPLOAD_URL]: starts serving runner/tests/fixtures/cog/FIXTURE
+# with coglet (from deploy/local/install; MODE predict or train) on a free port and sets COG_PORT
+# at once, without waiting: several servers start side by side (each takes seconds to import
+# its Python), and await_cogs waits for every one launched. With UPLOAD_URL, its output files
+# are PUT there (coglet's --upload-url: the runner's callback receiver,
+# RUNNER_COG_CALLBACK_BIND, at /upload/). Its pid joins SERVICE_PIDS (stopped with the
+# services) and COG_PIDS. start_cog does both for one server.
 COG_PIDS=()
-start_cog() {
-  local fixture="$1" mode="$2" logfile="$3" upload=() port stub python
+COG_PENDING=()
+launch_cog() {
+  local fixture="$1" mode="$2" logfile="$3" upload=() port stub
   if [ -n "${4:-}" ]; then upload=(--upload-url "$4"); fi
-  python="$("$root/deploy/local/install" | sed -n 's/^COG_PYTHON=//p')"
+  [ -n "${COG_PYTHON:-}" ] || COG_PYTHON="$("$root/deploy/local/install" | sed -n 's/^COG_PYTHON=//p')"
   port="$(free_port)"
   if [ "$mode" = train ]; then stub=(COG_TRAIN_TYPE_STUB=train.py:train); else stub=(COG_PREDICT_TYPE_STUB=predict.py:Predictor); fi
-  (cd "$root/runner/tests/fixtures/cog/$fixture" && exec env PATH="$(dirname "$python"):$PATH" PORT="$port" \
+  (cd "$root/runner/tests/fixtures/cog/$fixture" && exec env PATH="$(dirname "$COG_PYTHON"):$PATH" PORT="$port" \
     "${stub[@]}" COG_MAX_CONCURRENCY=1 \
-    "$python" -m cog.server.http --host 127.0.0.1 --x-mode "$mode" "${upload[@]}") >"$logfile" 2>&1 &
+    "$COG_PYTHON" -m cog.server.http --host 127.0.0.1 --x-mode "$mode" "${upload[@]}") >"$logfile" 2>&1 &
   COG_PIDS+=("$!")
   SERVICE_PIDS+=("$!")
-  local deadline=$((SECONDS + 90))
-  until curl -s "http://127.0.0.1:$port/health-check" | grep -q '"READY"'; do
-    if [ "$SECONDS" -ge "$deadline" ]; then log "the Cog server of $fixture ($mode) did not become ready"; cat "$logfile" >&2; return 1; fi
-    sleep 0.3
+  COG_PENDING+=("$port|$fixture ($mode)|$logfile")
+  COG_PORT="$port"
+}
+
+# await_cogs: waits until every Cog server launch_cog started is ready (90 s each at most).
+await_cogs() {
+  local pending port name logfile deadline=$((SECONDS + 90))
+  for pending in "${COG_PENDING[@]}"; do
+    IFS='|' read -r port name logfile <<<"$pending"
+    until curl -s "http://127.0.0.1:$port/health-check" | grep -q '"READY"'; do
+      if [ "$SECONDS" -ge "$deadline" ]; then log "the Cog server of $name did not become ready"; cat "$logfile" >&2; return 1; fi
+      sleep 0.3
+    done
   done
+  COG_PENDING=()
+}
+
+# start_cog FIXTURE MODE LOGFILE [UPLOAD_URL]: launch_cog, then waits for it; sets COG_PORT.
+start_cog() {
+  launch_cog "$@"
+  local port="$COG_PORT"
+  await_cogs
   COG_PORT="$port"
 }

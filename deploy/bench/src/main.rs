@@ -20,6 +20,8 @@
 //! - `bench scaling`: demo/sleep completions per second with 1, 2, 4 and 8 runner processes,
 //!   then creates per second with 1 and 2 api replicas.
 //! - `bench scheduling`: start delays on the default model set, and of a light account.
+//! - `bench soak --state DIR`: a day of real use against a running `deploy/local/up`
+//!   (`deploy/bench/soak` starts one of its own and times its restart; see [`scenarios::soak`]).
 //! - `bench trainings`: a training through the service against the trainer alone, and a
 //!   fine-tune's predictions (weights by signed URL) against the base version's.
 //! - `bench charts --from FILE`: the standard set's SVG charts drawn again from its results
@@ -77,6 +79,8 @@ enum Scenario {
     Priority(scenarios::priority::Options),
     /// Start delays on the default model set, and a light account behind a heavy backlog.
     Scheduling(scenarios::scheduling::Options),
+    /// A day of real use against a running `deploy/local/up`.
+    Soak(scenarios::soak::Options),
     /// A training through the service against the trainer alone, and a fine-tune's predictions.
     Trainings(scenarios::trainings::Options),
     /// The standard set: baselines, api, end to end, cost and runner scale-out.
@@ -134,6 +138,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Scheduling(options) => scenarios::scheduling::run(options).await,
         Scenario::Priority(options) => scenarios::priority::run(options).await,
         Scenario::Trainings(options) => scenarios::trainings::run(options).await,
+        Scenario::Soak(options) => scenarios::soak::run(options).await,
         Scenario::Standard(options) => {
             let mut tables = String::new();
             let results = standard::run(options, &mut tables).await;

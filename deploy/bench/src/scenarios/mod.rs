@@ -16,6 +16,7 @@ pub mod priority;
 pub mod queue;
 pub mod scaling;
 pub mod scheduling;
+pub mod soak;
 pub mod trainings;
 
 use harness::cluster::Cluster;

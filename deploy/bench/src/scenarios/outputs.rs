@@ -28,6 +28,7 @@ use harness::{
     cluster::{AS_DEPLOYED, Cluster, round},
     cog_server::CogServer,
     processes::rss_kib,
+    servers::S3Standin,
     stats::{Samples, ms},
 };
 
@@ -48,11 +49,26 @@ pub struct Options {
     /// Predictions of 4 files of 8 MB each, 8 in flight.
     #[arg(long, default_value_t = 32)]
     predictions: usize,
+    /// The file store to measure: gridfs (on the MongoDB the run uses) or s3 (S3Proxy, started
+    /// for the run, as `deploy/local/up` keeps files).
+    #[arg(long, default_value = "gridfs")]
+    store: String,
 }
 
 /// `bench outputs`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
-    let mut cluster = Cluster::start(&AS_DEPLOYED, false).await?;
+    let mut extra: Vec<(&str, String)> = AS_DEPLOYED.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    let dir = std::env::temp_dir().join(format!("bench-outputs-{}", std::process::id()));
+    let mut s3 = match options.store.as_str() {
+        "s3" => Some(S3Standin::start(&dir).await?),
+        "gridfs" => None,
+        other => anyhow::bail!("--store {other}: use gridfs or s3"),
+    };
+    if let Some(s3) = &s3 {
+        extra.extend(s3.env("bench-outputs"));
+    }
+    let pairs: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut cluster = Cluster::start(&pairs, false).await?;
     let outcome = async {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let upload_url = format!("http://127.0.0.1:{port}/upload/");
@@ -75,6 +91,10 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     }
     .await;
     cluster.stop().await?;
+    if let Some(s3) = s3.as_mut() {
+        s3.stop(false).await?;
+    }
+    std::fs::remove_dir_all(&dir).ok();
     let results = outcome?;
     println!("{}", table(&results));
     Ok(results)
