@@ -102,7 +102,7 @@ docker_available() {
 # its Python), and await_cogs waits for every one launched. With UPLOAD_URL, its output files
 # are PUT there (coglet's --upload-url: the runner's callback receiver,
 # RUNNER_COG_CALLBACK_BIND, at /upload/). Its pid joins SERVICE_PIDS (stopped with the
-# services) and COG_PIDS. start_cog does both for one server.
+# services) and COG_PIDS.
 COG_PIDS=()
 COG_PENDING=()
 launch_cog() {
@@ -120,7 +120,7 @@ launch_cog() {
   COG_PORT="$port"
 }
 
-# await_cogs: waits until every Cog server launch_cog started is ready (90 s each at most).
+# await_cogs: waits until every Cog server launch_cog started is ready (90 s in all at most).
 await_cogs() {
   local pending port name logfile deadline=$((SECONDS + 90))
   for pending in "${COG_PENDING[@]}"; do
@@ -131,12 +131,4 @@ await_cogs() {
     done
   done
   COG_PENDING=()
-}
-
-# start_cog FIXTURE MODE LOGFILE [UPLOAD_URL]: launch_cog, then waits for it; sets COG_PORT.
-start_cog() {
-  launch_cog "$@"
-  local port="$COG_PORT"
-  await_cogs
-  COG_PORT="$port"
 }
