@@ -5,9 +5,10 @@
 // --port 0 (the default) binds a free port. Once listening it prints one line
 // "LISTENING mongodb://HOST:PORT" on stdout, so a caller never races for a port.
 // --h2 FILE keeps data in an H2 file that survives restarts; without it data lives in memory.
-// Opening a file rebuilds its indexes in memory, which takes time and memory in proportion to
-// the data: the launcher prints "OPENING FILE BYTES", then "PROGRESS ..." as it opens each
-// collection, so a caller can wait for progress rather than for a fixed time. A file whose
+// Opening a file reads the summaries of its documents into memory (see Summaries), which takes
+// time and memory in proportion to the data: the launcher prints "OPENING FILE BYTES", then
+// "PROGRESS ..." as it opens each collection, so a caller can wait for progress rather than for
+// a fixed time. A file whose
 // live data fills less than half of it (after retention removed much) is compacted first
 // ("COMPACTING ..."), and a stop compacts it for up to 10 s, so the file stays bounded by
 // what is kept.
@@ -48,9 +49,11 @@ import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.CollectionOptions;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
+import de.bwaldvogel.mongo.backend.EmptyIndex;
 import de.bwaldvogel.mongo.backend.Index;
 import de.bwaldvogel.mongo.backend.IndexKey;
 import de.bwaldvogel.mongo.backend.QueryResult;
+import de.bwaldvogel.mongo.backend.ValueComparator;
 import de.bwaldvogel.mongo.backend.h2.H2Backend;
 import de.bwaldvogel.mongo.backend.h2.H2Collection;
 import de.bwaldvogel.mongo.backend.h2.H2Database;
@@ -67,7 +70,10 @@ import io.netty.util.AttributeKey;
 import java.net.InetSocketAddress;
 import org.h2.mvstore.MVMap;
 import org.h2.mvstore.MVStore;
+import java.util.Comparator;
 import java.util.List;
+import java.util.Map;
+import java.util.Set;
 import java.util.function.Function;
 import java.util.function.IntConsumer;
 import java.util.function.Supplier;
@@ -318,11 +324,127 @@ public class Launcher {
         }
     }
 
-    /** The same for the H2 file backend (`up`, the fault suite). */
+    /**
+     * What a scan of an H2 collection reads instead of its documents: each document's small
+     * top-level fields, kept in memory, with the names of the large ones it leaves out.
+     *
+     * The library's H2 collection answers a filter that no index handles by decoding every
+     * document of the file. A prediction of 20 KB took ~120 us to decode, so with 5,000 of them
+     * a reconciler's scan took 600 ms, during which the collection (locked for the scan) answered
+     * nothing: creates waited behind it, and with a day's 22,000 predictions the sweeps of an idle
+     * system kept a core busy. MongoDB answers those filters from its indexes; this does the next
+     * best for a stand-in: filters and sorts on the summaries (the fields filters name, such as
+     * `status`, `deadline_at`, `usage`, are small), and decodes only the documents that match, up
+     * to the limit. A filter that names a left-out field of a document is matched on the whole
+     * document, so every answer is the library's own. The summaries are read from the file at
+     * the first scan after opening, and kept up to date by every insert, update and removal.
+     */
+    static final class Summaries {
+        /** A top-level value larger than this (in characters, roughly bytes) is left out. */
+        static final int LARGE = 512;
+
+        record Summary(Document fields, Set<String> leftOut) {}
+
+        private final java.util.concurrent.ConcurrentSkipListMap<Object, Summary> byPosition =
+            new java.util.concurrent.ConcurrentSkipListMap<>(ValueComparator.asc());
+        private volatile boolean loaded;
+
+        /** The summary of `document`: its small fields (copied), and the names of the others. */
+        static Summary of(Document document) {
+            Document fields = new Document();
+            Set<String> leftOut = new java.util.HashSet<>();
+            for (var entry : document.entrySet()) {
+                if (size(entry.getValue(), LARGE) > LARGE) {
+                    leftOut.add(entry.getKey());
+                } else {
+                    fields.put(entry.getKey(), entry.getValue());
+                }
+            }
+            return new Summary(fields.cloneDeeply(), leftOut.isEmpty() ? Set.of() : leftOut);
+        }
+
+        /** A rough size of `value`, counted only until it passes `bound`. */
+        static int size(Object value, int bound) {
+            if (value instanceof String text) {
+                return text.length();
+            }
+            if (value instanceof byte[] bytes) {
+                return bytes.length;
+            }
+            if (value instanceof de.bwaldvogel.mongo.bson.BinData binary) {
+                return binary.getData().length;
+            }
+            int total = 8;
+            if (value instanceof Document document) {
+                for (var entry : document.entrySet()) {
+                    total += entry.getKey().length() + size(entry.getValue(), bound - total);
+                    if (total > bound) {
+                        return total;
+                    }
+                }
+            } else if (value instanceof java.util.Collection<?> items) {
+                for (Object item : items) {
+                    total += size(item, bound - total);
+                    if (total > bound) {
+                        return total;
+                    }
+                }
+            }
+            return total;
+        }
+
+        /**
+         * The top-level fields `query` names (of `a.b`, `a`), or null when it holds an operator
+         * other than `$and`, `$or` and `$nor` at the top (`$expr`, `$where`, ...): such a filter
+         * is matched on whole documents.
+         */
+        static Set<String> fieldsOf(Document query) {
+            Set<String> fields = new java.util.HashSet<>();
+            for (var entry : query.entrySet()) {
+                String key = entry.getKey();
+                if (key.equals("$and") || key.equals("$or") || key.equals("$nor")) {
+                    if (!(entry.getValue() instanceof List<?> clauses)) {
+                        return null;
+                    }
+                    for (Object clause : clauses) {
+                        Set<String> inner = clause instanceof Document d ? fieldsOf(d) : null;
+                        if (inner == null) {
+                            return null;
+                        }
+                        fields.addAll(inner);
+                    }
+                } else if (key.startsWith("$")) {
+                    return null;
+                } else {
+                    int dot = key.indexOf('.');
+                    fields.add(dot < 0 ? key : key.substring(0, dot));
+                }
+            }
+            return fields;
+        }
+
+        static boolean covers(Summary summary, Set<String> fields) {
+            return summary.leftOut().isEmpty() || java.util.Collections.disjoint(summary.leftOut(), fields);
+        }
+    }
+
+    /** The same for the H2 file backend (`up`, the fault suite), which also scans on summaries. */
     static final class IdIndexedH2Collection extends H2Collection {
+        private final Summaries summaries = new Summaries();
+        private final MVMap<Object, Document> data;
+
         IdIndexedH2Collection(MongoDatabase database, String name, CollectionOptions options,
                               MVMap<Object, Document> data, MVMap<String, Object> meta, CursorRegistry cursors) {
             super(database, name, options, data, meta, cursors);
+            this.data = data;
+            // Read at open, before the server listens, rather than at the first scan, which would
+            // hold the collection (and every command on it) for as long as reading takes: ~200 us
+            // a document of 20 KB. GridFS chunks (256 KB each, found by their unique index) are
+            // read only if something scans them.
+            if (!name.endsWith(".chunks") && !data.isEmpty()) {
+                progress("reading the summaries of " + getFullName() + " (" + data.size() + " documents)");
+                summaries();
+            }
         }
 
         @Override
@@ -333,10 +455,126 @@ public class Launcher {
                 () -> super.queryDocuments(query, orderBy, skip, limit, batchSize, fields));
         }
 
+        /** The summaries, read from the file the first time. */
+        private java.util.concurrent.ConcurrentSkipListMap<Object, Summaries.Summary> summaries() {
+            if (!summaries.loaded) {
+                synchronized (summaries) {
+                    if (!summaries.loaded) {
+                        for (var entry : data.entrySet()) {
+                            summaries.byPosition.put(entry.getKey(), Summaries.of(entry.getValue()));
+                        }
+                        summaries.loaded = true;
+                    }
+                }
+            }
+            return summaries.byPosition;
+        }
+
+        /**
+         * A filter no index handles: matched on the summaries (on the whole document where a
+         * summary leaves out a field the filter names), sorted on them when every matching
+         * summary holds the sort's fields, and only the documents of the page decoded.
+         */
+        @Override
+        protected QueryResult matchDocuments(Document query, Document orderBy, int skip, int limit, int batchSize,
+                                             Document fieldSelector) {
+            Set<String> named = Summaries.fieldsOf(query);
+            if (named == null || getIdField() == null) {
+                return super.matchDocuments(query, orderBy, skip, limit, batchSize, fieldSelector);
+            }
+            var all = summaries();
+            var positions = isNaturalDescending(orderBy) ? all.descendingMap() : all;
+            Comparator<Document> order = deriveComparator(orderBy);
+            Set<String> sortedOn = order == null ? Set.of() : Summaries.fieldsOf(orderBy);
+            java.util.stream.Stream<Map.Entry<Object, Summaries.Summary>> matching = positions.entrySet().stream()
+                .filter(e -> Summaries.covers(e.getValue(), named)
+                    ? documentMatchesQuery(e.getValue().fields(), query)
+                    : documentMatchesQuery(getDocument(e.getKey()), query));
+            if (order == null) {
+                // In natural order a page ends at its limit: no more summaries are read.
+                List<Document> page = matching.skip(Math.max(skip, 0))
+                    .limit(limit > 0 ? limit : Long.MAX_VALUE)
+                    .map(e -> getDocument(e.getKey()))
+                    .toList();
+                return matchDocumentsFromStream(page.stream(), query, orderBy, 0, 0, batchSize, fieldSelector);
+            }
+            List<Map.Entry<Object, Summaries.Summary>> matched = matching.toList();
+            if (sortedOn == null || !matched.stream().allMatch(e -> Summaries.covers(e.getValue(), sortedOn))) {
+                return matchDocumentsFromStream(matched.stream().map(e -> getDocument(e.getKey())), query, orderBy,
+                    skip, limit, batchSize, fieldSelector);
+            }
+            // The sort's values are read from each summary once, then compared as the library's
+            // DocumentComparator compares them (reading them at every comparison made a sort of
+            // 22,000 summaries take ~300 ms).
+            List<String> keys = List.copyOf(orderBy.keySet());
+            List<Comparator<Object>> directions = keys.stream()
+                .map(k -> (Comparator<Object>) (((Number) orderBy.get(k)).intValue() > 0 ? ValueComparator.asc() : ValueComparator.desc()))
+                .toList();
+            Comparator<Object[]> byKeys = (a, b) -> {
+                for (int i = 0; i < a.length - 1; i++) {
+                    int cmp = directions.get(i).compare(a[i], b[i]);
+                    if (cmp != 0) {
+                        return cmp;
+                    }
+                }
+                return 0;
+            };
+            List<Document> page = matched.stream()
+                .map(e -> {
+                    Object[] row = new Object[keys.size() + 1];
+                    for (int i = 0; i < keys.size(); i++) {
+                        row[i] = de.bwaldvogel.mongo.backend.Utils.getSubdocumentValueCollectionAware(e.getValue().fields(), keys.get(i));
+                    }
+                    row[keys.size()] = e.getKey();
+                    return row;
+                })
+                .sorted(byKeys)
+                .skip(Math.max(skip, 0))
+                .limit(limit > 0 ? limit : Long.MAX_VALUE)
+                .map(row -> getDocument(row[row.length - 1]))
+                .toList();
+            return matchDocumentsFromStream(page.stream(), query, orderBy, 0, 0, batchSize, fieldSelector);
+        }
+
+        @Override
+        protected Object addDocumentInternal(Document document) {
+            Object position = super.addDocumentInternal(document);
+            if (summaries.loaded) {
+                summaries.byPosition.put(position, Summaries.of(document));
+            }
+            return position;
+        }
+
         @Override
         protected void handleUpdate(Object position, Document oldDocument, Document newDocument) {
             Limits.checkUpdate(this, getIndexes(), position, oldDocument, newDocument, this::updateDataSize);
             super.handleUpdate(position, oldDocument, newDocument);
+            if (summaries.loaded) {
+                summaries.byPosition.put(position, Summaries.of(newDocument));
+            }
+        }
+
+        @Override
+        protected void removeDocument(Object position) {
+            super.removeDocument(position);
+            summaries.byPosition.remove(position);
+        }
+
+        /**
+         * A secondary (non-unique) index, which the library keeps as an `EmptyIndex` that holds
+         * nothing, is added without the library's two passes over every document to fill it:
+         * they decoded each document twice per such index at every open of the file (the
+         * predictions' eight indexes took 50 of the 70 s that a day's file of 1.2 GB took to
+         * open) and filled nothing.
+         */
+        @Override
+        public void addIndex(Index<Object> index) {
+            boolean known = getIndexes().stream().anyMatch(i -> i.getName().equals(index.getName()));
+            if (index instanceof EmptyIndex && !known) {
+                getIndexes().add(index);
+                return;
+            }
+            super.addIndex(index);
         }
     }
 
@@ -452,7 +690,7 @@ public class Launcher {
         java.io.File f = new java.io.File(file);
         System.out.println("OPENING " + file + " " + f.length());
         System.out.flush();
-        MVStore store = MVStore.open(file);
+        MVStore store = openFile(file);
         int live = store.getFileStore().getChunksFillRate();
         progress("file of " + f.length() + " bytes, " + live + "% of it live data");
         if (f.length() > 64L * 1024 * 1024 && live < 50) {
@@ -460,10 +698,22 @@ public class Launcher {
             store.close();
             org.h2.mvstore.MVStoreTool.compact(file, false);
             progress("compacted to " + f.length() + " bytes");
-            store = MVStore.open(file);
+            store = openFile(file);
         }
         return store;
     }
+
+    /**
+     * The H2 file opened with a page cache of H2_CACHE_MB (H2's default is 16 MB). A page
+     * holds many documents and is decoded whole on a miss: with a day's 20 KB predictions the
+     * default cache missed on nearly every look-up of a document by `_id`, and each one decoded
+     * a page of documents (measured: 2 ms per document found by a sweep's page of 100).
+     */
+    static MVStore openFile(String file) {
+        return new MVStore.Builder().fileName(file).cacheSize(H2_CACHE_MB).open();
+    }
+
+    static final int H2_CACHE_MB = 128;
 
     public static void main(String[] args) throws Exception {
         String host = "127.0.0.1";

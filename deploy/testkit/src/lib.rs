@@ -20,7 +20,7 @@ pub mod proxy;
 mod standins;
 pub mod telemetry;
 
-pub use standins::installed;
+pub use standins::{MongoStandin, installed};
 
 use std::{collections::HashMap, sync::OnceLock};
 

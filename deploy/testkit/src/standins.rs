@@ -39,24 +39,58 @@ fn keep(child: Child) {
 }
 
 pub(super) fn mongo() -> String {
-    let classpath = installed("MONGO_STANDIN_CLASSPATH");
-    let launcher = repo_root().join("deploy/mongo-standin/Launcher.java");
-    let options = repo_root().join("deploy/mongo-standin/jvm.options");
-    let mut child = Command::new("java")
-        .arg(format!("@{}", options.display()))
-        .args(["-cp", &classpath])
-        .arg(launcher)
-        .arg("--exit-on-stdin-eof")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the MongoDB stand-in (java)");
-    let stdout = child.stdout.take().expect("piped stdout");
-    keep(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read the stand-in's address");
-    line.trim().strip_prefix("LISTENING ").unwrap_or_else(|| panic!("unexpected stand-in output: {line:?}")).to_owned()
+    let mut standin = MongoStandin::start(None);
+    let uri = standin.uri.clone();
+    keep(standin.child.take().expect("a running stand-in"));
+    uri
+}
+
+/// A MongoDB stand-in of one test's own, stopped (its H2 file closed) when dropped.
+#[derive(Debug)]
+pub struct MongoStandin {
+    /// Its connection string.
+    pub uri: String,
+    child: Option<Child>,
+}
+
+impl MongoStandin {
+    /// Starts the stand-in: on the H2 file `h2` (as `deploy/local/up` and the fault suite run
+    /// it), or in memory (as the tests' shared one runs). Waits until it listens.
+    pub fn start(h2: Option<&std::path::Path>) -> Self {
+        let classpath = installed("MONGO_STANDIN_CLASSPATH");
+        let launcher = repo_root().join("deploy/mongo-standin/Launcher.java");
+        let options = repo_root().join("deploy/mongo-standin/jvm.options");
+        let mut command = Command::new("java");
+        command.arg(format!("@{}", options.display())).args(["-cp", &classpath]).arg(launcher);
+        if let Some(file) = h2 {
+            command.arg("--h2").arg(file);
+        }
+        let mut child = command
+            .arg("--exit-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the MongoDB stand-in (java)");
+        let stdout = child.stdout.take().expect("piped stdout");
+        // The H2 launcher prints its progress opening the file before the address.
+        let uri = BufReader::new(stdout)
+            .lines()
+            .map(|l| l.expect("read the stand-in's output"))
+            .find_map(|l| l.trim().strip_prefix("LISTENING ").map(str::to_owned))
+            .expect("the stand-in printed its address");
+        Self { uri, child: Some(child) }
+    }
+}
+
+impl Drop for MongoStandin {
+    /// Closes its stdin, so it stops as a stopped `up` does (closing its file), and waits.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
 }
 
 pub(super) fn nats() -> String {
