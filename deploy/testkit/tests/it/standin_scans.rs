@@ -1,9 +1,10 @@
 //! The MongoDB stand-in on its H2 file (what `deploy/local/up` runs) answers filters that no
-//! index handles from in-memory summaries of its documents (deploy/mongo-standin/Launcher.java,
-//! `Summaries`). These tests hold its answers to the memory backend's, which scans whole
-//! documents: the same documents, in the same order, for filters on small fields, on large
-//! ones (left out of the summaries), on both, sorted or not, with skips and limits, after
-//! updates and removals, and after a restart on the same file (summaries read anew).
+//! unique index handles from in-memory summaries of its documents and equality indexes over them
+//! (deploy/mongo-standin/Launcher.java, `Summaries`, `ValueIndex`). These tests hold its answers
+//! to the memory backend's, which scans whole documents: the same documents, in the same order,
+//! for filters on small fields, on large ones (left out of the summaries), on both, through the
+//! equality indexes or not, sorted or not, with skips and limits, after updates and removals,
+//! and after a restart on the same file (summaries read anew).
 
 use bson::{Bson, Document, doc};
 use common::store::{Store, commands::Monitoring};
@@ -65,6 +66,18 @@ fn queries() -> Vec<(Document, Option<Document>, u64, i64)> {
         (doc! { "$expr": { "$eq": ["$status", "starting"] } }, None, 0, 0),
         (doc! {}, Some(doc! { "$natural": -1 }), 0, 5),
         (doc! { "status": "processing" }, None, 0, 4),
+        // Equalities the value indexes answer: on strings, booleans, `$eq`, `$in`, a dotted
+        // path, a field holding lists (listed as "other"), a field some documents leave out of
+        // their summaries, and an `$in` with a null, which the index leaves to the scan.
+        (doc! { "status": { "$eq": "canceled" }, "at": { "$gte": mid } }, Some(doc! { "at": 1, "_id": 1 }), 0, 0),
+        (doc! { "status": { "$in": ["canceled", "nothing"] } }, Some(doc! { "$natural": -1 }), 0, 6),
+        (doc! { "usage.pending": true }, None, 0, 0),
+        (doc! { "usage.pending": false, "status": "canceled" }, None, 0, 0),
+        (doc! { "tags": "t2" }, None, 0, 0),
+        (doc! { "payload": "p0", "status": { "$ne": "processing" } }, None, 0, 0),
+        (doc! { "payload": large("p1") }, None, 0, 0),
+        (doc! { "data_removed": false, "at": { "$lt": mid } }, Some(doc! { "at": 1, "_id": 1 }), 0, 3),
+        (doc! { "status": { "$in": ["starting", null] } }, None, 0, 0),
     ]
 }
 
@@ -109,6 +122,10 @@ async fn change(store: &Store) {
         .expect("delete_many");
 }
 
+fn mongodb_index(keys: Document) -> mongodb::IndexModel {
+    mongodb::IndexModel::builder().keys(keys).build()
+}
+
 async fn connect(uri: &str) -> Store {
     Store::connect(uri, "scans", "standin-scans", Monitoring::Off).await.expect("connect to the stand-in")
 }
@@ -122,7 +139,16 @@ async fn the_h2_stand_in_answers_scans_as_the_memory_one_does_before_and_after_c
     let h2 = MongoStandin::start(Some(&file));
     let (expected_store, h2_store) = (connect(&memory.uri).await, connect(&h2.uri).await);
     for store in [&expected_store, &h2_store] {
-        store.database().collection::<Document>("scans").insert_many(documents()).await.expect("insert");
+        let coll = store.database().collection::<Document>("scans");
+        // Secondary indexes, before and after the documents: the H2 stand-in answers equalities
+        // on their first fields from its value indexes.
+        for keys in [doc! { "status": 1, "at": 1 }, doc! { "usage.pending": 1, "at": 1 }, doc! { "tags": 1 }] {
+            coll.create_index(mongodb_index(keys)).await.expect("create an index");
+        }
+        coll.insert_many(documents()).await.expect("insert");
+        for keys in [doc! { "payload": 1 }, doc! { "data_removed": 1, "at": 1 }] {
+            coll.create_index(mongodb_index(keys)).await.expect("create an index");
+        }
     }
 
     let expected = answers(&expected_store).await;
