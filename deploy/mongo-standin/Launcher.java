@@ -8,10 +8,9 @@
 // Opening a file reads the summaries of its documents into memory (see Summaries), which takes
 // time and memory in proportion to the data: the launcher prints "OPENING FILE BYTES", then
 // "PROGRESS ..." as it opens each collection, so a caller can wait for progress rather than for
-// a fixed time. A file whose
-// live data fills less than half of it (after retention removed much) is compacted first
-// ("COMPACTING ..."), and a stop compacts it for up to 10 s, so the file stays bounded by
-// what is kept.
+// a fixed time. A file whose live data fills less than half of it (after retention removed
+// much) is compacted first ("PROGRESS compacting ..."), and a stop compacts it for up to 10 s,
+// so the file stays bounded by what is kept.
 // --exit-on-stdin-eof stops the server when its stdin closes: a test harness that starts it
 // through a pipe cannot leave it running, even when the harness itself is killed.
 //
@@ -336,8 +335,9 @@ public class Launcher {
      * best for a stand-in: filters and sorts on the summaries (the fields filters name, such as
      * `status`, `deadline_at`, `usage`, are small), and decodes only the documents that match, up
      * to the limit. A filter that names a left-out field of a document is matched on the whole
-     * document, so every answer is the library's own. The summaries are read from the file at
-     * the first scan after opening, and kept up to date by every insert, update and removal.
+     * document, so every answer is the library's own. The summaries are read from the file when
+     * a collection opens (GridFS chunks at their first scan, if any), and kept up to date by every
+     * insert, update and removal.
      */
     static final class Summaries {
         /** A top-level value larger than this (in characters, roughly bytes) is left out. */
