@@ -521,10 +521,13 @@ public class Launcher {
             this.data = data;
             // Read at open, before the server listens, rather than at the first scan, which would
             // hold the collection (and every command on it) for as long as reading takes: ~200 us
-            // a document of 20 KB. GridFS chunks (256 KB each, found by their unique index) are
-            // read only if something scans them.
-            if (!name.endsWith(".chunks") && !data.isEmpty()) {
-                progress("reading the summaries of " + getFullName() + " (" + data.size() + " documents)");
+            // a document of 20 KB. A new, empty collection is summarized from its first insert
+            // on. GridFS chunks (256 KB each, found by their unique index) are read only if
+            // something scans them.
+            if (!name.endsWith(".chunks")) {
+                if (!data.isEmpty()) {
+                    progress("reading the summaries of " + getFullName() + " (" + data.size() + " documents)");
+                }
                 summaries();
             }
         }
@@ -658,7 +661,8 @@ public class Launcher {
                 .limit(limit > 0 ? limit : Long.MAX_VALUE)
                 .map(row -> getDocument(row[row.length - 1]))
                 .toList();
-            return matchDocumentsFromStream(page.stream(), query, orderBy, 0, 0, batchSize, fieldSelector);
+            // The page is in order already: the library only projects it (no order given).
+            return matchDocumentsFromStream(page.stream(), query, null, 0, 0, batchSize, fieldSelector);
         }
 
         @Override
