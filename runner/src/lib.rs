@@ -59,8 +59,9 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let mut trainers: Vec<Arc<dyn models::Model>> = Vec::new();
     let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
+    let metrics = metrics::RunnerMetrics::new();
     if !config.cog.is_empty() || !config.cog_train.is_empty() {
-        let uploads = Uploads::new(files.clone(), links.clone(), config.max_output_file_bytes);
+        let uploads = Uploads::new(files.clone(), links.clone(), config.max_output_file_bytes, metrics.clone());
         let callbacks =
             Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), uploads, shutdown.clone())
                 .await?;
@@ -91,7 +92,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let executor = Arc::new(
         Executor::new(store.clone(), bus.clone(), files.clone(), links, common.deadlines)
             .with_limits(config.limits)
-            .with_prices(prices),
+            .with_prices(prices)
+            .with_metrics(metrics),
     );
     let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
     presence::announce(store.runners(), record, executor.run_figures(), shutdown.clone()).await?;

@@ -13,6 +13,9 @@
 //! - `runner_jobs_waiting{model}` and `runner_jobs_running{model}`: the same jobs counted
 //!   apart, those no runner has taken and those taken and not yet finished (on any runner: the
 //!   lanes' unacknowledged deliveries), at each lane scan;
+//! - `runner_output_upload_seconds` and `runner_output_upload_bytes_total`: the output files a
+//!   Cog server PUT to this runner ([`crate::models::cog::uploads`]), each timed from its
+//!   request to the file stored, and their bytes;
 //! - `mongodb_commands_total{command}` with `MONGODB_COMMAND_METRICS=true`.
 
 use std::time::Instant;
@@ -45,6 +48,8 @@ pub struct RunnerMetrics {
     running: Family<ModelLabel, Gauge>,
     jobs_taken: Family<ModelLabel, Counter>,
     queue_wait: Family<ModelLabel, Histogram>,
+    upload_duration: Histogram,
+    upload_bytes: Counter,
 }
 
 impl Default for RunnerMetrics {
@@ -68,6 +73,9 @@ impl RunnerMetrics {
         // 5 ms to about 3 hours.
         let queue_wait: Family<ModelLabel, Histogram> =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 22)));
+        // 1 ms to about 9 hours.
+        let upload_duration = Histogram::new(exponential_buckets(0.001, 2.0, 25));
+        let upload_bytes = Counter::default();
         let mut registry = Registry::default();
         registry.register("runner_jobs_in_flight", "Predictions running in this process", in_flight.clone());
         registry.register("runner_model_run_duration_seconds", "Model call duration by outcome", run_duration.clone());
@@ -93,6 +101,16 @@ impl RunnerMetrics {
             "Time from a prediction's creation to its start",
             queue_wait.clone(),
         );
+        registry.register(
+            "runner_output_upload_seconds",
+            "Time from a Cog server's output file PUT to the file stored",
+            upload_duration.clone(),
+        );
+        registry.register(
+            "runner_output_upload_bytes",
+            "Bytes of output files stored from uploads",
+            upload_bytes.clone(),
+        );
         Self {
             registry: std::sync::Arc::new(registry),
             in_flight,
@@ -103,7 +121,15 @@ impl RunnerMetrics {
             running,
             jobs_taken,
             queue_wait,
+            upload_duration,
+            upload_bytes,
         }
+    }
+
+    /// An output file of `bytes` was uploaded and stored in `seconds`.
+    pub fn uploaded(&self, bytes: u64, seconds: f64) {
+        self.upload_duration.observe(seconds);
+        self.upload_bytes.inc_by(bytes);
     }
 
     /// A prediction of `model` starts running here; it counts as in flight until the guard

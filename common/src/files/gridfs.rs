@@ -110,14 +110,21 @@ impl FileStore for GridFsStore {
                         return Err(FileStoreError::Body(e));
                     }
                 };
-                if tally.add(&chunk) > max_bytes {
+                if tally.add(&chunk).await > max_bytes {
                     upload.abort().await.ok();
                     return Err(FileStoreError::TooLarge { max_bytes });
                 }
                 upload.write_all(&chunk).await.map_err(io)?;
             }
+            let written = match tally.finish().await {
+                Ok(written) => written,
+                Err(e) => {
+                    upload.abort().await.ok();
+                    return Err(e);
+                }
+            };
             upload.close().await.map_err(io)?;
-            Ok(tally.finish())
+            Ok(written)
         })
     }
 

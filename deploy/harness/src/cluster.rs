@@ -210,6 +210,21 @@ impl Cluster {
         Ok(snapshot)
     }
 
+    /// The sum over the runners of the unlabelled metric `name` (a counter's or a histogram's
+    /// `_sum` or `_count` line).
+    pub async fn runners_metric(&self, name: &str) -> anyhow::Result<f64> {
+        let mut total = 0.0;
+        for member in &self.runners {
+            let text = self.http.get(&member.metrics).send().await?.text().await?;
+            total += text
+                .lines()
+                .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .filter_map(|n| n.trim().parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        Ok(total)
+    }
+
     /// Waits until the system has worked off what it was given: no job left in the jobs
     /// stream and no event waiting for the notifier, twice in a row 250 ms apart. `false` if
     /// that did not happen within `within`.

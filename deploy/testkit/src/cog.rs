@@ -95,6 +95,18 @@ impl CogServer {
         body["status"].as_str().map(str::to_owned)
     }
 
+    /// Stops the server's process (SIGSTOP) for `pause`, then lets it go on (SIGCONT): a server
+    /// too busy to answer anything for that long.
+    pub async fn freeze_for(&self, pause: Duration) {
+        let signal = |name: &str| {
+            let sent = std::process::Command::new("kill").args([name, &self.child.id().to_string()]).status();
+            assert!(sent.is_ok_and(|s| s.success()), "kill {name} the Cog server");
+        };
+        signal("-STOP");
+        tokio::time::sleep(pause).await;
+        signal("-CONT");
+    }
+
     /// Kills the server (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         self.child.kill().expect("kill the Cog server");

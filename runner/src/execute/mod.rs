@@ -228,6 +228,12 @@ impl Executor {
         }
     }
 
+    /// Counts into `metrics` (shared with the Cog uploads' receiver).
+    pub fn with_metrics(mut self, metrics: RunnerMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// Records `prices` (this runner's pool and its price) on each job it starts.
     pub fn with_prices(mut self, prices: PriceBoard) -> Self {
         self.prices = prices;

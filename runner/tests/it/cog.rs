@@ -172,6 +172,22 @@ async fn a_cog_server_killed_during_a_sync_call_fails_the_prediction_with_a_clea
     killing_the_server_mid_run_fails_the_prediction("pause", json!({"seconds": 30.0})).await;
 }
 
+/// coglet answers `/health-check` through its worker, which does not answer while it uploads a
+/// large output file: a server silent for a few health checks is busy, not gone.
+#[tokio::test]
+async fn a_cog_server_silent_for_a_few_health_checks_finishes_its_prediction() {
+    let fixture = Fixture::new(&[]).await;
+    let server = CogServer::start_ready("pause", CogMode::Predict).await;
+    runner_for(&fixture, "acme/pause", &server).await;
+    let p = fixture.create("acme/pause", json!({"seconds": 3.0})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    // Two health checks (every 2 s, each given 2 s) go unanswered.
+    server.freeze_for(Duration::from_secs(7)).await;
+    let done = fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.output.as_ref().and_then(serde_json::Value::as_str), Some("paused 3.0 s"));
+}
+
 /// The version the runner serves `acme/pause` under in the test below, named before the
 /// runner registers it so that a job can wait for it.
 const EARLY_VERSION: &str = "pause1";
@@ -214,6 +230,7 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
         common::files::Files::new(&fixture.store),
         common::links::Links::for_tests("http://127.0.0.1:1"),
         runner::models::cog::uploads::DEFAULT_MAX_FILE_BYTES,
+        runner::metrics::RunnerMetrics::new(),
     );
     let callbacks =
         Callbacks::serve("127.0.0.1:0".parse().expect("addr"), None, uploads, Default::default()).await.expect("serve");

@@ -23,7 +23,10 @@
 //!   non-terminal snapshots that arrive after it are ignored.
 //! - **Death**: a Cog server that dies sends no terminal webhook, so while waiting the run
 //!   polls `/health-check` every 2 s and fails with `MODEL_SERVER_UNAVAILABLE` when the server
-//!   stops answering or reports `UNHEALTHY` (a crashed worker never recovers).
+//!   refuses the connection, reports `UNHEALTHY` (a crashed worker never recovers), or leaves
+//!   its checks unanswered for [`HEALTH_SILENCE_LIMIT`]. A check that times out alone is no
+//!   death: coglet answers it through its worker, which does not answer while it uploads an
+//!   output file (about 4 s of silence for 1 GiB here).
 //! - **Cancel**: when the executor drops the run (cancel, deadline, shutdown), a
 //!   `POST /predictions/{id}/cancel` is sent, and sent again while the server still knows
 //!   the prediction (coglet loses a cancel that arrives right as a prediction starts).
@@ -58,6 +61,11 @@ use super::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often a running prediction's server is checked.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+/// How long one health check may take.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a running prediction's server may leave every health check unanswered (timed
+/// out, not refused) before the run fails: a hung server, told from a busy one.
+pub const HEALTH_SILENCE_LIMIT: Duration = Duration::from_secs(30);
 /// The longest a sync call is held open; the executor's prediction deadline (which drops the
 /// run, closing the connection, which cancels it on the server) normally ends it first.
 const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -267,13 +275,27 @@ impl CogModel {
         }
     }
 
+    /// Ends only when the server is gone: see the module's **Death**.
     async fn watch_health(&self) -> ModelError {
+        let mut silent_since: Option<tokio::time::Instant> = None;
         loop {
             tokio::time::sleep(HEALTH_INTERVAL).await;
+            let asked = tokio::time::Instant::now();
             match health(&self.http, &self.base).await {
-                Ok(status) if matches!(status.as_str(), "READY" | "BUSY" | "STARTING") => {}
+                Ok(status) if matches!(status.as_str(), "READY" | "BUSY" | "STARTING") => silent_since = None,
                 Ok(status) => return unavailable(&self.base, format!("reports {status}")),
-                Err(e) => return unavailable(&self.base, e),
+                Err(e) if e.is_connect() => return unavailable(&self.base, e),
+                Err(e) => {
+                    let since = *silent_since.get_or_insert(asked);
+                    if since.elapsed() >= HEALTH_SILENCE_LIMIT {
+                        let silent = since.elapsed().as_secs();
+                        return unavailable(
+                            &self.base,
+                            format!("left its health checks unanswered for {silent} s: {e}"),
+                        );
+                    }
+                    tracing::info!(server = %self.base, error = %e, "the Cog server left a health check unanswered (busy?); still waiting");
+                }
             }
         }
     }
@@ -285,7 +307,7 @@ fn unavailable(base: &Url, e: impl std::fmt::Display) -> ModelError {
 
 async fn health(http: &Client, base: &Url) -> Result<String, reqwest::Error> {
     let url = base.join("health-check").expect("a relative path joins");
-    let v: Value = http.get(url).timeout(Duration::from_secs(2)).send().await?.json().await?;
+    let v: Value = http.get(url).timeout(HEALTH_TIMEOUT).send().await?.json().await?;
     Ok(v["status"].as_str().unwrap_or("UNKNOWN").to_owned())
 }
 

@@ -35,6 +35,8 @@ use common::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
+use crate::metrics::RunnerMetrics;
+
 /// The default bound on one uploaded file: S3's largest single object is far larger, and
 /// real models' outputs (videos, weights) pass a gigabyte.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 5 * 1024 * 1024 * 1024;
@@ -57,6 +59,7 @@ pub struct Uploads {
     files: Files,
     links: Links,
     max_bytes: u64,
+    metrics: RunnerMetrics,
     runs: Mutex<HashMap<String, watch::Receiver<Option<RunOwner>>>>,
 }
 
@@ -74,9 +77,9 @@ impl Drop for UploadRegistration {
 
 impl Uploads {
     /// Uploads into `files`, answered with `links`' canonical file URLs, each at most
-    /// `max_bytes`.
-    pub fn new(files: Files, links: Links, max_bytes: u64) -> Arc<Self> {
-        Arc::new(Self { files, links, max_bytes, runs: Mutex::new(HashMap::new()) })
+    /// `max_bytes`, timed into `metrics`.
+    pub fn new(files: Files, links: Links, max_bytes: u64, metrics: RunnerMetrics) -> Arc<Self> {
+        Arc::new(Self { files, links, max_bytes, metrics, runs: Mutex::new(HashMap::new()) })
     }
 
     /// Lets the Cog prediction `cog_id` upload files of `owner` (once known) until the
@@ -102,6 +105,7 @@ pub async fn receive(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let started = std::time::Instant::now();
     let Some(cog_id) = headers.get("x-prediction-id").and_then(|v| v.to_str().ok()) else {
         return refused(StatusCode::BAD_REQUEST, "an upload names its prediction in X-Prediction-Id");
     };
@@ -132,7 +136,9 @@ pub async fn receive(
     let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
     match uploads.files.create(new, stream, uploads.max_bytes).await {
         Ok(record) => {
-            tracing::info!(file = %record.id, size = record.size, "output file uploaded");
+            let seconds = started.elapsed().as_secs_f64();
+            uploads.metrics.uploaded(u64::try_from(record.size).unwrap_or(0), seconds);
+            tracing::info!(file = %record.id, size = record.size, seconds, "output file uploaded");
             let location = uploads.links.file(&record.id, ApiSurface::Canonical);
             (StatusCode::CREATED, [(header::LOCATION, location)]).into_response()
         }
