@@ -1,9 +1,9 @@
 //! Writes to the store: a body of up to [`PART_SIZE`] is one `PutObject`; a longer one is a
 //! multipart upload whose parts are sent while the next one is read ([`PARTS_IN_FLIGHT`] at
 //! once, so an upload holds at most three parts in memory, whatever its size). A part is the
-//! chunks of the body as they came, never copied into a buffer of its own ([`Gathered`]). The upload id is
-//! noted in `unfinished_uploads` first, so an upload cut off by a killed process can be aborted
-//! by the sweep; one that fails here is aborted at once.
+//! chunks of the body as they came, never copied into a buffer of its own ([`Gathered`]). The
+//! upload id is noted in `unfinished_uploads` first, so an upload cut off by a killed process
+//! can be aborted by the sweep; one that fails here is aborted at once.
 
 use std::collections::VecDeque;
 
@@ -19,9 +19,9 @@ use crate::{
 };
 
 /// Parts of one upload sent at once. A second one in flight took a 1 GiB write to S3Proxy
-/// from 6.3 to 4.7 s until its last part was sent (`bench outputs --store s3`): the store's per-part latency, not its
-/// throughput, held one part at a time back (on S3 itself, parallel parts are the advised way
-/// to a higher rate).
+/// from 6.3 to 4.7 s until its last part was sent (`bench outputs --store s3`): the store's
+/// per-part latency, not its throughput, held one part at a time back (on S3 itself, parallel
+/// parts are the advised way to a higher rate).
 pub const PARTS_IN_FLIGHT: usize = 2;
 
 impl S3Store {
