@@ -88,11 +88,15 @@ start_s3() {
   export S3_BUCKET="${S3_BUCKET:-files}"
 }
 
+# stop_infra: stops the servers started above, and removes the temporary directories of the
+# Cog servers launch_cog started (its callers stop those with their services first).
 stop_infra() {
   local pid
   for pid in "${INFRA_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${INFRA_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   INFRA_PIDS=()
+  if [ "${#COG_TMPDIRS[@]}" -gt 0 ]; then rm -rf "${COG_TMPDIRS[@]}"; fi
+  COG_TMPDIRS=()
 }
 
 docker_available() {
@@ -105,16 +109,20 @@ docker_available() {
 # its Python), and await_cogs waits for every one launched. With UPLOAD_URL, its output files
 # are PUT there (coglet's --upload-url: the runner's callback receiver,
 # RUNNER_COG_CALLBACK_BIND, at /upload/). Its pid joins SERVICE_PIDS (stopped with the
-# services) and COG_PIDS.
+# services) and COG_PIDS. Its TMPDIR is a directory of its own, removed by stop_infra: coglet
+# leaves there the files a model returned and the inputs it downloaded.
 COG_PIDS=()
 COG_PENDING=()
+COG_TMPDIRS=()
 launch_cog() {
-  local fixture="$1" mode="$2" logfile="$3" upload=() port stub
+  local fixture="$1" mode="$2" logfile="$3" upload=() port stub tmpdir
   if [ -n "${4:-}" ]; then upload=(--upload-url "$4"); fi
+  tmpdir="$(mktemp -d "${TMPDIR:-/tmp}/cog-$fixture-XXXXXX")"
+  COG_TMPDIRS+=("$tmpdir")
   [ -n "${COG_PYTHON:-}" ] || COG_PYTHON="$("$root/deploy/local/install" | sed -n 's/^COG_PYTHON=//p')"
   port="$(free_port)"
   if [ "$mode" = train ]; then stub=(COG_TRAIN_TYPE_STUB=train.py:train); else stub=(COG_PREDICT_TYPE_STUB=predict.py:Predictor); fi
-  (cd "$root/runner/tests/fixtures/cog/$fixture" && exec env PATH="$(dirname "$COG_PYTHON"):$PATH" PORT="$port" \
+  (cd "$root/runner/tests/fixtures/cog/$fixture" && exec env PATH="$(dirname "$COG_PYTHON"):$PATH" PORT="$port" TMPDIR="$tmpdir" \
     "${stub[@]}" COG_MAX_CONCURRENCY=1 \
     "$COG_PYTHON" -m cog.server.http --host 127.0.0.1 --x-mode "$mode" "${upload[@]}") >"$logfile" 2>&1 &
   COG_PIDS+=("$!")

@@ -1,6 +1,8 @@
 //! A Cog model server (coglet, from the Python that `COG_PYTHON` names; `deploy/bench/run` and
 //! `deploy/local/fault-tests` set it) started from a fixture directory for a run, as a
-//! predictor or a trainer, ready before it is returned, and stopped when dropped.
+//! predictor or a trainer, ready before it is returned, and stopped when dropped. Each server has
+//! a temporary directory of its own (`TMPDIR`), removed when it is dropped: coglet leaves the
+//! files a model returned there after a prediction (a bench of 1 GiB outputs left 1 GiB each).
 
 use std::{
     path::{Path, PathBuf},
@@ -15,8 +17,10 @@ use crate::processes::spawn_logged;
 /// A Cog server (coglet) serving one fixture predictor; killed when dropped, and its log
 /// removed unless `BENCH_KEEP_LOGS` is set.
 pub struct CogServer {
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     log: PathBuf,
+    /// Its `TMPDIR`, removed with it.
+    tmp: PathBuf,
     /// Its base URL.
     pub base: String,
 }
@@ -44,11 +48,14 @@ impl CogServer {
         let bin = Path::new(&python).parent().context("COG_PYTHON has no directory")?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log = std::env::temp_dir().join(format!("bench-cog-{port}.log"));
+        let tmp = std::env::temp_dir().join(format!("bench-cog-{port}"));
+        std::fs::create_dir_all(&tmp).with_context(|| format!("create {}", tmp.display()))?;
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
         let mut command = tokio::process::Command::new(&python);
         command
             .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
             .current_dir(fixture)
+            .env("TMPDIR", &tmp)
             .env("PATH", path)
             .env("PORT", port.to_string())
             .env("COG_MAX_CONCURRENCY", slots.to_string());
@@ -61,7 +68,7 @@ impl CogServer {
             command.env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor");
         }
         let child = spawn_logged(&mut command, &log, "the Cog server")?;
-        let server = Self { _child: child, log, base: format!("http://127.0.0.1:{port}") };
+        let server = Self { child, log, tmp, base: format!("http://127.0.0.1:{port}") };
         let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
         let ready = async {
             loop {
@@ -81,6 +88,8 @@ impl CogServer {
 
 impl Drop for CogServer {
     fn drop(&mut self) {
+        self.child.start_kill().ok();
+        std::fs::remove_dir_all(&self.tmp).ok();
         if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
             std::fs::remove_file(&self.log).ok();
         }

@@ -1,7 +1,9 @@
 //! A Cog model server (coglet 0.23.1, from the venv `deploy/local/install` makes) serving a
 //! fixture directory of the runner's tests (`runner/tests/fixtures/cog/<name>`), on a free
 //! port, ready before it is returned ([`CogServer::start_ready`], at most two of a test binary
-//! starting at once: [`STARTING`]), killed when dropped.
+//! starting at once: [`STARTING`]), killed when dropped. Each server has a temporary directory
+//! of its own (`TMPDIR`), removed when it is dropped: coglet leaves the files a model returned
+//! and the inputs it downloaded there after a prediction.
 
 use std::{
     path::PathBuf,
@@ -32,6 +34,8 @@ pub enum CogMode {
 /// A running Cog server.
 pub struct CogServer {
     child: Child,
+    /// Its `TMPDIR`, removed with it.
+    tmp: PathBuf,
     /// Its base URL.
     pub url: String,
 }
@@ -44,10 +48,13 @@ impl CogServer {
         let bin = python.parent().expect("the venv's bin").to_path_buf();
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
         let dir = super::standins::repo_root().join("runner/tests/fixtures/cog").join(name);
+        let tmp = std::env::temp_dir().join(format!("ps-test-cog-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("create the Cog server's temporary directory");
         let mut command = Command::new(&python);
         command
             .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
             .current_dir(dir)
+            .env("TMPDIR", &tmp)
             .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
             .env("PORT", port.to_string())
             .env("COG_MAX_CONCURRENCY", "1")
@@ -61,7 +68,12 @@ impl CogServer {
             command.args(["--upload-url", url]);
         }
         let child = command.spawn().expect("start a Cog server");
-        Self { child, url: format!("http://127.0.0.1:{port}") }
+        Self { child, tmp, url: format!("http://127.0.0.1:{port}") }
+    }
+
+    /// Its `TMPDIR` (removed when it is dropped).
+    pub fn tmp_dir(&self) -> &std::path::Path {
+        &self.tmp
     }
 
     /// Starts as [`Self::start`] does, once fewer than [`STARTING`] are starting, and waits
@@ -117,5 +129,6 @@ impl Drop for CogServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.tmp);
     }
 }

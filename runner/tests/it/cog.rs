@@ -260,3 +260,47 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
         assert!(server_reports(&server, "READY").await, "dropped {spin_us} us after the request: still running");
     }
 }
+
+/// The files under `dir`, at any depth.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .flat_map(|e| match e.path() {
+            p if p.is_dir() => files_under(&p),
+            p => vec![p],
+        })
+        .collect()
+}
+
+// coglet leaves the files a model returned where the model wrote them: the fixture of file
+// outputs removes the files of its last prediction when the next starts, and each test's Cog
+// server keeps them in a temporary directory of its own, removed with it (a bench of 1 GiB
+// outputs had filled this machine's disk, and a CI run on it failed).
+#[tokio::test]
+async fn a_cog_server_leaves_no_output_files_behind() {
+    let server = CogServer::start_ready("images", CogMode::Predict).await;
+    let http = reqwest::Client::new();
+    let predict = || async {
+        let answer = http
+            .post(format!("{}/predictions", server.url))
+            .json(&json!({"input": {"count": 2, "kib": 64}}))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .expect("predict");
+        let body: serde_json::Value = answer.json().await.expect("a JSON answer");
+        assert_eq!(body["status"], "succeeded", "{body}");
+        assert_eq!(body["output"].as_array().map(Vec::len), Some(2));
+    };
+    predict().await;
+    let first = files_under(server.tmp_dir());
+    assert_eq!(first.len(), 2, "the first prediction's files, in the server's own directory: {first:?}");
+    predict().await;
+    let second = files_under(server.tmp_dir());
+    assert_eq!(second.len(), 2, "only the second prediction's files: {second:?}");
+    assert!(first.iter().all(|f| !f.exists()), "the first prediction's files are gone");
+    let dir = server.tmp_dir().to_path_buf();
+    drop(server);
+    assert!(!dir.exists(), "the server's directory goes with it");
+}
