@@ -137,18 +137,21 @@ impl Tally {
 }
 
 /// One digest of a [`Tally`]: in line, or on its own blocking thread.
-struct Digesting<D> {
-    in_line: Option<D>,
-    behind: Option<(tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<D>)>,
+enum Digesting<D> {
+    /// Hashed where the chunks are read.
+    InLine(D),
+    /// Hashed on a blocking thread, fed through a queue; the thread answers the digest.
+    Behind { chunks: tokio::sync::mpsc::Sender<Bytes>, done: tokio::task::JoinHandle<D> },
 }
 
 impl<D: Digest + Send + 'static> Digesting<D> {
     fn new() -> Self {
-        Self { in_line: Some(D::new()), behind: None }
+        Self::InLine(D::new())
     }
 
     async fn update(&mut self, chunk: &Bytes, behind: bool) {
-        if behind && let Some(mut digest) = self.in_line.take() {
+        if behind && let Self::InLine(digest) = self {
+            let mut digest = std::mem::replace(digest, D::new());
             let (chunks, mut queue) = tokio::sync::mpsc::channel::<Bytes>(QUEUED_CHUNKS);
             let done = tokio::task::spawn_blocking(move || {
                 while let Some(chunk) = queue.blocking_recv() {
@@ -156,23 +159,25 @@ impl<D: Digest + Send + 'static> Digesting<D> {
                 }
                 digest
             });
-            self.behind = Some((chunks, done));
+            *self = Self::Behind { chunks, done };
         }
-        if let Some(digest) = self.in_line.as_mut() {
-            digest.update(chunk);
-        } else if let Some((chunks, _)) = &self.behind {
+        match self {
+            Self::InLine(digest) => digest.update(chunk),
             // A send fails only when the thread is gone, which `finish` reports.
-            let _ = chunks.send(chunk.clone()).await;
+            Self::Behind { chunks, .. } => {
+                let _ = chunks.send(chunk.clone()).await;
+            }
         }
     }
 
     async fn finish(self) -> Result<Vec<u8>, FileStoreError> {
-        if let Some(digest) = self.in_line {
-            return Ok(digest.finalize().to_vec());
-        }
-        let (chunks, done) = self.behind.expect("a digest is in line or behind");
-        drop(chunks);
-        let digest = done.await.map_err(|e| FileStoreError::Storage(Box::new(e)))?;
+        let digest = match self {
+            Self::InLine(digest) => digest,
+            Self::Behind { chunks, done } => {
+                drop(chunks);
+                done.await.map_err(|e| FileStoreError::Storage(Box::new(e)))?
+            }
+        };
         Ok(digest.finalize().to_vec())
     }
 }
@@ -211,7 +216,10 @@ mod tests {
             tally.add(&Bytes::copy_from_slice(&whole[at..end])).await;
             at = end;
         }
-        assert!(tally.sha256.behind.is_some() && tally.md5.behind.is_some(), "past the limit the digests ran behind");
+        assert!(
+            matches!(tally.sha256, Digesting::Behind { .. }) && matches!(tally.md5, Digesting::Behind { .. }),
+            "past the limit the digests ran behind"
+        );
         let written = tally.finish().await.expect("hashed");
         assert_eq!(written.size, whole.len() as u64);
         assert_eq!(written.sha256, hex(&Sha256::digest(&whole)));

@@ -216,11 +216,7 @@ impl Cluster {
         let mut total = 0.0;
         for member in &self.runners {
             let text = self.http.get(&member.metrics).send().await?.text().await?;
-            total += text
-                .lines()
-                .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-                .filter_map(|n| n.trim().parse::<f64>().ok())
-                .sum::<f64>();
+            total += series(&text).filter(|(s, _)| *s == name).map(|(_, v)| v).sum::<f64>();
         }
         Ok(total)
     }
@@ -300,12 +296,19 @@ pub fn cores() -> String {
 /// `mongodb_commands_total` by command, from a `/metrics` page.
 pub async fn commands(http: &reqwest::Client, url: &str) -> anyhow::Result<BTreeMap<String, f64>> {
     let text = http.get(url).send().await?.text().await?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.strip_prefix("mongodb_commands_total{command=\""))
-        .filter_map(|l| l.split_once("\"} "))
-        .filter_map(|(c, n)| n.trim().parse().ok().map(|n| (c.to_owned(), n)))
+    Ok(series(&text)
+        .filter_map(|(s, n)| Some((s.strip_prefix("mongodb_commands_total{command=\"")?.strip_suffix("\"}")?, n)))
+        .map(|(c, n)| (c.to_owned(), n))
         .collect())
+}
+
+/// The samples of a `/metrics` page: each series (its name and labels, as written) and its
+/// value; comments and lines that are not a sample are left out.
+fn series(text: &str) -> impl Iterator<Item = (&str, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(s, v)| Some((s, v.trim().parse().ok()?)))
 }
 
 /// What each service used between two snapshots, per prediction: CPU microseconds (and the
@@ -371,4 +374,25 @@ pub fn cost(before: &Snapshot, after: &Snapshot, predictions: usize) -> Value {
 pub fn round(x: f64, places: i32) -> f64 {
     let f = 10f64.powi(places);
     (x * f).round() / f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metrics_page_reads_as_its_series_and_values() {
+        let page = "# HELP runner_output_upload_seconds Uploads\n# TYPE runner_output_upload_seconds histogram\n\
+                    runner_output_upload_seconds_sum 12.5\nrunner_output_upload_seconds_count 2\n\
+                    mongodb_commands_total{command=\"find\"} 7\n# EOF\n";
+        let all: Vec<(&str, f64)> = series(page).collect();
+        assert_eq!(
+            all,
+            [
+                ("runner_output_upload_seconds_sum", 12.5),
+                ("runner_output_upload_seconds_count", 2.0),
+                ("mongodb_commands_total{command=\"find\"}", 7.0)
+            ]
+        );
+    }
 }

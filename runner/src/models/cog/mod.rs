@@ -65,7 +65,7 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a running prediction's server may leave every health check unanswered (timed
 /// out, not refused) before the run fails: a hung server, told from a busy one.
-pub const HEALTH_SILENCE_LIMIT: Duration = Duration::from_secs(30);
+const HEALTH_SILENCE_LIMIT: Duration = Duration::from_secs(30);
 /// The longest a sync call is held open; the executor's prediction deadline (which drops the
 /// run, closing the connection, which cancels it on the server) normally ends it first.
 const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
