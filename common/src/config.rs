@@ -23,6 +23,7 @@
 //! | `S3_ENDPOINT` | AWS | the store's address, for a store other than AWS S3 |
 //! | `S3_REGION` | `AWS_REGION`, else `us-east-1` | the region requests are signed for |
 //! | `S3_FORCE_PATH_STYLE` | `false` | `<endpoint>/<bucket>/<key>` addressing (MinIO, S3Proxy) |
+//! | `S3_SINGLE_PUT_MAX_BYTES` | `5242880` (5 MiB) | a file whose length is declared up to this size is written in one `PutObject`; larger or undeclared, as a multipart upload (at most 5 GiB; S3Proxy: see docs/files.md) |
 //! | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | required with `S3_BUCKET` (token optional) | the store's credentials |
 //! | `FILES_UPLOAD_TIMEOUT_SECONDS` | `3600` | the longest a file's bytes may take to be stored; unfinished uploads older than this (and a minute) are swept |
 //! | `FILES_S3_REDIRECT` | `true` | downloads of files in S3 answer 307 to a presigned object URL; `false` streams them through the api |
@@ -251,6 +252,7 @@ fn files_config(env: &Env<'_>) -> Result<FilesConfig, ConfigError> {
                 endpoint,
                 region,
                 force_path_style: env.flag("S3_FORCE_PATH_STYLE", false)?,
+                single_put_max_bytes: single_put_max_bytes(env)?,
                 access_key_id: env.required("AWS_ACCESS_KEY_ID")?,
                 secret_access_key: env.required("AWS_SECRET_ACCESS_KEY")?,
                 session_token: env.get("AWS_SESSION_TOKEN").filter(|t| !t.is_empty()),
@@ -263,6 +265,18 @@ fn files_config(env: &Env<'_>) -> Result<FilesConfig, ConfigError> {
         s3_redirect: env.flag("FILES_S3_REDIRECT", true)?,
         upload_timeout: env.seconds("FILES_UPLOAD_TIMEOUT_SECONDS", crate::files::DEFAULT_UPLOAD_TIMEOUT)?,
     })
+}
+
+/// `S3_SINGLE_PUT_MAX_BYTES`: from one part's size (what is written in one request anyway) to
+/// S3's largest `PutObject`.
+fn single_put_max_bytes(env: &Env<'_>) -> Result<u64, ConfigError> {
+    let (least, most) = (crate::files::s3::PART_SIZE as u64, crate::files::s3::SINGLE_PUT_LIMIT);
+    let value = env.parse("S3_SINGLE_PUT_MAX_BYTES", least)?;
+    if !(least..=most).contains(&value) {
+        let reason = format!("{value} is not between {least} (one part) and {most} (S3's largest PutObject)");
+        return Err(ConfigError { var: "S3_SINGLE_PUT_MAX_BYTES".into(), reason });
+    }
+    Ok(value)
 }
 
 #[cfg(test)]

@@ -76,7 +76,9 @@ start_nats() {
 
 # start_s3 LOGFILE DIR: S3Proxy on a free port, objects as files under DIR/objects. Exports
 # S3_ENDPOINT, S3_REGION, S3_FORCE_PATH_STYLE, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
-# S3_BUCKET (default "files"; the services create it at start).
+# S3_BUCKET (default "files"; the services create it at start), and S3_SINGLE_PUT_MAX_BYTES at
+# S3's largest PutObject: S3Proxy joins a multipart upload's parts by copying them, so a file
+# whose length is declared (a Cog server's output) goes in one request (docs/files.md).
 start_s3() {
   local logfile="$1" dir="$2" port
   port="$(free_port)"
@@ -85,7 +87,7 @@ start_s3() {
   wait_for_port "$port" 60 S3Proxy || { cat "$logfile" >&2; return 1; }
   export S3_ENDPOINT="http://127.0.0.1:$port" S3_REGION="${S3_REGION:-us-east-1}" S3_FORCE_PATH_STYLE=true
   export AWS_ACCESS_KEY_ID=local-identity AWS_SECRET_ACCESS_KEY=local-credential
-  export S3_BUCKET="${S3_BUCKET:-files}"
+  export S3_BUCKET="${S3_BUCKET:-files}" S3_SINGLE_PUT_MAX_BYTES="${S3_SINGLE_PUT_MAX_BYTES:-5368709120}"
 }
 
 # stop_infra: stops the servers started above, and removes the temporary directories of the

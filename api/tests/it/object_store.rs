@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{
     domain::AccountId,
-    files::{Files, NewFile, s3::PART_SIZE},
+    files::{FileStore, Files, NewFile, s3::PART_SIZE},
 };
 use futures::StreamExt;
 use reqwest::{Method, multipart};
@@ -324,4 +324,75 @@ async fn a_store_unreachable_at_start_does_not_stop_the_api_and_files_work_once_
     })
     .await;
     assert!(stored.is_some(), "uploads work once the store answers (its bucket created then)");
+}
+
+/// The bytes the store serves for file `id`.
+async fn object_of(files: &Files, id: &common::domain::FileId) -> Vec<u8> {
+    let s3 = files.s3().expect("an S3 store");
+    let url = s3.presigned_get(id, "f.bin", "application/octet-stream", Duration::from_secs(60)).expect("a URL");
+    let response = reqwest::get(url).await.expect("read the object");
+    assert_eq!(response.status(), 200);
+    response.bytes().await.expect("its bytes").to_vec()
+}
+
+/// Whether the write of file `id` (not yet recorded, so still noted as unfinished) was a
+/// multipart upload: the note keeps its upload id.
+async fn was_multipart(system: &System, id: &common::domain::FileId) -> bool {
+    let notes = system.ctx.store().await.database().collection::<bson::Document>("unfinished_uploads");
+    let note = notes.find_one(bson::doc! {"_id": id.as_str()}).await.expect("read").expect("the upload is noted");
+    note.get_str("multipart_upload_id").is_ok()
+}
+
+fn in_chunks(bytes: Vec<u8>) -> common::files::ByteStream<'static> {
+    let chunks: Vec<_> = bytes.chunks(64 * 1024).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
+    futures::stream::iter(chunks).boxed()
+}
+
+// A file whose length is declared (as a Cog server's upload declares it) goes to the store in
+// one PutObject (S3_SINGLE_PUT_MAX_BYTES; the tests' S3Proxy has it at S3's limit), streamed,
+// and is held to that length: a body longer or shorter than declared is refused and leaves no
+// object, and one declared past the limit is refused unread. Undeclared, it is a multipart
+// upload as before.
+#[tokio::test]
+async fn a_file_of_declared_length_is_one_put_held_to_that_length() {
+    use common::files::{FileBody, FileStoreError, FilesError};
+    let system = System::start_with(on_s3(&[])).await;
+    let files = system.files().await;
+    let bytes = sample(PART_SIZE + 123_457);
+    let length = bytes.len() as u64;
+
+    let whole = files.put_bytes("f.bin", FileBody::sized(in_chunks(bytes.clone()), length), u64::MAX).await;
+    let whole = whole.expect("stored");
+    assert_eq!(object_of(&files, &whole.id).await, bytes, "the bytes, whole");
+    assert!(!was_multipart(&system, &whole.id).await, "declared, one PutObject");
+    assert_eq!(whole.written.size, length);
+
+    let parts = files.put_bytes("f.bin", in_chunks(bytes.clone()), u64::MAX).await.expect("stored");
+    assert_eq!(object_of(&files, &parts.id).await, bytes);
+    assert!(was_multipart(&system, &parts.id).await, "undeclared, a multipart upload");
+    assert_eq!((parts.written.sha256, parts.written.md5), (whole.written.sha256, whole.written.md5));
+
+    let s3 = files.s3().expect("an S3 store");
+    let kept = s3.list_keys().await.expect("list").len();
+    for declared in [length + 1, length - 1] {
+        let refused = files.put_bytes("f.bin", FileBody::sized(in_chunks(bytes.clone()), declared), u64::MAX).await;
+        match refused {
+            Err(FilesError::Bytes(FileStoreError::Body(e))) => assert!(e.to_string().contains("declared"), "{e}"),
+            other => panic!("{declared} bytes declared for {length}: {other:?}"),
+        }
+    }
+    let unread: common::files::ByteStream<'static> =
+        futures::stream::poll_fn(|_| -> std::task::Poll<Option<std::io::Result<bytes::Bytes>>> {
+            panic!("a body declared past the limit is not read")
+        })
+        .boxed();
+    let too_large = files.put_bytes("f.bin", FileBody::sized(unread, length), length - 1).await;
+    assert!(matches!(too_large, Err(FilesError::Bytes(FileStoreError::TooLarge { .. }))), "{too_large:?}");
+    // S3Proxy removes a cut-off write's temporary file once it sees the request end.
+    let after = eventually(Duration::from_secs(10), || async {
+        let keys = s3.list_keys().await.ok()?.len();
+        (keys == kept).then_some(keys)
+    })
+    .await;
+    assert_eq!(after, Some(kept), "the refused bodies left no object");
 }

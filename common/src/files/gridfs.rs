@@ -20,7 +20,7 @@ use mongodb::{
     options::GridFsBucketOptions,
 };
 
-use super::store::{ByteStream, FileStore, FileStoreError, Tally, Written};
+use super::store::{ByteStream, FileBody, FileStore, FileStoreError, Tally, Written};
 use crate::{domain::FileId, store::UnfinishedUpload};
 
 /// The GridFS bucket's name.
@@ -95,10 +95,11 @@ impl FileStore for GridFsStore {
         &'a self,
         id: &'a FileId,
         name: &'a str,
-        mut body: ByteStream<'a>,
+        body: FileBody<'a>,
         max_bytes: u64,
     ) -> BoxFuture<'a, Result<Written, FileStoreError>> {
         Box::pin(async move {
+            let mut body = body.stream;
             let mut upload =
                 self.bucket.open_upload_stream(name).id(Bson::String(id.to_string())).await.map_err(storage)?;
             let mut tally = Tally::default();

@@ -26,7 +26,7 @@ use bson::{DateTime, Document};
 pub use self::{
     gridfs::GridFsStore,
     s3::{S3Settings, S3Store},
-    store::{ByteStream, FileStore, FileStoreError, FileStoreKind, Written},
+    store::{ByteStream, FileBody, FileStore, FileStoreError, FileStoreKind, Written},
 };
 use crate::{
     domain::{AccountId, FileId, PredictionId},
@@ -181,14 +181,29 @@ impl Files {
     }
 
     /// Stores `body` as a new file (at most `max_bytes`), then its record; the record.
-    pub async fn create(&self, new: NewFile, body: ByteStream<'_>, max_bytes: u64) -> Result<FileRecord, FilesError> {
+    pub async fn create<'a>(
+        &self,
+        new: NewFile,
+        body: impl Into<FileBody<'a>>,
+        max_bytes: u64,
+    ) -> Result<FileRecord, FilesError> {
         let stored = self.put_bytes(&new.name, body, max_bytes).await?;
         self.add_record(stored, new).await
     }
 
     /// Stores the bytes of a new file (at most `max_bytes`) that is not visible yet: nothing
     /// lists, reads or uses it until [`Self::add_record`] (or [`Self::discard`]).
-    pub async fn put_bytes(&self, name: &str, body: ByteStream<'_>, max_bytes: u64) -> Result<StoredBytes, FilesError> {
+    pub async fn put_bytes<'a>(
+        &self,
+        name: &str,
+        body: impl Into<FileBody<'a>>,
+        max_bytes: u64,
+    ) -> Result<StoredBytes, FilesError> {
+        let body = body.into();
+        // A body declared past the limit is refused unread.
+        if body.length.is_some_and(|l| l > max_bytes) {
+            return Err(FileStoreError::TooLarge { max_bytes }.into());
+        }
         let id = FileId::generate();
         let store = self.write_to;
         let bytes = self.bytes(store)?;

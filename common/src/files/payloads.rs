@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{Files, FilesError, NewFile};
+use super::{FileBody, Files, FilesError, NewFile};
 use crate::domain::{FileId, Prediction};
 
 /// The largest compact JSON kept in a prediction's document (64 KiB): past it, into the file
@@ -163,7 +163,8 @@ impl Payloads {
             expires_at: None,
             prediction_id: Some(p.id.clone()),
         };
-        let body = Box::pin(futures::stream::once(async move { Ok(bytes) }));
+        let length = bytes.len() as u64;
+        let body = FileBody::sized(Box::pin(futures::stream::once(async move { Ok(bytes) })), length);
         let stored = self.files.put_bytes(name, body, u64::MAX).await?;
         Ok(self.files.add_record_as(stored, new, true).await?.id)
     }

@@ -21,6 +21,54 @@ pub use crate::domain::FileStoreKind;
 /// A stream of a file's bytes.
 pub type ByteStream<'a> = BoxStream<'a, Result<Bytes, std::io::Error>>;
 
+/// The bytes of a new file, and their length when the sender declared it (an HTTP upload's
+/// `Content-Length`). A stream converts into a body of unknown length.
+pub struct FileBody<'a> {
+    /// The bytes.
+    pub stream: ByteStream<'a>,
+    /// How many there are, if known up front.
+    pub length: Option<u64>,
+}
+
+impl<'a> FileBody<'a> {
+    /// A body of `length` bytes: the stream fails where it would go past them, or where it
+    /// ends short of them ([`exactly`]), so no store keeps a body other than the one declared.
+    pub fn sized(stream: ByteStream<'a>, length: u64) -> Self {
+        Self { stream: exactly(stream, length), length: Some(length) }
+    }
+}
+
+impl<'a> From<ByteStream<'a>> for FileBody<'a> {
+    fn from(stream: ByteStream<'a>) -> Self {
+        Self { stream, length: None }
+    }
+}
+
+/// `stream`, failing with `InvalidData` at a chunk that would take it past `length` bytes
+/// (the chunk is not passed on) or at its end if it brought fewer.
+fn exactly(stream: ByteStream<'_>, length: u64) -> ByteStream<'_> {
+    use futures::StreamExt;
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    futures::stream::unfold(Some((stream, 0u64)), move |state| async move {
+        let (mut stream, seen) = state?;
+        match stream.next().await {
+            Some(Ok(chunk)) if seen + chunk.len() as u64 > length => {
+                Some((Err(invalid(format!("the body is longer than its declared {length} bytes"))), None))
+            }
+            Some(Ok(chunk)) => {
+                let seen = seen + chunk.len() as u64;
+                Some((Ok(chunk), Some((stream, seen))))
+            }
+            Some(Err(e)) => Some((Err(e), None)),
+            None if seen < length => {
+                Some((Err(invalid(format!("the body ended at {seen} of its declared {length} bytes"))), None))
+            }
+            None => None,
+        }
+    })
+    .boxed()
+}
+
 /// What a completed write stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
@@ -64,12 +112,13 @@ pub enum FileStoreError {
 pub trait FileStore: Send + Sync + fmt::Debug {
     /// Streams `body` into new file `id` (named `name`), hashing it as it goes; past
     /// `max_bytes` it stops with [`FileStoreError::TooLarge`] and keeps nothing. Stored bytes are
-    /// not readable until the returned future completes.
+    /// not readable until the returned future completes. A store may write a body of declared
+    /// length another way than one of unknown length (S3: in one request).
     fn put<'a>(
         &'a self,
         id: &'a FileId,
         name: &'a str,
-        body: ByteStream<'a>,
+        body: FileBody<'a>,
         max_bytes: u64,
     ) -> BoxFuture<'a, Result<Written, FileStoreError>>;
 
@@ -190,6 +239,33 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn read_all(body: FileBody<'_>) -> Result<Vec<u8>, std::io::Error> {
+        use futures::TryStreamExt;
+        body.stream
+            .try_fold(Vec::new(), |mut all, chunk| async move {
+                all.extend_from_slice(&chunk);
+                Ok(all)
+            })
+            .await
+    }
+
+    fn chunks(parts: &[&'static [u8]]) -> ByteStream<'static> {
+        use futures::StreamExt;
+        futures::stream::iter(parts.iter().map(|p| Ok(Bytes::from_static(p))).collect::<Vec<_>>()).boxed()
+    }
+
+    #[tokio::test]
+    async fn a_sized_body_passes_exactly_its_declared_bytes_and_fails_otherwise() {
+        let whole = read_all(FileBody::sized(chunks(&[b"hello ", b"world"]), 11)).await;
+        assert_eq!(whole.expect("as declared"), b"hello world");
+        let longer = read_all(FileBody::sized(chunks(&[b"hello ", b"world"]), 8)).await;
+        assert!(longer.expect_err("longer").to_string().contains("longer than its declared 8 bytes"));
+        let shorter = read_all(FileBody::sized(chunks(&[b"hello "]), 11)).await;
+        assert!(shorter.expect_err("shorter").to_string().contains("ended at 6 of its declared 11 bytes"));
+        let unknown = read_all(chunks(&[b"any ", b"length"]).into()).await;
+        assert_eq!(unknown.expect("no length to hold it to"), b"any length");
+    }
 
     #[tokio::test]
     async fn the_tally_counts_and_hashes_across_chunks_as_if_whole() {

@@ -252,6 +252,9 @@ impl S3Standin {
             ("S3_ENDPOINT", self.endpoint()),
             ("S3_REGION", "us-east-1".into()),
             ("S3_FORCE_PATH_STYLE", "true".into()),
+            // S3Proxy joins a multipart upload's parts by copying them: files of declared
+            // length go in one request, as `deploy/local/up` has them.
+            ("S3_SINGLE_PUT_MAX_BYTES", common::files::s3::SINGLE_PUT_LIMIT.to_string()),
             ("AWS_ACCESS_KEY_ID", Self::KEY_ID.into()),
             ("AWS_SECRET_ACCESS_KEY", Self::SECRET.into()),
         ]

@@ -151,6 +151,9 @@ impl TestContext {
             ("S3_ENDPOINT", s3.endpoint.clone()),
             ("S3_REGION", "us-east-1".into()),
             ("S3_FORCE_PATH_STYLE", "true".into()),
+            // S3Proxy joins a multipart upload's parts by copying them: files of declared
+            // length go in one request, as `deploy/local/up` has them.
+            ("S3_SINGLE_PUT_MAX_BYTES", common::files::s3::SINGLE_PUT_LIMIT.to_string()),
             ("AWS_ACCESS_KEY_ID", s3.access_key_id.clone()),
             ("AWS_SECRET_ACCESS_KEY", s3.secret_access_key.clone()),
         ]

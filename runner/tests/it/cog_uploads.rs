@@ -71,6 +71,31 @@ async fn uploaded_output_files_stream_into_the_store_and_the_output_names_them()
     assert_eq!(names, ["out-0.bin", "out-1.bin"]);
 }
 
+// coglet declares each upload's length: on S3 a file past one part goes in one PutObject
+// (S3_SINGLE_PUT_MAX_BYTES, at S3's limit for the tests' S3Proxy), held to that length.
+#[tokio::test]
+async fn an_uploaded_file_past_one_part_reaches_s3_whole() {
+    let ctx_env = testkit::TestContext::new().s3_env();
+    let env: Vec<(&str, &str)> = ctx_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let fixture = Fixture::new(&env).await;
+    let _server = uploading_runner(&fixture, "images").await;
+    let kib = 7 * 1024 + 3;
+    let p = fixture.create("acme/images", json!({"count": 1, "kib": kib})).await;
+    let done = fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    let items = done.output.as_ref().and_then(Value::as_array).expect("a list").clone();
+    let config =
+        common::config::CommonConfig::from_env(&common::config::Env::from_fn(|k| fixture.vars.get(k).cloned()))
+            .expect("configuration");
+    let files = Files::open(&fixture.store, &config.files).await.expect("the file store opens");
+    let info = files.get(&file_of(&items[0])).await.expect("read").expect("stored");
+    assert_eq!(info.store, common::files::FileStoreKind::S3);
+    assert_eq!(info.size, kib as i64 * 1024);
+    let bytes = files.read_all(&info).await.expect("read");
+    assert_eq!(bytes.len(), kib * 1024);
+    assert!(bytes.iter().all(|b| *b == 0), "out-0.bin holds the byte 0");
+}
+
 #[tokio::test]
 async fn an_upload_of_a_run_the_runner_is_not_doing_is_refused() {
     let fixture = Fixture::new(&[]).await;

@@ -5,7 +5,8 @@
 //! signed for a short while, sent with this module's `reqwest` client), so every call here
 //! has its own timeout and the bytes stream through unchanged:
 //! - a write ([`upload`]) is one `PutObject` up to [`PART_SIZE`], a multipart upload beyond,
-//!   its parts streamed as they came, one in flight while the next is read;
+//!   its parts streamed as they came, two in flight while the next is read; a body whose
+//!   length was declared, up to `S3_SINGLE_PUT_MAX_BYTES`, is one `PutObject` streamed whole;
 //! - a read is a `GetObject` with a `Range`, streamed;
 //! - a download may skip the api: [`FileStore::presigned_get`] signs a `GetObject` URL that
 //!   answers with the file's type and name (`response-content-type`,
@@ -26,7 +27,7 @@ use futures::{StreamExt, TryStreamExt, future::BoxFuture};
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 use url::Url;
 
-use super::store::{ByteStream, FileStore, FileStoreError, Written};
+use super::store::{ByteStream, FileBody, FileStore, FileStoreError, Written};
 use crate::{
     domain::FileId,
     store::{UnfinishedUpload, UnfinishedUploads},
@@ -34,6 +35,8 @@ use crate::{
 
 /// The size of each part of a multipart upload (S3 wants at least 5 MiB but for the last).
 pub const PART_SIZE: usize = 5 * 1024 * 1024;
+/// The largest object S3 takes in one `PutObject`.
+pub const SINGLE_PUT_LIMIT: u64 = 5 * 1024 * 1024 * 1024;
 /// How long a URL this module signs for its own request lives.
 const SIGN_FOR: Duration = Duration::from_secs(300);
 /// The longest S3 accepts for a presigned URL.
@@ -58,6 +61,9 @@ pub struct S3Settings {
     pub region: String,
     /// `S3_FORCE_PATH_STYLE`: `<endpoint>/<bucket>/<key>` rather than `<bucket>.<host>/<key>`.
     pub force_path_style: bool,
+    /// `S3_SINGLE_PUT_MAX_BYTES`: a body of declared length up to this is written in one
+    /// `PutObject`, streamed; a longer or undeclared one as a multipart upload.
+    pub single_put_max_bytes: u64,
     /// `AWS_ACCESS_KEY_ID`.
     pub access_key_id: String,
     /// `AWS_SECRET_ACCESS_KEY`.
@@ -73,6 +79,7 @@ impl fmt::Debug for S3Settings {
             .field("endpoint", &self.endpoint.as_ref().map(Url::as_str))
             .field("region", &self.region)
             .field("force_path_style", &self.force_path_style)
+            .field("single_put_max_bytes", &self.single_put_max_bytes)
             .field("access_key_id", &self.access_key_id)
             .finish_non_exhaustive()
     }
@@ -85,6 +92,7 @@ pub struct S3Store {
     credentials: Credentials,
     http: reqwest::Client,
     unfinished: UnfinishedUploads,
+    single_put_max_bytes: u64,
 }
 
 impl fmt::Debug for S3Store {
@@ -118,7 +126,7 @@ impl S3Store {
             .read_timeout(READ_TIMEOUT)
             .build()
             .map_err(other)?;
-        Ok(Self { bucket, credentials, http, unfinished })
+        Ok(Self { bucket, credentials, http, unfinished, single_put_max_bytes: settings.single_put_max_bytes })
     }
 
     /// Checks that the bucket answers, and creates it if it does not exist (a store started
@@ -189,10 +197,17 @@ impl FileStore for S3Store {
         &'a self,
         id: &'a FileId,
         _name: &'a str,
-        mut body: ByteStream<'a>,
+        body: FileBody<'a>,
         max_bytes: u64,
     ) -> BoxFuture<'a, Result<Written, FileStoreError>> {
-        Box::pin(async move { self.upload(id, &mut body, max_bytes).await })
+        Box::pin(async move {
+            match body.length {
+                Some(length) if length <= self.single_put_max_bytes && length > PART_SIZE as u64 => {
+                    self.put_whole(id, body.stream, length, max_bytes).await
+                }
+                _ => self.upload(id, &mut { body.stream }, max_bytes).await,
+            }
+        })
     }
 
     fn read<'a>(

@@ -4,6 +4,12 @@
 //! chunks of the body as they came, never copied into a buffer of its own ([`Gathered`]). The
 //! upload id is noted in `unfinished_uploads` first, so an upload cut off by a killed process
 //! can be aborted by the sweep; one that fails here is aborted at once.
+//!
+//! A body whose length was declared (up to `S3_SINGLE_PUT_MAX_BYTES`) is instead one
+//! `PutObject` streamed as it comes ([`S3Store::put_whole`]): no part is held, and the store
+//! has no parts to join. S3Proxy joins a multipart upload's parts by copying them into one file
+//! when it completes, a core busy for 4 to 6 s per GiB here; S3 itself joins them without a
+//! copy, and its advice is multipart for large objects, hence the setting's small default.
 
 use std::collections::VecDeque;
 
@@ -24,7 +30,98 @@ use crate::{
 /// parts are the advised way to a higher rate).
 pub const PARTS_IN_FLIGHT: usize = 2;
 
+/// The slowest a body written in one `PutObject` may arrive: its request may take
+/// [`PART_TIMEOUT`] and a second per this many bytes.
+const WHOLE_PUT_MIN_RATE: u64 = 1024 * 1024;
+/// Chunks of a body written in one `PutObject` waiting for the request to send them.
+const QUEUED_CHUNKS: usize = 16;
+
 impl S3Store {
+    /// Stores `body`, of declared `length` (held to it by `FileBody::sized`), as the object of
+    /// `id` in one `PutObject`, each chunk passed on as it comes. Past `max_bytes`, or when
+    /// the body fails, the request is dropped before its last byte, and the store keeps nothing.
+    pub(super) async fn put_whole(
+        &self,
+        id: &FileId,
+        mut body: ByteStream<'_>,
+        length: u64,
+        max_bytes: u64,
+    ) -> Result<Written, FileStoreError> {
+        let url = self.bucket.put_object(Some(&self.credentials), &object_key(id)).sign(SIGN_FOR);
+        let (chunks, mut queue) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(QUEUED_CHUNKS);
+        let request = self
+            .http
+            .put(url)
+            .timeout(PART_TIMEOUT + std::time::Duration::from_secs(length / WHOLE_PUT_MIN_RATE))
+            .header(http::header::CONTENT_LENGTH, length)
+            .body(reqwest::Body::wrap_stream(futures::stream::poll_fn(move |cx| queue.poll_recv(cx))));
+        let sending = tokio::spawn(async move {
+            checked(request.send().await.map_err(unavailable)?, "storing an object").await.map(drop)
+        });
+        let (mut tally, mut sent) = (Tally::default(), 0u64);
+        let mut gathered = BytesMut::new();
+        let fed = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(FileStoreError::Body)?;
+                if tally.add(&chunk).await > max_bytes {
+                    return Err(FileStoreError::TooLarge { max_bytes });
+                }
+                // Small chunks (an HTTP body's come by the few KiB) are sent together: each
+                // write costs the store a read of its own.
+                let next = if chunk.len() >= KEPT_WHOLE && gathered.is_empty() {
+                    chunk
+                } else {
+                    gathered.extend_from_slice(&chunk);
+                    if gathered.len() < COPIED_PIECE && sent + (gathered.len() as u64) < length {
+                        continue;
+                    }
+                    std::mem::take(&mut gathered).freeze()
+                };
+                sent += next.len() as u64;
+                if chunks.send(Ok(next)).await.is_err() {
+                    break; // The request ended early: its answer says why.
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = fed.await {
+            self.finish_refused(id, chunks, sending, length - sent).await;
+            return Err(e);
+        }
+        drop(chunks);
+        sending.await.map_err(|e| FileStoreError::Storage(Box::new(e)))??;
+        tally.finish().await
+    }
+
+    /// Ends a `PutObject` whose body failed after `missing` more bytes were due, without
+    /// keeping its object. Cut off mid-body, the request would leave S3Proxy a temporary file
+    /// that S3 never shows but that fails every listing of the bucket until S3Proxy restarts;
+    /// so the body is made up to its declared length with zeros, and the object so stored is
+    /// deleted. (A process killed mid-write still leaves one: S3Proxy's start removes it.)
+    async fn finish_refused(
+        &self,
+        id: &FileId,
+        chunks: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+        sending: JoinHandle<Result<(), FileStoreError>>,
+        mut missing: u64,
+    ) {
+        let zeros = Bytes::from(vec![0u8; PART_SIZE]);
+        while missing > 0 {
+            let next = zeros.slice(..missing.min(zeros.len() as u64) as usize);
+            missing -= next.len() as u64;
+            if chunks.send(Ok(next)).await.is_err() {
+                break; // The request has ended already.
+            }
+        }
+        drop(chunks);
+        if let Ok(Ok(())) = sending.await
+            && let Err(e) = crate::files::FileStore::delete(self, id).await
+        {
+            let key = object_key(id);
+            tracing::warn!(key, error = %e, "a refused file's object could not be deleted and stays in the bucket");
+        }
+    }
+
     /// Stores `body` (at most `max_bytes`) as the object of `id`; a multipart upload that
     /// fails is aborted, its parts in flight dropped.
     pub(super) async fn upload(

@@ -182,7 +182,7 @@ async fn transfer(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
         let raw_id = FileId::generate();
         let cpu_before = ProcessCpu::now()?;
         let started = Instant::now();
-        raw.put(&raw_id, "raw.bin", pieces(mib).boxed(), u64::MAX).await?;
+        raw.put(&raw_id, "raw.bin", pieces(mib).boxed().into(), u64::MAX).await?;
         writes.add(round, bytes, started.elapsed(), ProcessCpu::now()?.since(&cpu_before));
         if round == ROUNDS {
             let started = Instant::now();

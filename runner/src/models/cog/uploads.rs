@@ -29,7 +29,7 @@ use axum::{
 };
 use common::{
     domain::{AccountId, ApiSurface, PredictionId, training::weights_pending_until},
-    files::{FileStoreError, Files, FilesError, NewFile},
+    files::{FileBody, FileStoreError, Files, FilesError, NewFile},
     links::Links,
 };
 use futures::{StreamExt, TryStreamExt};
@@ -134,7 +134,13 @@ pub async fn receive(
         prediction_id: owner.prediction_id,
     };
     let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
-    match uploads.files.create(new, stream, uploads.max_bytes).await {
+    // coglet declares each file's length: the store may then write it in one request.
+    let length = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let body = match length {
+        Some(length) => FileBody::sized(stream, length),
+        None => FileBody::from(stream),
+    };
+    match uploads.files.create(new, body, uploads.max_bytes).await {
         Ok(record) => {
             let seconds = started.elapsed().as_secs_f64();
             uploads.metrics.uploaded(u64::try_from(record.size).unwrap_or(0), seconds);
@@ -146,6 +152,10 @@ pub async fn receive(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("an output file may be at most {max_bytes} bytes (RUNNER_MAX_OUTPUT_FILE_BYTES)"),
         ),
+        Err(FilesError::Bytes(FileStoreError::Body(e))) => {
+            tracing::warn!(error = %e, "an output file's body was refused");
+            refused(StatusCode::BAD_REQUEST, format!("the file's body was refused: {e}"))
+        }
         Err(e) => {
             tracing::warn!(error = %e, "an output file was not stored");
             refused(StatusCode::SERVICE_UNAVAILABLE, format!("the file was not stored: {e}"))
