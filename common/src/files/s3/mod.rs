@@ -5,7 +5,7 @@
 //! signed for a short while, sent with this module's `reqwest` client), so every call here
 //! has its own timeout and the bytes stream through unchanged:
 //! - a write ([`upload`]) is one `PutObject` up to [`PART_SIZE`], a multipart upload beyond,
-//!   its parts streamed as they came, two in flight while the next is read; a body whose
+//!   its parts streamed as they came, one in flight while the next is read; a body whose
 //!   length was declared, up to `S3_SINGLE_PUT_MAX_BYTES`, is one `PutObject` streamed whole;
 //! - a read is a `GetObject` with a `Range`, streamed;
 //! - a download may skip the api: [`FileStore::presigned_get`] signs a `GetObject` URL that

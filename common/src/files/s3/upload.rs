@@ -1,6 +1,6 @@
 //! Writes to the store: a body of up to [`PART_SIZE`] is one `PutObject`; a longer one is a
 //! multipart upload whose parts are sent while the next one is read ([`PARTS_IN_FLIGHT`] at
-//! once, so an upload holds at most three parts in memory, whatever its size). A part is the
+//! once, so an upload holds at most two parts in memory, whatever its size). A part is the
 //! chunks of the body as they came, never copied into a buffer of its own ([`Gathered`]). The
 //! upload id is noted in `unfinished_uploads` first, so an upload cut off by a killed process
 //! can be aborted by the sweep; one that fails here is aborted at once.
@@ -25,10 +25,11 @@ use crate::{
 };
 
 /// Parts of one upload sent at once. A second one in flight took a 1 GiB write to S3Proxy
-/// from 6.3 to 4.7 s until its last part was sent (`bench outputs --store s3`): the store's
-/// per-part latency, not its throughput, held one part at a time back (on S3 itself, parallel
-/// parts are the advised way to a higher rate).
-pub const PARTS_IN_FLIGHT: usize = 2;
+/// from 6.3 to 4.7 s until its last part was sent, but an upload through the api no faster
+/// (0.93 of a raw write against 0.96 with one) for 12 MiB more of the api's memory per upload
+/// (34.0 against 21.6 MiB, `bench files --store s3`; target 32): one it is. Large files whose
+/// length is declared skip parts on S3Proxy altogether ([`S3Store::put_whole`]).
+pub const PARTS_IN_FLIGHT: usize = 1;
 
 /// The slowest a body written in one `PutObject` may arrive: its request may take
 /// [`PART_TIMEOUT`] and a second per this many bytes.
