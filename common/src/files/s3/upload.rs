@@ -39,8 +39,8 @@ const QUEUED_CHUNKS: usize = 16;
 
 impl S3Store {
     /// Stores `body`, of declared `length` (held to it by `FileBody::sized`), as the object of
-    /// `id` in one `PutObject`, each chunk passed on as it comes. Past `max_bytes`, or when
-    /// the body fails, the request is dropped before its last byte, and the store keeps nothing.
+    /// `id` in one `PutObject`, its chunks passed on as they come ([`Gathered`]'s pieces). Past
+    /// `max_bytes`, or when the body fails, the store keeps nothing ([`Self::finish_refused`]).
     pub(super) async fn put_whole(
         &self,
         id: &FileId,
@@ -60,27 +60,30 @@ impl S3Store {
             checked(request.send().await.map_err(unavailable)?, "storing an object").await.map(drop)
         });
         let (mut tally, mut sent) = (Tally::default(), 0u64);
-        let mut gathered = BytesMut::new();
+        // Small chunks (an HTTP body's come by the few KiB) are sent together, as a part's are
+        // kept: each write costs the store a read of its own.
+        let mut pieces = Gathered::default();
         let fed = async {
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(FileStoreError::Body)?;
-                if tally.add(&chunk).await > max_bytes {
-                    return Err(FileStoreError::TooLarge { max_bytes });
-                }
-                // Small chunks (an HTTP body's come by the few KiB) are sent together: each
-                // write costs the store a read of its own.
-                let next = if chunk.len() >= KEPT_WHOLE && gathered.is_empty() {
-                    chunk
-                } else {
-                    gathered.extend_from_slice(&chunk);
-                    if gathered.len() < COPIED_PIECE && sent + (gathered.len() as u64) < length {
-                        continue;
+            let mut ended = false;
+            while !ended {
+                match body.next().await {
+                    Some(chunk) => {
+                        let chunk = chunk.map_err(FileStoreError::Body)?;
+                        if tally.add(&chunk).await > max_bytes {
+                            return Err(FileStoreError::TooLarge { max_bytes });
+                        }
+                        pieces.push(chunk);
                     }
-                    std::mem::take(&mut gathered).freeze()
-                };
-                sent += next.len() as u64;
-                if chunks.send(Ok(next)).await.is_err() {
-                    break; // The request ended early: its answer says why.
+                    None => {
+                        pieces.seal();
+                        ended = true;
+                    }
+                }
+                for piece in pieces.chunks.drain(..) {
+                    sent += piece.len() as u64;
+                    if chunks.send(Ok(piece)).await.is_err() {
+                        return Ok(()); // The request ended early: its answer says why.
+                    }
                 }
             }
             Ok(())
