@@ -57,11 +57,17 @@ impl MongoStandin {
     /// Starts the stand-in: on the H2 file `h2` (as `deploy/local/up` and the fault suite run
     /// it), or in memory (as the tests' shared one runs). Waits until it listens.
     pub fn start(h2: Option<&std::path::Path>) -> Self {
+        Self::start_with(h2, &[])
+    }
+
+    /// [`MongoStandin::start`] with `env` set for the stand-in (its `MONGO_STANDIN_*` switches).
+    pub fn start_with(h2: Option<&std::path::Path>, env: &[(&str, &str)]) -> Self {
         let classpath = installed("MONGO_STANDIN_CLASSPATH");
         let launcher = repo_root().join("deploy/mongo-standin/Launcher.java");
         let options = repo_root().join("deploy/mongo-standin/jvm.options");
         let mut command = Command::new("java");
         command.arg(format!("@{}", options.display())).args(["-cp", &classpath]).arg(launcher);
+        command.envs(env.iter().copied());
         if let Some(file) = h2 {
             command.arg("--h2").arg(file);
         }

@@ -2,3 +2,4 @@
 //! behave as the MongoDB the services are written for.
 
 mod standin_scans;
+mod standin_unique_keys;
