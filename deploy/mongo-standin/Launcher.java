@@ -790,7 +790,7 @@ public class Launcher {
             return true;
         }
 
-        static byte[] serialized(KeyValue key) {
+        private static byte[] serialized(KeyValue key) {
             byte[] bytes = SERIALIZED.get(key);
             if (bytes == null) {
                 if (SERIALIZED.size() >= MAX_KEPT) {
