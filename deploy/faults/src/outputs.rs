@@ -4,7 +4,9 @@
 //! started just before the fault, so the runner is killed while one uploads. Each must end
 //! succeeded (run again after the redelivery) with its files whole, and no file record may be
 //! left that no output names: what the killed run stored is removed once the prediction's
-//! final output is written, and a file cut off mid-upload never got a record.
+//! final output is written, and a file cut off mid-upload never got a record. With files in
+//! S3, the bucket too must hold nothing that no file names once unfinished uploads are swept
+//! ([`crate::uploads::orphans_after_sweep`]).
 
 use std::{path::Path, time::Duration};
 
@@ -90,6 +92,9 @@ pub struct OutputsTally {
     /// Ended after running longer than the runner's downtime: the ones the fault hit while
     /// they ran, and which ran again.
     pub interrupted: usize,
+    /// With files in S3: objects in the bucket that no file names, after the sweep of
+    /// unfinished uploads.
+    pub unnamed_objects: Option<usize>,
 }
 
 /// Reads each prediction and its files once the drain is over (the runner was down for
@@ -136,7 +141,7 @@ impl OutputsTally {
     /// The tally as JSON.
     pub fn json(&self) -> Value {
         json!({"created": self.created, "whole": self.whole, "stuck": self.stuck, "wrong": self.wrong,
-               "orphans": self.orphans, "interrupted": self.interrupted})
+               "orphans": self.orphans, "interrupted": self.interrupted, "unnamed_objects": self.unnamed_objects})
     }
 
     /// What is wrong, if anything.
@@ -150,6 +155,9 @@ impl OutputsTally {
         }
         if self.orphans > 0 {
             failures.push(format!("{} file records no output names", self.orphans));
+        }
+        if let Some(unnamed) = self.unnamed_objects.filter(|n| *n > 0) {
+            failures.push(format!("{unnamed} objects in the bucket that no file names, after the sweep"));
         }
         if self.interrupted == 0 {
             failures.push("the fault hit no prediction with file outputs while it ran".into());

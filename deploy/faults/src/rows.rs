@@ -21,7 +21,8 @@
 //! its runner killed while a real Cog trainer trains: every training must end, run again or
 //! failed with a message, never stuck ([`crate::trainings`]). A row has its runner killed while
 //! a real Cog model uploads its output files to it: every prediction must end with its files
-//! whole, and no file record may be left that no output names ([`crate::outputs`]). A row
+//! whole, and no file record may be left that no output names ([`crate::outputs`]); with
+//! files in S3, no object either that no file names, once unfinished uploads are swept. A row
 //! crosses the account's monthly budget and kills the runner whose usage ledger is counting
 //! the crossing: creates must be refused (402) soon after, none accepted once refused, and the
 //! usage's cost must equal the predictions' ([`crate::budget`]).
@@ -174,6 +175,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     Scenario { name: "three priority levels, runner killed", fault: Fault::Kill(Role::Runner), levels: true, ..PLAIN },
     Scenario { name: "runner killed mid-training", fault: Fault::Kill(Role::Runner), trainings: true, ..PLAIN },
     Scenario { name: "runner killed during output uploads", fault: Fault::Kill(Role::Runner), outputs: true, ..PLAIN },
+    Scenario {
+        name: "runner killed during output uploads (s3)",
+        fault: Fault::Kill(Role::Runner),
+        outputs: true,
+        s3: true,
+        ..PLAIN
+    },
     Scenario {
         name: "budget crossed, the usage ledger's runner killed at the crossing",
         fault: Fault::Kill(Role::Runner),

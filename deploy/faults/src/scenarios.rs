@@ -335,7 +335,17 @@ async fn run_scenario(
     }
     if scenario.outputs {
         let down = Duration::from_secs(options.down);
-        outcome.outputs = Some(outputs::check(&topology.apis[0], &topology.key, &output_ids, down).await?);
+        let mut tally = outputs::check(&topology.apis[0], &topology.key, &output_ids, down).await?;
+        if scenario.s3 {
+            // A runner killed mid-`PutObject` leaves S3Proxy a temporary file that fails every
+            // listing of the bucket until S3Proxy starts again (its start removes it; S3 never
+            // shows an unfinished write): restarted before the bucket is listed.
+            let s3 = servers.s3.as_deref_mut().context("an S3 scenario without the S3 stand-in")?;
+            s3.stop(false).await?;
+            s3.restart().await?;
+            tally.unnamed_objects = Some(uploads::orphans_after_sweep(&topology.setup).await?);
+        }
+        outcome.outputs = Some(tally);
     }
     if let Some(mut keys) = keys {
         keys.lost = lost;
