@@ -51,6 +51,10 @@ pub struct Options {
     /// Seconds to wait, after the last create, for the last `completed` webhook.
     #[arg(long, default_value_t = 600)]
     drain: u64,
+    /// The kinds to run (`10kb`, `900kb`, `20mb`; all three when not given), to tell which
+    /// one a figure of the day comes from.
+    #[arg(long, value_delimiter = ',')]
+    kinds: Vec<String>,
 }
 
 /// The targets of the day (create p99, read p99, the stand-in's memory).
@@ -64,6 +68,8 @@ const SERVICE_KEY_RPM: u32 = 100_000;
 /// One kind of prediction of the day.
 struct Kind {
     name: &'static str,
+    /// Its name in `--kinds`.
+    key: &'static str,
     count: u64,
     path: &'static str,
     input: Value,
@@ -79,6 +85,7 @@ fn kinds(scale: f64) -> Vec<Kind> {
     vec![
         Kind {
             name: "10 KB echo",
+            key: "10kb",
             count: count(20_000.0),
             path: "/v1/models/demo/echo/predictions",
             input: json!({"prompt": text(10_000)}),
@@ -87,6 +94,7 @@ fn kinds(scale: f64) -> Vec<Kind> {
         },
         Kind {
             name: "900 KB echo",
+            key: "900kb",
             count: count(2_000.0),
             path: "/v1/models/demo/echo/predictions",
             input: json!({"prompt": text(900_000)}),
@@ -95,6 +103,7 @@ fn kinds(scale: f64) -> Vec<Kind> {
         },
         Kind {
             name: "20 MB file",
+            key: "20mb",
             count: count(200.0),
             path: "/v1/models/acme/images/predictions",
             input: json!({"count": 1, "kib": 20 * 1024}),
@@ -341,7 +350,14 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let peak = Arc::new(AtomicU64::new(rss_mib(pid).unwrap_or_default().round() as u64));
     let watching = CancellationToken::new();
     let rss = tokio::spawn(watch_rss(pid, peak.clone(), watching.clone()));
-    let kinds = kinds(options.scale);
+    let mut kinds = kinds(options.scale);
+    if !options.kinds.is_empty() {
+        anyhow::ensure!(
+            options.kinds.iter().all(|chosen| kinds.iter().any(|k| k.key == chosen)),
+            "--kinds takes 10kb, 900kb and 20mb"
+        );
+        kinds.retain(|k| options.kinds.iter().any(|chosen| chosen == k.key));
+    }
     let total: u64 = kinds.iter().map(|k| k.count).sum();
     println!("soak: {total} predictions over {} s ({} of the day)", options.seconds, options.scale);
     let started = Instant::now();
