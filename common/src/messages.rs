@@ -103,12 +103,13 @@ pub enum StatusEvent {
     /// prediction's own events subject, so streams and waits never see it.
     #[serde(rename = "webhook_resend.v1")]
     WebhookResendV1(PredictionChanged),
-    /// [`Self::PredictionChangedV1`] of a prediction too large to carry within the server's
-    /// message limit (NATS's `max_payload`, 1 MiB by default): the same fields without
-    /// `prediction`, which readers take from MongoDB (see [`PredictionChanged::encode_within`]).
+    /// [`Self::PredictionChangedV1`] of a prediction not carried: one with an input or output
+    /// kept in the file store, or too large for the server's message limit (NATS's
+    /// `max_payload`, 1 MiB by default). The same fields without `prediction`, which readers
+    /// take from MongoDB (see [`PredictionChanged::of`] and [`PredictionChanged::encode_within`]).
     #[serde(rename = "prediction_changed_ref.v1")]
     PredictionChangedRefV1(PredictionChanged),
-    /// [`Self::WebhookResendV1`] of a prediction too large to carry, likewise.
+    /// [`Self::WebhookResendV1`] of a prediction not carried, likewise.
     #[serde(rename = "webhook_resend_ref.v1")]
     WebhookResendRefV1(PredictionChanged),
 }
@@ -172,16 +173,20 @@ pub struct PredictionChanged {
     /// Which events are delivered (absent = all).
     pub webhook_events_filter: Option<Vec<WebhookEvent>>,
     /// The prediction as `GET` on the surface that created it shows it right after the change;
-    /// `None` in an event by reference (too large to carry), whose readers take the stored
-    /// prediction from MongoDB.
+    /// `None` in an event by reference (one with a value kept in the file store, or too large
+    /// to carry), whose readers take the stored prediction from MongoDB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<PredictionView>,
 }
 
 impl PredictionChanged {
     /// The `event` of a stored change, with the prediction rendered for the surface that
-    /// created it.
+    /// created it; by reference when an input or output of it is kept in the file store (a
+    /// payload, past 64 KiB): the event stays small however large the values, and the values
+    /// are read back only by a reader that shows them (a webhook, a `Prefer: wait` answer),
+    /// not by every publisher of every event (a stream's every token).
     pub fn of(prediction: &Prediction, event: WebhookEvent, links: &Links) -> Self {
+        let carried = prediction.spilled.is_empty().then(|| prediction.view(links, prediction.surface));
         Self {
             prediction_id: prediction.id.clone(),
             account_id: prediction.account_id.clone(),
@@ -189,20 +194,22 @@ impl PredictionChanged {
             seq: prediction.seq,
             webhook: prediction.webhook.clone(),
             webhook_events_filter: prediction.webhook_events_filter.clone(),
-            prediction: Some(prediction.view(links, prediction.surface)),
+            prediction: carried,
         }
     }
 
     /// This change as a message of at most `limit` bytes: as `kind` with its prediction when
-    /// that fits (the usual case), else by reference (the `_ref` kind of the same event,
-    /// without the prediction). `kind` is [`StatusEvent::PredictionChangedV1`] or
+    /// it carries one that fits (the usual case), else by reference (the `_ref` kind of the
+    /// same event, without the prediction). `kind` is [`StatusEvent::PredictionChangedV1`] or
     /// [`StatusEvent::WebhookResendV1`]. Only a message that does not fit is encoded twice.
     pub fn encode_within(mut self, kind: fn(Self) -> StatusEvent, limit: usize) -> Vec<u8> {
-        let whole = serde_json::to_vec(&kind(self.clone())).expect("status events always serialize");
-        if whole.len() <= limit || self.prediction.is_none() {
-            return whole;
+        if self.prediction.is_some() {
+            let whole = serde_json::to_vec(&kind(self.clone())).expect("status events always serialize");
+            if whole.len() <= limit {
+                return whole;
+            }
+            self.prediction = None;
         }
-        self.prediction = None;
         let by_reference = match kind(self) {
             StatusEvent::PredictionChangedV1(change) => StatusEvent::PredictionChangedRefV1(change),
             StatusEvent::WebhookResendV1(change) => StatusEvent::WebhookResendRefV1(change),
@@ -353,7 +360,7 @@ mod tests {
     use super::*;
     use crate::{
         crypto::MasterKey,
-        domain::{ApiSurface, NewPrediction, PredictionError},
+        domain::{ApiSurface, FileId, NewPrediction, PredictionError, Spilled},
     };
     use serde_json::json;
 
@@ -549,6 +556,41 @@ mod tests {
         let expected = PredictionChanged { prediction: None, ..change };
         assert_eq!(read, StatusEvent::PredictionChangedRefV1(expected.clone()));
         assert_eq!(read.prediction_change(), Some(expected));
+    }
+
+    #[test]
+    fn a_change_of_a_prediction_with_a_payload_goes_by_reference_however_small() {
+        let links = Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"));
+        let mut p = Prediction::new_starting(NewPrediction {
+            account_id: AccountId::generate(),
+            model: "demo/echo".parse().expect("valid"),
+            version: "v".into(),
+            capability: "text-generation".into(),
+            input: json!({"prompt": "short"}),
+            model_input: json!({}),
+            webhook: None,
+            webhook_events_filter: None,
+            surface: ApiSurface::Replicate,
+        });
+        assert!(PredictionChanged::of(&p, WebhookEvent::Output, &links).prediction.is_some(), "nothing spilled");
+        for spilled in [
+            Spilled { input: Some(FileId::generate()), output: None },
+            Spilled { input: None, output: Some(FileId::generate()) },
+        ] {
+            p.spilled = spilled;
+            let change = PredictionChanged::of(&p, WebhookEvent::Output, &links);
+            assert_eq!(change.prediction, None, "its values are read back only by who shows them");
+            let encoded = change.clone().encode_within(StatusEvent::PredictionChangedV1, 1 << 20);
+            assert_eq!(
+                serde_json::from_slice::<StatusEvent>(&encoded).ok(),
+                Some(StatusEvent::PredictionChangedRefV1(change.clone()))
+            );
+            let resend = change.clone().encode_within(StatusEvent::WebhookResendV1, 1 << 20);
+            assert_eq!(
+                serde_json::from_slice::<StatusEvent>(&resend).ok(),
+                Some(StatusEvent::WebhookResendRefV1(change))
+            );
+        }
     }
 
     #[test]

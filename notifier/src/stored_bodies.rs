@@ -1,6 +1,7 @@
-//! Webhook bodies of events by reference: an event whose prediction would not fit a NATS
-//! message (`max_payload`, 1 MiB by default) names the prediction instead of carrying it
-//! (`prediction_changed_ref.v1`), and its body is the stored prediction rendered as `GET`
+//! Webhook bodies of events by reference: an event of a prediction with an input or output
+//! kept in the file store, or one that would not fit a NATS message (`max_payload`, 1 MiB by
+//! default), names the prediction instead of carrying it (`prediction_changed_ref.v1`), and
+//! its body is the stored prediction rendered as `GET`
 //! shows it on the surface that created it. For a `completed` event that is exactly its final
 //! state; an earlier event may show a later state than its own (its `webhook-sequence` still
 //! names its change), which receivers that drop stale events take as they would the newer one.

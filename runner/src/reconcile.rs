@@ -155,7 +155,6 @@ impl Reconciler {
                     return anyhow::Ok(false);
                 }
                 tracing::warn!(prediction_id = %p.id, "canceled prediction without its completed event; publishing it");
-                let p = self.executor.whole(p).await?;
                 let event = PredictionChanged::of(&p, WebhookEvent::Completed, self.executor.links());
                 self.bus.publish_event(event, Announcement::Again).await?;
                 Ok(true)

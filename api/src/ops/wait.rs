@@ -3,8 +3,8 @@
 //!
 //! The handler subscribes to the prediction's status-event subject *before* it publishes the
 //! job, so even an instant completion cannot be missed; the `completed` event carries the
-//! prediction as `GET` shows it, which becomes the response (an event too large to carry it
-//! names it, and the response is read from MongoDB). When the time is up, the prediction is
+//! prediction as `GET` shows it, which becomes the response (an event by reference names it,
+//! and the response is read from MongoDB). When the time is up, the prediction is
 //! read once more and returned as it stands.
 
 use std::time::Duration;
@@ -17,7 +17,8 @@ use futures::StreamExt;
 pub enum Ended {
     /// As its `completed` event carries it.
     Shown(Box<PredictionView>),
-    /// As stored: its event was too large to carry it.
+    /// As stored: its event names it by reference (a value kept in the file store, or too
+    /// large to carry).
     Stored,
 }
 

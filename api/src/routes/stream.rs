@@ -280,8 +280,10 @@ async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxSt
     Ok(steps.flatten().boxed())
 }
 
-/// The stored prediction and its change sequence, for an event too large to carry it (it may
-/// be newer than the event; [`Sent::catch_up`] takes it as the state at its own `seq`).
+/// The stored prediction and its change sequence, for an event by reference (it may be newer
+/// than the event; [`Sent::catch_up`] takes it as the state at its own `seq`). Its output is
+/// read back from the file store when kept there, its input never: a stream does not show it,
+/// and a model's every token of a large prompt would read it again.
 async fn stored_view(
     store: &common::store::Store,
     payloads: &common::files::payloads::Payloads,
@@ -289,8 +291,9 @@ async fn stored_view(
     id: &PredictionId,
 ) -> Option<(PredictionView, i64)> {
     let read = async {
-        let Some(p) = store.predictions().get(id).await? else { return anyhow::Ok(None) };
-        Ok(Some(payloads.whole(p).await?))
+        let Some(mut p) = store.predictions().get(id).await? else { return anyhow::Ok(None) };
+        payloads.fill_output(&mut p).await?;
+        Ok(Some(p))
     };
     match read.await {
         Ok(Some(p)) => Some((p.view(links, p.surface), p.seq)),

@@ -1,6 +1,7 @@
-//! Predictions larger than a NATS message: their events name the prediction instead of
-//! carrying it (`prediction_changed_ref.v1`), and the notifier, a `Prefer: wait` and a stream
-//! read it from MongoDB, so every webhook still arrives whole. Values past 64 KiB live in the
+//! Predictions larger than a NATS message, or with a value kept in the file store: their
+//! events name the prediction instead of carrying it (`prediction_changed_ref.v1`), and the
+//! notifier, a `Prefer: wait` and a stream read it from MongoDB, so every webhook still arrives
+//! whole. Values past 64 KiB live in the
 //! file store, so the documents stay small, and every answer shows them whole.
 
 use std::{collections::BTreeMap, time::Duration};
@@ -144,4 +145,61 @@ async fn a_five_mb_output_reaches_its_webhook_a_wait_and_a_stream_whole() {
         .collect();
     assert_eq!(streamed.len(), output_kib * 1024, "the stream sends the whole output");
     assert!(stream.contains("event: done"), "and ends");
+}
+
+// A prediction whose prompt is a payload (past 64 KiB): its events name it rather than carry
+// the prompt, so the stream reads its output from the store at each event, and each webhook
+// the filter lets through is read whole by the notifier before it is signed.
+#[tokio::test]
+async fn a_stream_and_every_webhook_of_a_prediction_with_a_large_prompt_show_it_whole() {
+    let system = System::start().await;
+    let receiver = Receiver::start().await;
+    let prompt = prompt(0, 80);
+    let body = json!({
+        "input": {"prompt": prompt, "repeat": 3},
+        "webhook": receiver.url(), "webhook_events_filter": ["start", "output", "completed"],
+    });
+    let created = system
+        .request(reqwest::Method::POST, "/v1/models/demo/echo/predictions")
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(created.status(), 201);
+    let created = created.json_body().await;
+    let id = created["id"].as_str().expect("an id");
+    assert_eq!(created["input"]["prompt"], prompt, "the create answers the whole input");
+
+    let stream = system
+        .request(reqwest::Method::GET, &format!("/v1/predictions/{id}/stream"))
+        .send()
+        .await
+        .expect("a stream")
+        .text()
+        .await
+        .expect("its events");
+    let streamed: String = stream
+        .split("\n\n")
+        .filter(|event| event.contains("event: output"))
+        .flat_map(|event| event.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))))
+        .collect();
+    let echoed = [prompt.as_str(); 3].join(" ");
+    assert_eq!(streamed, echoed, "the stream sends the whole output");
+    assert!(stream.contains("event: done"), "and ends");
+
+    let completed = eventually(Duration::from_secs(30), || async { receiver.of_event("completed").pop() })
+        .await
+        .expect("the completed webhook arrives");
+    assert_eq!(completed.json()["output"], echoed.as_str(), "the webhook carries the whole output");
+    // An earlier event may be dropped for a newer state (superseded); each that arrives is whole.
+    for delivery in receiver.deliveries() {
+        let body = delivery.json();
+        assert_eq!(body["id"], id);
+        assert_eq!(
+            body["input"]["prompt"],
+            prompt,
+            "a {} webhook carries the whole input",
+            delivery.header("webhook-event")
+        );
+    }
 }

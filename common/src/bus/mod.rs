@@ -282,8 +282,8 @@ impl Bus {
     }
 
     /// Publishes a status event, saying who announces it, and waits for the stream to store it.
-    /// A change whose prediction does not fit the server's message limit goes by reference
-    /// (see [`PredictionChanged::encode_within`]).
+    /// A change without its prediction, or whose prediction does not fit the server's message
+    /// limit, goes by reference (see [`PredictionChanged::encode_within`]).
     pub async fn publish_event(&self, change: PredictionChanged, announcement: Announcement) -> Result<(), BusError> {
         let id = change.message_id();
         let subject = self.subjects.events(&change.prediction_id);

@@ -125,6 +125,11 @@ impl Payloads {
                 None => p.input.clone(),
             };
         }
+        self.fill_output(p).await
+    }
+
+    /// Reads the spilled output of `p` back into it, not its input: what a stream shows.
+    pub async fn fill_output(&self, p: &mut Prediction) -> Result<(), FilesError> {
         if let Some(file) = &p.spilled.output
             && p.output.is_none()
         {

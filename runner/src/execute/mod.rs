@@ -329,12 +329,6 @@ impl Executor {
         Ok(())
     }
 
-    /// `p` as read from the store, with the values it keeps in the file store read back (see
-    /// `common::files::payloads`): what its events show.
-    pub async fn whole(&self, p: Prediction) -> anyhow::Result<Prediction> {
-        self.payloads.whole(p).await.context("reading a prediction's spilled values")
-    }
-
     /// Aborts the model call of prediction `id` if it runs here; returns whether it did.
     pub fn cancel(&self, id: &PredictionId) -> bool {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
@@ -558,13 +552,6 @@ impl Executor {
     }
 
     async fn publish(&self, p: &Prediction, event: WebhookEvent, announcement: Announcement) -> anyhow::Result<()> {
-        let whole;
-        let p = if !Payloads::missing_from(p) {
-            p
-        } else {
-            whole = self.whole(p.clone()).await?;
-            &whole
-        };
         self.bus
             .publish_event(PredictionChanged::of(p, event, &self.links), announcement)
             .await
