@@ -118,6 +118,8 @@ fn kinds(scale: f64) -> Vec<Kind> {
 struct Measured {
     creates: Vec<Duration>,
     gets: Vec<Duration>,
+    /// When each of `gets` was sent, from the start of the day.
+    gets_at: Vec<Duration>,
     refused: u64,
     reads_refused: u64,
     ids: Vec<String>,
@@ -166,7 +168,13 @@ impl System {
 }
 
 /// Creates one prediction (sent again after `Retry-After` when refused) and reads it back.
-async fn create_and_read(system: &System, kind: &Kind, body: &[u8], measured: &Mutex<Measured>) -> anyhow::Result<()> {
+async fn create_and_read(
+    system: &System,
+    kind: &Kind,
+    body: &[u8],
+    day: Instant,
+    measured: &Mutex<Measured>,
+) -> anyhow::Result<()> {
     let mut tries = 0;
     let id = loop {
         tries += 1;
@@ -201,7 +209,11 @@ async fn create_and_read(system: &System, kind: &Kind, body: &[u8], measured: &M
         let status = response.status().as_u16();
         let retry_after = retry_after(&response);
         response.bytes().await?;
-        lock(measured).gets.push(started.elapsed());
+        {
+            let mut m = lock(measured);
+            m.gets.push(started.elapsed());
+            m.gets_at.push(started - day);
+        }
         match status {
             200 => break,
             429 | 503 if tries < 20 => {
@@ -226,7 +238,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Runs `kind`'s creates spread evenly over `over`, each on schedule whether or not the ones
 /// before have answered.
-async fn run_kind(system: &System, kind: &Kind, webhook: &str, over: Duration) -> anyhow::Result<Measured> {
+async fn run_kind(
+    system: &System,
+    kind: &Kind,
+    webhook: &str,
+    day: Instant,
+    over: Duration,
+) -> anyhow::Result<Measured> {
     let body =
         serde_json::to_vec(&json!({"input": kind.input, "webhook": webhook, "webhook_events_filter": ["completed"]}))?;
     let measured = Mutex::new(Measured::default());
@@ -237,7 +255,7 @@ async fn run_kind(system: &System, kind: &Kind, webhook: &str, over: Duration) -
     while issued < kind.count || !in_flight.is_empty() {
         tokio::select! {
             _ = ticks.tick(), if issued < kind.count => {
-                in_flight.push(create_and_read(system, kind, &body, &measured));
+                in_flight.push(create_and_read(system, kind, &body, day, &measured));
                 issued += 1;
             }
             Some(done) = in_flight.next() => done?,
@@ -245,6 +263,19 @@ async fn run_kind(system: &System, kind: &Kind, webhook: &str, over: Duration) -
     }
     drop(in_flight);
     Ok(measured.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The p99 of the reads sent in each minute of the day, in ms (`reads`: how long each took,
+/// and when it was sent): tells a tail spread over the day from one that a part of it makes
+/// (the first minute's warm-up, a burst).
+fn p99_by_minute(reads: &[(Duration, Duration)]) -> Vec<f64> {
+    let minutes = reads.iter().map(|(_, at)| at.as_secs() / 60 + 1).max().unwrap_or(0);
+    (0..minutes)
+        .map(|minute| {
+            let in_it = reads.iter().filter(|(_, at)| at.as_secs() / 60 == minute).map(|(took, _)| *took).collect();
+            (ms(Samples::new(in_it).percentile(99.0)) * 10.0).round() / 10.0
+        })
+        .collect()
 }
 
 /// `/ready` every half second until `stop`: (checks, failures, the first failure's answer).
@@ -363,8 +394,10 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let started = Instant::now();
     let over = Duration::from_secs(options.seconds);
     let (ready, measured) = tokio::join!(watch_ready(&system, watching.clone()), async {
-        let measured =
-            futures::future::try_join_all(kinds.iter().map(|kind| run_kind(&system, kind, &receiver.url, over))).await;
+        let measured = futures::future::try_join_all(
+            kinds.iter().map(|kind| run_kind(&system, kind, &receiver.url, started, over)),
+        )
+        .await;
         let created = started.elapsed();
         let deadline = Instant::now() + Duration::from_secs(if measured.is_ok() { options.drain } else { 0 });
         while receiver.completed_count() < total as usize && Instant::now() < deadline {
@@ -380,6 +413,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let mut rows = Vec::new();
     let mut all_creates = Vec::new();
     let mut small_gets = Vec::new();
+    let mut small_gets_at = Vec::new();
     for (kind, measured) in kinds.iter().zip(&measured) {
         let (whole, bad) = verify(&system, kind, &measured.ids).await?;
         let (creates, gets) = (Samples::new(measured.creates.clone()), Samples::new(measured.gets.clone()));
@@ -402,10 +436,12 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         all_creates.extend(measured.creates.iter().copied());
         if kind.file_bytes.is_none() && kind.output_len.is_some_and(|l| l < 100_000) {
             small_gets.extend(measured.gets.iter().copied());
+            small_gets_at.extend(measured.gets.iter().copied().zip(measured.gets_at.iter().copied()));
         }
     }
     stop.cancel();
     let (creates, gets) = (Samples::new(all_creates), Samples::new(small_gets));
+    let by_minute = p99_by_minute(&small_gets_at);
     let peak_mib = peak.load(Ordering::Relaxed) as f64;
     let h2_bytes = std::fs::metadata(&h2).map(|m| m.len()).unwrap_or_default();
     let webhooks = receiver.completed_count();
@@ -416,6 +452,8 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         ms(gets.percentile(99.0)),
         GET_P99.as_millis()
     );
+    let minutes: Vec<String> = by_minute.iter().map(|p| format!("{p:.1}")).collect();
+    println!("  reads of 10 KB predictions p99 by minute of the day (ms): {}", minutes.join(" "));
     println!(
         "  /ready: {ready_failures} of {ready_checks} checks not 200{}; stand-in RSS peak {peak_mib:.0} MiB (target {STANDIN_RSS_MAX_MIB:.0}); H2 file {:.1} MiB; {webhooks} of {total} completed webhooks; creates done in {:.0} s, webhooks in {:.0} s",
         first_failure.as_deref().map(|f| format!(" (first: {f})")).unwrap_or_default(),
@@ -433,6 +471,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         "create_p99_target_ms": CREATE_P99.as_millis(),
         "get_p99_ms": ms(gets.percentile(99.0)),
         "get_p99_target_ms": GET_P99.as_millis(),
+        "get_p99_by_minute_ms": by_minute,
         "ready_checks": ready_checks,
         "ready_not_200": ready_failures,
         "ready_first_failure": first_failure,
