@@ -7,7 +7,9 @@
 //!   less than 64 MiB: the file streams, never held whole); and the transfer's time, from
 //!   coglet's `PUT` to the file stored (the runner's `runner_output_upload_seconds`), against a
 //!   raw write of the same bytes, their length declared as coglet declares it, to the same
-//!   store by the load tool (target: at most 1.25 times as long). Beside it, the whole upload
+//!   store by the load tool (target: at most 1.25 times as long). Three rounds, taking turns,
+//!   each file deleted before the next; the figures are their medians (the memory, the most
+//!   any round added). Beside it, the whole upload
 //!   (the prediction's `predict_time` less the model's own time to write the file, which it
 //!   logs): it adds coglet reading the file whole into its memory before its `PUT` (~2 s of
 //!   CPU per GiB here), which no store or runner shortens.
@@ -138,59 +140,86 @@ fn write_seconds(logs: &str) -> Option<f64> {
     logs.lines().find_map(|l| l.strip_prefix("wrote ")?.split(" in ").nth(1)?.strip_suffix(" s")?.parse().ok())
 }
 
-/// One file of `mib` MiB through the runner, against a raw write of as many bytes.
+/// Rounds of [`large_file`]: the transfer and the raw write take turns, each file deleted
+/// before the next, and the medians are the figures. One round against one raw write gave a
+/// ratio of 1.19 in one run and 2.46 in the next on GridFS (the stand-in's heap, growing with
+/// both files, collected during one or the other).
+const ROUNDS: usize = 3;
+
+/// One file of `mib` MiB through the runner, against a raw write of as many bytes, [`ROUNDS`]
+/// times.
 async fn large_file(cluster: &Cluster, mib: usize) -> anyhow::Result<Value> {
     let pid = cluster.pids().into_iter().find(|(name, _)| *name == "runner").context("the runner's pid")?.1;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(1800)).build()?;
     // A small one first: the runner's first upload sets up what every later one reuses.
     predict(&http, cluster, json!({"count": 1, "kib": 1024})).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle = rss_kib(pid);
-    let mut peak = idle;
-    let received_before = cluster.runners_metric("runner_output_upload_seconds_sum").await?;
-    let work = predict(&http, cluster, json!({"count": 1, "kib": mib * 1024}));
-    tokio::pin!(work);
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    let (prediction, _) = loop {
-        tokio::select! {
-            done = &mut work => break done?,
-            _ = tick.tick() => peak = peak.max(rss_kib(pid)),
-        }
-    };
-    let predict_time = prediction["metrics"]["predict_time"].as_f64().context("predict_time")?;
-    let wrote = write_seconds(prediction["logs"].as_str().unwrap_or_default()).context("the model's write time")?;
-    let upload_seconds = predict_time - wrote;
-    let received = cluster.runners_metric("runner_output_upload_seconds_sum").await? - received_before;
-
-    // The same bytes written raw to the store the runner writes to.
     let files = Files::open(&cluster.setup.store, &cluster.setup.common.files).await?;
     let raw: Arc<dyn FileStore> = match files.s3() {
         Some(s3) => Arc::new(s3.clone()),
         None => Arc::new(GridFsStore::new(cluster.setup.store.database())),
     };
-    let raw_id = FileId::generate();
-    let pieces = futures::stream::iter((0..mib).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![0u8; MIB]))));
-    let started = Instant::now();
-    // Its length declared, as coglet declares its upload's.
-    raw.put(&raw_id, "raw.bin", FileBody::sized(pieces.boxed(), (mib * MIB) as u64), u64::MAX).await?;
-    let raw_seconds = started.elapsed().as_secs_f64();
-    raw.delete(&raw_id).await?;
-    let added = round(peak.saturating_sub(idle) as f64 / 1024.0, 1);
+    let mut rounds = Vec::new();
+    for _ in 0..ROUNDS {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let idle = rss_kib(pid);
+        let mut peak = idle;
+        let received_before = cluster.runners_metric("runner_output_upload_seconds_sum").await?;
+        let work = predict(&http, cluster, json!({"count": 1, "kib": mib * 1024}));
+        tokio::pin!(work);
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        let (prediction, _) = loop {
+            tokio::select! {
+                done = &mut work => break done?,
+                _ = tick.tick() => peak = peak.max(rss_kib(pid)),
+            }
+        };
+        let predict_time = prediction["metrics"]["predict_time"].as_f64().context("predict_time")?;
+        let wrote = write_seconds(prediction["logs"].as_str().unwrap_or_default()).context("the model's write time")?;
+        let received = cluster.runners_metric("runner_output_upload_seconds_sum").await? - received_before;
+        for link in prediction["output"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            let id = link.trim_end_matches("/download").rsplit('/').next().unwrap_or_default();
+            files.delete(&FileId::parse(id).with_context(|| format!("the file of {link}"))?).await?;
+        }
+
+        // The same bytes written raw to the store the runner writes to.
+        let raw_id = FileId::generate();
+        let pieces = futures::stream::iter((0..mib).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![0u8; MIB]))));
+        let started = Instant::now();
+        // Its length declared, as coglet declares its upload's.
+        raw.put(&raw_id, "raw.bin", FileBody::sized(pieces.boxed(), (mib * MIB) as u64), u64::MAX).await?;
+        let raw_seconds = started.elapsed().as_secs_f64();
+        raw.delete(&raw_id).await?;
+        rounds.push(json!({
+            "runner_idle_rss_mib": round(idle as f64 / 1024.0, 1),
+            "runner_added_rss_mib": round(peak.saturating_sub(idle) as f64 / 1024.0, 1),
+            "model_write_seconds": round(wrote, 2),
+            "upload_seconds": round(predict_time - wrote, 2),
+            "runner_receive_seconds": round(received, 2),
+            "raw_write_seconds": round(raw_seconds, 2),
+            "receive_ratio": round(received / raw_seconds, 2),
+        }));
+    }
+    let median = |field: &str| {
+        let mut values: Vec<f64> = rounds.iter().filter_map(|r| r[field].as_f64()).collect();
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let most_added = rounds.iter().filter_map(|r| r["runner_added_rss_mib"].as_f64()).fold(0.0, f64::max);
+    let (upload, received, raw_seconds) =
+        (median("upload_seconds"), median("runner_receive_seconds"), median("raw_write_seconds"));
     Ok(json!({
         "mib": mib,
         "store": files.writes_to().as_str(),
-        "runner_idle_rss_mib": round(idle as f64 / 1024.0, 1),
-        "runner_peak_rss_mib": round(peak as f64 / 1024.0, 1),
-        "runner_added_rss_mib": added,
+        "rounds": rounds,
+        "runner_added_rss_mib": most_added,
         "target_added_rss_mib": TARGET_ADDED_RSS_MIB,
-        "model_write_seconds": round(wrote, 2),
-        "upload_seconds": round(upload_seconds, 2),
-        "runner_receive_seconds": round(received, 2),
-        "raw_write_seconds": round(raw_seconds, 2),
-        "time_ratio": round(upload_seconds / raw_seconds, 2),
-        "receive_ratio": round(received / raw_seconds, 2),
+        "upload_seconds": upload,
+        "runner_receive_seconds": received,
+        "raw_write_seconds": raw_seconds,
+        "time_ratio": round(upload / raw_seconds, 2),
+        "receive_ratio": median("receive_ratio"),
         "target_time_ratio": TARGET_TIME_RATIO,
-        "met": added < TARGET_ADDED_RSS_MIB && received <= TARGET_TIME_RATIO * raw_seconds,
+        "met": most_added < TARGET_ADDED_RSS_MIB && median("receive_ratio") <= TARGET_TIME_RATIO,
     }))
 }
 
@@ -226,7 +255,7 @@ pub fn table(results: &Value) -> String {
     let large = &results["large_file"];
     let load = &results["images_at_load"];
     format!(
-        "one {} MiB output file ({}): runner +{} MiB RSS (target < {}), transfer (the runner's receive) {} s vs raw write {} s = {} (target <= {}); the whole upload, coglet's read included, {} s = {}\n\
+        "one {} MiB output file ({}, medians of 3 rounds): runner +{} MiB RSS at most (target < {}), transfer (the runner's receive) {} s vs raw write {} s = {} (target <= {}); the whole upload, coglet's read included, {} s = {}\n\
          4 x 8 MB images, 8 in flight: {} predictions/s, {} MB/s, p50 {} ms, p99 {} ms",
         large["mib"],
         large["store"],
