@@ -12,7 +12,10 @@ use testkit::eventually;
 
 use receiver::{Delivery, Receiver};
 
-use crate::harness::{JsonBody, Options, System};
+use crate::{
+    harness::{JsonBody, Options, System},
+    streaming::{joined, streamed},
+};
 
 /// The first delivery of each `webhook-id`.
 fn distinct_webhooks(deliveries: &[Delivery]) -> BTreeMap<&str, &Delivery> {
@@ -129,22 +132,9 @@ async fn a_five_mb_output_reaches_its_webhook_a_wait_and_a_stream_whole() {
     assert_eq!(body["output"], waited["output"], "the webhook carries the whole output");
 
     // Resuming replays the events stream, whose events name the prediction.
-    let stream = system
-        .request(reqwest::Method::GET, &format!("/v1/predictions/{id}/stream"))
-        .header("last-event-id", "0")
-        .send()
-        .await
-        .expect("a stream")
-        .text()
-        .await
-        .expect("its events");
-    let streamed: String = stream
-        .split("\n\n")
-        .filter(|event| event.contains("event: output"))
-        .flat_map(|event| event.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))))
-        .collect();
-    assert_eq!(streamed.len(), output_kib * 1024, "the stream sends the whole output");
-    assert!(stream.contains("event: done"), "and ends");
+    let events = streamed(&system, id, Some(0)).await;
+    assert_eq!(joined(&events, "output").len(), output_kib * 1024, "the stream sends the whole output");
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"), "and ends");
 }
 
 // A prediction whose prompt is a payload (past 64 KiB): its events name it rather than carry
@@ -170,22 +160,10 @@ async fn a_stream_and_every_webhook_of_a_prediction_with_a_large_prompt_show_it_
     let id = created["id"].as_str().expect("an id");
     assert_eq!(created["input"]["prompt"], prompt, "the create answers the whole input");
 
-    let stream = system
-        .request(reqwest::Method::GET, &format!("/v1/predictions/{id}/stream"))
-        .send()
-        .await
-        .expect("a stream")
-        .text()
-        .await
-        .expect("its events");
-    let streamed: String = stream
-        .split("\n\n")
-        .filter(|event| event.contains("event: output"))
-        .flat_map(|event| event.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))))
-        .collect();
+    let events = streamed(&system, id, None).await;
     let echoed = [prompt.as_str(); 3].join(" ");
-    assert_eq!(streamed, echoed, "the stream sends the whole output");
-    assert!(stream.contains("event: done"), "and ends");
+    assert_eq!(joined(&events, "output"), echoed, "the stream sends the whole output");
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"), "and ends");
 
     let completed = eventually(Duration::from_secs(30), || async { receiver.of_event("completed").pop() })
         .await

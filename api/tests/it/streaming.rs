@@ -40,8 +40,19 @@ pub async fn sse_events(response: reqwest::Response) -> Vec<Sse> {
         .collect()
 }
 
-fn joined(events: &[Sse], name: &str) -> String {
+/// The data of every `name` event, joined.
+pub fn joined(events: &[Sse], name: &str) -> String {
     events.iter().filter(|e| e.event == name).map(|e| e.data.as_str()).collect()
+}
+
+/// The whole stream of prediction `id`, read with the system's key (resumed after
+/// `last_event_id` when given).
+pub async fn streamed(system: &System, id: &str, last_event_id: Option<u64>) -> Vec<Sse> {
+    let mut request = system.request(Method::GET, &format!("/v1/predictions/{id}/stream"));
+    if let Some(last) = last_event_id {
+        request = request.header("last-event-id", last.to_string());
+    }
+    sse_events(request.send().await.expect("a stream")).await
 }
 
 async fn created(system: &System, model: &str, input: Value, headers: &[(&str, &str)]) -> Value {

@@ -446,10 +446,13 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let h2_bytes = std::fs::metadata(&h2).map(|m| m.len()).unwrap_or_default();
     let webhooks = receiver.completed_count();
     println!(
-        "  all creates p99 {:.2} ms (target {} ms); reads of 10 KB predictions p99 {:.2} ms (target {} ms)",
+        "  all creates p99 {:.2} ms (target {} ms); reads of 10 KB predictions p99 {} (target {} ms)",
         ms(creates.percentile(99.0)),
         CREATE_P99.as_millis(),
-        ms(gets.percentile(99.0)),
+        match gets.len() {
+            0 => "none (--kinds left them out)".to_owned(),
+            _ => format!("{:.2} ms", ms(gets.percentile(99.0))),
+        },
         GET_P99.as_millis()
     );
     let minutes: Vec<String> = by_minute.iter().map(|p| format!("{p:.1}")).collect();
