@@ -117,9 +117,8 @@ fn kinds(scale: f64) -> Vec<Kind> {
 #[derive(Default)]
 struct Measured {
     creates: Vec<Duration>,
-    gets: Vec<Duration>,
-    /// When each of `gets` was sent, from the start of the day.
-    gets_at: Vec<Duration>,
+    /// Each read: how long it took, and when it was sent (from the start of the day).
+    gets: Vec<(Duration, Duration)>,
     refused: u64,
     reads_refused: u64,
     ids: Vec<String>,
@@ -209,11 +208,7 @@ async fn create_and_read(
         let status = response.status().as_u16();
         let retry_after = retry_after(&response);
         response.bytes().await?;
-        {
-            let mut m = lock(measured);
-            m.gets.push(started.elapsed());
-            m.gets_at.push(started - day);
-        }
+        lock(measured).gets.push((started.elapsed(), started - day));
         match status {
             200 => break,
             429 | 503 if tries < 20 => {
@@ -263,6 +258,11 @@ async fn run_kind(
     }
     drop(in_flight);
     Ok(measured.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// How long each of `reads` (see [`Measured::gets`]) took.
+fn took(reads: &[(Duration, Duration)]) -> Vec<Duration> {
+    reads.iter().map(|(took, _)| *took).collect()
 }
 
 /// The p99 of the reads sent in each minute of the day, in ms (`reads`: how long each took,
@@ -413,10 +413,9 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let mut rows = Vec::new();
     let mut all_creates = Vec::new();
     let mut small_gets = Vec::new();
-    let mut small_gets_at = Vec::new();
     for (kind, measured) in kinds.iter().zip(&measured) {
         let (whole, bad) = verify(&system, kind, &measured.ids).await?;
-        let (creates, gets) = (Samples::new(measured.creates.clone()), Samples::new(measured.gets.clone()));
+        let (creates, gets) = (Samples::new(measured.creates.clone()), Samples::new(took(&measured.gets)));
         println!(
             "  {:12} {:6} made, {:4} refused, {} reads refused; create p50 {:7.2} ms p99 {:7.2} ms; read p50 {:7.2} ms p99 {:7.2} ms; {whole} succeeded whole{}",
             kind.name,
@@ -436,12 +435,11 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         all_creates.extend(measured.creates.iter().copied());
         if kind.file_bytes.is_none() && kind.output_len.is_some_and(|l| l < 100_000) {
             small_gets.extend(measured.gets.iter().copied());
-            small_gets_at.extend(measured.gets.iter().copied().zip(measured.gets_at.iter().copied()));
         }
     }
     stop.cancel();
-    let (creates, gets) = (Samples::new(all_creates), Samples::new(small_gets));
-    let by_minute = p99_by_minute(&small_gets_at);
+    let (creates, gets) = (Samples::new(all_creates), Samples::new(took(&small_gets)));
+    let by_minute = p99_by_minute(&small_gets);
     let peak_mib = peak.load(Ordering::Relaxed) as f64;
     let h2_bytes = std::fs::metadata(&h2).map(|m| m.len()).unwrap_or_default();
     let webhooks = receiver.completed_count();
