@@ -40,12 +40,15 @@ pub async fn owned_job(state: &AppState, caller: &Caller, id: &str, kind: JobKin
 }
 
 /// File `id` of `account` if it exists and has not expired; 404 for a malformed id, a missing
-/// or expired file and another account's alike.
+/// or expired file, another account's and a prediction's payload (the services' own, shown
+/// only inlined in its prediction) alike.
 pub async fn owned_file(state: &AppState, account: &AccountId, id: &str) -> Result<FileRecord, ApiError> {
     let missing = || ApiError::not_found(format!("File {id} not found."));
     let file_id = FileId::parse(id).map_err(|_| missing())?;
     let record = state.files.get(&file_id).await.map_err(anyhow::Error::from)?;
-    record.filter(|r| &r.account_id == account && r.expires_at.is_none_or(|t| t > DateTime::now())).ok_or_else(missing)
+    let shown =
+        |r: &FileRecord| &r.account_id == account && !r.payload && r.expires_at.is_none_or(|t| t > DateTime::now());
+    record.filter(shown).ok_or_else(missing)
 }
 
 /// A model the caller may see: registered (any account's), or owned by an account and

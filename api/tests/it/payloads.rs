@@ -44,6 +44,9 @@ async fn a_large_input_and_output_are_kept_out_of_the_document_and_shown_whole_e
     for file in [input_file.expect("input spilled"), output_file.expect("output spilled")] {
         let record = files.get(&file).await.expect("read").expect("a payload file");
         assert!(record.payload && record.prediction_id.as_ref().map(PredictionId::as_str) == Some(id.as_str()));
+        assert_eq!((record.sha256.as_str(), record.md5.as_str()), ("", ""), "written without checksums");
+        let shown = system.get(&format!("/v1/files/{file}")).await;
+        assert_eq!(shown.status(), 404, "a payload file is not one of the account's files to read");
     }
 
     let got = system.get(&format!("/v1/predictions/{id}")).await.json_body().await;
@@ -73,4 +76,33 @@ async fn a_small_input_and_output_stay_in_the_document() {
     assert_eq!(stored.input["prompt"], "small");
     assert_eq!(stored.output, Some(json!("small")));
     assert!(stored.spilled.is_empty());
+}
+
+#[tokio::test]
+async fn the_api_shows_the_payloads_it_wrote_or_read_without_reading_the_store_again() {
+    let system = System::start_with(Options::default()).await;
+    let prompt = format!("large {}", "y".repeat(100 * KIB));
+    let created = system
+        .request(Method::POST, "/v1/models/demo/echo/predictions")
+        .header("prefer", "wait=30")
+        .json(&json!({"input": {"prompt": prompt}}))
+        .send()
+        .await
+        .expect("create");
+    let waited = created.json_body().await;
+    assert_eq!(waited["output"], prompt, "{waited}");
+    let id = PredictionId::parse(waited["id"].as_str().expect("id")).expect("id");
+
+    // Both payload files gone from the store: a read of the store would show neither value.
+    let stored = system.ctx.store().await.predictions().get(&id).await.expect("read").expect("stored");
+    let files = system.files().await;
+    for file in [stored.spilled.input.expect("input spilled"), stored.spilled.output.expect("output spilled")] {
+        assert!(files.delete(&file).await.expect("deleted"));
+    }
+    let got = system.get(&format!("/v1/predictions/{id}")).await.json_body().await;
+    assert_eq!(
+        (&got["input"]["prompt"], &got["output"]),
+        (&json!(prompt), &json!(prompt)),
+        "the api kept the input it wrote and the output it read for the wait"
+    );
 }

@@ -99,10 +99,10 @@ impl FileStore for GridFsStore {
         max_bytes: u64,
     ) -> BoxFuture<'a, Result<Written, FileStoreError>> {
         Box::pin(async move {
-            let mut body = body.stream;
+            let (mut body, checksummed) = (body.stream, body.checksummed);
             let mut upload =
                 self.bucket.open_upload_stream(name).id(Bson::String(id.to_string())).await.map_err(storage)?;
-            let mut tally = Tally::default();
+            let mut tally = Tally::new(checksummed);
             while let Some(chunk) = body.next().await {
                 let chunk = match chunk {
                     Ok(chunk) => chunk,

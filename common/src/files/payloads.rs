@@ -10,7 +10,15 @@
 //! into a prediction read from the store (the API, webhooks, `Prefer: wait`, streams, the
 //! console, the runner's model input). A payload file is a file of the prediction's account
 //! whose record says `payload` and names the prediction: never listed, never taken for one of
-//! its output files, and deleted with the prediction's data by the retention sweep.
+//! its output files, and deleted with the prediction's data by the retention sweep. Its
+//! bytes are written without checksums (no client downloads it; the api answers 404 for it).
+//!
+//! A payload file never changes once written (a new output is a new file), so each process
+//! keeps the payloads it last wrote or read, up to [`CACHE_BYTES`] of JSON: the read that
+//! follows a create, and a notifier's body of each event of one prediction, read the store
+//! once, not once each.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -25,6 +33,9 @@ pub const INLINE_MAX_BYTES: usize = 64 * 1024;
 /// The largest payload file read back (a payload is at most the input's or the output's own
 /// limit; this only stops a damaged record from being read whole).
 const READ_MAX_BYTES: u64 = 1 << 30;
+
+/// The most payload JSON a process keeps in memory (as [`estimated_json_len`] counts it).
+pub const CACHE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// About the length of `value`'s compact JSON, from its shape alone: each string's bytes and
 /// quotes, each number's digits, the punctuation. It leaves out escapes, so it is at most the
@@ -69,16 +80,28 @@ pub fn json_len(value: &Value) -> usize {
     }
 }
 
-/// Keeps and reads back the spilled values of predictions.
-#[derive(Clone, Debug)]
+/// Keeps and reads back the spilled values of predictions. Clones share one cache.
+#[derive(Clone)]
 pub struct Payloads {
     files: Files,
+    /// Payloads last written or read, by file ([`CACHE_BYTES`]).
+    cache: moka::sync::Cache<FileId, Arc<Value>>,
+}
+
+impl std::fmt::Debug for Payloads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Payloads").field("files", &self.files).field("cached", &self.cache.entry_count()).finish()
+    }
 }
 
 impl Payloads {
     /// Payloads in `files`' store.
     pub fn new(files: Files) -> Self {
-        Self { files }
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(CACHE_BYTES)
+            .weigher(|_, value: &Arc<Value>| u32::try_from(estimated_json_len(value)).unwrap_or(u32::MAX))
+            .build();
+        Self { files, cache }
     }
 
     /// The form in which new prediction `p` is stored: `p` itself when its input is small;
@@ -95,6 +118,7 @@ impl Payloads {
             false => json!({ "input": &p.input, "model_input": &p.model_input }),
         };
         let file = self.put(p, "input.json", &both).await?;
+        self.cache.insert(file.clone(), Arc::new(both));
         let mut stored = p.clone();
         stored.input = Value::Null;
         stored.model_input = Value::Null;
@@ -117,11 +141,11 @@ impl Payloads {
     pub async fn fill(&self, p: &mut Prediction) -> Result<(), FilesError> {
         if let Some(file) = &p.spilled.input
             && p.input.is_null()
-            && let Some(mut both) = self.read(file).await?
+            && let Some(both) = self.read(file).await?
         {
-            p.input = both.get_mut("input").map(Value::take).unwrap_or(Value::Null);
-            p.model_input = match both.get_mut("model_input") {
-                Some(model_input) => model_input.take(),
+            p.input = both.get("input").cloned().unwrap_or(Value::Null);
+            p.model_input = match both.get("model_input") {
+                Some(model_input) => model_input.clone(),
                 None => p.input.clone(),
             };
         }
@@ -133,7 +157,7 @@ impl Payloads {
         if let Some(file) = &p.spilled.output
             && p.output.is_none()
         {
-            p.output = self.read(file).await?;
+            p.output = self.read(file).await?.map(Arc::unwrap_or_clone);
         }
         Ok(())
     }
@@ -170,13 +194,18 @@ impl Payloads {
         };
         let length = bytes.len() as u64;
         let body = FileBody::sized(Box::pin(futures::stream::once(async move { Ok(bytes) })), length);
+        let body = body.without_checksums();
         let stored = self.files.put_bytes(name, body, u64::MAX).await?;
         Ok(self.files.add_record_as(stored, new, true).await?.id)
     }
 
-    /// Payload `file`; `None` when it is gone (the retention sweep deletes a prediction's files
-    /// just before it removes its data: the value shows as removed).
-    async fn read(&self, file: &FileId) -> Result<Option<Value>, FilesError> {
+    /// Payload `file`, from the cache if there; `None` when it is gone (the retention sweep
+    /// deletes a prediction's files just before it removes its data: the value shows as
+    /// removed).
+    async fn read(&self, file: &FileId) -> Result<Option<Arc<Value>>, FilesError> {
+        if let Some(value) = self.cache.get(file) {
+            return Ok(Some(value));
+        }
         let Some(record) = self.files.get(file).await? else {
             tracing::warn!(file_id = %file, "a payload file is gone; its value shows as removed");
             return Ok(None);
@@ -185,7 +214,11 @@ impl Payloads {
             return Err(FilesError::Payload(format!("payload file {file} is larger than any payload")));
         }
         let bytes = self.files.read_all(&record).await?;
-        serde_json::from_slice(&bytes).map(Some).map_err(|e| FilesError::Payload(format!("payload file {file}: {e}")))
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|e| FilesError::Payload(format!("payload file {file}: {e}")))?;
+        let value = Arc::new(value);
+        self.cache.insert(file.clone(), value.clone());
+        Ok(Some(value))
     }
 }
 

@@ -203,9 +203,9 @@ impl FileStore for S3Store {
         Box::pin(async move {
             match body.length {
                 Some(length) if length <= self.single_put_max_bytes && length > PART_SIZE as u64 => {
-                    self.put_whole(id, body.stream, length, max_bytes).await
+                    self.put_whole(id, body, length, max_bytes).await
                 }
-                _ => self.upload(id, &mut { body.stream }, max_bytes).await,
+                _ => self.upload(id, body, max_bytes).await,
             }
         })
     }

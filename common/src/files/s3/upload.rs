@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use super::{PART_SIZE, PART_TIMEOUT, S3Store, SIGN_FOR, checked, excerpt, object_key, other, unavailable};
 use crate::{
     domain::FileId,
-    files::store::{ByteStream, FileStoreError, Tally, Written},
+    files::store::{ByteStream, FileBody, FileStoreError, Tally, Written},
 };
 
 /// Parts of one upload sent at once. A second one in flight took a 1 GiB write to S3Proxy
@@ -44,7 +44,7 @@ impl S3Store {
     pub(super) async fn put_whole(
         &self,
         id: &FileId,
-        mut body: ByteStream<'_>,
+        body: FileBody<'_>,
         length: u64,
         max_bytes: u64,
     ) -> Result<Written, FileStoreError> {
@@ -59,7 +59,8 @@ impl S3Store {
         let sending = tokio::spawn(async move {
             checked(request.send().await.map_err(unavailable)?, "storing an object").await.map(drop)
         });
-        let (mut tally, mut sent) = (Tally::default(), 0u64);
+        let (mut tally, mut sent) = (Tally::new(body.checksummed), 0u64);
+        let mut body = body.stream;
         // Small chunks (an HTTP body's come by the few KiB) are sent together, as a part's are
         // kept: each write costs the store a read of its own.
         let mut pieces = Gathered::default();
@@ -131,12 +132,13 @@ impl S3Store {
     pub(super) async fn upload(
         &self,
         id: &FileId,
-        body: &mut ByteStream<'_>,
+        body: FileBody<'_>,
         max_bytes: u64,
     ) -> Result<Written, FileStoreError> {
         let key = object_key(id);
         let mut upload = None;
-        let written = self.write(id, &key, body, max_bytes, &mut upload).await;
+        let tally = Tally::new(body.checksummed);
+        let written = self.write(id, &key, &mut { body.stream }, tally, max_bytes, &mut upload).await;
         if written.is_err()
             && let Some(mut upload) = upload
         {
@@ -223,10 +225,10 @@ impl S3Store {
         id: &FileId,
         key: &str,
         body: &mut ByteStream<'_>,
+        mut tally: Tally,
         max_bytes: u64,
         upload: &mut Option<Multipart>,
     ) -> Result<Written, FileStoreError> {
-        let mut tally = Tally::default();
         let mut part = Gathered::default();
         while let Some(chunk) = body.next().await {
             let mut chunk = chunk.map_err(FileStoreError::Body)?;
