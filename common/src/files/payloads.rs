@@ -162,11 +162,6 @@ impl Payloads {
         Ok(())
     }
 
-    /// Whether `p` lacks a value it keeps in the file store (as read from the store).
-    pub fn missing_from(p: &Prediction) -> bool {
-        (p.spilled.input.is_some() && p.input.is_null()) || (p.spilled.output.is_some() && p.output.is_none())
-    }
-
     /// `p` with its spilled values read back ([`Self::fill`]).
     pub async fn whole(&self, mut p: Prediction) -> Result<Prediction, FilesError> {
         self.fill(&mut p).await?;
