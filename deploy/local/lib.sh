@@ -43,7 +43,7 @@ launch_mongo() {
   local h2=() heap=()
   MONGO_LOG="$1"
   [ -n "${2:-}" ] && h2=(--h2 "$2") && heap=("-Xmx${MONGO_STANDIN_HEAP:-1g}")
-  java @"$root/deploy/mongo-standin/jvm.options" "${heap[@]}" -cp "$MONGO_STANDIN_CLASSPATH" "$root/deploy/mongo-standin/Launcher.java" "${h2[@]}" >"$MONGO_LOG" 2>&1 &
+  java @"$root/deploy/mongo-standin/jvm.options" "${heap[@]}" -cp "$MONGO_STANDIN_CLASSPATH" Launcher "${h2[@]}" >"$MONGO_LOG" 2>&1 &
   INFRA_PIDS+=("$!")
   MONGO_PID="$!"
 }

@@ -1,7 +1,10 @@
 // Starts mongo-java-server, the MongoDB wire-protocol stand-in used for local runs and CI.
 //
-//   java -cp 'lib/*' Launcher.java [--host H] [--port P] [--h2 FILE] [--exit-on-stdin-eof]
+//   java -cp '<classes>:lib/*' Launcher [--host H] [--port P] [--h2 FILE] [--exit-on-stdin-eof]
 //
+// deploy/local/install compiles it into <classes> (a directory per version of this source) and
+// puts that on the stand-in's classpath; `java ... Launcher.java` runs the source as well, but
+// compiles it at every start.
 // --port 0 (the default) binds a free port. Once listening it prints one line
 // "LISTENING mongodb://HOST:PORT" on stdout, so a caller never races for a port.
 // --h2 FILE keeps data in an H2 file that survives restarts; without it data lives in memory.

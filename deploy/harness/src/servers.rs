@@ -4,8 +4,8 @@
 //! (S3Proxy, objects as files).
 //!
 //! The programs come from the environment `deploy/local/fault-tests` sets: `NATS_SERVER` (the
-//! nats-server binary), `MONGO_STANDIN_CLASSPATH` and `MONGO_STANDIN_LAUNCHER` (the stand-in's
-//! jars and its launcher source), `S3_STANDIN_CLASSPATH` and `S3_STANDIN_RUN` (S3Proxy's jars
+//! nats-server binary), `MONGO_STANDIN_CLASSPATH` and `MONGO_STANDIN_JVM_OPTIONS` (the
+//! stand-in's jars with its compiled `Launcher`, and its JVM options), `S3_STANDIN_CLASSPATH` and `S3_STANDIN_RUN` (S3Proxy's jars
 //! and `deploy/s3-standin/run`). A restarted server comes back on the same port and the same
 //! data directory, so the services' clients find it again by themselves.
 
@@ -148,16 +148,15 @@ impl MongoStandin {
     pub async fn start(dir: &Path) -> anyhow::Result<Self> {
         let classpath = std::env::var("MONGO_STANDIN_CLASSPATH")
             .context("MONGO_STANDIN_CLASSPATH (the stand-in's jars) is not set")?;
-        let launcher =
-            std::env::var("MONGO_STANDIN_LAUNCHER").context("MONGO_STANDIN_LAUNCHER (Launcher.java) is not set")?;
+        let options = std::env::var("MONGO_STANDIN_JVM_OPTIONS")
+            .context("MONGO_STANDIN_JVM_OPTIONS (deploy/mongo-standin/jvm.options) is not set")?;
         let port = free_port()?;
-        let options = Path::new(&launcher).with_file_name("jvm.options");
         let command = vec![
             "java".into(),
-            format!("@{}", options.display()),
+            format!("@{options}"),
             "-cp".into(),
             classpath,
-            launcher,
+            "Launcher".into(),
             "--port".into(),
             port.to_string(),
             "--h2".into(),

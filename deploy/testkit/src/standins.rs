@@ -63,10 +63,10 @@ impl MongoStandin {
     /// [`MongoStandin::start`] with `env` set for the stand-in (its `MONGO_STANDIN_*` switches).
     pub fn start_with(h2: Option<&std::path::Path>, env: &[(&str, &str)]) -> Self {
         let classpath = installed("MONGO_STANDIN_CLASSPATH");
-        let launcher = repo_root().join("deploy/mongo-standin/Launcher.java");
         let options = repo_root().join("deploy/mongo-standin/jvm.options");
         let mut command = Command::new("java");
-        command.arg(format!("@{}", options.display())).args(["-cp", &classpath]).arg(launcher);
+        // `Launcher` is compiled onto the classpath by deploy/local/install.
+        command.arg(format!("@{}", options.display())).args(["-cp", &classpath, "Launcher"]);
         command.envs(env.iter().copied());
         if let Some(file) = h2 {
             command.arg("--h2").arg(file);

@@ -310,7 +310,7 @@ fn standin_pid(h2: &Path) -> Option<u32> {
         let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
         let cmdline = String::from_utf8_lossy(&cmdline);
-        (cmdline.contains("Launcher.java") && cmdline.contains(&needle)).then_some(pid)
+        (cmdline.contains("mongo-standin") && cmdline.contains(&needle)).then_some(pid)
     })
 }
 
