@@ -157,7 +157,7 @@ impl OutputsTally {
             failures.push(format!("{} file records no output names", self.orphans));
         }
         if let Some(unnamed) = self.unnamed_objects.filter(|n| *n > 0) {
-            failures.push(crate::report::unnamed_objects_failure(unnamed));
+            failures.push(crate::uploads::unnamed_objects_failure(unnamed));
         }
         if self.interrupted == 0 {
             failures.push("the fault hit no prediction with file outputs while it ran".into());

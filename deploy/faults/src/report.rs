@@ -34,12 +34,6 @@ use crate::{
     uploads::UploadTally,
 };
 
-/// The failure of a row that left `count` objects in the bucket that no file names once the
-/// sweep of unfinished uploads has run (S3 never keeps an object of an unacknowledged write).
-pub fn unnamed_objects_failure(count: usize) -> String {
-    format!("{count} objects in the bucket that no file names, after the sweep")
-}
-
 /// How long after a part is back its clients may still fail while they reconnect.
 pub const SETTLE: Duration = Duration::from_secs(5);
 
@@ -264,7 +258,7 @@ impl Outcome {
             fail(files.partial > 0, format!("{} partial files visible", files.partial));
             fail(files.lost > 0, format!("{} accepted uploads lost", files.lost));
             if let Some(orphans) = files.orphans {
-                fail(orphans > 0, unnamed_objects_failure(orphans));
+                fail(orphans > 0, crate::uploads::unnamed_objects_failure(orphans));
             }
         }
         if let Some(levels) = &self.levels {

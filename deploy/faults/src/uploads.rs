@@ -120,6 +120,13 @@ pub async fn check(
     Ok(tally)
 }
 
+/// The failure of a row that left `count` objects in the bucket that no file names once the
+/// sweep of unfinished uploads has run ([`orphans_after_sweep`]; S3 never keeps an object of an
+/// unacknowledged write).
+pub fn unnamed_objects_failure(count: usize) -> String {
+    format!("{count} objects in the bucket that no file names, after the sweep")
+}
+
 /// Sweeps the unfinished uploads of `setup`'s files (whatever their age: the scenario is
 /// over), then counts what the bucket still holds that no file names: objects without a
 /// record, and multipart uploads noted as unfinished that still keep parts (invisible to a
