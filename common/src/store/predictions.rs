@@ -231,12 +231,7 @@ impl Predictions {
             "maxTimeMS": limit_ms,
         };
         let reply = self.coll.client().database(&namespace.db).run_command(command).await?;
-        let n = match reply.get("n") {
-            Some(bson::Bson::Int32(n)) => u64::try_from(*n).ok(),
-            Some(bson::Bson::Int64(n)) => u64::try_from(*n).ok(),
-            Some(bson::Bson::Double(n)) if *n >= 0.0 => Some(*n as u64),
-            _ => None,
-        };
+        let n = super::integer(reply.get("n")).and_then(|n| u64::try_from(n).ok());
         n.ok_or_else(|| StoreError::custom(format!("a count answered without a count: {reply}")))
     }
 
