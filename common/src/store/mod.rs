@@ -102,10 +102,25 @@ where
     let total = async {
         match filter.is_empty() {
             true => coll.estimated_document_count().max_time(read_limit()).await,
-            false => coll.count_documents(filter.clone()).max_time(read_limit()).await,
+            false => count(coll, filter.clone()).await,
         }
     };
     tokio::try_join!(documents, total)
+}
+
+/// How many documents of `coll` match `filter`, within [`read_limit`].
+///
+/// The `count` command, not the driver's `count_documents` (an `aggregate`): MongoDB serves
+/// both from an index holding the filter's fields, but the local stand-in answers an
+/// aggregate by decoding every document of the collection (2.9 s on a day's 22,000
+/// predictions, growing with them) and a `count` from its indexes.
+pub async fn count<T: Send + Sync>(coll: &mongodb::Collection<T>, filter: bson::Document) -> Result<u64, StoreError> {
+    let namespace = coll.namespace();
+    let limit_ms = i64::try_from(read_limit().as_millis()).unwrap_or(i64::MAX);
+    let command = doc! { "count": &namespace.coll, "query": filter, "maxTimeMS": limit_ms };
+    let reply = coll.client().database(&namespace.db).run_command(command).await?;
+    let n = integer(reply.get("n")).and_then(|n| u64::try_from(n).ok());
+    n.ok_or_else(|| StoreError::custom(format!("a count answered without a count: {reply}")))
 }
 
 /// An integer field of a document, whatever its BSON width.

@@ -217,22 +217,8 @@ impl Predictions {
     }
 
     /// How many predictions of `model` the account has made (a model's `run_count`).
-    ///
-    /// The `count` command, not the driver's `count_documents` (an `aggregate`): MongoDB
-    /// serves both from the index on `account_id` and `model`, but the local stand-in answers
-    /// an aggregate by decoding every document of the collection (2.9 s on a day's 22,000
-    /// predictions, growing with them) and a `count` from its indexes.
     pub async fn count_of_model(&self, account: &AccountId, model: &ModelRef) -> Result<u64, StoreError> {
-        let namespace = self.coll.namespace();
-        let limit_ms = i64::try_from(super::read_limit().as_millis()).unwrap_or(i64::MAX);
-        let command = doc! {
-            "count": &namespace.coll,
-            "query": { "account_id": account.as_str(), "model": model.to_string() },
-            "maxTimeMS": limit_ms,
-        };
-        let reply = self.coll.client().database(&namespace.db).run_command(command).await?;
-        let n = super::integer(reply.get("n")).and_then(|n| u64::try_from(n).ok());
-        n.ok_or_else(|| StoreError::custom(format!("a count answered without a count: {reply}")))
+        super::count(&self.coll, doc! { "account_id": account.as_str(), "model": model.to_string() }).await
     }
 
     /// Predictions of the deployment `owner/name` not yet ended (waiting or running).
