@@ -9,7 +9,8 @@
 //! - `notifier_retry_backlog{kind}`: the shared consumer's backlog as JetStream reports it
 //!   every [`BACKLOG_REFRESH`]: `pending` (events not yet delivered to any notifier),
 //!   `ack_pending` (events being delivered or waiting for their retry) and `redelivered`;
-//! - `mongodb_commands_total{command}` with `MONGODB_COMMAND_METRICS=true`.
+//! - `mongodb_commands_total{command}` and `mongodb_command_duration_seconds{command}` with
+//!   `MONGODB_COMMAND_METRICS=true`.
 
 use std::time::Duration;
 

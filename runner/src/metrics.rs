@@ -16,7 +16,8 @@
 //! - `runner_output_upload_seconds` and `runner_output_upload_bytes_total`: the output files a
 //!   Cog server PUT to this runner ([`crate::models::cog::uploads`]), each timed from its
 //!   request to the file stored, and their bytes;
-//! - `mongodb_commands_total{command}` with `MONGODB_COMMAND_METRICS=true`.
+//! - `mongodb_commands_total{command}` and `mongodb_command_duration_seconds{command}` with
+//!   `MONGODB_COMMAND_METRICS=true`.
 
 use std::time::Instant;
 

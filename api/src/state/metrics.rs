@@ -7,7 +7,8 @@
 //! - `api_prefer_wait_held`: `Prefer: wait` creates held open now (see [`crate::state::wait_slots`]);
 //! - `deployment_pending_predictions{deployment}`, `deployment_desired_instances{deployment}`:
 //!   what an autoscaler reads (see [`crate::state::deployment_metrics`]);
-//! - `mongodb_commands_total{command}`: MongoDB commands this process sent (driver command
+//! - `mongodb_commands_total{command}`, `mongodb_command_duration_seconds{command}`: MongoDB
+//!   commands this process sent and how long each took (driver command
 //!   monitoring), to see what each request costs the database; only with
 //!   `MONGODB_COMMAND_METRICS=true`, as the monitoring costs CPU.
 //!

@@ -15,6 +15,8 @@ use std::{
 use bson::{Bson, Document};
 use mongodb::event::{EventHandler, command::CommandEvent};
 
+use crate::metrics::kit::*;
+
 /// Whether a store counts its commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Monitoring {
@@ -196,17 +198,40 @@ mod tests {
     }
 }
 
-/// Commands started, by name; shared by every clone of a [`super::Store`].
-#[derive(Clone, Debug, Default)]
-pub struct CommandCounts(Arc<Mutex<BTreeMap<String, u64>>>);
+/// Commands started, by name, and how long they took; shared by every clone of a
+/// [`super::Store`].
+#[derive(Clone, Debug)]
+pub struct CommandCounts {
+    started: Arc<Mutex<BTreeMap<String, u64>>>,
+    durations: Family<CommandLabel, Histogram, fn() -> Histogram>,
+}
+
+/// The `command` label of the command metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CommandLabel {
+    command: String,
+}
+
+/// Buckets of 0.25 ms to about 8 s: a document by its `_id` takes a millisecond or two, a
+/// stall shows as seconds.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+}
+
+impl Default for CommandCounts {
+    fn default() -> Self {
+        Self { started: Arc::default(), durations: Family::new_with_constructor(duration_histogram) }
+    }
+}
 
 impl CommandCounts {
-    /// The driver hook that counts every command started, and keeps the shapes of its queries
-    /// when `shapes` asks for them.
+    /// The driver hook that counts every command started and times every command answered
+    /// (from the driver's sending it to its reply or failure: the wait for the reply to be
+    /// read is in it), and keeps the shapes of its queries when `shapes` asks for them.
     pub fn handler(&self, shapes: bool) -> EventHandler<CommandEvent> {
         let counts = self.clone();
-        EventHandler::callback(move |event| {
-            if let CommandEvent::Started(started) = event {
+        EventHandler::callback(move |event| match event {
+            CommandEvent::Started(started) => {
                 if shapes {
                     let found = shapes_of(&started.command_name, &started.command);
                     if !found.is_empty() {
@@ -218,12 +243,20 @@ impl CommandCounts {
                             .extend(found);
                     }
                 }
-                *counts.0.lock().unwrap_or_else(|p| p.into_inner()).entry(started.command_name).or_default() += 1;
+                *counts.started.lock().unwrap_or_else(|p| p.into_inner()).entry(started.command_name).or_default() += 1;
             }
+            CommandEvent::Succeeded(done) => counts.took(done.command_name, done.duration),
+            CommandEvent::Failed(failed) => counts.took(failed.command_name, failed.duration),
+            _ => {}
         })
     }
 
-    /// The counts as an OpenMetrics counter family, `mongodb_commands_total{command}`.
+    fn took(&self, command: String, duration: std::time::Duration) {
+        self.durations.get_or_create(&CommandLabel { command }).observe(duration.as_secs_f64());
+    }
+
+    /// The counts as an OpenMetrics counter family, `mongodb_commands_total{command}`, and
+    /// their durations, `mongodb_command_duration_seconds{command}` (a histogram).
     pub fn openmetrics(&self) -> String {
         let mut text = String::from(
             "# HELP mongodb_commands MongoDB commands sent by this process.\n# TYPE mongodb_commands counter\n",
@@ -231,11 +264,18 @@ impl CommandCounts {
         for (command, n) in self.snapshot() {
             text.push_str(&format!("mongodb_commands_total{{command=\"{command}\"}} {n}\n"));
         }
+        let mut registry = Registry::default();
+        registry.register(
+            "mongodb_command_duration_seconds",
+            "How long MongoDB commands took to answer",
+            self.durations.clone(),
+        );
+        text.push_str(&crate::metrics::families(&registry));
         text
     }
 
     /// The counts so far, by command name.
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.started.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }

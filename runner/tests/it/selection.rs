@@ -55,6 +55,11 @@ async fn the_runner_serves_its_mongodb_command_counts_when_asked() {
     // read-back (an `update` each).
     assert!(count("update").is_some_and(|n| n >= 2), "processing and succeeded were counted: {text}");
     assert_eq!(count("findAndModify").unwrap_or(0), 0, "nothing read back: {text}");
+    let timed = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"mongodb_command_duration_seconds_count{command="update"} "#))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(timed.is_some_and(|n| n >= 2), "the updates' answers were timed: {text}");
     assert!(text.trim_end().ends_with("# EOF"));
     let health = reqwest::get(format!("http://{addr}/health")).await.expect("probe");
     assert_eq!(health.status(), 200);

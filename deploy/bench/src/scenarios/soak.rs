@@ -367,6 +367,39 @@ async fn verify(system: &System, kind: &Kind, ids: &[String]) -> anyhow::Result<
     Ok((ids.len() as u64 - bad.len() as u64, bad))
 }
 
+/// The api's own timing of the day's reads (`GET /v1/predictions/{id}` answered 200, all three
+/// kinds), from its `http_request_duration_seconds` histogram: each bucket's bound in ms and the
+/// share of the reads that took longer. Beside the client's p99 it tells time spent in the api
+/// (and the database behind it) from time spent on the way to it.
+async fn server_reads(system: &System) -> anyhow::Result<Vec<(f64, f64)>> {
+    let text = system.http.get(format!("{}/metrics", system.base)).send().await?.error_for_status()?.text().await?;
+    let shares = read_shares(&text);
+    anyhow::ensure!(!shares.is_empty(), "the api's /metrics timed no read of a prediction");
+    Ok(shares)
+}
+
+/// From an OpenMetrics page, the bounds (ms) of the buckets of the api's successful reads of a
+/// prediction, each with the share of the reads that took longer.
+fn read_shares(metrics: &str) -> Vec<(f64, f64)> {
+    let series = [r#"method="GET""#, r#"route="/v1/predictions/{id}""#, r#"status="200""#];
+    let buckets: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("http_request_duration_seconds_bucket{"))
+        .filter(|line| series.iter().all(|label| line.contains(label)))
+        .filter_map(|line| {
+            let (labels, count) = line.rsplit_once("} ")?;
+            let le = labels.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse::<f64>().ok()? * 1000.0 };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    let total = buckets.iter().map(|(_, n)| *n).fold(0.0, f64::max);
+    if total == 0.0 {
+        return Vec::new();
+    }
+    buckets.into_iter().filter(|(le, _)| le.is_finite()).map(|(le, n)| (le, 1.0 - n / total)).collect()
+}
+
 /// `bench soak`
 pub async fn run(options: Options) -> anyhow::Result<Value> {
     let system = System::read(&options.state)?;
@@ -410,6 +443,11 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     rss.await?;
     let (measured, created, drained) = measured?;
     let (ready_checks, ready_failures, first_failure) = ready;
+    // A diagnosis beside the figures: the day stands without it.
+    let server = server_reads(&system).await.unwrap_or_else(|e| {
+        println!("  the api's own timing of the reads is not known: {e:#}");
+        Vec::new()
+    });
     let mut rows = Vec::new();
     let mut all_creates = Vec::new();
     let mut small_gets = Vec::new();
@@ -454,6 +492,12 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         GET_P99.as_millis()
     );
     let minutes: Vec<String> = by_minute.iter().map(|p| format!("{p:.1}")).collect();
+    let shares: Vec<String> = server
+        .iter()
+        .filter(|(le, _)| (2.0..=64.0).contains(le))
+        .map(|(le, over)| format!("{:.2} % over {le} ms", over * 100.0))
+        .collect();
+    println!("  the api's own timing of the day's reads (all kinds): {}", shares.join(", "));
     println!("  reads of 10 KB predictions p99 by minute of the day (ms): {}", minutes.join(" "));
     println!(
         "  /ready: {ready_failures} of {ready_checks} checks not 200{}; stand-in RSS peak {peak_mib:.0} MiB (target {STANDIN_RSS_MAX_MIB:.0}); H2 file {:.1} MiB; {webhooks} of {total} completed webhooks; creates done in {:.0} s, webhooks in {:.0} s",
@@ -473,6 +517,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         "get_p99_ms": ms(gets.percentile(99.0)),
         "get_p99_target_ms": GET_P99.as_millis(),
         "get_p99_by_minute_ms": by_minute,
+        "server_reads_over_ms": server.iter().map(|(le, over)| json!({"ms": le, "share": (over * 1e4).round() / 1e4})).collect::<Vec<_>>(),
         "ready_checks": ready_checks,
         "ready_not_200": ready_failures,
         "ready_first_failure": first_failure,
@@ -484,4 +529,24 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
         "creates_seconds": created.as_secs(),
         "webhooks_seconds": drained.as_secs(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_share_of_reads_over_each_bound_comes_from_the_api_histogram() {
+        let page = r#"http_request_duration_seconds_bucket{le="0.004",method="GET",route="/v1/predictions/{id}",status="200"} 90
+http_request_duration_seconds_bucket{le="0.008",method="GET",route="/v1/predictions/{id}",status="200"} 99
+http_request_duration_seconds_bucket{le="+Inf",method="GET",route="/v1/predictions/{id}",status="200"} 100
+http_request_duration_seconds_bucket{le="0.004",method="GET",route="/v1/predictions/{id}",status="404"} 1
+http_request_duration_seconds_bucket{le="+Inf",method="GET",route="/v1/predictions/{id}",status="404"} 7
+"#;
+        let shares = read_shares(page);
+        assert_eq!(shares.len(), 2);
+        assert_eq!(shares[0].0, 4.0);
+        assert!((shares[0].1 - 0.10).abs() < 1e-9 && (shares[1].1 - 0.01).abs() < 1e-9, "{shares:?}");
+        assert!(read_shares("# EOF\n").is_empty());
+    }
 }
