@@ -49,6 +49,7 @@ async fn metrics_count_requests_by_route_template_and_status() {
     assert!(!text.contains("aaaaaaaaaaaaaaaaaaaaaaaaaa"), "raw ids never become labels");
     assert!(text.contains("http_request_duration_seconds_bucket"));
     assert!(text.contains(r#"mongodb_commands_total{command="find"}"#), "the key look-up was counted: {text}");
+    assert!(text.contains(r#"mongodb_command_duration_seconds_count{command="find"}"#), "and its answer timed: {text}");
     assert!(text.trim_end().ends_with("# EOF"));
 }
 
@@ -60,6 +61,7 @@ async fn mongodb_commands_are_not_counted_unless_asked_for() {
     let text = system.anonymous(Method::GET, "/metrics").send().await.expect("sent").text().await.expect("text");
     assert!(text.contains("http_requests_total"), "{text}");
     assert!(!text.contains("mongodb_commands_total{"), "monitoring is off by default: {text}");
+    assert!(!text.contains("mongodb_command_duration_seconds_count{"), "nor timed: {text}");
 }
 
 #[tokio::test]
