@@ -304,7 +304,7 @@ pub async fn commands(http: &reqwest::Client, url: &str) -> anyhow::Result<BTree
 
 /// The samples of a `/metrics` page: each series (its name and labels, as written) and its
 /// value; comments and lines that are not a sample are left out.
-fn series(text: &str) -> impl Iterator<Item = (&str, f64)> {
+pub fn series(text: &str) -> impl Iterator<Item = (&str, f64)> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.rsplit_once(' '))

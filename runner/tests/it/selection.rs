@@ -46,19 +46,15 @@ async fn the_runner_serves_its_mongodb_command_counts_when_asked() {
     let p = fixture.create("demo/echo", json!({"prompt": "counted"})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
     let text = reqwest::get(format!("http://{addr}/metrics")).await.expect("scrape").text().await.expect("text");
-    let count = |command: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!(r#"mongodb_commands_total{{command="{command}"}} "#)))
-            .and_then(|n| n.trim().parse::<u64>().ok())
+    let sample = |series: String| {
+        text.lines().find_map(|l| l.strip_prefix(&format!("{series} "))).and_then(|n| n.trim().parse::<u64>().ok())
     };
+    let count = |command: &str| sample(format!(r#"mongodb_commands_total{{command="{command}"}}"#));
     // The job carried its prediction: processing and succeeded are both written without a
     // read-back (an `update` each).
     assert!(count("update").is_some_and(|n| n >= 2), "processing and succeeded were counted: {text}");
     assert_eq!(count("findAndModify").unwrap_or(0), 0, "nothing read back: {text}");
-    let timed = text
-        .lines()
-        .find_map(|l| l.strip_prefix(r#"mongodb_command_duration_seconds_count{command="update"} "#))
-        .and_then(|n| n.trim().parse::<u64>().ok());
+    let timed = sample(r#"mongodb_command_duration_seconds_count{command="update"}"#.to_owned());
     assert!(timed.is_some_and(|n| n >= 2), "the updates' answers were timed: {text}");
     assert!(text.trim_end().ends_with("# EOF"));
     let health = reqwest::get(format!("http://{addr}/health")).await.expect("probe");

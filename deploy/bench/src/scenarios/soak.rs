@@ -381,16 +381,14 @@ async fn server_reads(system: &System) -> anyhow::Result<Vec<(f64, f64)>> {
 /// From an OpenMetrics page, the bounds (ms) of the buckets of the api's successful reads of a
 /// prediction, each with the share of the reads that took longer.
 fn read_shares(metrics: &str) -> Vec<(f64, f64)> {
-    let series = [r#"method="GET""#, r#"route="/v1/predictions/{id}""#, r#"status="200""#];
-    let buckets: Vec<(f64, f64)> = metrics
-        .lines()
-        .filter_map(|line| line.strip_prefix("http_request_duration_seconds_bucket{"))
-        .filter(|line| series.iter().all(|label| line.contains(label)))
-        .filter_map(|line| {
-            let (labels, count) = line.rsplit_once("} ")?;
+    let reads = [r#"method="GET""#, r#"route="/v1/predictions/{id}""#, r#"status="200""#];
+    let buckets: Vec<(f64, f64)> = harness::cluster::series(metrics)
+        .filter_map(|(name, count)| Some((name.strip_prefix("http_request_duration_seconds_bucket{")?, count)))
+        .filter(|(labels, _)| reads.iter().all(|label| labels.contains(label)))
+        .filter_map(|(labels, count)| {
             let le = labels.split("le=\"").nth(1)?.split('"').next()?;
             let le = if le == "+Inf" { f64::INFINITY } else { le.parse::<f64>().ok()? * 1000.0 };
-            Some((le, count.trim().parse().ok()?))
+            Some((le, count))
         })
         .collect();
     let total = buckets.iter().map(|(_, n)| *n).fold(0.0, f64::max);
