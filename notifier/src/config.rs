@@ -4,11 +4,11 @@
 //! |---|---|---|
 //! | `NOTIFIER_RETRY_SCHEDULE` | `5,30,120,600,1800,3600,10800,21600` | seconds before each retry |
 //! | `NOTIFIER_TIMEOUT_SECONDS` | `10` | a delivery succeeds only with a 2xx within this time |
-//! | `NOTIFIER_CONCURRENCY` | `64` | deliveries in flight at once in this process |
+//! | `NOTIFIER_CONCURRENCY` | `64` | first deliveries in flight at once in this process; also the most retry attempts in flight, and receivers whose retries are worked at once (docs/webhooks.md, Isolation) |
 //! | `NOTIFIER_ALLOW_PRIVATE_TARGETS` | `false` | allow loopback/private targets (local use, tests) |
 //! | `NOTIFIER_SHUTDOWN_GRACE_SECONDS` | `15` | how long in-flight deliveries may finish on shutdown |
 //! | `NOTIFIER_METRICS_BIND` | none | where to serve `/metrics` and `/health` (off when unset) |
-//! | `NOTIFIER_PER_TARGET` | `8` | deliveries in flight at once to one `host:port` |
+//! | `NOTIFIER_PER_TARGET` | `8` | deliveries in flight at once to one `host:port` from this process (a busy receiver's events wait in its own queue in MongoDB) |
 //! | `NOTIFIER_SECRET_CACHE_SECONDS` | `5` | how long opened signing secrets are reused |
 //! | `NOTIFIER_RECORD_LINGER_SECONDS` | `0.02` | how long attempt records gather before one write stores them (acknowledgements wait for it, webhooks do not) |
 

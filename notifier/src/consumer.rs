@@ -1,17 +1,26 @@
 //! Consuming status events: one durable consumer (`<P>_notifier`) shared by every notifier
 //! replica, so each event is delivered by one replica in the normal case.
 //!
-//! **Retries are JetStream redeliveries.** A failed attempt is recorded in MongoDB and the
-//! event message is nak'd with the schedule's delay; JetStream keeps it and delivers it again
-//! after the delay, to whichever replica pulls next. Nothing about pending retries lives in a
-//! notifier's memory, so a notifier killed between attempts loses nothing: the message is
-//! simply delivered again (at the latest after `ack_wait`). The attempt number is one more
-//! than the attempts made before: known from this replica's [`crate::ledger`] when it handled
-//! every earlier delivery, else counted from the records of the event's `webhook-id`. Each
-//! attempt's record is stored ([`crate::recorder`], several per write) before its message is
-//! acknowledged or handed back. After the last attempt the
-//! delivery is recorded as failed and the message terminated. Before sending, an event waits
-//! for its turn in its prediction's sequence ([`crate::sequences`]) and for a slot at its target
+//! **Retries wait in MongoDB, per receiver, not in JetStream.** A message held in JetStream
+//! for a retry (a nak with a delay) would keep its place in the consumer's window of
+//! unacknowledged messages, which is bounded (`max_ack_pending`): a thousand events waiting for
+//! one receiver that is down would fill it and stop every account's webhooks. So a failed
+//! attempt is recorded, the event is written to its receiver's queue of waiting events
+//! ([`crate::backlog`]) and only then is its message acknowledged; the backlog's workers make
+//! the later attempts. The consumer's window only ever holds the events being delivered now,
+//! so an event for a healthy receiver is delivered as soon as it is published, however many
+//! wait elsewhere. An event whose receiver has all its slots busy ([`crate::targets`]) joins
+//! that receiver's queue the same way, without an attempt.
+//!
+//! Nothing about pending retries lives in a notifier's memory, so a notifier killed between
+//! attempts loses nothing: an event whose message was not yet acknowledged is delivered again
+//! (at the latest after `ack_wait`), and one in the backlog is taken again when its lease ends.
+//! The attempt number is one more than the attempts made before: 0 on a first delivery, the
+//! backlog's count for a retry, and counted from the records of the event's `webhook-id` for a
+//! redelivered message. Each attempt's record is stored ([`crate::recorder`], several per
+//! write) before its message is acknowledged or its retry written. After the last attempt
+//! the delivery is recorded as failed. Before sending, an event waits for its turn in its
+//! prediction's sequence ([`crate::sequences`]) and for a slot at its target
 //! ([`crate::targets`]).
 
 use std::{sync::Arc, time::Duration};
@@ -31,14 +40,14 @@ use common::{
         webhook_attempts::{AttemptOutcome, WebhookAttempt},
     },
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
 use crate::{
+    backlog::Backlog,
     config::NotifierConfig,
     deliver::{AttemptResult, Deliverer, Webhook},
-    ledger::DeliveryLedger,
     metrics::{BACKLOG_REFRESH, NotifierMetrics},
     pull::{Permits, pull_with_permits},
     recorder::AttemptRecorder,
@@ -56,7 +65,7 @@ const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
 /// sends in-progress acks every third of that, however long it waits for its turn.
 pub const ACK_MARGIN: Duration = Duration::from_secs(5);
 /// How long a delivery to a target at its concurrency limit waits before it is tried again.
-const TARGET_BUSY_RETRY: Duration = Duration::from_millis(500);
+pub(crate) const TARGET_BUSY_RETRY: Duration = Duration::from_millis(500);
 
 /// What the notifier needs to deliver one event.
 pub struct Notifier {
@@ -64,12 +73,12 @@ pub struct Notifier {
     pub deliverer: Deliverer,
     /// Signing secrets by account.
     pub secrets: SecretCache,
-    /// Where attempts are counted (when the ledger does not know).
+    /// Where attempts are recorded (and counted, for a redelivered message).
     pub attempts: WebhookAttempts,
     /// Stores attempt records, several per write.
     pub recorder: AttemptRecorder,
-    /// This replica's memory of the deliveries it handed back.
-    pub ledger: DeliveryLedger,
+    /// The events waiting for a retry, per receiver.
+    pub backlog: Backlog,
     /// When to retry.
     pub schedule: RetrySchedule,
     /// Per-prediction order and throttling.
@@ -117,7 +126,8 @@ pub async fn consume(
     tracing::info!(consumer = %name, "consuming status events");
 
     let tracker = TaskTracker::new();
-    tracker.spawn(report_backlog(consumer.clone(), notifier.metrics.clone(), shutdown.clone()));
+    tracker.spawn(report_backlog(consumer.clone(), notifier.clone(), shutdown.clone()));
+    tracker.spawn(crate::backlog::work(notifier.clone(), config.clone(), tracker.clone(), shutdown.clone()));
     let permits = Arc::new(Semaphore::new(config.concurrency));
     pull_with_permits(consumer, vec![permits], tracker.clone(), shutdown, move |message, permits| {
         handle(message, notifier.clone(), permits)
@@ -131,13 +141,20 @@ pub async fn consume(
     Ok(())
 }
 
-/// Reads the consumer's backlog into the metrics every [`BACKLOG_REFRESH`] until `shutdown`.
-async fn report_backlog(mut consumer: PullConsumer, metrics: NotifierMetrics, shutdown: CancellationToken) {
+/// Reads the consumer's backlog, and the events waiting for a retry, into the metrics every
+/// [`BACKLOG_REFRESH`] until `shutdown`.
+async fn report_backlog(mut consumer: PullConsumer, notifier: Arc<Notifier>, shutdown: CancellationToken) {
+    let metrics: &NotifierMetrics = &notifier.metrics;
     loop {
         match tokio::time::timeout(BACKLOG_REFRESH, consumer.info()).await {
             Ok(Ok(info)) => metrics.set_backlog(info.num_pending, info.num_ack_pending, info.num_redelivered),
             Ok(Err(e)) => tracing::debug!(error = %e, "consumer info unavailable; backlog not updated"),
             Err(_) => tracing::debug!("consumer info did not answer; backlog not updated"),
+        }
+        match tokio::time::timeout(BACKLOG_REFRESH, notifier.backlog.waiting()).await {
+            Ok(Ok(waiting)) => metrics.set_waiting(waiting),
+            Ok(Err(e)) => tracing::debug!(error = %e, "waiting retries not counted"),
+            Err(_) => tracing::debug!("the count of waiting retries did not answer"),
         }
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -159,9 +176,46 @@ async fn handle(message: Message, notifier: Arc<Notifier>, _permits: Permits) {
     } else {
         let span = tracing::info_span!("webhook", prediction_id = %change.prediction_id, event = %change.event, seq = change.seq);
         common::trace_context::continue_trace(&span, event.trace_context());
-        route(Arrival { delivery, announcement }, &notifier, change).instrument(span).await
+        first_delivery(Arrival { delivery, announcement }, &notifier, change, event.raw()).instrument(span).await
     };
     event.settle(settle).await;
+}
+
+/// An event's own message: delivered now, or written to its receiver's backlog for a later
+/// attempt (then acknowledged: see the module's notes); handed back only when neither could
+/// be done.
+async fn first_delivery(arrival: Arrival, notifier: &Notifier, change: &DeliverableEvent, message: &[u8]) -> AckKind {
+    let Some(url) = change.webhook.clone() else {
+        return AckKind::Ack;
+    };
+    // A redelivered message (a notifier that died mid-attempt, or a hand-back) may follow
+    // attempts: they are counted from their records.
+    let before = match arrival.delivery {
+        ..=1 => 0,
+        _ => match notifier.recorded_attempts(&change.message_id()).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "attempt count unavailable; retrying");
+                return AckKind::Nak(Some(DEPENDENCY_RETRY));
+            }
+        },
+    };
+    match route(arrival, notifier, change, &url, before, None).await {
+        Next::Done => AckKind::Ack,
+        Next::Terminate => AckKind::Term,
+        Next::HandBack(delay) => AckKind::Nak(Some(delay)),
+        Next::Retry { after, attempts } => {
+            match notifier.backlog.schedule(change, message, &url, attempts, after).await {
+                Ok(()) => AckKind::Ack,
+                Err(e) => {
+                    // Kept in JetStream instead: it holds a place in the consumer's window until
+                    // then, which only a MongoDB that refuses writes should ever cause.
+                    tracing::warn!(error = %e, "retry not written to the backlog; handed back to JetStream");
+                    AckKind::Nak(Some(after))
+                }
+            }
+        }
+    }
 }
 
 /// A resend: exactly one more attempt of the event, with its `webhook-id` and the next attempt
@@ -174,8 +228,8 @@ async fn resend(notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
     let Some(_slot) = notifier.targets.acquire(&url).await else {
         return AckKind::Nak(Some(TARGET_BUSY_RETRY));
     };
-    let before = match notifier.attempts.count_for_webhook(&change.message_id()).await {
-        Ok(n) => u32::try_from(n).unwrap_or(u32::MAX),
+    let before = match notifier.recorded_attempts(&change.message_id()).await {
+        Ok(n) => n,
         Err(e) => {
             tracing::warn!(error = %e, "attempt count unavailable; retrying");
             return AckKind::Nak(Some(DEPENDENCY_RETRY));
@@ -203,51 +257,72 @@ enum Retries {
     None,
 }
 
-/// How an event's message reached this replica.
+/// How an event reached this replica.
 #[derive(Clone, Copy)]
-struct Arrival {
-    /// JetStream's delivery count (1 the first time).
-    delivery: i64,
+pub(crate) struct Arrival {
+    /// JetStream's delivery count of its message (1 the first time; 0 for a retry from the
+    /// backlog, whose message was acknowledged).
+    pub(crate) delivery: i64,
     /// Who published it (a `completed` event announced [`Announcement::Again`] may be a copy).
-    announcement: Announcement,
+    pub(crate) announcement: Announcement,
 }
 
-/// Drops what needs no webhook (none set, filtered out, stale, superseded), then delivers the
-/// event when its prediction's sequence gives it its turn; returns how to settle its message.
-async fn route(arrival: Arrival, notifier: &Notifier, change: &DeliverableEvent) -> AckKind {
-    let Some(url) = change.webhook.clone() else {
-        return AckKind::Ack;
-    };
+/// What is left to do for an event after [`route`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Nothing: delivered, dropped as stale or superseded, or given up after its last attempt.
+    Done,
+    /// Nothing, and it can never be delivered (refused by policy, its body gone).
+    Terminate,
+    /// Another attempt `after` this long, `attempts` having been made (as many as before
+    /// when its target had no free slot).
+    Retry { after: Duration, attempts: u32 },
+    /// Nothing was sent: a dependency failed first; try again after this long.
+    HandBack(Duration),
+}
+
+/// Drops what needs no webhook (filtered out, stale, superseded), then delivers the event when
+/// its prediction's sequence gives it its turn, `before` attempts having been made; `slot` is
+/// a slot at its target already held (a retry), else one is waited for briefly.
+pub(crate) async fn route(
+    arrival: Arrival,
+    notifier: &Notifier,
+    change: &DeliverableEvent,
+    url: &WebhookUrl,
+    before: u32,
+    slot: Option<OwnedSemaphorePermit>,
+) -> Next {
     if !change.event.selected_by(change.webhook_events_filter.as_deref()) {
-        return AckKind::Ack;
+        return Next::Done;
     }
     let Some(sequence) = notifier.sequences.enter(&change.prediction_id, change.event, change.seq) else {
         tracing::debug!("stale retry after the prediction's completed webhook; dropped");
-        return AckKind::Ack;
+        return Next::Done;
     };
     let turn = sequence.turn().await;
     match sequence.verdict(change.event, change.seq) {
         Verdict::Superseded => {
             tracing::debug!("superseded by a newer state of the prediction; dropped");
-            return AckKind::Ack;
+            return Next::Done;
         }
         Verdict::Deliver { wait } => sequences::wait_out(wait).await,
     }
-    deliver(arrival, notifier, change, &url, &sequence, turn).await
+    deliver(arrival, notifier, change, url, (before, slot), &sequence, turn).await
 }
 
-/// In the event's turn: a slot at its target, its attempt number, the attempt. Then, with the
-/// turn released, the attempt's record is stored; only then is the message acked (or handed
-/// back for its retry). An attempt whose record could not be stored is handed back to be
-/// made again, so no attempt goes unrecorded.
+/// In the event's turn: a slot at its target, the attempt. Then, with the turn released, the
+/// attempt's record is stored; only then is what is left to do answered. An attempt whose
+/// record could not be stored is handed back to be made again, so no attempt goes
+/// unrecorded.
 async fn deliver(
     Arrival { delivery, announcement }: Arrival,
     notifier: &Notifier,
     change: &DeliverableEvent,
     url: &WebhookUrl,
+    (before, slot): (u32, Option<OwnedSemaphorePermit>),
     sequence: &Sequence,
     turn: tokio::sync::MutexGuard<'_, ()>,
-) -> AckKind {
+) -> Next {
     let webhook_id = change.message_id();
     if change.event == WebhookEvent::Completed && delivery == 1 && announcement == Announcement::Again {
         // A first delivery of a `completed` event announced again that was attempted before
@@ -258,34 +333,29 @@ async fn deliver(
             Ok(false) => {}
             Ok(true) => {
                 tracing::info!("a copy of an already attempted completed event; not sent again");
-                return AckKind::Ack;
+                return Next::Done;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "earlier attempts unknown; retrying");
-                return AckKind::Nak(Some(DEPENDENCY_RETRY));
+                return Next::HandBack(DEPENDENCY_RETRY);
             }
         }
     }
-    let Some(slot) = notifier.targets.acquire(url).await else {
-        tracing::debug!("target at its concurrency limit; handed back for a moment");
-        notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
-        return AckKind::Nak(Some(TARGET_BUSY_RETRY));
-    };
-    let before = match notifier.attempts_before(&webhook_id, delivery).await {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::warn!(error = %e, "attempt count unavailable; retrying");
-            notifier.ledger.handed_back_unattempted(&webhook_id, delivery);
-            return AckKind::Nak(Some(DEPENDENCY_RETRY));
-        }
+    let slot = match slot {
+        Some(slot) => slot,
+        None => match notifier.targets.acquire(url).await {
+            Some(slot) => slot,
+            None => {
+                tracing::debug!("target at its concurrency limit; the event waits in its backlog");
+                return Next::Retry { after: TARGET_BUSY_RETRY, attempts: before };
+            }
+        },
     };
     let attempt = before.saturating_add(1);
     let (record, disposition) = match notifier.attempt(change, url, attempt, Retries::Scheduled).await {
         Outcome::Attempted { record, disposition } => (record, disposition),
-        Outcome::NotAttempted(disposition) => {
-            notifier.ledger.handed_back(&webhook_id, delivery, before);
-            return disposition.ack_kind();
-        }
+        Outcome::NotAttempted(Disposition::Terminate) => return Next::Terminate,
+        Outcome::NotAttempted(_) => return Next::HandBack(DEPENDENCY_RETRY),
     };
     drop(slot);
     if disposition == Disposition::Ack {
@@ -298,14 +368,14 @@ async fn deliver(
     drop(turn);
     if let Err(e) = notifier.recorder.record(record).await {
         tracing::warn!(error = %e, "attempt not recorded; the event is handed back to be attempted again");
-        notifier.ledger.handed_back(&webhook_id, delivery, before);
-        return AckKind::Nak(Some(DEPENDENCY_RETRY));
+        return Next::HandBack(DEPENDENCY_RETRY);
     }
     match disposition {
-        Disposition::RetryAfter(_) => notifier.ledger.handed_back(&webhook_id, delivery, attempt),
-        Disposition::Ack | Disposition::Terminate => notifier.ledger.finished(&webhook_id),
+        Disposition::Ack => Next::Done,
+        // Refused by policy, or its last attempt failed.
+        Disposition::Terminate => Next::Terminate,
+        Disposition::RetryAfter(after) => Next::Retry { after, attempts: attempt },
     }
-    disposition.ack_kind()
 }
 
 impl Disposition {
@@ -327,13 +397,8 @@ enum Outcome {
 }
 
 impl Notifier {
-    /// How many attempts of the event were made before delivery number `delivery` (handing a
-    /// message back for a busy target is not an attempt): from this replica's ledger when it
-    /// saw every earlier delivery, else counted from the records.
-    async fn attempts_before(&self, webhook_id: &str, delivery: i64) -> Result<u32, common::store::StoreError> {
-        if let Some(known) = self.ledger.attempts_before(webhook_id, delivery) {
-            return Ok(known);
-        }
+    /// How many attempts of the event `webhook_id` are recorded.
+    pub(crate) async fn recorded_attempts(&self, webhook_id: &str) -> Result<u32, common::store::StoreError> {
         let recorded = self.attempts.count_for_webhook(webhook_id).await?;
         Ok(u32::try_from(recorded).unwrap_or(u32::MAX))
     }

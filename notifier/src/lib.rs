@@ -9,15 +9,15 @@
 //! - [`sequences`]: one prediction's events in order, `output`/`logs` throttled, latest wins.
 //! - [`targets`]: a concurrency limit per receiver, so one cannot hold up the others.
 //! - [`recorder`]: attempt records stored before acknowledging, several per write.
-//! - [`ledger`]: which earlier deliveries of an event this replica handled, to number attempts.
+//! - [`backlog`]: events waiting for a retry, kept in MongoDB per receiver, and their workers.
 //! - [`metrics`]: what `/metrics` shows (deliveries by outcome, latency, retry backlog).
 //! - [`notices`]: the accounts' budget notices (`account.budget`), delivered beside the events.
 #![forbid(unsafe_code)]
 
+pub mod backlog;
 pub mod config;
 pub mod consumer;
 pub mod deliver;
-pub mod ledger;
 pub mod metrics;
 pub mod notices;
 pub mod pull;
@@ -36,12 +36,9 @@ use common::{bus::heartbeat::Heartbeat, files::payloads::Payloads, links::Links}
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::NotifierConfig, consumer::Notifier, deliver::Deliverer, ledger::DeliveryLedger, recorder::AttemptRecorder,
+    backlog::Backlog, config::NotifierConfig, consumer::Notifier, deliver::Deliverer, recorder::AttemptRecorder,
     secrets::SecretCache, sequences::Sequences, stored_bodies::StoredBodies, targets::Targets,
 };
-
-/// How much longer than the longest retry delay the ledger remembers a handed-back event.
-const LEDGER_MARGIN: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Runs until `shutdown` fires.
 pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -66,7 +63,7 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         dead_letters: store.dead_letters(),
         attempts: store.webhook_attempts(),
         recorder: AttemptRecorder::start(store.webhook_attempts(), config.record_linger),
-        ledger: DeliveryLedger::new(config.retry_schedule.longest() + LEDGER_MARGIN),
+        backlog: Backlog::new(store.webhook_retries()),
         schedule: config.retry_schedule.clone(),
         heartbeat: Heartbeat::start((config.timeout + consumer::ACK_MARGIN) / 3),
         metrics,

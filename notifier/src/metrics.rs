@@ -8,7 +8,8 @@
 //! - `notifier_deliveries_failed_permanently_total`: events whose last attempt failed;
 //! - `notifier_retry_backlog{kind}`: the shared consumer's backlog as JetStream reports it
 //!   every [`BACKLOG_REFRESH`]: `pending` (events not yet delivered to any notifier),
-//!   `ack_pending` (events being delivered or waiting for their retry) and `redelivered`;
+//!   `ack_pending` (events being delivered) and `redelivered`; and `waiting`, the events
+//!   waiting in MongoDB for a retry ([`crate::backlog`]);
 //! - `mongodb_commands_total{command}` and `mongodb_command_duration_seconds{command}` with
 //!   `MONGODB_COMMAND_METRICS=true`.
 
@@ -71,8 +72,12 @@ impl NotifierMetrics {
         registry.register("notifier_deliveries", "Webhook delivery attempts by outcome", deliveries.clone());
         registry.register("notifier_attempt_duration_seconds", "Webhook attempt latency", latency.clone());
         registry.register("notifier_deliveries_failed_permanently", "Events whose last attempt failed", failed.clone());
-        registry.register("notifier_retry_backlog", "The shared consumer's backlog (JetStream)", backlog.clone());
-        for kind in ["pending", "ack_pending", "redelivered"] {
+        registry.register(
+            "notifier_retry_backlog",
+            "Events not yet delivered: in JetStream, and waiting in MongoDB for a retry",
+            backlog.clone(),
+        );
+        for kind in ["pending", "ack_pending", "redelivered", "waiting"] {
             backlog.get_or_create(&KindLabel { kind }).set(0);
         }
         Self { registry: std::sync::Arc::new(registry), deliveries, latency, failed, backlog }
@@ -91,10 +96,18 @@ impl NotifierMetrics {
 
     /// The consumer's backlog now.
     pub fn set_backlog(&self, pending: u64, ack_pending: usize, redelivered: usize) {
-        let set = |kind, n: i64| self.backlog.get_or_create(&KindLabel { kind }).set(n);
-        set("pending", i64::try_from(pending).unwrap_or(i64::MAX));
-        set("ack_pending", i64::try_from(ack_pending).unwrap_or(i64::MAX));
-        set("redelivered", i64::try_from(redelivered).unwrap_or(i64::MAX));
+        self.set_kind("pending", pending);
+        self.set_kind("ack_pending", ack_pending as u64);
+        self.set_kind("redelivered", redelivered as u64);
+    }
+
+    /// The events waiting in MongoDB for a retry now.
+    pub fn set_waiting(&self, waiting: u64) {
+        self.set_kind("waiting", waiting);
+    }
+
+    fn set_kind(&self, kind: &'static str, n: u64) {
+        self.backlog.get_or_create(&KindLabel { kind }).set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The metrics in the OpenMetrics text format (without the closing `# EOF`).
@@ -125,6 +138,7 @@ mod tests {
         metrics.attempted(&AttemptResult::Delivered { status: 200 }, Duration::from_millis(3));
         metrics.failed_permanently();
         metrics.set_backlog(4, 2, 1);
+        metrics.set_waiting(7);
         let text = metrics.render();
         for line in [
             r#"notifier_deliveries_total{outcome="2xx"} 1"#,
@@ -132,6 +146,7 @@ mod tests {
             "notifier_deliveries_failed_permanently_total 1",
             r#"notifier_retry_backlog{kind="pending"} 4"#,
             r#"notifier_retry_backlog{kind="ack_pending"} 2"#,
+            r#"notifier_retry_backlog{kind="waiting"} 7"#,
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

@@ -1,8 +1,9 @@
 //! Isolation between receivers: at most `NOTIFIER_PER_TARGET` deliveries in flight to one
-//! target (`host:port`). A delivery to a target at its limit waits at most [`SLOT_WAIT`] for
-//! a slot (a fast receiver frees one within milliseconds); after that its message is handed
-//! back for a moment, so a slow or dead receiver holds at most its own share of the global
-//! concurrency and never delays deliveries to other receivers for long.
+//! target (`host:port`) from this replica. An event's first delivery to a target at its limit
+//! waits at most [`SLOT_WAIT`] for a slot (a fast receiver frees one within milliseconds);
+//! after that the event joins the target's own queue of waiting events ([`crate::backlog`])
+//! and its message is acknowledged, so a slow or dead receiver holds at most its own share of
+//! the global concurrency and never delays deliveries to other receivers for long.
 
 use std::{
     collections::HashMap,
@@ -40,22 +41,32 @@ impl Targets {
 
     /// A slot for a delivery to `url`'s target, waiting at most [`SLOT_WAIT`] for one.
     pub async fn acquire(&self, url: &WebhookUrl) -> Option<OwnedSemaphorePermit> {
-        let semaphore = self.semaphore(url);
+        let semaphore = self.semaphore(&target_of(url));
         tokio::time::timeout(SLOT_WAIT, semaphore.acquire_owned()).await.ok()?.ok()
+    }
+
+    /// A slot at `target` (`host:port`), however long it takes (the caller bounds the wait).
+    pub async fn wait_for(&self, target: &str) -> Option<OwnedSemaphorePermit> {
+        self.semaphore(target).acquire_owned().await.ok()
     }
 
     /// A slot for a delivery to `url`'s target, unless it is at its limit.
     pub fn try_acquire(&self, url: &WebhookUrl) -> Option<OwnedSemaphorePermit> {
-        self.semaphore(url).try_acquire_owned().ok()
+        self.semaphore(&target_of(url)).try_acquire_owned().ok()
     }
 
-    fn semaphore(&self, url: &WebhookUrl) -> Arc<Semaphore> {
+    fn semaphore(&self, target: &str) -> Arc<Semaphore> {
         let mut limits = self.limits.lock().unwrap_or_else(|p| p.into_inner());
         if limits.len() > 10_000 {
             let full = self.per_target;
             limits.retain(|_, s| s.available_permits() < full);
         }
-        limits.entry(target_of(url)).or_insert_with(|| Arc::new(Semaphore::new(self.per_target))).clone()
+        match limits.get(target) {
+            Some(semaphore) => semaphore.clone(),
+            None => {
+                limits.entry(target.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(self.per_target))).clone()
+            }
+        }
     }
 }
 

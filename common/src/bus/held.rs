@@ -70,6 +70,11 @@ impl<T> HeldMessage<T> {
         crate::trace_context::extract_nats(self.message.as_ref().and_then(|m| m.headers.as_ref()))
     }
 
+    /// The message's payload as published.
+    pub fn raw(&self) -> &[u8] {
+        self.message.as_ref().map_or(&[], |m| &m.payload)
+    }
+
     /// The value of the message's header `name`, if it has one.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.message.as_ref()?.headers.as_ref()?.get(name).map(|v| v.as_str())

@@ -12,6 +12,7 @@
 //! | `runners` | [`runners`] | runner (its pool and versions, every few seconds while it lives) |
 //! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
+//! | `webhook_retries`, `webhook_targets` | [`webhook_retries`] | notifier (events waiting for a retry, per receiver) |
 //! | `console_sessions` | [`console_sessions`] | api (console sign-in, sign-out) |
 //! | `queue_lanes` | [`queue_lanes`] | api (tickets at create, cancel of `starting`), runner (starts, failures while waiting) |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
@@ -52,6 +53,7 @@ pub mod runners;
 pub mod unfinished_uploads;
 pub mod usage;
 pub mod webhook_attempts;
+pub mod webhook_retries;
 
 use std::time::Duration;
 
@@ -280,6 +282,9 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("console_sessions", expiring()),
         ("webhook_attempts", plain(doc! { "webhook_id": 1 })),
         ("webhook_attempts", plain(doc! { "prediction_id": 1, "at": 1, "_id": 1 })),
+        // A receiver's events waiting for a retry, next due first; the receiver due first.
+        ("webhook_retries", plain(doc! { "target": 1, "due_at": 1 })),
+        ("webhook_targets", plain(doc! { "due_at": 1, "leased_until": 1 })),
         ("model_versions", plain(doc! { "model": 1, "created_at": -1, "_id": 1 })),
         // Whether an expired file is a trained version's weights (then it is kept).
         ("model_versions", plain(doc! { "trained_from.weights": 1 })),
@@ -506,6 +511,11 @@ impl Store {
     /// The `webhook_attempts` collection.
     pub fn webhook_attempts(&self) -> WebhookAttempts {
         WebhookAttempts::new(&self.db)
+    }
+
+    /// The `webhook_retries` and `webhook_targets` collections (events waiting for a retry).
+    pub fn webhook_retries(&self) -> webhook_retries::WebhookRetries {
+        webhook_retries::WebhookRetries::new(&self.db)
     }
 
     /// The MongoDB commands this store has sent (none counted unless it was connected with

@@ -21,6 +21,7 @@
 
 mod budget;
 mod capped;
+mod dead_receiver;
 mod flood;
 mod levels;
 mod load;

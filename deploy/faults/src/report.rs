@@ -120,6 +120,8 @@ pub struct Outcome {
     pub lost: Option<crate::lost_replies::LostTally>,
     /// What the budget's refusals and costs showed, in a scenario with a budget.
     pub budget: Option<crate::budget::BudgetTally>,
+    /// What the healthy and the dead receiver saw, in a scenario with a dead receiver.
+    pub dead: Option<crate::dead_receiver::DeadTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -212,6 +214,7 @@ impl Outcome {
             trainings: None,
             outputs: None,
             budget: None,
+            dead: None,
             lost: None,
             usage: None,
         }
@@ -281,6 +284,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(dead) = &self.dead {
+            for failure in dead.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(lost) = &self.lost {
             for failure in lost.failures() {
                 fail(true, failure);
@@ -315,6 +323,7 @@ impl Outcome {
             "trainings": self.trainings.as_ref().map(crate::trainings::TrainingsTally::json),
             "outputs": self.outputs.as_ref().map(crate::outputs::OutputsTally::json),
             "budget": self.budget.as_ref().map(crate::budget::BudgetTally::json),
+            "dead_receiver": self.dead.as_ref().map(crate::dead_receiver::DeadTally::json),
             "lost_answers": self.lost.as_ref().map(crate::lost_replies::LostTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,

@@ -27,6 +27,11 @@
 //! the crossing: creates must be refused (402) soon after, none accepted once refused, and the
 //! usage's cost must equal the predictions' ([`crate::budget`]).
 //!
+//! A row runs its load while another account's receiver answers 503 to everything, 1,500
+//! events of that account waiting for their retries: every webhook of the load must arrive
+//! within 5 s, and the dead receiver's retries must keep to the schedule
+//! ([`crate::dead_receiver`]).
+//!
 //! A row loses MongoDB's answers to every fourth write for a few seconds, after the writes
 //! applied, as a failover does: no model may run twice, no Idempotency-Key be left stuck
 //! ([`crate::lost_replies`]).
@@ -126,6 +131,9 @@ pub(crate) struct Scenario {
     /// Whether the account has a budget its load crosses, with the fault at the crossing (see
     /// [`crate::budget`]).
     pub(crate) budget: bool,
+    /// Whether another account's receiver is dead, with its events waiting for retries, while
+    /// the load runs (see [`crate::dead_receiver`]).
+    pub(crate) dead_receiver: bool,
 }
 
 pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -159,6 +167,7 @@ pub(crate) const PLAIN: Scenario = Scenario {
     trainings: false,
     outputs: false,
     budget: false,
+    dead_receiver: false,
 };
 
 /// Every scenario, in the order they run.
@@ -220,6 +229,11 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         ..PLAIN
     },
     Scenario { name: "receiver answers 503 + Retry-After: 2", behaviour: Behaviour::UnavailableFirst(2), ..PLAIN },
+    Scenario {
+        name: "another account's receiver dead, 1,500 events waiting for retries",
+        dead_receiver: true,
+        ..PLAIN
+    },
     Scenario {
         name: "rolling update v1 -> v2 (pinned, latest, deployment)",
         fault: Fault::Rollout,

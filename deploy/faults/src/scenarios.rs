@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    budget, capped, flood, levels, load, lost_replies, outputs,
+    budget, capped, dead_receiver, flood, levels, load, lost_replies, outputs,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -219,6 +219,10 @@ async fn run_scenario(
         true => Some(budget::prepare(&topology.setup).await?),
         false => None,
     };
+    let dead = match scenario.dead_receiver {
+        true => Some(dead_receiver::prepare(&topology).await?),
+        false => None,
+    };
     let stop = CancellationToken::new();
     let sampling = scenario.capped.then(|| tokio::spawn(capped::sample(topology.runner_metrics(), stop.clone())));
     let recorder = Recorder::start(topology.secret.clone(), scenario.behaviour, stop.clone()).await?;
@@ -353,6 +357,9 @@ async fn run_scenario(
         keys.predictions = statuses.len();
         keys.made = accepted_ids(&topology).await?.len();
         outcome.lost = Some(keys);
+    }
+    if let Some(dead) = &dead {
+        outcome.dead = Some(dead_receiver::check(&topology, dead, &deliveries, anchor).await?);
     }
     if let Some(account) = &budgeted {
         let (api, key) = (&topology.apis[0], &topology.key);
@@ -550,7 +557,10 @@ async fn training_ids(topology: &Topology) -> anyhow::Result<Vec<String>> {
     jobs(topology, bson::doc! { "kind": "training" }).await
 }
 
-async fn jobs(topology: &Topology, filter: bson::Document) -> anyhow::Result<Vec<String>> {
+async fn jobs(topology: &Topology, mut filter: bson::Document) -> anyhow::Result<Vec<String>> {
+    // The scenario's account only: a row may run another account beside it.
+    let account = topology.setup.store.accounts().find_by_name("faults").await?.context("the account faults")?;
+    filter.insert("account_id", account.id.as_str());
     let predictions = topology.setup.store.database().collection::<bson::Document>("predictions");
     let ids = predictions.distinct("_id", filter).await.context("listing the predictions")?;
     Ok(ids.into_iter().filter_map(|id| id.as_str().map(str::to_owned)).collect())

@@ -77,6 +77,20 @@ impl Delivery {
     }
 }
 
+/// For each event (by `webhook-id`) delivered more than once, the times between its
+/// deliveries, in order: how its retries kept to a schedule.
+pub fn retry_gaps(deliveries: &[Delivery]) -> Vec<Vec<Duration>> {
+    let mut last: std::collections::HashMap<&str, Instant> = Default::default();
+    let mut gaps: std::collections::HashMap<&str, Vec<Duration>> = Default::default();
+    for d in deliveries {
+        let id = d.header("webhook-id");
+        if let Some(at) = last.insert(id, d.at) {
+            gaps.entry(id).or_default().push(d.at.duration_since(at));
+        }
+    }
+    gaps.into_values().collect()
+}
+
 /// Whether a delivery's headers and body carry a signature that verifies with `secret`.
 pub fn verifies(headers: &HeaderMap, body: &[u8], secret: &WebhookSecret) -> bool {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();

@@ -75,6 +75,20 @@ impl Fixture {
         })
     }
 
+    /// A prediction of another account, `account`, with its webhook at `url` (all events).
+    pub fn prediction_of(&self, account: &Account, url: &str) -> Prediction {
+        let mut p = self.prediction(url, None);
+        p.account_id = account.id.clone();
+        p
+    }
+
+    /// Another account, with a signing secret of its own.
+    pub async fn another_account(&self, name: &str) -> Account {
+        let (account, _) = Account::new(name, &self.master);
+        self.store.accounts().insert(&account).await.expect("account");
+        account
+    }
+
     /// Publishes `event` for `p` as it stands, with its sequence set to `seq`, as the writer of
     /// the change announces it.
     pub async fn publish(&self, p: &Prediction, event: WebhookEvent, seq: i64) {

@@ -282,13 +282,24 @@ async fn a_cog_server_leaves_no_output_files_behind() {
     let server = CogServer::start_ready("images", CogMode::Predict).await;
     let http = reqwest::Client::new();
     let predict = || async {
-        let answer = http
-            .post(format!("{}/predictions", server.url))
-            .json(&json!({"input": {"count": 2, "kib": 64}}))
-            .timeout(Duration::from_secs(60))
-            .send()
-            .await
-            .expect("predict");
+        // coglet frees its slot a moment after it answers: a 409 "at capacity" right after
+        // the previous call is that moment, retried as the runner retries it (`start`).
+        let mut backoff = Duration::from_millis(1);
+        let answer = loop {
+            let answer = http
+                .post(format!("{}/predictions", server.url))
+                .json(&json!({"input": {"count": 2, "kib": 64}}))
+                .timeout(Duration::from_secs(60))
+                .send()
+                .await
+                .expect("predict");
+            if answer.status() != reqwest::StatusCode::CONFLICT {
+                break answer;
+            }
+            assert!(backoff < Duration::from_secs(30), "coglet stayed at capacity with nothing running");
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+        };
         let body: serde_json::Value = answer.json().await.expect("a JSON answer");
         assert_eq!(body["status"], "succeeded", "{body}");
         assert_eq!(body["output"].as_array().map(Vec::len), Some(2));
