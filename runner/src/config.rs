@@ -13,8 +13,12 @@
 //! | `RUNNER_RECONCILE_SECONDS` | `10` | how often the reconciler looks for stuck predictions |
 //! | `RETENTION_SECONDS` | `3600` | how long after completion a prediction's data is kept |
 //! | `RUNNER_METRICS_BIND` | none | where to serve `/metrics` and `/health` (off when unset) |
-//! | `RUNNER_COG` | none | Cog models: `owner/name=[capability@]http://host:port`, comma-separated |
-//! | `RUNNER_COG_TRAIN` | none | trainers: `owner/name=http://host:port`, comma-separated, each a Cog server in train mode (`--x-mode train`) for a model this runner serves; its trainings run here one at a time |
+//! | `RUNNER_COG` | none | Cog models, comma-separated: `owner/name=[capability@]dir:/path[?settings]`, a Cog project the runner starts and stops itself (`models::cog::instance`; settings `idle_seconds`, `min_instances`, `max_instances`, `setup_timeout`), or `owner/name=[capability@]http://host:port`, a server someone else runs |
+//! | `RUNNER_COG_TRAIN` | none | trainers, comma-separated: `owner/name=dir:/path` (the project's `train`) or `owner/name=http://host:port` (a Cog server in train mode, `--x-mode train`), each of a model this runner serves; its trainings run here one at a time |
+//! | `RUNNER_COG_PYTHON` | `python3` | the Python with coglet that starts the projects' servers (`deploy/local/up` gives the one `deploy/local/install` makes) |
+//! | `RUNNER_COG_MIN_INSTANCES` | `0` | a project's instances kept running when idle (0 or 1), where its declaration says nothing |
+//! | `RUNNER_COG_MAX_INSTANCES` | `1` | a project's instances at most (1: one per project) |
+//! | `RUNNER_COG_IDLE_SECONDS` | `300` | how long a project's instance may sit idle before it is stopped |
 //! | `RUNNER_COG_SYNC` | `true` | call non-streaming Cog models synchronously, without a webhook (see `models::cog::Transport`) |
 //! | `RUNNER_COG_CALLBACK_BIND` | `127.0.0.1:0` | where the runner receives Cog webhooks |
 //! | `RUNNER_COG_CALLBACK_URL` | the bound address | that receiver's URL as Cog servers reach it; a Cog server started with `--upload-url {this URL}/upload/` streams its output files there |
@@ -28,7 +32,7 @@
 use std::{collections::HashMap, fmt, time::Duration};
 
 use crate::{
-    models::cog::{CogTarget, parse_targets},
+    models::cog::{CogTarget, check_instances, instance::InstanceSettings, parse_targets_with},
     progress::Limits,
 };
 use common::{
@@ -148,6 +152,8 @@ pub struct RunnerConfig {
     pub cog: Vec<CogTarget>,
     /// `RUNNER_COG_TRAIN`: trainers (Cog servers in train mode) of served models.
     pub cog_train: Vec<CogTarget>,
+    /// `RUNNER_COG_PYTHON`: the Python that starts the projects' servers.
+    pub cog_python: std::path::PathBuf,
     /// `RUNNER_COG_SYNC`: whether non-streaming Cog models are called synchronously.
     pub cog_sync: bool,
     /// `RUNNER_COG_CALLBACK_BIND`: where Cog webhooks are received.
@@ -205,6 +211,13 @@ impl RunnerConfig {
         if max_deliver < 1 {
             return Err(bad("RUNNER_MAX_DELIVER", "must be at least 1".into()));
         }
+        let instances = InstanceSettings {
+            min_instances: env.parse("RUNNER_COG_MIN_INSTANCES", 0usize)?,
+            max_instances: env.parse("RUNNER_COG_MAX_INSTANCES", 1usize)?,
+            idle: env.seconds("RUNNER_COG_IDLE_SECONDS", Duration::from_secs(300))?,
+            setup_timeout: None,
+        };
+        check_instances(&instances).map_err(|e| bad("RUNNER_COG_MAX_INSTANCES", e))?;
         let ack_wait = env.seconds("RUNNER_ACK_WAIT_SECONDS", Duration::from_secs(6))?;
         if ack_wait < Duration::from_secs(1) {
             return Err(bad("RUNNER_ACK_WAIT_SECONDS", "must be at least 1".into()));
@@ -233,8 +246,10 @@ impl RunnerConfig {
                 .get("RUNNER_METRICS_BIND")
                 .map(|_| env.parse("RUNNER_METRICS_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0))))
                 .transpose()?,
-            cog: parse_targets(&env.string("RUNNER_COG", "")).map_err(|e| bad("RUNNER_COG", e))?,
-            cog_train: parse_targets(&env.string("RUNNER_COG_TRAIN", "")).map_err(|e| bad("RUNNER_COG_TRAIN", e))?,
+            cog: parse_targets_with(&env.string("RUNNER_COG", ""), &instances).map_err(|e| bad("RUNNER_COG", e))?,
+            cog_train: parse_targets_with(&env.string("RUNNER_COG_TRAIN", ""), &instances)
+                .map_err(|e| bad("RUNNER_COG_TRAIN", e))?,
+            cog_python: env.string("RUNNER_COG_PYTHON", "python3").into(),
             cog_sync: env.flag("RUNNER_COG_SYNC", true)?,
             cog_callback_bind: env
                 .parse("RUNNER_COG_CALLBACK_BIND", std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?,

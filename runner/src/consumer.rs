@@ -88,8 +88,12 @@ pub async fn consume(
     let trained: Vec<ModelRef> = trainers.keys().cloned().collect();
     let lanes = Arc::new(Lanes::new(stream, subjects.clone(), config.ack_wait, config.max_deliver));
     let model_concurrency = config.model_concurrency.unwrap_or(config.concurrency);
+    // A Cog project says how many of its jobs run at once (`concurrency.max`): its slots here.
+    let own_slots: HashMap<ModelRef, usize> =
+        served.iter().filter_map(|(name, model)| model.slots().map(|n| (name.clone(), n))).collect();
     let routes = versions.iter().map(|s| (s.model.clone(), s.version.clone())).collect();
     let scheduler = Scheduler::new(config.concurrency, &names, model_concurrency, &config.model_weights, lanes.clone())
+        .with_model_slots(&own_slots)
         .with_routes(routes, config.hardware.clone())
         .with_trainers(&trained)
         .with_aging(config.priority_aging)

@@ -47,7 +47,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     config::RunnerConfig,
     execute::Executor,
-    models::cog::{CogModel, callbacks::Callbacks, uploads::Uploads},
+    models::cog::{CogContext, CogModel, callbacks::Callbacks, uploads::Uploads},
 };
 
 /// Runs until `shutdown` fires: registers the models, then consumes their jobs.
@@ -66,14 +66,22 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
             Callbacks::serve(config.cog_callback_bind, config.cog_callback_url.clone(), uploads, shutdown.clone())
                 .await?;
         let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
+        let context = CogContext {
+            http,
+            callbacks,
+            sync_allowed: config.cog_sync,
+            python: config.cog_python.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        };
         for target in &config.cog {
-            let model = CogModel::connect(target, http.clone(), callbacks.clone(), config.cog_sync)
+            let model = CogModel::connect(target, &context)
                 .await
                 .with_context(|| format!("connecting to the Cog server of {}", target.model))?;
             available.push(Arc::new(model));
         }
         for target in &config.cog_train {
-            let trainer = CogModel::connect_trainer(target, http.clone(), callbacks.clone())
+            let trainer = CogModel::connect_trainer(target, &context)
                 .await
                 .with_context(|| format!("connecting to the Cog trainer of {}", target.model))?;
             trainers.push(Arc::new(trainer));

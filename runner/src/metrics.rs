@@ -16,6 +16,11 @@
 //! - `runner_output_upload_seconds` and `runner_output_upload_bytes_total`: the output files a
 //!   Cog server PUT to this runner ([`crate::models::cog::uploads`]), each timed from its
 //!   request to the file stored, and their bytes;
+//! - `model_instances{model,version,state}`: the model servers this runner started itself
+//!   ([`crate::models::cog::instance`]), 1 for the state each is in (`stopped`, `booting`,
+//!   `ready`, `stopping`); `model_boot_seconds{model}`: from starting one to its `READY`;
+//!   `model_instance_exits_total{model,reason}`: how they ended (`idle`, `shutdown`, `crashed`,
+//!   `setup_failed`);
 //! - `mongodb_commands_total{command}` and `mongodb_command_duration_seconds{command}` with
 //!   `MONGODB_COMMAND_METRICS=true`.
 
@@ -30,6 +35,24 @@ struct RunLabels {
     model: String,
     outcome: String,
 }
+
+/// A model instance's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InstanceLabels {
+    model: String,
+    version: String,
+    state: &'static str,
+}
+
+/// How a model instance ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExitLabels {
+    model: String,
+    reason: &'static str,
+}
+
+/// The states a model instance is counted in.
+const INSTANCE_STATES: [&str; 4] = ["stopped", "booting", "ready", "stopping"];
 
 /// A status change's label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -51,6 +74,9 @@ pub struct RunnerMetrics {
     queue_wait: Family<ModelLabel, Histogram>,
     upload_duration: Histogram,
     upload_bytes: Counter,
+    instances: Family<InstanceLabels, Gauge>,
+    boots: Family<ModelLabel, Histogram>,
+    exits: Family<ExitLabels, Counter>,
 }
 
 impl Default for RunnerMetrics {
@@ -77,7 +103,15 @@ impl RunnerMetrics {
         // 1 ms to about 9 hours.
         let upload_duration = Histogram::new(exponential_buckets(0.001, 2.0, 25));
         let upload_bytes = Counter::default();
+        let instances = Family::<InstanceLabels, Gauge>::default();
+        // 50 ms to about 3.6 hours (a setup that loads weights).
+        let boots: Family<ModelLabel, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.05, 2.0, 18)));
+        let exits = Family::<ExitLabels, Counter>::default();
         let mut registry = Registry::default();
+        registry.register("model_instances", "Model servers this runner started, by state", instances.clone());
+        registry.register("model_boot_seconds", "From starting a model server to its READY", boots.clone());
+        registry.register("model_instance_exits", "Model servers that ended, by reason", exits.clone());
         registry.register("runner_jobs_in_flight", "Predictions running in this process", in_flight.clone());
         registry.register("runner_model_run_duration_seconds", "Model call duration by outcome", run_duration.clone());
         registry.register(
@@ -124,7 +158,28 @@ impl RunnerMetrics {
             queue_wait,
             upload_duration,
             upload_bytes,
+            instances,
+            boots,
+            exits,
         }
+    }
+
+    /// `model`'s instance of `version` is now in `state` (one of [`INSTANCE_STATES`]).
+    pub fn set_model_instances(&self, model: &common::domain::ModelRef, version: &str, state: &'static str) {
+        for each in INSTANCE_STATES {
+            let labels = InstanceLabels { model: model.to_string(), version: version.to_owned(), state: each };
+            self.instances.get_or_create(&labels).set(i64::from(each == state));
+        }
+    }
+
+    /// A server of `model` booted in `took`.
+    pub fn model_booted(&self, model: &common::domain::ModelRef, took: std::time::Duration) {
+        self.boots.get_or_create(&ModelLabel { model: model.to_string() }).observe(took.as_secs_f64());
+    }
+
+    /// A server of `model` ended, for `reason`.
+    pub fn model_exited(&self, model: &common::domain::ModelRef, reason: &'static str) {
+        self.exits.get_or_create(&ExitLabels { model: model.to_string(), reason }).inc();
     }
 
     /// An output file of `bytes` was uploaded and stored in `seconds`.

@@ -28,7 +28,7 @@ pub async fn register(
     let mut served = Vec::new();
     for model in models {
         let d = model.descriptor();
-        let record = d.record(versions.get(&d.model).map(String::as_str));
+        let record = d.record(versions.get(&d.model).map(String::as_str).or(model.version()));
         store.model_versions().record(&record).await?;
         store.models().register(&record).await?;
         tracing::info!(model = %d.model, capability = %d.capability, version = %record.version, "model registered");

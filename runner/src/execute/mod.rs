@@ -379,6 +379,19 @@ impl Executor {
             };
             run.instrument(tracing::info_span!("model_call", model = %model_name)).boxed()
         };
+        // A model whose server is not up boots first: its prediction stays `starting` while it
+        // does, and one that cannot boot fails it (`MODEL_SETUP_FAILED`) instead of leaving it
+        // waiting. A runner that stops meanwhile hands the job back.
+        if let Some(preparing) = model.prepare() {
+            tokio::select! {
+                prepared = preparing => if let Err(e) = prepared {
+                    tracing::warn!(error = %e, "the model did not boot; the prediction fails");
+                    Box::pin(self.give_up(id, e)).await?;
+                    return Ok(Outcome::Done);
+                },
+                () = stop.cancelled() => return Ok(Outcome::HandBack),
+            }
+        }
         // A model starts beside step 1 only when the job says which files its input names.
         let early_call = match (delivery.model_input, &delivery.created) {
             (Some(input), Some(created)) => Some(call(input, self.named_files(created))),

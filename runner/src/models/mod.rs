@@ -87,6 +87,25 @@ pub trait Model: Send + Sync {
         file_inputs::FileAccess::Bytes
     }
 
+    /// What must happen before a job of it may start, if anything: a model whose server is not
+    /// up boots it here (the prediction stays `starting` meanwhile; a failed boot fails it).
+    /// `None` (every built-in model, a server that is up) costs nothing.
+    fn prepare(&self) -> Option<BoxFuture<'_, Result<(), ModelError>>> {
+        None
+    }
+
+    /// The version it is registered under when the operator names none
+    /// (`RUNNER_MODEL_VERSIONS`): a Cog project's digest; else the digest of its descriptor.
+    fn version(&self) -> Option<&str> {
+        None
+    }
+
+    /// How many of its jobs may run at once here, when the model itself says (a Cog project's
+    /// `concurrency.max`); else `RUNNER_MODEL_CONCURRENCY`.
+    fn slots(&self) -> Option<usize> {
+        None
+    }
+
     /// Runs on `input` (validated by the api against the schema, defaults applied, file
     /// inputs resolved for its [`Model::file_access`]).
     fn run<'a>(

@@ -116,6 +116,13 @@ impl Scheduler {
         }
     }
 
+    /// Gives each model in `slots` that many slots instead of the default (a Cog project's
+    /// `concurrency.max`).
+    pub fn with_model_slots(mut self, slots: &HashMap<ModelRef, usize>) -> Self {
+        self.pick = self.pick.with_model_slots(slots);
+        self
+    }
+
     /// Lifts a lane one level for each `aging` its oldest job waited (default
     /// [`fair_pick::DEFAULT_AGING`]).
     pub fn with_aging(mut self, aging: Duration) -> Self {

@@ -235,7 +235,15 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
     let callbacks =
         Callbacks::serve("127.0.0.1:0".parse().expect("addr"), None, uploads, Default::default()).await.expect("serve");
     let target = runner::models::cog::parse_targets(&format!("acme/pause={}", server.url)).expect("target").remove(0);
-    let model = CogModel::connect(&target, reqwest::Client::new(), callbacks, true).await.expect("connect");
+    let context = runner::models::cog::CogContext {
+        http: reqwest::Client::new(),
+        callbacks,
+        sync_allowed: true,
+        python: "python3".into(),
+        metrics: Default::default(),
+        shutdown: Default::default(),
+    };
+    let model = CogModel::connect(&target, &context).await.expect("connect");
     let progress = Progress::default();
     let input = |seconds: f64| json!({"seconds": seconds}).as_object().cloned().expect("object");
     // A first call leaves a pooled connection, so the requests below need no connect.

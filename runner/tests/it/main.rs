@@ -9,6 +9,7 @@ mod crash;
 mod deadlines;
 mod depth;
 mod fixture;
+mod instances;
 mod lane_marks;
 mod levels;
 mod limits;

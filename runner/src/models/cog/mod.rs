@@ -1,9 +1,13 @@
 //! Models served by Cog HTTP servers (coglet). What driving them takes, as measured against
 //! coglet 0.23.1 (docs/outputs.md and docs/configuration.md say it for operators):
 //!
-//! - **Start**: wait for `GET /health-check` to say `READY` (or `BUSY`), then read the input
-//!   schema from `GET /openapi.json` (`components.schemas.Input`, with the document's
-//!   `components` kept beside it so `$ref`s resolve) and register it like any model.
+//! - **Start**: a model is a server someone else runs (`owner/name=http://host:port`): wait
+//!   for `GET /health-check` to say `READY` (or `BUSY`), then read the input schema from
+//!   `GET /openapi.json` (`components.schemas.Input`, with the document's `components` kept
+//!   beside it so `$ref`s resolve) and register it like any model. Or it is a Cog project the
+//!   runner starts itself (`owner/name=dir:/path`, [`project`], [`instance`]): its schema is
+//!   read from the project, it is registered under the project's digest, and its server is
+//!   booted when a job needs it, stopped when idle and started again after a crash.
 //! - **Run**, one of two ways ([`Transport`]):
 //!   - a *streaming* model (`x-cog-streaming` in its schema): `POST /predictions` with
 //!     `Prefer: respond-async` and a webhook to this runner's callback server ([`callbacks`]),
@@ -42,19 +46,27 @@
 //!   driven by webhooks: a training is long, and its logs are worth seeing as it runs.
 
 pub mod callbacks;
+pub mod instance;
 pub mod output;
+pub mod project;
+pub mod targets;
 pub mod uploads;
 
-use std::{sync::Arc, time::Duration};
+pub use targets::{CogSource, CogTarget, check_instances, parse_targets, parse_targets_with};
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use common::domain::ModelRef;
 use futures::{FutureExt, future::BoxFuture};
 use reqwest::{Client, StatusCode};
 use serde_json::{Map, Value, json};
 use url::Url;
 
-use self::callbacks::Callbacks;
+use self::{
+    callbacks::Callbacks,
+    instance::{Instance, Launch},
+    project::CogProject,
+};
 use super::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
 
 /// How long a Cog server may take to become ready at start.
@@ -112,6 +124,14 @@ impl Mode {
         }
     }
 
+    /// Its key in `cog.yaml`.
+    fn yaml_key(self) -> &'static str {
+        match self {
+            Self::Predict => "predict",
+            Self::Train => "train",
+        }
+    }
+
     /// The schema of its input in the server's OpenAPI document.
     fn input_pointer(self) -> &'static str {
         match self {
@@ -129,39 +149,36 @@ impl Mode {
     }
 }
 
-/// One configured Cog model: `owner/name=[capability@]http://host:port`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CogTarget {
-    /// The address it is served under.
-    pub model: ModelRef,
-    /// Its declared kind (default `text-generation`).
-    pub capability: String,
-    /// The Cog server's base URL.
-    pub url: Url,
+/// What a runner's Cog models need from it.
+pub struct CogContext {
+    /// The client for every Cog server.
+    pub http: Client,
+    /// Its receiver of Cog webhooks and uploads.
+    pub callbacks: Arc<Callbacks>,
+    /// Whether non-streaming models are called synchronously.
+    pub sync_allowed: bool,
+    /// The Python with coglet, for the projects it starts (`RUNNER_COG_PYTHON`).
+    pub python: PathBuf,
+    /// Its metrics.
+    pub metrics: crate::metrics::RunnerMetrics,
+    /// Fired when the runner stops (its servers stop with it).
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
-/// Parses `acme/echo=http://127.0.0.1:5000,acme/up=image-to-image@http://...`.
-pub fn parse_targets(text: &str) -> Result<Vec<CogTarget>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|item| {
-            let (model, rest) = item.split_once('=').ok_or_else(|| format!("{item:?} is not owner/name=URL"))?;
-            let model: ModelRef = model.trim().parse().map_err(|e| format!("{model:?}: {e}"))?;
-            let (capability, url) = match rest.split_once('@') {
-                Some((c, u)) if !c.contains("://") => (c.trim().to_owned(), u.trim()),
-                _ => ("text-generation".to_owned(), rest.trim()),
-            };
-            let url = Url::parse(url).map_err(|e| format!("{url:?}: {e}"))?;
-            Ok(CogTarget { model, capability, url })
-        })
-        .collect()
+/// The server of a Cog model: an address, or the instance the runner runs.
+enum Server {
+    External(Url),
+    Supervised(Arc<Instance>),
 }
 
 /// A model served by a Cog server.
 pub struct CogModel {
     descriptor: ModelDescriptor,
-    base: Url,
+    server: Server,
+    /// A project's digest: the version it is registered under.
+    version: Option<String>,
+    /// A project's `concurrency.max`: the runner's slots for it.
+    slots: Option<usize>,
     http: Client,
     callbacks: Arc<Callbacks>,
     transport: Transport,
@@ -169,43 +186,53 @@ pub struct CogModel {
 }
 
 impl CogModel {
-    /// Waits for the server to be ready and reads its input schema; `sync_allowed` lets a
-    /// non-streaming model be called synchronously (see [`Transport`]).
-    pub async fn connect(
-        target: &CogTarget,
-        http: Client,
-        callbacks: Arc<Callbacks>,
-        sync_allowed: bool,
-    ) -> anyhow::Result<Self> {
-        Self::connect_as(target, http, callbacks, sync_allowed, Mode::Predict).await
+    /// A model of `target`: a server someone else runs is waited for until it is ready and
+    /// asked for its schema; a project is read (its schema, its digest) and its instance made,
+    /// booted only when a job needs it.
+    pub async fn connect(target: &CogTarget, context: &CogContext) -> anyhow::Result<Self> {
+        Self::connect_as(target, context, context.sync_allowed, Mode::Predict).await
     }
 
-    /// Waits for a trainer (a server in train mode) to be ready and reads its training input
-    /// schema; its descriptor's input schema is that `TrainingInput`.
-    pub async fn connect_trainer(target: &CogTarget, http: Client, callbacks: Arc<Callbacks>) -> anyhow::Result<Self> {
-        Self::connect_as(target, http, callbacks, false, Mode::Train).await
+    /// A trainer (a server in train mode) of `target`, as [`Self::connect`]; its descriptor's
+    /// input schema is its `TrainingInput`.
+    pub async fn connect_trainer(target: &CogTarget, context: &CogContext) -> anyhow::Result<Self> {
+        Self::connect_as(target, context, false, Mode::Train).await
     }
 
     async fn connect_as(
         target: &CogTarget,
-        http: Client,
-        callbacks: Arc<Callbacks>,
+        context: &CogContext,
         sync_allowed: bool,
         mode: Mode,
     ) -> anyhow::Result<Self> {
-        let base = target.url.clone();
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            match health(&http, &base).await.as_deref() {
-                Ok("READY" | "BUSY") => break,
-                Ok("SETUP_FAILED") => anyhow::bail!("Cog server {base} failed its setup"),
-                other => {
-                    anyhow::ensure!(tokio::time::Instant::now() < deadline, "Cog server {base} not ready: {other:?}");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
+        let http = &context.http;
+        let (doc, server, version, slots) = match &target.source {
+            CogSource::Server(base) => {
+                let doc = served_openapi(http, base).await?;
+                (doc, Server::External(base.clone()), None, None)
             }
-        }
-        let doc: Value = http.get(base.join("openapi.json")?).send().await?.error_for_status()?.json().await?;
+            CogSource::Project { dir, settings } => {
+                let project = CogProject::load(dir)?;
+                let wanted = match mode {
+                    Mode::Predict => project.predict.is_some(),
+                    Mode::Train => project.train.is_some(),
+                };
+                anyhow::ensure!(wanted, "{}/cog.yaml names no `{}`", project.dir.display(), mode.yaml_key());
+                let doc = project.openapi()?;
+                let (version, slots) = (project.version.clone(), project.concurrency);
+                let upload_url = Some(format!("{}/upload/", context.callbacks.public_url()));
+                let launch = Launch {
+                    model: target.model.clone(),
+                    python: context.python.clone(),
+                    project,
+                    mode,
+                    upload_url,
+                    settings: settings.clone(),
+                };
+                let instance = Instance::new(launch, context.metrics.clone(), context.shutdown.clone());
+                (doc, Server::Supervised(instance), Some(version), Some(slots))
+            }
+        };
         let mut input_schema = doc
             .pointer(mode.input_pointer())
             .cloned()
@@ -215,7 +242,7 @@ impl CogModel {
         }
         let output_schema = doc.pointer(mode.output_pointer()).cloned();
         let transport = Transport::for_schema(&doc, sync_allowed);
-        tracing::info!(model = %target.model, server = %base, ?transport, ?mode, "Cog server ready");
+        tracing::info!(model = %target.model, ?transport, ?mode, project = version.is_some(), "Cog model ready to serve");
         Ok(Self {
             descriptor: ModelDescriptor {
                 model: target.model.clone(),
@@ -223,9 +250,11 @@ impl CogModel {
                 input_schema,
                 output_schema,
             },
-            base,
-            http,
-            callbacks,
+            server,
+            version,
+            slots,
+            http: http.clone(),
+            callbacks: context.callbacks.clone(),
             transport,
             mode,
         })
@@ -239,8 +268,14 @@ impl CogModel {
     /// `POST /predictions` (a trainer: `/trainings`) of prediction `id` (in the body, so a cancel can name it): async
     /// with `webhook`, else sync. Returns the successful answer (the accepted prediction, or
     /// the sync result), retrying while the server is busy or still setting up.
-    async fn start(&self, id: &str, input: &Map<String, Value>, webhook: Option<&str>) -> Result<Value, ModelError> {
-        let url = self.base.join(self.mode.path()).map_err(|e| unavailable(&self.base, e))?;
+    async fn start(
+        &self,
+        base: &Url,
+        id: &str,
+        input: &Map<String, Value>,
+        webhook: Option<&str>,
+    ) -> Result<Value, ModelError> {
+        let url = base.join(self.mode.path()).map_err(|e| unavailable(base, e))?;
         let body = match webhook {
             Some(webhook) => {
                 json!({"id": id, "input": input, "webhook": webhook, "webhook_events_filter": ["start", "output", "logs", "completed"]})
@@ -256,9 +291,9 @@ impl CogModel {
                 Some(_) => request.header("prefer", "respond-async"),
                 None => request.timeout(SYNC_CALL_TIMEOUT),
             };
-            let response = request.send().await.map_err(|e| unavailable(&self.base, e))?;
+            let response = request.send().await.map_err(|e| unavailable(base, e))?;
             match response.status() {
-                s if s.is_success() => return response.json().await.map_err(|e| unavailable(&self.base, e)),
+                s if s.is_success() => return response.json().await.map_err(|e| unavailable(base, e)),
                 StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(200));
@@ -270,35 +305,49 @@ impl CogModel {
                         message: format!("the model refused its input: {detail}"),
                     });
                 }
-                s => return Err(unavailable(&self.base, format!("answered {s} to the prediction"))),
+                s => return Err(unavailable(base, format!("answered {s} to the prediction"))),
             }
         }
     }
 
     /// Ends only when the server is gone: see the module's **Death**.
-    async fn watch_health(&self) -> ModelError {
+    async fn watch_health(&self, base: &Url) -> ModelError {
         let mut silent_since: Option<tokio::time::Instant> = None;
         loop {
             tokio::time::sleep(HEALTH_INTERVAL).await;
             let asked = tokio::time::Instant::now();
-            match health(&self.http, &self.base).await {
+            match health(&self.http, base).await {
                 Ok(status) if matches!(status.as_str(), "READY" | "BUSY" | "STARTING") => silent_since = None,
-                Ok(status) => return unavailable(&self.base, format!("reports {status}")),
-                Err(e) if e.is_connect() => return unavailable(&self.base, e),
+                Ok(status) => return unavailable(base, format!("reports {status}")),
+                Err(e) if e.is_connect() => return unavailable(base, e),
                 Err(e) => {
                     let since = *silent_since.get_or_insert(asked);
                     if since.elapsed() >= HEALTH_SILENCE_LIMIT {
                         let silent = since.elapsed().as_secs();
-                        return unavailable(
-                            &self.base,
-                            format!("left its health checks unanswered for {silent} s: {e}"),
-                        );
+                        return unavailable(base, format!("left its health checks unanswered for {silent} s: {e}"));
                     }
-                    tracing::info!(server = %self.base, error = %e, "the Cog server left a health check unanswered (busy?); still waiting");
+                    tracing::info!(server = %base, error = %e, "the Cog server left a health check unanswered (busy?); still waiting");
                 }
             }
         }
     }
+}
+
+/// Waits (at most [`READY_TIMEOUT`]) for a server someone else runs to be ready, and reads
+/// its OpenAPI document.
+async fn served_openapi(http: &Client, base: &Url) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        match health(http, base).await.as_deref() {
+            Ok("READY" | "BUSY") => break,
+            Ok("SETUP_FAILED") => anyhow::bail!("Cog server {base} failed its setup"),
+            other => {
+                anyhow::ensure!(tokio::time::Instant::now() < deadline, "Cog server {base} not ready: {other:?}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    Ok(http.get(base.join("openapi.json")?).send().await?.error_for_status()?.json().await?)
 }
 
 fn unavailable(base: &Url, e: impl std::fmt::Display) -> ModelError {
@@ -365,12 +414,41 @@ impl Model for CogModel {
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
         async move {
-            match self.transport {
-                Transport::Webhooks => self.run_with_webhooks(input, progress).await,
-                Transport::Sync => self.run_sync(input, progress).await,
+            let (base, lease) = match &self.server {
+                Server::External(base) => (base.clone(), None),
+                Server::Supervised(instance) => {
+                    let (base, lease) = instance.ready().await?;
+                    (base, Some((instance, lease)))
+                }
+            };
+            let ran = match self.transport {
+                Transport::Webhooks => self.run_with_webhooks(&base, input, progress).await,
+                Transport::Sync => self.run_sync(&base, input, progress).await,
+            };
+            match (ran, lease) {
+                // A server the runner runs that went away mid-run crashed.
+                (Err(e), Some((instance, _lease))) if e.code == "MODEL_SERVER_UNAVAILABLE" => {
+                    Err(instance.crashed(&e.message))
+                }
+                (ran, _) => ran,
             }
         }
         .boxed()
+    }
+
+    fn prepare(&self) -> Option<BoxFuture<'_, Result<(), ModelError>>> {
+        match &self.server {
+            Server::Supervised(instance) if !instance.is_up() => Some(instance.ready().map(|r| r.map(drop)).boxed()),
+            _ => None,
+        }
+    }
+
+    fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+
+    fn slots(&self) -> Option<usize> {
+        self.slots
     }
 }
 
@@ -379,25 +457,26 @@ impl CogModel {
         output::returns_array(self.descriptor.output_schema.as_ref())
     }
 
-    fn cancel_guard(&self, id: &str) -> CancelOnDrop {
-        CancelOnDrop { http: self.http.clone(), url: self.base.join(&format!("{}/{id}/cancel", self.mode.path())).ok() }
+    fn cancel_guard(&self, base: &Url, id: &str) -> CancelOnDrop {
+        CancelOnDrop { http: self.http.clone(), url: base.join(&format!("{}/{id}/cancel", self.mode.path())).ok() }
     }
 
     async fn run_with_webhooks(
         &self,
+        base: &Url,
         input: Map<String, Value>,
         progress: &Progress,
     ) -> Result<ModelOutput, ModelError> {
         let (webhook, mut snapshots, _registration) = self.callbacks.register();
         let id = webhook.rsplit('/').next().unwrap_or_default().to_owned();
         let _uploads = self.callbacks.uploads.register(&id, progress.owner());
-        self.start(&id, &input, Some(&webhook)).await?;
-        let mut guard = self.cancel_guard(&id);
-        let died = self.watch_health();
+        self.start(base, &id, &input, Some(&webhook)).await?;
+        let mut guard = self.cancel_guard(base, &id);
+        let died = self.watch_health(base);
         tokio::pin!(died);
         loop {
             let snapshot = tokio::select! {
-                s = snapshots.recv() => s.ok_or_else(|| unavailable(&self.base, "the callback channel closed"))?,
+                s = snapshots.recv() => s.ok_or_else(|| unavailable(base, "the callback channel closed"))?,
                 e = &mut died => return Err(e),
             };
             if let Some(ended) = settle(&snapshot, progress, self.returns_array()) {
@@ -409,17 +488,22 @@ impl CogModel {
 
     /// One held request; the health watch still runs beside it, so a server that hangs
     /// rather than closing the connection fails the run too.
-    async fn run_sync(&self, input: Map<String, Value>, progress: &Progress) -> Result<ModelOutput, ModelError> {
+    async fn run_sync(
+        &self,
+        base: &Url,
+        input: Map<String, Value>,
+        progress: &Progress,
+    ) -> Result<ModelOutput, ModelError> {
         let id = format!("ps{}", common::domain::PredictionId::generate());
         let _uploads = self.callbacks.uploads.register(&id, progress.owner());
-        let mut guard = self.cancel_guard(&id);
+        let mut guard = self.cancel_guard(base, &id);
         let answer = tokio::select! {
-            answer = self.start(&id, &input, None) => answer?,
-            e = self.watch_health() => return Err(e),
+            answer = self.start(base, &id, &input, None) => answer?,
+            e = self.watch_health(base) => return Err(e),
         };
         guard.url = None;
         settle(&answer, progress, self.returns_array())
-            .unwrap_or_else(|| Err(unavailable(&self.base, "answered a sync prediction without a terminal status")))
+            .unwrap_or_else(|| Err(unavailable(base, "answered a sync prediction without a terminal status")))
     }
 }
 
@@ -463,16 +547,5 @@ mod tests {
         assert_eq!(Transport::for_schema(&iterator, true), Transport::Webhooks);
         assert_eq!(Transport::for_schema(&plain, true), Transport::Sync);
         assert_eq!(Transport::for_schema(&plain, false), Transport::Webhooks, "RUNNER_COG_SYNC=false");
-    }
-
-    #[test]
-    fn targets_parse_with_an_optional_capability() {
-        let t = parse_targets("acme/echo=http://127.0.0.1:5000, acme/up=image-to-image@http://h:1/").expect("valid");
-        assert_eq!(t[0].model.to_string(), "acme/echo");
-        assert_eq!(t[0].capability, "text-generation");
-        assert_eq!(t[1].capability, "image-to-image");
-        assert_eq!(t[1].url.as_str(), "http://h:1/");
-        assert!(parse_targets("acme/echo").is_err());
-        assert!(parse_targets("Acme/echo=http://h").is_err());
     }
 }

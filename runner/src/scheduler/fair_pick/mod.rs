@@ -126,6 +126,17 @@ impl<T: Clone> FairPick<T> {
         Self { models, model_index, lanes: Mutex::default(), served: AtomicU64::new(0), aging: DEFAULT_AGING }
     }
 
+    /// Gives each model in `slots` that many slots instead of the default.
+    pub fn with_model_slots(mut self, slots: &HashMap<ModelRef, usize>) -> Self {
+        for ((model, kind), model_slots) in &mut self.models {
+            if let (JobKind::Prediction, Some(n)) = (kind, slots.get(model)) {
+                let n = (*n).max(1);
+                *model_slots = ModelSlots { limit: n, free: Arc::new(Semaphore::new(n)), weight: model_slots.weight };
+            }
+        }
+        self
+    }
+
     /// Also picks for the trainings of `trainers`, each with [`TRAINER_CONCURRENCY`] slots
     /// of its own.
     pub fn with_trainers(mut self, trainers: &[ModelRef]) -> Self {

@@ -1,0 +1,164 @@
+//! Cog projects the runner starts itself (`RUNNER_COG=owner/name=dir:/path`), with real
+//! coglet servers: a model at zero boots on its first job and stops when idle, a killed server
+//! fails its prediction clearly and the next runs on a new one, a setup that fails fails the
+//! predictions waiting for it.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use common::domain::PredictionStatus;
+use serde_json::json;
+use testkit::eventually;
+
+use crate::fixture::Fixture;
+
+/// A copy of the fixture `name` (`tests/fixtures/cog/<name>`) as a project of its own, with
+/// `cog.yaml` saying `yaml`: each test's servers are told apart by their directory.
+fn project(name: &str, yaml: &str) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cog").join(name);
+    let dir = std::env::temp_dir().join(format!("runner-project-{name}-{}", rand::random::<u64>()));
+    copy_dir(&from, &dir);
+    std::fs::write(dir.join("cog.yaml"), yaml).expect("write cog.yaml");
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the project");
+    for entry in std::fs::read_dir(from).expect("read the fixture").flatten() {
+        let target = to.join(entry.file_name());
+        match entry.file_type().expect("a type").is_dir() {
+            true => copy_dir(&entry.path(), &target),
+            false => {
+                std::fs::copy(entry.path(), target).expect("copy");
+            }
+        }
+    }
+}
+
+/// The processes whose working directory is `dir` (a project's coglet and its worker).
+fn servers_in(dir: &Path) -> Vec<u32> {
+    let Ok(dir) = dir.canonicalize() else { return Vec::new() };
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .collect()
+}
+
+/// Starts a runner serving `model` from the project in `dir` (with `settings` after `?`), and
+/// waits until it has registered the model.
+async fn runner_for_project(fixture: &Fixture, model: &str, dir: &Path, settings: &str) {
+    let cog = format!("{model}=dir:{}{settings}", dir.display());
+    let python = testkit::installed("COG_PYTHON");
+    fixture.start_runner_with("acme/*", &[("RUNNER_COG", cog.as_str()), ("RUNNER_COG_PYTHON", python.as_str())]);
+    let model_ref = model.parse().expect("model");
+    let registered =
+        eventually(Duration::from_secs(60), || async { fixture.store.models().get(&model_ref).await.ok().flatten() })
+            .await;
+    assert!(registered.is_some(), "the runner registered {model}");
+}
+
+const ECHO: &str = "predict: \"predict.py:Predictor\"\n";
+
+#[tokio::test]
+async fn a_project_at_zero_boots_on_its_first_prediction_and_stops_when_idle() {
+    let fixture = Fixture::new(&[]).await;
+    let dir = project("echo", ECHO);
+    runner_for_project(&fixture, "acme/echo", &dir, "?idle_seconds=3").await;
+    assert!(servers_in(&dir).is_empty(), "registered without booting: the schema comes from the project");
+    let version = fixture.version_of(&"acme/echo".parse().expect("model")).await;
+    assert_eq!(version.len(), 32, "the project's digest is its version: {version}");
+
+    let p = fixture.create("acme/echo", json!({"prompt": "hi", "repeat": 2})).await;
+    let done = fixture.wait_until(&p.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.output.as_ref().and_then(serde_json::Value::as_str), Some("hi hi"));
+    assert!(!servers_in(&dir).is_empty(), "booted for it");
+    let gone = eventually(Duration::from_secs(60), || async { servers_in(&dir).is_empty().then_some(()) }).await;
+    assert!(gone.is_some(), "stopped after 3 s idle: {:?}", servers_in(&dir));
+
+    let again = fixture.create("acme/echo", json!({"prompt": "back"})).await;
+    let done = fixture.wait_until(&again.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "booted again: {:?}", done.error);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn a_killed_server_fails_its_prediction_clearly_and_the_next_runs_on_a_new_one() {
+    let fixture = Fixture::new(&[]).await;
+    let dir = project("pause", ECHO);
+    runner_for_project(&fixture, "acme/pause", &dir, "").await;
+    let p = fixture.create("acme/pause", json!({"seconds": 30.0})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(120), |p| p.status == PredictionStatus::Processing).await;
+    let doomed = servers_in(&dir);
+    assert!(!doomed.is_empty(), "a server runs the prediction");
+    for pid in &doomed {
+        std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill -9");
+    }
+    let done = fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Failed);
+    let error = done.error.expect("an error");
+    assert_eq!(error.code, "MODEL_CRASHED", "{}", error.message);
+
+    let next = fixture.create("acme/pause", json!({"seconds": 0.1})).await;
+    let done = fixture.wait_until(&next.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "on a restarted server: {:?}", done.error);
+    assert!(servers_in(&dir).iter().all(|pid| !doomed.contains(pid)), "a new process");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn a_setup_that_fails_fails_the_predictions_waiting_for_it_with_its_error() {
+    let fixture = Fixture::new(&[]).await;
+    let dir = project("broken", ECHO);
+    runner_for_project(&fixture, "acme/broken", &dir, "").await;
+    let first = fixture.create("acme/broken", json!({"prompt": "a"})).await;
+    let second = fixture.create("acme/broken", json!({"prompt": "b"})).await;
+    for p in [&first, &second] {
+        let done = fixture.wait_until(&p.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
+        assert_eq!(done.status, PredictionStatus::Failed);
+        let error = done.error.expect("an error");
+        assert_eq!(error.code, "MODEL_SETUP_FAILED", "{}", error.message);
+        assert!(error.message.contains("the weights are missing"), "the setup's error: {}", error.message);
+        assert!(done.started_at.is_none(), "it never started");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn an_async_project_runs_as_many_at_once_as_its_cog_yaml_says() {
+    let fixture = Fixture::new(&[]).await;
+    let dir = project("waits", "predict: \"predict.py:Predictor\"\nconcurrency:\n  max: 4\n");
+    let cog = format!("acme/waits=dir:{}", dir.display());
+    let python = testkit::installed("COG_PYTHON");
+    // The runner's own setting for a model's slots says 1: the project's 4 wins.
+    let settings = [
+        ("RUNNER_COG", cog.as_str()),
+        ("RUNNER_COG_PYTHON", python.as_str()),
+        ("RUNNER_CONCURRENCY", "8"),
+        ("RUNNER_MODEL_CONCURRENCY", "1"),
+    ];
+    fixture.start_runner_with("acme/*", &settings);
+    let model = "acme/waits".parse().expect("model");
+    let registered =
+        eventually(Duration::from_secs(60), || async { fixture.store.models().get(&model).await.ok().flatten() }).await;
+    assert!(registered.is_some(), "registered");
+    let mut created = Vec::new();
+    for _ in 0..4 {
+        created.push(fixture.create("acme/waits", json!({"seconds": 3.0})).await);
+    }
+    let done = crate::fixture::finished(&fixture, &created).await;
+    assert!(
+        done.iter().all(|p| p.status == PredictionStatus::Succeeded),
+        "{:?}",
+        done.iter().map(|p| &p.error).collect::<Vec<_>>()
+    );
+    let last_start = done.iter().filter_map(|p| p.started_at).max().expect("started");
+    let first_end = done.iter().filter_map(|p| p.completed_at).min().expect("ended");
+    assert!(last_start < first_end, "all four ran at once: the last started before the first ended");
+    std::fs::remove_dir_all(dir).ok();
+}
