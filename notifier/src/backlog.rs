@@ -17,24 +17,20 @@
 //! schedule: it is attempted when due, or as soon as a worker is free after that.
 //!
 //! A worker that finds nothing due sleeps until the soonest retry this replica wrote, or
-//! [`POLL`] at the longest (retries another replica wrote).
+//! [`crate::waiting::POLL`] at the longest (retries another replica wrote).
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use common::{
-    domain::{WebhookEvent, WebhookUrl},
+    domain::WebhookEvent,
     messages::{Announcement, DeliverableEvent},
     store::{
-        StoreError,
         webhook_attempts::AttemptOutcome,
-        webhook_retries::{ClaimedTarget, WaitingRetry, WebhookRetries},
+        webhook_retries::{ClaimedTarget, WaitingRetry},
     },
 };
 use tokio::{
-    sync::{Notify, OwnedSemaphorePermit, Semaphore},
+    sync::{OwnedSemaphorePermit, Semaphore},
     task::JoinSet,
     time::Instant,
 };
@@ -44,81 +40,10 @@ use tracing::Instrument;
 use crate::{
     config::NotifierConfig,
     consumer::{Arrival, Next, Notifier, route},
-    targets::target_of,
 };
 
-/// The longest a worker sleeps when nothing is due.
-pub const POLL: Duration = Duration::from_secs(1);
 /// How long after a failed step a dependency (MongoDB) is tried again.
 const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
-
-/// The events waiting for a retry, and when this replica next expects one to be due.
-pub struct Backlog {
-    store: WebhookRetries,
-    soonest: Mutex<Option<Instant>>,
-    wake: Notify,
-}
-
-impl Backlog {
-    /// The backlog in `store`.
-    pub fn new(store: WebhookRetries) -> Self {
-        Self { store, soonest: Mutex::new(None), wake: Notify::new() }
-    }
-
-    /// Keeps the event `change` (its message as published: `message`) for an attempt at `url`
-    /// in `delay`, after `attempts` attempts.
-    pub async fn schedule(
-        &self,
-        change: &DeliverableEvent,
-        message: &[u8],
-        url: &WebhookUrl,
-        attempts: u32,
-        delay: Duration,
-    ) -> Result<(), StoreError> {
-        let due = bson::DateTime::from_millis(
-            bson::DateTime::now().timestamp_millis().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(0)),
-        );
-        let about = (change.prediction_id.clone(), change.account_id.clone(), change.event);
-        let retry = WaitingRetry::new(change.message_id(), target_of(url), about, attempts, due, message);
-        self.store.schedule(&retry).await?;
-        let at = Instant::now() + delay;
-        {
-            let mut soonest = self.soonest.lock().unwrap_or_else(|p| p.into_inner());
-            *soonest = Some(soonest.map_or(at, |s| s.min(at)));
-        }
-        self.wake.notify_one();
-        Ok(())
-    }
-
-    /// How many events wait (an estimate from the collection's metadata).
-    pub async fn waiting(&self) -> Result<u64, StoreError> {
-        self.store.waiting().await
-    }
-
-    /// Sleeps until the soonest retry this replica wrote is due, [`POLL`] at most, or until a
-    /// sooner one is written, or `shutdown`.
-    async fn idle(&self, shutdown: &CancellationToken) {
-        loop {
-            let now = Instant::now();
-            let until = {
-                let mut soonest = self.soonest.lock().unwrap_or_else(|p| p.into_inner());
-                match *soonest {
-                    Some(at) if at <= now => {
-                        *soonest = None;
-                        return;
-                    }
-                    Some(at) => at.min(now + POLL),
-                    None => now + POLL,
-                }
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep_until(until) => return,
-                () = self.wake.notified() => {}
-            }
-        }
-    }
-}
 
 /// How long a worker works through one receiver's due events before it puts the receiver back
 /// (and so how long other receivers' retries may wait for a free worker at most, roughly).

@@ -6,7 +6,7 @@
 //! unacknowledged messages, which is bounded (`max_ack_pending`): a thousand events waiting for
 //! one receiver that is down would fill it and stop every account's webhooks. So a failed
 //! attempt is recorded, the event is written to its receiver's queue of waiting events
-//! ([`crate::backlog`]) and only then is its message acknowledged; the backlog's workers make
+//! ([`crate::waiting`]) and only then is its message acknowledged; the backlog's workers make
 //! the later attempts. The consumer's window only ever holds the events being delivered now,
 //! so an event for a healthy receiver is delivered as soon as it is published, however many
 //! wait elsewhere. An event whose receiver has all its slots busy ([`crate::targets`]) joins
@@ -45,7 +45,6 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
 use crate::{
-    backlog::Backlog,
     config::NotifierConfig,
     deliver::{AttemptResult, Deliverer, Webhook},
     metrics::{BACKLOG_REFRESH, NotifierMetrics},
@@ -56,6 +55,7 @@ use crate::{
     sequences::{self, Sequence, Sequences, Verdict},
     stored_bodies::StoredBodies,
     targets::Targets,
+    waiting::Backlog,
 };
 
 /// How long to wait before retrying when a dependency (MongoDB) failed before sending.
@@ -127,7 +127,6 @@ pub async fn consume(
 
     let tracker = TaskTracker::new();
     tracker.spawn(report_backlog(consumer.clone(), notifier.clone(), shutdown.clone()));
-    tracker.spawn(crate::backlog::work(notifier.clone(), config.clone(), tracker.clone(), shutdown.clone()));
     let permits = Arc::new(Semaphore::new(config.concurrency));
     pull_with_permits(consumer, vec![permits], tracker.clone(), shutdown, move |message, permits| {
         handle(message, notifier.clone(), permits)

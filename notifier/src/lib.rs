@@ -9,7 +9,8 @@
 //! - [`sequences`]: one prediction's events in order, `output`/`logs` throttled, latest wins.
 //! - [`targets`]: a concurrency limit per receiver, so one cannot hold up the others.
 //! - [`recorder`]: attempt records stored before acknowledging, several per write.
-//! - [`backlog`]: events waiting for a retry, kept in MongoDB per receiver, and their workers.
+//! - [`waiting`]: the events waiting for a retry, kept in MongoDB per receiver;
+//!   [`backlog`]: the workers that attempt them when due (started beside the consumer).
 //! - [`metrics`]: what `/metrics` shows (deliveries by outcome, latency, retry backlog).
 //! - [`notices`]: the accounts' budget notices (`account.budget`), delivered beside the events.
 #![forbid(unsafe_code)]
@@ -28,6 +29,7 @@ pub mod sequences;
 pub mod ssrf;
 pub mod stored_bodies;
 pub mod targets;
+pub mod waiting;
 
 use std::sync::Arc;
 
@@ -36,8 +38,8 @@ use common::{bus::heartbeat::Heartbeat, files::payloads::Payloads, links::Links}
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    backlog::Backlog, config::NotifierConfig, consumer::Notifier, deliver::Deliverer, recorder::AttemptRecorder,
-    secrets::SecretCache, sequences::Sequences, stored_bodies::StoredBodies, targets::Targets,
+    config::NotifierConfig, consumer::Notifier, deliver::Deliverer, recorder::AttemptRecorder, secrets::SecretCache,
+    sequences::Sequences, stored_bodies::StoredBodies, targets::Targets, waiting::Backlog,
 };
 
 /// Runs until `shutdown` fires.
@@ -74,7 +76,14 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
         ),
     });
     let notices = tokio::spawn(notices::deliver_due(notifier.clone(), store.budget_notices(), shutdown.clone()));
+    // The retries' workers, beside the consumer of first deliveries.
+    let retries = tokio_util::task::TaskTracker::new();
+    retries.spawn(backlog::work(notifier.clone(), config.clone(), retries.clone(), shutdown.clone()));
     let consumed = consumer::consume(&config, &bus, notifier, shutdown).await;
+    retries.close();
+    if tokio::time::timeout(config.shutdown_grace, retries.wait()).await.is_err() {
+        tracing::warn!("retries still in flight after the grace period; they are taken again when their lease ends");
+    }
     // It stops at its next look once `shutdown` fired; a round under way is left to its lease.
     notices.abort();
     consumed
