@@ -39,11 +39,8 @@ use tracing::Instrument;
 
 use crate::{
     config::NotifierConfig,
-    consumer::{Arrival, Next, Notifier, route},
+    consumer::{Arrival, DEPENDENCY_RETRY, Next, Notifier, route},
 };
-
-/// How long after a failed step a dependency (MongoDB) is tried again.
-const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
 
 /// How long a worker works through one receiver's due events before it puts the receiver back
 /// (and so how long other receivers' retries may wait for a free worker at most, roughly).

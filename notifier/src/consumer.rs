@@ -59,7 +59,7 @@ use crate::{
 };
 
 /// How long to wait before retrying when a dependency (MongoDB) failed before sending.
-const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
+pub(crate) const DEPENDENCY_RETRY: Duration = Duration::from_secs(5);
 /// How much longer than the delivery timeout an event may stay unacknowledged before
 /// JetStream hands it to another replica (a notifier that died mid-delivery); a held event
 /// sends in-progress acks every third of that, however long it waits for its turn.
