@@ -11,7 +11,8 @@
 //! What must hold ([`BudgetTally::failures`]):
 //! - the account is refused (402) once its spending reaches the budget, no later than
 //!   [`REFUSAL_BOUND`] after the crossing (by the predictions' own `completed_at` and costs)
-//!   or after the runner is back, whichever is later;
+//!   or after the restarted runner's first prediction ended, whichever is later (see
+//!   [`counting_from`]);
 //! - nothing is accepted once the refusals begin: what is spent past the budget is only the
 //!   work accepted before them (running or queued), which finishes;
 //! - the usage's cost is the predictions' costs added up, to the micro-dollar, kill or not;
@@ -37,9 +38,9 @@ pub const PRICE_PER_SECOND: &str = "0.001";
 pub const BUDGET_PREDICTIONS: i64 = 40;
 /// The share of the budget the ledger has counted when its runner is killed.
 pub const KILL_AT_PERCENT: i64 = 80;
-/// How soon after the crossing (or after the runner is back) creates are refused: the api
-/// reads an account's spending at most 2 s old, the ledger counts what ended within 250 ms
-/// as one batch, and the restarted runner starts its jobs again within a second or two.
+/// How soon after the crossing (or after the restarted runner's first prediction ended)
+/// creates are refused: the api reads an account's spending at most 2 s old, and the ledger
+/// counts what ended within 250 ms as one batch.
 pub const REFUSAL_BOUND: Duration = Duration::from_secs(5);
 /// Slack for creates sent just before the first refusal but answered after it.
 const IN_FLIGHT_SLACK: Duration = Duration::from_secs(1);
@@ -162,7 +163,7 @@ pub async fn check(
     let first_refusal = refusals.iter().map(|a| a.at).min();
     let refused_after_s = match (crossing, first_refusal) {
         (Some(crossed), Some(refused)) => {
-            let from = back.map_or(crossed, |back| crossed.max(back));
+            let from = counting_from(&ended, crossed, back);
             Some((wall(refused) - from).num_milliseconds().max(0) as f64 / 1000.0)
         }
         _ => None,
@@ -193,6 +194,17 @@ fn crossing(ended: &[Ended], budget: Micros) -> Option<DateTime<Utc>> {
         sum += e.cost;
         (sum >= budget).then_some(e.at)
     })
+}
+
+/// From when the api can know of the crossing: the crossing itself, or, when the killed
+/// runner came back after it, the first prediction that ended after its return. Until then
+/// nothing new is counted: the batch the kill caught comes back only with the recovery sweep,
+/// and the jobs the killed runner held are delivered again only once their ack wait has run
+/// out (6 s), which may be the restarted runner's first work.
+fn counting_from(ended: &[Ended], crossed: DateTime<Utc>, back: Option<DateTime<Utc>>) -> DateTime<Utc> {
+    let Some(back) = back else { return crossed };
+    let first_after = ended.iter().map(|e| e.at).find(|at| *at >= back).unwrap_or(back);
+    crossed.max(first_after)
 }
 
 /// The account's ended predictions, in the order they ended.
@@ -250,6 +262,16 @@ mod tests {
         assert_eq!(crossing(&ended, Micros(1_200)), Some(ended[2].at), "reaching it exactly crosses it");
         assert_eq!(crossing(&ended, Micros(1_201)), Some(ended[3].at));
         assert_eq!(crossing(&ended, Micros(1_601)), None);
+    }
+
+    #[test]
+    fn the_api_is_timed_from_the_crossing_or_the_restarted_runners_first_end() {
+        let ended = ended(&[(1, 400), (2, 400), (9, 400)]);
+        let at = |s: i64| ended[0].at + chrono::TimeDelta::seconds(s - 1);
+        assert_eq!(counting_from(&ended, at(2), None), at(2), "no kill: the crossing");
+        assert_eq!(counting_from(&ended, at(2), Some(at(3))), at(9), "back at 3, nothing ended until 9");
+        assert_eq!(counting_from(&ended, at(9), Some(at(3))), at(9), "crossed after the first end");
+        assert_eq!(counting_from(&ended, at(2), Some(at(10))), at(10), "nothing ended after the return");
     }
 
     #[test]
