@@ -239,3 +239,23 @@ pub async fn usage(config: &ApiConfig, name: Option<&str>, since: Option<&str>, 
     }
     Ok(out)
 }
+
+/// The Kubernetes kit of the models declared in the kit file at `kit`, for the records in the
+/// JSON file `records` (offline), or else for what the store holds now.
+pub async fn render_kubernetes(
+    config: Option<&ApiConfig>,
+    kit: &std::path::Path,
+    records: Option<&std::path::Path>,
+) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(kit).with_context(|| format!("reading {}", kit.display()))?;
+    let kit = crate::kubernetes::Kit::parse(&text).with_context(|| format!("in {}", kit.display()))?;
+    let records = match (records, config) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("{} is not a records file", path.display()))?
+        }
+        (None, Some(config)) => crate::kubernetes::Records::read(&connect(config).await?, &kit).await?,
+        (None, None) => bail!("without --records the store is read: its settings are needed"),
+    };
+    Ok(crate::kubernetes::render(&kit, &records)?)
+}

@@ -131,7 +131,7 @@ pub fn app(state: AppState) -> Router {
         get(move || {
             let state = state.clone();
             async move {
-                let deployments = state.deployment_figures.render(&state.store).await;
+                let deployments = state.scaling_figures.render(&state.store).await;
                 metrics::serve(&state.metrics, &state.store, state.wait_slots.held(), &deployments)
             }
         })

@@ -14,6 +14,9 @@
 //! - [`state`]: [`state::AppState`] and the parts it owns (key and model caches, queue places,
 //!   the job outbox, the caps), each behind a type with private fields.
 //!
+//! [`admin`] holds the operator commands (`api admin …`), and [`kubernetes`] the renderer of
+//! the models' Kubernetes kit they print.
+//!
 //! Two API surfaces share the handlers: the canonical `/v1` and the Replicate-compatible
 //! `/replicate/v1` ([`replicate`]); each handler renders for the request's
 //! [`http::surface::Surface`].
@@ -27,6 +30,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod http;
+pub mod kubernetes;
 pub mod ops;
 pub mod problem;
 pub mod replicate;

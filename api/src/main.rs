@@ -7,7 +7,8 @@
 //! --name N [--description D] --models a/b,c/d` writes a collection of models and
 //! `api admin collection delete --slug S` deletes one; `api admin set-price --hardware POOL
 //! --per-second DOLLARS` prices a hardware pool; `api admin set-budget --account NAME --monthly
-//! DOLLARS|none` sets an account's monthly budget.
+//! DOLLARS|none` sets an account's monthly budget; `api admin render-kubernetes --kit FILE
+//! [--records FILE]` prints the Cog models' pods and autoscaling ([`api::kubernetes`]).
 
 use std::process::ExitCode;
 
@@ -84,6 +85,16 @@ enum AdminCommand {
         #[command(subcommand)]
         command: CollectionCommand,
     },
+    /// Print the Kubernetes kit of the Cog models: their pods and KEDA autoscaling, from the
+    /// kit's declaration and the service's records.
+    RenderKubernetes {
+        /// The declaration: images, hardware pools, models (deploy/k8s/kit.yaml).
+        #[arg(long)]
+        kit: std::path::PathBuf,
+        /// Render for the records in this JSON file instead of the store's (offline).
+        #[arg(long)]
+        records: Option<std::path::PathBuf>,
+    },
     /// Print the usage of every account (or one) by day and model.
     Usage {
         /// Only this account (by name).
@@ -135,6 +146,21 @@ fn main() -> ExitCode {
 async fn serve() -> ExitCode {
     let cli = Cli::parse();
     let _telemetry = common::telemetry::init("api");
+    // Rendering for a records file needs no store, so none of its settings.
+    if let Some(Command::Admin { command: AdminCommand::RenderKubernetes { kit, records: Some(records) } }) =
+        &cli.command
+    {
+        return match api::admin::render_kubernetes(None, kit, Some(records)).await {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!("{e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let config = match api::config::ApiConfig::from_env(&Env::process()) {
         Ok(c) => c,
         Err(e) => {
@@ -189,6 +215,9 @@ async fn serve() -> ExitCode {
         }),
         Command::Admin { command: AdminCommand::Collection { command: CollectionCommand::Delete { slug } } } => {
             api::admin::delete_collection(&config, &slug).await.map(|()| eprintln!("collection {slug} deleted"))
+        }
+        Command::Admin { command: AdminCommand::RenderKubernetes { kit, records } } => {
+            api::admin::render_kubernetes(Some(&config), &kit, records.as_deref()).await.map(|text| print!("{text}"))
         }
         Command::Admin { command: AdminCommand::Usage { account, since, csv } } => {
             api::admin::usage(&config, account.as_deref(), since.as_deref(), csv).await.map(|out| print!("{out}"))

@@ -5,8 +5,9 @@
 //! - `http_request_duration_seconds{method, route, status}`: their latency (histogram);
 //! - `api_predictions_created_total{model}`: predictions stored by this replica;
 //! - `api_prefer_wait_held`: `Prefer: wait` creates held open now (see [`crate::state::wait_slots`]);
-//! - `deployment_pending_predictions{deployment}`, `deployment_desired_instances{deployment}`:
-//!   what an autoscaler reads (see [`crate::state::deployment_metrics`]);
+//! - `deployment_pending_predictions{deployment}`, `deployment_desired_instances{deployment}`,
+//!   `model_pending_predictions{model}`:
+//!   what an autoscaler reads (see [`crate::state::scaling`]);
 //! - `mongodb_commands_total{command}`, `mongodb_command_duration_seconds{command}`: MongoDB
 //!   commands this process sent and how long each took (driver command
 //!   monitoring), to see what each request costs the database; only with
@@ -94,7 +95,7 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
 }
 
 /// `GET /metrics`, with `waits_held` as the held `Prefer: wait` creates now and the
-/// deployments' figures ([`crate::state::deployment_metrics`]).
+/// autoscalers' figures ([`crate::state::scaling`]).
 pub fn serve(metrics: &HttpMetrics, store: &Store, waits_held: usize, deployments: &str) -> Response {
     metrics.waits_held.set(i64::try_from(waits_held).unwrap_or(i64::MAX));
     let text = common::metrics::page(&[&metrics.render(), deployments, &store.command_counts().openmetrics()]);

@@ -4,17 +4,17 @@
 //! [`metrics`] (what `/metrics` shows), [`model_catalog`] (registered models and the live runners),
 //! [`queue_places`] (a waiting prediction's place), [`wait_slots`] (held `Prefer: wait`s),
 //! [`job_outbox`] (jobs NATS did not take yet), [`priority`] (each account's limit) and
-//! [`deployment_metrics`] (what an autoscaler reads). The fields are `pub(crate)`: only the
+//! [`scaling`] (what an autoscaler reads). The fields are `pub(crate)`: only the
 //! api's own modules reach them.
 
 pub mod account_limits;
-pub mod deployment_metrics;
 pub mod job_outbox;
 pub mod keys;
 pub mod metrics;
 pub mod model_catalog;
 pub mod queue_places;
 pub mod ratelimit;
+pub mod scaling;
 pub mod tickets;
 pub mod wait_slots;
 
@@ -80,7 +80,7 @@ pub struct Shared {
     /// Waiting predictions' places in their queue.
     pub(crate) queue_places: QueuePlaces,
     /// The deployments' figures on `/metrics`.
-    pub(crate) deployment_figures: crate::state::deployment_metrics::DeploymentFigures,
+    pub(crate) scaling_figures: crate::state::scaling::ScalingFigures,
     /// Work that outlives its request (confirming that a job was stored); waited for on
     /// shutdown.
     pub(crate) background: TaskTracker,
@@ -114,9 +114,7 @@ impl AppState {
             tickets: TicketDesk::start(store.queue_lanes(), NEW_PREDICTIONS),
             background,
             metrics: Arc::new(HttpMetrics::new()),
-            deployment_figures: crate::state::deployment_metrics::DeploymentFigures::new(
-                config.deployment_slots_per_instance,
-            ),
+            scaling_figures: crate::state::scaling::ScalingFigures::new(config.deployment_slots_per_instance),
             payloads: Payloads::new(files.clone()),
             files,
             links: Links::new(config.common.public_base_url.clone(), config.common.master_key.clone()),

@@ -18,6 +18,7 @@ mod fuzz;
 mod harness;
 mod indexes;
 mod keys_lifecycle;
+mod kubernetes;
 mod large_predictions;
 mod list;
 mod nats_outage;

@@ -266,6 +266,8 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("predictions", plain(doc! { "data_removed": 1, "completed_at": 1, "_id": 1 })),
         ("predictions", plain(doc! { "input_files": 1 })),
         ("predictions", plain(doc! { "deployment": 1, "status": 1 })),
+        // A model's waiting and running predictions of its own route (its pods' figure).
+        ("predictions", plain(doc! { "model": 1, "status": 1, "deployment": 1 })),
         // A model's lanes (its queue's figures).
         ("queue_lanes", plain(doc! { "model": 1 })),
         // Lanes left idle, for their recount and removal.

@@ -221,6 +221,16 @@ impl Predictions {
         super::count(&self.coll, doc! { "account_id": account.as_str(), "model": model.to_string() }).await
     }
 
+    /// Predictions of `model` not yet ended (waiting or running) that came by its own route or
+    /// a pinned version, not by a deployment: what the model's own pods are scaled on.
+    pub async fn count_pending_of_model_route(&self, model: &ModelRef) -> Result<u64, StoreError> {
+        let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);
+        let filter = doc! {
+            "model": model.to_string(), "status": { "$in": open }, "deployment": null, "kind": { "$ne": "training" },
+        };
+        super::count(&self.coll, filter).await
+    }
+
     /// Predictions of the deployment `owner/name` not yet ended (waiting or running).
     pub async fn count_pending_of_deployment(&self, deployment: &str) -> Result<u64, StoreError> {
         let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);

@@ -71,6 +71,40 @@ impl CogServer {
         Self { child, tmp, url: format!("http://127.0.0.1:{port}") }
     }
 
+    /// Starts fixture `name` as a Cog image's container runs it: `args` as the image's
+    /// entrypoint runs them (`python` is the venv's, found on `PATH` as in an image), in the
+    /// project's directory (an image's `/src`), with the container's `env` and what `cog build`
+    /// writes into an image's environment (`COG_PREDICT_TYPE_STUB`, from the fixture's
+    /// `predict`); serving on the port `env`'s `PORT` names. Waits for `READY` as
+    /// [`Self::start_ready`] does.
+    pub async fn start_as_container(name: &str, args: &[String], env: &[(String, String)]) -> Self {
+        let _starting = STARTING.acquire().await.expect("the start gate is never closed");
+        let python = PathBuf::from(super::installed("COG_PYTHON"));
+        let bin = python.parent().expect("the venv's bin").to_path_buf();
+        let port = env.iter().find(|(k, _)| k == "PORT").map(|(_, v)| v.clone()).expect("the container's PORT");
+        let dir = super::standins::repo_root().join("runner/tests/fixtures/cog").join(name);
+        let tmp = std::env::temp_dir().join(format!("ps-test-cog-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("create the Cog server's temporary directory");
+        let (program, rest) = args.split_first().expect("the container's arguments");
+        let child = Command::new(program)
+            .args(rest)
+            .current_dir(dir)
+            .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
+            .env("TMPDIR", &tmp)
+            .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the container's command");
+        let server = Self { child, tmp, url: format!("http://127.0.0.1:{port}") };
+        let ready = super::eventually(READY_WITHIN, || async {
+            (server.health().await.as_deref() == Some("READY")).then_some(())
+        });
+        assert!(ready.await.is_some(), "the container of {name} reported READY within {READY_WITHIN:?}");
+        server
+    }
+
     /// Its `TMPDIR` (removed when it is dropped).
     pub fn tmp_dir(&self) -> &std::path::Path {
         &self.tmp

@@ -69,8 +69,8 @@ use self::{
 };
 use super::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
 
-/// How long a Cog server may take to become ready at start.
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often the runner says it still waits for a server someone else runs to be ready.
+const READY_NOTICE: Duration = Duration::from_secs(30);
 /// How often a running prediction's server is checked.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
 /// How long one health check may take.
@@ -208,7 +208,7 @@ impl CogModel {
         let http = &context.http;
         let (doc, server, version, slots) = match &target.source {
             CogSource::Server(base) => {
-                let doc = served_openapi(http, base).await?;
+                let doc = served_openapi(http, base, &context.shutdown).await?;
                 (doc, Server::External(base.clone()), None, None)
             }
             CogSource::Project { dir, settings } => {
@@ -333,21 +333,36 @@ impl CogModel {
     }
 }
 
-/// Waits (at most [`READY_TIMEOUT`]) for a server someone else runs to be ready, and reads
-/// its OpenAPI document.
-async fn served_openapi(http: &Client, base: &Url) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+/// Waits for a server someone else runs to be ready, as long as its setup takes (Cog sets no
+/// limit: weights may take many minutes; in a pod the runner starts beside it), saying every
+/// [`READY_NOTICE`] that it still waits; then reads its OpenAPI document. A failed setup, or
+/// the runner's shutdown, ends the wait with an error.
+async fn served_openapi(
+    http: &Client,
+    base: &Url,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Value> {
+    let started = tokio::time::Instant::now();
+    let mut notice = started + READY_NOTICE;
     loop {
         match health(http, base).await.as_deref() {
             Ok("READY" | "BUSY") => break,
             Ok("SETUP_FAILED") => anyhow::bail!("Cog server {base} failed its setup"),
             other => {
-                anyhow::ensure!(tokio::time::Instant::now() < deadline, "Cog server {base} not ready: {other:?}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                if tokio::time::Instant::now() >= notice {
+                    let waited = started.elapsed().as_secs();
+                    tracing::info!(server = %base, state = ?other, waited, "still waiting for the Cog server to be ready");
+                    notice += READY_NOTICE;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => anyhow::bail!("stopped while waiting for Cog server {base}"),
+                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                }
             }
         }
     }
-    Ok(http.get(base.join("openapi.json")?).send().await?.error_for_status()?.json().await?)
+    let openapi = http.get(base.join("openapi.json")?).timeout(HEALTH_TIMEOUT * 5);
+    Ok(openapi.send().await?.error_for_status()?.json().await?)
 }
 
 fn unavailable(base: &Url, e: impl std::fmt::Display) -> ModelError {

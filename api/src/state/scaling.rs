@@ -1,13 +1,18 @@
-//! What an autoscaler reads of each deployment, on the api's `GET /metrics`:
+//! What an autoscaler reads, on the api's `GET /metrics`:
 //!
-//! - `deployment_pending_predictions{deployment}`: its predictions `starting` or `processing`;
+//! - `deployment_pending_predictions{deployment}`: a deployment's predictions `starting` or
+//!   `processing`;
 //! - `deployment_desired_instances{deployment}`: the runners they call for,
 //!   `ceil(pending / API_DEPLOYMENT_SLOTS_PER_INSTANCE)` kept within the current release's
-//!   `min_instances` and `max_instances` (see [`desired`]).
+//!   `min_instances` and `max_instances` (see [`desired`]);
+//! - `model_pending_predictions{model}`: a registered model's predictions `starting` or
+//!   `processing` that came by its own route or a pinned version (not by a deployment).
 //!
-//! Counted at most every [`REFRESH`] (one indexed count per deployment), so frequent scrapes
-//! by several Prometheus servers cost the database nothing more. The KEDA `ScaledObject`s of
-//! `deploy/k8s/` scale each deployment's runners on the second.
+//! Every registered model and every deployment has its series, at 0 when idle: an autoscaler
+//! that finds none has an error to report, not a zero to scale to. Counted at most every
+//! [`REFRESH`] (one indexed count per model and per deployment), so frequent scrapes by
+//! several Prometheus servers cost the database nothing more. The KEDA `ScaledObject`s that
+//! `api admin render-kubernetes` writes ([`crate::kubernetes`]) scale the pods on them.
 
 use std::{
     sync::Mutex,
@@ -25,24 +30,33 @@ struct DeploymentLabel {
     deployment: String,
 }
 
+/// One model's label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+}
+
+/// The most registered models counted (past it, the rest have no series and the log says so).
+const MAX_MODELS: i64 = 10_000;
+
 /// The runners `pending` predictions call for, `per_instance` at a time, within `min..=max`.
 pub fn desired(pending: u64, per_instance: u32, min: u32, max: u32) -> u64 {
     pending.div_ceil(u64::from(per_instance.max(1))).clamp(u64::from(min), u64::from(max.max(min)))
 }
 
 /// The figures, rendered, and when.
-pub struct DeploymentFigures {
+pub struct ScalingFigures {
     per_instance: u32,
     last: Mutex<Option<(Instant, String)>>,
 }
 
-impl DeploymentFigures {
+impl ScalingFigures {
     /// Figures for runners of `per_instance` slots.
     pub fn new(per_instance: u32) -> Self {
         Self { per_instance, last: Mutex::new(None) }
     }
 
-    /// The two families in the OpenMetrics text format, at most [`REFRESH`] old; the last ones
+    /// The three families in the OpenMetrics text format, at most [`REFRESH`] old; the last ones
     /// (or none) when the database does not answer.
     pub async fn render(&self, store: &Store) -> String {
         if let Some((at, text)) = self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
@@ -56,7 +70,7 @@ impl DeploymentFigures {
                 text
             }
             Err(e) => {
-                tracing::warn!(error = %e, "the deployments' figures were not counted");
+                tracing::warn!(error = %e, "the autoscalers' figures were not counted");
                 self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(_, t)| t.clone()).unwrap_or_default()
             }
         }
@@ -74,6 +88,17 @@ impl DeploymentFigures {
             pending.get_or_create(&label).set(i64::try_from(n).unwrap_or(i64::MAX));
             wanted.get_or_create(&label).set(i64::try_from(want).unwrap_or(i64::MAX));
         }
+        let models = Family::<ModelLabel, Gauge>::default();
+        let (registered, total) = store.models().list(0, MAX_MODELS).await?;
+        if total > registered.len() as u64 {
+            tracing::warn!(total, counted = registered.len(), "more models than the autoscalers' figures count");
+        }
+        for record in registered {
+            let n = store.predictions().count_pending_of_model_route(&record.model).await?;
+            models
+                .get_or_create(&ModelLabel { model: record.model.to_string() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
         let mut registry = Registry::default();
         registry.register(
             "deployment_pending_predictions",
@@ -84,6 +109,11 @@ impl DeploymentFigures {
             "deployment_desired_instances",
             "Runners the deployment's pending predictions call for",
             wanted,
+        );
+        registry.register(
+            "model_pending_predictions",
+            "Predictions of the model's own route and pinned versions waiting or running",
+            models,
         );
         Ok(common::metrics::families(&registry))
     }
