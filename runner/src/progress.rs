@@ -56,6 +56,9 @@ struct State {
     logs: String,
     /// Bytes cut from the head of the logs so far.
     cut: usize,
+    /// What the logs begin with, never cut or replaced by the model's snapshots: the boot of
+    /// the model's server this run waited for ([`Progress::set_preamble`]).
+    preamble: String,
     output: Option<Value>,
     /// The output passed its limit (and stopped growing).
     overflowed: bool,
@@ -71,7 +74,7 @@ impl State {
     /// more than needed, at a line's start where one is near, so that a chatty model does
     /// not pay a cut per line.
     fn bound_logs(&mut self) {
-        let budget = self.limits.max_log_bytes.saturating_sub(CUT_LINE_ROOM);
+        let budget = self.limits.max_log_bytes.saturating_sub(CUT_LINE_ROOM + self.preamble.len());
         if self.logs.len() <= budget {
             return;
         }
@@ -89,9 +92,9 @@ impl State {
     /// The logs as stored: the cut line, if any, then the kept tail.
     fn shown_logs(&self) -> String {
         if self.cut == 0 {
-            return self.logs.clone();
+            return format!("{}{}", self.preamble, self.logs);
         }
-        format!("[... {} bytes of earlier logs cut ...]\n{}", self.cut, self.logs)
+        format!("{}[... {} bytes of earlier logs cut ...]\n{}", self.preamble, self.cut, self.logs)
     }
 
     /// Keeps text output within the limit, cut at it and marked overflowed past it.
@@ -143,6 +146,25 @@ impl Progress {
         self.with(|s| {
             s.logs.push_str(line);
             s.logs.push('\n');
+            s.bound_logs();
+            s.logs_changed = true;
+        });
+    }
+
+    /// Sets what the logs begin with, ahead of everything the model logs (and of the model's
+    /// snapshots, which replace only what follows): the boot and setup output of the model's
+    /// server this run waited for. At most a quarter of the log limit, its tail kept.
+    pub fn set_preamble(&self, text: &str) {
+        self.with(|s| {
+            let room = s.limits.max_log_bytes / 4;
+            let mut at = text.len().saturating_sub(room);
+            while !text.is_char_boundary(at) {
+                at += 1;
+            }
+            s.preamble = text[at..].to_owned();
+            if !s.preamble.is_empty() && !s.preamble.ends_with('\n') {
+                s.preamble.push('\n');
+            }
             s.bound_logs();
             s.logs_changed = true;
         });
@@ -242,6 +264,22 @@ mod tests {
 
     fn small(max_log_bytes: usize, max_output_bytes: usize) -> Progress {
         Progress::with_limits(Limits { max_log_bytes, max_output_bytes })
+    }
+
+    #[test]
+    fn the_boot_preamble_leads_the_logs_through_snapshots_and_cuts() {
+        let p = small(1024, 1024);
+        p.set_preamble("booting\nready");
+        p.set_logs("setup done\n");
+        assert_eq!(p.logs(), "booting\nready\nsetup done\n", "a snapshot replaces only what follows it");
+        for i in 0..200 {
+            p.log(&format!("line {i:03}"));
+        }
+        let logs = p.logs();
+        assert!(logs.starts_with("booting\nready\n[... "), "{logs}");
+        assert!(logs.len() <= 1024 && logs.ends_with("line 199\n"), "{}", logs.len());
+        p.set_preamble(&"x".repeat(5000));
+        assert!(p.logs().len() <= 1024, "a long boot keeps its tail, within a quarter of the limit");
     }
 
     #[test]

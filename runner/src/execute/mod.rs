@@ -382,6 +382,7 @@ impl Executor {
         // A model whose server is not up boots first: its prediction stays `starting` while it
         // does, and one that cannot boot fails it (`MODEL_SETUP_FAILED`) instead of leaving it
         // waiting. A runner that stops meanwhile hands the job back.
+        // Its logs then begin with the boot it waited for: its start and the setup's output.
         if let Some(preparing) = model.prepare() {
             tokio::select! {
                 prepared = preparing => if let Err(e) = prepared {
@@ -390,6 +391,9 @@ impl Executor {
                     return Ok(Outcome::Done);
                 },
                 () = stop.cancelled() => return Ok(Outcome::HandBack),
+            }
+            if let Some(boot) = model.boot_log() {
+                progress.set_preamble(&boot);
             }
         }
         // A model starts beside step 1 only when the job says which files its input names.

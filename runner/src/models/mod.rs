@@ -94,6 +94,13 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// The output of the latest boot of its server (its start, its setup's lines, how it
+    /// ended), for the head of the logs of a prediction that waited for it; `None` for a
+    /// model that never boots.
+    fn boot_log(&self) -> Option<String> {
+        None
+    }
+
     /// The version it is registered under when the operator names none
     /// (`RUNNER_MODEL_VERSIONS`): a Cog project's digest; else the digest of its descriptor.
     fn version(&self) -> Option<&str> {

@@ -1,7 +1,8 @@
 //! Cog projects the runner starts itself (`RUNNER_COG=owner/name=dir:/path`), with real
 //! coglet servers: a model at zero boots on its first job and stops when idle, a killed server
-//! fails its prediction clearly and the next runs on a new one, a setup that fails fails the
-//! predictions waiting for it.
+//! fails its prediction clearly and the next runs on a new one, a setup of 150 s is waited for,
+//! a setup that fails fails the predictions waiting for it; the boot leads a waiting
+//! prediction's logs.
 
 use std::{
     path::{Path, PathBuf},
@@ -77,6 +78,8 @@ async fn a_project_at_zero_boots_on_its_first_prediction_and_stops_when_idle() {
     let done = fixture.wait_until(&p.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
     assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
     assert_eq!(done.output.as_ref().and_then(serde_json::Value::as_str), Some("hi hi"));
+    assert!(done.logs.starts_with("booting the model server of acme/echo"), "the boot leads its logs: {}", done.logs);
+    assert!(done.logs.contains("the model server is ready after"), "{}", done.logs);
     assert!(!servers_in(&dir).is_empty(), "booted for it");
     let gone = eventually(Duration::from_secs(60), || async { servers_in(&dir).is_empty().then_some(()) }).await;
     assert!(gone.is_some(), "stopped after 3 s idle: {:?}", servers_in(&dir));
@@ -108,6 +111,30 @@ async fn a_killed_server_fails_its_prediction_clearly_and_the_next_runs_on_a_new
     let done = fixture.wait_until(&next.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
     assert_eq!(done.status, PredictionStatus::Succeeded, "on a restarted server: {:?}", done.error);
     assert!(servers_in(&dir).iter().all(|pid| !doomed.contains(pid)), "a new process");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn a_setup_of_150_seconds_is_waited_for_and_its_output_leads_the_logs() {
+    let fixture = Fixture::new(&[]).await;
+    let dir = project("slowsetup", ECHO);
+    std::fs::write(dir.join("setup_seconds"), "150").expect("write setup_seconds");
+    runner_for_project(&fixture, "acme/slowsetup", &dir, "").await;
+    let p = fixture.create("acme/slowsetup", json!({"prompt": "worth the wait"})).await;
+    let booting = eventually(Duration::from_secs(60), || async { (!servers_in(&dir).is_empty()).then_some(()) }).await;
+    assert!(booting.is_some(), "its job boots the model");
+    // Well into the setup (which has no limit, as in Cog), the prediction still waits for it.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let waiting = fixture.store.predictions().get(&p.id).await.expect("read").expect("the prediction");
+    assert_eq!(waiting.status, PredictionStatus::Starting, "{:?}", waiting.error);
+    let done = fixture.wait_until(&p.id, Duration::from_secs(600), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.output.as_ref().and_then(serde_json::Value::as_str), Some("worth the wait"));
+    for line in ["booting the model server of acme/slowsetup", "loading weights for 150 s", "weights loaded"] {
+        assert!(done.logs.contains(line), "{line:?} in its logs: {}", done.logs);
+    }
+    let started = done.started_at.expect("started").timestamp_millis();
+    assert!(started - p.created_at.timestamp_millis() >= 150_000, "it started only once the setup was over");
     std::fs::remove_dir_all(dir).ok();
 }
 

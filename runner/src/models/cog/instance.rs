@@ -62,6 +62,31 @@ const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// How many of its last output lines an instance keeps for errors.
 const KEPT_LINES: usize = 40;
+/// The most of a boot's output kept for the predictions that waited for it (its tail).
+const BOOT_LOG_BYTES: usize = 16 * 1024;
+
+/// The output of the latest boot, from its start to `READY` (or its failure): what the
+/// predictions that waited for it show at the head of their logs.
+#[derive(Debug, Default)]
+struct BootLog {
+    text: String,
+    /// Lines of the server's output are added while the boot goes on.
+    open: bool,
+}
+
+impl BootLog {
+    fn push(&mut self, line: &str) {
+        self.text.push_str(line);
+        self.text.push('\n');
+        if self.text.len() > BOOT_LOG_BYTES {
+            let mut at = self.text.len() - BOOT_LOG_BYTES;
+            while !self.text.is_char_boundary(at) {
+                at += 1;
+            }
+            self.text.drain(..at);
+        }
+    }
+}
 
 /// How many instances a model has, and when they stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +151,7 @@ pub struct Instance {
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     lines: Arc<Mutex<VecDeque<String>>>,
+    boot_log: Arc<Mutex<BootLog>>,
     metrics: RunnerMetrics,
     me: Weak<Instance>,
     shutdown: CancellationToken,
@@ -155,6 +181,7 @@ impl Instance {
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             lines: Arc::default(),
+            boot_log: Arc::default(),
             metrics,
             me: me.clone(),
             shutdown,
@@ -211,6 +238,18 @@ impl Instance {
         Ok((url, Lease { instance }))
     }
 
+    /// The latest boot's output: that it began, the server's own lines during its setup, and
+    /// how it ended.
+    pub fn boot_log(&self) -> String {
+        self.boot_log.lock().unwrap_or_else(|p| p.into_inner()).text.clone()
+    }
+
+    fn boot_note(&self, line: &str, open: bool) {
+        let mut log = self.boot_log.lock().unwrap_or_else(|p| p.into_inner());
+        log.push(line);
+        log.open = open;
+    }
+
     /// The error of a run whose server went away: `MODEL_CRASHED`, with its last lines.
     pub fn crashed(&self, cause: &str) -> ModelError {
         let tail = self.tail(5);
@@ -251,6 +290,8 @@ impl Instance {
         let began = Instant::now();
         self.gauge("booting");
         tracing::info!(%model, version = %self.launch.project.version, "starting the model server");
+        *self.boot_log.lock().unwrap_or_else(|p| p.into_inner()) = BootLog::default();
+        self.boot_note(&format!("booting the model server of {model} (version {})", self.launch.project.version), true);
         let port = free_port().map_err(|e| setup_failed(model, &format!("no free port: {e}")))?;
         let tmp = std::env::temp_dir().join(format!("runner-cog-{}-{}-{port}", slug(model), std::process::id()));
         std::fs::create_dir_all(&tmp).map_err(|e| setup_failed(model, &format!("no TMPDIR {}: {e}", tmp.display())))?;
@@ -260,10 +301,10 @@ impl Instance {
             .map_err(|e| setup_failed(model, &format!("{} did not start: {e}", self.launch.python.display())))?;
         let pid = child.id().unwrap_or_default();
         if let Some(out) = child.stdout.take() {
-            tokio::spawn(keep_lines(out, model.clone(), self.lines.clone()));
+            tokio::spawn(keep_lines(out, model.clone(), self.lines.clone(), self.boot_log.clone()));
         }
         if let Some(err) = child.stderr.take() {
-            tokio::spawn(keep_lines(err, model.clone(), self.lines.clone()));
+            tokio::spawn(keep_lines(err, model.clone(), self.lines.clone(), self.boot_log.clone()));
         }
         let exited = CancellationToken::new();
         let stopping = Arc::new(AtomicBool::new(false));
@@ -276,6 +317,7 @@ impl Instance {
                 self.metrics.model_booted(model, took);
                 self.gauge("ready");
                 tracing::info!(%model, took = ?took, "the model server is ready");
+                self.boot_note(&format!("the model server is ready after {:.1} s", took.as_secs_f64()), false);
                 tokio::spawn(watch_running(self.me.clone(), running.exited.clone(), running.started));
                 Ok(running)
             }
@@ -283,6 +325,7 @@ impl Instance {
                 running.stopping.store(true, Ordering::Release);
                 signal(pid, nix::sys::signal::Signal::SIGKILL);
                 tracing::warn!(%model, error = %e, "the model server did not boot");
+                self.boot_note(&format!("the model server did not boot: {}", e.message), false);
                 self.metrics.model_exited(model, "setup_failed");
                 Err(e)
             }
@@ -511,11 +554,23 @@ fn signal(pid: u32, signal: nix::sys::signal::Signal) {
     }
 }
 
-/// Logs each line of one of the server's pipes under its model's name and keeps the last ones.
-async fn keep_lines<R: tokio::io::AsyncRead + Unpin>(pipe: R, model: ModelRef, kept: Arc<Mutex<VecDeque<String>>>) {
+/// Logs each line of one of the server's pipes under its model's name and keeps the last ones
+/// (and, while a boot goes on, the boot's).
+async fn keep_lines<R: tokio::io::AsyncRead + Unpin>(
+    pipe: R,
+    model: ModelRef,
+    kept: Arc<Mutex<VecDeque<String>>>,
+    boot: Arc<Mutex<BootLog>>,
+) {
     let mut lines = BufReader::new(pipe).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::debug!(%model, line = %line, "model server output");
+        {
+            let mut boot = boot.lock().unwrap_or_else(|p| p.into_inner());
+            if boot.open {
+                boot.push(&line);
+            }
+        }
         let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
         if kept.len() == KEPT_LINES {
             kept.pop_front();

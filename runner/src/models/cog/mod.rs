@@ -458,6 +458,13 @@ impl Model for CogModel {
         }
     }
 
+    fn boot_log(&self) -> Option<String> {
+        match &self.server {
+            Server::Supervised(instance) => Some(instance.boot_log()),
+            Server::External(_) => None,
+        }
+    }
+
     fn version(&self) -> Option<&str> {
         self.version.as_deref()
     }
