@@ -114,58 +114,14 @@ await_s3() {
   export S3_BUCKET="${S3_BUCKET:-files}" S3_SINGLE_PUT_MAX_BYTES="${S3_SINGLE_PUT_MAX_BYTES:-5368709120}"
 }
 
-# stop_infra: stops the servers started above, and removes the temporary directories of the
-# Cog servers launch_cog started (its callers stop those with their services first).
+# stop_infra: stops the servers started above.
 stop_infra() {
   local pid
   for pid in "${INFRA_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${INFRA_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   INFRA_PIDS=()
-  if [ "${#COG_TMPDIRS[@]}" -gt 0 ]; then rm -rf "${COG_TMPDIRS[@]}"; fi
-  COG_TMPDIRS=()
 }
 
 docker_available() {
   command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1
-}
-
-# launch_cog FIXTURE MODE LOGFILE [UPLOAD_URL]: starts serving runner/tests/fixtures/cog/FIXTURE
-# with coglet (from deploy/local/install; MODE predict or train) on a free port and sets COG_PORT
-# at once, without waiting: several servers start side by side (each takes seconds to import
-# its Python), and await_cogs waits for every one launched. With UPLOAD_URL, its output files
-# are PUT there (coglet's --upload-url: the runner's callback receiver,
-# RUNNER_COG_CALLBACK_BIND, at /upload/). Its pid joins SERVICE_PIDS (stopped with the
-# services) and COG_PIDS. Its TMPDIR is a directory of its own, removed by stop_infra: coglet
-# leaves there the files a model returned and the inputs it downloaded.
-COG_PIDS=()
-COG_PENDING=()
-COG_TMPDIRS=()
-launch_cog() {
-  local fixture="$1" mode="$2" logfile="$3" upload=() port stub tmpdir
-  if [ -n "${4:-}" ]; then upload=(--upload-url "$4"); fi
-  tmpdir="$(mktemp -d "${TMPDIR:-/tmp}/cog-$fixture-XXXXXX")"
-  COG_TMPDIRS+=("$tmpdir")
-  [ -n "${COG_PYTHON:-}" ] || COG_PYTHON="$("$root/deploy/local/install" | sed -n 's/^COG_PYTHON=//p')"
-  port="$(free_port)"
-  if [ "$mode" = train ]; then stub=(COG_TRAIN_TYPE_STUB=train.py:train); else stub=(COG_PREDICT_TYPE_STUB=predict.py:Predictor); fi
-  (cd "$root/runner/tests/fixtures/cog/$fixture" && exec env PATH="$(dirname "$COG_PYTHON"):$PATH" PORT="$port" TMPDIR="$tmpdir" \
-    "${stub[@]}" COG_MAX_CONCURRENCY=1 \
-    "$COG_PYTHON" -m cog.server.http --host 127.0.0.1 --x-mode "$mode" "${upload[@]}") >"$logfile" 2>&1 &
-  COG_PIDS+=("$!")
-  SERVICE_PIDS+=("$!")
-  COG_PENDING+=("$port|$fixture ($mode)|$logfile")
-  COG_PORT="$port"
-}
-
-# await_cogs: waits until every Cog server launch_cog started is ready (90 s in all at most).
-await_cogs() {
-  local pending port name logfile deadline=$((SECONDS + 90))
-  for pending in "${COG_PENDING[@]}"; do
-    IFS='|' read -r port name logfile <<<"$pending"
-    until curl -s "http://127.0.0.1:$port/health-check" | grep -q '"READY"'; do
-      if [ "$SECONDS" -ge "$deadline" ]; then log "the Cog server of $name did not become ready"; cat "$logfile" >&2; return 1; fi
-      sleep 0.3
-    done
-  done
-  COG_PENDING=()
 }
