@@ -14,6 +14,7 @@
 //! - [`rollout`]: a rolling update of a model version, and what ran where;
 //! - [`trainings`]: real Cog trainings through a killed runner, and how each ended;
 //! - [`outputs`]: a real Cog model's file outputs streamed to a runner killed mid-upload;
+//! - [`cog_crashes`]: a Cog project the runner starts, its model servers killed at random;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -21,6 +22,7 @@
 
 mod budget;
 mod capped;
+mod cog_crashes;
 mod dead_receiver;
 mod flood;
 mod levels;

@@ -122,6 +122,8 @@ pub struct Outcome {
     pub budget: Option<crate::budget::BudgetTally>,
     /// What the healthy and the dead receiver saw, in a scenario with a dead receiver.
     pub dead: Option<crate::dead_receiver::DeadTally>,
+    /// The kills and the failures they caused, in the Cog crashes' scenario.
+    pub cog: Option<crate::cog_crashes::CrashTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -215,6 +217,7 @@ impl Outcome {
             outputs: None,
             budget: None,
             dead: None,
+            cog: None,
             lost: None,
             usage: None,
         }
@@ -289,6 +292,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(cog) = &self.cog {
+            for failure in cog.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(lost) = &self.lost {
             for failure in lost.failures() {
                 fail(true, failure);
@@ -324,6 +332,7 @@ impl Outcome {
             "outputs": self.outputs.as_ref().map(crate::outputs::OutputsTally::json),
             "budget": self.budget.as_ref().map(crate::budget::BudgetTally::json),
             "dead_receiver": self.dead.as_ref().map(crate::dead_receiver::DeadTally::json),
+            "cog_crashes": self.cog.as_ref().map(crate::cog_crashes::CrashTally::json),
             "lost_answers": self.lost.as_ref().map(crate::lost_replies::LostTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,

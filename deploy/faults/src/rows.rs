@@ -27,6 +27,10 @@
 //! the crossing: creates must be refused (402) soon after, none accepted once refused, and the
 //! usage's cost must equal the predictions' ([`crate::budget`]).
 //!
+//! A row runs its load on a Cog project the runner starts itself and kills its model servers
+//! at random for a minute: every failure must carry a crash's code, and the model must come
+//! back ([`crate::cog_crashes`]).
+//!
 //! A row runs its load while another account's receiver answers 503 to everything, 1,500
 //! events of that account waiting for their retries: every webhook of the load must arrive
 //! within 5 s, and the dead receiver's retries must keep to the schedule
@@ -71,6 +75,9 @@ pub(crate) enum Fault {
     /// Every few writes' answers lost after they applied, for `down` (see
     /// [`crate::lost_replies`]).
     LoseReplies,
+    /// The model servers of a Cog project the runner started, killed at random for
+    /// [`crate::cog_crashes::KILL_FOR`] (injected by the row itself, which holds the project).
+    KillCogServers,
     /// Creates at twice the rate the runner starts them ([`CREATE_FLOOD`]) for
     /// [`FLOOD_SECONDS`], with the queue bound at [`QUEUE_BOUND`] (see [`crate::flood::creates`]).
     CreateFlood,
@@ -79,7 +86,10 @@ pub(crate) enum Fault {
 impl Fault {
     /// Whether a part dies or restarts, so a delivery may be made twice (at least once).
     pub(crate) fn may_duplicate(self) -> bool {
-        !matches!(self, Self::None | Self::Rotate | Self::Rollout | Self::Overload | Self::CreateFlood)
+        !matches!(
+            self,
+            Self::None | Self::Rotate | Self::Rollout | Self::Overload | Self::CreateFlood | Self::KillCogServers
+        )
     }
 
     /// The longest an accepted prediction may wait to start: with NATS down for a few
@@ -134,6 +144,9 @@ pub(crate) struct Scenario {
     /// Whether another account's receiver is dead, with its events waiting for retries, while
     /// the load runs (see [`crate::dead_receiver`]).
     pub(crate) dead_receiver: bool,
+    /// Whether the load runs a Cog project whose servers are killed at random (see
+    /// [`crate::cog_crashes`]; the fault is [`Fault::KillCogServers`]).
+    pub(crate) cog_crashes: bool,
 }
 
 pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
@@ -168,6 +181,7 @@ pub(crate) const PLAIN: Scenario = Scenario {
     outputs: false,
     budget: false,
     dead_receiver: false,
+    cog_crashes: false,
 };
 
 /// Every scenario, in the order they run.
@@ -195,6 +209,12 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         name: "budget crossed, the usage ledger's runner killed at the crossing",
         fault: Fault::Kill(Role::Runner),
         budget: true,
+        ..PLAIN
+    },
+    Scenario {
+        name: "Cog model servers killed at random for a minute",
+        fault: Fault::KillCogServers,
+        cog_crashes: true,
         ..PLAIN
     },
     Scenario { name: "notifier killed (SIGKILL)", fault: Fault::Kill(Role::Notifier), ..PLAIN },

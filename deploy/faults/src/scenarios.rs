@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    budget, capped, dead_receiver, flood, levels, load, lost_replies, outputs,
+    budget, capped, cog_crashes, dead_receiver, flood, levels, load, lost_replies, outputs,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -187,6 +187,13 @@ async fn run_scenario(
     if let Some(trainers) = &trainers {
         vars.extend(trainers.vars());
     }
+    let cog = match scenario.cog_crashes {
+        true => Some(cog_crashes::CogProject::prepare()?),
+        false => None,
+    };
+    if let Some(cog) = &cog {
+        vars.extend(cog.vars()?);
+    }
     let uploader = match scenario.outputs {
         true => Some(outputs::Uploader::start().await?),
         false => None,
@@ -232,12 +239,17 @@ async fn run_scenario(
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
         // The budget row's load lasts twice as long: its crossing comes only once the killed
         // runner is back and has run jobs again, and refusals must be seen after it.
-        let seconds = if scenario.budget { options.seconds * 2 } else { options.seconds };
-        let rate = options.rate;
+        let seconds = match (scenario.budget, scenario.cog_crashes) {
+            (true, _) => options.seconds * 2,
+            (_, true) => cog_crashes::LOAD_SECONDS,
+            _ => options.seconds,
+        };
+        let rate = if scenario.cog_crashes { cog_crashes::RATE } else { options.rate };
         let keyed = losing.is_some();
-        let target = match (rolling, scenario.levels) {
-            (true, _) => Some(rollout::target(pinned.clone(), url.clone())),
-            (_, true) => Some(levels::target(url.clone())),
+        let target = match (rolling, scenario.levels, scenario.cog_crashes) {
+            (true, _, _) => Some(rollout::target(pinned.clone(), url.clone())),
+            (_, true, _) => Some(levels::target(url.clone())),
+            (_, _, true) => Some(cog_crashes::target(url.clone())),
             _ => None,
         };
         async move {
@@ -281,15 +293,21 @@ async fn run_scenario(
             (Vec::new(), Vec::new())
         }
     };
-    let (window, flooded, lost) = match &losing {
-        Some(losing) => {
+    let mut killed = None;
+    let (window, flooded, lost) = match (&losing, &cog) {
+        (_, Some(cog)) => {
+            let from = Instant::now();
+            killed = Some(cog.kill_at_random().await);
+            (Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), None, 0)
+        }
+        (Some(losing), _) => {
             let from = Instant::now();
             losing.begin();
             tokio::time::sleep(Duration::from_secs(options.down)).await;
             let lost = losing.end();
             (Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), None, lost)
         }
-        None => {
+        (None, None) => {
             let (window, flooded) = inject(scenario.fault, options, &mut topology, servers, &recorder, &pinned).await?;
             (window, flooded, 0)
         }
@@ -361,6 +379,9 @@ async fn run_scenario(
     if let Some(dead) = &dead {
         outcome.dead = Some(dead_receiver::check(&topology, dead, &deliveries, anchor).await?);
     }
+    if let Some((kills, last)) = killed {
+        outcome.cog = Some(cog_crashes::check(&topology.setup.store, kills, last).await?);
+    }
     if let Some(account) = &budgeted {
         let (api, key) = (&topology.apis[0], &topology.key);
         let back = window.map(|w| w.back);
@@ -387,7 +408,7 @@ async fn inject(
     let mut flooded = None;
     match fault {
         // Injected by the row itself (it holds the proxy).
-        Fault::None | Fault::LoseReplies => return Ok((None, None)),
+        Fault::None | Fault::LoseReplies | Fault::KillCogServers => return Ok((None, None)),
         Fault::Rotate => {
             rotate(topology, recorder).await?;
             return Ok((None, None));

@@ -90,16 +90,19 @@ async fn a_project_at_zero_boots_on_its_first_prediction_and_stops_when_idle() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-#[tokio::test]
-async fn a_killed_server_fails_its_prediction_clearly_and_the_next_runs_on_a_new_one() {
+/// Runs a 30 s prediction of the `pause` project, kills the processes `doomed` picks among
+/// its server's while it runs, and checks that it failed as a crash and that the next
+/// prediction succeeded on a new server.
+async fn killed_mid_prediction_is_a_crash(doomed: impl Fn(&[u32]) -> Vec<u32>) {
     let fixture = Fixture::new(&[]).await;
     let dir = project("pause", ECHO);
     runner_for_project(&fixture, "acme/pause", &dir, "").await;
     let p = fixture.create("acme/pause", json!({"seconds": 30.0})).await;
     fixture.wait_until(&p.id, Duration::from_secs(120), |p| p.status == PredictionStatus::Processing).await;
-    let doomed = servers_in(&dir);
-    assert!(!doomed.is_empty(), "a server runs the prediction");
-    for pid in &doomed {
+    let before = servers_in(&dir);
+    let killed = doomed(&before);
+    assert!(!killed.is_empty(), "a server runs the prediction: {before:?}");
+    for pid in &killed {
         std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill -9");
     }
     let done = fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
@@ -109,9 +112,27 @@ async fn a_killed_server_fails_its_prediction_clearly_and_the_next_runs_on_a_new
 
     let next = fixture.create("acme/pause", json!({"seconds": 0.1})).await;
     let done = fixture.wait_until(&next.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
-    assert_eq!(done.status, PredictionStatus::Succeeded, "on a restarted server: {:?}", done.error);
-    assert!(servers_in(&dir).iter().all(|pid| !doomed.contains(pid)), "a new process");
+    assert_eq!(done.status, PredictionStatus::Succeeded, "on a new server: {:?}", done.error);
+    assert!(servers_in(&dir).iter().all(|pid| !before.contains(pid)), "the broken server was replaced");
     std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn a_killed_server_fails_its_prediction_clearly_and_the_next_runs_on_a_new_one() {
+    killed_mid_prediction_is_a_crash(<[u32]>::to_vec).await;
+}
+
+/// The coglet worker among `pids` (the process that runs the predictor).
+fn worker_of(pids: &[u32]) -> Option<u32> {
+    pids.iter().copied().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("_run_worker"))
+    })
+}
+
+#[tokio::test]
+async fn a_killed_worker_fails_its_prediction_as_a_crash_and_the_next_runs_on_a_new_server() {
+    // coglet answers "Worker crashed" as the prediction's failure: a crash, not the model's error.
+    killed_mid_prediction_is_a_crash(|pids| worker_of(pids).into_iter().collect()).await;
 }
 
 #[tokio::test]

@@ -60,6 +60,9 @@ const BOOT_POLL: Duration = Duration::from_millis(50);
 /// The first backoff after a failure, and the longest.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// coglet's errors (0.23.1) for a prediction whose worker process died: under it, and before
+/// it could be sent the prediction (a prefix). Seen in the fault suite's Cog crashes row.
+pub const WORKER_GONE: [&str; 2] = ["Worker crashed", "Failed to send request: "];
 /// How many of its last output lines an instance keeps for errors.
 const KEPT_LINES: usize = 40;
 /// The most of a boot's output kept for the predictions that waited for it (its tail).
@@ -248,6 +251,37 @@ impl Instance {
         let mut log = self.boot_log.lock().unwrap_or_else(|p| p.into_inner());
         log.push(line);
         log.open = open;
+    }
+
+    /// Whether the server at `url` that just failed a run with `error` is broken rather than
+    /// the model having raised: its process is gone, or its worker died. coglet answers a
+    /// prediction whose worker was killed `failed` with one of [`WORKER_GONE`], and only then
+    /// reports `UNHEALTHY` (with eight predictions in flight, the others' failures came before
+    /// it did); it never starts another worker. A broken server is killed here, so the next
+    /// job boots a new one.
+    pub async fn broke(&self, url: &Url, error: &str) -> bool {
+        // Locked: a boot goes on, so the server of `url` is already gone.
+        let gone = match self.state.try_lock() {
+            Ok(state) => state.running.as_ref().is_none_or(|r| r.exited.is_cancelled() || r.url != *url),
+            Err(_) => true,
+        };
+        if gone {
+            return true;
+        }
+        let broken = WORKER_GONE.iter().any(|gone| error.starts_with(gone))
+            || match self.health(url).await {
+                Ok(health) => !matches!(health["status"].as_str(), Some("READY" | "BUSY" | "STARTING")),
+                // Refused: another run's check has just killed it. Slow is only busy.
+                Err(e) => e.is_connect(),
+            };
+        if broken {
+            let state = self.state.lock().await;
+            if let Some(running) = state.running.as_ref().filter(|r| r.url == *url) {
+                tracing::warn!(model = %self.launch.model, "killing the model server: it reports UNHEALTHY (its worker died)");
+                signal(running.pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        broken
     }
 
     /// The error of a run whose server went away: `MODEL_CRASHED`, with its last lines.

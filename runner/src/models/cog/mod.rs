@@ -445,6 +445,12 @@ impl Model for CogModel {
                 (Err(e), Some((instance, _lease))) if e.code == "MODEL_SERVER_UNAVAILABLE" => {
                     Err(instance.crashed(&e.message))
                 }
+                // A failure from a server whose worker died is a crash, not the model's error.
+                (Err(e), Some((instance, _lease)))
+                    if e.code == "MODEL_ERROR" && instance.broke(&base, &e.message).await =>
+                {
+                    Err(instance.crashed(&e.message))
+                }
                 (ran, _) => ran,
             }
         }
