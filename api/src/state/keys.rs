@@ -1,11 +1,13 @@
 //! [`KeyDirectory`]: API keys by the SHA-256 of their value, as every request looks them up.
 //!
 //! Each answer (found or not) is cached for [`KEY_CACHE_TTL`], the price of not reading
-//! MongoDB on every request. A deactivation takes effect at once all the same: the replica that
-//! deactivates a key empties its own cache, announces the deactivation on NATS, and answers
-//! only once the announcement has come back to its own subscription, that is once the NATS
-//! server has passed it to every replica's subscription. Each replica empties its cache as an
-//! announcement arrives (a listener task per replica). A lost announcement (NATS down at that
+//! MongoDB on every request. A deactivation does not wait for it: the replica that
+//! deactivates a key empties its own cache (refusing the key from its answer on), announces
+//! the deactivation on NATS, and answers only once the announcement has come back to its own
+//! subscription, that is once the NATS server has passed it to every replica's subscription.
+//! Each replica empties its cache as an announcement arrives (a listener task per replica):
+//! on another replica the key is refused as soon as that process reads the announcement,
+//! which may come a moment after a request it reads first, never as late as the TTL. A lost announcement (NATS down at that
 //! moment) costs at most the cache's lifetime, and the deactivation still answers.
 
 use std::{
