@@ -5,6 +5,8 @@
 //!
 //! - `bench cog`: the latency the service adds over calling a Cog server directly, and the
 //!   first `start` webhook and SSE output of `demo/echo`.
+//! - `bench coldstart [--rounds N]`: a model at zero's first prediction, from the create to
+//!   `processing`, beside coglet's own time from spawn to `READY` on the same fixture.
 //! - `bench cost [--traces]`: CPU, memory and MongoDB commands per prediction, per service
 //!   process (with `--traces`, every span exported over OTLP to a sink on loopback).
 //! - `bench baselines`: raw MongoDB and JetStream rates with the same clients.
@@ -57,6 +59,8 @@ struct Cli {
 enum Scenario {
     /// The latency the service adds over a direct call to a Cog server.
     Cog(scenarios::cog::Options),
+    /// The first prediction of a model at zero instances, beside coglet's own start.
+    Coldstart(scenarios::cold_start::Options),
     /// MongoDB commands per prediction, per service.
     Cost(scenarios::cost::Options),
     /// Raw MongoDB and JetStream rates.
@@ -126,6 +130,7 @@ async fn run(cli: Cli) -> ExitCode {
     let _telemetry = common::telemetry::init("bench");
     let result = match cli.scenario {
         Scenario::Cog(options) => scenarios::cog::run(options).await,
+        Scenario::Coldstart(options) => scenarios::cold_start::run(options).await,
         Scenario::Cost(options) => scenarios::cost::run(options).await,
         Scenario::Baselines(options) => scenarios::baselines::run(options).await,
         Scenario::Api(options) => scenarios::api_alone::run(options).await,

@@ -68,7 +68,7 @@ impl CogProject {
         while Instant::now() < deadline {
             let nanos = u64::from(Utc::now().timestamp_subsec_nanos());
             tokio::time::sleep(Duration::from_millis(2_000 + nanos % 4_000)).await;
-            let pids = processes_in(&self.dir);
+            let pids = harness::processes::processes_in(&self.dir);
             if let Some(pid) = pids.get(nanos as usize % pids.len().max(1)) {
                 let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
                 if killed.is_ok_and(|s| s.success()) {
@@ -86,20 +86,6 @@ impl Drop for CogProject {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// The processes whose working directory is `dir`: the project's coglet and its worker.
-fn processes_in(dir: &std::path::Path) -> Vec<u32> {
-    let Ok(dir) = dir.canonicalize() else { return Vec::new() };
-    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
-        .collect();
-    pids.sort_unstable();
-    pids
 }
 
 /// Creates of [`MODEL`], half a second each, with a webhook to `webhook`.

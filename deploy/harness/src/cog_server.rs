@@ -14,6 +14,10 @@ use serde_json::Value;
 
 use crate::processes::spawn_logged;
 
+/// How often a starting server is asked whether it is ready: often, as `bench coldstart`
+/// times a start by it.
+pub const READY_POLL: Duration = Duration::from_millis(10);
+
 /// A Cog server (coglet) serving one fixture predictor; killed when dropped, and its log
 /// removed unless `BENCH_KEEP_LOGS` is set.
 pub struct CogServer {
@@ -78,7 +82,7 @@ impl CogServer {
                 {
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(READY_POLL).await;
             }
         };
         tokio::time::timeout(Duration::from_secs(60), ready).await.context("the Cog server did not become ready")?;

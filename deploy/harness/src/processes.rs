@@ -178,6 +178,21 @@ fn peak_rss_kib(status: &str) -> anyhow::Result<u64> {
     Ok(line.trim_start_matches("VmHWM:").trim().trim_end_matches("kB").trim().parse()?)
 }
 
+/// The processes whose working directory is `dir` (a Cog project's coglet and its worker),
+/// from `/proc`; none when `dir` does not exist.
+pub fn processes_in(dir: &std::path::Path) -> Vec<u32> {
+    let Ok(dir) = dir.canonicalize() else { return Vec::new() };
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

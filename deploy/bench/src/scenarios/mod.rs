@@ -6,6 +6,7 @@
 pub mod api_alone;
 pub mod baselines;
 pub mod cog;
+pub mod cold_start;
 pub mod cost;
 pub mod create_vs_insert;
 pub mod e2e;
