@@ -18,7 +18,7 @@ pub const MAX_QUERY: usize = 200;
 pub struct SearchParams {
     /// What to look for in models' owners, names and descriptions (case-insensitive; every
     /// word must match).
-    #[param(value_type = String, min_length = 1, max_length = 200)]
+    #[param(value_type = String, min_length = 1, max_length = 200, pattern = r"\S")]
     query: Option<Field<String>>,
 }
 impl super::query::QueryParams for SearchParams {}
@@ -33,11 +33,15 @@ pub struct SearchQuery {
 }
 
 /// The search text `raw` (a query parameter or a `QUERY` body), trimmed; an error at `query`
-/// when it is empty or too long.
+/// when it is missing, blank (only spaces and line breaks: the schema's `pattern` says so) or
+/// too long.
 pub fn text(raw: Option<&str>) -> Result<String, FieldError> {
-    let text = raw.unwrap_or_default().trim();
-    if text.is_empty() {
+    let Some(raw) = raw.filter(|r| !r.is_empty()) else {
         return Err(FieldError::missing("query"));
+    };
+    let text = raw.trim();
+    if text.is_empty() {
+        return Err(FieldError::invalid("query", "At least one character other than spaces."));
     }
     if text.chars().count() > MAX_QUERY {
         return Err(FieldError::invalid("query", format!("At most {MAX_QUERY} characters.")));
@@ -73,6 +77,7 @@ mod tests {
             SearchQuery::from_query(Some(raw)).expect_err("invalid").into_iter().map(|e| e.field).collect()
         };
         assert_eq!(fields("query=%20%20"), vec!["query"]);
+        assert_eq!(fields("query=%0A"), vec!["query"], "a line break alone is blank too");
         assert_eq!(fields(""), vec!["query"]);
         assert_eq!(fields(&format!("query={}&limit=0", "x".repeat(201))), vec!["query", "limit"]);
     }
