@@ -34,11 +34,12 @@ fn documents(text: &str) -> Vec<Value> {
         .collect()
 }
 
-async fn render(system: &System) -> Vec<Value> {
-    let kit = std::env::temp_dir().join(format!("kit-{}-{}.yaml", std::process::id(), rand::random::<u64>()));
-    std::fs::write(&kit, KIT).expect("kit written");
-    let text = api::admin::render_kubernetes(Some(&system.admin_config()), &kit, None).await;
-    let _ = std::fs::remove_file(&kit);
+/// What `api admin render-kubernetes` prints for the kit `kit` and the system's records.
+async fn render(system: &System, kit: &str) -> Vec<Value> {
+    let path = std::env::temp_dir().join(format!("kit-{}-{}.yaml", std::process::id(), rand::random::<u64>()));
+    std::fs::write(&path, kit).expect("kit written");
+    let text = api::admin::render_kubernetes(Some(&system.admin_config()), &path, None).await;
+    let _ = std::fs::remove_file(&path);
     documents(&text.expect("rendered"))
 }
 
@@ -66,7 +67,7 @@ async fn every_models_and_deployments_pod_holds_its_cog_container_and_scales_fro
                       "min_instances": 0, "max_instances": 5});
     assert_eq!(system.request(Method::POST, "/v1/deployments").json(&body).send().await.expect("sent").status(), 201);
 
-    let docs = render(&system).await;
+    let docs = render(&system, KIT).await;
     for (what, min, max, query, threshold, pool) in [
         ("model demo/echo", 0, 3, r#"max(model_pending_predictions{model="demo/echo"})"#, "2", "cpu"),
         ("model acme/unseen", 1, 1, r#"max(model_pending_predictions{model="acme/unseen"})"#, "1", "gpu-t4"),
@@ -188,11 +189,7 @@ async fn a_model_pods_two_containers_started_as_the_manifest_says_serve_its_pred
         "image: prediction-service:test\nprometheus: http://prometheus.test:9090\nports: {{ cog: {cog}, callback: {callback} }}\n\
          pools: {{ cpu: {{}} }}\nmodels:\n  acme/images: {{ image: registry.test/images:1, capability: text-to-image, pool: cpu }}\n"
     );
-    let path = std::env::temp_dir().join(format!("kit-{}-{}.yaml", std::process::id(), rand::random::<u64>()));
-    std::fs::write(&path, kit).expect("kit written");
-    let text = api::admin::render_kubernetes(Some(&system.admin_config()), &path, None).await;
-    let _ = std::fs::remove_file(&path);
-    let docs = documents(&text.expect("rendered"));
+    let docs = render(&system, &kit).await;
     let (deployment, _) = pair(&docs, "model acme/images");
     let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers");
     let args: Vec<String> = containers[1]["args"]

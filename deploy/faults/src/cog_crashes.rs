@@ -46,11 +46,8 @@ impl CogProject {
         // The suite runs from the repository's root.
         let from = std::path::Path::new("runner/tests/fixtures/cog/waits");
         let dir = std::env::temp_dir().join(format!("faults-cog-crashes-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join(".cog"))?;
-        std::fs::copy(from.join("predict.py"), dir.join("predict.py"))?;
-        std::fs::copy(from.join(".cog/openapi_schema.json"), dir.join(".cog/openapi_schema.json"))?;
         let yaml = format!("predict: \"predict.py:Predictor\"\nconcurrency:\n  max: {CONCURRENCY}\n");
-        std::fs::write(dir.join("cog.yaml"), yaml)?;
+        harness::cog_server::project_copy(from, &dir, &yaml)?;
         Ok(Self { dir })
     }
 

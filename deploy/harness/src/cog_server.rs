@@ -90,6 +90,18 @@ impl CogServer {
     }
 }
 
+/// A copy of the fixture at `fixture` (its `predict.py` and `.cog/openapi_schema.json`) in
+/// `dir`, declared as a Cog project by a `cog.yaml` of `yaml`: what a runner serves as
+/// `dir:` in a run, apart from the fixture itself (so its processes are told apart by their
+/// directory). The caller removes it.
+pub fn project_copy(fixture: &Path, dir: &Path, yaml: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir.join(".cog"))?;
+    std::fs::copy(fixture.join("predict.py"), dir.join("predict.py"))?;
+    std::fs::copy(fixture.join(".cog/openapi_schema.json"), dir.join(".cog/openapi_schema.json"))?;
+    std::fs::write(dir.join("cog.yaml"), yaml)?;
+    Ok(())
+}
+
 impl Drop for CogServer {
     fn drop(&mut self) {
         self.child.start_kill().ok();

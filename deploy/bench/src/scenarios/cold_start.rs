@@ -142,12 +142,8 @@ struct Project {
 
 impl Project {
     fn copy() -> anyhow::Result<Self> {
-        let from = Path::new(FIXTURE);
         let dir = std::env::temp_dir().join(format!("bench-cold-start-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join(".cog"))?;
-        std::fs::copy(from.join("predict.py"), dir.join("predict.py"))?;
-        std::fs::copy(from.join(".cog/openapi_schema.json"), dir.join(".cog/openapi_schema.json"))?;
-        std::fs::write(dir.join("cog.yaml"), "predict: \"predict.py:Predictor\"\n")?;
+        harness::cog_server::project_copy(Path::new(FIXTURE), &dir, "predict: \"predict.py:Predictor\"\n")?;
         Ok(Self { dir })
     }
 
