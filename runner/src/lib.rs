@@ -57,6 +57,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
 
     let mut available = models::builtin::all_with_versions(&config.versions);
     let mut trainers: Vec<Arc<dyn models::Model>> = Vec::new();
+    // The model servers this runner starts itself, reported with its presence.
+    let mut instances = Vec::new();
     let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let metrics = metrics::RunnerMetrics::new();
@@ -78,12 +80,14 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
             let model = CogModel::connect(target, &context)
                 .await
                 .with_context(|| format!("connecting to the Cog server of {}", target.model))?;
+            instances.extend(model.instance());
             available.push(Arc::new(model));
         }
         for target in &config.cog_train {
             let trainer = CogModel::connect_trainer(target, &context)
                 .await
                 .with_context(|| format!("connecting to the Cog trainer of {}", target.model))?;
+            instances.extend(trainer.instance());
             trainers.push(Arc::new(trainer));
         }
     }
@@ -104,7 +108,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
             .with_metrics(metrics),
     );
     let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
-    presence::announce(store.runners(), record, executor.run_figures(), shutdown.clone()).await?;
+    presence::announce(store.runners(), record, executor.run_figures(), instances, shutdown.clone()).await?;
     if let Some(bind) = config.metrics_bind {
         let (counts, metrics) = (store.command_counts().clone(), executor.metrics().clone());
         let render = move || format!("{}{}", metrics.render(), counts.openmetrics());

@@ -18,7 +18,7 @@
 //!   request to the file stored, and their bytes;
 //! - `model_instances{model,version,state}`: the model servers this runner started itself
 //!   ([`crate::models::cog::instance`]), 1 for the state each is in (`stopped`, `booting`,
-//!   `ready`, `stopping`); `model_boot_seconds{model}`: from starting one to its `READY`;
+//!   `ready`, `busy`: a run in flight, `stopping`); `model_boot_seconds{model}`: from starting one to its `READY`;
 //!   `model_instance_exits_total{model,reason}`: how they ended (`idle`, `shutdown`, `crashed`,
 //!   `setup_failed`);
 //! - `mongodb_commands_total{command}` and `mongodb_command_duration_seconds{command}` with
@@ -52,7 +52,7 @@ struct ExitLabels {
 }
 
 /// The states a model instance is counted in.
-const INSTANCE_STATES: [&str; 4] = ["stopped", "booting", "ready", "stopping"];
+const INSTANCE_STATES: [&str; 5] = ["stopped", "booting", "ready", "busy", "stopping"];
 
 /// A status change's label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

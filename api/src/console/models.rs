@@ -6,7 +6,8 @@
 //! the prediction exactly as the API does ([`crate::ops::submit`]), then opens its page; a bad value
 //! shows the form again with the field's error under it. The page lists the model's versions,
 //! which of them are live (a runner serving it is alive) and which one the form runs (the
-//! latest). An account's own model (`POST /v1/models`) has a page too: its trained versions,
+//! latest), and the model servers live runners start themselves for it: each one's state, its
+//! latest boot (when, and how long it took) and how its latest server ended. An account's own model (`POST /v1/models`) has a page too: its trained versions,
 //! each with what it was trained from, and a form that runs the newest. A version with a
 //! trainer adds a Train form ([`TrainForm`]; it posts to [`super::trainings`]).
 
@@ -18,7 +19,10 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use common::domain::{ApiSurface, ModelRef, Scope};
+use common::{
+    domain::{ApiSurface, ModelRef, Scope},
+    store::runners::InstanceReport,
+};
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -173,6 +177,8 @@ pub(super) struct RunPage {
     pub(super) fields: Vec<Field>,
     pub(super) error: Option<String>,
     pub(super) versions: Vec<VersionRow>,
+    /// The model servers live runners start themselves for it (Cog projects declared to them).
+    pub(super) instances: Vec<InstanceRow>,
     /// The training form, when the version the page runs has a trainer.
     pub(super) train: Option<TrainForm>,
 }
@@ -187,6 +193,52 @@ pub(super) struct VersionRow {
     latest: bool,
     /// For a trained version: `owner/name:<version>` it was trained from, and the training.
     trained_from: Option<(String, String)>,
+}
+
+/// One model server of the model on its page, as its runner last reported it.
+pub(super) struct InstanceRow {
+    runner: String,
+    version: String,
+    /// `stopped`, `booting`, `ready`, `busy` or `stopping`.
+    state: String,
+    /// When its latest boot began, and how long it took to `READY` (`—` if never).
+    last_boot: String,
+    /// Why its latest server ended (`—` if none did).
+    last_exit: String,
+}
+
+impl InstanceRow {
+    fn of(runner: &str, report: &InstanceReport) -> Self {
+        let last_boot = match (report.booted_at, report.boot_seconds) {
+            (None, _) => "—".to_owned(),
+            (Some(at), took) => {
+                let at = at.to_chrono().format("%Y-%m-%d %H:%M:%S UTC");
+                match took {
+                    Some(took) if report.state != "booting" => format!("{at}, ready in {took:.1} s"),
+                    _ => format!("{at}"),
+                }
+            }
+        };
+        Self {
+            runner: runner.to_owned(),
+            version: report.version.clone(),
+            state: report.state.clone(),
+            last_boot,
+            last_exit: report.last_exit.clone().unwrap_or_else(|| "—".to_owned()),
+        }
+    }
+}
+
+/// The model servers of `model` that live runners start themselves, by runner.
+async fn instances(state: &AppState, model: &ModelRef) -> Result<Vec<InstanceRow>, ConsoleError> {
+    let snapshot = state.models.live().snapshot().await?;
+    let mut rows: Vec<InstanceRow> = snapshot
+        .instances
+        .get(model)
+        .map(|all| all.iter().map(|(runner, report)| InstanceRow::of(runner, report)).collect())
+        .unwrap_or_default();
+    rows.sort_by(|a, b| (&a.version, &a.runner).cmp(&(&b.version, &b.runner)));
+    Ok(rows)
 }
 
 /// A model's page: its address, and what its form runs (`None`: an account's model that no
@@ -257,6 +309,7 @@ pub(super) async fn page(
         fields,
         error: None,
         versions: versions(state, shown).await?,
+        instances: instances(state, &shown.model).await?,
         train,
     })
 }

@@ -21,7 +21,7 @@ use common::{
     store::{
         ModelRecord, ModelVersionRecord, Models,
         model_versions::ModelVersions,
-        runners::{ModelRuns, Runners},
+        runners::{InstanceReport, ModelRuns, Runners},
     },
 };
 use serde_json::Value;
@@ -85,6 +85,8 @@ pub struct LiveSnapshot {
     pub pools: BTreeSet<Pool>,
     /// What they run of each model, summed, with all their recent run times of it.
     pub runs: HashMap<ModelRef, ModelRuns>,
+    /// The model servers they start themselves, per model, each with its runner's id.
+    pub instances: HashMap<ModelRef, Vec<(String, InstanceReport)>>,
 }
 
 /// The live runners, read from the `runners` collection at most every [`LIVE_CACHE_TTL`] (by
@@ -109,6 +111,9 @@ impl LiveRunners {
         let mut snapshot = LiveSnapshot::default();
         for runner in self.runners.live(DateTime::now()).await? {
             snapshot.pools.insert(runner.pool);
+            for instance in runner.instances {
+                snapshot.instances.entry(instance.model.clone()).or_default().push((runner.id.clone(), instance));
+            }
             for served in runner.serves {
                 snapshot.versions.entry(served.model).or_default().insert(served.version);
             }

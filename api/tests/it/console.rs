@@ -365,3 +365,44 @@ async fn the_predictions_list_pages_twenty_at_a_time_newest_first() {
     let trainings = browser.page("/trainings?page=3").await;
     assert!(!trainings.contains("next-page") && !trainings.contains("previous-page"), "no trainings, no pages");
 }
+
+#[tokio::test]
+async fn the_model_page_shows_the_servers_runners_start_for_it_with_their_last_boot() {
+    use common::store::runners::{InstanceReport, RunnerRecord};
+    let system = System::start().await;
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let page = browser.page("/models/demo/sleep").await;
+    assert!(page.contains(r#"id="no-instances""#), "a built-in model has no server of its own: {page}");
+    // A runner that starts servers of the model itself reports them with its presence.
+    let model: common::domain::ModelRef = "demo/sleep".parse().expect("a model");
+    let report = |version: &str, state: &str, boot_seconds: Option<f64>, last_exit: Option<&str>| InstanceReport {
+        model: model.clone(),
+        version: version.into(),
+        state: state.into(),
+        booted_at: Some(bson::DateTime::from_millis(1_764_670_000_000)),
+        boot_seconds,
+        last_exit: last_exit.map(Into::into),
+    };
+    let now = bson::DateTime::now();
+    let record = RunnerRecord {
+        id: "gpu-1:42:abc".into(),
+        pool: common::domain::Pool::default_pool(),
+        serves: Vec::new(),
+        started_at: now,
+        seen_at: now,
+        runs: Vec::new(),
+        instances: vec![report("v1", "busy", Some(12.5), None), report("v1-train", "stopped", None, Some("crashed"))],
+    };
+    system.ctx.store().await.runners().heartbeat(&record).await.expect("presence written");
+    // The api reads the live runners at most every 2 s.
+    let shown = testkit::eventually(std::time::Duration::from_secs(20), || async {
+        let page = browser.page("/models/demo/sleep").await;
+        page.contains(r#"id="instances""#).then_some(page)
+    })
+    .await
+    .expect("the page lists the instances");
+    assert!(shown.contains(r#"data-runner="gpu-1:42:abc" data-version="v1""#), "{shown}");
+    assert!(shown.contains(r#"<span class="badge busy">busy</span>"#), "{shown}");
+    assert!(shown.contains("2025-12-02 10:06:40 UTC, ready in 12.5 s"), "its last boot: {shown}");
+    assert!(shown.contains(r#"<td class="last-exit">crashed</td>"#), "the trainer's last exit: {shown}");
+}

@@ -384,6 +384,14 @@ impl Predictions {
         self.update_where(filter, changes).await
     }
 
+    /// Sets `changes` (the logs of a model's boot it waits for) on a prediction that is still
+    /// `starting`; whether it was.
+    pub async fn update_while_starting(&self, id: &PredictionId, changes: Document) -> Result<bool, StoreError> {
+        let filter = doc! { "_id": id.as_str(), "status": PredictionStatus::Starting.as_str() };
+        let result = self.coll.update_one(filter, doc! { "$set": changes, "$inc": { "seq": 1 } }).await?;
+        Ok(result.matched_count == 1)
+    }
+
     async fn update_where(&self, filter: Document, changes: Document) -> Result<Option<Prediction>, StoreError> {
         self.coll
             .find_one_and_update(filter, doc! { "$set": changes, "$inc": { "seq": 1 } })

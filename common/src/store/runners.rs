@@ -4,7 +4,8 @@
 //! record is older than [`LIVE_WITHIN`].
 //!
 //! This is how the api knows which versions are *live* (`latest_version` is the newest of
-//! them) and which pools exist (`GET /v1/hardware`).
+//! them) and which pools exist (`GET /v1/hardware`), and what the console shows of a model's
+//! instances (the servers runners start themselves, [`InstanceReport`]).
 
 use std::time::Duration;
 
@@ -47,6 +48,24 @@ pub struct ModelRuns {
 /// The most run times a runner reports per model.
 pub const RECENT_RUNS: usize = 20;
 
+/// One model server this runner starts and stops itself (a Cog project it was given), as it
+/// stands: what the console's model page shows of the model's instances.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceReport {
+    /// The model it serves.
+    pub model: ModelRef,
+    /// Its version (a trainer's ends in `-train`).
+    pub version: String,
+    /// `stopped`, `booting`, `ready`, `busy` or `stopping`.
+    pub state: String,
+    /// When its latest boot began, if it ever booted.
+    pub booted_at: Option<DateTime>,
+    /// How long its latest boot that reached `READY` took (seconds).
+    pub boot_seconds: Option<f64>,
+    /// Why its latest server ended (`idle`, `crashed`, `setup_failed`, `shutdown`), if one did.
+    pub last_exit: Option<String>,
+}
+
 /// A runner process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunnerRecord {
@@ -65,6 +84,10 @@ pub struct RunnerRecord {
     /// change; absent from records of runners before this field).
     #[serde(default)]
     pub runs: Vec<ModelRuns>,
+    /// The model servers it starts itself, as they stand (rewritten within a second of a
+    /// change; absent from records of runners before this field).
+    #[serde(default)]
+    pub instances: Vec<InstanceReport>,
 }
 
 /// Typed access to the `runners` collection.

@@ -1,5 +1,7 @@
 //! One job through the status machine.
 //!
+//! 0. A model whose server is not up boots first, the prediction `starting` meanwhile with
+//!    the boot's log stored in it as it grows (`boot`); a boot that fails fails it.
 //! 1. `starting → processing` (conditional), recording the job message's stream sequence.
 //!    When the job carries the prediction as created, the change is conditional on its `seq`
 //!    too and reads nothing back (it goes beside other predictions' changes, see
@@ -83,6 +85,7 @@ pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 
 /// A model's run on one input, as the executor drives it.
 mod begin;
+mod boot;
 mod finish;
 mod output_files;
 mod training;
@@ -385,7 +388,7 @@ impl Executor {
         // Its logs then begin with the boot it waited for: its start and the setup's output.
         if let Some(preparing) = model.prepare() {
             tokio::select! {
-                prepared = preparing => if let Err(e) = prepared {
+                prepared = self.await_boot(id, model, preparing, &progress) => if let Err(e) = prepared {
                     tracing::warn!(error = %e, "the model did not boot; the prediction fails");
                     Box::pin(self.give_up(id, e)).await?;
                     return Ok(Outcome::Done);

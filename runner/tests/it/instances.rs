@@ -2,14 +2,15 @@
 //! coglet servers: a model at zero boots on its first job and stops when idle, a killed server
 //! fails its prediction clearly and the next runs on a new one, a setup of 150 s is waited for,
 //! a setup that fails fails the predictions waiting for it; the boot leads a waiting
-//! prediction's logs.
+//! prediction's logs, and is shown in them while it goes on; the runner's presence reports
+//! each instance's state, its boot and how it ended.
 
 use std::{
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use common::domain::PredictionStatus;
+use common::{domain::PredictionStatus, store::runners::InstanceReport};
 use serde_json::json;
 use testkit::eventually;
 
@@ -63,6 +64,16 @@ async fn runner_for_project(fixture: &Fixture, model: &str, dir: &Path, settings
     assert!(registered.is_some(), "the runner registered {model}");
 }
 
+/// The first instance a live runner reports once it satisfies `wanted` (within a minute).
+async fn reported(fixture: &Fixture, wanted: impl Fn(&InstanceReport) -> bool) -> InstanceReport {
+    let found = eventually(Duration::from_secs(60), || async {
+        let live = fixture.store.runners().live(bson::DateTime::now()).await.ok()?;
+        live.into_iter().flat_map(|r| r.instances).find(|r| wanted(r))
+    })
+    .await;
+    found.expect("a live runner reports such an instance")
+}
+
 const ECHO: &str = "predict: \"predict.py:Predictor\"\n";
 
 #[tokio::test]
@@ -81,8 +92,15 @@ async fn a_project_at_zero_boots_on_its_first_prediction_and_stops_when_idle() {
     assert!(done.logs.starts_with("booting the model server of acme/echo"), "the boot leads its logs: {}", done.logs);
     assert!(done.logs.contains("the model server is ready after"), "{}", done.logs);
     assert!(!servers_in(&dir).is_empty(), "booted for it");
+    // The runner's presence shows its boot (what the console shows): when, and how long it
+    // took. (Not its `ready` state: that lasts only the 3 s before its idle stop.)
+    let booted = reported(&fixture, |r| r.boot_seconds.is_some()).await;
+    assert!(booted.booted_at.is_some() && booted.boot_seconds.is_some_and(|s| s > 0.0), "{booted:?}");
+    assert_eq!(booted.version, version);
     let gone = eventually(Duration::from_secs(60), || async { servers_in(&dir).is_empty().then_some(()) }).await;
     assert!(gone.is_some(), "stopped after 3 s idle: {:?}", servers_in(&dir));
+    let stopped = reported(&fixture, |r| r.state == "stopped").await;
+    assert_eq!(stopped.last_exit.as_deref(), Some("idle"), "{stopped:?}");
 
     let again = fixture.create("acme/echo", json!({"prompt": "back"})).await;
     let done = fixture.wait_until(&again.id, Duration::from_secs(120), |p| p.status.is_terminal()).await;
@@ -144,14 +162,16 @@ async fn a_setup_of_150_seconds_is_waited_for_and_its_output_leads_the_logs() {
     let p = fixture.create("acme/slowsetup", json!({"prompt": "worth the wait"})).await;
     let booting = eventually(Duration::from_secs(60), || async { (!servers_in(&dir).is_empty()).then_some(()) }).await;
     assert!(booting.is_some(), "its job boots the model");
-    // Well into the setup (which has no limit, as in Cog), the prediction still waits for it.
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    let waiting = fixture.store.predictions().get(&p.id).await.expect("read").expect("the prediction");
+    // While the setup runs (it has no limit, as in Cog), the prediction waits for it, and its
+    // logs already show the setup's output.
+    let setup_line = "loading weights for 150 s";
+    let waiting = fixture.wait_until(&p.id, Duration::from_secs(120), |p| p.logs.contains(setup_line)).await;
     assert_eq!(waiting.status, PredictionStatus::Starting, "{:?}", waiting.error);
+    assert!(waiting.logs.contains("booting the model server of acme/slowsetup"), "{}", waiting.logs);
     let done = fixture.wait_until(&p.id, Duration::from_secs(600), |p| p.status.is_terminal()).await;
     assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
     assert_eq!(done.output.as_ref().and_then(serde_json::Value::as_str), Some("worth the wait"));
-    for line in ["booting the model server of acme/slowsetup", "loading weights for 150 s", "weights loaded"] {
+    for line in ["booting the model server of acme/slowsetup", setup_line, "weights loaded"] {
         assert!(done.logs.contains(line), "{line:?} in its logs: {}", done.logs);
     }
     let started = done.started_at.expect("started").timestamp_millis();

@@ -36,7 +36,7 @@ use std::{
     time::Duration,
 };
 
-use common::domain::ModelRef;
+use common::{domain::ModelRef, store::runners::InstanceReport};
 use reqwest::Client;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -155,6 +155,8 @@ pub struct Instance {
     last_used: Mutex<Instant>,
     lines: Arc<Mutex<VecDeque<String>>>,
     boot_log: Arc<Mutex<BootLog>>,
+    /// How it stands, for the runner's presence record ([`Instance::report`]).
+    report: Mutex<InstanceReport>,
     metrics: RunnerMetrics,
     me: Weak<Instance>,
     shutdown: CancellationToken,
@@ -168,7 +170,9 @@ pub struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         *self.instance.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-        self.instance.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.instance.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.instance.shift("busy", "ready");
+        }
     }
 }
 
@@ -177,6 +181,14 @@ impl Instance {
     /// in the background now); it stops with `shutdown`.
     pub fn new(launch: Launch, metrics: RunnerMetrics, shutdown: CancellationToken) -> Arc<Self> {
         let keep = launch.settings.min_instances > 0;
+        let report = InstanceReport {
+            model: launch.model.clone(),
+            version: version_label(&launch),
+            state: "stopped".into(),
+            booted_at: None,
+            boot_seconds: None,
+            last_exit: None,
+        };
         let instance = Arc::new_cyclic(|me| Self {
             launch,
             http: Client::builder().timeout(Duration::from_secs(2)).build().expect("an HTTP client"),
@@ -185,6 +197,7 @@ impl Instance {
             last_used: Mutex::new(Instant::now()),
             lines: Arc::default(),
             boot_log: Arc::default(),
+            report: Mutex::new(report),
             metrics,
             me: me.clone(),
             shutdown,
@@ -237,8 +250,25 @@ impl Instance {
             }
         }
         let url = state.running.as_ref().map(|r| r.url.clone()).expect("running");
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.shift("ready", "busy");
+        }
         Ok((url, Lease { instance }))
+    }
+
+    /// How it stands now: its state, its latest boot, how its latest server ended.
+    pub fn report(&self) -> InstanceReport {
+        self.report.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn noted(&self, change: impl FnOnce(&mut InstanceReport)) {
+        change(&mut self.report.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Counts the end of its server (`why`), in the metrics and its report.
+    fn exited(&self, why: &'static str) {
+        self.metrics.model_exited(&self.launch.model, why);
+        self.noted(|r| r.last_exit = Some(why.to_owned()));
     }
 
     /// The latest boot's output: that it began, the server's own lines during its setup, and
@@ -322,6 +352,7 @@ impl Instance {
     async fn boot(&self) -> Result<Running, ModelError> {
         let model = &self.launch.model;
         let began = Instant::now();
+        self.noted(|r| r.booted_at = Some(bson::DateTime::now()));
         self.gauge("booting");
         tracing::info!(%model, version = %self.launch.project.version, "starting the model server");
         *self.boot_log.lock().unwrap_or_else(|p| p.into_inner()) = BootLog::default();
@@ -349,6 +380,7 @@ impl Instance {
             Ok(()) => {
                 let took = began.elapsed();
                 self.metrics.model_booted(model, took);
+                self.noted(|r| r.boot_seconds = Some(took.as_secs_f64()));
                 self.gauge("ready");
                 tracing::info!(%model, took = ?took, "the model server is ready");
                 self.boot_note(&format!("the model server is ready after {:.1} s", took.as_secs_f64()), false);
@@ -360,7 +392,7 @@ impl Instance {
                 signal(pid, nix::sys::signal::Signal::SIGKILL);
                 tracing::warn!(%model, error = %e, "the model server did not boot");
                 self.boot_note(&format!("the model server did not boot: {}", e.message), false);
-                self.metrics.model_exited(model, "setup_failed");
+                self.exited("setup_failed");
                 Err(e)
             }
         }
@@ -455,7 +487,7 @@ impl Instance {
             signal(running.pid, nix::sys::signal::Signal::SIGKILL);
             running.exited.cancelled().await;
         }
-        self.metrics.model_exited(&self.launch.model, why);
+        self.exited(why);
         self.gauge("stopped");
         true
     }
@@ -470,12 +502,19 @@ impl Instance {
     }
 
     fn gauge(&self, state: &'static str) {
-        // A trainer is an instance of its own beside the predictor of the same version.
-        let version = match self.launch.mode {
-            Mode::Predict => self.launch.project.version.clone(),
-            Mode::Train => format!("{}-train", self.launch.project.version),
-        };
-        self.metrics.set_model_instances(&self.launch.model, &version, state);
+        let mut report = self.report.lock().unwrap_or_else(|p| p.into_inner());
+        self.metrics.set_model_instances(&self.launch.model, &report.version, state);
+        report.state = state.to_owned();
+    }
+
+    /// From `ready` to `busy` as its first run in flight begins, and back as its last ends;
+    /// nothing if it has left `from` meanwhile (a crash, a stop).
+    fn shift(&self, from: &str, to: &'static str) {
+        let mut report = self.report.lock().unwrap_or_else(|p| p.into_inner());
+        if report.state == from {
+            self.metrics.set_model_instances(&self.launch.model, &report.version, to);
+            report.state = to.to_owned();
+        }
     }
 
     fn tail(&self, n: usize) -> String {
@@ -546,7 +585,7 @@ async fn watch_exit(
     }
     let model = &instance.launch.model;
     tracing::warn!(%model, status = ?status.ok(), "the model server exited by itself");
-    instance.metrics.model_exited(model, "crashed");
+    instance.exited("crashed");
     instance.gauge("stopped");
     if instance.launch.settings.min_instances > 0 {
         let failures = {
@@ -555,6 +594,15 @@ async fn watch_exit(
             state.failures
         };
         instance.clone().boot_in_background(backoff(failures));
+    }
+}
+
+/// The version an instance is shown under: a trainer is an instance of its own beside the
+/// predictor of the same version.
+fn version_label(launch: &Launch) -> String {
+    match launch.mode {
+        Mode::Predict => launch.project.version.clone(),
+        Mode::Train => format!("{}-train", launch.project.version),
     }
 }
 

@@ -193,6 +193,15 @@ impl CogModel {
         Self::connect_as(target, context, context.sync_allowed, Mode::Predict).await
     }
 
+    /// The instance the runner supervises for it, if it is a project (not a server someone
+    /// else runs).
+    pub fn instance(&self) -> Option<Arc<Instance>> {
+        match &self.server {
+            Server::Supervised(instance) => Some(instance.clone()),
+            Server::External(_) => None,
+        }
+    }
+
     /// A trainer (a server in train mode) of `target`, as [`Self::connect`]; its descriptor's
     /// input schema is its `TrainingInput`.
     pub async fn connect_trainer(target: &CogTarget, context: &CogContext) -> anyhow::Result<Self> {
