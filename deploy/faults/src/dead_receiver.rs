@@ -38,9 +38,9 @@ const FIRST_STEP: Duration = Duration::from_secs(1);
 /// within the same seconds at one receiver, whose retries go through its own slots
 /// (`NOTIFIER_PER_TARGET`, 8), each attempt with its writes: about 100 a second on the 2-core
 /// reference machine, so the last comes up to 16-20 s after its first attempt there (with 15 s
-/// the row failed 2 runs of 3, by 1.0 to 4.5 s). 45 s leaves room for a machine twice as slow
-/// as that; the failure this row guards against (retries held behind a window every receiver
-/// shares) keeps them waiting for minutes, or for ever.
+/// two runs had second attempts 1.0 and 3.5 s past it). 45 s leaves room for a machine twice
+/// as slow as that; the failure this row guards against (retries held behind a window every
+/// receiver shares) keeps them waiting for minutes, or for ever.
 pub const RETRY_SLACK: Duration = Duration::from_secs(45);
 /// Creates of the dead account's predictions in flight at once.
 const IN_FLIGHT: usize = 32;
