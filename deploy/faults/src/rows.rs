@@ -149,6 +149,21 @@ pub(crate) struct Scenario {
     pub(crate) cog_crashes: bool,
 }
 
+impl Scenario {
+    /// Whether the row must run with no other row beside it: it restarts a server the rows
+    /// share (nats-server, the MongoDB stand-in, S3Proxy), floods the machine on purpose, or
+    /// holds the system to a latency or a delivery time that a neighbour's load would move.
+    /// The other rows run two at a time (see `scenarios::run`), each on a database and NATS
+    /// prefix of its own.
+    pub(crate) fn alone(&self) -> bool {
+        matches!(self.fault, Fault::RestartNats | Fault::RestartMongo | Fault::RestartS3 | Fault::Overload | Fault::CreateFlood)
+            // The S3 row with file outputs restarts S3Proxy before it lists the bucket.
+            || (self.outputs && self.s3)
+            || self.latency_bound.is_some()
+            || self.dead_receiver
+    }
+}
+
 pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };
 /// The p99 of creates and reads in scenarios where nothing the api needs goes away for long
 /// (on a three-node cluster, losing one node must not slow them past it either). It tells a

@@ -15,8 +15,9 @@ use std::{collections::HashMap, path::Path, time::Duration};
 
 use anyhow::Context;
 use common::domain::WebhookSecret;
+use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
-use tokio::time::Instant;
+use tokio::{sync::Mutex, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use harness::servers::{MongoStandin, Nats, S3Standin};
@@ -53,6 +54,9 @@ pub struct Options {
     /// Run only the scenarios whose name contains this text (all when unset).
     #[arg(long)]
     only: Option<String>,
+    /// How many rows that may share the machine run at once (see `scenarios::lanes`).
+    #[arg(long)]
+    lanes: Option<usize>,
 }
 
 /// How long predictions and webhooks may take to settle after the load, and how long the
@@ -61,49 +65,45 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 const QUIET: Duration = Duration::from_secs(3);
 
 /// Runs the scenarios; fails when any fails. Writes the table to `table`.
+///
+/// The rows that may share the machine ([`Scenario::alone`] says which may not) run
+/// [`lanes`] at a time, each on its own database and NATS prefix on the shared servers; then
+/// the others one by one. The table keeps [`SCENARIOS`]' order.
 pub async fn run(options: Options, table: &mut String) -> anyhow::Result<Value> {
     let dir = std::env::temp_dir().join(format!("faults-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let mut mongo = MongoStandin::start(&dir).await?;
-    let mut nats = Nats::single(&dir.join("single")).await?;
-    let mut outcomes = Vec::new();
-    let chosen: Vec<&Scenario> =
-        SCENARIOS.iter().filter(|s| options.only.as_ref().is_none_or(|only| s.name.contains(only.as_str()))).collect();
-    let mut s3 = match chosen.iter().any(|s| s.s3) {
-        true => Some(S3Standin::start(&dir).await?),
+    let chosen: Vec<(usize, &Scenario)> = SCENARIOS
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| options.only.as_ref().is_none_or(|only| s.name.contains(only.as_str())))
+        .collect();
+    let mongo = Mutex::new(MongoStandin::start(&dir).await?);
+    let nats = Mutex::new(Nats::single(&dir.join("single")).await?);
+    let s3 = match chosen.iter().any(|(_, s)| s.s3) {
+        true => Some(Mutex::new(S3Standin::start(&dir).await?)),
         false => None,
     };
-    for scenario in chosen {
-        println!("scenario: {}", scenario.name);
-        let logs = dir.join(slug(scenario.name));
-        let outcome = if scenario.nats_nodes > 1 {
-            let mut cluster = Nats::cluster(&logs, scenario.nats_nodes).await?;
-            let outcome = run_scenario(
-                scenario,
-                &options,
-                &mut Servers { mongo: &mut mongo, nats: &mut cluster, s3: s3.as_mut() },
-                &logs,
-            )
-            .await;
-            cluster.shutdown().await?;
-            outcome
-        } else {
-            run_scenario(
-                scenario,
-                &options,
-                &mut Servers { mongo: &mut mongo, nats: &mut nats, s3: s3.as_mut() },
-                &logs,
-            )
-            .await
-        }
-        .with_context(|| format!("scenario {:?} (logs in {})", scenario.name, logs.display()))?;
-        println!("  {}", outcome.json());
-        outcomes.push(outcome);
+    let servers = Servers { mongo: &mongo, nats: &nats, s3: s3.as_ref() };
+    let (alone, beside): (Vec<_>, Vec<_>) = chosen.into_iter().partition(|(_, s)| s.alone());
+    let lanes = lanes(options.lanes);
+    println!("{} rows {lanes} at a time, then {} alone", beside.len(), alone.len());
+    let (options_ref, dir_ref) = (&options, dir.as_path());
+    let mut outcomes: Vec<(usize, Outcome)> = futures::stream::iter(beside)
+        .map(|(i, scenario)| async move {
+            Ok::<_, anyhow::Error>((i, run_row(scenario, options_ref, servers, dir_ref).await?))
+        })
+        .buffer_unordered(lanes)
+        .try_collect()
+        .await?;
+    for (i, scenario) in alone {
+        outcomes.push((i, run_row(scenario, &options, servers, &dir).await?));
     }
-    nats.shutdown().await?;
-    mongo.stop(false).await?;
-    if let Some(s3) = s3.as_mut() {
-        s3.stop(false).await?;
+    outcomes.sort_by_key(|(i, _)| *i);
+    let outcomes: Vec<Outcome> = outcomes.into_iter().map(|(_, outcome)| outcome).collect();
+    nats.into_inner().shutdown().await?;
+    mongo.into_inner().stop(false).await?;
+    if let Some(s3) = s3 {
+        s3.into_inner().stop(false).await?;
     }
     table.push_str(&report::table(&outcomes));
     let failed: Vec<&str> = outcomes.iter().filter(|o| !o.failures().is_empty()).map(|o| o.scenario.as_str()).collect();
@@ -116,6 +116,33 @@ pub async fn run(options: Options, table: &mut String) -> anyhow::Result<Value> 
     Ok(
         json!({"rate_per_second": options.rate, "seconds": options.seconds, "scenarios": outcomes.iter().map(Outcome::json).collect::<Vec<_>>()}),
     )
+}
+
+/// How many rows run at once: `asked` when given, else two where the process may use two
+/// cores or more, one on a single core (`taskset -c 0`), where a second row would only take
+/// the first one's CPU.
+fn lanes(asked: Option<usize>) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    asked.unwrap_or(if cores >= 2 { 2 } else { 1 }).max(1)
+}
+
+/// One row on the shared servers, or on a cluster of its own where it asks for several NATS
+/// nodes; its services' logs go under `dir`.
+async fn run_row(scenario: &Scenario, options: &Options, shared: Servers<'_>, dir: &Path) -> anyhow::Result<Outcome> {
+    println!("scenario: {}", scenario.name);
+    let began = Instant::now();
+    let logs = dir.join(slug(scenario.name));
+    let outcome = if scenario.nats_nodes > 1 {
+        let cluster = Mutex::new(Nats::cluster(&logs, scenario.nats_nodes).await?);
+        let outcome = run_scenario(scenario, options, Servers { nats: &cluster, ..shared }, &logs).await;
+        cluster.into_inner().shutdown().await?;
+        outcome
+    } else {
+        run_scenario(scenario, options, shared, &logs).await
+    }
+    .with_context(|| format!("scenario {:?} (logs in {})", scenario.name, logs.display()))?;
+    println!("  {} ({:.0} s)", outcome.json(), began.elapsed().as_secs_f64());
+    Ok(outcome)
 }
 
 /// A bucket of this run for scenario `name` (S3 names: lowercase, digits and single hyphens).
@@ -149,24 +176,26 @@ fn service_vars(mongo: &MongoStandin, nats: &Nats, replicas: usize) -> Vec<(&'st
     ]
 }
 
-/// The servers a scenario runs on, and may restart.
+/// The servers a scenario runs on, and may restart (only a row that runs alone does: the
+/// locks are held for a restart, or to read an address).
+#[derive(Clone, Copy)]
 struct Servers<'a> {
-    mongo: &'a mut MongoStandin,
-    nats: &'a mut Nats,
+    mongo: &'a Mutex<MongoStandin>,
+    nats: &'a Mutex<Nats>,
     /// Started when a chosen scenario keeps files in S3.
-    s3: Option<&'a mut S3Standin>,
+    s3: Option<&'a Mutex<S3Standin>>,
 }
 
 async fn run_scenario(
     scenario: &Scenario,
     options: &Options,
-    servers: &mut Servers<'_>,
+    servers: Servers<'_>,
     logs: &Path,
 ) -> anyhow::Result<Outcome> {
-    let mut vars = service_vars(servers.mongo, servers.nats, scenario.nats_nodes);
+    let mut vars = service_vars(&*servers.mongo.lock().await, &*servers.nats.lock().await, scenario.nats_nodes);
     if scenario.s3 {
-        let s3 = servers.s3.as_deref().context("an S3 scenario without the S3 stand-in")?;
-        vars.extend(s3.env(&bucket(scenario.name)));
+        let s3 = servers.s3.context("an S3 scenario without the S3 stand-in")?;
+        vars.extend(s3.lock().await.env(&bucket(scenario.name)));
     }
     let rolling = matches!(scenario.fault, Fault::Rollout);
     if rolling {
@@ -204,7 +233,7 @@ async fn run_scenario(
     // Every service reaches MongoDB through the proxy that loses answers.
     let losing = match scenario.fault {
         Fault::LoseReplies => {
-            let (losing, proxied) = lost_replies::LostReplies::start(&servers.mongo.uri()).await?;
+            let (losing, proxied) = lost_replies::LostReplies::start(&servers.mongo.lock().await.uri()).await?;
             vars.retain(|(name, _)| *name != "MONGODB_URI");
             vars.push(("MONGODB_URI", proxied));
             Some(losing)
@@ -362,7 +391,7 @@ async fn run_scenario(
             // A runner killed mid-`PutObject` leaves S3Proxy a temporary file that fails every
             // listing of the bucket until S3Proxy starts again (its start removes it; S3 never
             // shows an unfinished write): restarted before the bucket is listed.
-            let s3 = servers.s3.as_deref_mut().context("an S3 scenario without the S3 stand-in")?;
+            let mut s3 = servers.s3.context("an S3 scenario without the S3 stand-in")?.lock().await;
             s3.stop(false).await?;
             s3.restart().await?;
             tally.unnamed_objects = Some(uploads::orphans_after_sweep(&topology.setup).await?);
@@ -399,7 +428,7 @@ async fn inject(
     fault: Fault,
     options: &Options,
     topology: &mut Topology,
-    servers: &mut Servers<'_>,
+    servers: Servers<'_>,
     recorder: &Recorder,
     pinned: &rollout::Pinned,
 ) -> anyhow::Result<(Option<Window>, Option<flood::FloodTally>)> {
@@ -423,17 +452,19 @@ async fn inject(
             topology.restart(role, 0).await?;
         }
         Fault::RestartNats => {
-            servers.nats.stop(0, false).await?;
+            let mut nats = servers.nats.lock().await;
+            nats.stop(0, false).await?;
             tokio::time::sleep(down).await;
-            servers.nats.start(0).await?;
+            nats.start(0).await?;
         }
         Fault::RestartMongo => {
-            servers.mongo.stop(false).await?;
+            let mut mongo = servers.mongo.lock().await;
+            mongo.stop(false).await?;
             tokio::time::sleep(down).await;
-            servers.mongo.restart().await?;
+            mongo.restart().await?;
         }
         Fault::RestartS3 => {
-            let s3 = servers.s3.as_deref_mut().context("an S3 fault without the S3 stand-in")?;
+            let mut s3 = servers.s3.context("an S3 fault without the S3 stand-in")?.lock().await;
             s3.stop(false).await?;
             tokio::time::sleep(down).await;
             s3.restart().await?;
@@ -450,7 +481,7 @@ async fn inject(
             let leader = jobs_stream_leader(topology).await?;
             println!("  killing {leader}, the jobs stream's leader");
             let node: usize = leader.trim_start_matches("node-").parse().context("a node name")?;
-            servers.nats.stop(node, true).await?;
+            servers.nats.lock().await.stop(node, true).await?;
         }
     }
     Ok((Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), flooded))
