@@ -358,8 +358,8 @@ async fn admitted(state: &AppState, prediction: &Prediction) -> Result<(), ApiEr
     if prediction.is_training() {
         return Ok(());
     }
-    match state.queue_places.wait_of_new(prediction).await? {
-        Some(wait) if wait > bound => {
+    match state.queue_places.admit(prediction, bound).await? {
+        Err(wait) => {
             let retry_after = u32::try_from((wait - bound).as_secs_f64().ceil() as u64).unwrap_or(u32::MAX);
             Err(ApiError::busy(
                 format!(
@@ -370,6 +370,6 @@ async fn admitted(state: &AppState, prediction: &Prediction) -> Result<(), ApiEr
                 retry_after,
             ))
         }
-        _ => Ok(()),
+        Ok(()) => Ok(()),
     }
 }

@@ -32,8 +32,10 @@
 //!
 //! **Admission** (`API_MAX_QUEUE_SECONDS`, off by default): a create whose prediction would
 //! wait longer than the bound to start is refused before anything is written
-//! ([`QueuePlaces::wait_of_new`]). Its wait is its position as a new job of its lane (the same
-//! rule as above, from the model's lanes as this replica last read them) over the rate at which
+//! ([`QueuePlaces::admit`]). Its wait is its position as a new job of its lane (the same
+//! rule as above, from the model's lanes as this replica last read them, plus the creates this
+//! replica admitted to that lane since: a burst of creates that all find the same last reading
+//! is refused past the bound, not admitted whole) over the rate at which
 //! the model's jobs have been starting (the lanes' start marks, sampled at each read of the
 //! lanes over the last [`RATE_WINDOW`]). A model whose rate is not known (nothing started
 //! lately, no runner yet) is never refused: its predictions wait for a runner, within their
@@ -97,6 +99,8 @@ pub struct QueuePlaces {
     models: TtlCache<ModelRef, Arc<Vec<LaneState>>>,
     /// Per model, the jobs started through its lanes at each read: `(when, Σ started_through)`.
     starts: std::sync::Mutex<HashMap<ModelRef, StartSamples>>,
+    /// Per lane (its store key), the creates admitted since its model's lanes were last read.
+    admitted: std::sync::Mutex<HashMap<String, u64>>,
     /// Held while a model's lanes are read: one read at a time refreshes them, and the
     /// requests that find it under way use the lanes read before (a refresh per request when
     /// the cache expired was a burst of identical reads each second under load).
@@ -112,23 +116,33 @@ impl QueuePlaces {
             live,
             models: TtlCache::new(ADMISSION_TTL, 10_000),
             starts: std::sync::Mutex::default(),
+            admitted: std::sync::Mutex::default(),
             refreshing: Mutex::new(()),
         }
     }
 
-    /// How long a new prediction like `p` would wait to start, if it can be told: its position
-    /// as a new job of its lane over the model's start rate (see the module doc).
-    pub async fn wait_of_new(&self, p: &Prediction) -> Result<Option<Duration>, ApiError> {
+    /// Admits a new prediction like `p` unless it would wait longer than `bound` to start:
+    /// then `Err` with that wait. Its wait is its position as a new job of its lane over the
+    /// model's start rate (see the module doc); one admitted counts as waiting in its lane
+    /// until the lanes are read again. A model whose start rate is not known admits everything.
+    pub async fn admit(&self, p: &Prediction, bound: Duration) -> Result<Result<(), Duration>, ApiError> {
         let lanes = self.model_lanes(&p.model, ADMISSION_TTL).await?;
-        let Some(rate) = self.start_rate(&p.model) else { return Ok(None) };
+        let Some(rate) = self.start_rate(&p.model) else { return Ok(Ok(())) };
         let lane = Lane::of(p);
         let key = lane.store_key();
-        let ahead = lanes.iter().find(|l| l.id == key).map_or(0, LaneState::waiting);
+        let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
+        let since_read = admitted.get(&key).copied().unwrap_or(0);
+        let ahead = lanes.iter().find(|l| l.id == key).map_or(0, LaneState::waiting) + since_read;
         let figures = figures_of(&lane, ahead, &lanes, None);
         // The marks trail the starts by half their interval on average: as many jobs as start
         // meanwhile are counted waiting that have started.
         let lag = START_MARK_INTERVAL.as_secs_f64() / 2.0;
-        Ok(Some(Duration::from_secs_f64(((position(&figures) - 1) as f64 / rate - lag).max(0.0))))
+        let wait = Duration::from_secs_f64(((position(&figures) - 1) as f64 / rate - lag).max(0.0));
+        if wait > bound {
+            return Ok(Err(wait));
+        }
+        *admitted.entry(key).or_default() += 1;
+        Ok(Ok(()))
     }
 
     /// The jobs of `model` started per second over the last [`RATE_WINDOW`], if known and not 0.
@@ -178,6 +192,10 @@ impl QueuePlaces {
         starts.entry(model.clone()).or_default().add(Instant::now(), started);
         drop(starts);
         self.models.insert(model.clone(), lanes.clone());
+        // What this replica admitted is in the lanes just read (or about to be, as a write
+        // in flight lands): counted from them from now on.
+        let prefix = format!("{model}|");
+        self.admitted.lock().unwrap_or_else(|p| p.into_inner()).retain(|key, _| !key.starts_with(&prefix));
         Ok(lanes)
     }
 }
