@@ -126,17 +126,18 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(RequestDeadline(state.config.request_deadline), run_to_completion));
     let metrics = state.metrics.clone();
     let base_url = state.base_url().to_owned();
+    let in_flight = crate::http::shed::InFlight::new(state.config.max_in_flight);
     let serve_metrics = {
-        let state = state.clone();
+        let (state, in_flight) = (state.clone(), in_flight.clone());
         get(move || {
-            let state = state.clone();
+            let (state, in_flight) = (state.clone(), in_flight.clone());
             async move {
                 let deployments = state.scaling_figures.render(&state.store).await;
-                metrics::serve(&state.metrics, &state.store, state.wait_slots.held(), &deployments)
+                let now = metrics::Now { waits_held: state.wait_slots.held(), in_flight: in_flight.working() };
+                metrics::serve(&state.metrics, &state.store, now, &deployments)
             }
         })
     };
-    let in_flight = crate::http::shed::InFlight::new(state.config.max_in_flight);
     routes::router(state)
         .layer(middleware::from_fn_with_state(in_flight, crate::http::shed::shed))
         .route("/metrics", serve_metrics)

@@ -38,13 +38,20 @@ pub const RETRY_AFTER_SECONDS: u32 = 1;
 #[derive(Clone)]
 pub struct InFlight {
     slots: Arc<Semaphore>,
+    bound: usize,
     log: Arc<ShedLog>,
 }
 
 impl InFlight {
     /// At most `bound` requests at once.
     pub fn new(bound: usize) -> Self {
-        Self { slots: Arc::new(Semaphore::new(bound.max(1))), log: Arc::default() }
+        let bound = bound.max(1);
+        Self { slots: Arc::new(Semaphore::new(bound)), bound, log: Arc::default() }
+    }
+
+    /// Requests holding a slot now (`api_requests_in_flight`).
+    pub fn working(&self) -> usize {
+        self.bound.saturating_sub(self.slots.available_permits())
     }
 }
 

@@ -5,6 +5,8 @@
 //! - `http_request_duration_seconds{method, route, status}`: their latency (histogram);
 //! - `api_predictions_created_total{model}`: predictions stored by this replica;
 //! - `api_prefer_wait_held`: `Prefer: wait` creates held open now (see [`crate::state::wait_slots`]);
+//! - `api_requests_in_flight`: requests worked on now inside the `API_MAX_IN_FLIGHT` bound (see
+//!   [`crate::http::shed`]);
 //! - `deployment_pending_predictions{deployment}`, `deployment_desired_instances{deployment}`,
 //!   `model_pending_predictions{model}`:
 //!   what an autoscaler reads (see [`crate::state::scaling`]);
@@ -43,6 +45,7 @@ pub struct HttpMetrics {
     latency: Family<RequestLabels, Histogram>,
     created: Family<ModelLabel, Counter>,
     waits_held: Gauge,
+    in_flight: Gauge,
 }
 
 impl Default for HttpMetrics {
@@ -59,12 +62,18 @@ impl HttpMetrics {
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
         let created = Family::<ModelLabel, Counter>::default();
         let waits_held = Gauge::default();
+        let in_flight = Gauge::default();
         let mut registry = Registry::default();
         registry.register("http_requests", "HTTP requests answered", requests.clone());
         registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
         registry.register("api_predictions_created", "Predictions stored by this replica", created.clone());
         registry.register("api_prefer_wait_held", "Prefer: wait creates held open now", waits_held.clone());
-        Self { registry, requests, latency, created, waits_held }
+        registry.register(
+            "api_requests_in_flight",
+            "Requests worked on now inside the in-flight bound",
+            in_flight.clone(),
+        );
+        Self { registry, requests, latency, created, waits_held, in_flight }
     }
 
     /// A prediction of `model` was stored.
@@ -94,10 +103,19 @@ pub async fn track(State(metrics): State<Arc<HttpMetrics>>, request: Request, ne
     response
 }
 
-/// `GET /metrics`, with `waits_held` as the held `Prefer: wait` creates now and the
-/// autoscalers' figures ([`crate::state::scaling`]).
-pub fn serve(metrics: &HttpMetrics, store: &Store, waits_held: usize, deployments: &str) -> Response {
-    metrics.waits_held.set(i64::try_from(waits_held).unwrap_or(i64::MAX));
+/// What the api counts now, read as `/metrics` is served.
+pub struct Now {
+    /// `Prefer: wait` creates held open.
+    pub waits_held: usize,
+    /// Requests inside the in-flight bound.
+    pub in_flight: usize,
+}
+
+/// `GET /metrics`, with the gauges read `now` and the autoscalers' figures
+/// ([`crate::state::scaling`]).
+pub fn serve(metrics: &HttpMetrics, store: &Store, now: Now, deployments: &str) -> Response {
+    metrics.waits_held.set(i64::try_from(now.waits_held).unwrap_or(i64::MAX));
+    metrics.in_flight.set(i64::try_from(now.in_flight).unwrap_or(i64::MAX));
     let text = common::metrics::page(&[&metrics.render(), deployments, &store.command_counts().openmetrics()]);
     let mut response = text.into_response();
     response.headers_mut().insert(

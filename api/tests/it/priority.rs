@@ -164,7 +164,9 @@ async fn through_the_api_high_goes_first_and_low_after_every_normal_one() {
     system.register_models_only().await;
     allow_high(&system).await;
     system.start_runner_with(&[("RUNNER_MODELS", "demo/sleep"), ("RUNNER_CONCURRENCY", "4")]);
-    tokio::time::sleep(Duration::from_secs(1)).await; // its lanes' doorbells are up
+    // Its lanes' doorbells are up once a probe ran through it (a fixed sleep only hoped so).
+    let probe = system.run("demo/sleep", json!({"seconds": 0})).await;
+    assert_eq!(probe["status"], "succeeded", "the probe ran: {probe}");
     let create = |priority: &'static str| sleep_at(&system, priority, 1.0);
     let mut normal = Vec::new();
     for _ in 0..24 {

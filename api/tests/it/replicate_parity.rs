@@ -101,12 +101,14 @@ async fn a_wait_past_the_cap_is_answered_at_once_as_created() {
     let options = Options { notifier: false, env: vec![("API_MAX_WAITS_PER_KEY", "1".into())], ..Options::default() };
     let system = System::start_with(options).await;
     let body = json!({"input": {"seconds": 2}});
-    let started = Instant::now();
     let (held, capped) =
         tokio::join!(create_with(&system, "demo/sleep", body.clone(), &[("prefer", "wait=10")]), async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Sent once the first create holds its wait (the api's gauge says so), not after a
+            // fixed pause that a slow machine could outlast before the first is held.
+            system.await_metric("api_prefer_wait_held", 1.0).await;
+            let sent = Instant::now();
             let response = create_with(&system, "demo/sleep", body.clone(), &[("prefer", "wait=10")]).await;
-            (response, started.elapsed())
+            (response, sent.elapsed())
         });
     let (capped, capped_after) = capped;
     assert_eq!(capped.status(), 201);

@@ -29,7 +29,8 @@ async fn past_its_bound_the_api_answers_503_at_once_and_serves_again_when_a_slot
     for (send, _) in &uploads {
         send.send(bytes::Bytes::from_static(b"first bytes")).await.expect("the upload reads");
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both uploads are in flight once the api says so (`/metrics` is never shed).
+    system.await_metric("api_requests_in_flight", 2.0).await;
 
     let started = std::time::Instant::now();
     let shed = system.get("/v1/predictions").await;
@@ -65,9 +66,10 @@ async fn a_held_wait_gives_its_slot_back_while_it_waits() {
             .json(&json!({"input": {"seconds": 2}}));
         tokio::spawn(async move { request.send().await.expect("create").json::<serde_json::Value>().await })
     };
-    tokio::time::sleep(Duration::from_millis(700)).await;
-
+    // Once the create is held (the api's gauge says so), its slot is free for a read.
+    system.await_metric("api_prefer_wait_held", 1.0).await;
     assert_eq!(system.get("/v1/predictions").await.status(), 200, "the one slot is free while the create waits");
+    assert!(!waiting.is_finished(), "the create was still waiting");
     let done = waiting.await.expect("joined").expect("json");
     assert_eq!(done["status"], "succeeded");
 }

@@ -44,12 +44,20 @@ async fn an_account_capped_at_two_never_runs_more_than_two_over_two_runners_whil
     for _ in 0..2 {
         fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "4")]);
     }
-    tokio::time::sleep(Duration::from_secs(1)).await; // both runners are up
+    // Both runners are up: both announced themselves (each does so just before it consumes),
+    // and a probe ran.
+    let both = eventually(Duration::from_secs(60), || async {
+        let live = fixture.store.runners().live(bson::DateTime::now()).await.ok()?;
+        (live.len() == 2).then_some(())
+    })
+    .await;
+    assert!(both.is_some(), "both runners announced themselves");
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let mut of_capped = Vec::new();
     for _ in 0..8 {
         of_capped.push(fixture.create_of(&capped, "demo/sleep", json!({"seconds": 1})).await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await; // the capped account took its two slots
+    fixture.await_running(&of_capped, 2).await; // the capped account took its two slots
     let mut of_free = Vec::new();
     for _ in 0..6 {
         of_free.push(fixture.create_of(&free, "demo/sleep", json!({"seconds": 1})).await);
@@ -113,7 +121,7 @@ async fn an_account_without_a_cap_takes_every_slot() {
     let (account, _) = Account::new("uncapped", &master);
     fixture.store.accounts().insert(&account).await.expect("insert");
     fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "4")]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let mut created = Vec::new();
     for _ in 0..4 {
         created.push(fixture.create_of(&account.id, "demo/sleep", json!({"seconds": 1})).await);

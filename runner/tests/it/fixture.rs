@@ -194,6 +194,30 @@ impl Fixture {
         common::files::payloads::Payloads::new(files).whole(p).await.expect("payloads read")
     }
 
+    /// Waits until a runner consumes `model`'s jobs: a probe prediction of a new account runs
+    /// to its end (at most a minute). A test that measures start delays waits for this rather
+    /// than sleeping a second and hoping the runner was up by then on a slow machine.
+    pub async fn await_consuming(&self, model: &str, input: Value) {
+        let probe = self.create(model, input).await;
+        let done = self.wait_until(&probe.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
+        assert_eq!(done.status, common::domain::PredictionStatus::Succeeded, "the probe of {model} ran");
+    }
+
+    /// Waits until at least `n` of `created` run at once (at most a minute): the state a test
+    /// sets up before its next step, not a fixed sleep that a slow machine outlasts.
+    pub async fn await_running(&self, created: &[Prediction], n: usize) {
+        let running = eventually(Duration::from_secs(60), || async {
+            let mut running = 0;
+            for p in created {
+                let p = self.store.predictions().get(&p.id).await.ok().flatten()?;
+                running += usize::from(p.status == common::domain::PredictionStatus::Processing);
+            }
+            (running >= n).then_some(())
+        })
+        .await;
+        assert!(running.is_some(), "{n} of the {} predictions never ran at once", created.len());
+    }
+
     pub async fn current(&self, id: &PredictionId) -> Prediction {
         self.store.predictions().get(id).await.expect("read").expect("exists")
     }

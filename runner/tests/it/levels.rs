@@ -20,7 +20,7 @@ fn started(p: &Prediction) -> i64 {
 async fn high_jobs_start_first_and_low_ones_after_every_normal_one() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "4")]);
-    tokio::time::sleep(Duration::from_secs(1)).await; // its consumers are up
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await; // its consumers are up
     let (batch, other, urgent) = (AccountId::generate(), AccountId::generate(), AccountId::generate());
     let one_second = || json!({"seconds": 1});
     let mut normal = Vec::new();
@@ -58,7 +58,7 @@ async fn high_jobs_start_first_and_low_ones_after_every_normal_one() {
 async fn a_low_job_waiting_past_the_aging_bound_takes_the_next_turn() {
     let fixture = std::sync::Arc::new(Fixture::new(&[]).await);
     fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "1"), ("PRIORITY_AGING_SECONDS", "2")]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let (batch, other) = (AccountId::generate(), AccountId::generate());
     // Half-second jobs arriving every 0.4 s keep the one slot busy, each waiting little.
     let feed = {
@@ -90,7 +90,7 @@ async fn a_low_job_waiting_past_the_aging_bound_takes_the_next_turn() {
 async fn a_low_job_behind_an_aged_backlog_goes_after_twice_the_aging_bound() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "1"), ("PRIORITY_AGING_SECONDS", "2")]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let (batch, other) = (AccountId::generate(), AccountId::generate());
     let mut normal = Vec::new();
     for _ in 0..14 {

@@ -16,7 +16,7 @@ use crate::fixture::{Fixture, finished, start_delay};
 async fn the_default_model_set_starts_jobs_without_idle_slots() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner_with("*", &[("RUNNER_CONCURRENCY", "4")]);
-    tokio::time::sleep(Duration::from_secs(1)).await; // its consumers are up
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let mut created = Vec::new();
     for _ in 0..8 {
         created.push(fixture.create("demo/sleep", json!({"seconds": 1})).await);
@@ -43,12 +43,12 @@ async fn the_default_model_set_starts_jobs_without_idle_slots() {
 async fn a_busy_model_does_not_block_another() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner_with("*", &[("RUNNER_CONCURRENCY", "2")]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let mut flood = Vec::new();
     for _ in 0..10 {
         flood.push(fixture.create("demo/sleep", json!({"seconds": 1})).await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await; // both slots are taken by the flood
+    fixture.await_running(&flood, 2).await; // both slots are taken by the flood
     let echo = fixture.create("demo/echo", json!({"prompt": "me too"})).await;
     let echo = fixture.wait_until(&echo.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
     assert_eq!(echo.status, PredictionStatus::Succeeded);
@@ -62,13 +62,13 @@ async fn a_busy_model_does_not_block_another() {
 async fn a_heavy_account_does_not_starve_a_light_one() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner_with("demo/sleep", &[("RUNNER_CONCURRENCY", "2")]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let (heavy, light) = (AccountId::generate(), AccountId::generate());
     let mut backlog = Vec::new();
     for _ in 0..30 {
         backlog.push(fixture.create_of(&heavy, "demo/sleep", json!({"seconds": 1})).await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await; // the heavy account holds both slots
+    fixture.await_running(&backlog, 2).await; // the heavy account holds both slots
     let single = fixture.create_of(&light, "demo/sleep", json!({"seconds": 1})).await;
     let single = fixture.wait_until(&single.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
     let delay = start_delay(&single);
@@ -115,7 +115,7 @@ async fn a_job_published_before_lanes_existed_still_runs() {
 async fn steady_arrivals_start_at_once_while_slots_are_free() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner_with("*", &[("RUNNER_CONCURRENCY", "8")]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.await_consuming("demo/sleep", json!({"seconds": 0})).await;
     let account = AccountId::generate();
     let mut created = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(125));
