@@ -264,19 +264,21 @@ impl System {
         self.request(Method::GET, path).send().await.expect("request sent")
     }
 
-    /// Waits until the api's unlabelled metric `name` reads `value` on `/metrics` (never shed),
-    /// at most 30 s: a test reaches the state it sets up before its next step, rather than
-    /// sleeping and hoping a slow machine got there.
-    pub async fn await_metric(&self, name: &str, value: f64) {
+    /// Waits until the api's unlabelled metrics read `values` (each `(name, value)`), all in one
+    /// scrape of `/metrics` (never shed), at most 30 s: a test reaches the state it sets up
+    /// before its next step, rather than sleeping and hoping a slow machine got there.
+    pub async fn await_metrics(&self, values: &[(&str, f64)]) {
         let reached = eventually(Duration::from_secs(30), || async {
             let text = self.get("/metrics").await.text().await.ok()?;
-            text.lines()
-                .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
-                .any(|v| v == value)
-                .then_some(())
+            let reads = |name: &str, value: f64| {
+                text.lines()
+                    .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+                    .any(|v| v == value)
+            };
+            values.iter().all(|(name, value)| reads(name, *value)).then_some(())
         })
         .await;
-        assert!(reached.is_some(), "the api's {name} never read {value}");
+        assert!(reached.is_some(), "the api's metrics never read {values:?}");
     }
 
     /// Polls the prediction until its status is terminal (at most `limit`).

@@ -105,7 +105,7 @@ async fn a_wait_past_the_cap_is_answered_at_once_as_created() {
         tokio::join!(create_with(&system, "demo/sleep", body.clone(), &[("prefer", "wait=10")]), async {
             // Sent once the first create holds its wait (the api's gauge says so), not after a
             // fixed pause that a slow machine could outlast before the first is held.
-            system.await_metric("api_prefer_wait_held", 1.0).await;
+            system.await_metrics(&[("api_prefer_wait_held", 1.0)]).await;
             let sent = Instant::now();
             let response = create_with(&system, "demo/sleep", body.clone(), &[("prefer", "wait=10")]).await;
             (response, sent.elapsed())

@@ -30,7 +30,7 @@ async fn past_its_bound_the_api_answers_503_at_once_and_serves_again_when_a_slot
         send.send(bytes::Bytes::from_static(b"first bytes")).await.expect("the upload reads");
     }
     // Both uploads are in flight once the api says so (`/metrics` is never shed).
-    system.await_metric("api_requests_in_flight", 2.0).await;
+    system.await_metrics(&[("api_requests_in_flight", 2.0)]).await;
 
     let started = std::time::Instant::now();
     let shed = system.get("/v1/predictions").await;
@@ -66,8 +66,9 @@ async fn a_held_wait_gives_its_slot_back_while_it_waits() {
             .json(&json!({"input": {"seconds": 2}}));
         tokio::spawn(async move { request.send().await.expect("create").json::<serde_json::Value>().await })
     };
-    // Once the create is held (the api's gauge says so), its slot is free for a read.
-    system.await_metric("api_prefer_wait_held", 1.0).await;
+    // Once the create is held and has given its slot back (the api's gauges say so: the wait
+    // is taken before the prediction is stored, the slot given back after), a read is served.
+    system.await_metrics(&[("api_prefer_wait_held", 1.0), ("api_requests_in_flight", 0.0)]).await;
     assert_eq!(system.get("/v1/predictions").await.status(), 200, "the one slot is free while the create waits");
     assert!(!waiting.is_finished(), "the create was still waiting");
     let done = waiting.await.expect("joined").expect("json");
