@@ -156,7 +156,7 @@ async fn handle(message: Message, model: Arc<dyn Model>, shared: Arc<Shared>, _s
             tracing::error!(served = %model.descriptor().model, "job for another model terminated");
             return job.settle(AckKind::Term).await;
         }
-        let delivery = Delivery::new(stream_seq, model_input, prediction);
+        let delivery = Delivery::new(stream_seq, model_input, prediction).numbered(delivered, shared.max_deliver);
         let execute = Box::pin(shared.executor.execute(model.as_ref(), &prediction_id, delivery, &shared.handback));
         let settle = match execute.await {
             Outcome::Done => AckKind::Ack,

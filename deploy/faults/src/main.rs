@@ -15,6 +15,7 @@
 //! - [`trainings`]: real Cog trainings through a killed runner, and how each ended;
 //! - [`outputs`]: a real Cog model's file outputs streamed to a runner killed mid-upload;
 //! - [`cog_crashes`]: a Cog project the runner starts, its model servers killed at random;
+//! - [`poison`]: a job whose runner is killed on every delivery;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -29,6 +30,7 @@ mod levels;
 mod load;
 mod lost_replies;
 mod outputs;
+mod poison;
 mod recorder;
 mod report;
 mod rollout;

@@ -124,6 +124,8 @@ pub struct Outcome {
     pub dead: Option<crate::dead_receiver::DeadTally>,
     /// The kills and the failures they caused, in the Cog crashes' scenario.
     pub cog: Option<crate::cog_crashes::CrashTally>,
+    /// How the poisonous job ended, in its scenario.
+    pub poison: Option<crate::poison::PoisonTally>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -218,6 +220,7 @@ impl Outcome {
             budget: None,
             dead: None,
             cog: None,
+            poison: None,
             lost: None,
             usage: None,
         }
@@ -297,6 +300,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(poison) = &self.poison {
+            for failure in poison.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some(lost) = &self.lost {
             for failure in lost.failures() {
                 fail(true, failure);
@@ -333,6 +341,7 @@ impl Outcome {
             "budget": self.budget.as_ref().map(crate::budget::BudgetTally::json),
             "dead_receiver": self.dead.as_ref().map(crate::dead_receiver::DeadTally::json),
             "cog_crashes": self.cog.as_ref().map(crate::cog_crashes::CrashTally::json),
+            "poison": self.poison.as_ref().map(crate::poison::PoisonTally::json),
             "lost_answers": self.lost.as_ref().map(crate::lost_replies::LostTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,

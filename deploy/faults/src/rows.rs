@@ -31,6 +31,11 @@
 //! at random for a minute: every failure must carry a crash's code, and the model must come
 //! back ([`crate::cog_crashes`]).
 //!
+//! A row has one job whose runner is killed on every delivery that runs its model, as a model
+//! that takes its process down would: its prediction must fail with `JOB_DELIVERIES_EXHAUSTED`
+//! within a minute, its job leave the stream, and the load on the other runner run as ever
+//! ([`crate::poison`]).
+//!
 //! A row runs its load while another account's receiver answers 503 to everything, 1,500
 //! events of that account waiting for their retries: every webhook of the load must arrive
 //! within 5 s, and the dead receiver's retries must keep to the schedule
@@ -78,6 +83,9 @@ pub(crate) enum Fault {
     /// The model servers of a Cog project the runner started, killed at random for
     /// [`crate::cog_crashes::KILL_FOR`] (injected by the row itself, which holds the project).
     KillCogServers,
+    /// The runner of one job's pool SIGKILLed on every delivery of that job that runs its model
+    /// (see [`crate::poison`]).
+    KillOnEveryDelivery,
     /// Creates at twice the rate the runner starts them ([`CREATE_FLOOD`]) for
     /// [`FLOOD_SECONDS`], with the queue bound at [`QUEUE_BOUND`] (see [`crate::flood::creates`]).
     CreateFlood,
@@ -88,7 +96,14 @@ impl Fault {
     pub(crate) fn may_duplicate(self) -> bool {
         !matches!(
             self,
-            Self::None | Self::Rotate | Self::Rollout | Self::Overload | Self::CreateFlood | Self::KillCogServers
+            Self::None
+                | Self::Rotate
+                | Self::Rollout
+                | Self::Overload
+                | Self::CreateFlood
+                | Self::KillCogServers
+                // The runner it kills runs only the poisonous job: the load's are never redelivered.
+                | Self::KillOnEveryDelivery
         )
     }
 
@@ -232,6 +247,7 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         cog_crashes: true,
         ..PLAIN
     },
+    Scenario { name: "a job whose runner is killed on every delivery", fault: Fault::KillOnEveryDelivery, ..PLAIN },
     Scenario { name: "notifier killed (SIGKILL)", fault: Fault::Kill(Role::Notifier), ..PLAIN },
     Scenario { name: "api killed (SIGKILL)", fault: Fault::Kill(Role::Api), ..PLAIN },
     Scenario { name: "api killed during uploads", fault: Fault::Kill(Role::Api), uploads: true, ..PLAIN },

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    budget, capped, cog_crashes, dead_receiver, flood, levels, load, lost_replies, outputs,
+    budget, capped, cog_crashes, dead_receiver, flood, levels, load, lost_replies, outputs, poison,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -248,6 +248,9 @@ async fn run_scenario(
     if scenario.capped {
         capped::cap(&topology.setup.store).await?;
     }
+    if matches!(scenario.fault, Fault::KillOnEveryDelivery) {
+        poison::prepare(&mut topology).await?;
+    }
     if scenario.levels {
         levels::allow_high(&topology.setup.store).await?;
     }
@@ -275,7 +278,9 @@ async fn run_scenario(
         };
         let rate = if scenario.cog_crashes { cog_crashes::RATE } else { options.rate };
         let keyed = losing.is_some();
+        let poisoning = matches!(scenario.fault, Fault::KillOnEveryDelivery);
         let target = match (rolling, scenario.levels, scenario.cog_crashes) {
+            _ if poisoning => Some(poison::target(url.clone())),
             (true, _, _) => Some(rollout::target(pinned.clone(), url.clone())),
             (_, true, _) => Some(levels::target(url.clone())),
             (_, _, true) => Some(cog_crashes::target(url.clone())),
@@ -323,7 +328,13 @@ async fn run_scenario(
         }
     };
     let mut killed = None;
+    let mut poisoned = None;
     let (window, flooded, lost) = match (&losing, &cog) {
+        _ if matches!(scenario.fault, Fault::KillOnEveryDelivery) => {
+            let from = Instant::now();
+            poisoned = Some(poison::inject(&mut topology, &recorder.url).await?);
+            (Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), None, 0)
+        }
         (_, Some(cog)) => {
             let from = Instant::now();
             killed = Some(cog.kill_at_random().await);
@@ -408,6 +419,9 @@ async fn run_scenario(
     if let Some(dead) = &dead {
         outcome.dead = Some(dead_receiver::check(&topology, dead, &deliveries, anchor).await?);
     }
+    if let Some((id, kills)) = &poisoned {
+        outcome.poison = Some(poison::check(&topology, id, *kills).await?);
+    }
     if let Some((kills, last)) = killed {
         outcome.cog = Some(cog_crashes::check(&topology.setup.store, kills, last).await?);
     }
@@ -437,7 +451,9 @@ async fn inject(
     let mut flooded = None;
     match fault {
         // Injected by the row itself (it holds the proxy).
-        Fault::None | Fault::LoseReplies | Fault::KillCogServers => return Ok((None, None)),
+        Fault::None | Fault::LoseReplies | Fault::KillCogServers | Fault::KillOnEveryDelivery => {
+            return Ok((None, None));
+        }
         Fault::Rotate => {
             rotate(topology, recorder).await?;
             return Ok((None, None));

@@ -25,7 +25,12 @@ pub struct Setup {
 impl Setup {
     /// A fresh database and prefix, with `extra` settings.
     pub async fn new(extra: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let unique = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis());
+        // Unique across processes and across setups begun within the same millisecond (the
+        // fault suite starts two rows at once).
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
+        let unique = format!("{millis:x}{:x}{made}", std::process::id());
         let mut vars: HashMap<String, String> = std::env::vars().collect();
         vars.insert("MONGODB_DATABASE".into(), format!("bench_{unique}"));
         vars.insert("NATS_PREFIX".into(), format!("bench{unique}"));

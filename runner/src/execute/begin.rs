@@ -4,7 +4,8 @@
 //! reads nothing back: it goes to the runner's [`crate::group_update::GroupUpdate`] beside other
 //! predictions' changes, and the runner applies it to the job's copy. Otherwise, or if that
 //! copy is no longer current (canceled, or a redelivery), the change returns the stored
-//! prediction, and if that fails too the prediction is read to decide what the job is.
+//! prediction, and if that fails too the prediction is read to decide what the job is. A job
+//! found `processing` on its last delivery is not run again (see [`super::Delivery::numbered`]).
 
 use anyhow::Context;
 use bson::{DateTime, doc};
@@ -26,13 +27,15 @@ impl Executor {
         &self,
         id: &PredictionId,
         stream_seq: u64,
+        last: Option<i64>,
         created: Option<Box<Prediction>>,
         early_call: Option<ModelCall<'a>>,
     ) -> anyhow::Result<Option<(Prediction, bool, Option<ModelCall<'a>>)>> {
         let Some(mut call) = early_call else {
-            return Ok(self.begin(id, stream_seq, created).await?.map(|(p, just_started)| (p, just_started, None)));
+            let begun = self.begin(id, stream_seq, last, created).await?;
+            return Ok(begun.map(|(p, just_started)| (p, just_started, None)));
         };
-        let begin = self.begin(id, stream_seq, created);
+        let begin = self.begin(id, stream_seq, last, created);
         tokio::pin!(begin);
         let (begun, call) = tokio::select! {
             begun = &mut begin => (begun?, call),
@@ -42,11 +45,12 @@ impl Executor {
     }
 
     /// Step 1: the prediction to run, and whether this call started it (so its `start` event
-    /// is due), or `None` when there is nothing to run.
+    /// is due), or `None` when there is nothing to run. `last`: see [`super::Delivery::last`].
     async fn begin(
         &self,
         id: &PredictionId,
         stream_seq: u64,
+        last: Option<i64>,
         created: Option<Box<Prediction>>,
     ) -> anyhow::Result<Option<(Prediction, bool)>> {
         let predictions = self.store.predictions();
@@ -99,6 +103,14 @@ impl Executor {
                 Ok(None)
             }
             Some(p) if p.status == PredictionStatus::Processing && p.job_seq.is_none_or(|s| s == job_seq) => {
+                if let Some(delivered) = last {
+                    tracing::error!(
+                        delivered,
+                        "prediction was processing on a runner that stopped, on every delivery of its job; it fails"
+                    );
+                    self.fail(&p, super::deliveries_exhausted(delivered)).await?;
+                    return Ok(None);
+                }
                 tracing::warn!("prediction was processing on a runner that stopped; taking it over");
                 Ok(Some((p, false)))
             }

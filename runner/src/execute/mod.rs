@@ -101,6 +101,9 @@ pub struct Delivery {
     pub model_input: Option<Map<String, Value>>,
     /// The prediction as its creator stored it, if the job carries it.
     pub created: Option<Box<Prediction>>,
+    /// `Some(n)` when this is the job's last delivery (`RUNNER_MAX_DELIVER`), its `n`-th:
+    /// see [`Delivery::numbered`].
+    pub last: Option<i64>,
 }
 
 impl Delivery {
@@ -108,7 +111,29 @@ impl Delivery {
     /// from the prediction when the job carries that.
     pub fn new(stream_seq: u64, model_input: Option<Map<String, Value>>, created: Option<Box<Prediction>>) -> Self {
         let model_input = model_input.or_else(|| created.as_ref().and_then(|p| p.model_input.as_object().cloned()));
-        Self { stream_seq, model_input, created }
+        Self { stream_seq, model_input, created, last: None }
+    }
+
+    /// This delivery is the job's `delivered`-th of at most `max_deliver`. The last one of a
+    /// job found `processing` (its runner stopped while running it on every delivery before:
+    /// a job that kills its runner, say) does not run it again: the prediction fails with
+    /// [`deliveries_exhausted`] and the job is removed, where JetStream would otherwise keep
+    /// it undelivered and the prediction `processing` until its deadline.
+    pub fn numbered(self, delivered: i64, max_deliver: i64) -> Self {
+        let last = (delivered > 1 && delivered >= max_deliver).then_some(delivered);
+        Self { last, ..self }
+    }
+}
+
+/// The error of a prediction whose runner stopped while running it on every delivery of its
+/// job but the last, `delivered` in all.
+pub fn deliveries_exhausted(delivered: i64) -> ModelError {
+    ModelError {
+        code: "JOB_DELIVERIES_EXHAUSTED".into(),
+        message: format!(
+            "Its runner stopped while running it on {} deliveries of its job; it is not run again.",
+            delivered - 1
+        ),
     }
 }
 
@@ -399,16 +424,17 @@ impl Executor {
                 progress.set_preamble(&boot);
             }
         }
-        // A model starts beside step 1 only when the job says which files its input names.
+        // A model starts beside step 1 only when the job says which files its input names, and
+        // never on a job's last delivery (step 1 may decide not to run it).
         let early_call = match (delivery.model_input, &delivery.created) {
+            _ if delivery.last.is_some() => None,
             (Some(input), Some(created)) => Some(call(input, self.named_files(created))),
             (Some(input), None) if !self.names_files(&input) => Some(call(input, NamedFiles::none())),
             _ => None,
         };
         // Nothing to run: a model started early is dropped in there, which aborts it.
-        let Some((prediction, just_started, early_call)) =
-            Box::pin(self.begin_beside(id, delivery.stream_seq, delivery.created, early_call)).await?
-        else {
+        let begin = self.begin_beside(id, delivery.stream_seq, delivery.last, delivery.created, early_call);
+        let Some((prediction, just_started, early_call)) = Box::pin(begin).await? else {
             return Ok(Outcome::Done);
         };
         // Its input read back from the file store, if it was too large for its document: the

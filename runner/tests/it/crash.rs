@@ -4,6 +4,7 @@ use std::{process::Stdio, time::Duration};
 
 use common::domain::PredictionStatus;
 use serde_json::json;
+use testkit::eventually;
 
 use crate::fixture::Fixture;
 
@@ -56,7 +57,7 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
     );
     let ack = fixture.bus.jetstream().publish(subject, "not a job".into()).await.expect("publish");
     ack.await.expect("stored");
-    let letters = testkit::eventually(Duration::from_secs(20), || async {
+    let letters = eventually(Duration::from_secs(20), || async {
         let found = fixture.store.dead_letters().of_service("runner").await.ok()?;
         (!found.is_empty()).then_some(found)
     })
@@ -85,4 +86,51 @@ async fn with_the_default_ack_wait_a_killed_runners_prediction_resumes_elsewhere
     let resumed_after = done.completed_at.expect("ended").timestamp_millis() - killed_at.timestamp_millis() - 3_000;
     eprintln!("resumed about {resumed_after} ms after the kill");
     assert!(resumed_after < 10_000, "resumed {resumed_after} ms after the kill (the 3 s run subtracted)");
+}
+
+/// The `n`-th delivery of `p`'s job has reached a runner: its consumer redelivered it `n - 1`
+/// times (at most a minute).
+async fn delivered(fixture: &Fixture, p: &common::domain::Prediction, n: usize) {
+    let stream = fixture.bus.jetstream().get_stream(fixture.bus.subjects().jobs_stream()).await.expect("stream");
+    let name = common::lane::Lane::of(p).consumer(fixture.bus.subjects());
+    let reached = eventually(Duration::from_secs(60), || {
+        let (stream, name) = (stream.clone(), name.clone());
+        async move {
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream.get_consumer(&name).await.ok()?;
+            let info = consumer.info().await.ok()?;
+            (info.num_redelivered + 1 >= n && info.num_ack_pending == 1).then_some(())
+        }
+    })
+    .await;
+    assert!(reached.is_some(), "delivery {n} of the job never reached a runner");
+}
+
+/// A job whose runner dies on every delivery (a model that brings its process down, say) is
+/// not delivered for ever, nor left undelivered with its prediction `processing` until its
+/// deadline: on its last delivery the prediction fails with a code of its own, the job is
+/// removed, and the model is not run again.
+#[tokio::test]
+async fn a_job_whose_runner_dies_on_every_delivery_fails_on_its_last_with_its_code() {
+    let fixture = Fixture::new(&[("RUNNER_MAX_DELIVER", "3")]).await;
+    let p = fixture.create("demo/sleep", json!({"seconds": 60})).await;
+    for n in 1..=2 {
+        let mut doomed = runner_process(&fixture, &[]);
+        delivered(&fixture, &p, n).await;
+        fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+        doomed.kill().expect("SIGKILL the runner");
+        doomed.wait().expect("reap it");
+    }
+    fixture.start_runner("demo/sleep");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Failed);
+    let error = done.error.as_ref().expect("an error");
+    assert_eq!(error.code, "JOB_DELIVERIES_EXHAUSTED", "{error:?}");
+    assert!(error.message.contains("2 deliveries"), "{error:?}");
+    let jobs = fixture.bus.jetstream().get_stream(fixture.bus.subjects().jobs_stream()).await.expect("stream");
+    let removed = eventually(Duration::from_secs(10), || {
+        let mut jobs = jobs.clone();
+        async move { (jobs.info().await.ok()?.state.messages == 0).then_some(()) }
+    })
+    .await;
+    assert!(removed.is_some(), "the job left the stream");
 }
