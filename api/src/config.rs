@@ -3,7 +3,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `API_BIND` | `0.0.0.0:8080` | address to listen on |
-//! | `DEFAULT_RATE_LIMIT_RPM` | `600` | `rate_limit_rpm` of new keys; a key at this limit may make that many creates and five times as many other requests a minute |
+//! | `DEFAULT_RATE_LIMIT_RPM` | `3000` | `rate_limit_rpm` of new keys: requests a minute, every authenticated request counted |
 //! | `SHUTDOWN_GRACE_SECONDS` | `30` | how long in-flight requests may finish after SIGTERM |
 //! | `API_MAX_IN_FLIGHT` | `512` | requests this replica works on at once; past it, 503 with `Retry-After: 1` at once (`/health`, `/ready`, `/metrics` excepted; held waits give their slot back) |
 //! | `API_REQUEST_DEADLINE_SECONDS` | `10` | how long a request's work may go on: past it, its reads stop on the server and its prediction, if still queued for its write, is not written (503 with `Retry-After`); a `Prefer: wait` create adds its wait, an upload has its own limit |
@@ -52,7 +52,7 @@ pub struct ApiConfig {
 impl ApiConfig {
     /// Reads and checks the configuration.
     pub fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
-        let default_rate_limit_rpm = env.parse("DEFAULT_RATE_LIMIT_RPM", 600u32)?;
+        let default_rate_limit_rpm = env.parse("DEFAULT_RATE_LIMIT_RPM", 3_000u32)?;
         if default_rate_limit_rpm == 0 {
             return Err(ConfigError { var: "DEFAULT_RATE_LIMIT_RPM".into(), reason: "must be at least 1".into() });
         }

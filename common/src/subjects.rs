@@ -14,11 +14,28 @@
 //! | signing secret rotated (core NATS) | `ps.secrets.rotated` |
 //! | hardware prices changed (core NATS) | `ps.prices.changed` |
 //! | running slots of capped accounts (KV bucket) | `ps_account_slots`, keys `<account id>.<slot>` |
+//!
+//! An owner or model name's `.` (`flux-1.1-pro`) is written `~` in subjects and consumer names
+//! ([`token`]): a `.` would split the token, and no name holds a `~`. A model whose
+//! `ps_runner_<len(owner)>_<owner>_<model>` would pass [`MAX_CONSUMER_BASE`] characters (names
+//! past 64 characters) has `ps_runner_h<24 hex digits of the SHA-256 of owner/name>` instead.
+
+use sha2::Digest;
 
 use crate::domain::{
     AccountId, ModelRef, PredictionId, Priority, Route,
     route::{ANY_POOL, Pool},
 };
+
+/// A name as a subject token, or in a consumer name: each `.` written `~`.
+pub fn token(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.contains('.') { std::borrow::Cow::Owned(name.replace('.', "~")) } else { std::borrow::Cow::Borrowed(name) }
+}
+
+/// The longest a model's consumer name may be before its digest stands for its names: a lane's
+/// consumer adds about 80 characters to it, and a consumer's name is a file name on the
+/// server's disk (255 at most).
+pub const MAX_CONSUMER_BASE: usize = 150;
 
 /// The subject token of a level: none for `normal`, so the subjects and consumers of before
 /// levels are those of `normal` and the jobs waiting at an upgrade drain through them.
@@ -77,8 +94,8 @@ impl Subjects {
         format!(
             "{}.jobs.{}.{}.{}.{pool}.{account}.{level}{id}",
             self.prefix,
-            model.owner(),
-            model.name(),
+            token(model.owner()),
+            token(model.name()),
             route.version
         )
     }
@@ -86,19 +103,27 @@ impl Subjects {
     /// Every job subject of one model, of every version and account (the runners' doorbell,
     /// and the filter that finds the lanes with jobs waiting).
     pub fn model_jobs(&self, model: &ModelRef) -> String {
-        format!("{}.jobs.{}.{}.>", self.prefix, model.owner(), model.name())
+        format!("{}.jobs.{}.{}.>", self.prefix, token(model.owner()), token(model.name()))
     }
 
     /// The job subjects of one model from before accounts had lanes (one token after the
     /// model): the filter of the model's legacy consumer, which drains them after an upgrade.
     pub fn legacy_model_jobs(&self, model: &ModelRef) -> String {
-        format!("{}.jobs.{}.{}.*", self.prefix, model.owner(), model.name())
+        format!("{}.jobs.{}.{}.*", self.prefix, token(model.owner()), token(model.name()))
     }
 
     /// The durable consumer of `model`'s legacy jobs (see [`Self::legacy_model_jobs`]).
     pub fn runner_consumer(&self, model: &ModelRef) -> String {
         // The owner's length makes the name unambiguous although '_' may occur in both parts.
-        format!("{}_runner_{}_{}_{}", self.prefix, model.owner().len(), model.owner(), model.name())
+        let (owner, name) = (token(model.owner()), token(model.name()));
+        let named = format!("{}_runner_{}_{owner}_{name}", self.prefix, owner.len());
+        if named.len() <= MAX_CONSUMER_BASE {
+            return named;
+        }
+        // A long name (past 64 characters a part, since names may have 100): its digest, so a
+        // lane's consumer, which adds a version, a pool and an account, stays a file name.
+        let digest = crate::domain::api_key::hex(&sha2::Sha256::digest(model.to_string().as_bytes()));
+        format!("{}_runner_h{}", self.prefix, &digest[..24])
     }
 
     /// The stream of status events.
@@ -212,6 +237,26 @@ mod tests {
         let a: ModelRef = "a_b/c".parse().expect("valid");
         let b: ModelRef = "a/b_c".parse().expect("valid");
         assert_ne!(s.runner_consumer(&a), s.runner_consumer(&b));
+    }
+
+    #[test]
+    fn a_dotted_name_is_one_token_and_a_long_one_a_short_consumer() {
+        let s = Subjects::new("ps").expect("valid");
+        let dotted: ModelRef = "black-forest-labs/flux-1.1-pro".parse().expect("valid");
+        let id = PredictionId::parse("aaaaaaaaaaaaaaaaaaaaaaaaaa").expect("id");
+        let (account, any) = (AccountId::generate(), Route { version: "v1".into(), pool: None });
+        let subject = s.job(&dotted, &any, &account, Priority::Normal, &id);
+        assert_eq!(subject, format!("ps.jobs.black-forest-labs.flux-1~1-pro.v1.any.{account}.{id}"));
+        assert_eq!(s.model_jobs(&dotted), "ps.jobs.black-forest-labs.flux-1~1-pro.>");
+        let consumer = s.runner_consumer(&dotted);
+        assert!(!consumer.contains('.'), "{consumer}");
+        let undotted: ModelRef = "black-forest-labs/flux-1_1-pro".parse().expect("valid");
+        assert_ne!(s.runner_consumer(&undotted), consumer, "'.' and '_' stay apart");
+        let long: ModelRef = format!("{}/{}", "o".repeat(100), "n".repeat(100)).parse().expect("valid");
+        let other: ModelRef = format!("{}/{}m", "o".repeat(100), "n".repeat(99)).parse().expect("valid");
+        assert!(s.runner_consumer(&long).len() <= MAX_CONSUMER_BASE, "{}", s.runner_consumer(&long));
+        assert_ne!(s.runner_consumer(&long), s.runner_consumer(&other));
+        assert_eq!(s.runner_consumer(&"demo/echo".parse().expect("valid")), "ps_runner_4_demo_echo", "as before");
     }
 
     #[test]

@@ -42,8 +42,7 @@ impl FromRequestParts<AppState> for Caller {
             .filter(|k| k.is_usable_at(DateTime::now()))
             .ok_or_else(ApiError::unauthorized)?;
         state.keys.note_use(&key);
-        let spends = crate::state::ratelimit::Budget::of(&parts.method, parts.uri.path());
-        let decision = state.rate_limiter.check(&key, spends, state.config.default_rate_limit_rpm).await;
+        let decision = state.rate_limiter.check(&key).await;
         if let Some(slot) = parts.extensions.get::<DecisionSlot>() {
             slot.set(decision);
         }

@@ -31,7 +31,7 @@ pub mod webhook_secret;
 
 use std::sync::OnceLock;
 
-use axum::{Extension, Router, extract::DefaultBodyLimit, routing::get};
+use axum::{Extension, Router, extract::DefaultBodyLimit};
 use common::domain::ApiSurface;
 use utoipa_axum::{
     router::{OpenApiRouter, UtoipaMethodRouter},
@@ -98,10 +98,9 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(files::get, files::delete))
         .routes(routes!(files::download))
         .routes(routes!(webhook_secret::get))
+        .routes(routes!(webhook_secret::get_default))
         .routes(routes!(webhook_secret::rotate))
         .routes(routes!(usage::get))
-        // The secret's older address: the same operation, documented once.
-        .route("/webhooks/default/secret", get(webhook_secret::get))
 }
 
 /// An upload streams to the file store under its own limit (`API_MAX_FILE_BYTES`), not the
@@ -210,10 +209,7 @@ mod tests {
         let page =
             std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api.md")).expect("docs/api.md");
         let named: BTreeSet<String> = routes_named(&page);
-        let mut served: BTreeSet<String> =
-            operations(document()).into_iter().filter(|op| op.contains(" /v1/")).collect();
-        // Served beside its documented address, and named by the page as such.
-        served.insert("GET /v1/webhooks/default/secret".into());
+        let served: BTreeSet<String> = operations(document()).into_iter().filter(|op| op.contains(" /v1/")).collect();
         let missing: Vec<_> = served.difference(&named).collect();
         let unknown: Vec<_> = named.difference(&served).collect();
         assert!(missing.is_empty(), "routes docs/api.md does not name: {missing:?}");

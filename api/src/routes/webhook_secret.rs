@@ -1,6 +1,8 @@
-//! The account's webhook signing secret (scope `admin`): `GET /v1/account/webhooks/secret`
-//! (and its Replicate-compatible alias `GET /v1/webhooks/default/secret`), and
-//! `POST /v1/account/webhooks/secret/rotate`.
+//! The account's webhook signing secret: `GET /v1/account/webhooks/secret` and
+//! `POST /v1/account/webhooks/secret/rotate` (scope `admin`, as every `/v1/account/...`
+//! route), and Replicate's path, `GET /webhooks/default/secret` on both surfaces (scope `read`:
+//! on Replicate any token of the account reads it, and a receiver's setup code reads it with
+//! the token that creates its predictions; rotating keeps `admin`).
 
 use crate::problem::FieldError;
 use axum::{Json, extract::State};
@@ -11,7 +13,7 @@ use serde::Serialize;
 
 use crate::{
     error::ApiError,
-    http::auth::{Admin, Authorized},
+    http::auth::{self, Admin, Authorized},
     http::extract::OptionalBody,
     ops::signing_secret,
     routes::openapi::problems,
@@ -62,6 +64,23 @@ impl SecretView {
     security(("bearer" = []))
 )]
 pub async fn get(State(state): State<AppState>, auth: Authorized<Admin>) -> Result<Json<SecretView>, ApiError> {
+    let secrets = signing_secret::current(&state, &auth.caller.key.account_id).await?;
+    Ok(Json(SecretView::of(&secrets, DateTime::now())))
+}
+
+/// `GET /v1/webhooks/default/secret`: the same answer, to any key of the account (`read`).
+#[utoipa::path(
+    get,
+    path = "/webhooks/default/secret",
+    operation_id = "getDefaultWebhookSecret",
+    tag = "account",
+    responses((status = 200, description = "The signing secret (Replicate's path; scope `read`)", body = SecretView)),
+    security(("bearer" = []))
+)]
+pub async fn get_default(
+    State(state): State<AppState>,
+    auth: Authorized<auth::Read>,
+) -> Result<Json<SecretView>, ApiError> {
     let secrets = signing_secret::current(&state, &auth.caller.key.account_id).await?;
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
 }

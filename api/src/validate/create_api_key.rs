@@ -29,7 +29,8 @@ pub struct CreateApiKeyBody {
     /// Days until the key stops working; never when absent.
     #[schema(value_type = Option<i64>, minimum = 1, maximum = 365)]
     pub expires_in_days: Option<Field<Bounded<1, 365>>>,
-    /// Requests per minute the key may make (default: the deployment's default, 600).
+    /// Requests per minute the key may make, every authenticated request counted (default: the
+    /// deployment's default, 3,000).
     #[schema(value_type = Option<i64>, minimum = 1, maximum = 1000000)]
     pub rate_limit_rpm: Option<Field<Bounded<1, 1_000_000>>>,
 }

@@ -4,7 +4,7 @@
 //! | field | rule |
 //! |---|---|
 //! | `owner` | required: the caller's account's name (checked by the handler: 403 otherwise) |
-//! | `name` | required: 1 to 64 characters of `a-z`, `0-9`, `-`, `_`, starting with a letter or digit |
+//! | `name` | required: 1 to 100 characters of `a-z`, `0-9`, `-`, `_`, `.`, starting with a letter or digit |
 //! | `visibility` | required: `public` or `private` |
 //! | `hardware` | required: a pool name (see `GET /v1/hardware`) |
 //! | `description` | optional: a string of at most 1,000 characters |
@@ -61,8 +61,8 @@ pub struct CreateModelBody {
     pub cover_image_url: Option<Field<Link>>,
 }
 
-/// A model's name: 1 to 64 characters of `a-z`, `0-9`, `-`, `_`, starting with a letter or
-/// digit.
+/// A model's name: 1 to 100 characters of `a-z`, `0-9`, `-`, `_`, `.`, starting with a letter
+/// or digit (`flux-1.1-pro`).
 #[derive(Debug)]
 pub struct ModelName(String);
 
@@ -72,7 +72,7 @@ impl FieldValue for ModelName {
         if is_valid_segment(&name) {
             Ok(Self(name))
         } else {
-            Err(Faults::new("1 to 64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit."))
+            Err(Faults::new("1 to 100 characters of a-z, 0-9, '-', '_' and '.', starting with a letter or digit."))
         }
     }
 }

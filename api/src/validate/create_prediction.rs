@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn anything_else_is_refused() {
-        for bad in ["", "demo/echo:", ":abc", "demo/ec.ho", "a b", "demo/echo:a:b", "Demo/echo", &"a".repeat(129)] {
+        for bad in ["", "demo/echo:", ":abc", "demo/ec*ho", "a b", "demo/echo:a:b", "Demo/echo", &"a".repeat(129)] {
             assert_eq!(VersionRef::parse(bad), None, "{bad:?}");
         }
     }

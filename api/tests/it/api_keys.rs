@@ -34,7 +34,7 @@ async fn a_new_key_has_the_documented_defaults_and_shape() {
     assert_eq!(key["key_prefix"], &value[..8]);
     assert_eq!(key["name"], "");
     assert_eq!(key["scopes"], json!(["read", "write"]));
-    assert_eq!(key["rate_limit_rpm"], 600);
+    assert_eq!(key["rate_limit_rpm"], 3000);
     assert_eq!(key["is_active"], true);
     assert_eq!(key["expires_at"], Value::Null);
     assert!(key["id"].as_str().is_some_and(|id| id.starts_with("key_")));
@@ -102,6 +102,29 @@ async fn scopes_are_enforced_with_403_and_a_key_cannot_grant_what_it_lacks() {
     assert_eq!(response.status(), 400);
     assert_eq!(response.json_body().await["errors"][0]["field"], "scopes");
     assert_eq!(create_key(&system, ar, json!({"scopes": ["read"]})).await.status(), 201);
+}
+
+/// Replicate's path of the signing secret is read with any key of the account, as a receiver's
+/// setup code reads it with the key that creates its predictions; the account's own path and
+/// the rotation keep `admin`.
+#[tokio::test]
+async fn a_read_write_key_reads_the_secret_at_replicates_path_but_not_the_accounts() {
+    let system = api_only().await;
+    let read_write = create_key(&system, &system.admin_key, json!({})).await.json_body().await;
+    let rw = read_write["key"].as_str().expect("key");
+    for path in ["/v1/webhooks/default/secret", "/replicate/v1/webhooks/default/secret"] {
+        let response = system.with_key(Method::GET, path, rw).send().await.expect("sent");
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.json_body().await["key"], system.secret.expose(), "{path}");
+    }
+    let write_only = create_key(&system, &system.admin_key, json!({"scopes": ["write"]})).await.json_body().await;
+    let wo = write_only["key"].as_str().expect("key");
+    let response = system.with_key(Method::GET, "/v1/webhooks/default/secret", wo).send().await.expect("sent");
+    assert_eq!(response.status(), 403, "the secret is read with `read`");
+    let response = system.with_key(Method::GET, "/v1/account/webhooks/secret", rw).send().await.expect("sent");
+    assert_eq!(response.status(), 403, "the account's path keeps admin");
+    let rotate = system.with_key(Method::POST, "/v1/account/webhooks/secret/rotate", rw).send().await.expect("sent");
+    assert_eq!(rotate.status(), 403, "rotating keeps admin");
 }
 
 #[tokio::test]

@@ -54,6 +54,32 @@ async fn a_created_model_has_no_version_and_is_seen_by_its_account_and_when_publ
     assert_eq!(delete.status(), 404, "another account's model cannot be deleted");
 }
 
+/// A name with dots, as Replicate's (`flux-1.1-pro`), on both surfaces: created, fetched,
+/// listed and deleted.
+#[tokio::test]
+async fn a_dotted_model_name_is_created_fetched_and_deleted() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    for (root, name) in [("/v1", "flux-1.1-pro"), ("/replicate/v1", "meta-llama-3.1-405b-instruct")] {
+        let created =
+            system.request(Method::POST, &format!("{root}/models")).json(&new_model(name, "private")).send().await;
+        let created = created.expect("sent");
+        assert_eq!(created.status(), 201, "{root} {name}");
+        assert_eq!(created.json_body().await["name"], name);
+        let got = system.get(&format!("{root}/models/test-account/{name}")).await;
+        assert_eq!(got.status(), 200, "{root} {name}");
+        assert_eq!(got.json_body().await["name"], name);
+    }
+    let listed = system.get("/v1/models?limit=100").await.json_body().await;
+    let names: Vec<&str> =
+        listed["results"].as_array().expect("a page").iter().filter_map(|m| m["name"].as_str()).collect();
+    assert!(names.contains(&"flux-1.1-pro"), "{names:?}");
+    let deleted =
+        system.request(Method::DELETE, "/v1/models/test-account/flux-1.1-pro").send().await.expect("sent").status();
+    assert_eq!(deleted, 204);
+    assert_eq!(system.get("/v1/models/test-account/flux-1.1-pro").await.status(), 404);
+}
+
 #[tokio::test]
 async fn a_model_is_refused_for_another_owner_a_taken_address_or_bad_fields() {
     let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
@@ -71,7 +97,7 @@ async fn a_model_is_refused_for_another_owner_a_taken_address_or_bad_fields() {
     let bad = bad.json_body().await;
     let detail = bad["detail"].as_str().expect("detail");
     assert!(
-        detail.contains("name: 1 to 64 characters") && detail.contains("; and 2 more. See errors."),
+        detail.contains("name: 1 to 100 characters") && detail.contains("; and 2 more. See errors."),
         "the detail names the first fields and counts the rest: {detail}"
     );
     let fields: Vec<String> = bad["errors"]

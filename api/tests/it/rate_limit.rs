@@ -142,12 +142,16 @@ async fn rate_limits_hold_again_once_their_lost_stream_is_found_missing() {
     assert!(stream.info().await.expect("info").state.messages > 0, "counting again");
 }
 
+/// `rate_limit_rpm` is what it says: every authenticated request counts against it, creates
+/// and reads alike, whatever the key's limit. New keys get 3,000, room for the official
+/// clients' polls.
 #[tokio::test]
-async fn a_default_key_has_room_for_replicates_budgets_of_polls_and_creates() {
+async fn a_default_key_counts_every_request_against_its_3000() {
     let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
     let key = key_with(&system, None).await;
     let about = system.with_key(Method::GET, "/v1/account/api-keys", &key).send().await.expect("sent");
-    assert_eq!(about.headers()["x-ratelimit-limit"], "3000", "3,000 requests other than creates a minute");
+    assert_eq!(about.headers()["x-ratelimit-limit"], "3000", "new keys allow 3,000 requests a minute");
+    let before: i64 = about.headers()["x-ratelimit-remaining"].to_str().expect("ascii").parse().expect("a number");
     // The official clients poll each running prediction every half second: six followed at
     // once for a minute is 720 requests; 900 polls in a burst are all answered.
     let statuses: Vec<u16> = stream::iter(0..900)
@@ -157,12 +161,14 @@ async fn a_default_key_has_room_for_replicates_budgets_of_polls_and_creates() {
         .collect()
         .await;
     assert!(statuses.iter().all(|s| *s == 200), "{:?}", statuses.iter().filter(|s| **s != 200).collect::<Vec<_>>());
-    // Creates spend a budget of their own: 600 a minute.
+    // A create spends the same budget as the reads before it.
     let create = system
         .with_key(Method::POST, "/v1/predictions", &key)
         .json(&json!({"version": "demo/none", "input": {}}))
         .send()
         .await
         .expect("sent");
-    assert_eq!(create.headers()["x-ratelimit-limit"], "600");
+    assert_eq!(create.headers()["x-ratelimit-limit"], "3000");
+    let after: i64 = create.headers()["x-ratelimit-remaining"].to_str().expect("ascii").parse().expect("a number");
+    assert!(after <= before - 900, "the polls and the create were counted together: {before} then {after}");
 }

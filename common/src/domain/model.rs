@@ -1,8 +1,10 @@
 //! A model's address, `<owner>/<name>`.
 //!
-//! Both parts are 1 to 64 characters of lowercase letters, digits, `-` and `_`, starting with a
-//! letter or digit. They become NATS subject tokens (`jobs.<owner>.<name>`) and consumer names,
-//! so nothing that NATS treats specially (`.`, `*`, `>`, spaces) can appear in them.
+//! Both parts are 1 to 100 characters of lowercase letters, digits, `-`, `_` and `.`, starting
+//! with a letter or digit, as Replicate names them (`black-forest-labs/flux-1.1-pro`). They
+//! become NATS subject tokens (`jobs.<owner>.<name>`) and consumer names, where a `.` would
+//! split a token: there each `.` is written `~`, which no name holds (see
+//! [`crate::subjects`]). Nothing else NATS treats specially (`*`, `>`, spaces) can appear.
 
 use std::{fmt, str::FromStr};
 
@@ -19,17 +21,20 @@ pub struct ModelRef {
 /// The error of parsing a model address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a model is addressed as <owner>/<name>, each 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit"
+    "a model is addressed as <owner>/<name>, each 1-100 characters of a-z, 0-9, '-', '_' and '.', starting with a letter or digit"
 )]
 pub struct InvalidModelRef;
+
+/// The longest owner or model name.
+pub const MAX_SEGMENT: usize = 100;
 
 /// Whether `s` is a valid owner or model name.
 pub fn is_valid_segment(s: &str) -> bool {
     let bytes = s.as_bytes();
     !bytes.is_empty()
-        && bytes.len() <= 64
+        && bytes.len() <= MAX_SEGMENT
         && bytes[0].is_ascii_alphanumeric()
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 impl ModelRef {
@@ -93,10 +98,18 @@ mod tests {
 
     #[test]
     fn characters_that_nats_treats_specially_are_rejected() {
-        for bad in ["demo/ec.ho", "demo/*", "de mo/echo", "demo/>", "Demo/echo", "/echo", "demo/", "-x/y"] {
+        for bad in ["demo/*", "de mo/echo", "demo/>", "Demo/echo", "/echo", "demo/", "-x/y", "demo/.echo", "demo/e~cho"]
+        {
             assert!(bad.parse::<ModelRef>().is_err(), "{bad} must be rejected");
         }
-        assert!(ModelRef::new(&"a".repeat(65), "x").is_err());
-        assert!(ModelRef::new(&"a".repeat(64), "x_y-1").is_ok());
+        assert!(ModelRef::new(&"a".repeat(101), "x").is_err());
+        assert!(ModelRef::new(&"a".repeat(100), "x_y-1").is_ok());
+    }
+
+    #[test]
+    fn dotted_names_are_replicates() {
+        for good in ["black-forest-labs/flux-1.1-pro", "meta/meta-llama-3.1-405b-instruct", "a.b/c.d"] {
+            assert_eq!(good.parse::<ModelRef>().expect("valid").to_string(), good);
+        }
     }
 }

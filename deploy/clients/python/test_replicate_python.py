@@ -155,6 +155,14 @@ def test_models_get_and_versions_list(client):
     assert raised.value.status == 404
 
 
+def test_a_dotted_model_name_is_created_and_fetched_as_on_replicate(client):
+    owner = client.accounts.current().username
+    model = client.models.create(owner, "flux-1.1-pro", visibility="private", hardware="cpu")
+    assert (model.owner, model.name) == (owner, "flux-1.1-pro")
+    assert client.models.get(f"{owner}/flux-1.1-pro").name == "flux-1.1-pro"
+    assert client.models.delete(f"{owner}/flux-1.1-pro") is True
+
+
 def test_an_accounts_own_model_is_created_read_and_deleted(client):
     owner = client.accounts.current().username
     model = client.models.create(owner, "py-tune", visibility="private", hardware="cpu", description="a tune")
@@ -303,6 +311,13 @@ def test_a_replicate_shaped_webhook_validates_with_the_clients_own_check(client)
         headers, body = _Receiver.deliveries.get(timeout=30)
         secret = client.webhooks.default.secret()
         assert secret.key.startswith("whsec_")
+        # A receiver's setup code reads it with the key that creates predictions (read/write),
+        # as on Replicate.
+        made = httpx.post(f"{BASE_URL}/v1/account/api-keys", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, json={})
+        assert made.status_code == 201, made.text
+        assert made.json()["scopes"] == ["read", "write"]
+        everyday = replicate.Client(api_token=made.json()["key"], base_url=f"{BASE_URL}/replicate")
+        assert everyday.webhooks.default.secret().key == secret.key
         # Returns None when valid; raises InvalidSignatureError (or another WebhookValidationError) otherwise.
         client.webhooks.validate(headers=headers, body=body, secret=secret, tolerance=300)
         tampered = body.replace('"boom"', '"bang"')

@@ -37,28 +37,6 @@ use super::{
 
 /// How often pending requests are added to the shared counters.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
-/// Which of its key's budgets a request spends (see [`RateLimiter::check`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Budget {
-    /// A create of a prediction or a training.
-    Creates,
-    /// Any other request: a read, a poll, a cancel, a stream.
-    Others,
-}
-
-impl Budget {
-    /// The budget a request of `method` to `path` spends: a `POST` whose path ends in
-    /// `/predictions` or `/trainings` creates one.
-    pub fn of(method: &axum::http::Method, path: &str) -> Self {
-        let creates = path.ends_with("/predictions") || path.ends_with("/trainings");
-        if method == axum::http::Method::POST && creates { Self::Creates } else { Self::Others }
-    }
-}
-
-/// Other requests a key at the default limit may make for each create it may make a minute:
-/// 3,000 to 600, as Replicate's published budgets.
-pub const OTHERS_PER_CREATE: u32 = 5;
-
 /// How long an idle flusher sleeps before it looks again without being woken.
 const IDLE_RECHECK: Duration = Duration::from_secs(1);
 /// The part of the headroom a replica may admit before the others hear of it.
@@ -149,21 +127,10 @@ impl RateLimiter {
         Self { bus, previous: PreviousTotals::new(read, breaker.clone()), shared, breaker }
     }
 
-    /// Counts one request of `key` (a create or not: `spends`) and decides whether it may
-    /// proceed. A key at the deployment's default `rate_limit_rpm` (`default_rpm`) has
-    /// Replicate's two budgets: that many creates a minute, and [`OTHERS_PER_CREATE`] times as
-    /// many other requests. A key given any other limit counts every request against it.
-    pub async fn check(&self, key: &ApiKeyRecord, spends: Budget, default_rpm: u32) -> Decision {
-        let rpm = key.rate_limit_rpm;
-        if rpm != default_rpm {
-            return self.check_counter(key.id.as_str(), rpm).await;
-        }
-        match spends {
-            Budget::Creates => self.check_counter(&format!("{}_creates", key.id), rpm).await,
-            Budget::Others => {
-                self.check_counter(&format!("{}_others", key.id), rpm.saturating_mul(OTHERS_PER_CREATE)).await
-            }
-        }
+    /// Counts one request of `key` and decides whether it may proceed: every authenticated
+    /// request counts against the key's `rate_limit_rpm`, whatever its value.
+    pub async fn check(&self, key: &ApiKeyRecord) -> Decision {
+        self.check_counter(key.id.as_str(), key.rate_limit_rpm).await
     }
 
     /// Counts one event on `counter` (an API key's id, or another counter's name: one token

@@ -1,8 +1,8 @@
 //! The per-key rate limit, shared by every api replica: at most `rate_limit_rpm` requests in
-//! any 60 seconds, estimated with a sliding-window counter. A key at the deployment's default
-//! limit has two budgets instead, as Replicate does: `rate_limit_rpm` creates and
-//! [`OTHERS_PER_CREATE`] times as many other requests (600 and 3,000 by default), so a client
-//! polling several long predictions every half second is not refused.
+//! any 60 seconds, estimated with a sliding-window counter; every authenticated request counts,
+//! whatever the key's limit. New keys get the deployment's default, 3,000
+//! (`DEFAULT_RATE_LIMIT_RPM`), so a client polling several long predictions every half second
+//! is not refused.
 //!
 //! Each key has a counter per minute on a JetStream counter stream (`Nats-Incr`: atomic
 //! increments that return the new total, no compare-and-swap races, whatever the number of
@@ -35,7 +35,7 @@ use axum::{
     response::Response,
 };
 
-pub use limiter::{Budget, OTHERS_PER_CREATE, RateLimiter};
+pub use limiter::RateLimiter;
 
 /// The window of the limit.
 pub const WINDOW_SECS: i64 = 60;
