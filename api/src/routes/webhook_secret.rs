@@ -64,7 +64,12 @@ impl SecretView {
     security(("bearer" = []))
 )]
 pub async fn get(State(state): State<AppState>, auth: Authorized<Admin>) -> Result<Json<SecretView>, ApiError> {
-    let secrets = signing_secret::current(&state, &auth.caller.key.account_id).await?;
+    shown(&state, &auth.caller.key.account_id).await
+}
+
+/// The account's current secret as both reads answer it.
+async fn shown(state: &AppState, account: &common::domain::AccountId) -> Result<Json<SecretView>, ApiError> {
+    let secrets = signing_secret::current(state, account).await?;
     Ok(Json(SecretView::of(&secrets, DateTime::now())))
 }
 
@@ -81,8 +86,7 @@ pub async fn get_default(
     State(state): State<AppState>,
     auth: Authorized<auth::Read>,
 ) -> Result<Json<SecretView>, ApiError> {
-    let secrets = signing_secret::current(&state, &auth.caller.key.account_id).await?;
-    Ok(Json(SecretView::of(&secrets, DateTime::now())))
+    shown(&state, &auth.caller.key.account_id).await
 }
 
 /// The body of a rotation: optional, and no body at all is `{}`.
