@@ -54,7 +54,7 @@ impl SecretView {
     }
 }
 
-/// `GET /v1/account/webhooks/secret` (also `GET /v1/webhooks/default/secret`)
+/// `GET /v1/account/webhooks/secret` (admin; Replicate's path is [`get_default`])
 #[utoipa::path(
     get,
     path = "/account/webhooks/secret",
