@@ -87,7 +87,8 @@ pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: Cancellat
 pub async fn connect(config: ApiConfig) -> anyhow::Result<AppState> {
     let (store, bus) = common::connect::connect(&config.common, "api").await?;
     let files = Files::open(&store, &config.common.files).await.context("opening the file store")?;
-    Ok(AppState::new(config, store, bus, files).await?)
+    let readiness = common::connect::readiness(&config.common, "api", &bus).await?;
+    Ok(AppState::new(config, store, bus, files, readiness).await?)
 }
 
 /// Logs a failed request at ERROR, but a 503: it is the answer of a shed request, a request

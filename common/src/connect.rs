@@ -4,6 +4,7 @@
 use crate::{
     bus::{Bus, BusError},
     config::CommonConfig,
+    readiness::{Probe, Readiness},
     store::{Store, StoreError},
 };
 
@@ -29,4 +30,13 @@ pub async fn connect(config: &CommonConfig, service: &str) -> Result<(Store, Bus
         .with_max_consumers(config.nats_max_consumers);
     bus.ensure_streams().await?;
     Ok((store, bus))
+}
+
+/// The readiness of `service`, whose work uses `bus`: checked on a MongoDB client and a NATS
+/// connection of its own, named `<service>-probe` (see [`crate::readiness`]).
+pub async fn readiness(config: &CommonConfig, service: &str, bus: &Bus) -> Result<Readiness, ConnectError> {
+    let name = format!("{service}-probe");
+    let store = Store::connect_probe(&config.mongodb_uri, &config.mongodb_database, &name).await?;
+    let probe = Probe { store, bus: bus.probe(&config.nats_url, &name).await? };
+    Ok(Readiness::start(probe, bus.clone()).await)
 }

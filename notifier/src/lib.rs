@@ -53,7 +53,8 @@ pub async fn run(config: NotifierConfig, shutdown: CancellationToken) -> anyhow:
     if let Some(bind) = config.metrics_bind {
         let (counts, shown) = (store.command_counts().clone(), metrics.clone());
         let render = move || format!("{}{}", shown.render(), counts.openmetrics());
-        common::telemetry::serve_operations(bind, render, store.clone(), bus.clone(), shutdown.clone()).await?;
+        let readiness = common::connect::readiness(common, "notifier", &bus).await?;
+        common::telemetry::serve_operations(bind, render, readiness, shutdown.clone()).await?;
     }
     // Subscribed before the first event is taken, so no rotation can slip past the cache.
     let rotations = bus.client().subscribe(bus.subjects().secret_rotations()).await?;

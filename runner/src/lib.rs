@@ -112,7 +112,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     if let Some(bind) = config.metrics_bind {
         let (counts, metrics) = (store.command_counts().clone(), executor.metrics().clone());
         let render = move || format!("{}{}", metrics.render(), counts.openmetrics());
-        common::telemetry::serve_operations(bind, render, store.clone(), bus.clone(), shutdown.clone()).await?;
+        let readiness = common::connect::readiness(common, "runner", &bus).await?;
+        common::telemetry::serve_operations(bind, render, readiness, shutdown.clone()).await?;
     }
     cancel::listen(&bus, executor.clone(), &background, shutdown.clone()).await?;
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);

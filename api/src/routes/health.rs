@@ -1,8 +1,9 @@
 //! Liveness and readiness. `/health` answers 200 while the process serves; `/ready` answers
-//! 200 only when MongoDB and NATS both answer (within 2 s; MongoDB is forgiven for the 15 s an
-//! election may take after it last answered), else 503 `{"status":"not_ready"}`,
-//! so a load balancer stops sending traffic to a replica that cannot do its work (see
-//! [`common::readiness`], which the runner and the notifier answer from too).
+//! 200 only when MongoDB and NATS both answer (checked every 2 s on connections of the
+//! check's own, answered from the last checks; MongoDB is forgiven for the 15 s an election may
+//! take after it last answered), else 503 `{"status":"not_ready"}`, so a load balancer stops
+//! sending traffic to a replica that cannot do its work (see [`common::readiness`], which the
+//! runner and the notifier answer from too).
 
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
 use serde::Serialize;
@@ -38,7 +39,7 @@ pub struct Liveness {
     )
 )]
 pub async fn ready(State(state): State<AppState>) -> impl IntoResponse {
-    match state.readiness.check(&state.store, &state.bus).await {
+    match state.readiness.now() {
         Ok(()) => return (StatusCode::OK, Json(Readiness { status: "ready", version: Some(common::VERSION) })),
         Err(not_ready) => tracing::warn!(mongodb = ?not_ready.mongodb, nats = ?not_ready.nats, "not ready"),
     }

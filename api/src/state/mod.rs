@@ -94,7 +94,13 @@ pub struct Shared {
 
 impl AppState {
     /// Builds the state around connected clients (and subscribes to key deactivations).
-    pub async fn new(config: ApiConfig, store: Store, bus: Bus, files: Files) -> Result<Self, common::bus::BusError> {
+    pub async fn new(
+        config: ApiConfig,
+        store: Store,
+        bus: Bus,
+        files: Files,
+        readiness: common::readiness::Readiness,
+    ) -> Result<Self, common::bus::BusError> {
         let deactivations = bus.subscribe_key_deactivations().await?;
         let background = TaskTracker::new();
         let models = ModelCatalog::new(store.models(), store.model_versions(), store.runners());
@@ -121,7 +127,7 @@ impl AppState {
             config,
             store,
             bus,
-            readiness: common::readiness::Readiness::default(),
+            readiness,
         })))
     }
 

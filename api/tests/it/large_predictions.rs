@@ -50,6 +50,10 @@ async fn a_hundred_and_twenty_eight_predictions_of_900_kb_on_64_slots_succeed_wh
         Options { env: vec![("RUNNER_CONCURRENCY", "64".into()), ("FILES_STORE", "s3".into())], ..Default::default() };
     let system = System::start_with(options).await;
     let receiver = Receiver::start().await;
+    // Readiness is polled throughout, as an orchestrator's probe would: the replica is busy,
+    // not unreachable, and must stay in rotation (a 503 would move its load onto the others).
+    let probing = tokio_util::sync::CancellationToken::new();
+    let probe = tokio::spawn(probe_readiness(system.url("/ready"), probing.clone()));
 
     let creates = futures::stream::iter(0..128).map(|n| {
         let body = json!({"input": {"prompt": prompt(n, 900)}, "webhook": receiver.url(), "webhook_events_filter": ["completed"]});
@@ -102,6 +106,34 @@ async fn a_hundred_and_twenty_eight_predictions_of_900_kb_on_64_slots_succeed_wh
         assert_eq!(body["output"], body["input"]["prompt"], "echoed whole");
         assert_eq!(body["input"]["prompt"], prompt(n, 900));
     }
+    probing.cancel();
+    let (probes, unready) = probe.await.expect("the probe ran");
+    assert!(probes > 0, "readiness was probed");
+    assert!(
+        unready.is_empty(),
+        "{} of {probes} readiness probes during the load were not 200: {unready:?}",
+        unready.len()
+    );
+}
+
+/// Asks `/ready` every 250 ms until `stop`: how many times, and every answer that was not 200
+/// (or no answer within 10 s, a probe's generous timeout), with when it came.
+async fn probe_readiness(url: String, stop: tokio_util::sync::CancellationToken) -> (usize, Vec<String>) {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    let (started, mut probes, mut unready) = (std::time::Instant::now(), 0, Vec::new());
+    while !stop.is_cancelled() {
+        probes += 1;
+        match http.get(&url).send().await {
+            Ok(r) if r.status() == 200 => {}
+            Ok(r) => unready.push(format!("{} at {:?}", r.status(), started.elapsed())),
+            Err(e) => unready.push(format!("{e} at {:?}", started.elapsed())),
+        }
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+    }
+    (probes, unready)
 }
 
 #[tokio::test]

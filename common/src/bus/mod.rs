@@ -363,28 +363,37 @@ impl Bus {
         self.js.get_stream(stream).await.err().is_some_and(|e| is_stream_not_found(&e))
     }
 
+    /// Whether the connection to NATS is up now (no I/O: the client's own state).
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == State::Connected
+    }
+
     /// Answers when the connection is up and JetStream answers for every stream of this
-    /// deployment (on a cluster, a stream whose nodes are lost stops answering).
+    /// deployment (on a cluster, a stream whose nodes are lost stops answering). A stream that
+    /// is lost (the memory-stored rate-limit stream after a NATS restart) is made again. Each
+    /// request is bounded by the client's request timeout; the caller bounds the whole
+    /// ([`crate::readiness`]).
     pub async fn ping(&self) -> Result<(), BusError> {
-        if self.client.connection_state() != State::Connected {
+        if !self.is_connected() {
             return Err(BusError::Unreachable("not connected".into()));
         }
         let streams = [self.subjects.jobs_stream(), self.subjects.events_stream(), self.subjects.rate_limit_stream()];
-        let check = async {
-            for stream in &streams {
-                match self.js.get_stream(stream).await {
-                    Ok(_) => {}
-                    // Lost (the memory-stored rate-limit stream after a NATS restart): made again.
-                    Err(e) if is_stream_not_found(&e) => self.recreate_streams().await?,
-                    Err(e) => return Err(BusError::Unreachable(format!("stream {stream}: {e}"))),
-                }
+        for stream in &streams {
+            match self.js.get_stream(stream).await {
+                Ok(_) => {}
+                Err(e) if is_stream_not_found(&e) => self.recreate_streams().await?,
+                Err(e) => return Err(BusError::Unreachable(format!("stream {stream}: {e}"))),
             }
-            Ok(())
-        };
-        match tokio::time::timeout(Duration::from_secs(2), check).await {
-            Ok(result) => result,
-            Err(_) => Err(BusError::Unreachable("JetStream did not answer for the streams within 2 s".into())),
         }
+        Ok(())
+    }
+
+    /// A second connection to the same servers, for the same streams, named `name`: what
+    /// [`crate::readiness`] checks on, so a check never waits behind the work's traffic.
+    pub async fn probe(&self, url: &str, name: &str) -> Result<Self, BusError> {
+        let mut probe = Self::connect(url, self.subjects.clone(), name).await?;
+        (probe.replicas, probe.max_consumers) = (self.replicas, self.max_consumers);
+        Ok(probe)
     }
 
     /// The key-value bucket of capped accounts' running slots (created, or updated to this

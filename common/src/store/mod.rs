@@ -387,6 +387,16 @@ impl Store {
         Ok(Self { db: client.database(database), commands })
     }
 
+    /// A client of its own for readiness checks ([`crate::readiness`]): a pool of one
+    /// connection that the work never uses, so a check never waits for a connection the work
+    /// holds; its commands are not counted.
+    pub async fn connect_probe(uri: &str, database: &str, app_name: &str) -> Result<Self, StoreError> {
+        let mut options = client_options(ClientOptions::parse(uri).await?, app_name);
+        (options.max_pool_size, options.min_pool_size) = (Some(1), Some(0));
+        let client = Client::with_options(options)?;
+        Ok(Self { db: client.database(database), commands: commands::CommandCounts::default() })
+    }
+
     /// Answers when the server answers a `ping`.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.db.run_command(doc! { "ping": 1 }).await.map(|_| ())

@@ -96,8 +96,7 @@ pub fn init(service: &'static str) -> Telemetry {
 pub async fn serve_operations(
     bind: std::net::SocketAddr,
     render: impl Fn() -> String + Clone + Send + Sync + 'static,
-    store: crate::store::Store,
-    bus: crate::bus::Bus,
+    readiness: crate::readiness::Readiness,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<std::net::SocketAddr> {
     use axum::{Json, Router, http::StatusCode, http::header, routing::get};
@@ -110,11 +109,10 @@ pub async fn serve_operations(
             ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         }
     };
-    let readiness = crate::readiness::Readiness::default();
     let ready = move || {
-        let (store, bus, readiness) = (store.clone(), bus.clone(), readiness.clone());
+        let readiness = readiness.clone();
         async move {
-            match readiness.check(&store, &bus).await {
+            match readiness.now() {
                 Ok(()) => (StatusCode::OK, Json(serde_json::json!({"status": "ready", "version": crate::VERSION}))),
                 Err(not_ready) => {
                     tracing::warn!(mongodb = ?not_ready.mongodb, nats = ?not_ready.nats, "not ready");
