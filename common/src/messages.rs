@@ -312,6 +312,33 @@ pub enum CancelMessage {
     },
 }
 
+/// A runner's question to the runner a `processing` prediction names as its holder (a core
+/// NATS request on [`crate::subjects::Subjects::runner_inquiries`], asked when a job is
+/// delivered again while its prediction runs): does it still run it? Answered with a
+/// [`HolderAnswer`]; no answer at all (no responders) is what a stopped runner leaves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum HolderQuery {
+    /// Version 1.
+    #[serde(rename = "holds_prediction.v1")]
+    HoldsPredictionV1 {
+        /// The prediction asked about.
+        prediction_id: PredictionId,
+    },
+}
+
+/// The answer to a [`HolderQuery`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum HolderAnswer {
+    /// Version 1.
+    #[serde(rename = "holds_prediction_answer.v1")]
+    HoldsPredictionAnswerV1 {
+        /// Whether the prediction runs in the answering runner now.
+        holds: bool,
+    },
+}
+
 /// An account's signing secret was rotated: whoever caches it drops it (core NATS, sent by
 /// the api before it answers the rotation).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -621,6 +648,18 @@ mod tests {
         let text = serde_json::to_value(&msg).expect("serializes");
         assert_eq!(text["kind"], "key_deactivated.v1");
         assert_eq!(serde_json::from_value::<KeyMessage>(text).ok(), Some(msg));
+    }
+
+    #[test]
+    fn a_holder_query_and_its_answer_round_trip() {
+        let query = HolderQuery::HoldsPredictionV1 { prediction_id: PredictionId::generate() };
+        let text = serde_json::to_value(&query).expect("serializes");
+        assert_eq!(text["kind"], "holds_prediction.v1");
+        assert_eq!(serde_json::from_value::<HolderQuery>(text).ok(), Some(query));
+        let answer = HolderAnswer::HoldsPredictionAnswerV1 { holds: true };
+        let text = serde_json::to_value(&answer).expect("serializes");
+        assert_eq!(text, serde_json::json!({"kind": "holds_prediction_answer.v1", "holds": true}));
+        assert_eq!(serde_json::from_value::<HolderAnswer>(text).ok(), Some(answer));
     }
 
     #[test]

@@ -197,6 +197,17 @@ impl Subjects {
         format!("{}_account_slots", self.prefix)
     }
 
+    /// The core-NATS subject on which runner `runner_id` answers whether it still runs a
+    /// prediction (a [`crate::messages::HolderQuery`]). Characters a subject token cannot hold
+    /// (`.`, `*`, `>`, white space: a host name with dots, say) become `_`.
+    pub fn runner_inquiries(&self, runner_id: &str) -> String {
+        let token: String = runner_id
+            .chars()
+            .map(|c| if matches!(c, '.' | '*' | '>') || c.is_whitespace() { '_' } else { c })
+            .collect();
+        format!("{}.runners.{token}.holds", self.prefix)
+    }
+
     /// Every cancel subject.
     pub fn all_cancels(&self) -> String {
         format!("{}.cancel.*", self.prefix)

@@ -7,7 +7,7 @@
 //! | `RUNNER_MODEL_CONCURRENCY` | `RUNNER_CONCURRENCY` | predictions of one model running at once here |
 //! | `RUNNER_MODEL_WEIGHTS` | each 1 | shares of busy models: `owner/name=weight`, comma-separated (weights 1-1000) |
 //! | `PRIORITY_AGING_SECONDS` | `60` | a job waiting this long counts one priority level higher (and one more for each such wait again), so low priority never starves |
-//! | `RUNNER_ACK_WAIT_SECONDS` | `6` | a job not acked or progressed for this long is redelivered (a running job sends progress every third of it; a killed runner's jobs resume elsewhere within about this plus 4 s) |
+//! | `RUNNER_ACK_WAIT_SECONDS` | `6` | a job not acked or progressed for this long is redelivered (a running job sends progress every third of it; a killed runner's jobs resume elsewhere within about this, or once its presence is 7 s old if that is later) |
 //! | `RUNNER_MAX_DELIVER` | `5` | deliveries of one job before it is given up |
 //! | `RUNNER_SHUTDOWN_GRACE_SECONDS` | `20` | how long running predictions may finish after SIGTERM |
 //! | `RUNNER_RECONCILE_SECONDS` | `10` | how often the reconciler looks for stuck predictions |

@@ -12,7 +12,9 @@
 //!   [`lane_marks`]: how far each queue lane has moved, written a few times a second.
 //! - [`progress`]: logs and output while a model runs, written at most every 500 ms, on the
 //!   ticks of one [`flush_clock`].
-//! - [`cancel`]: the cancel broadcast, which aborts a prediction running here.
+//! - [`cancel`]: the cancel broadcast, which aborts a prediction running here;
+//!   [`holder_answers`]: whether a prediction runs here, asked before another runner takes
+//!   over a job delivered again.
 //! - [`reconcile`]: repairs predictions whose job was lost or that passed their deadline.
 //! - [`retention`]: removes the data of predictions that ended long enough ago.
 //! - [`metrics`]: what `/metrics` shows (jobs in flight and pending, run and write times).
@@ -25,6 +27,7 @@ pub mod doorbell;
 pub mod execute;
 pub mod flush_clock;
 pub mod group_update;
+pub mod holder_answers;
 pub mod lane_marks;
 pub mod lanes;
 pub mod metrics;
@@ -101,13 +104,18 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let background = TaskTracker::new();
     let prices =
         price_board::PriceBoard::start(&store, &bus, config.hardware.clone(), &background, shutdown.clone()).await?;
+    let runner_id = presence::runner_id();
     let executor = Arc::new(
         Executor::new(store.clone(), bus.clone(), files.clone(), links, common.deadlines)
+            .with_runner_id(runner_id.clone())
             .with_limits(config.limits)
             .with_prices(prices)
             .with_metrics(metrics),
     );
-    let record = presence::record(presence::runner_id(), config.hardware.clone(), versions.clone());
+    // Answering for the predictions it holds from before the first job is taken until the
+    // last has ended.
+    let answering = holder_answers::serve(&bus, &runner_id, executor.clone()).await?;
+    let record = presence::record(runner_id, config.hardware.clone(), versions.clone());
     presence::announce(store.runners(), record, executor.run_figures(), instances, shutdown.clone()).await?;
     if let Some(bind) = config.metrics_bind {
         let (counts, metrics) = (store.command_counts().clone(), executor.metrics().clone());
@@ -131,6 +139,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
         shutdown,
     )
     .await;
+    drop(answering);
     background.close();
     if tokio::time::timeout(config.shutdown_grace, background.wait()).await.is_err() {
         tracing::warn!("the reconciler or the retention sweep did not stop within the grace period");

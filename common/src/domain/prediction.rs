@@ -122,6 +122,10 @@ pub struct Prediction {
     /// of that message may take the prediction over.
     #[serde(default)]
     pub job_seq: Option<i64>,
+    /// The runner running it (its presence id), while `processing`: a redelivery of its job
+    /// takes it over only once that runner is known to have stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
     /// The API surface that created it: the shape of its webhooks.
     #[serde(default)]
     pub surface: ApiSurface,
@@ -239,6 +243,7 @@ impl Prediction {
             seq: 0,
             deadline_at: None,
             job_seq: None,
+            held_by: None,
             surface,
             input_files: Vec::new(),
             deployment: None,

@@ -392,6 +392,27 @@ impl Predictions {
         Ok(result.matched_count == 1)
     }
 
+    /// Hands prediction `id`, `processing` under job `job_seq` (or under no recorded job) and
+    /// held by runner `from` (`None`: by no recorded runner), to runner `to`; returns it after
+    /// the change, or `None` when it is no longer so (another runner took it over first, or
+    /// it ended). What makes a takeover happen once.
+    pub async fn hand_over(
+        &self,
+        id: &PredictionId,
+        job_seq: i64,
+        from: Option<&str>,
+        to: &str,
+    ) -> Result<Option<Prediction>, StoreError> {
+        let held_by = from.map_or(bson::Bson::Null, |f| bson::Bson::String(f.to_owned()));
+        let filter = doc! {
+            "_id": id.as_str(),
+            "status": PredictionStatus::Processing.as_str(),
+            "job_seq": { "$in": [bson::Bson::Null, job_seq] },
+            "held_by": held_by,
+        };
+        self.update_where(filter, doc! { "job_seq": job_seq, "held_by": to }).await
+    }
+
     async fn update_where(&self, filter: Document, changes: Document) -> Result<Option<Prediction>, StoreError> {
         self.coll
             .find_one_and_update(filter, doc! { "$set": changes, "$inc": { "seq": 1 } })

@@ -117,6 +117,14 @@ impl Runners {
         self.coll.delete_one(doc! { "_id": id }).await.map(|_| ())
     }
 
+    /// When runner `id` last wrote its record, if it has one (it removes it when it stops).
+    pub async fn seen_at(&self, id: &str) -> Result<Option<DateTime>, StoreError> {
+        // Read as a document: the projection leaves out fields a record requires.
+        let records = self.coll.clone_with_type::<bson::Document>();
+        let record = records.find_one(doc! { "_id": id }).projection(doc! { "seen_at": 1 }).await?;
+        Ok(record.and_then(|r| r.get_datetime("seen_at").ok().copied()))
+    }
+
     /// The runners seen within [`LIVE_WITHIN`] of `now`.
     pub async fn live(&self, now: DateTime) -> Result<Vec<RunnerRecord>, StoreError> {
         let since = DateTime::from_millis(now.timestamp_millis() - LIVE_WITHIN.as_millis() as i64);

@@ -16,6 +16,7 @@
 //! - [`outputs`]: a real Cog model's file outputs streamed to a runner killed mid-upload;
 //! - [`cog_crashes`]: a Cog project the runner starts, its model servers killed at random;
 //! - [`poison`]: a job whose runner is killed on every delivery;
+//! - [`leaders`]: a cluster's stream and consumer leaders moved, then its jobs leader killed;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -26,6 +27,7 @@ mod capped;
 mod cog_crashes;
 mod dead_receiver;
 mod flood;
+mod leaders;
 mod levels;
 mod load;
 mod lost_replies;

@@ -126,6 +126,8 @@ pub struct Outcome {
     pub cog: Option<crate::cog_crashes::CrashTally>,
     /// How the poisonous job ended, in its scenario.
     pub poison: Option<crate::poison::PoisonTally>,
+    /// The model runs every runner counted, and the predictions, where they must be equal.
+    pub runs: Option<(u64, usize)>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
     /// failed, canceled]` counted, and ended.
     pub usage: Option<([i64; 3], [i64; 3])>,
@@ -221,6 +223,7 @@ impl Outcome {
             dead: None,
             cog: None,
             poison: None,
+            runs: None,
             lost: None,
             usage: None,
         }
@@ -305,6 +308,9 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some((runs, predictions)) = self.runs {
+            fail(runs != predictions as u64, format!("the models ran {runs} times for {predictions} predictions"));
+        }
         if let Some(lost) = &self.lost {
             for failure in lost.failures() {
                 fail(true, failure);
@@ -342,6 +348,7 @@ impl Outcome {
             "dead_receiver": self.dead.as_ref().map(crate::dead_receiver::DeadTally::json),
             "cog_crashes": self.cog.as_ref().map(crate::cog_crashes::CrashTally::json),
             "poison": self.poison.as_ref().map(crate::poison::PoisonTally::json),
+            "model_runs": self.runs.map(|(runs, predictions)| json!({"runs": runs, "predictions": predictions})),
             "lost_answers": self.lost.as_ref().map(crate::lost_replies::LostTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,
             "duplicated": self.duplicated, "duplicates_allowed": self.duplicates_allowed,

@@ -10,8 +10,9 @@
 //! the dead runner's slots age out); a rolling update from one model version to the next under
 //! pinned, latest and deployment traffic (nothing may fail or run on another version than the
 //! one it names); a secret rotation under load; two api, three runner and two notifier
-//! replicas; a three-node JetStream cluster (streams R3) losing the node that leads the jobs
-//! stream; an overload of twice as many clients as the api works on at once (it must shed the
+//! replicas; a three-node JetStream cluster (streams R3) whose stream and consumer leaders are
+//! moved and which then loses the node that leads the jobs stream, with a capped account and
+//! models whose runs are counted (none may run twice, the cap must hold: [`crate::leaders`]); an overload of twice as many clients as the api works on at once (it must shed the
 //! rest at once with 503 and `Retry-After`, and lose nothing it accepted); creates at twice
 //! the rate the runner starts them, with a bound on the queue (refused in part with 503 and
 //! `Retry-After`, and everything accepted runs).
@@ -68,8 +69,9 @@ pub(crate) enum Fault {
     RestartMongo,
     /// The S3 stand-in stopped, started again after `down`.
     RestartS3,
-    /// SIGKILL of the cluster node that leads the jobs stream; it stays down.
-    KillStreamLeader,
+    /// Every leader of the services' streams and consumers stepped down, then SIGKILL of the
+    /// cluster node that leads the jobs stream; it stays down (see [`crate::leaders`]).
+    MoveLeaders,
     /// The webhook secret rotated.
     Rotate,
     /// A rolling update of a model version (see [`crate::rollout`]).
@@ -162,6 +164,9 @@ pub(crate) struct Scenario {
     /// Whether the load runs a Cog project whose servers are killed at random (see
     /// [`crate::cog_crashes`]; the fault is [`Fault::KillCogServers`]).
     pub(crate) cog_crashes: bool,
+    /// Whether the runners' model runs must equal the predictions: no part dies, so none may
+    /// run twice.
+    pub(crate) counts_runs: bool,
 }
 
 impl Scenario {
@@ -212,6 +217,7 @@ pub(crate) const PLAIN: Scenario = Scenario {
     budget: false,
     dead_receiver: false,
     cog_crashes: false,
+    counts_runs: false,
 };
 
 /// Every scenario, in the order they run.
@@ -305,11 +311,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         ..PLAIN
     },
     Scenario {
-        name: "3-node NATS cluster (R3), stream leader killed",
+        name: "3-node NATS cluster (R3), capped account, leaders moved, stream leader killed",
         shape: Shape { apis: 2, runners: 2, notifiers: 2 },
         nats_nodes: 3,
-        fault: Fault::KillStreamLeader,
+        fault: Fault::MoveLeaders,
         latency_bound: Some(LATENCY_BOUND),
+        capped: true,
+        counts_runs: true,
         ..PLAIN
     },
 ];

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use harness::servers::{MongoStandin, Nats, S3Standin};
 
 use crate::{
-    budget, capped, cog_crashes, dead_receiver, flood, levels, load, lost_replies, outputs, poison,
+    budget, capped, cog_crashes, dead_receiver, flood, leaders, levels, load, lost_replies, outputs, poison,
     recorder::{Behaviour, Recorder},
     report,
     report::{Evidence, Outcome, SETTLE, Window},
@@ -32,7 +32,7 @@ use crate::{
         CREATE_FLOOD, DELIVERY_TIMEOUT_SECONDS, FLOOD_BOUND, FLOOD_CLIENTS, FLOOD_SECONDS, Fault, HANGING_PER_TARGET,
         QUEUE_BOUND, SCENARIOS, Scenario,
     },
-    topology::Topology,
+    topology::{Role, Topology},
     trainings, uploads,
 };
 
@@ -416,6 +416,13 @@ async fn run_scenario(
         keys.made = accepted_ids(&topology).await?.len();
         outcome.lost = Some(keys);
     }
+    if scenario.counts_runs {
+        let mut runs = 0;
+        for metrics in topology.runner_metrics() {
+            runs += lost_replies::runs(&metrics).await?;
+        }
+        outcome.runs = Some((runs, statuses.len()));
+    }
     if let Some(dead) = &dead {
         outcome.dead = Some(dead_receiver::check(&topology, dead, &deliveries, anchor).await?);
     }
@@ -493,9 +500,17 @@ async fn inject(
             let (api, key) = (&topology.apis[0], &topology.key);
             flooded = Some(flood::creates(api, key, &recorder.url, CREATE_FLOOD, FLOOD_SECONDS).await?);
         }
-        Fault::KillStreamLeader => {
-            let leader = jobs_stream_leader(topology).await?;
-            println!("  killing {leader}, the jobs stream's leader");
+        Fault::MoveLeaders => {
+            let moved = leaders::step_down_all(&topology.setup.bus).await?;
+            println!("  {moved} stream and consumer leaders stepped down");
+            // A runner whose acknowledgements stop past the ack wait, as through a long
+            // election: its jobs are delivered again to the other while it still runs them.
+            topology.signal(Role::Runner, 0, "STOP").await?;
+            tokio::time::sleep(leaders::FROZEN_FOR).await;
+            topology.signal(Role::Runner, 0, "CONT").await?;
+            println!("  runner 0 frozen for {} s", leaders::FROZEN_FOR.as_secs());
+            let leader = leaders::jobs_stream_leader(&topology.setup.bus).await?;
+            println!("  killing {leader}, the jobs stream's new leader");
             let node: usize = leader.trim_start_matches("node-").parse().context("a node name")?;
             servers.nats.lock().await.stop(node, true).await?;
         }
@@ -532,14 +547,6 @@ async fn usage_against(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// The cluster node (`node-N`) that leads the jobs stream.
-async fn jobs_stream_leader(topology: &Topology) -> anyhow::Result<String> {
-    let bus = &topology.setup.bus;
-    let mut stream = bus.jetstream().get_stream(bus.subjects().jobs_stream()).await?;
-    let info = stream.info().await?;
-    info.cluster.as_ref().and_then(|c| c.leader.clone()).context("the jobs stream has no leader")
 }
 
 /// Rotates the account's secret through the api, and tells the recorder.

@@ -5,7 +5,7 @@
 //! predictions' changes, and the runner applies it to the job's copy. Otherwise, or if that
 //! copy is no longer current (canceled, or a redelivery), the change returns the stored
 //! prediction, and if that fails too the prediction is read to decide what the job is. A job
-//! found `processing` on its last delivery is not run again (see [`super::Delivery::numbered`]).
+//! found `processing` under it already is settled with its holder ([`super::holder`]).
 
 use anyhow::Context;
 use bson::{DateTime, doc};
@@ -19,6 +19,16 @@ use tracing::Instrument;
 
 use super::{Executor, ModelCall};
 
+/// What step 1 found to do.
+pub(super) enum Begun {
+    /// Run this prediction; `true` when this call started it (so its `start` event is due).
+    Run(Prediction, bool),
+    /// Nothing to run.
+    Nothing,
+    /// It is `processing` under this job already: see [`super::holder`].
+    Held(Prediction),
+}
+
 impl Executor {
     /// Step 1 with the model already running beside it, when the job carried its input
     /// (`early_call`): as [`Self::begin`], and the model call (still running, or its result).
@@ -27,32 +37,28 @@ impl Executor {
         &self,
         id: &PredictionId,
         stream_seq: u64,
-        last: Option<i64>,
         created: Option<Box<Prediction>>,
         early_call: Option<ModelCall<'a>>,
-    ) -> anyhow::Result<Option<(Prediction, bool, Option<ModelCall<'a>>)>> {
+    ) -> anyhow::Result<(Begun, Option<ModelCall<'a>>)> {
         let Some(mut call) = early_call else {
-            let begun = self.begin(id, stream_seq, last, created).await?;
-            return Ok(begun.map(|(p, just_started)| (p, just_started, None)));
+            return Ok((self.begin(id, stream_seq, created).await?, None));
         };
-        let begin = self.begin(id, stream_seq, last, created);
+        let begin = self.begin(id, stream_seq, created);
         tokio::pin!(begin);
         let (begun, call) = tokio::select! {
             begun = &mut begin => (begun?, call),
             result = &mut call => (begin.await?, futures::future::ready(result).boxed()),
         };
-        Ok(begun.map(|(p, just_started)| (p, just_started, Some(call))))
+        Ok((begun, Some(call)))
     }
 
-    /// Step 1: the prediction to run, and whether this call started it (so its `start` event
-    /// is due), or `None` when there is nothing to run. `last`: see [`super::Delivery::last`].
+    /// Step 1: what there is to do for prediction `id` on this delivery of job `stream_seq`.
     async fn begin(
         &self,
         id: &PredictionId,
         stream_seq: u64,
-        last: Option<i64>,
         created: Option<Box<Prediction>>,
-    ) -> anyhow::Result<Option<(Prediction, bool)>> {
+    ) -> anyhow::Result<Begun> {
         let predictions = self.store.predictions();
         let job_seq = i64::try_from(stream_seq).unwrap_or(i64::MAX);
         let writing = std::time::Instant::now();
@@ -61,6 +67,7 @@ impl Executor {
         let changes = doc! {
             "started_at": started_at,
             "job_seq": job_seq,
+            "held_by": &self.runner_id,
             "started_on": { "pool": started_on.pool.as_str(), "price_nanos": started_on.price.0 },
         };
         // The job carries the prediction as created: if it is still so, it is moved without
@@ -78,9 +85,9 @@ impl Executor {
                 self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
                 (p.status, p.started_at, p.job_seq, p.seq) =
                     (PredictionStatus::Processing, Some(started_at), Some(job_seq), p.seq + 1);
-                p.started_on = Some(started_on);
+                (p.started_on, p.held_by) = (Some(started_on), Some(self.runner_id.clone()));
                 self.mark_started(&p);
-                return Ok(Some((*p, true)));
+                return Ok(Begun::Run(*p, true));
             }
         }
         let started = predictions
@@ -91,32 +98,23 @@ impl Executor {
         self.metrics.state_written("processing", writing.elapsed().as_secs_f64());
         if let Some(p) = started {
             self.mark_started(&p);
-            return Ok(Some((p, true)));
+            return Ok(Begun::Run(p, true));
         }
         match predictions.get(id).await.context("reading the prediction")? {
             None => {
                 tracing::warn!("job for a prediction that does not exist; dropped");
-                Ok(None)
+                Ok(Begun::Nothing)
             }
             Some(p) if p.status.is_terminal() => {
                 self.publish(&p, WebhookEvent::Completed, Announcement::Again).await?;
-                Ok(None)
+                Ok(Begun::Nothing)
             }
             Some(p) if p.status == PredictionStatus::Processing && p.job_seq.is_none_or(|s| s == job_seq) => {
-                if let Some(delivered) = last {
-                    tracing::error!(
-                        delivered,
-                        "prediction was processing on a runner that stopped, on every delivery of its job; it fails"
-                    );
-                    self.fail(&p, super::deliveries_exhausted(delivered)).await?;
-                    return Ok(None);
-                }
-                tracing::warn!("prediction was processing on a runner that stopped; taking it over");
-                Ok(Some((p, false)))
+                Ok(Begun::Held(p))
             }
             Some(p) if p.status == PredictionStatus::Processing => {
                 tracing::warn!(held_by_job = ?p.job_seq, "duplicate job for a prediction another runner holds; dropped");
-                Ok(None)
+                Ok(Begun::Nothing)
             }
             Some(p) => anyhow::bail!("prediction is {} but could not be started", p.status),
         }

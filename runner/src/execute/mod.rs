@@ -2,15 +2,16 @@
 //!
 //! 0. A model whose server is not up boots first, the prediction `starting` meanwhile with
 //!    the boot's log stored in it as it grows (`boot`); a boot that fails fails it.
-//! 1. `starting → processing` (conditional), recording the job message's stream sequence.
+//! 1. `starting → processing` (conditional), recording the job message's stream sequence and
+//!    this runner as its holder.
 //!    When the job carries the prediction as created, the change is conditional on its `seq`
 //!    too and reads nothing back (it goes beside other predictions' changes, see
 //!    [`crate::group_update::GroupUpdate`]); the runner applies it to the job's copy. Otherwise, or
 //!    if that copy is no longer current, the change returns the stored prediction. If that
 //!    fails too the prediction is read: terminal → its `completed` event is republished
 //!    (JetStream drops it if the first got through) and the job is done; `processing` with this
-//!    message's sequence → its runner stopped mid-run and this is the redelivery, so this
-//!    runner takes it over and runs it again; `processing` under another message → a
+//!    message's sequence → this is a redelivery, and it is watched until it ends or its holder
+//!    is known to have stopped, then taken over and run again ([`holder`]); `processing` under another message → a
 //!    duplicate job, dropped; missing → the job is dropped.
 //!    When the job message carries the model's input (small inputs do), the model starts at
 //!    once, beside this write, and is dropped if the write finds nothing to run: the write is
@@ -87,6 +88,7 @@ pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 mod begin;
 mod boot;
 mod finish;
+pub mod holder;
 mod output_files;
 mod training;
 
@@ -104,6 +106,8 @@ pub struct Delivery {
     /// `Some(n)` when this is the job's last delivery (`RUNNER_MAX_DELIVER`), its `n`-th:
     /// see [`Delivery::numbered`].
     pub last: Option<i64>,
+    /// Whether the job was delivered before (its prediction may be running elsewhere still).
+    pub again: bool,
 }
 
 impl Delivery {
@@ -111,7 +115,7 @@ impl Delivery {
     /// from the prediction when the job carries that.
     pub fn new(stream_seq: u64, model_input: Option<Map<String, Value>>, created: Option<Box<Prediction>>) -> Self {
         let model_input = model_input.or_else(|| created.as_ref().and_then(|p| p.model_input.as_object().cloned()));
-        Self { stream_seq, model_input, created, last: None }
+        Self { stream_seq, model_input, created, last: None, again: false }
     }
 
     /// This delivery is the job's `delivered`-th of at most `max_deliver`. The last one of a
@@ -121,7 +125,7 @@ impl Delivery {
     /// it undelivered and the prediction `processing` until its deadline.
     pub fn numbered(self, delivered: i64, max_deliver: i64) -> Self {
         let last = (delivered > 1 && delivered >= max_deliver).then_some(delivered);
-        Self { last, ..self }
+        Self { last, again: delivered > 1, ..self }
     }
 }
 
@@ -197,6 +201,8 @@ pub struct Executor {
     figures: Arc<RunFigures>,
     /// This runner's pool and its price, recorded on each job it starts.
     prices: PriceBoard,
+    /// This runner's presence id, recorded as the holder of each prediction it starts.
+    runner_id: String,
 }
 
 /// How state changes that read nothing back are gathered: what is queued while two writes
@@ -210,19 +216,28 @@ struct Running<'a> {
     executor: &'a Executor,
     id: PredictionId,
     canceled: CancellationToken,
+    /// Another execution of this process had registered it already (a redelivery of a job
+    /// that runs here): that one stays registered, and this one leaves it so.
+    duplicate: bool,
 }
 
 impl<'a> Running<'a> {
     fn register(executor: &'a Executor, id: &PredictionId) -> Self {
         let canceled = CancellationToken::new();
-        executor.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), canceled.clone());
-        Self { executor, id: id.clone(), canceled }
+        let mut running = executor.running.lock().unwrap_or_else(|p| p.into_inner());
+        let duplicate = running.contains_key(id);
+        if !duplicate {
+            running.insert(id.clone(), canceled.clone());
+        }
+        Self { executor, id: id.clone(), canceled, duplicate }
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.executor.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        if !self.duplicate {
+            self.executor.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        }
     }
 }
 
@@ -253,7 +268,21 @@ impl Executor {
             lane_marks,
             figures: Arc::default(),
             prices: PriceBoard::fixed(Pool::parse(DEFAULT_POOL).expect("the default pool is valid"), Price::FREE),
+            runner_id: crate::presence::runner_id(),
         }
+    }
+
+    /// Records `runner_id` (this runner's presence id) as the holder of each prediction it
+    /// starts.
+    pub fn with_runner_id(mut self, runner_id: String) -> Self {
+        self.runner_id = runner_id;
+        self
+    }
+
+    /// Whether prediction `id` runs in this process now (what the holder's answer says, see
+    /// [`holder`]).
+    pub fn runs_here(&self, id: &PredictionId) -> bool {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id)
     }
 
     /// Counts into `metrics` (shared with the Cog uploads' receiver).
@@ -426,16 +455,27 @@ impl Executor {
         }
         // A model starts beside step 1 only when the job says which files its input names, and
         // never on a job's last delivery (step 1 may decide not to run it).
+        // Nor on a redelivery: its prediction may still run on the runner that had it.
         let early_call = match (delivery.model_input, &delivery.created) {
-            _ if delivery.last.is_some() => None,
+            _ if delivery.last.is_some() || delivery.again => None,
             (Some(input), Some(created)) => Some(call(input, self.named_files(created))),
             (Some(input), None) if !self.names_files(&input) => Some(call(input, NamedFiles::none())),
             _ => None,
         };
         // Nothing to run: a model started early is dropped in there, which aborts it.
-        let begin = self.begin_beside(id, delivery.stream_seq, delivery.last, delivery.created, early_call);
-        let Some((prediction, just_started, early_call)) = Box::pin(begin).await? else {
-            return Ok(Outcome::Done);
+        let begin = self.begin_beside(id, delivery.stream_seq, delivery.created, early_call);
+        let (prediction, just_started, early_call) = match Box::pin(begin).await? {
+            (begin::Begun::Run(p, just_started), early_call) => (p, just_started, early_call),
+            (begin::Begun::Nothing, _) => return Ok(Outcome::Done),
+            (begin::Begun::Held(p), _) => {
+                let job_seq = i64::try_from(delivery.stream_seq).unwrap_or(i64::MAX);
+                let settled = self.settle_holder(p, job_seq, delivery.last, running.duplicate, stop);
+                match Box::pin(settled).await? {
+                    holder::Watched::TakenOver(p) => (*p, false, None),
+                    holder::Watched::Ended => return Ok(Outcome::Done),
+                    holder::Watched::Stopped => return Ok(Outcome::HandBack),
+                }
+            }
         };
         // Its input read back from the file store, if it was too large for its document: the
         // model gets it, and every event shows it.

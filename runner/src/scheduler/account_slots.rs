@@ -11,11 +11,15 @@
 //! for a slot waits in its lane on JetStream: nothing is refused, nothing is lost, and the
 //! lanes of other accounts keep taking the free runner slots.
 //!
-//! **A dead runner's slot frees itself.** Held slots are rewritten every quarter of the lease
-//! (two thirds of the runner's ack wait, [`lease_for`]), and the bucket's entries age out after
-//! the lease: a runner killed mid-job stops rewriting, its slots age out within the ack wait
-//! (before its job is redelivered), and the server writes a delete marker that every runner's
-//! watch sees.
+//! **A dead runner's slot frees itself; a cut-off one keeps it.** Held slots are rewritten
+//! every quarter of the lease ([`lease_for`]: [`LEASE_FLOOR`], or two thirds of the runner's
+//! ack wait if that is longer), and the bucket's entries age out after the lease: a runner
+//! killed mid-job stops rewriting, its slots age out within the lease, and the server writes a
+//! delete marker that every runner's watch sees. The lease outlasts a JetStream leader
+//! election (of the bucket's stream, or the loss of a NATS node) and a runner starved of CPU
+//! for a while, during which rewrites stop although the job runs on: a shorter lease would
+//! let another job of the account start then, past its cap. A slot found aged out all the
+//! same is taken again if it is still free.
 //!
 //! **Knowing which slot is free costs no round trip.** Each runner watches the bucket and keeps
 //! a mirror of the taken slots; it tries only slots the mirror sees free (a lost race costs one
@@ -45,11 +49,15 @@ use tokio_util::sync::CancellationToken;
 
 use common::{cache::TtlCache, domain::AccountId, store::accounts::Accounts};
 
+/// The shortest lease of a slot: longer than a NATS cluster takes to elect a new leader after
+/// losing one (4 to 9 s of election timeout after the loss is noticed), twice over.
+pub const LEASE_FLOOR: Duration = Duration::from_secs(20);
+
 /// How long a slot lives without being rewritten, for runners whose jobs are redelivered after
-/// `ack_wait`: two thirds of it, so a dead runner's slots are free again before its jobs come
-/// back, within the ack wait even with the server's expiry timer and the watch's delay.
+/// `ack_wait`: [`LEASE_FLOOR`], or two thirds of the ack wait when that is longer (an ack wait
+/// raised to ride out longer stalls keeps the slots through them too).
 pub fn lease_for(ack_wait: std::time::Duration) -> std::time::Duration {
-    ack_wait * 2 / 3
+    (ack_wait * 2 / 3).max(LEASE_FLOOR)
 }
 
 /// How long a cap read from MongoDB is used before it is read again.
@@ -300,8 +308,18 @@ async fn keep(kv: kv::Store, holder: Bytes, lease: Duration, mut orders: mpsc::U
                     }
                 }
                 for key in lost {
-                    tracing::warn!(slot = %key, "an account slot aged out while its job ran (was NATS unreachable for the lease?)");
-                    held.remove(&key);
+                    // Taken again if no other job took it meanwhile (then the account runs
+                    // past its cap until one of them ends).
+                    match kv.create(&key, holder.clone()).await {
+                        Ok(revision) => {
+                            tracing::warn!(slot = %key, "an account slot aged out while its job ran (was NATS unreachable for the lease?); taken again");
+                            held.insert(key, revision);
+                        }
+                        Err(e) => {
+                            tracing::error!(slot = %key, error = %e, "an account slot aged out while its job ran and was taken by another job; the account runs past its cap until one ends");
+                            held.remove(&key);
+                        }
+                    }
                 }
             }
         }

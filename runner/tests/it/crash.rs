@@ -68,8 +68,11 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
     assert_eq!(jobs.info().await.expect("info").state.messages, 0, "terminated, not waiting for redelivery");
 }
 
+/// With the default ack wait, a killed runner's job is delivered again within 6 s, and taken
+/// over once its presence is 7 s old (it is written every 5 s): about 8 s after the kill at
+/// worst, bounded at 15 here.
 #[tokio::test]
-async fn with_the_default_ack_wait_a_killed_runners_prediction_resumes_elsewhere_within_ten_seconds() {
+async fn with_the_default_ack_wait_a_killed_runners_prediction_resumes_elsewhere_within_fifteen_seconds() {
     let fixture = Fixture::new(&[]).await;
     let default_ack_wait = [("RUNNER_ACK_WAIT_SECONDS", "6")];
     let mut doomed = runner_process(&fixture, &default_ack_wait);
@@ -85,7 +88,7 @@ async fn with_the_default_ack_wait_a_killed_runners_prediction_resumes_elsewhere
     assert_eq!(done.status, PredictionStatus::Succeeded);
     let resumed_after = done.completed_at.expect("ended").timestamp_millis() - killed_at.timestamp_millis() - 3_000;
     eprintln!("resumed about {resumed_after} ms after the kill");
-    assert!(resumed_after < 10_000, "resumed {resumed_after} ms after the kill (the 3 s run subtracted)");
+    assert!(resumed_after < 15_000, "resumed {resumed_after} ms after the kill (the 3 s run subtracted)");
 }
 
 /// The `n`-th delivery of `p`'s job has reached a runner: its consumer redelivered it `n - 1`
@@ -113,10 +116,18 @@ async fn delivered(fixture: &Fixture, p: &common::domain::Prediction, n: usize) 
 async fn a_job_whose_runner_dies_on_every_delivery_fails_on_its_last_with_its_code() {
     let fixture = Fixture::new(&[("RUNNER_MAX_DELIVER", "3")]).await;
     let p = fixture.create("demo/sleep", json!({"seconds": 60})).await;
+    let mut holder = None;
     for n in 1..=2 {
         let mut doomed = runner_process(&fixture, &[]);
         delivered(&fixture, &p, n).await;
-        fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+        // It runs there: held by this runner (a redelivery takes it over once the last
+        // holder is known gone).
+        let running = fixture
+            .wait_until(&p.id, Duration::from_secs(30), |p| {
+                p.status == PredictionStatus::Processing && p.held_by.is_some() && p.held_by != holder
+            })
+            .await;
+        holder = running.held_by;
         doomed.kill().expect("SIGKILL the runner");
         doomed.wait().expect("reap it");
     }
@@ -133,4 +144,59 @@ async fn a_job_whose_runner_dies_on_every_delivery_fails_on_its_last_with_its_co
     })
     .await;
     assert!(removed.is_some(), "the job left the stream");
+}
+
+/// How many model calls of `model` the runner serving metrics at `addr` has ended, once none
+/// runs there (at most 30 s).
+async fn runs_ended(addr: std::net::SocketAddr, model: &str) -> u64 {
+    let url = format!("http://{addr}/metrics");
+    let text = eventually(Duration::from_secs(30), || {
+        let url = url.clone();
+        async move {
+            let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+            let in_flight = format!(r#"runner_jobs_in_flight{{model="{model}"}} "#);
+            let busy = text.lines().filter_map(|l| l.strip_prefix(&in_flight)).any(|n| n.trim() != "0");
+            (!busy).then_some(text)
+        }
+    })
+    .await
+    .expect("the runner's model calls ended");
+    let counted = format!(r#"runner_model_run_duration_seconds_count{{model="{model}","#);
+    text.lines()
+        .filter(|l| l.starts_with(&counted))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// A runner that stops sending progress for longer than the ack wait (starved of CPU, or
+/// cut off while a JetStream leader is elected) still runs its job when the job is delivered
+/// again: the delivery waits for it instead of running the model a second time.
+#[tokio::test]
+async fn a_job_delivered_again_while_its_runner_still_runs_it_runs_once() {
+    let fixture = Fixture::new(&[]).await;
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+    let (first_metrics, second_metrics) = (port(), port());
+    let mut first = runner_process(&fixture, &[("RUNNER_METRICS_BIND", &first_metrics.to_string())]);
+    let p = fixture.create("demo/sleep", json!({"seconds": 4})).await;
+    fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
+    let mut second = runner_process(&fixture, &[("RUNNER_METRICS_BIND", &second_metrics.to_string())]);
+
+    // Frozen past the ack wait (2 s here): its job is delivered again, while it still holds it.
+    let pid = first.id().to_string();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill").args([name, &pid]).status().expect("kill runs");
+        assert!(sent.success(), "kill {name}");
+    };
+    signal("-STOP");
+    delivered(&fixture, &p, 2).await;
+    signal("-CONT");
+
+    let done = fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    let runs = runs_ended(first_metrics, "demo/sleep").await + runs_ended(second_metrics, "demo/sleep").await;
+    assert_eq!(runs, 1, "the model ran once across both runners");
+    for runner in [&mut first, &mut second] {
+        runner.kill().expect("stop the runner");
+        runner.wait().expect("reap it");
+    }
 }
