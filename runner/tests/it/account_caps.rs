@@ -1,7 +1,7 @@
 //! Concurrency caps per account: held on NATS across every runner, jobs past the cap wait (and
 //! other accounts' jobs take the free slots), and a killed runner's slot frees itself.
 
-use std::{process::Stdio, time::Duration};
+use std::time::Duration;
 
 use common::{
     crypto::MasterKey,
@@ -11,7 +11,7 @@ use common::{
 use serde_json::json;
 use testkit::eventually;
 
-use crate::fixture::{Fixture, finished, start_delay};
+use crate::fixture::{Fixture, finished, signal, start_delay};
 
 /// Stores an account capped at `max` running predictions.
 async fn capped_account(fixture: &Fixture, max: u32) -> AccountId {
@@ -76,25 +76,12 @@ async fn an_account_capped_at_two_never_runs_more_than_two_over_two_runners_whil
     assert!(span >= 3_900, "eight one-second jobs two at a time take about four seconds, took {span} ms");
 }
 
-/// A runner process serving demo/sleep with the fixture's settings.
-fn runner_process(fixture: &Fixture) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
-        .env_clear()
-        .envs(&fixture.vars)
-        .env("RUNNER_MODELS", "demo/sleep")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a runner process")
-}
-
 #[tokio::test]
 async fn the_slot_of_a_runner_killed_mid_job_frees_within_the_lease() {
     let lease = runner::scheduler::account_slots::LEASE_FLOOR;
     let fixture = Fixture::new(&[]).await;
     let capped = capped_account(&fixture, 1).await;
-    let mut doomed = runner_process(&fixture);
+    let mut doomed = fixture.runner_process(&[]);
     let long = fixture.create_of(&capped, "demo/sleep", json!({"seconds": 3})).await;
     fixture.wait_until(&long.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
     let kv = slots_bucket(&fixture).await;
@@ -123,21 +110,16 @@ async fn the_slot_of_a_runner_killed_mid_job_frees_within_the_lease() {
 async fn a_runner_frozen_past_its_ack_wait_keeps_its_account_slot() {
     let fixture = Fixture::new(&[]).await;
     let capped = capped_account(&fixture, 1).await;
-    let mut frozen = runner_process(&fixture);
+    let mut frozen = fixture.runner_process(&[]);
     let long = fixture.create_of(&capped, "demo/sleep", json!({"seconds": 3})).await;
     fixture.wait_until(&long.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
     fixture.start_runner("demo/sleep");
     let next = fixture.create_of(&capped, "demo/sleep", json!({"seconds": 0.1})).await;
 
-    let pid = frozen.id().to_string();
-    let signal = |name: &str| {
-        let sent = std::process::Command::new("kill").args([name, &pid]).status().expect("kill runs");
-        assert!(sent.success(), "kill {name}");
-    };
     // Frozen for three ack waits (2 s here): its job is delivered again meanwhile.
-    signal("-STOP");
+    signal(&frozen, "-STOP");
     tokio::time::sleep(Duration::from_secs(6)).await;
-    signal("-CONT");
+    signal(&frozen, "-CONT");
 
     let done: Vec<Prediction> = {
         let mut done = Vec::new();

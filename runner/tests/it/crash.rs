@@ -1,31 +1,17 @@
 //! A runner killed with SIGKILL mid-job: another runner finishes the job.
 
-use std::{process::Stdio, time::Duration};
+use std::time::Duration;
 
 use common::domain::PredictionStatus;
 use serde_json::json;
 use testkit::eventually;
 
-use crate::fixture::Fixture;
-
-/// A runner process serving demo/sleep, with the fixture's settings and `extra`.
-fn runner_process(fixture: &Fixture, extra: &[(&str, &str)]) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
-        .env_clear()
-        .envs(&fixture.vars)
-        .envs(extra.iter().copied())
-        .env("RUNNER_MODELS", "demo/sleep")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a runner process")
-}
+use crate::fixture::{Fixture, signal};
 
 #[tokio::test]
 async fn a_job_of_a_runner_killed_mid_run_is_finished_by_another_runner() {
     let fixture = Fixture::new(&[]).await;
-    let mut doomed = runner_process(&fixture, &[]);
+    let mut doomed = fixture.runner_process(&[]);
 
     let p = fixture.create("demo/sleep", json!({"seconds": 3})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
@@ -75,7 +61,7 @@ async fn an_undecodable_job_is_recorded_and_never_redelivered() {
 async fn with_the_default_ack_wait_a_killed_runners_prediction_resumes_elsewhere_within_fifteen_seconds() {
     let fixture = Fixture::new(&[]).await;
     let default_ack_wait = [("RUNNER_ACK_WAIT_SECONDS", "6")];
-    let mut doomed = runner_process(&fixture, &default_ack_wait);
+    let mut doomed = fixture.runner_process(&default_ack_wait);
     let p = fixture.create("demo/sleep", json!({"seconds": 3})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
     fixture.start_runner_with("demo/sleep", &default_ack_wait);
@@ -118,7 +104,7 @@ async fn a_job_whose_runner_dies_on_every_delivery_fails_on_its_last_with_its_co
     let p = fixture.create("demo/sleep", json!({"seconds": 60})).await;
     let mut holder = None;
     for n in 1..=2 {
-        let mut doomed = runner_process(&fixture, &[]);
+        let mut doomed = fixture.runner_process(&[]);
         delivered(&fixture, &p, n).await;
         // It runs there: held by this runner (a redelivery takes it over once the last
         // holder is known gone).
@@ -176,20 +162,15 @@ async fn a_job_delivered_again_while_its_runner_still_runs_it_runs_once() {
     let fixture = Fixture::new(&[]).await;
     let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
     let (first_metrics, second_metrics) = (port(), port());
-    let mut first = runner_process(&fixture, &[("RUNNER_METRICS_BIND", &first_metrics.to_string())]);
+    let mut first = fixture.runner_process(&[("RUNNER_METRICS_BIND", &first_metrics.to_string())]);
     let p = fixture.create("demo/sleep", json!({"seconds": 4})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;
-    let mut second = runner_process(&fixture, &[("RUNNER_METRICS_BIND", &second_metrics.to_string())]);
+    let mut second = fixture.runner_process(&[("RUNNER_METRICS_BIND", &second_metrics.to_string())]);
 
     // Frozen past the ack wait (2 s here): its job is delivered again, while it still holds it.
-    let pid = first.id().to_string();
-    let signal = |name: &str| {
-        let sent = std::process::Command::new("kill").args([name, &pid]).status().expect("kill runs");
-        assert!(sent.success(), "kill {name}");
-    };
-    signal("-STOP");
+    signal(&first, "-STOP");
     delivered(&fixture, &p, 2).await;
-    signal("-CONT");
+    signal(&first, "-CONT");
 
     let done = fixture.wait_until(&p.id, Duration::from_secs(60), |p| p.status.is_terminal()).await;
     assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);

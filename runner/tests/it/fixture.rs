@@ -56,6 +56,21 @@ impl Fixture {
         token
     }
 
+    /// A runner process serving demo/sleep, with the fixture's settings and `extra`: one a
+    /// test can kill, or stop and continue ([`signal`]).
+    pub fn runner_process(&self, extra: &[(&str, &str)]) -> std::process::Child {
+        std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+            .env_clear()
+            .envs(&self.vars)
+            .envs(extra.iter().copied())
+            .env("RUNNER_MODELS", "demo/sleep")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start a runner process")
+    }
+
     /// Stores a `starting` prediction (of a new account) without publishing its job.
     pub async fn store_prediction(&self, model: &str, input: Value, limit: Duration) -> Prediction {
         self.store_prediction_of(&AccountId::generate(), model, input, limit).await
@@ -248,4 +263,11 @@ impl Drop for Fixture {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// Sends `name` (`-STOP`, `-CONT`) to `process`: a stopped process runs no code, as one
+/// starved of CPU, until it is continued.
+pub fn signal(process: &std::process::Child, name: &str) {
+    let sent = std::process::Command::new("kill").args([name, &process.id().to_string()]).status().expect("kill runs");
+    assert!(sent.success(), "kill {name}");
 }
