@@ -203,14 +203,11 @@ impl Topology {
         }
     }
 
-    /// Sends `signal` (`STOP`, `CONT`) to the `n`-th replica of `role`: a process stopped so
-    /// runs no code, as one starved of CPU, until it is continued.
+    /// Sends `signal` (`STOP`, `CONT`) to the `n`-th replica of `role` (see
+    /// [`ServiceProcess::signal`]).
     pub async fn signal(&mut self, role: Role, n: usize, signal: &str) -> anyhow::Result<()> {
         let i = self.find(role, n)?;
-        let pid = self.replicas[i].process.as_ref().context("the replica is not running")?.pid();
-        let sent = tokio::process::Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status().await?;
-        anyhow::ensure!(sent.success(), "kill -{signal} {pid} failed");
-        Ok(())
+        self.replicas[i].process.as_ref().context("the replica is not running")?.signal(signal).await
     }
 
     /// Starts the `n`-th replica of `role` again and waits until it serves.

@@ -58,6 +58,14 @@ impl ServiceProcess {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends signal `name` (`TERM`, or `STOP` and `CONT`: a stopped process runs no code, as
+    /// one starved of CPU, until it is continued).
+    pub async fn signal(&self, name: &str) -> anyhow::Result<()> {
+        let status = Command::new("kill").args([format!("-{name}"), self.pid.to_string()]).status().await?;
+        anyhow::ensure!(status.success(), "kill -{name} {} failed", self.pid);
+        Ok(())
+    }
+
     /// SIGKILL, as a crash or the kernel's OOM killer would end it: no shutdown code runs.
     pub async fn kill(mut self) -> anyhow::Result<()> {
         self.child.kill().await.with_context(|| format!("killing {} ({})", self.name, self.pid))
@@ -72,8 +80,7 @@ impl ServiceProcess {
             tracing::warn!(service = self.name, pid = self.pid, "had exited by itself before the stop");
             return Ok(last);
         }
-        let status = Command::new("kill").args(["-TERM", &self.pid.to_string()]).status().await?;
-        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.pid);
+        self.signal("TERM").await?;
         if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
             tracing::warn!(service = self.name, "did not stop within {grace:?}; killing it");
             self.child.kill().await?;

@@ -315,10 +315,13 @@ async fn keep(kv: kv::Store, holder: Bytes, lease: Duration, mut orders: mpsc::U
                             tracing::warn!(slot = %key, "an account slot aged out while its job ran (was NATS unreachable for the lease?); taken again");
                             held.insert(key, revision);
                         }
-                        Err(e) => {
-                            tracing::error!(slot = %key, error = %e, "an account slot aged out while its job ran and was taken by another job; the account runs past its cap until one ends");
+                        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+                            tracing::error!(slot = %key, "an account slot aged out while its job ran and was taken by another job; the account runs past its cap until one ends");
                             held.remove(&key);
                         }
+                        // NATS still unreachable: kept, and tried again at the next tick (its
+                        // rewrite finds it gone again).
+                        Err(e) => tracing::warn!(slot = %key, error = %e, "an account slot aged out while its job ran and could not be taken again yet"),
                     }
                 }
             }
