@@ -83,14 +83,14 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
             let model = CogModel::connect(target, &context)
                 .await
                 .with_context(|| format!("connecting to the Cog server of {}", target.model))?;
-            instances.extend(model.instance());
+            instances.extend(model.instances().iter().flat_map(|i| i.members().to_vec()));
             available.push(Arc::new(model));
         }
         for target in &config.cog_train {
             let trainer = CogModel::connect_trainer(target, &context)
                 .await
                 .with_context(|| format!("connecting to the Cog trainer of {}", target.model))?;
-            instances.extend(trainer.instance());
+            instances.extend(trainer.instances().iter().flat_map(|i| i.members().to_vec()));
             trainers.push(Arc::new(trainer));
         }
     }

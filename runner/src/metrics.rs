@@ -17,7 +17,7 @@
 //!   Cog server PUT to this runner ([`crate::models::cog::uploads`]), each timed from its
 //!   request to the file stored, and their bytes;
 //! - `model_instances{model,version,state}`: the model servers this runner started itself
-//!   ([`crate::models::cog::instance`]), 1 for the state each is in (`stopped`, `booting`,
+//!   ([`crate::models::cog::instance`]), how many are in each state (`stopped`, `booting`,
 //!   `ready`, `busy`: a run in flight, `stopping`); `model_boot_seconds{model}`: from starting one to its `READY`;
 //!   `model_instance_exits_total{model,reason}`: how they ended (`idle`, `shutdown`, `crashed`,
 //!   `setup_failed`);
@@ -164,11 +164,26 @@ impl RunnerMetrics {
         }
     }
 
-    /// `model`'s instance of `version` is now in `state` (one of [`INSTANCE_STATES`]).
-    pub fn set_model_instances(&self, model: &common::domain::ModelRef, version: &str, state: &'static str) {
+    /// One of `model`'s instances of `version` moved from `from` (none: a new instance) to `to`
+    /// (each one of [`INSTANCE_STATES`]): the gauge counts the instances in each state.
+    pub fn shift_model_instance(
+        &self,
+        model: &common::domain::ModelRef,
+        version: &str,
+        from: Option<&str>,
+        to: &'static str,
+    ) {
+        let labels =
+            |state: &'static str| InstanceLabels { model: model.to_string(), version: version.to_owned(), state };
         for each in INSTANCE_STATES {
-            let labels = InstanceLabels { model: model.to_string(), version: version.to_owned(), state: each };
-            self.instances.get_or_create(&labels).set(i64::from(each == state));
+            // Every state is shown from the first instance on, at 0 when none is in it.
+            let gauge = self.instances.get_or_create(&labels(each));
+            if Some(each) == from {
+                gauge.dec();
+            }
+            if each == to {
+                gauge.inc();
+            }
         }
     }
 

@@ -230,3 +230,57 @@ async fn an_async_project_runs_as_many_at_once_as_its_cog_yaml_says() {
     assert!(last_start < first_end, "all four ran at once: the last started before the first ended");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// The instances of `model` that live runners report, once `wanted` holds of them (within a
+/// minute).
+async fn all_reported(
+    fixture: &Fixture,
+    model: &str,
+    wanted: impl Fn(&[InstanceReport]) -> bool,
+) -> Vec<InstanceReport> {
+    let model: common::domain::ModelRef = model.parse().expect("model");
+    let found = eventually(Duration::from_secs(60), || async {
+        let live = fixture.store.runners().live(bson::DateTime::now()).await.ok()?;
+        let of: Vec<_> = live.into_iter().flat_map(|r| r.instances).filter(|r| r.model == model).collect();
+        wanted(&of).then_some(of)
+    })
+    .await;
+    found.expect("the live runners report such instances")
+}
+
+fn states(reports: &[InstanceReport]) -> Vec<&str> {
+    let mut states: Vec<_> = reports.iter().map(|r| r.state.as_str()).collect();
+    states.sort_unstable();
+    states
+}
+
+#[tokio::test]
+async fn two_jobs_at_once_run_on_two_instances_and_the_one_above_min_instances_stops_when_idle() {
+    let fixture = Fixture::new(&[]).await;
+    // A sync predictor: coglet runs one prediction at a time (`concurrency.max` 1).
+    let dir = project("pause", ECHO);
+    runner_for_project(&fixture, "acme/pause", &dir, "?min_instances=1&max_instances=2&idle_seconds=2").await;
+    // The kept instance boots at the runner's start, before any job; the other waits for one.
+    all_reported(&fixture, "acme/pause", |r| states(r) == ["ready", "stopped"]).await;
+
+    // Long enough that the second could not start after the first ended unnoticed: they are
+    // seen running together, which only a second server allows.
+    let created = [
+        fixture.create("acme/pause", json!({"seconds": 45.0})).await,
+        fixture.create("acme/pause", json!({"seconds": 45.0})).await,
+    ];
+    fixture.await_running(&created, 2).await;
+    all_reported(&fixture, "acme/pause", |r| states(r) == ["busy", "busy"]).await;
+    let done = crate::fixture::finished(&fixture, &created).await;
+    assert!(
+        done.iter().all(|p| p.status == PredictionStatus::Succeeded),
+        "{:?}",
+        done.iter().map(|p| &p.error).collect::<Vec<_>>()
+    );
+
+    // Idle again: the second instance is stopped, the kept one stays.
+    let after = all_reported(&fixture, "acme/pause", |r| states(r) == ["ready", "stopped"]).await;
+    let stopped = after.iter().find(|r| r.state == "stopped").expect("one stopped");
+    assert_eq!(stopped.last_exit.as_deref(), Some("idle"), "{after:?}");
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -1,7 +1,8 @@
-//! The model servers the runner starts itself: one [`Instance`] per Cog project it serves
-//! (`RUNNER_COG=owner/name=dir:/path`), which owns the coglet process of that project and is
-//! the only place that starts, watches and stops it. The executor asks it for a ready server
-//! ([`Instance::ready`]) and never spawns anything itself.
+//! The model servers the runner starts itself: an [`Instance`] is one server of a Cog project it
+//! serves (`RUNNER_COG=owner/name=dir:/path`), which owns that coglet process and is the only
+//! place that starts, watches and stops it. The executor asks the model's
+//! [`Instances`](super::instances::Instances) for a ready server and never spawns anything
+//! itself.
 //!
 //! - **Boot on demand.** With `min_instances` 0 (the default) nothing runs until a job of the
 //!   model arrives; the job waits for the boot (its prediction stays `starting`). coglet is
@@ -23,7 +24,9 @@
 //!   lines, and counts as a failure for the backoff: no job waits for a model that can never
 //!   boot, and none boots it again at once.
 //!
-//! One instance per project for now (`max_instances` 1); its slots are `concurrency.max`.
+//! An instance is one server; a model's instances, up to its `max_instances`, are held and
+//! chosen by [`super::instances::Instances`], which keeps `min_instances` of them running. Each
+//! instance's slots are `concurrency.max`.
 
 use std::{
     collections::VecDeque,
@@ -94,9 +97,9 @@ impl BootLog {
 /// How many instances a model has, and when they stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceSettings {
-    /// Instances kept running even when idle (0 or 1).
+    /// Instances kept running even when idle.
     pub min_instances: usize,
-    /// Instances at most (1).
+    /// Instances at most (each with the project's `concurrency.max` slots).
     pub max_instances: usize,
     /// How long an instance may sit idle before it is stopped.
     pub idle: Duration,
@@ -184,7 +187,7 @@ impl Instance {
         let report = InstanceReport {
             model: launch.model.clone(),
             version: version_label(&launch),
-            state: "stopped".into(),
+            state: String::new(),
             booted_at: None,
             boot_seconds: None,
             last_exit: None,
@@ -222,6 +225,12 @@ impl Instance {
     /// Whether a server is up now (a job needs no boot).
     pub fn is_up(&self) -> bool {
         self.state.try_lock().is_ok_and(|s| s.running.as_ref().is_some_and(|r| !r.exited.is_cancelled()))
+    }
+
+    /// Whether its server is ready or busy by its latest report (never waits for a boot, a
+    /// stop or a health check in progress, as [`Self::is_up`] would see them).
+    pub fn serving(&self) -> bool {
+        matches!(self.report.lock().unwrap_or_else(|p| p.into_inner()).state.as_str(), "ready" | "busy")
     }
 
     /// A ready server's URL and a lease on it, booting one first if none runs (after the
@@ -503,7 +512,9 @@ impl Instance {
 
     fn gauge(&self, state: &'static str) {
         let mut report = self.report.lock().unwrap_or_else(|p| p.into_inner());
-        self.metrics.set_model_instances(&self.launch.model, &report.version, state);
+        // (A new instance's report has no state yet: it is counted for the first time.)
+        let from = Some(report.state.as_str()).filter(|s| !s.is_empty());
+        self.metrics.shift_model_instance(&self.launch.model, &report.version, from, state);
         report.state = state.to_owned();
     }
 
@@ -512,7 +523,7 @@ impl Instance {
     fn shift(&self, from: &str, to: &'static str) {
         let mut report = self.report.lock().unwrap_or_else(|p| p.into_inner());
         if report.state == from {
-            self.metrics.set_model_instances(&self.launch.model, &report.version, to);
+            self.metrics.shift_model_instance(&self.launch.model, &report.version, Some(from), to);
             report.state = to.to_owned();
         }
     }

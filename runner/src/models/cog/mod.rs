@@ -5,7 +5,7 @@
 //!   for `GET /health-check` to say `READY` (or `BUSY`), then read the input schema from
 //!   `GET /openapi.json` (`components.schemas.Input`, with the document's `components` kept
 //!   beside it so `$ref`s resolve) and register it like any model. Or it is a Cog project the
-//!   runner starts itself (`owner/name=dir:/path`, [`project`], [`instance`]): its schema is
+//!   runner starts itself (`owner/name=dir:/path`, [`project`], [`instances`]): its schema is
 //!   read from the project, it is registered under the project's digest, and its server is
 //!   booted when a job needs it, stopped when idle and started again after a crash.
 //! - **Run**, one of two ways ([`Transport`]):
@@ -47,6 +47,7 @@
 
 pub mod callbacks;
 pub mod instance;
+pub mod instances;
 pub mod output;
 pub mod project;
 pub mod targets;
@@ -62,11 +63,7 @@ use reqwest::{Client, StatusCode};
 use serde_json::{Map, Value, json};
 use url::Url;
 
-use self::{
-    callbacks::Callbacks,
-    instance::{Instance, Launch},
-    project::CogProject,
-};
+use self::{callbacks::Callbacks, instance::Launch, instances::Instances, project::CogProject};
 use super::{Model, ModelDescriptor, ModelError, ModelOutput, Progress};
 
 /// How often the runner says it still waits for a server someone else runs to be ready.
@@ -165,10 +162,10 @@ pub struct CogContext {
     pub shutdown: tokio_util::sync::CancellationToken,
 }
 
-/// The server of a Cog model: an address, or the instance the runner runs.
+/// The server of a Cog model: an address, or the instances the runner runs.
 enum Server {
     External(Url),
-    Supervised(Arc<Instance>),
+    Supervised(Arc<Instances>),
 }
 
 /// A model served by a Cog server.
@@ -177,7 +174,7 @@ pub struct CogModel {
     server: Server,
     /// A project's digest: the version it is registered under.
     version: Option<String>,
-    /// A project's `concurrency.max`: the runner's slots for it.
+    /// A project's `concurrency.max` times its `max_instances`: the runner's slots for it.
     slots: Option<usize>,
     http: Client,
     callbacks: Arc<Callbacks>,
@@ -193,11 +190,11 @@ impl CogModel {
         Self::connect_as(target, context, context.sync_allowed, Mode::Predict).await
     }
 
-    /// The instance the runner supervises for it, if it is a project (not a server someone
+    /// The instances the runner supervises for it, if it is a project (not a server someone
     /// else runs).
-    pub fn instance(&self) -> Option<Arc<Instance>> {
+    pub fn instances(&self) -> Option<Arc<Instances>> {
         match &self.server {
-            Server::Supervised(instance) => Some(instance.clone()),
+            Server::Supervised(instances) => Some(instances.clone()),
             Server::External(_) => None,
         }
     }
@@ -228,7 +225,7 @@ impl CogModel {
                 };
                 anyhow::ensure!(wanted, "{}/cog.yaml names no `{}`", project.dir.display(), mode.yaml_key());
                 let doc = project.openapi()?;
-                let (version, slots) = (project.version.clone(), project.concurrency);
+                let version = project.version.clone();
                 let upload_url = Some(format!("{}/upload/", context.callbacks.public_url()));
                 let launch = Launch {
                     model: target.model.clone(),
@@ -238,8 +235,9 @@ impl CogModel {
                     upload_url,
                     settings: settings.clone(),
                 };
-                let instance = Instance::new(launch, context.metrics.clone(), context.shutdown.clone());
-                (doc, Server::Supervised(instance), Some(version), Some(slots))
+                let instances = Instances::new(launch, context.metrics.clone(), context.shutdown.clone());
+                let slots = instances.slots();
+                (doc, Server::Supervised(instances), Some(version), Some(slots))
             }
         };
         let mut input_schema = doc
@@ -438,27 +436,25 @@ impl Model for CogModel {
         progress: &'a Progress,
     ) -> BoxFuture<'a, Result<ModelOutput, ModelError>> {
         async move {
-            let (base, lease) = match &self.server {
+            let (base, ready) = match &self.server {
                 Server::External(base) => (base.clone(), None),
-                Server::Supervised(instance) => {
-                    let (base, lease) = instance.ready().await?;
-                    (base, Some((instance, lease)))
+                Server::Supervised(instances) => {
+                    let ready = instances.ready().await?;
+                    (ready.url.clone(), Some(ready))
                 }
             };
             let ran = match self.transport {
                 Transport::Webhooks => self.run_with_webhooks(&base, input, progress).await,
                 Transport::Sync => self.run_sync(&base, input, progress).await,
             };
-            match (ran, lease) {
+            match (ran, ready) {
                 // A server the runner runs that went away mid-run crashed.
-                (Err(e), Some((instance, _lease))) if e.code == "MODEL_SERVER_UNAVAILABLE" => {
-                    Err(instance.crashed(&e.message))
+                (Err(e), Some(ready)) if e.code == "MODEL_SERVER_UNAVAILABLE" => {
+                    Err(ready.instance.crashed(&e.message))
                 }
                 // A failure from a server whose worker died is a crash, not the model's error.
-                (Err(e), Some((instance, _lease)))
-                    if e.code == "MODEL_ERROR" && instance.broke(&base, &e.message).await =>
-                {
-                    Err(instance.crashed(&e.message))
+                (Err(e), Some(ready)) if e.code == "MODEL_ERROR" && ready.instance.broke(&base, &e.message).await => {
+                    Err(ready.instance.crashed(&e.message))
                 }
                 (ran, _) => ran,
             }
@@ -468,14 +464,16 @@ impl Model for CogModel {
 
     fn prepare(&self) -> Option<BoxFuture<'_, Result<(), ModelError>>> {
         match &self.server {
-            Server::Supervised(instance) if !instance.is_up() => Some(instance.ready().map(|r| r.map(drop)).boxed()),
+            Server::Supervised(instances) if !instances.has_room() => {
+                Some(instances.ready().map(|r| r.map(drop)).boxed())
+            }
             _ => None,
         }
     }
 
     fn boot_log(&self) -> Option<String> {
         match &self.server {
-            Server::Supervised(instance) => Some(instance.boot_log()),
+            Server::Supervised(instances) => Some(instances.boot_log()),
             Server::External(_) => None,
         }
     }

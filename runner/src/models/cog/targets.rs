@@ -90,10 +90,15 @@ fn parse_project(text: &str, defaults: &InstanceSettings) -> Result<CogSource, S
     Ok(CogSource::Project { dir: PathBuf::from(dir), settings })
 }
 
-/// The instance counts this release supports: at most one instance of a project, kept or not.
+/// The most instances of one project a runner starts (a bound against a mistyped setting:
+/// each is a process with the model in its memory).
+pub const MAX_INSTANCES: usize = 64;
+
+/// Instance counts that make sense: at least one instance at most, no more than
+/// [`MAX_INSTANCES`], and no more kept than allowed.
 pub fn check_instances(settings: &InstanceSettings) -> Result<(), String> {
-    if settings.max_instances != 1 {
-        return Err(format!("max_instances {} is not supported yet: one instance per project", settings.max_instances));
+    if !(1..=MAX_INSTANCES).contains(&settings.max_instances) {
+        return Err(format!("max_instances {} is not between 1 and {MAX_INSTANCES}", settings.max_instances));
     }
     if settings.min_instances > settings.max_instances {
         return Err(format!(
@@ -123,14 +128,14 @@ mod tests {
     fn a_project_is_declared_by_its_directory_with_its_instance_settings() {
         let defaults = InstanceSettings { idle: Duration::from_secs(30), ..InstanceSettings::default() };
         let t = parse_targets_with(
-            "acme/a=dir:/m/a, acme/b=text-to-image@dir:/m/b?idle_seconds=5&min_instances=1&setup_timeout=600",
+            "acme/a=dir:/m/a, acme/b=text-to-image@dir:/m/b?idle_seconds=5&min_instances=1&max_instances=3&setup_timeout=600",
             &defaults,
         )
         .expect("valid");
         assert_eq!(t[0].source, CogSource::Project { dir: "/m/a".into(), settings: defaults.clone() });
         let settings = InstanceSettings {
             min_instances: 1,
-            max_instances: 1,
+            max_instances: 3,
             idle: Duration::from_secs(5),
             setup_timeout: Some(Duration::from_secs(600)),
         };
@@ -142,8 +147,10 @@ mod tests {
             "acme/a=dir:",
             "acme/a=dir:/m?idle=5",
             "acme/a=dir:/m?idle_seconds=x",
-            "acme/a=dir:/m?max_instances=2",
+            "acme/a=dir:/m?max_instances=0",
+            "acme/a=dir:/m?max_instances=65",
             "acme/a=dir:/m?min_instances=2",
+            "acme/a=dir:/m?min_instances=3&max_instances=2",
         ] {
             assert!(parse_targets(bad).is_err(), "{bad}");
         }
