@@ -271,8 +271,10 @@ async fn claim_key(
     tracing::debug!(idempotency_key = key, %first, "the Idempotency-Key was claimed before");
     // The request that claimed it goes on no longer than its deadline (a `Prefer: wait`
     // stores before it waits); past that and a margin it stores nothing any more.
+    // Whether its prediction is stored is read on the primary: a create whose majority
+    // acknowledgment timed out stored it there, and a majority read may not see it yet.
     let stale_after = state.config.request_deadline + STALE_MARGIN;
-    if state.store.predictions().get(&first).await?.is_none()
+    if state.store.predictions().get_settled(&first).await?.is_none()
         && keys.take_over_stale(account, key, &first, prediction, now, stale_after).await?
     {
         tracing::warn!(idempotency_key = key, stale = %first, "an Idempotency-Key whose prediction was never stored is taken over");
@@ -340,7 +342,7 @@ async fn settle(state: &AppState, document: &Prediction) -> Stored {
     let again = || async {
         match predictions.insert(document).await {
             Ok(()) => Ok(Stored::Yes),
-            Err(e) if common::store::is_duplicate_key(&e) => match predictions.get(&document.id).await? {
+            Err(e) if common::store::is_duplicate_key(&e) => match predictions.get_settled(&document.id).await? {
                 Some(_) => Ok(Stored::Yes),
                 None => Err(e),
             },

@@ -431,17 +431,45 @@ async fn listed_files(system: &System) -> Vec<(String, Value)> {
 }
 
 #[tokio::test]
-async fn a_version_whose_recording_fails_or_loses_its_answer_is_recorded_once_and_no_weights_are_left_over() {
+async fn a_version_whose_recording_fails_loses_its_answer_or_is_unconfirmed_is_recorded_once_with_its_weights() {
     let real = testkit::infra().mongodb_uri.clone();
     let faults = MongoFaults::start(testkit::host_port(&real)).await.expect("proxy");
     let uri = faults.uri(&real);
     let (system, _predictor, _trainer, version) = tune_system_with(false, &[("MONGODB_URI", &uri)]).await;
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    let unconfirmed = Arc::new(AtomicBool::new(false));
     let recording = |c: &mongo_faults::Command| c.name == "findAndModify" && c.collection == "model_versions";
     let mut weights = Vec::new();
     // The first training's recording is refused twice; the second's applies and its answer is
-    // lost (the stand-in is no replica set, so the driver does not retry it itself).
-    for (suffix, fault, times) in [("refused", Fault::Error { code: 2 }, 2), ("lost", Fault::LoseReply, 1)] {
-        faults.inject(times, fault, recording);
+    // lost (the stand-in is no replica set, so the driver does not retry it itself); the
+    // third's applies and its answer says its wait for the majority timed out (code 64), and
+    // the next majority read of the version, lagging behind the primary, does not see it.
+    let cases = [
+        ("refused", Fault::Error { code: 2 }, 2),
+        ("lost", Fault::LoseReply, 1),
+        ("unconfirmed", Fault::Unconfirmed, 1),
+    ];
+    let lagging = unconfirmed.clone();
+    faults.inject(1, Fault::Answer(Vec::new()), move |c| {
+        let by_id = c.body.get_document("filter").is_ok_and(|f| f.keys().eq(["_id"]));
+        lagging.load(Ordering::Acquire)
+            && c.name == "find"
+            && c.collection == "model_versions"
+            && by_id
+            && c.read_concern() != Some("local")
+    });
+    for (suffix, fault, times) in cases {
+        let arms = matches!(fault, Fault::Unconfirmed).then(|| unconfirmed.clone());
+        faults.inject(times, fault, move |c| {
+            let it = recording(c);
+            if let Some(flag) = arms.as_ref().filter(|_| it) {
+                flag.store(true, Ordering::Release);
+            }
+            it
+        });
         let created = train(&system, "/v1", &version, json!({"suffix": suffix})).await;
         assert_eq!(created.status(), 201);
         let id = created.json_body().await["id"].as_str().expect("an id").to_owned();
@@ -453,10 +481,10 @@ async fn a_version_whose_recording_fails_or_loses_its_answer_is_recorded_once_an
         let file_id = url.split("/files/").nth(1).and_then(|rest| rest.split('/').next()).expect("a file URL");
         weights.push(file_id.to_owned());
     }
-    assert_eq!(faults.injected().len(), 3, "every fault was met");
+    assert_eq!(faults.injected().len(), 4, "every fault was met: {:?}", faults.injected());
     let versions = system.get("/v1/models/test-account/tuned/versions").await.json_body().await;
-    assert_eq!(versions["results"].as_array().map(Vec::len), Some(2), "one version each: {versions}");
-    // The account's files are the two versions' weights, kept for good; the copies the
+    assert_eq!(versions["results"].as_array().map(Vec::len), Some(3), "one version each: {versions}");
+    // The account's files are the three versions' weights, kept for good; the copies the
     // refused tries stored are gone.
     let mut files = listed_files(&system).await;
     files.sort_by(|a, b| a.0.cmp(&b.0));

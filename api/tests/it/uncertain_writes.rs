@@ -1,7 +1,9 @@
 //! Writes whose outcome is unknown are settled by reading, not guessing: MongoDB's answer to a
-//! write is lost after the write applied (a primary stepping down, a cut connection), which
-//! the stand-in never does by itself, so a wire-level proxy
-//! ([`mongo_faults`]) drops it, as `failCommand` would on a real server.
+//! write is lost after the write applied (a primary stepping down, a cut connection), or says
+//! its wait for the majority timed out (code 64) though it applied on the primary, while a
+//! majority read does not see it yet. The stand-in does none of this by itself, so a
+//! wire-level proxy ([`mongo_faults`]) drops the answer, adds the error, or answers the
+//! lagging read, as `failCommand` and a lagging replica would on a real server.
 
 use std::time::Duration;
 
@@ -155,4 +157,82 @@ async fn a_result_whose_write_fails_is_stored_again_without_running_the_model_ag
         runs.contains(r#"runner_model_run_duration_seconds_count{model="demo/echo",outcome="succeeded"} 1"#),
         "the model ran once: {runs}"
     );
+}
+
+#[tokio::test]
+async fn an_upload_whose_record_is_unconfirmed_keeps_its_bytes_though_a_majority_read_misses_it() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    let (system, faults) = system_behind_faults(false).await;
+    // The record's insert applies on the primary, and its answer says its wait for the
+    // majority timed out (code 64); the next majority read of the records, as one that lags
+    // behind the primary, does not see it yet.
+    let inserted = Arc::new(AtomicBool::new(false));
+    let seen = inserted.clone();
+    faults.inject(1, Fault::Unconfirmed, move |c| {
+        let it = c.name == "insert" && c.collection == "file_records";
+        seen.fetch_or(it, Ordering::AcqRel);
+        it
+    });
+    let lagging = inserted.clone();
+    faults.inject(1, Fault::Answer(Vec::new()), move |c| {
+        lagging.load(Ordering::Acquire)
+            && c.name == "find"
+            && c.collection == "file_records"
+            && c.read_concern() != Some("local")
+    });
+    let bytes: Vec<u8> = (0..50_000).map(|i| (i % 251) as u8).collect();
+    let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name("kept.bin");
+    let form = reqwest::multipart::Form::new().part("content", part);
+    let response = system.request(Method::POST, "/v1/files").multipart(form).send().await.expect("sent");
+    let status = response.status();
+    let file = response.json_body().await;
+    assert_eq!(status, 201, "settled as stored: {file}");
+    assert_eq!(faults.injected().first(), Some(&("insert".to_owned(), "file_records".to_owned())));
+    // Its record and its bytes were kept (read directly: the proxy's lagging read still waits
+    // for a majority read of the records).
+    let id = common::domain::FileId::parse(file["id"].as_str().expect("id")).expect("a file id");
+    let files = system.files().await;
+    let record = files.get(&id).await.expect("read").expect("its record is stored");
+    assert_eq!(files.read_all(&record).await.expect("its bytes are kept"), bytes);
+}
+
+#[tokio::test]
+async fn a_stale_claim_whose_prediction_a_majority_read_misses_is_replayed_not_taken_over() {
+    use common::domain::PredictionId;
+    let real = infra().mongodb_uri.clone();
+    let faults = MongoFaults::start(testkit::host_port(&real)).await.expect("proxy");
+    // Past the request deadline (1 s here) and a margin of 5 s, a claim is stale.
+    let env = vec![("MONGODB_URI", faults.uri(&real)), ("API_REQUEST_DEADLINE_SECONDS", "1".to_owned())];
+    let system = System::start_with(Options { runner: true, notifier: false, env }).await;
+    let made = create(&system, "made").send().await.expect("sent");
+    assert_eq!(made.status(), 201);
+    let id = made.json_body().await["id"].as_str().expect("id").to_owned();
+    // A claim old enough to be stale, whose create stored its prediction on the primary and
+    // then could tell nothing (its majority acknowledgment timed out): the prediction is there,
+    // and the next majority read of it, lagging behind the primary, does not see it.
+    let store = system.ctx.store().await;
+    let account = store.accounts().find_by_name("test-account").await.expect("read").expect("the account");
+    let now = bson::DateTime::now().timestamp_millis();
+    let keys = store.database().collection::<bson::Document>("idempotency_keys");
+    let claim = bson::doc! {
+        "_id": format!("{}:stale", account.id), "prediction_id": PredictionId::parse(&id).expect("id").as_str(),
+        "created_at": bson::DateTime::from_millis(now - 60_000),
+        "expires_at": bson::DateTime::from_millis(now + 24 * 3600 * 1000),
+    };
+    keys.insert_one(claim).await.expect("the claim");
+    faults.inject(1, Fault::Answer(Vec::new()), |c| {
+        let by_id = c.body.get_document("filter").is_ok_and(|f| f.keys().eq(["_id"]));
+        c.name == "find" && c.collection == "predictions" && by_id && c.read_concern() != Some("local")
+    });
+
+    // Taking the key over would make a second prediction and a second job.
+    let again = create(&system, "stale").send().await.expect("sent");
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.as_bytes()), Some(&b"true"[..]), "replayed");
+    assert_eq!(again.json_body().await["id"], id.as_str());
+    let listed = system.get("/v1/predictions").await.json_body().await;
+    assert_eq!(listed["results"].as_array().expect("results").len(), 1, "made once: {listed}");
 }

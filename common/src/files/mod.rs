@@ -251,10 +251,11 @@ impl Files {
             payload,
         };
         if let Err(e) = self.records.insert(&record).await {
-            // Unknown whether it applied (its answer lost): a record that is there keeps its
-            // bytes; only one surely not stored has them discarded (if even the reading fails,
-            // they are left to the sweep of unfinished uploads, which reads again).
-            match self.records.get(&record.id).await {
+            // Unknown whether it applied (its answer lost, or its majority acknowledgment timed
+            // out): a record the primary holds keeps its bytes; only one surely not stored has
+            // them discarded (if even the reading fails, they are left to the sweep of
+            // unfinished uploads, which reads again).
+            match self.records.get_settled(&record.id).await {
                 Ok(Some(_)) => {}
                 Ok(None) => {
                     self.discard(&StoredBytes { id: record.id.clone(), written, store }).await;
@@ -303,7 +304,8 @@ impl Files {
         let before = DateTime::from_millis(DateTime::now().timestamp_millis().saturating_sub(age));
         let mut swept = 0;
         for upload in self.unfinished.begun_before(before, limit).await? {
-            if self.records.get(&upload.id).await?.is_none() {
+            // On the primary: a record whose majority acknowledgment timed out is stored there.
+            if self.records.get_settled(&upload.id).await?.is_none() {
                 let discarded = match self.bytes(upload.store) {
                     Ok(bytes) => bytes.discard_unfinished(&upload).await,
                     Err(e) => Err(e),

@@ -83,6 +83,12 @@ impl FileRecords {
         self.coll.find_one(doc! { "_id": id.as_str() }).await
     }
 
+    /// A file's record as the primary has it now ([`super::settling_read`]): to settle a
+    /// write whose outcome is unknown.
+    pub async fn get_settled(&self, id: &FileId) -> Result<Option<FileRecord>, StoreError> {
+        self.coll.find_one(doc! { "_id": id.as_str() }).with_options(super::settling_read()).await
+    }
+
     /// A page of `account`'s files, newest first.
     pub async fn list(&self, account: &AccountId, offset: u64, limit: u32) -> Result<Vec<FileRecord>, StoreError> {
         let options = FindOptions::builder()

@@ -158,6 +158,36 @@ pub fn is_time_limit(err: &StoreError) -> bool {
     matches!(err.kind.as_ref(), ErrorKind::Command(e) if e.code == MAX_TIME_EXPIRED)
 }
 
+/// The options of a read that settles a write whose outcome is unknown: the primary's own
+/// data (`readConcern: local`, read preference `primary`). A write whose wait for the majority
+/// timed out (`WriteConcernFailed`, code 64, [`is_unconfirmed`]) has applied on the primary,
+/// and a majority read after it may not see it yet: deciding on that read would compensate
+/// for a write that did happen. Used only to settle such a write, never for ordinary reads
+/// (a `local` read may see a write that an election later rolls back).
+pub fn settling_read() -> mongodb::options::FindOneOptions {
+    mongodb::options::FindOneOptions::builder()
+        .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+        .read_concern(ReadConcern::local())
+        .max_time(READ_TIME_LIMIT)
+        .build()
+}
+
+/// The error code of a write whose wait for its write concern timed out (`wtimeoutMS`).
+const WRITE_CONCERN_FAILED: i32 = 64;
+
+/// Whether `err` is a write that applied on the primary but whose majority acknowledgment
+/// timed out (code 64): applied, unconfirmed. Settle it by sending the same idempotent write
+/// again, or by a [`settling_read`].
+pub fn is_unconfirmed(err: &StoreError) -> bool {
+    match err.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteConcernError(e)) => e.code == WRITE_CONCERN_FAILED,
+        ErrorKind::InsertMany(failure) => {
+            failure.write_concern_error.as_ref().is_some_and(|e| e.code == WRITE_CONCERN_FAILED)
+        }
+        _ => false,
+    }
+}
+
 /// The MongoDB error code of a unique-index violation.
 const DUPLICATE_KEY: i32 = 11000;
 

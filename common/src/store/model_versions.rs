@@ -149,6 +149,12 @@ impl ModelVersions {
         self.coll.find_one(doc! { "_id": id }).await
     }
 
+    /// Version `id` as the primary has it now ([`super::settling_read`]): to settle a write
+    /// whose outcome is unknown.
+    pub async fn get_settled(&self, id: &str) -> Result<Option<ModelVersionRecord>, StoreError> {
+        self.coll.find_one(doc! { "_id": id }).with_options(super::settling_read()).await
+    }
+
     /// Removes every version of `model` (an account's own model being deleted).
     pub async fn remove_all_of(&self, model: &ModelRef) -> Result<(), StoreError> {
         self.coll.delete_many(doc! { "model": model.to_string() }).await.map(drop)

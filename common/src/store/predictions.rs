@@ -83,6 +83,12 @@ impl Predictions {
         self.coll.find_one(doc! { "_id": id.as_str() }).max_time(super::read_limit()).await
     }
 
+    /// A prediction by id as the primary has it now ([`super::settling_read`]): to settle a
+    /// write whose outcome is unknown, never for an ordinary read.
+    pub async fn get_settled(&self, id: &PredictionId) -> Result<Option<Prediction>, StoreError> {
+        self.coll.find_one(doc! { "_id": id.as_str() }).with_options(super::settling_read()).await
+    }
+
     /// A prediction by id, only if `account` owns it: another account's prediction is
     /// indistinguishable from a missing one.
     pub async fn get_for_account(

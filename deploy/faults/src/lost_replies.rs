@@ -2,7 +2,9 @@
 //! [`MongoFaults`] proxy, and while the fault lasts every [`EVERY`]-th write (an insert, an
 //! update, a delete, a find-and-modify, of any service and collection) is applied by the server
 //! and its answer dropped with the connection, which is what a client sees when its primary
-//! steps down right after a write. Each create carries its own `Idempotency-Key`.
+//! steps down right after a write; or (the other row) answered with a `writeConcernError` of
+//! code 64, what a primary answers when the write applied but its wait for the majority timed
+//! out (`wtimeoutMS`). Each create carries its own `Idempotency-Key`.
 //!
 //! What must hold ([`LostTally::failures`]), beside every row's checks (the usage equal to the
 //! predictions run, nothing stuck, every `completed` webhook):
@@ -42,12 +44,13 @@ pub struct LostReplies {
 }
 
 impl LostReplies {
-    /// A proxy to the server of `uri`, its fault off; the URI the services get.
-    pub async fn start(uri: &str) -> anyhow::Result<(Self, String)> {
+    /// A proxy to the server of `uri` giving every [`EVERY`]-th write `fault` once on, off
+    /// for now; the URI the services get.
+    pub async fn start(uri: &str, fault: Fault) -> anyhow::Result<(Self, String)> {
         let proxy = MongoFaults::start(mongo_faults::host_port(uri).to_owned()).await?;
         let on = Arc::new(AtomicBool::new(false));
         let (switch, writes) = (on.clone(), Arc::new(AtomicUsize::new(0)));
-        proxy.inject(usize::MAX, Fault::LoseReply, move |c| {
+        proxy.inject(usize::MAX, fault, move |c| {
             switch.load(Ordering::SeqCst)
                 && WRITES.contains(&c.name.as_str())
                 && writes.fetch_add(1, Ordering::SeqCst) % EVERY == EVERY - 1
@@ -96,7 +99,7 @@ impl LostTally {
     pub fn failures(&self) -> Vec<String> {
         let mut why = Vec::new();
         if self.lost == 0 {
-            why.push("no answer was lost: the fault did nothing".into());
+            why.push("no write was faulted: the fault did nothing".into());
         }
         if self.runs != self.predictions as u64 {
             why.push(format!("the model ran {} times for {} predictions", self.runs, self.predictions));

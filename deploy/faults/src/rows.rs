@@ -44,7 +44,9 @@
 //!
 //! A row loses MongoDB's answers to every fourth write for a few seconds, after the writes
 //! applied, as a failover does: no model may run twice, no Idempotency-Key be left stuck
-//! ([`crate::lost_replies`]).
+//! ([`crate::lost_replies`]). Another answers every fourth write with a write concern
+//! error of code 64 instead (applied on the primary, its wait for the majority timed out),
+//! with the same checks.
 //!
 //! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
 //! by how it ended, also where a runner was killed mid-run.
@@ -82,6 +84,9 @@ pub(crate) enum Fault {
     /// Every few writes' answers lost after they applied, for `down` (see
     /// [`crate::lost_replies`]).
     LoseReplies,
+    /// Every few writes applied and answered with a `writeConcernError` code 64 (their wait
+    /// for the majority timed out), for `down` (see [`crate::lost_replies`]).
+    UnconfirmWrites,
     /// The model servers of a Cog project the runner started, killed at random for
     /// [`crate::cog_crashes::KILL_FOR`] (injected by the row itself, which holds the project).
     KillCogServers,
@@ -274,6 +279,11 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
     Scenario { name: "nats-server restarted", fault: Fault::RestartNats, ..PLAIN },
     Scenario { name: "MongoDB stand-in restarted", fault: Fault::RestartMongo, ..PLAIN },
     Scenario { name: "MongoDB answers lost after writes applied (failover)", fault: Fault::LoseReplies, ..PLAIN },
+    Scenario {
+        name: "MongoDB writes unconfirmed: majority wait timed out (code 64)",
+        fault: Fault::UnconfirmWrites,
+        ..PLAIN
+    },
     Scenario {
         name: "MongoDB answers lost during trainings (failover)",
         fault: Fault::LoseReplies,

@@ -232,8 +232,13 @@ async fn run_scenario(
     }
     // Every service reaches MongoDB through the proxy that loses answers.
     let losing = match scenario.fault {
-        Fault::LoseReplies => {
-            let (losing, proxied) = lost_replies::LostReplies::start(&servers.mongo.lock().await.uri()).await?;
+        Fault::LoseReplies | Fault::UnconfirmWrites => {
+            let fault = match scenario.fault {
+                Fault::LoseReplies => mongo_faults::Fault::LoseReply,
+                _ => mongo_faults::Fault::Unconfirmed,
+            };
+            let uri = servers.mongo.lock().await.uri();
+            let (losing, proxied) = lost_replies::LostReplies::start(&uri, fault).await?;
             vars.retain(|(name, _)| *name != "MONGODB_URI");
             vars.push(("MONGODB_URI", proxied));
             Some(losing)
@@ -458,7 +463,11 @@ async fn inject(
     let mut flooded = None;
     match fault {
         // Injected by the row itself (it holds the proxy).
-        Fault::None | Fault::LoseReplies | Fault::KillCogServers | Fault::KillOnEveryDelivery => {
+        Fault::None
+        | Fault::LoseReplies
+        | Fault::UnconfirmWrites
+        | Fault::KillCogServers
+        | Fault::KillOnEveryDelivery => {
             return Ok((None, None));
         }
         Fault::Rotate => {

@@ -6,6 +6,12 @@
 //!   write: the client cannot know whether it applied);
 //! - [`Fault::Error`]: the server never sees it; the client gets `{ok: 0, code, errmsg}`
 //!   (`failCommand` with `errorCode`).
+//! - [`Fault::Unconfirmed`]: the command is sent to the server and applied, and its answer
+//!   gets a `writeConcernError` with code 64 (`WriteConcernFailed`, `wtimeout`): a write the
+//!   primary applied whose wait for the majority timed out.
+//! - [`Fault::Answer`]: the server never sees it; a read gets the documents given as its
+//!   whole result: what a majority read that lags behind the primary answers (a document as
+//!   it was before a write, or none for one just inserted).
 //!
 //! Every other frame passes unchanged, in order, including the monitoring connections'
 //! streamed `hello` answers.
@@ -19,7 +25,7 @@
 #![forbid(unsafe_code)]
 
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     io,
     net::SocketAddr,
     sync::{Arc, Mutex},
@@ -66,6 +72,11 @@ impl Command {
         found
     }
 
+    /// The read concern level the command asks for (`majority`, `local`, ...), if any.
+    pub fn read_concern(&self) -> Option<&str> {
+        self.body.get_document("readConcern").ok()?.get_str("level").ok()
+    }
+
     /// Whether the command's text (its body and sequences, as relaxed extended JSON) contains
     /// `needle`: a quick way to single out, say, the update that sets `usage.writer`.
     pub fn mentions(&self, needle: &str) -> bool {
@@ -89,6 +100,10 @@ pub enum Fault {
         /// The error code (for example 91 `ShutdownInProgress`, 189 `PrimarySteppedDown`).
         code: i32,
     },
+    /// Applied by the server; its answer carries `writeConcernError` code 64.
+    Unconfirmed,
+    /// Not sent; a `find` answered with these documents as its only batch.
+    Answer(Vec<Document>),
 }
 
 /// Which commands get a fault, and how many times.
@@ -197,7 +212,8 @@ async fn connection(client: TcpStream, server: TcpStream, faults: Arc<Mutex<Faul
     let (mut server_read, mut server_write) = server.into_split();
     // Frames for the client, from the server or made here, written by one task.
     let (to_client, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
-    let lost: Arc<Mutex<HashSet<i32>>> = Arc::default();
+    // What becomes of the answers to faulted commands the server runs, by request id.
+    let pending: Arc<Mutex<HashMap<i32, Fault>>> = Arc::default();
     let writer = async {
         while let Some(frame) = outgoing.recv().await {
             if client_write.write_all(&frame).await.is_err() {
@@ -206,18 +222,24 @@ async fn connection(client: TcpStream, server: TcpStream, faults: Arc<Mutex<Faul
         }
     };
     let up = {
-        let (to_client, lost) = (to_client.clone(), lost.clone());
+        let (to_client, pending) = (to_client.clone(), pending.clone());
         async move {
             while let Ok(frame) = read_frame(&mut client_read).await {
                 let request_id = i32_at(&frame, 4);
-                let fault = command_of(&frame).and_then(|c| fault_for(&faults, &c));
+                let command = command_of(&frame);
+                let fault = command.as_ref().and_then(|c| fault_for(&faults, c));
                 match fault {
                     Some(Fault::Error { code }) => {
                         let _ = to_client.send(error_reply(request_id, code));
                         continue;
                     }
-                    Some(Fault::LoseReply) => {
-                        lock(&lost).insert(request_id);
+                    Some(Fault::Answer(documents)) => {
+                        let ns = command.as_ref().map(namespace).unwrap_or_default();
+                        let _ = to_client.send(answer_reply(request_id, documents, ns));
+                        continue;
+                    }
+                    Some(fault @ (Fault::LoseReply | Fault::Unconfirmed)) => {
+                        lock(&pending).insert(request_id, fault);
                     }
                     None => {}
                 }
@@ -229,9 +251,11 @@ async fn connection(client: TcpStream, server: TcpStream, faults: Arc<Mutex<Faul
     };
     let down = async move {
         while let Ok(frame) = read_frame(&mut server_read).await {
-            if lock(&lost).remove(&i32_at(&frame, 8)) {
-                return; // the answer is lost, and the connection with it
-            }
+            let frame = match lock(&pending).remove(&i32_at(&frame, 8)) {
+                Some(Fault::LoseReply) => return, // the answer is lost, and the connection with it
+                Some(Fault::Unconfirmed) => unconfirmed(&frame).unwrap_or(frame),
+                _ => frame,
+            };
             if to_client.send(frame).is_err() {
                 return;
             }
@@ -306,6 +330,38 @@ fn command_of(frame: &[u8]) -> Option<Command> {
 fn error_reply(request_id: i32, code: i32) -> Vec<u8> {
     let reply =
         doc! { "ok": 0.0, "code": code, "errmsg": format!("injected fault {code}"), "codeName": "InjectedFault" };
+    reply_frame(request_id, &reply)
+}
+
+/// `db.collection` of a command.
+fn namespace(command: &Command) -> String {
+    format!("{}.{}", command.body.get_str("$db").unwrap_or_default(), command.collection)
+}
+
+/// An `OP_MSG` answer to the read `request_id` on `ns`: `documents` as its one and last batch.
+fn answer_reply(request_id: i32, documents: Vec<Document>, ns: String) -> Vec<u8> {
+    let reply = doc! { "cursor": { "firstBatch": documents, "id": 0_i64, "ns": ns }, "ok": 1.0 };
+    reply_frame(request_id, &reply)
+}
+
+/// The server's answer `frame` (an `OP_MSG` with one body section) with a `writeConcernError`
+/// code 64 added, as a primary answers a write whose wait for the majority timed out.
+fn unconfirmed(frame: &[u8]) -> Option<Vec<u8>> {
+    if i32_at(frame, 12) != OP_MSG || *frame.get(20)? != 0 {
+        return None;
+    }
+    let mut reply = Document::from_reader(&mut frame.get(21..)?).ok()?;
+    reply.insert(
+        "writeConcernError",
+        doc! { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out", "errInfo": { "wtimeout": true } },
+    );
+    let mut answer = reply_frame(i32_at(frame, 8), &reply);
+    answer[4..8].copy_from_slice(&frame[4..8]);
+    Some(answer)
+}
+
+/// An `OP_MSG` frame answering `request_id` with `reply`.
+fn reply_frame(request_id: i32, reply: &Document) -> Vec<u8> {
     let mut body = Vec::new();
     reply.to_writer(&mut body).expect("a document serializes");
     let total = 16 + 4 + 1 + body.len();

@@ -100,7 +100,9 @@ impl Executor {
             self.mark_started(&p);
             return Ok(Begun::Run(p, true));
         }
-        match predictions.get(id).await.context("reading the prediction")? {
+        // Read on the primary: an earlier try of this start whose answer was lost, or whose
+        // majority acknowledgment timed out, applied there, and a majority read may not see it.
+        match predictions.get_settled(id).await.context("reading the prediction")? {
             None => {
                 tracing::warn!("job for a prediction that does not exist; dropped");
                 Ok(Begun::Nothing)

@@ -87,8 +87,9 @@ impl Executor {
                 return Ok(Some(stored));
             }
             // Not `processing` any more: canceled meanwhile, or ended by an earlier try of
-            // this very result whose answer was lost (it has this result's end time).
-            let stored = predictions.get(&prediction.id).await?;
+            // this very result whose answer was lost or unconfirmed (it has this result's end
+            // time). Read on the primary: a majority read may not see that try yet.
+            let stored = predictions.get_settled(&prediction.id).await?;
             Ok(stored.filter(|p| p.status == status && p.completed_at == Some(completed_at)))
         }
         .instrument(tracing::info_span!("store_result"))

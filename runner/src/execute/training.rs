@@ -129,8 +129,9 @@ impl Executor {
         };
         let stored = match versions.record_version(&version).await {
             Ok(stored) => stored,
-            // Unknown whether it applied: what is stored says.
-            Err(e) => match versions.get(&version.id).await {
+            // Unknown whether it applied (an answer lost, or a majority acknowledgment that
+            // timed out): what the primary holds says, not a majority read that may lag.
+            Err(e) => match versions.get_settled(&version.id).await {
                 Ok(Some(stored)) => Some(stored),
                 Ok(None) => {
                     if stored_here {

@@ -33,7 +33,7 @@ async fn cancel_without_event(fixture: &Fixture, p: &Prediction) -> Prediction {
 }
 
 /// The next `completed` event of the subscription, waiting at most `limit`.
-async fn next_completed(events: &mut async_nats::Subscriber, limit: Duration) -> Option<PredictionChanged> {
+pub async fn next_completed(events: &mut async_nats::Subscriber, limit: Duration) -> Option<PredictionChanged> {
     let find = async {
         while let Some(message) = events.next().await {
             if let Ok(StatusEvent::PredictionChangedV1(change)) = serde_json::from_slice(&message.payload)

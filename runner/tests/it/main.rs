@@ -18,3 +18,4 @@ mod results;
 mod scheduling;
 mod selection;
 mod unanswered_fetch;
+mod uncertain_writes;
