@@ -35,6 +35,9 @@ pub const EVERY: usize = 4;
 /// over: longer than this, so such a key is stuck here).
 const SETTLE_KEYS: Duration = Duration::from_secs(60);
 
+/// How long a document whose insert was unconfirmed is missing from majority reads.
+const MAJORITY_LAG: Duration = Duration::from_secs(2);
+
 const WRITES: [&str; 4] = ["insert", "update", "delete", "findAndModify"];
 
 /// The proxy every service of the row goes through, and the switch of its fault.
@@ -50,11 +53,17 @@ impl LostReplies {
         let proxy = MongoFaults::start(mongo_faults::host_port(uri).to_owned()).await?;
         let on = Arc::new(AtomicBool::new(false));
         let (switch, writes) = (on.clone(), Arc::new(AtomicUsize::new(0)));
+        let lags = matches!(fault, Fault::Unconfirmed);
         proxy.inject(usize::MAX, fault, move |c| {
             switch.load(Ordering::SeqCst)
                 && WRITES.contains(&c.name.as_str())
                 && writes.fetch_add(1, Ordering::SeqCst) % EVERY == EVERY - 1
         });
+        if lags {
+            // What a majority read sees lags behind such a write: an inserted document is
+            // missing from it for a while.
+            proxy.lag_unconfirmed_inserts(MAJORITY_LAG);
+        }
         let proxied = proxy.uri(uri);
         Ok((Self { proxy, on }, proxied))
     }
@@ -62,6 +71,11 @@ impl LostReplies {
     /// Starts losing answers.
     pub fn begin(&self) {
         self.on.store(true, Ordering::SeqCst);
+    }
+
+    /// How many majority reads missed a document whose insert was unconfirmed.
+    pub fn lagged(&self) -> usize {
+        self.proxy.lagged()
     }
 
     /// Stops losing answers; how many were lost.
@@ -74,8 +88,10 @@ impl LostReplies {
 /// What the row found.
 #[derive(Clone, Debug, Default)]
 pub struct LostTally {
-    /// Answers lost.
+    /// Answers lost (or unconfirmed).
     pub lost: usize,
+    /// Majority reads that missed a document whose insert was unconfirmed.
+    pub lagged: usize,
     /// Runs of the model the runner counted, by any outcome.
     pub runs: u64,
     /// Predictions and trainings of the account.
@@ -123,7 +139,7 @@ impl LostTally {
     /// The tally as JSON.
     pub fn json(&self) -> Value {
         json!({
-            "answers_lost": self.lost, "model_runs": self.runs, "predictions": self.predictions,
+            "answers_lost": self.lost, "majority_reads_lagged": self.lagged, "model_runs": self.runs, "predictions": self.predictions,
             "keys": self.keys, "made": self.made,
             "resent": self.resent, "stuck_keys": self.stuck_keys, "not_replayed": self.not_replayed,
             "not_replayed_keys": self.not_replayed_keys,
@@ -202,6 +218,7 @@ mod tests {
     fn a_second_run_a_second_prediction_of_a_key_a_stuck_key_a_key_that_does_not_replay_or_no_fault_fails_the_row() {
         let good = LostTally {
             lost: 12,
+            lagged: 0,
             runs: 200,
             predictions: 200,
             keys: 200,

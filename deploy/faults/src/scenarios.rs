@@ -416,6 +416,7 @@ async fn run_scenario(
     }
     if let Some(mut keys) = keys {
         keys.lost = lost;
+        keys.lagged = losing.as_ref().map_or(0, lost_replies::LostReplies::lagged);
         keys.runs = lost_replies::runs(&topology.runner_metrics()[0]).await?;
         keys.predictions = statuses.len();
         keys.made = accepted_ids(&topology).await?.len();

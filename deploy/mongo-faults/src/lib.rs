@@ -29,6 +29,7 @@ use std::{
     io,
     net::SocketAddr,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use bson::{Document, doc};
@@ -119,6 +120,13 @@ struct Faults {
     rules: Vec<Rule>,
     /// The matched commands, in order (name and collection).
     injected: Vec<(String, String)>,
+    /// How long majority reads miss a document whose insert was [`Fault::Unconfirmed`]
+    /// ([`MongoFaults::lag_unconfirmed_inserts`]); none by default.
+    lag: Option<Duration>,
+    /// Those documents: collection, `_id`, and until when they are missed.
+    missed: Vec<(String, bson::Bson, std::time::Instant)>,
+    /// Majority reads answered as missing one of them.
+    lagged: usize,
 }
 
 /// A running proxy to one MongoDB server.
@@ -172,6 +180,19 @@ impl MongoFaults {
         lock(&self.faults).rules.push(Rule { matches: Box::new(matches), fault, times });
     }
 
+    /// From now on, a document whose `insert` got [`Fault::Unconfirmed`] is missing for `lag`
+    /// from every read by `_id` that is not `local`: a majority snapshot lagging behind the
+    /// primary, which has the insert. (Updates cannot be shown as they were before: the proxy
+    /// does not know it.)
+    pub fn lag_unconfirmed_inserts(&self, lag: Duration) {
+        lock(&self.faults).lag = Some(lag);
+    }
+
+    /// How many reads were answered as a lagging majority snapshot would.
+    pub fn lagged(&self) -> usize {
+        lock(&self.faults).lagged
+    }
+
     /// The commands that got a fault so far (name and collection), in order.
     pub fn injected(&self) -> Vec<(String, String)> {
         lock(&self.faults).injected.clone()
@@ -198,11 +219,38 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The fault the first matching rule gives `command` (using one of its times), if any.
 fn fault_for(faults: &Mutex<Faults>, command: &Command) -> Option<Fault> {
     let mut faults = lock(faults);
+    let now = std::time::Instant::now();
+    faults.missed.retain(|(_, _, until)| *until > now);
+    if let Some(id) = read_by_id(command)
+        && faults.missed.iter().any(|(coll, missed, _)| *coll == command.collection && *missed == id)
+    {
+        faults.lagged += 1;
+        return Some(Fault::Answer(Vec::new()));
+    }
     let rule = faults.rules.iter_mut().find(|r| r.times > 0 && (r.matches)(command))?;
     rule.times -= 1;
     let fault = rule.fault.clone();
     faults.injected.push((command.name.clone(), command.collection.clone()));
+    if let (Fault::Unconfirmed, Some(lag)) = (&fault, faults.lag)
+        && command.name == "insert"
+    {
+        let ids: Vec<_> = command.documents("documents").iter().filter_map(|d| d.get("_id").cloned()).collect();
+        let collection = command.collection.clone();
+        faults.missed.extend(ids.into_iter().map(|id| (collection.clone(), id, now + lag)));
+    }
     Some(fault)
+}
+
+/// The `_id` a `find` that is not `local` reads by (its filter names only `_id`, as a value).
+fn read_by_id(command: &Command) -> Option<bson::Bson> {
+    if command.name != "find" || command.read_concern() == Some("local") {
+        return None;
+    }
+    let filter = command.body.get_document("filter").ok()?;
+    if filter.len() != 1 {
+        return None;
+    }
+    filter.get("_id").filter(|id| !matches!(id, bson::Bson::Document(_))).cloned()
 }
 
 /// Carries one client connection: frames up to the server (or answered here), frames down to
