@@ -62,7 +62,8 @@ pub async fn validated(
 /// account's is not revealed).
 async fn destination_of(state: &AppState, caller: &Caller, destination: &ModelRef) -> Result<(), ApiError> {
     match state.store.owned_models().get(destination).await? {
-        Some(owned) if owned.account_id == caller.key.account_id => Ok(()),
+        // A model being deleted takes no new training (see `common::store::owned_models`).
+        Some(owned) if owned.account_id == caller.key.account_id && owned.deleting_since.is_none() => Ok(()),
         _ => Err(ApiError::not_found(format!(
             "Model {destination} not found: a training's destination is a model of your account (POST /models makes one)."
         ))),

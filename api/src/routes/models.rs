@@ -242,6 +242,7 @@ pub async fn create(
         description: new.description,
         links: new.links,
         created_at: bson::DateTime::now(),
+        deleting_since: None,
     };
     if !state.store.owned_models().insert(&owned).await? {
         return Err(exists());
@@ -273,6 +274,20 @@ pub async fn delete(
     }
     if state.store.deployments().uses_model(&model).await? {
         return Err(ApiError::conflict(format!("A deployment runs {model}: delete or change it first.")));
+    }
+    // Marked first, then no training into it may be under way: one created meanwhile is
+    // refused it, one ending meanwhile removes the version it records (see
+    // `common::store::owned_models`).
+    let owned_models = state.store.owned_models();
+    if !owned_models.mark_deleting(account, &model).await? {
+        return Err(missing());
+    }
+    let training = state.store.predictions().trainings_into(&model).await?;
+    if let Some(training) = training {
+        owned_models.unmark_deleting(account, &model).await?;
+        return Err(ApiError::conflict(format!(
+            "Training {training} into {model} is under way: cancel it or wait for it to end, then delete the model."
+        )));
     }
     // Its trained versions go with it, and their weights (kept only while a version exists),
     // so a model made again at the address starts with none. The model itself goes last: a

@@ -521,3 +521,56 @@ async fn a_model_delete_that_fails_part_way_leaves_the_model_and_the_next_delete
     assert_eq!(read.status(), 404, "the weights went with their version");
     assert!(listed_files(&system).await.is_empty(), "nothing left behind");
 }
+
+#[tokio::test]
+async fn a_model_is_not_deleted_while_a_training_into_it_runs_and_is_deleted_once_it_ended() {
+    let (system, _predictor, _trainer, version) = tune_system().await;
+    let long = train(&system, "/v1", &version, json!({"suffix": "slow", "seconds": 60})).await.json_body().await;
+    let id = long["id"].as_str().expect("an id").to_owned();
+    training_until(&system, &id, |t| t["status"] == "processing").await;
+    let refused = system.request(Method::DELETE, "/v1/models/test-account/tuned").send().await.expect("sent");
+    assert_eq!(refused.status(), 409);
+    let problem = refused.json_body().await;
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains(&id)), "names the training: {problem}");
+    // Refused, the delete leaves the model whole: it still takes trainings.
+    let another = train(&system, "/v1", &version, json!({"suffix": "after"})).await;
+    assert_eq!(another.status(), 201, "{}", another.text().await.unwrap_or_default());
+    let after = another.json_body().await["id"].as_str().expect("an id").to_owned();
+
+    for training in [&id, &after] {
+        let canceled = system.request(Method::POST, &format!("/v1/trainings/{training}/cancel")).send().await;
+        assert!(canceled.expect("sent").status().is_success());
+        training_until(&system, training, |t| t["status"] == "canceled").await;
+    }
+    let deleted = system.request(Method::DELETE, "/v1/models/test-account/tuned").send().await.expect("sent");
+    assert_eq!(deleted.status(), 204);
+}
+
+#[tokio::test]
+async fn a_training_whose_destination_was_deleted_meanwhile_records_no_version_and_keeps_no_weights() {
+    let (system, _predictor, _trainer, version) = tune_system().await;
+    let created = train(&system, "/v1", &version, json!({"suffix": "orphan", "seconds": 3})).await.json_body().await;
+    let id = created["id"].as_str().expect("an id").to_owned();
+    training_until(&system, &id, |t| t["status"] == "processing").await;
+    // A delete that did not see the training (it began between the training's check of its
+    // destination and its being stored): the model is gone, as the delete leaves it.
+    let store = system.ctx.store().await;
+    let owned = store.database().collection::<bson::Document>("owned_models");
+    owned.delete_one(bson::doc! { "_id": "test-account/tuned" }).await.expect("deleted");
+    // Made again at once under the same name: the training's version must not come back in it.
+    let made = system
+        .post_json(
+            "/v1/models",
+            &json!({"owner": "test-account", "name": "tuned", "visibility": "private", "hardware": "cpu"}),
+        )
+        .await;
+    assert_eq!(made.status(), 201);
+
+    let done = training_until(&system, &id, |t| t["status"] != "starting" && t["status"] != "processing").await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let native = system.get(&format!("/v1/trainings/{id}")).await.json_body().await;
+    assert_eq!(native["error"]["code"], "DESTINATION_DELETED", "{native}");
+    let versions = system.get("/v1/models/test-account/tuned/versions").await.json_body().await;
+    assert_eq!(versions["results"].as_array().map(Vec::len), Some(0), "no version: {versions}");
+    assert_eq!(listed_files(&system).await, Vec::new(), "no weights kept");
+}

@@ -273,6 +273,13 @@ pub fn retired_indexes() -> Vec<(&'static str, &'static str)> {
 pub fn indexes() -> Vec<(&'static str, IndexModel)> {
     let unique = |keys| IndexModel::builder().keys(keys).options(IndexOptions::builder().unique(true).build()).build();
     let plain = |keys| IndexModel::builder().keys(keys).build();
+    let with_destination = |keys| {
+        let only = doc! { "destination": { "$exists": true } };
+        IndexModel::builder()
+            .keys(keys)
+            .options(IndexOptions::builder().partial_filter_expression(only).build())
+            .build()
+    };
     let expiring = || {
         IndexModel::builder()
             .keys(doc! { "expires_at": 1 })
@@ -286,6 +293,10 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("accounts", unique(doc! { "name": 1 })),
         // Lists of an account's predictions or trainings, all or by status, newest first.
         ("predictions", plain(doc! { "account_id": 1, "kind": 1, "created_at": -1, "_id": -1 })),
+        // The trainings into a model its delete looks for: trainings only (a prediction has no
+        // destination, and the index holds only documents that have one), so the index costs
+        // the predictions nothing.
+        ("predictions", with_destination(doc! { "destination": 1, "status": 1 })),
         ("predictions", plain(doc! { "account_id": 1, "kind": 1, "status": 1, "created_at": -1, "_id": -1 })),
         // A model's run count for an account, and a waiting prediction's place in its lane.
         ("predictions", plain(doc! { "account_id": 1, "model": 1, "status": 1, "created_at": 1 })),

@@ -4,7 +4,14 @@
 //! account whose name is its owner, has no version until a training records one, and is seen
 //! by other accounts only when it is `public`.
 //!
-//! Written by the api (create, delete); read by the api.
+//! Written by the api (create, delete); read by the api, and by the runner when a training
+//! into one has ended (whether its destination still stands: [`OwnedModels::stands_for`]).
+//!
+//! A delete marks the model first (`deleting_since`), then checks that no training into it is
+//! under way, then removes its versions and the model: a training created meanwhile is
+//! refused the marked destination, and one that ends meanwhile finds it marked or gone after
+//! recording its version and removes that version again. So a deleted model never comes back
+//! with a version, not even when its name is made again.
 
 use bson::{DateTime, doc};
 use mongodb::{Collection, Database};
@@ -54,6 +61,9 @@ pub struct OwnedModel {
     pub links: ModelLinks,
     /// When it was created.
     pub created_at: DateTime,
+    /// Set when a delete of it began (see the module's notes): it takes no new training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleting_since: Option<DateTime>,
 }
 
 /// A model's links, as its owner gives them (`models.create`): each an absolute URL or none.
@@ -115,6 +125,34 @@ impl OwnedModels {
     ) -> Result<(Vec<OwnedModel>, u64), StoreError> {
         let visible = doc! { "$or": [{ "account_id": account.as_str() }, { "visibility": "public" }] };
         super::page(&self.coll, visible, doc! { "_id": 1 }, offset, limit).await
+    }
+
+    /// Marks `account`'s `model` as being deleted (see the module's notes); whether it exists.
+    pub async fn mark_deleting(&self, account: &AccountId, model: &ModelRef) -> Result<bool, StoreError> {
+        let filter = doc! { "_id": model.to_string(), "account_id": account.as_str() };
+        let marked = self.coll.update_one(filter, doc! { "$set": { "deleting_since": DateTime::now() } }).await?;
+        Ok(marked.matched_count == 1)
+    }
+
+    /// Takes the mark of [`Self::mark_deleting`] back (the delete was refused).
+    pub async fn unmark_deleting(&self, account: &AccountId, model: &ModelRef) -> Result<(), StoreError> {
+        let filter = doc! { "_id": model.to_string(), "account_id": account.as_str() };
+        self.coll.update_one(filter, doc! { "$unset": { "deleting_since": "" } }).await.map(drop)
+    }
+
+    /// Whether `model` still stands as the destination of a training of `account` created at
+    /// `created_at`: it exists, belongs to `account`, no delete of it began, and it is the
+    /// model the training was made for (created before it, not made again since). Read on the
+    /// primary ([`super::settling_read`]): a delete's mark must not be missed by a lagging
+    /// majority read.
+    pub async fn stands_for(
+        &self,
+        model: &ModelRef,
+        account: &AccountId,
+        created_at: DateTime,
+    ) -> Result<bool, StoreError> {
+        let found = self.coll.find_one(doc! { "_id": model.to_string() }).with_options(super::settling_read()).await?;
+        Ok(found.is_some_and(|m| &m.account_id == account && m.deleting_since.is_none() && m.created_at <= created_at))
     }
 
     /// Deletes `model` of `account`; `false` if it has no such model.

@@ -207,6 +207,26 @@ impl Predictions {
         super::page(&self.coll, filter, doc! { "created_at": -1, "_id": -1 }, offset, limit).await
     }
 
+    /// A training into `destination` that has not ended, if any (read on the primary: a model's
+    /// delete must not miss one a lagging majority read has not seen yet).
+    pub async fn trainings_into(&self, destination: &ModelRef) -> Result<Option<PredictionId>, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Id {
+            #[serde(rename = "_id")]
+            id: PredictionId,
+        }
+        let open = [PredictionStatus::Starting.as_str(), PredictionStatus::Processing.as_str()];
+        let filter = doc! { "destination": destination.to_string(), "status": { "$in": open.to_vec() } };
+        let found = self
+            .coll
+            .clone_with_type::<Id>()
+            .find_one(filter)
+            .with_options(super::settling_read())
+            .projection(doc! { "_id": 1 })
+            .await?;
+        Ok(found.map(|f| f.id))
+    }
+
     /// The current status of a prediction (reads the status alone).
     pub async fn status(&self, id: &PredictionId) -> Result<Option<PredictionStatus>, StoreError> {
         #[derive(serde::Deserialize)]

@@ -148,6 +148,21 @@ impl Executor {
         if kept != weights.id {
             self.remove_weights(&weights.id, "a redelivery stored them again").await;
         }
+        // Checked once the version is recorded: a delete of the destination marks it before
+        // it looks for trainings under way, so one it did not see is seen here, and its
+        // version does not outlive the model (see `common::store::owned_models`).
+        let owned = self.store.owned_models();
+        if !owned.stands_for(&destination, &p.account_id, p.created_at).await.context("reading the destination")? {
+            versions.remove(&destination, &version.id).await.context("removing the version of a deleted model")?;
+            self.remove_weights(&kept, "their destination was deleted").await;
+            tracing::warn!(version = %version.id, %destination, "the destination was deleted during the training; its version removed");
+            return Ok(Err(ModelError {
+                code: "DESTINATION_DELETED".into(),
+                message: format!(
+                    "The model {destination} was deleted while the training ran; no version was recorded."
+                ),
+            }));
+        }
         self.files.records().keep(&kept).await.context("keeping the weights of the recorded version")?;
         let weights_id = kept;
         tracing::info!(version = %version.id, %destination, "trained version recorded");
