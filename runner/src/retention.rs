@@ -49,7 +49,7 @@ pub const BATCH: i64 = 100;
 /// postponed.
 pub const IN_USE_GRACE: Duration = Duration::from_secs(600);
 
-/// The most idle lanes one pass tends.
+/// The most idle lanes one pass tends (those looked at longest ago first).
 pub const LANES_PER_PASS: i64 = 1_000;
 
 /// The time `d` ago (the reconciler's scans use it too).
@@ -92,12 +92,19 @@ pub struct Sweeper {
     usage: Option<UsageLedger>,
     retention: Duration,
     interval: Duration,
+    lanes_per_pass: i64,
 }
 
 impl Sweeper {
     /// A sweeper clearing data `retention` after completion, every `interval`.
     pub fn new(store: Store, files: Files, retention: Duration, interval: Duration) -> Self {
-        Self { store, files, usage: None, retention, interval }
+        Self { store, files, usage: None, retention, interval, lanes_per_pass: LANES_PER_PASS }
+    }
+
+    /// Tends at most `n` idle lanes a pass instead of [`LANES_PER_PASS`] (tests).
+    pub fn with_lanes_per_pass(mut self, n: i64) -> Self {
+        self.lanes_per_pass = n;
+        self
     }
 
     /// Also counts the usage of predictions whose writer died before counting it.
@@ -148,7 +155,7 @@ impl Sweeper {
     pub async fn tend_lanes(&self) -> Swept {
         let lanes = self.store.queue_lanes();
         let mut swept = Swept::default();
-        let idle = match lanes.idle_since(ago(queue_lanes::RECOUNT_IDLE), LANES_PER_PASS).await {
+        let idle = match lanes.idle_since(ago(queue_lanes::RECOUNT_IDLE), self.lanes_per_pass).await {
             Ok(idle) => idle,
             Err(e) => {
                 swept.one(Err(e.into()), "reading the idle queue lanes");
@@ -174,6 +181,11 @@ impl Sweeper {
             };
             swept.one(tended.await, &format!("tending queue lane {}", lane.id));
         }
+        // Looked at, whatever came of it: the next pass takes the lanes looked at longest ago,
+        // so more than a pass's worth of lanes that need nothing (a version no runner serves,
+        // its predictions waiting) never keep the others from their turn.
+        let ids: Vec<&str> = idle.iter().map(|lane| lane.id.as_str()).collect();
+        swept.one(lanes.mark_tended(&ids).await.map_err(Into::into), "noting the queue lanes tended");
         swept
     }
 

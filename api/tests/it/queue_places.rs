@@ -280,3 +280,36 @@ async fn a_lane_that_lost_give_backs_is_recounted_once_idle_and_a_lane_unused_fo
     // its turn between.
     assert_eq!(queue_of(&system, &ids[5]).await["position"], 3 + 1 + 1);
 }
+
+#[tokio::test]
+async fn lanes_that_need_nothing_do_not_keep_the_others_from_the_sweep() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    // The longest idle lane has a prediction waiting (a version no runner serves, say): it is
+    // kept and needs no correction, pass after pass.
+    let waiting = system.bootstrap_account("waiting").await;
+    let waits = sleep_of(&system, &waiting, 0.3).await;
+    idle_for(&system, &waits, Duration::from_secs(7300), bson::doc! {}).await;
+    // Behind it, an empty lane unused for two hours.
+    let other = system.bootstrap_account("other").await;
+    let gone = sleep_of(&system, &other, 0.3).await;
+    let canceled =
+        system.with_key(reqwest::Method::POST, &format!("/v1/predictions/{gone}/cancel"), &other).send().await;
+    assert_eq!(canceled.expect("sent").status(), 200);
+    idle_for(&system, &gone, Duration::from_secs(7200), bson::doc! {}).await;
+    assert_eq!(lane_count(&system).await, 2);
+
+    // One lane a pass: the first pass tends the waiting one, the next must reach the other.
+    let sweeper = runner::retention::Sweeper::new(
+        system.ctx.store().await,
+        system.files().await,
+        Duration::from_secs(3600),
+        Duration::from_secs(3600),
+    )
+    .with_lanes_per_pass(1);
+    for _ in 0..2 {
+        let tended = sweeper.tend_lanes().await;
+        assert_eq!(tended.failed, 0, "{tended:?}");
+    }
+    assert_eq!(lane_count(&system).await, 1, "the empty lane was reached and removed, the waiting one kept");
+}

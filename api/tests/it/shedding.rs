@@ -35,7 +35,9 @@ async fn past_its_bound_the_api_answers_503_at_once_and_serves_again_when_a_slot
     let started = std::time::Instant::now();
     let shed = system.get("/v1/predictions").await;
     assert_eq!(shed.status(), 503);
-    assert!(started.elapsed() < Duration::from_secs(1), "answered at once");
+    // Not held for a slot: the two uploads hold theirs until the test ends, so a request queued
+    // behind them would not be answered at all. (The bound is about that, not about speed.)
+    assert!(started.elapsed() < Duration::from_secs(10), "answered at once, not queued");
     assert_eq!(shed.headers()["retry-after"], "1");
     assert_eq!(shed.headers()["content-type"], "application/problem+json");
     let problem = shed.json_body().await;

@@ -265,6 +265,7 @@ pub fn retired_indexes() -> Vec<(&'static str, &'static str)> {
         ("model_versions", "model_1_created_at_-1"),
         ("owned_models", "account_id_1_visibility_1"),
         ("owned_models", "visibility_1_account_id_1"),
+        ("queue_lanes", "touched_at_1"),
     ]
 }
 
@@ -312,7 +313,7 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         // A model's lanes (its queue's figures).
         ("queue_lanes", plain(doc! { "model": 1 })),
         // Lanes left idle, for their recount and removal.
-        ("queue_lanes", plain(doc! { "touched_at": 1 })),
+        ("queue_lanes", plain(doc! { "touched_at": 1, "tended_at": 1 })),
         ("runners", plain(doc! { "seen_at": 1 })),
         ("deployments", plain(doc! { "account_id": 1, "created_at": -1, "_id": -1 })),
         // Whether a deployment runs a model (an owned model is not deleted while one does).

@@ -105,6 +105,10 @@ pub struct LaneState {
     /// When a ticket of it was last taken, started or given back (none for lanes of before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub touched_at: Option<bson::DateTime>,
+    /// When the runners' sweep last looked at it idle (none: never): the sweep takes the lanes
+    /// it looked at longest ago first, so lanes that need nothing do not keep the others out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tended_at: Option<bson::DateTime>,
 }
 
 impl LaneState {
@@ -225,12 +229,13 @@ impl QueueLanes {
     }
 
     /// Up to `limit` lanes whose counters were not written since `before` (those of before
-    /// lanes were timed too), the longest idle first.
+    /// lanes were timed too): those never tended first, then those tended longest ago
+    /// ([`Self::mark_tended`]), each the longest idle first.
     pub async fn idle_since(&self, before: bson::DateTime, limit: i64) -> Result<Vec<LaneState>, StoreError> {
         let filter = doc! { "$or": [{ "touched_at": { "$lt": before } }, { "touched_at": null }] };
         self.coll
             .find(filter)
-            .sort(doc! { "touched_at": 1 })
+            .sort(doc! { "tended_at": 1, "touched_at": 1 })
             .limit(limit)
             .max_time(super::read_limit())
             .await?
@@ -250,6 +255,15 @@ impl QueueLanes {
     /// taken, started or given back since; whether it did.
     pub async fn remove_unused(&self, seen: &LaneState) -> Result<bool, StoreError> {
         Ok(self.coll.delete_one(unchanged(seen)).await?.deleted_count == 1)
+    }
+
+    /// Notes that the sweep looked at the lanes `ids` now (one write for all of them).
+    pub async fn mark_tended(&self, ids: &[&str]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let now = bson::DateTime::now();
+        self.coll.update_many(doc! { "_id": { "$in": ids } }, doc! { "$set": { "tended_at": now } }).await.map(drop)
     }
 
     /// Every lane of `model`.

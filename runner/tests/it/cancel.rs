@@ -85,7 +85,7 @@ async fn a_cancel_noticed_by_the_status_check_also_gets_its_completed_event() {
 }
 
 #[tokio::test]
-async fn a_silent_model_whose_cancel_broadcast_was_lost_stops_within_three_seconds() {
+async fn a_silent_model_whose_cancel_broadcast_was_lost_stops_at_its_next_status_checks() {
     let (fixture, p, mut events) = a_long_prediction_running(json!({"quiet": true})).await;
 
     // No broadcast and no logs to flush: only the status check can find it canceled.
@@ -94,7 +94,10 @@ async fn a_silent_model_whose_cancel_broadcast_was_lost_stops_within_three_secon
 
     let completed = next_completed(&mut events, Duration::from_secs(10)).await.expect("a completed event");
     assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled));
-    assert!(started.elapsed() < Duration::from_secs(3), "noticed after {:?}", started.elapsed());
+    // Found by a status check (every 2 s), not by the prediction's own end 30 s on; three
+    // checks' time leaves a slow machine room.
+    let checks = runner::execute::STATUS_CHECK_INTERVAL * 3;
+    assert!(started.elapsed() < checks, "noticed after {:?}", started.elapsed());
     assert_eq!(fixture.current(&p.id).await.logs, "", "the model stayed silent");
 }
 
