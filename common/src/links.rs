@@ -8,8 +8,8 @@
 //! | `urls.stream` | `…/{id}/stream?token={t}` | `…/{id}/stream?token={t}` |
 //! | `urls.web` | `{base}/predictions/{id}` | `{base}/replicate/v1/predictions/{id}/web` (a redirect to the page) |
 //! | a file | `{base}/v1/files/{file id}` | `{base}/replicate/v1/files/{file id}` |
-//! | its bytes, and a file output | `…/files/{file id}/download` | `…/files/{file id}/download` |
-//! | its signed download | `…/download?owner={account}&expiry={unix s}&signature={s}` | the same |
+//! | its bytes | `…/files/{file id}/download` | `…/files/{file id}/download` |
+//! | its signed download, and a file output | `…/download?owner={account}&expiry={unix s}&signature={s}` | the same |
 //!
 //! The stream token is a MAC of the prediction id under the master key (docs/replicate.md): it opens
 //! that prediction's stream without `Authorization` (a browser's `EventSource` cannot send one),
@@ -18,7 +18,9 @@
 //! A signed download is Replicate's form: the signature is an HMAC-SHA256 of
 //! `"{owner} {file id} {expiry}"` under a key derived from the master key (URL-safe base64). It
 //! opens that file's bytes without `Authorization` until `expiry`: what a Cog model server is
-//! given to fetch an input with, and what a file object's `urls.download` holds.
+//! given to fetch an input with, what a file object's `urls.download` holds, and how every
+//! file in an output is shown (valid until [`output_expiry`]), as Replicate's output URLs
+//! open in a browser without a token.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
@@ -37,6 +39,14 @@ const STREAM_TOKEN_BYTES: usize = 16;
 const FILE_URL_CONTEXT: &str = "file_url.v1";
 /// How long the signed download of a file object (`urls.download`) works.
 pub const SIGNED_DOWNLOAD_SECONDS: i64 = 3600;
+
+/// When the signed link of an output file rendered at `now` (unix seconds) stops working: the
+/// end of the hour after this one, so a link works at least an hour from any read, and every
+/// read within the same hour renders the same link (a client or a cache comparing two reads
+/// of a prediction sees its output unchanged).
+pub fn output_expiry(now: i64) -> i64 {
+    (now.div_euclid(SIGNED_DOWNLOAD_SECONDS) + 2) * SIGNED_DOWNLOAD_SECONDS
+}
 
 /// The `urls` of a prediction (built by [`Links::prediction`]).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -150,11 +160,16 @@ impl Links {
         }
     }
 
-    /// A stored output string as `surface` shows it: a file (stored as its canonical object
-    /// URL) becomes the surface's link to its bytes; any other string is unchanged.
-    pub fn output(&self, output: &str, surface: ApiSurface) -> String {
+    /// A stored output string of a prediction of `owner` as `surface` shows it: a file (stored
+    /// as its canonical object URL) becomes the surface's signed download of its bytes, which
+    /// opens without `Authorization` (an `<img src>`, a client's plain fetch) until
+    /// [`output_expiry`]; any other string is unchanged.
+    pub fn output(&self, output: &str, surface: ApiSurface, owner: &AccountId) -> String {
         match self.stored_file(output) {
-            Some(file) => self.file_download(&file, surface),
+            Some(file) => {
+                let expiry = output_expiry(chrono::Utc::now().timestamp());
+                self.file_signed_download(&file, owner, expiry, surface)
+            }
             None => output.to_owned(),
         }
     }
@@ -201,14 +216,37 @@ mod tests {
     }
 
     #[test]
-    fn file_outputs_link_to_their_bytes_on_the_surface_and_other_outputs_stay() {
+    fn file_outputs_are_signed_downloads_on_the_surface_for_an_hour_and_more_and_other_outputs_stay() {
         let l = links();
-        let file = FileId::generate();
+        let (file, owner) = (FileId::generate(), AccountId::generate());
         let stored = l.file(&file, ApiSurface::Canonical);
-        assert_eq!(l.output(&stored, ApiSurface::Replicate), format!("http://h/replicate/v1/files/{file}/download"));
-        assert_eq!(l.output(&stored, ApiSurface::Canonical), format!("http://h/v1/files/{file}/download"));
-        assert_eq!(l.output("hello", ApiSurface::Replicate), "hello");
-        assert_eq!(l.output("http://h/v1/files/a/b", ApiSurface::Replicate), "http://h/v1/files/a/b");
+        for (surface, root) in
+            [(ApiSurface::Replicate, "http://h/replicate/v1"), (ApiSurface::Canonical, "http://h/v1")]
+        {
+            let before = chrono::Utc::now().timestamp();
+            let link = l.output(&stored, surface, &owner);
+            let (path, query) = link.split_once('?').expect("signed");
+            assert_eq!(path, format!("{root}/files/{file}/download"));
+            let param = |name: &str| {
+                query.split('&').find_map(|kv| kv.strip_prefix(&format!("{name}="))).expect(name).to_owned()
+            };
+            assert_eq!(param("owner"), owner.as_str());
+            let expiry: i64 = param("expiry").parse().expect("a number");
+            assert!(expiry - before >= SIGNED_DOWNLOAD_SECONDS, "valid at least an hour: {link}");
+            assert!(l.file_signature_valid(owner.as_str(), file.as_str(), expiry, &param("signature")));
+        }
+        assert_eq!(l.output("hello", ApiSurface::Replicate, &owner), "hello");
+        assert_eq!(l.output("http://h/v1/files/a/b", ApiSurface::Replicate, &owner), "http://h/v1/files/a/b");
+    }
+
+    #[test]
+    fn an_output_link_stays_the_same_within_an_hour_and_works_past_the_next() {
+        assert_eq!(output_expiry(3_600 * 10), 3_600 * 12);
+        assert_eq!(output_expiry(3_600 * 10 + 3_599), 3_600 * 12);
+        assert_eq!(output_expiry(3_600 * 11), 3_600 * 13);
+        for now in [0, 1, 3_599, 3_600, 7_201] {
+            assert!(output_expiry(now) - now > SIGNED_DOWNLOAD_SECONDS, "{now}");
+        }
     }
 
     #[test]

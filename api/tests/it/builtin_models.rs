@@ -12,7 +12,7 @@ async fn file(system: &System, url: &str, key: &str) -> reqwest::Response {
 }
 
 #[tokio::test]
-async fn text_to_image_writes_a_png_of_the_requested_size_served_to_its_account_only() {
+async fn text_to_image_writes_a_png_whose_signed_link_opens_without_a_key_and_whose_file_is_its_accounts() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
     let done = system.run("demo/text-to-image", json!({"prompt": "a red fox", "width": 64, "height": 48})).await;
     assert_eq!(done["status"], "succeeded");
@@ -28,8 +28,18 @@ async fn text_to_image_writes_a_png_of_the_requested_size_served_to_its_account_
     let dim = |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     assert_eq!((dim(16), dim(20)), (64, 48), "IHDR width and height");
 
+    // The output's link is a signed download: it opens without a key (an `<img src>`, a
+    // client's plain fetch), as Replicate's output URLs do, and only as signed.
+    let anonymous = system.http().get(url).send().await.expect("sent");
+    assert_eq!(anonymous.status(), 200, "opens without a key");
+    assert_eq!(anonymous.bytes().await.expect("body"), bytes);
+    let tampered = url.replace("signature=", "signature=x");
+    assert_eq!(system.http().get(&tampered).send().await.expect("sent").status(), 401, "a tampered link is refused");
+    // The file itself is its account's: unsigned, another account's key finds nothing.
+    let unsigned = url.split('?').next().expect("a path");
     let other = system.bootstrap_account("other").await;
-    assert_eq!(file(&system, url, &other).await.status(), 404);
+    assert_eq!(file(&system, unsigned, &other).await.status(), 404);
+    assert_eq!(file(&system, unsigned, &system.admin_key).await.status(), 200);
     assert_eq!(system.get("/v1/files/file_aaaaaaaaaaaaaaaaaaaaaaaaaa").await.status(), 404);
 
     let too_big = system

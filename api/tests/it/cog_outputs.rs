@@ -56,8 +56,11 @@ async fn bytes_of(system: &System, url: &str) -> Vec<u8> {
     response.bytes().await.expect("the body").to_vec()
 }
 
+/// Whether `url` is a signed download of a file on `root`.
 fn is_link(url: &Value, root: &str, base: &str) -> bool {
-    url.as_str().is_some_and(|u| u.starts_with(&format!("{base}{root}/files/")) && u.ends_with("/download"))
+    url.as_str().and_then(|u| u.split_once('?')).is_some_and(|(path, query)| {
+        path.starts_with(&format!("{base}{root}/files/")) && path.ends_with("/download") && query.contains("signature=")
+    })
 }
 
 #[tokio::test]

@@ -8,32 +8,33 @@
 //! | an array of text items (an iterator's tokens) | the array | the items joined: the text |
 //! | anything else | the value, every file in it as its link | its compact JSON text, files as links |
 //!
-//! A file's link is the surface's `…/files/{id}/download` ([`Links::output`]): built when
-//! rendered, so outputs stored before keep working under a new base URL. Never a `data:` URI:
-//! the runner stored each as a file before the output was written.
+//! A file's link is the surface's signed `…/files/{id}/download?owner=…&expiry=…&signature=…`
+//! ([`Links::output`]), which opens without a key: built when rendered, so it is fresh with
+//! each answer and outputs stored before keep working under a new base URL. Never a `data:`
+//! URI: the runner stored each as a file before the output was written.
 
 use serde_json::Value;
 
 use crate::{
-    domain::{ApiSurface, output::map_strings},
+    domain::{AccountId, ApiSurface, output::map_strings},
     links::Links,
 };
 
-/// The stored `output` as `surface` shows it.
-pub fn render(stored: &Value, links: &Links, surface: ApiSurface) -> Value {
+/// The stored `output` of a prediction of `owner` as `surface` shows it.
+pub fn render(stored: &Value, links: &Links, surface: ApiSurface, owner: &AccountId) -> Value {
     match (surface, stored) {
-        (_, Value::String(text)) => Value::String(links.output(text, surface)),
-        (ApiSurface::Replicate, value) => linked(value, links, surface),
+        (_, Value::String(text)) => Value::String(links.output(text, surface, owner)),
+        (ApiSurface::Replicate, value) => linked(value, links, surface, owner),
         (ApiSurface::Canonical, Value::Array(items)) if is_text(items, links) => {
             Value::String(items.iter().filter_map(Value::as_str).collect())
         }
-        (ApiSurface::Canonical, value) => Value::String(linked(value, links, surface).to_string()),
+        (ApiSurface::Canonical, value) => Value::String(linked(value, links, surface, owner).to_string()),
     }
 }
 
-/// `value` with each stored file in it as `surface`'s link to its bytes.
-pub fn linked(value: &Value, links: &Links, surface: ApiSurface) -> Value {
-    map_strings(value.clone(), |s| links.output(s, surface))
+/// `value` with each stored file in it as `surface`'s signed link to its bytes.
+pub fn linked(value: &Value, links: &Links, surface: ApiSurface, owner: &AccountId) -> Value {
+    map_strings(value.clone(), |s| links.output(s, surface, owner))
 }
 
 /// Whether `items` are an iterator's text: strings, none of them a stored file.
@@ -51,14 +52,32 @@ mod tests {
         Links::for_tests("http://h")
     }
 
+    /// `value` with the signature of every signed link cut off (each is checked in `links`):
+    /// up to the end of the string, or to the quote that ends it in a JSON text.
+    fn unsigned(value: Value) -> Value {
+        map_strings(value, |s| {
+            let mut out = s.to_owned();
+            while let Some(at) = out.find("?owner=") {
+                let end = out[at..].find('"').map_or(out.len(), |n| at + n);
+                out.replace_range(at..end, "");
+            }
+            out
+        })
+    }
+
     #[test]
     fn each_shape_renders_as_the_table_says() {
         let l = links();
+        let owner = AccountId::generate();
         let (a, b) = (FileId::generate(), FileId::generate());
         let stored = |f: &FileId| l.file(f, ApiSurface::Canonical);
         let v1 = |f: &FileId| format!("http://h/v1/files/{f}/download");
         let rep = |f: &FileId| format!("http://h/replicate/v1/files/{f}/download");
-        let render_both = |v: Value| (render(&v, &l, ApiSurface::Canonical), render(&v, &l, ApiSurface::Replicate));
+        let render_both = |v: Value| {
+            let (canonical, replicate) =
+                (render(&v, &l, ApiSurface::Canonical, &owner), render(&v, &l, ApiSurface::Replicate, &owner));
+            (unsigned(canonical), unsigned(replicate))
+        };
 
         assert_eq!(render_both(json!("hi")), (json!("hi"), json!("hi")));
         assert_eq!(render_both(json!(stored(&a))), (json!(v1(&a)), json!(rep(&a))));
@@ -81,7 +100,8 @@ mod tests {
     fn outputs_stored_as_strings_before_values_render_as_they_did() {
         let l = links();
         let old_json_text = json!("{\"sha256\":\"ab\",\"size\":2}");
-        assert_eq!(render(&old_json_text, &l, ApiSurface::Replicate), old_json_text);
-        assert_eq!(render(&old_json_text, &l, ApiSurface::Canonical), old_json_text);
+        let owner = AccountId::generate();
+        assert_eq!(render(&old_json_text, &l, ApiSurface::Replicate, &owner), old_json_text);
+        assert_eq!(render(&old_json_text, &l, ApiSurface::Canonical, &owner), old_json_text);
     }
 }

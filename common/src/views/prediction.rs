@@ -189,10 +189,10 @@ impl Prediction {
                 other => Some(other.clone()),
             };
             if let Some(fields @ Value::Object(_)) = fields {
-                return super::output::linked(&fields, links, surface);
+                return super::output::linked(&fields, links, surface, &self.account_id);
             }
         }
-        super::output::render(output, links, surface)
+        super::output::render(output, links, surface, &self.account_id)
     }
 }
 

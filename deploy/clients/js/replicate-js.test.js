@@ -22,6 +22,10 @@ test("run returns a file URL inside the surface", async () => {
   const file = await fetch(String(output), { headers: { Authorization: `Bearer ${process.env.ADMIN_KEY}` } });
   assert.equal(file.status, 200);
   assert.equal(file.headers.get("content-type"), "image/png");
+  // A signed link: it opens without a key, as a FileOutput's blob() or a browser's <img> fetches it.
+  const anonymous = await fetch(String(output));
+  assert.equal(anonymous.status, 200);
+  assert.equal(Buffer.from(await anonymous.arrayBuffer()).subarray(0, 4).toString("latin1"), "\x89PNG");
 });
 
 const fetchBytes = async (url) => {

@@ -47,6 +47,10 @@ def test_run_returns_a_file_url_that_the_client_can_fetch(client):
     # As code written for Replicate reads it: the client wraps an https output URL in a
     # FileOutput (this local one is http, so it stays a string), whose read() follows no redirect.
     assert FileOutput(url, client).read() == response.content
+    # The link is signed: it opens without a key, as in a browser's <img src>.
+    anonymous = httpx.get(url, follow_redirects=True)
+    assert anonymous.status_code == 200
+    assert anonymous.content == response.content
 
 
 def _fetch(client, url):
