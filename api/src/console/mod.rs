@@ -46,8 +46,12 @@ pub use page::CONTENT_SECURITY_POLICY;
 
 use crate::state::AppState;
 
-/// The console's routes, each answered with the console's security headers.
-pub fn router() -> Router<AppState> {
+/// The console's routes, each answered with the console's security headers (its policy
+/// allowing the object store's origin for images when `state`'s downloads redirect there).
+pub fn router(state: &AppState) -> Router<AppState> {
+    let origin = state.files.redirect_origin();
+    let policy = axum::http::HeaderValue::from_str(&page::policy_with(origin.as_deref()))
+        .unwrap_or_else(|_| axum::http::HeaderValue::from_static(page::CONTENT_SECURITY_POLICY));
     Router::new()
         .route("/", get(predictions::list))
         .route("/login", get(login::form).post(login::submit))
@@ -78,7 +82,7 @@ pub fn router() -> Router<AppState> {
         .route("/secret/rotate", post(secret::rotate))
         .route("/static/console.css", get(assets::css))
         .route("/static/console.js", get(assets::js))
-        .layer(middleware::from_fn(page::security_headers))
+        .layer(middleware::from_fn(move |request, next| page::security_headers(policy.clone(), request, next)))
 }
 
 /// The page for a path nothing serves, for browsers (API clients get problem+json).

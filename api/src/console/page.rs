@@ -3,7 +3,9 @@
 //! Templates are askama's (checked at compile time, HTML-escaped by default) under
 //! `src/console/templates/`. The Content-Security-Policy allows scripts, styles, images and
 //! media from this origin only and forbids inline script; the one script is
-//! `/static/console.js`.
+//! `/static/console.js`. Images and media are also allowed from the object store's origin when
+//! downloads redirect there (`FILES_S3_REDIRECT`): an output image's link answers 307 to its
+//! presigned URL ([`policy_with`]).
 
 use askama::Template;
 use axum::{
@@ -13,9 +15,20 @@ use axum::{
     response::{Html, IntoResponse, Response},
 };
 
-/// The console's Content-Security-Policy.
+/// The console's Content-Security-Policy, with no file store origin.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
 img-src 'self'; media-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The console's Content-Security-Policy when downloads redirect to `files_origin` (the object
+/// store's `scheme://host[:port]`): images and media may come from there too.
+pub fn policy_with(files_origin: Option<&str>) -> String {
+    match files_origin {
+        Some(origin) => CONTENT_SECURITY_POLICY
+            .replace("img-src 'self';", &format!("img-src 'self' {origin};"))
+            .replace("media-src 'self';", &format!("media-src 'self' {origin};")),
+        None => CONTENT_SECURITY_POLICY.to_owned(),
+    }
+}
 
 /// A rendered template (an opaque 500 if it cannot render, which a checked template does not).
 pub fn html<T: Template>(page: &T) -> Response {
@@ -28,11 +41,12 @@ pub fn html<T: Template>(page: &T) -> Response {
     }
 }
 
-/// Middleware: the security headers of every console answer; pages are never cached.
-pub async fn security_headers(request: Request, next: Next) -> Response {
+/// Middleware: the security headers of every console answer (`policy` its
+/// Content-Security-Policy); pages are never cached.
+pub async fn security_headers(policy: HeaderValue, request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::CONTENT_SECURITY_POLICY, policy);
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -85,5 +99,14 @@ mod tests {
     fn the_policy_forbids_inline_script() {
         assert!(CONTENT_SECURITY_POLICY.contains("script-src 'self';"));
         assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-inline"));
+    }
+
+    #[test]
+    fn images_and_media_may_come_from_the_store_downloads_redirect_to_and_nothing_else_does() {
+        let policy = policy_with(Some("https://bucket.s3.example.com"));
+        assert!(policy.contains("img-src 'self' https://bucket.s3.example.com;"), "{policy}");
+        assert!(policy.contains("media-src 'self' https://bucket.s3.example.com;"), "{policy}");
+        assert!(policy.contains("script-src 'self';") && policy.contains("connect-src 'self';"), "{policy}");
+        assert_eq!(policy_with(None), CONTENT_SECURITY_POLICY);
     }
 }

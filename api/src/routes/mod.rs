@@ -46,7 +46,7 @@ pub fn router(state: AppState) -> Router {
     let (replicate_surface, _) = api().split_for_parts();
     documented
         .merge(replicate::mount(replicate_surface))
-        .merge(crate::console::router())
+        .merge(crate::console::router(&state))
         .fallback(unknown_route)
         .with_state(state)
 }

@@ -396,3 +396,34 @@ async fn a_file_of_declared_length_is_one_put_held_to_that_length() {
     .await;
     assert_eq!(after, Some(kept), "the refused bodies left no object");
 }
+
+#[tokio::test]
+async fn the_console_lets_images_come_from_the_store_its_downloads_redirect_to() {
+    let csp = |system: &System| {
+        let url = system.url("/login");
+        async move {
+            let page = reqwest::get(url).await.expect("sent");
+            page.headers()["content-security-policy"].to_str().expect("text").to_owned()
+        }
+    };
+    // An output image's link answers 307 to its object: the page must allow that origin.
+    let redirecting = System::start_with(on_s3(&[])).await;
+    let bytes = sample(64);
+    let file = upload(&redirecting, "photo.png", bytes).await;
+    let id = file["id"].as_str().expect("id");
+    let answer = no_redirects()
+        .get(redirecting.url(&format!("/v1/files/{id}/download")))
+        .bearer_auth(&redirecting.admin_key)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(answer.status(), 307);
+    let location = reqwest::Url::parse(answer.headers()["location"].to_str().expect("text")).expect("a URL");
+    let origin = location.origin().ascii_serialization();
+    let policy = csp(&redirecting).await;
+    assert!(policy.contains(&format!("img-src 'self' {origin};")), "{policy}");
+    // Streamed through the api, files come from its own origin only.
+    let streaming = System::start_with(on_s3(&[("FILES_S3_REDIRECT", "false")])).await;
+    let policy = csp(&streaming).await;
+    assert!(policy.contains("img-src 'self';"), "{policy}");
+}

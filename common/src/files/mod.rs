@@ -332,6 +332,16 @@ impl Files {
         self.presigned(file, valid_for).filter(|_| self.redirect)
     }
 
+    /// The origin (`scheme://host[:port]`) downloads redirect to, when they redirect (files in
+    /// the S3-compatible store and `FILES_S3_REDIRECT` on): what a page showing files must
+    /// allow its images from.
+    pub fn redirect_origin(&self) -> Option<String> {
+        let s3 = self.s3.as_deref().filter(|_| self.redirect)?;
+        let url =
+            s3.presigned_get(&FileId::generate(), "origin", "application/octet-stream", Duration::from_secs(1))?;
+        Some(url.origin().ascii_serialization())
+    }
+
     /// A URL that reads `file` straight from its store for `valid_for`, whatever
     /// `FILES_S3_REDIRECT` says (a model's file input); none for a file in GridFS.
     pub fn presigned(&self, file: &FileRecord, valid_for: Duration) -> Option<url::Url> {
