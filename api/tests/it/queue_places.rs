@@ -229,6 +229,22 @@ async fn lane_count(system: &System) -> u64 {
     lanes.count_documents(bson::doc! {}).await.expect("counted")
 }
 
+/// A lane of a new account `name` with nothing in it (its one prediction canceled), unused
+/// for `unused`.
+async fn empty_lane(system: &System, name: &str, unused: Duration) {
+    let key = system.bootstrap_account(name).await;
+    let gone = sleep_of(system, &key, 0.3).await;
+    let canceled = system.with_key(reqwest::Method::POST, &format!("/v1/predictions/{gone}/cancel"), &key).send().await;
+    assert_eq!(canceled.expect("sent").status(), 200);
+    idle_for(system, &gone, unused, bson::doc! {}).await;
+}
+
+/// The runners' retention sweep over the system's store.
+async fn sweeper(system: &System) -> runner::retention::Sweeper {
+    let hour = Duration::from_secs(3600);
+    runner::retention::Sweeper::new(system.ctx.store().await, system.files().await, hour, hour)
+}
+
 #[tokio::test]
 async fn a_lane_that_lost_give_backs_is_recounted_once_idle_and_a_lane_unused_for_an_hour_is_removed() {
     let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
@@ -250,24 +266,13 @@ async fn a_lane_that_lost_give_backs_is_recounted_once_idle_and_a_lane_unused_fo
 
     // Another account's lane, empty (its one prediction canceled) and unused for two hours,
     // and a third's, unused as long but with a prediction waiting.
-    let other = system.bootstrap_account("other").await;
-    let gone = sleep_of(&system, &other, 0.3).await;
-    let canceled =
-        system.with_key(reqwest::Method::POST, &format!("/v1/predictions/{gone}/cancel"), &other).send().await;
-    assert_eq!(canceled.expect("sent").status(), 200);
-    idle_for(&system, &gone, Duration::from_secs(7200), bson::doc! {}).await;
+    empty_lane(&system, "other", Duration::from_secs(7200)).await;
     let third = system.bootstrap_account("third").await;
     let waits = sleep_of(&system, &third, 0.3).await;
     idle_for(&system, &waits, Duration::from_secs(7200), bson::doc! {}).await;
     assert_eq!(lane_count(&system).await, 3);
 
-    let sweeper = runner::retention::Sweeper::new(
-        system.ctx.store().await,
-        system.files().await,
-        Duration::from_secs(3600),
-        Duration::from_secs(3600),
-    );
-    let tended = sweeper.tend_lanes().await;
+    let tended = sweeper(&system).await.tend_lanes().await;
     assert_eq!(tended.failed, 0, "{tended:?}");
     assert_eq!(lane_count(&system).await, 2, "the empty lane unused for two hours is removed, the third's kept");
     tokio::time::sleep(api::state::queue_places::MODEL_QUEUE_TTL).await;
@@ -291,22 +296,11 @@ async fn lanes_that_need_nothing_do_not_keep_the_others_from_the_sweep() {
     let waits = sleep_of(&system, &waiting, 0.3).await;
     idle_for(&system, &waits, Duration::from_secs(7300), bson::doc! {}).await;
     // Behind it, an empty lane unused for two hours.
-    let other = system.bootstrap_account("other").await;
-    let gone = sleep_of(&system, &other, 0.3).await;
-    let canceled =
-        system.with_key(reqwest::Method::POST, &format!("/v1/predictions/{gone}/cancel"), &other).send().await;
-    assert_eq!(canceled.expect("sent").status(), 200);
-    idle_for(&system, &gone, Duration::from_secs(7200), bson::doc! {}).await;
+    empty_lane(&system, "other", Duration::from_secs(7200)).await;
     assert_eq!(lane_count(&system).await, 2);
 
     // One lane a pass: the first pass tends the waiting one, the next must reach the other.
-    let sweeper = runner::retention::Sweeper::new(
-        system.ctx.store().await,
-        system.files().await,
-        Duration::from_secs(3600),
-        Duration::from_secs(3600),
-    )
-    .with_lanes_per_pass(1);
+    let sweeper = sweeper(&system).await.with_lanes_per_pass(1);
     for _ in 0..2 {
         let tended = sweeper.tend_lanes().await;
         assert_eq!(tended.failed, 0, "{tended:?}");

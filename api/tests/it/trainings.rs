@@ -42,6 +42,12 @@ async fn tune_system_with(notifier: bool, more: &[(&'static str, &str)]) -> (Sys
     })
     .await
     .expect("the runner registered acme/tune");
+    create_destination(&system).await;
+    (system, predictor, trainer, version)
+}
+
+/// Creates the trainings' destination, `test-account/tuned`.
+async fn create_destination(system: &System) {
     let created = system
         .post_json(
             "/v1/models",
@@ -49,7 +55,6 @@ async fn tune_system_with(notifier: bool, more: &[(&'static str, &str)]) -> (Sys
         )
         .await;
     assert_eq!(created.status(), 201);
-    (system, predictor, trainer, version)
 }
 
 async fn train(system: &System, root: &str, version: &str, input: Value) -> reqwest::Response {
@@ -454,12 +459,7 @@ async fn a_version_whose_recording_fails_loses_its_answer_or_is_unconfirmed_is_r
     ];
     let lagging = unconfirmed.clone();
     faults.inject(1, Fault::Answer(Vec::new()), move |c| {
-        let by_id = c.body.get_document("filter").is_ok_and(|f| f.keys().eq(["_id"]));
-        lagging.load(Ordering::Acquire)
-            && c.name == "find"
-            && c.collection == "model_versions"
-            && by_id
-            && c.read_concern() != Some("local")
+        lagging.load(Ordering::Acquire) && c.collection == "model_versions" && c.lagging_read_by_id().is_some()
     });
     for (suffix, fault, times) in cases {
         let arms = matches!(fault, Fault::Unconfirmed).then(|| unconfirmed.clone());
@@ -558,13 +558,7 @@ async fn a_training_whose_destination_was_deleted_meanwhile_records_no_version_a
     let owned = store.database().collection::<bson::Document>("owned_models");
     owned.delete_one(bson::doc! { "_id": "test-account/tuned" }).await.expect("deleted");
     // Made again at once under the same name: the training's version must not come back in it.
-    let made = system
-        .post_json(
-            "/v1/models",
-            &json!({"owner": "test-account", "name": "tuned", "visibility": "private", "hardware": "cpu"}),
-        )
-        .await;
-    assert_eq!(made.status(), 201);
+    create_destination(&system).await;
 
     let done = training_until(&system, &id, |t| t["status"] != "starting" && t["status"] != "processing").await;
     assert_eq!(done["status"], "failed", "{done}");

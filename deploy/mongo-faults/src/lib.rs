@@ -78,6 +78,19 @@ impl Command {
         self.body.get_document("readConcern").ok()?.get_str("level").ok()
     }
 
+    /// The `_id` this command reads by, if it is a `find` by `_id` alone (as a value) that is
+    /// not `local`: one a majority snapshot lagging behind the primary answers.
+    pub fn lagging_read_by_id(&self) -> Option<bson::Bson> {
+        if self.name != "find" || self.read_concern() == Some("local") {
+            return None;
+        }
+        let filter = self.body.get_document("filter").ok()?;
+        if filter.len() != 1 {
+            return None;
+        }
+        filter.get("_id").filter(|id| !matches!(id, bson::Bson::Document(_))).cloned()
+    }
+
     /// Whether the command's text (its body and sequences, as relaxed extended JSON) contains
     /// `needle`: a quick way to single out, say, the update that sets `usage.writer`.
     pub fn mentions(&self, needle: &str) -> bool {
@@ -221,7 +234,7 @@ fn fault_for(faults: &Mutex<Faults>, command: &Command) -> Option<Fault> {
     let mut faults = lock(faults);
     let now = std::time::Instant::now();
     faults.missed.retain(|(_, _, until)| *until > now);
-    if let Some(id) = read_by_id(command)
+    if let Some(id) = command.lagging_read_by_id()
         && faults.missed.iter().any(|(coll, missed, _)| *coll == command.collection && *missed == id)
     {
         faults.lagged += 1;
@@ -239,18 +252,6 @@ fn fault_for(faults: &Mutex<Faults>, command: &Command) -> Option<Fault> {
         faults.missed.extend(ids.into_iter().map(|id| (collection.clone(), id, now + lag)));
     }
     Some(fault)
-}
-
-/// The `_id` a `find` that is not `local` reads by (its filter names only `_id`, as a value).
-fn read_by_id(command: &Command) -> Option<bson::Bson> {
-    if command.name != "find" || command.read_concern() == Some("local") {
-        return None;
-    }
-    let filter = command.body.get_document("filter").ok()?;
-    if filter.len() != 1 {
-        return None;
-    }
-    filter.get("_id").filter(|id| !matches!(id, bson::Bson::Document(_))).cloned()
 }
 
 /// Carries one client connection: frames up to the server (or answered here), frames down to
