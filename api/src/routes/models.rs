@@ -31,12 +31,14 @@ use crate::{
     routes::{
         model_versions::{self, VersionView},
         openapi::problems,
+        search,
     },
     state::AppState,
     state::model_catalog::RegisteredModel,
     validate::{
         create_model,
-        paging::{Paging, PagingParams},
+        paging::PagingParams,
+        search_query::{ModelListQuery, SearchParams},
     },
 };
 
@@ -159,17 +161,22 @@ pub(crate) async fn owned_view(
     path = "/models",
     operation_id = "listModels",
     tag = "models",
-    params(PagingParams),
-    responses((status = 200, description = "A page of the registered models, by address", body = ModelPage), (status = 400, response = inline(problems::BadRequest))),
+    params(PagingParams, SearchParams),
+    responses((status = 200, description = "A page of the models the caller may see, by address; with `query`, a page of a search (the `next` of `QUERY /models`), best match first", body = ModelPage), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]
 pub async fn list(
     State(state): State<AppState>,
     Surface(surface): Surface,
     auth: Authorized<Read>,
-    Query(paging): Query<Paging>,
+    Query(query): Query<ModelListQuery>,
 ) -> Result<Json<ModelPage>, ApiError> {
     let account = &auth.caller.key.account_id;
+    let paging = query.paging;
+    if let Some(text) = &query.text {
+        let link = search::search_link(&state, surface, "models", text, paging.limit);
+        return Ok(Json(search::matching(&state, surface, account, text, paging, link).await?));
+    }
     let (models, total) = owned::visible_models(&state, account, paging).await?;
     let mut results = Vec::with_capacity(models.len());
     for model in models {

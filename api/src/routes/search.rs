@@ -2,6 +2,12 @@
 //! body (the official clients' `models.search`; replicate JS sends it JSON-encoded, which is
 //! read as the string it encodes) and `GET /v1/search?query=`, on both surfaces, scope `read`.
 //!
+//! On `/replicate/v1`, `GET /search` answers Replicate's shape: `{query, models: [{model,
+//! metadata}], collections: [...], pages: []}` ([`ReplicateSearchResults`]); `/v1` answers
+//! `{query, models: <page>}`. A `QUERY /models` search's `next` and `previous` are
+//! `GET /models?query=…` pages, which search as well ([`crate::routes::models::list`]), so
+//! page 2 of a search is page 2 of the same search.
+//!
 //! A model matches when every word of the text appears, case-insensitively, in its owner, its
 //! name or its description; among the models the caller may see (the registered ones, its own
 //! and the public ones, at most [`CANDIDATES`] of each). Best match first: a word that is the
@@ -14,7 +20,7 @@ use axum::{
     http::{HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
-use common::domain::AccountId;
+use common::domain::{AccountId, ApiSurface};
 use serde::Serialize;
 
 use crate::{
@@ -27,6 +33,7 @@ use crate::{
     },
     ops::owned::VisibleModel,
     routes::{
+        collections::CollectionSummary,
         models::{ModelPage, ModelView, model_view, owned_view, registered_description},
         openapi::problems,
     },
@@ -51,6 +58,40 @@ pub struct SearchResults {
     pub models: ModelPage,
 }
 
+/// What `GET /replicate/v1/search` answers: Replicate's shape.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReplicateSearchResults {
+    /// The text searched for, trimmed.
+    pub query: String,
+    /// The matching models, best first (at most `limit`, after `offset`).
+    pub models: Vec<ModelMatch>,
+    /// The collections whose slug, name or description match, best first.
+    pub collections: Vec<CollectionSummary>,
+    /// Pages of documentation that match: none here (the list is kept for Replicate's shape).
+    #[schema(value_type = Vec<Object>)]
+    pub pages: Vec<serde_json::Value>,
+}
+
+/// One model a search found, with what made it match.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ModelMatch {
+    /// The model, as `GET /models/{owner}/{name}` shows it.
+    pub model: ModelView,
+    /// How it matched.
+    pub metadata: MatchMetadata,
+}
+
+/// What a search says of a model it found.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MatchMetadata {
+    /// The model's description (Replicate writes one; here it is the model's own).
+    pub generated_description: String,
+    /// Its tags: none here.
+    pub tags: Vec<String>,
+    /// How well it matched: higher is better ([`score`]).
+    pub score: u32,
+}
+
 /// `GET /v1/search`
 #[utoipa::path(
     get,
@@ -58,7 +99,7 @@ pub struct SearchResults {
     operation_id = "search",
     tag = "models",
     params(SearchParams, PagingParams),
-    responses((status = 200, description = "The models that match, best first", body = SearchResults), (status = 400, response = inline(problems::BadRequest))),
+    responses((status = 200, description = "The models that match, best first: `{query, models: <page>}`; on `/replicate/v1`, Replicate's `{query, models: [{model, metadata}], collections, pages}`", body = SearchResults), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]
 pub async fn search(
@@ -66,12 +107,54 @@ pub async fn search(
     Surface(surface): Surface,
     auth: Authorized<Read>,
     Query(query): Query<SearchQuery>,
-) -> Result<Json<SearchResults>, ApiError> {
-    let base = format!("{}/search", state.links.api(surface));
-    let encoded: String = url::form_urlencoded::byte_serialize(query.text.as_bytes()).collect();
-    let link = |offset: u64| format!("{base}?query={encoded}&limit={}&offset={offset}", query.paging.limit);
-    let models = matching(&state, surface, &auth.caller.key.account_id, &query.text, query.paging, link).await?;
-    Ok(Json(SearchResults { query: query.text, models }))
+) -> Result<Response, ApiError> {
+    let account = &auth.caller.key.account_id;
+    if surface == ApiSurface::Replicate {
+        let found = ranked(&state, account, &query.text).await?;
+        let mut models = Vec::new();
+        let start = usize::try_from(query.paging.offset).unwrap_or(usize::MAX);
+        for (score, model) in found.into_iter().skip(start).take(query.paging.limit as usize) {
+            let model = visible_view(&state, surface, account, model).await?;
+            let generated_description = model.description.clone();
+            models
+                .push(ModelMatch { model, metadata: MatchMetadata { generated_description, tags: Vec::new(), score } });
+        }
+        let collections = matching_collections(&state, &query.text).await?;
+        let results = ReplicateSearchResults { query: query.text, models, collections, pages: Vec::new() };
+        return Ok(Json(results).into_response());
+    }
+    let link = search_link(&state, surface, "search", &query.text, query.paging.limit);
+    let models = matching(&state, surface, account, &query.text, query.paging, link).await?;
+    Ok(Json(SearchResults { query: query.text, models }).into_response())
+}
+
+/// The link to the page at an offset of a search for `text` at `path` (`search`, or `models`
+/// whose `GET` searches when given a `query`).
+pub fn search_link(
+    state: &AppState,
+    surface: ApiSurface,
+    path: &str,
+    text: &str,
+    limit: u32,
+) -> impl Fn(u64) -> String + use<> {
+    let base = format!("{}/{path}", state.links.api(surface));
+    let encoded: String = url::form_urlencoded::byte_serialize(text.as_bytes()).collect();
+    move |offset: u64| format!("{base}?query={encoded}&limit={limit}&offset={offset}")
+}
+
+/// The collections whose slug, name or description match `text`, best first.
+async fn matching_collections(state: &AppState, text: &str) -> Result<Vec<CollectionSummary>, ApiError> {
+    let words = words(text);
+    let (collections, _) = state.store.collections().page(0, CANDIDATES).await?;
+    let mut found: Vec<(u32, CollectionSummary)> = collections
+        .into_iter()
+        .filter_map(|c| {
+            let score = score(&words, &c.slug, &c.name, &c.description)?;
+            Some((score, CollectionSummary { name: c.name, slug: c.slug, description: c.description }))
+        })
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.slug.cmp(&b.1.slug)));
+    Ok(found.into_iter().map(|(_, c)| c).collect())
 }
 
 /// Every method of `/models` other than `GET` and `POST`: `QUERY` with a `text/plain` body
@@ -103,8 +186,8 @@ pub async fn query_models(State(state): State<AppState>, mut parts: Parts, body:
                 return Err(ApiError::invalid_fields(errors));
             }
         };
-        let base = format!("{}/models", state.links.api(surface));
-        let link = |offset: u64| format!("{base}?limit={}&offset={offset}", paging.limit);
+        // Its neighbours are `GET /models?query=…` pages: the same search, not the whole list.
+        let link = search_link(&state, surface, "models", &text, paging.limit);
         matching(&state, surface, &auth.caller.key.account_id, &text, paging, link).await
     };
     match searched.await {
@@ -115,15 +198,47 @@ pub async fn query_models(State(state): State<AppState>, mut parts: Parts, body:
 
 /// The page `paging` asks for of the models `account` may see that match `text`, best first,
 /// with links made by `link` from an offset.
-async fn matching(
+pub async fn matching(
     state: &AppState,
-    surface: common::domain::ApiSurface,
+    surface: ApiSurface,
     account: &AccountId,
     text: &str,
     paging: Paging,
     link: impl Fn(u64) -> String,
 ) -> Result<ModelPage, ApiError> {
-    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    let found = ranked(state, account, text).await?;
+    let total = found.len() as u64;
+    let start = usize::try_from(paging.offset).unwrap_or(usize::MAX);
+    let mut results: Vec<ModelView> = Vec::new();
+    for (_, model) in found.into_iter().skip(start).take(paging.limit as usize) {
+        results.push(visible_view(state, surface, account, model).await?);
+    }
+    let (next, previous) = paging.neighbours(total);
+    Ok(Page::uncounted(results, (next.map(&link), previous.map(&link))))
+}
+
+/// A model's view, whichever kind it is.
+async fn visible_view(
+    state: &AppState,
+    surface: ApiSurface,
+    account: &AccountId,
+    model: VisibleModel,
+) -> Result<ModelView, ApiError> {
+    match model {
+        VisibleModel::Registered(model) => model_view(state, surface, account, &model).await,
+        VisibleModel::Owned(model) => owned_view(state, surface, account, &model).await,
+    }
+}
+
+/// The words of a search text, lowercase.
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_lowercase).collect()
+}
+
+/// Every model `account` may see that matches `text`, with its score, best first (equal
+/// scores by address).
+async fn ranked(state: &AppState, account: &AccountId, text: &str) -> Result<Vec<(u32, VisibleModel)>, ApiError> {
+    let words = words(text);
     let (registered, _) = state.store.models().list(0, CANDIDATES).await?;
     let (owned, _) = state.store.owned_models().page_visible_to(account, 0, CANDIDATES).await?;
     let mut found: Vec<(u32, String, VisibleModel)> = Vec::new();
@@ -142,17 +257,7 @@ async fn matching(
         }
     }
     found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let total = found.len() as u64;
-    let start = usize::try_from(paging.offset).unwrap_or(usize::MAX);
-    let mut results: Vec<ModelView> = Vec::new();
-    for (_, _, model) in found.into_iter().skip(start).take(paging.limit as usize) {
-        results.push(match model {
-            VisibleModel::Registered(model) => model_view(state, surface, account, &model).await?,
-            VisibleModel::Owned(model) => owned_view(state, surface, account, &model).await?,
-        });
-    }
-    let (next, previous) = paging.neighbours(total);
-    Ok(Page::uncounted(results, (next.map(&link), previous.map(&link))))
+    Ok(found.into_iter().map(|(score, _, model)| (score, model)).collect())
 }
 
 /// How well a model of `owner`, `name` and `description` matches `words` (lowercase); `None`
@@ -182,10 +287,6 @@ pub fn score(words: &[String], owner: &str, name: &str, description: &str) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn words(text: &str) -> Vec<String> {
-        text.split_whitespace().map(str::to_lowercase).collect()
-    }
 
     #[test]
     fn every_word_must_match_and_the_name_counts_most() {

@@ -64,6 +64,32 @@ impl super::FromQuery for SearchQuery {
     }
 }
 
+/// The query of `GET /v1/models`: its page, and a search text when it follows the `next` or
+/// `previous` link of a search (`QUERY /v1/models`), which then searches the same text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelListQuery {
+    /// The search text, trimmed, if any.
+    pub text: Option<String>,
+    /// The page.
+    pub paging: Paging,
+}
+
+impl super::FromQuery for ModelListQuery {
+    type Sent = (SearchParams, PagingParams);
+
+    fn check((search, paging): Self::Sent) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let sent = search.query.optional("query", &mut errors);
+        let text = sent.map(|raw| text(Some(&raw)).map_err(|e| errors.push(e)).ok());
+        let paging = Paging::read(paging, &mut errors);
+        match text {
+            _ if !errors.is_empty() => Err(errors),
+            Some(text) => Ok(Self { text, paging }),
+            None => Ok(Self { text: None, paging }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,7 +38,22 @@ async fn search_finds_visible_models_by_owner_name_and_description_best_first() 
     assert!(
         first.contains(&"test-account/secret-echo".to_owned()) && first.contains(&"test-account/painter".to_owned())
     );
-    assert_eq!(system.get("/replicate/v1/search?query=echo").await.status(), 200, "on both surfaces");
+    // /replicate/v1/search in Replicate's shape: models with their metadata, collections, pages.
+    let replicate = system.get("/replicate/v1/search?query=echo").await.json_body().await;
+    assert_eq!(replicate["query"], "echo");
+    let found = replicate["models"].as_array().expect("a list of matches");
+    assert_eq!(
+        (&found[0]["model"]["owner"], &found[0]["model"]["name"]),
+        (&json!("demo"), &json!("echo")),
+        "{replicate}"
+    );
+    assert!(found[0]["metadata"]["score"].as_u64() > found[1]["metadata"]["score"].as_u64(), "{replicate}");
+    assert!(
+        found.iter().all(|m| m["metadata"]["tags"].is_array() && m["metadata"]["generated_description"].is_string())
+    );
+    assert!(replicate["collections"].is_array() && replicate["pages"] == json!([]), "{replicate}");
+    let none = system.get("/replicate/v1/search?query=zzzz").await.json_body().await;
+    assert_eq!(none, json!({"query": "zzzz", "models": [], "collections": [], "pages": []}), "empty lists, not absent");
     let two_words = system.get("/v1/search?query=paints%20echo").await.json_body().await;
     assert_eq!(names(&two_words["models"]), vec!["test-account/painter"], "every word must match");
     let paged = system.get("/v1/search?query=echo&limit=1").await.json_body().await;
@@ -56,6 +71,21 @@ async fn search_finds_visible_models_by_owner_name_and_description_best_first() 
         .expect("sent");
     assert_eq!(searched.status(), 200);
     assert_eq!(names(&searched.json_body().await)[0], "test-account/echo-tune");
+    // Its next page is the next page of the same search, not the whole list of models.
+    let first = system
+        .request(query.clone(), "/replicate/v1/models?limit=1")
+        .header("content-type", "text/plain")
+        .body("echo")
+        .send()
+        .await
+        .expect("sent")
+        .json_body()
+        .await;
+    let next = first["next"].as_str().expect("a next page").to_owned();
+    assert!(next.contains("/replicate/v1/models?query=echo"), "{next}");
+    let second = system.http().get(&next).bearer_auth(&system.admin_key).send().await.expect("sent").json_body().await;
+    assert_eq!(names(&first), vec!["demo/echo"]);
+    assert_eq!(names(&second), vec!["test-account/echo-tune"], "the second best match: {second}");
     // replicate JS sends the text JSON-encoded.
     let encoded = system
         .request(query.clone(), "/v1/models")
