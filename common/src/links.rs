@@ -76,6 +76,12 @@ impl Links {
         Self { base_url: base_url.into(), key }
     }
 
+    /// The master key its links are signed with, which also opens a prediction's sealed
+    /// inputs ([`crate::domain::secret_inputs`]).
+    pub fn master_key(&self) -> &MasterKey {
+        &self.key
+    }
+
     /// Links under `base_url` signed with a new random key: what a test needs.
     #[cfg(any(test, feature = "samples"))]
     pub fn for_tests(base_url: &str) -> Self {

@@ -64,6 +64,8 @@ struct State {
     overflowed: bool,
     logs_changed: bool,
     output_changed: bool,
+    /// Values the shown logs mask: the run's secret inputs ([`Progress::set_secrets`]).
+    secrets: Vec<String>,
 }
 
 /// The room a cut line takes (`[... N bytes of earlier logs cut ...]`).
@@ -91,10 +93,12 @@ impl State {
 
     /// The logs as stored: the cut line, if any, then the kept tail.
     fn shown_logs(&self) -> String {
-        if self.cut == 0 {
-            return format!("{}{}", self.preamble, self.logs);
-        }
-        format!("{}[... {} bytes of earlier logs cut ...]\n{}", self.preamble, self.cut, self.logs)
+        let shown = if self.cut == 0 {
+            format!("{}{}", self.preamble, self.logs)
+        } else {
+            format!("{}[... {} bytes of earlier logs cut ...]\n{}", self.preamble, self.cut, self.logs)
+        };
+        if self.secrets.is_empty() { shown } else { common::domain::secret_inputs::redact(&shown, &self.secrets) }
     }
 
     /// Keeps text output within the limit, cut at it and marked overflowed past it.
@@ -139,6 +143,15 @@ impl Progress {
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Keeps `secrets` (the values of the run's secret inputs) out of the logs it shows:
+    /// each occurrence is masked.
+    pub fn set_secrets(&self, secrets: Vec<String>) {
+        self.with(|s| {
+            s.secrets = secrets;
+            s.logs_changed = true;
+        });
     }
 
     /// Appends one line to the logs.

@@ -2,8 +2,9 @@
 //! or an outage can leave behind. Each repair is a conditional update or a de-duplicated
 //! publish, so any number of runners may reconcile at once.
 //!
-//! - A prediction not ended [`GRACE`] after its deadline fails with `PREDICTION_TIMEOUT`, and a
-//!   cancel is broadcast in case a runner still holds it. This is also what ends a prediction
+//! - A prediction not ended [`GRACE`] after its deadline ends as its deadline says (fails with
+//!   `PREDICTION_TIMEOUT`, or is canceled at a client's `Cancel-After`), and a cancel is
+//!   broadcast in case a runner still holds it. This is also what ends a prediction
 //!   whose job JetStream gave up on (a runner that died on its last delivery): no prediction
 //!   stays `processing` forever.
 //! - A prediction still `starting` [`ORPHAN_AFTER`] after creation whose job is not in the
@@ -33,10 +34,7 @@ use common::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    execute::{Executor, timeout_error},
-    retention::ago,
-};
+use crate::{execute::Executor, models::ModelError, retention::ago};
 
 /// How long past its deadline a prediction may be before the reconciler fails it (the runner
 /// holding it normally does so itself, at the deadline).
@@ -51,7 +49,7 @@ const BATCH: i64 = 100;
 /// What one pass repaired.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Repairs {
-    /// Predictions failed with `PREDICTION_TIMEOUT`.
+    /// Predictions ended at their deadline.
     pub timed_out: usize,
     /// Jobs republished.
     pub republished: usize,
@@ -115,7 +113,7 @@ impl Reconciler {
     pub async fn pass(&self) -> anyhow::Result<Repairs> {
         let mut repairs = Repairs::default();
         for p in self.store.predictions().overdue(ago(GRACE), BATCH).await? {
-            match self.executor.fail(&p, timeout_error()).await {
+            match self.executor.fail(&p, ModelError::deadline(p.deadline_end())).await {
                 Ok(Some(_)) => {
                     repairs.timed_out += 1;
                     if let Err(e) = self.bus.publish_cancel(&p.id).await {

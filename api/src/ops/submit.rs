@@ -31,7 +31,7 @@ use crate::{
     state::job_outbox,
     state::model_catalog::RegisteredModel,
     validate::{
-        FromBody, create_headers,
+        FromBody,
         create_prediction::{CreatePrediction, CreatePredictionBody},
         input,
     },
@@ -104,6 +104,8 @@ pub async fn validated(
     if let Some(trained) = &model.trained {
         hand_weights(state, &mut prediction, trained);
     }
+    // A secret input (Cog's `Secret`) is sealed for the model and masked wherever it is shown.
+    prediction.seal_secrets(&state.config.common.master_key, &input::secret_fields(&model.input_schema));
     Ok(prediction)
 }
 
@@ -151,7 +153,7 @@ pub async fn store_and_publish(
     let JobOptions { idempotency_key, cancel_after } = options;
     // Every job gets its deadline here: its kind's, or sooner when the create asked.
     let limit = state.config.common.deadlines.of(prediction.kind);
-    prediction.set_deadline(create_headers::time_limit(cancel_after, limit));
+    prediction.set_deadline_asked(cancel_after, limit);
     if let Some(key) = &idempotency_key
         && let Claim::Existing(first) = claim_key(state, account, key, &prediction.id).await?
     {

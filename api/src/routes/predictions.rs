@@ -15,9 +15,9 @@ use axum::{
 };
 use bson::doc;
 use common::{
-    domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus},
+    domain::{ApiSurface, JobKind, ModelRef, Prediction},
     store::Claim,
-    views::{PredictionView, QueuePlace},
+    views::{PredictionView, QueuePlace, StatusView},
 };
 use tracing::Instrument;
 
@@ -198,7 +198,7 @@ async fn still_running(state: &AppState, created: Prediction, surface: ApiSurfac
     };
     let mut view = current.view(&state.links, surface);
     if surface == ApiSurface::Replicate && !view.status.is_terminal() {
-        view.status = PredictionStatus::Starting;
+        view.status = StatusView::Starting;
     }
     Ok(view)
 }

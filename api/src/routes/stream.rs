@@ -35,9 +35,9 @@ use axum::{
     response::sse::{Event, KeepAlive, Sse},
 };
 use common::{
-    domain::{Prediction, PredictionId, PredictionStatus, WebhookEvent},
+    domain::{Prediction, PredictionId, WebhookEvent},
     messages::PredictionChanged,
-    views::PredictionView,
+    views::{PredictionView, StatusView},
 };
 use futures::{Stream, StreamExt, stream};
 use serde_json::json;
@@ -162,12 +162,12 @@ impl Sent {
         }
         if completed {
             let reason = match view.status {
-                PredictionStatus::Failed => {
+                StatusView::Failed => {
                     let detail = view.error.as_ref().map_or("The prediction failed.", |e| e.message());
                     steps.push(step(Kind::Error, json!({ "detail": detail }).to_string()));
                     json!({"reason": "error"})
                 }
-                PredictionStatus::Canceled => json!({"reason": "canceled"}),
+                StatusView::Canceled | StatusView::Aborted => json!({"reason": "canceled"}),
                 _ => json!({}),
             };
             steps.push(step(Kind::Done, reason.to_string()));
@@ -313,7 +313,7 @@ mod tests {
     use super::*;
     use common::{
         crypto::MasterKey,
-        domain::{ApiSurface, PredictionError},
+        domain::{ApiSurface, PredictionError, PredictionStatus},
         links::Links,
         samples::starting_prediction,
     };

@@ -12,10 +12,10 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use common::{
-    domain::{ApiSurface, JobKind, ModelRef, Prediction, PredictionStatus, training::TrainingOutput},
+    domain::{ApiSurface, JobKind, ModelRef, Prediction, training::TrainingOutput},
     links::{Links, PredictionUrls},
     store::Claim,
-    views::ErrorView,
+    views::{ErrorView, StatusView},
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -52,8 +52,8 @@ pub struct TrainingView {
     /// The input as submitted.
     #[schema(value_type = Object)]
     pub input: Value,
-    /// The status.
-    pub status: PredictionStatus,
+    /// The status (on `/replicate/v1` also `aborted`: see the prediction's).
+    pub status: StatusView,
     /// Log text.
     pub logs: String,
     /// `{version, weights}` once it succeeded, else `null`.

@@ -8,9 +8,12 @@
 //! - `Cancel-After`: a prediction's deadline is `PREDICTION_DEADLINE_SECONDS` after creation
 //!   (30 minutes by default), a training's `TRAINING_DEADLINE_SECONDS` (24 hours), or sooner
 //!   with this header. It takes seconds (`90`) or a duration in the style Replicate's clients
-//!   send (`90s`, `5m`, `1h30m`, `500ms`); a value beyond the deployment's limit is capped at
-//!   it ([`time_limit`]). Runners fail a job that passes its deadline with `error.code`
-//!   `PREDICTION_TIMEOUT`.
+//!   send (`90s`, `5m`, `1h30m`, `500ms`); a value beyond the deployment's limit leaves the
+//!   limit in force ([`Prediction::set_deadline_asked`]). A job that reaches the service's
+//!   limit fails (`PREDICTION_TIMEOUT`); one that reaches the client's sooner deadline is
+//!   canceled, and aborted if it had not started ([`common::domain::deadline`]).
+//!
+//! [`Prediction::set_deadline_asked`]: common::domain::Prediction::set_deadline_asked
 
 use std::time::Duration;
 
@@ -56,11 +59,6 @@ pub fn cancel_after(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
         )
     })?;
     Ok(Some(requested))
-}
-
-/// A job's time limit: the deployment's `limit` for its kind, or the sooner one it asked for.
-pub fn time_limit(cancel_after: Option<Duration>, limit: Duration) -> Duration {
-    cancel_after.map_or(limit, |asked| asked.min(limit))
 }
 
 /// The longest and default wait.
@@ -135,17 +133,16 @@ mod tests {
     }
 
     #[test]
-    fn the_header_can_shorten_but_not_extend_the_deployment_limit() {
-        let limit_of = |v: &str| {
+    fn the_header_reads_as_the_duration_asked_for() {
+        let asked = |v: &str| {
             let mut h = HeaderMap::new();
             h.insert("cancel-after", HeaderValue::from_str(v).expect("header"));
-            cancel_after(&h).map(|asked| time_limit(asked, Duration::from_secs(1800)))
+            cancel_after(&h)
         };
-        assert_eq!(limit_of("60").ok(), Some(Duration::from_secs(60)));
-        assert_eq!(limit_of("2h").ok(), Some(Duration::from_secs(1800)));
-        assert!(limit_of("never").is_err());
+        assert_eq!(asked("60").ok(), Some(Some(Duration::from_secs(60))));
+        assert_eq!(asked("2h").ok(), Some(Some(Duration::from_secs(7200))), "capped by the job, not here");
+        assert!(asked("never").is_err());
         assert_eq!(cancel_after(&HeaderMap::new()).ok(), Some(None));
-        assert_eq!(time_limit(None, Duration::from_secs(1800)), Duration::from_secs(1800));
     }
 
     fn prefer(v: &str) -> Result<Option<Duration>, ApiError> {

@@ -177,6 +177,21 @@ fn check_uri(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldEr
     }
 }
 
+/// The inputs `schema` marks `x-cog-secret` (Cog's `Secret`): sealed at the create, shown
+/// masked ([`common::domain::secret_inputs`]).
+pub fn secret_fields(schema: &Value) -> Vec<String> {
+    let validator = Validator { root: schema };
+    let empty = Map::new();
+    let properties = schema.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+    properties
+        .iter()
+        .filter(|(_, property)| {
+            validator.parts(property).iter().any(|p| p.get("x-cog-secret") == Some(&Value::Bool(true)))
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// Every `format: uri` string of `model_input` (validated against `schema`), with its field
 /// path (`input.<name>`, or `input.<name>[i]` inside an array).
 pub fn uri_values(schema: &Value, model_input: &Map<String, Value>) -> Vec<(String, String)> {

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::harness::{JsonBody, Options, System};
 
 /// A browser's view of the console: its session cookie and the session's form token.
-struct Browser<'a> {
+pub(crate) struct Browser<'a> {
     system: &'a System,
     http: reqwest::Client,
     cookie: String,
@@ -30,7 +30,7 @@ async fn sign_in_response(system: &System, key: &str, next: &str) -> reqwest::Re
 }
 
 impl<'a> Browser<'a> {
-    async fn sign_in(system: &'a System, key: &str) -> Self {
+    pub(crate) async fn sign_in(system: &'a System, key: &str) -> Self {
         let response = sign_in_response(system, key, "/").await;
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
         let set_cookie = response.headers()["set-cookie"].to_str().expect("ascii").to_owned();
@@ -42,7 +42,7 @@ impl<'a> Browser<'a> {
         self.http.get(self.system.url(path)).header("cookie", &self.cookie).send().await.expect("sent")
     }
 
-    async fn page(&self, path: &str) -> String {
+    pub(crate) async fn page(&self, path: &str) -> String {
         let response = self.get(path).await;
         assert_eq!(response.status(), 200, "{path}");
         response.text().await.expect("html")

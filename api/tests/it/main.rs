@@ -34,6 +34,7 @@ mod readiness;
 mod replicate_parity;
 mod replicate_surface;
 mod search;
+mod secret_inputs;
 mod shedding;
 mod signing_secret;
 mod spend;

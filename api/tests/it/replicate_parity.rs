@@ -81,19 +81,56 @@ async fn the_same_idempotency_key_returns_the_first_prediction_and_never_a_secon
 }
 
 #[tokio::test]
-async fn cancel_after_sets_a_shorter_deadline_and_a_bad_one_is_400() {
+async fn cancel_after_reached_while_running_cancels_and_charges_it_and_a_bad_one_is_400() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
     let response =
-        create_with(&system, "demo/sleep", json!({"input": {"seconds": 60}}), &[("cancel-after", "1s")]).await;
+        create_with(&system, "demo/sleep", json!({"input": {"seconds": 60}}), &[("cancel-after", "10s")]).await;
     assert_eq!(response.status(), 201);
     let id = response.json_body().await["id"].as_str().expect("id").to_owned();
-    let done = system.wait_for_terminal(&id, Duration::from_secs(20)).await;
-    assert_eq!(done["status"], "failed");
-    assert_eq!(done["error"]["code"], "PREDICTION_TIMEOUT");
+    // Seen running before its deadline (ten seconds: a start that takes longer is a fault of
+    // its own, and then this says so rather than passing as an abort).
+    let path = format!("/v1/predictions/{id}");
+    let started = testkit::eventually(Duration::from_secs(10), || async {
+        let p = system.get(&path).await.json_body().await;
+        (p["status"] != "starting").then_some(p)
+    })
+    .await
+    .expect("it left starting");
+    assert_eq!(started["status"], "processing", "{started}");
+    let done = system.wait_for_terminal(&id, Duration::from_secs(40)).await;
+    assert_eq!(done["status"], "canceled", "the client's deadline cancels, as on Replicate: {done}");
+    assert_eq!(done["error"]["code"], "PREDICTION_DEADLINE_REACHED");
+    let ran = done["metrics"]["predict_time"].as_f64().expect("a predict_time");
+    assert!(ran > 0.0 && ran < 11.0, "charged for the time it ran, until its deadline: {ran}");
+    let replicate = system.get(&format!("/replicate/v1/predictions/{id}")).await.json_body().await;
+    assert_eq!(replicate["status"], "canceled", "{replicate}");
+    assert!(replicate["metrics"]["cost"].is_string(), "{replicate}");
 
     let bad = create_with(&system, "demo/sleep", json!({"input": {}}), &[("cancel-after", "soon")]).await;
     assert_eq!(bad.status(), 400);
     assert_eq!(bad.json_body().await["errors"][0]["field"], "Cancel-After");
+}
+
+#[tokio::test]
+async fn cancel_after_reached_before_it_starts_aborts_it_unrun_and_uncharged() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    system.register_models_only().await;
+    let response =
+        create_with(&system, "demo/echo", json!({"input": {"prompt": "never"}}), &[("cancel-after", "1s")]).await;
+    assert_eq!(response.status(), 201);
+    let id = response.json_body().await["id"].as_str().expect("id").to_owned();
+    // Its deadline passes while no runner is there to start it (the wait is the fault itself).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    system.start_runner_with(&[]);
+    let done = system.wait_for_terminal(&id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "canceled", "/v1 keeps the interface's five statuses: {done}");
+    assert_eq!(done["error"]["code"], "PREDICTION_DEADLINE_BEFORE_START");
+    assert!(done["started_at"].is_null() && done["output"].is_null(), "it never ran: {done}");
+    assert_eq!(done["metrics"]["predict_time"], 0.0, "not charged: {done}");
+    let replicate = system.get(&format!("/replicate/v1/predictions/{id}")).await.json_body().await;
+    assert_eq!(replicate["status"], "aborted", "{replicate}");
+    assert_eq!(replicate["metrics"]["cost"], "0.00", "{replicate}");
+    assert!(replicate["error"].as_str().is_some_and(|e| e.contains("Cancel-After")), "{replicate}");
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //! these types is valid by construction, so code further in never re-checks it.
 
 pub mod api_key;
+pub mod deadline;
 pub mod events;
 pub mod file_store;
 pub mod ids;
@@ -11,6 +12,7 @@ pub mod output;
 pub mod prediction;
 pub mod priority;
 pub mod route;
+pub mod secret_inputs;
 pub mod status;
 pub mod surface;
 pub mod training;
@@ -18,6 +20,7 @@ pub mod webhook_secret;
 pub mod webhook_url;
 
 pub use api_key::{ApiKeyValue, KeyHash, Scope};
+pub use deadline::DeadlineEnd;
 pub use events::WebhookEvent;
 pub use file_store::FileStoreKind;
 pub use ids::{AccountId, ApiKeyId, FileId, PredictionId};

@@ -118,6 +118,14 @@ pub struct Prediction {
     /// When the prediction fails with `PREDICTION_TIMEOUT` if it has not ended.
     #[serde(default)]
     pub deadline_at: Option<BsonDateTime>,
+    /// Whether the client set the deadline (`Cancel-After`): reaching it then cancels the
+    /// job rather than failing it ([`super::deadline`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deadline_asked: bool,
+    /// Its secret inputs (`x-cog-secret`), each sealed under the master key, by field: `input`
+    /// and `model_input` show them masked ([`super::secret_inputs`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sealed_inputs: std::collections::BTreeMap<String, String>,
     /// The stream sequence of the job message whose runner is running it: only a redelivery
     /// of that message may take the prediction over.
     #[serde(default)]
@@ -242,6 +250,8 @@ impl Prediction {
             data_removed: false,
             seq: 0,
             deadline_at: None,
+            deadline_asked: false,
+            sealed_inputs: Default::default(),
             job_seq: None,
             held_by: None,
             surface,
@@ -288,6 +298,32 @@ impl Prediction {
     pub fn set_deadline(&mut self, limit: std::time::Duration) {
         let millis = i64::try_from(limit.as_millis()).unwrap_or(i64::MAX);
         self.deadline_at = Some(BsonDateTime::from_millis(self.created_at.timestamp_millis().saturating_add(millis)));
+        self.deadline_asked = false;
+    }
+
+    /// Sets the deadline: the service's `limit` after creation, or the sooner one the client
+    /// `asked` for (`Cancel-After`), which then is the client's ([`super::deadline`]).
+    pub fn set_deadline_asked(&mut self, asked: Option<std::time::Duration>, limit: std::time::Duration) {
+        match asked {
+            Some(asked) if asked < limit => {
+                self.set_deadline(asked);
+                self.deadline_asked = true;
+            }
+            _ => self.set_deadline(limit),
+        }
+    }
+
+    /// How it ends if its deadline passes now: by who set the deadline and whether it has
+    /// started.
+    pub fn deadline_end(&self) -> super::deadline::DeadlineEnd {
+        super::deadline::DeadlineEnd::of(self.deadline_asked, self.started_at.is_some())
+    }
+
+    /// Whether it was canceled by its client's deadline before it started (`aborted` on
+    /// `/replicate/v1`).
+    pub fn is_aborted(&self) -> bool {
+        self.status == PredictionStatus::Canceled
+            && self.error.as_ref().is_some_and(|e| e.code == super::deadline::DeadlineEnd::Aborted.code())
     }
 }
 
@@ -317,6 +353,7 @@ pub struct NewPrediction {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::domain::DeadlineEnd;
     use serde_json::json;
 
     /// A new `demo/echo` prediction.
@@ -332,6 +369,24 @@ pub(crate) mod tests {
             webhook_events_filter: None,
             surface: ApiSurface::Canonical,
         })
+    }
+
+    #[test]
+    fn cancel_after_can_shorten_but_not_extend_the_services_limit() {
+        let limit = std::time::Duration::from_secs(1800);
+        let deadline_of = |asked: Option<u64>| {
+            let mut p = sample();
+            p.set_deadline_asked(asked.map(std::time::Duration::from_secs), limit);
+            let ms = p.deadline_at.expect("a deadline").timestamp_millis() - p.created_at.timestamp_millis();
+            (ms / 1000, p.deadline_asked, p.deadline_end())
+        };
+        assert_eq!(deadline_of(Some(60)), (60, true, DeadlineEnd::Aborted), "the client's, not started");
+        assert_eq!(deadline_of(Some(7200)), (1800, false, DeadlineEnd::TimedOut), "the service's limit stays");
+        assert_eq!(deadline_of(None), (1800, false, DeadlineEnd::TimedOut));
+        let mut running = sample();
+        running.set_deadline_asked(Some(std::time::Duration::from_secs(5)), limit);
+        running.started_at = Some(BsonDateTime::now());
+        assert_eq!(running.deadline_end(), DeadlineEnd::Canceled);
     }
 
     #[test]

@@ -7,4 +7,4 @@ pub mod output;
 pub mod prediction;
 
 pub use file::{FileChecksums, FileUrls, FileView};
-pub use prediction::{ErrorView, MetricsView, PredictionView, QueuePlace};
+pub use prediction::{ErrorView, MetricsView, PredictionView, QueuePlace, StatusView};

@@ -79,8 +79,9 @@ pub struct PredictionView {
     pub error: Option<ErrorView>,
     /// Always `api` today.
     pub source: String,
-    /// The status.
-    pub status: PredictionStatus,
+    /// The status: one of the interface's five; on `/replicate/v1` also `aborted` (canceled
+    /// by its client's deadline before it started).
+    pub status: StatusView,
     /// Timings in seconds, `null` until terminal; on `/replicate/v1` also the cost.
     pub metrics: Option<MetricsView>,
     /// Creation time.
@@ -105,6 +106,55 @@ pub struct PredictionView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(ignore))]
     pub destination: Option<String>,
+}
+
+/// A job's status as a client sees it: the stored status, but `aborted` on `/replicate/v1`
+/// for a job its client's deadline canceled before it started, as Replicate shows it
+/// ([`crate::domain::deadline`]). `/v1` keeps the interface's five (`canceled`, its
+/// `error.code` saying why).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusView {
+    /// Created, waiting for a runner.
+    Starting,
+    /// A runner is running the model.
+    Processing,
+    /// Finished with an output.
+    Succeeded,
+    /// Finished with an error.
+    Failed,
+    /// Stopped on request, or at its client's deadline.
+    Canceled,
+    /// `/replicate/v1` only: its client's deadline passed before it started; it never ran.
+    Aborted,
+}
+
+impl StatusView {
+    /// `p`'s status as `surface` shows it.
+    pub fn of(p: &Prediction, surface: ApiSurface) -> Self {
+        match p.status {
+            _ if surface == ApiSurface::Replicate && p.is_aborted() => Self::Aborted,
+            status => status.into(),
+        }
+    }
+
+    /// Whether the job has ended.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Starting | Self::Processing)
+    }
+}
+
+impl From<PredictionStatus> for StatusView {
+    fn from(status: PredictionStatus) -> Self {
+        match status {
+            PredictionStatus::Starting => Self::Starting,
+            PredictionStatus::Processing => Self::Processing,
+            PredictionStatus::Succeeded => Self::Succeeded,
+            PredictionStatus::Failed => Self::Failed,
+            PredictionStatus::Canceled => Self::Canceled,
+        }
+    }
 }
 
 /// A job's metrics as clients see them: its timings in seconds, and on the
@@ -164,7 +214,7 @@ impl Prediction {
             data_removed: self.data_removed,
             error,
             source: self.source.clone(),
-            status: self.status,
+            status: StatusView::of(self, surface),
             metrics: self.metrics.map(|m| MetricsView::of(m, surface)),
             created_at: self.created_at.to_chrono(),
             started_at: self.started_at.map(BsonDateTime::to_chrono),

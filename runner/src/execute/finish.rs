@@ -1,5 +1,5 @@
-//! Step 3 of a job (see [`super`]): `processing → succeeded | failed`, and its `completed`
-//! event.
+//! Step 3 of a job (see [`super`]): `processing → succeeded | failed` (or `canceled`, at a
+//! client's deadline), and its `completed` event.
 //!
 //! The change is conditional on the change sequence this runner last wrote, so nothing is read
 //! back and the write shares a command with other predictions' changes; the event carries this
@@ -14,7 +14,7 @@
 use anyhow::Context;
 use bson::{Bson, DateTime, doc};
 use common::{
-    domain::{Prediction, PredictionError, PredictionStatus, WebhookEvent},
+    domain::{DeadlineEnd, Metrics, Prediction, PredictionError, PredictionStatus, Price, WebhookEvent, deadline},
     messages::Announcement,
     store::Predictions,
     usage,
@@ -35,7 +35,14 @@ impl Executor {
         progress: &Progress,
         completed_at: DateTime,
     ) -> anyhow::Result<()> {
-        let metrics = prediction.metrics_at(completed_at);
+        // A prediction whose client's deadline had passed when it was taken never ran for
+        // the client: it is not charged.
+        let aborted = matches!(&result, Err(e) if e.code == DeadlineEnd::Aborted.code());
+        let metrics = if aborted {
+            Metrics::at_completion(prediction.created_at, None, completed_at, Price::FREE)
+        } else {
+            prediction.metrics_at(completed_at)
+        };
         // A training's output becomes `{version, weights}`: its weights, a file whatever their
         // size, are not held to the output limit. Nor are an output's files: its JSON is.
         let result = match result {
@@ -60,11 +67,12 @@ impl Executor {
                 done.status = PredictionStatus::Succeeded;
             }
             Err(e) => {
-                tracing::info!(code = %e.code, message = %e.message, "model failed");
+                tracing::info!(code = %e.code, message = %e.message, "model failed or reached its deadline");
                 self.set_output(&mut done, &mut changes, progress.output()).await?;
                 changes.insert("error", doc! { "code": &e.code, "message": &e.message });
+                // A client's deadline cancels it; any other error fails it.
+                done.status = deadline::status_of_error(&e.code);
                 done.error = Some(PredictionError { code: e.code, message: e.message });
-                done.status = PredictionStatus::Failed;
             }
         };
         let status = done.status;

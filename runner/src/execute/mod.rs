@@ -31,8 +31,11 @@
 //!    prediction); then the `completed` event. If that event cannot be published the job is
 //!    retried, which republishes it (step 1).
 //!
-//! 4. At the deadline the model call is dropped and the prediction fails with
-//!    `PREDICTION_TIMEOUT` (a prediction already past it fails as soon as it is taken).
+//! 4. At the deadline the model call is dropped and the prediction ends as its deadline says
+//!    ([`common::domain::deadline`]): the service's limit fails it with `PREDICTION_TIMEOUT`,
+//!    the client's `Cancel-After` cancels it (charged for its run). A prediction already past
+//!    its deadline ends as soon as it is taken: one whose client's deadline passed while it
+//!    waited never runs (`PREDICTION_DEADLINE_BEFORE_START`, not charged).
 //!
 //! Every stored change is followed by its event, never the other way round.
 
@@ -50,7 +53,11 @@ use bson::{DateTime, doc};
 use common::{
     bus::Bus,
     config::Deadlines,
-    domain::{Pool, Prediction, PredictionId, PredictionStatus, Price, WebhookEvent, route::DEFAULT_POOL},
+    domain::secret_inputs,
+    domain::{
+        DeadlineEnd, Pool, Prediction, PredictionId, PredictionStatus, Price, WebhookEvent, deadline,
+        route::DEFAULT_POOL,
+    },
     files::{Files, payloads::Payloads},
     lane::Lane,
     links::Links,
@@ -138,14 +145,6 @@ pub fn deliveries_exhausted(delivered: i64) -> ModelError {
             "Its runner stopped while running it on {} deliveries of its job; it is not run again.",
             delivered - 1
         ),
-    }
-}
-
-/// The error of a prediction that ran out of time.
-pub fn timeout_error() -> ModelError {
-    ModelError {
-        code: "PREDICTION_TIMEOUT".into(),
-        message: "The prediction did not finish within its time limit.".into(),
     }
 }
 
@@ -346,25 +345,26 @@ impl Executor {
         Duration::from_millis(u64::try_from(left).unwrap_or(0))
     }
 
-    /// Fails a prediction that has not ended with `error` (from the status it was read in);
-    /// returns it after the change, or `None` if it changed meanwhile.
+    /// Ends a prediction that has not ended with `error` (from the status it was read in):
+    /// `failed`, or `canceled` for a client's deadline ([`common::domain::deadline`]); returns
+    /// it after the change, or `None` if it changed meanwhile.
     pub async fn fail(&self, p: &Prediction, error: ModelError) -> anyhow::Result<Option<Prediction>> {
         let completed_at = DateTime::now();
         let metrics = p.metrics_at(completed_at);
+        let status = deadline::status_of_error(&error.code);
         let mut changes = doc! {
             "completed_at": completed_at,
             "metrics": bson::to_bson(&metrics)?,
             "error": { "code": &error.code, "message": &error.message },
         };
         usage::mark_pending(&mut changes);
-        let failed =
-            self.store.predictions().transition_from(&p.id, p.status, PredictionStatus::Failed, changes).await?;
+        let failed = self.store.predictions().transition_from(&p.id, p.status, status, changes).await?;
         if let Some(done) = &failed {
             self.usage.record(done);
             if p.status == PredictionStatus::Starting {
                 self.store.queue_lanes().give_back(p).await;
             }
-            tracing::info!(prediction_id = %p.id, code = %error.code, "prediction failed");
+            tracing::info!(prediction_id = %p.id, code = %error.code, %status, "prediction ended");
             self.publish(done, WebhookEvent::Completed, Announcement::First).await?;
         }
         Ok(failed)
@@ -436,6 +436,18 @@ impl Executor {
             };
             run.instrument(tracing::info_span!("model_call", model = %model_name)).boxed()
         };
+        // A prediction whose client's deadline passed while it waited never runs, nor boots
+        // its model: it is canceled as it stands (`PREDICTION_DEADLINE_BEFORE_START`).
+        if let Some(created) = delivery.created.as_deref()
+            && created.deadline_asked
+            && self.time_left(created).is_zero()
+        {
+            let aborted = ModelError::deadline(DeadlineEnd::Aborted);
+            if self.fail(created, aborted).await?.is_some() {
+                tracing::info!("its client's deadline passed before it started; not run");
+                return Ok(Outcome::Done);
+            }
+        }
         // A model whose server is not up boots first: its prediction stays `starting` while it
         // does, and one that cannot boot fails it (`MODEL_SETUP_FAILED`) instead of leaving it
         // waiting. A runner that stops meanwhile hands the job back.
@@ -456,10 +468,20 @@ impl Executor {
         // A model starts beside step 1 only when the job says which files its input names, and
         // never on a job's last delivery (step 1 may decide not to run it).
         // Nor on a redelivery: its prediction may still run on the runner that had it.
+        // A secret input is sealed in the prediction: only a job that carries the prediction
+        // can open it for an early start.
+        let masked = |input: &Map<String, Value>| input.values().any(|v| v.as_str() == Some(secret_inputs::MASK));
         let early_call = match (delivery.model_input, &delivery.created) {
             _ if delivery.last.is_some() || delivery.again => None,
+            (Some(_), Some(created)) if !created.sealed_inputs.is_empty() => {
+                let input = created.opened_model_input(self.links.master_key()).context("opening its secret inputs")?;
+                progress.set_secrets(created.secret_values(self.links.master_key())?);
+                Some(call(input, self.named_files(created)))
+            }
             (Some(input), Some(created)) => Some(call(input, self.named_files(created))),
-            (Some(input), None) if !self.names_files(&input) => Some(call(input, NamedFiles::none())),
+            (Some(input), None) if !self.names_files(&input) && !masked(&input) => {
+                Some(call(input, NamedFiles::none()))
+            }
             _ => None,
         };
         // Nothing to run: a model started early is dropped in there, which aborts it.
@@ -486,9 +508,21 @@ impl Executor {
             account_id: prediction.account_id.clone(),
             prediction_id: (!prediction.is_training()).then(|| prediction.id.clone()),
         });
-        let model_call = early_call.unwrap_or_else(|| {
-            call(prediction.model_input.as_object().cloned().unwrap_or_default(), self.named_files(&prediction))
-        });
+        // Its secret inputs, opened for the model only, and kept out of the logs it stores.
+        let model_call = match early_call {
+            Some(started) => started,
+            None if prediction.sealed_inputs.is_empty() => {
+                call(prediction.model_input.as_object().cloned().unwrap_or_default(), self.named_files(&prediction))
+            }
+            None => {
+                let key = self.links.master_key();
+                progress.set_secrets(prediction.secret_values(key).context("opening its secret inputs")?);
+                call(
+                    prediction.opened_model_input(key).context("opening its secret inputs")?,
+                    self.named_files(&prediction),
+                )
+            }
+        };
         let flight = self.metrics.started(&model_name);
         let running_here = self.figures.started(&model.descriptor().model);
         if just_started && let Some(started_at) = prediction.started_at {
@@ -518,7 +552,9 @@ impl Executor {
             biased;
             () = tokio::time::sleep(time_left) => {
                 tracing::info!("deadline reached; model call dropped");
-                Err(timeout_error())
+                // Past it when taken: the model never ran for the client.
+                let end = if time_left.is_zero() && just_started { DeadlineEnd::of(prediction.deadline_asked, false) } else { prediction.deadline_end() };
+                Err(ModelError::deadline(end))
             }
             (result, ()) = async { tokio::join!(model_call, announce_start) } => result,
             () = running.canceled.cancelled() => {
@@ -541,7 +577,7 @@ impl Executor {
         };
         ran(match &result {
             Ok(_) => "succeeded",
-            Err(e) if e.code == timeout_error().code => "timeout",
+            Err(e) if DeadlineEnd::from_code(&e.code).is_some() => "timeout",
             Err(_) => "failed",
         });
         if result.is_ok() {

@@ -75,6 +75,12 @@ impl ModelError {
     pub fn model(message: impl Into<String>) -> Self {
         Self { code: "MODEL_ERROR".into(), message: message.into() }
     }
+
+    /// The end of a job at its deadline.
+    pub fn deadline(end: common::domain::DeadlineEnd) -> Self {
+        let error = end.error();
+        Self { code: error.code, message: error.message }
+    }
 }
 
 /// A model the runner can serve.

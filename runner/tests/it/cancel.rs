@@ -68,7 +68,7 @@ async fn a_running_prediction_canceled_by_broadcast_gets_its_completed_event_fro
     fixture.bus.publish_cancel(&p.id).await.expect("broadcast");
 
     let completed = next_completed(&mut events, Duration::from_secs(10)).await.expect("a completed event");
-    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled));
+    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled.into()));
     assert_eq!(completed.seq, canceled.seq, "the same change the api would have announced");
 }
 
@@ -80,7 +80,7 @@ async fn a_cancel_noticed_by_the_status_check_also_gets_its_completed_event() {
     let canceled = cancel_without_event(&fixture, &p).await;
 
     let completed = next_completed(&mut events, Duration::from_secs(15)).await.expect("a completed event");
-    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled));
+    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled.into()));
     assert_eq!(completed.seq, canceled.seq);
 }
 
@@ -93,7 +93,7 @@ async fn a_silent_model_whose_cancel_broadcast_was_lost_stops_at_its_next_status
     cancel_without_event(&fixture, &p).await;
 
     let completed = next_completed(&mut events, Duration::from_secs(10)).await.expect("a completed event");
-    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled));
+    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled.into()));
     // Found by a status check (every 2 s), not by the prediction's own end 30 s on; three
     // checks' time leaves a slow machine room.
     let checks = runner::execute::STATUS_CHECK_INTERVAL * 3;
@@ -122,7 +122,7 @@ async fn a_starting_prediction_canceled_without_its_event_gets_it_from_the_runne
 
     fixture.start_runner("demo/sleep");
     let completed = next_completed(&mut events, Duration::from_secs(15)).await.expect("a completed event");
-    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled));
+    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Canceled.into()));
     assert_eq!(completed.seq, canceled.seq);
     assert_eq!(fixture.current(&p.id).await.started_at, None, "the model never ran");
 }

@@ -44,6 +44,26 @@ async fn a_processing_prediction_whose_runner_is_gone_fails_at_its_deadline() {
 }
 
 #[tokio::test]
+async fn a_processing_prediction_whose_runner_is_gone_is_canceled_at_its_clients_deadline() {
+    let fixture = Fixture::new(&[]).await;
+    let p = fixture.store_prediction("demo/sleep", json!({"seconds": 1}), Duration::from_secs(1)).await;
+    // Its deadline was the client's (Cancel-After), and its runner died while it ran.
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    coll.update_one(
+        doc! {"_id": p.id.as_str()},
+        doc! {"$set": {"status": "processing", "started_at": DateTime::now(), "deadline_asked": true}},
+    )
+    .await
+    .expect("update");
+
+    fixture.start_runner("demo/echo");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(20), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Canceled, "{:?}", done.error);
+    assert_eq!(done.error.as_ref().map(|e| e.code.as_str()), Some("PREDICTION_DEADLINE_REACHED"));
+    assert!(done.metrics.is_some_and(|m| m.predict_time > 0.0), "charged for the time it ran");
+}
+
+#[tokio::test]
 async fn a_canceled_prediction_whose_completed_event_was_lost_gets_it_published() {
     let fixture = Fixture::new(&[]).await;
     let p = fixture.store_prediction("demo/echo", json!({"prompt": "x"}), Duration::from_secs(1800)).await;

@@ -56,7 +56,7 @@ async fn a_result_whose_majority_acknowledgment_timed_out_is_settled_on_the_prim
     // The result's write applied, its answer said unconfirmed; its retry matches nothing, and
     // a majority read would still say `processing`: the result would be dropped unannounced.
     let completed = next_completed(&mut events, Duration::from_secs(60)).await.expect("its completed event");
-    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Succeeded));
+    assert_eq!(completed.prediction.map(|p| p.status), Some(PredictionStatus::Succeeded.into()));
     let injected = faults.injected();
     assert_eq!(injected.first(), Some(&("update".to_owned(), "predictions".to_owned())), "{injected:?}");
     let stored = fixture.current(&p.id).await;
