@@ -28,6 +28,7 @@
 //! | `PREDICTION_MAX_LOG_BYTES` | `1048576` (1 MiB) | the logs a prediction keeps: past it the oldest lines go, after a line saying how much was cut |
 //! | `PREDICTION_MAX_OUTPUT_BYTES` | `4194304` (4 MiB) | the longest output, as its text or JSON text with each file counted as its URL: past it the prediction fails with `OUTPUT_TOO_LARGE` |
 //! | `RUNNER_MODEL_VERSIONS` | derived | version ids of served models: `owner/name=id`, comma-separated (an image digest's hex, say; 1-64 letters and digits); a model not named has the digest of what it registers |
+//! | `RUNNER_VERSIONS_ARE_LATEST` | `true` | whether the versions this runner serves become their models' current versions when it registers them; `false` for a runner of an older version kept for the predictions pinned to it (a Kubernetes version pod): it records its versions, and the models' current versions stay as they are |
 
 use std::{collections::HashMap, fmt, time::Duration};
 
@@ -166,6 +167,9 @@ pub struct RunnerConfig {
     pub hardware: Pool,
     /// `RUNNER_MODEL_VERSIONS`: version ids chosen by the operator.
     pub versions: HashMap<ModelRef, String>,
+    /// `RUNNER_VERSIONS_ARE_LATEST`: whether registering a served version makes it its
+    /// model's current one.
+    pub versions_are_latest: bool,
     /// `PREDICTION_MAX_LOG_BYTES`, `PREDICTION_MAX_OUTPUT_BYTES`: what a prediction keeps.
     pub limits: Limits,
 }
@@ -260,6 +264,7 @@ impl RunnerConfig {
                 .map_err(|e| bad("RUNNER_HARDWARE", e.to_string()))?,
             versions: parse_versions(&env.string("RUNNER_MODEL_VERSIONS", ""))
                 .map_err(|e| bad("RUNNER_MODEL_VERSIONS", e))?,
+            versions_are_latest: env.flag("RUNNER_VERSIONS_ARE_LATEST", true)?,
             limits: limits(env)?,
             retention_sweep_interval: env
                 .seconds("RUNNER_RETENTION_SWEEP_SECONDS", Duration::from_secs(60))?

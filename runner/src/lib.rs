@@ -96,7 +96,7 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     }
     let served = registry::select(&config.models, available);
     anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
-    let versions = registry::register(&store, &served, &config.versions).await?;
+    let versions = registry::register_as(&store, &served, &config.versions, config.versions_are_latest).await?;
     registry::register_trainers(&store, &trainers, &versions).await?;
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();

@@ -25,12 +25,26 @@ pub async fn register(
     models: &[Arc<dyn Model>],
     versions: &HashMap<ModelRef, String>,
 ) -> Result<Vec<Served>, StoreError> {
+    register_as(store, models, versions, true).await
+}
+
+/// As [`register`]; with `latest` false the versions are only recorded in the models' history
+/// (a runner of an older version kept for the predictions pinned to it), and each model's
+/// current version stays what it is.
+pub async fn register_as(
+    store: &Store,
+    models: &[Arc<dyn Model>],
+    versions: &HashMap<ModelRef, String>,
+    latest: bool,
+) -> Result<Vec<Served>, StoreError> {
     let mut served = Vec::new();
     for model in models {
         let d = model.descriptor();
         let record = d.record(versions.get(&d.model).map(String::as_str).or(model.version()));
         store.model_versions().record(&record).await?;
-        store.models().register(&record).await?;
+        if latest {
+            store.models().register(&record).await?;
+        }
         tracing::info!(model = %d.model, capability = %d.capability, version = %record.version, "model registered");
         served.push(Served { model: d.model.clone(), version: record.version });
     }

@@ -80,6 +80,11 @@ pub struct ModelSpec {
     /// Pods of its own route at most (default 1).
     #[serde(default = "one")]
     pub max_instances: u32,
+    /// Older versions kept runnable, each by its own image: `version id: image`. Each gets
+    /// pods of its own for the predictions pinned to it, and a deployment whose release runs
+    /// it gets its image. (The model's own pods serve the version `image` serves.)
+    #[serde(default)]
+    pub versions: BTreeMap<String, String>,
 }
 
 fn default_capability() -> String {
@@ -127,6 +132,15 @@ impl Kit {
             name.parse::<ModelRef>().map_err(|e| bad(e.to_string()))?;
             if !kit.pools.contains_key(&model.pool) {
                 return Err(bad(format!("its pool {:?} is not declared under `pools`", model.pool)));
+            }
+            for (version, image) in &model.versions {
+                let id_ok =
+                    !version.is_empty() && version.len() <= 64 && version.chars().all(|c| c.is_ascii_alphanumeric());
+                if !id_ok || image.trim().is_empty() {
+                    return Err(bad(format!(
+                        "its version {version:?} needs an id of 1-64 letters and digits and an image"
+                    )));
+                }
             }
             if model.concurrency == 0 || model.max_instances == 0 || model.min_instances > model.max_instances {
                 return Err(bad(

@@ -38,6 +38,12 @@ struct Template<'a> {
     /// The model it runs.
     model: &'a str,
     spec: &'a ModelSpec,
+    /// The Cog container's image: the model's, or an older version's.
+    image: &'a str,
+    /// The version its runner serves, when it is an older one kept for what is pinned to it:
+    /// named to the runner (`RUNNER_MODEL_VERSIONS`), which then leaves the model's current
+    /// version as it is (`RUNNER_VERSIONS_ARE_LATEST=false`).
+    older_version: Option<&'a str>,
     pool_name: &'a str,
     pool: &'a PoolSpec,
     min: u32,
@@ -61,16 +67,40 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
             what: format!("model {model}"),
             model,
             spec,
+            image: &spec.image,
+            older_version: None,
             pool_name: &spec.pool,
             pool,
             // A model never registered is refused by the api, so nothing would scale it up:
             // one pod registers it.
             min: if registered { spec.min_instances } else { spec.min_instances.max(1) },
             max: spec.max_instances,
-            query: format!("max(model_pending_predictions{{model=\"{model}\"}})"),
+            query: own_route_query(model, spec),
             threshold: spec.concurrency,
             note: (!registered).then(|| "not registered yet: one pod runs until it is; render again then".to_owned()),
         });
+        for (version, image) in &spec.versions {
+            templates.push(Template {
+                name: kube_name("version", &format!("{model}:{version}")),
+                what: format!("version {version} of model {model}"),
+                model,
+                spec,
+                image,
+                older_version: Some(version),
+                pool_name: &spec.pool,
+                pool,
+                min: 0,
+                max: spec.max_instances,
+                // The version's series exists while it has predictions; without one it has
+                // none, read as 0 while the model's series exists (and an error otherwise).
+                query: format!(
+                    "max(version_pending_predictions{{model=\"{model}\",version=\"{version}\"}}) \
+                     or on() (0 * max(model_pending_predictions{{model=\"{model}\"}}))"
+                ),
+                threshold: spec.concurrency,
+                note: None,
+            });
+        }
     }
     for row in &records.deployments {
         let Some(spec) = kit.model(&row.model) else {
@@ -82,11 +112,15 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
             name: row.hardware.clone(),
             why: format!("deployment {} runs on it, and it is not declared under `pools`", row.deployment),
         })?;
+        // A release of an older version declared with its own image runs that image.
+        let older = spec.versions.get_key_value(&row.version);
         templates.push(Template {
             name: kube_name("deployment", &row.deployment),
             what: format!("deployment {} (version {})", row.deployment, row.version),
             model: &row.model,
             spec,
+            image: older.map_or(spec.image.as_str(), |(_, image)| image.as_str()),
+            older_version: older.map(|(version, _)| version.as_str()),
             pool_name: &row.hardware,
             pool,
             min: row.min_instances,
@@ -114,6 +148,20 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
     Ok(out)
 }
 
+/// What a model's own pods are scaled on: its predictions by its own route and pinned
+/// versions, less those pinned to an older version that has pods of its own.
+fn own_route_query(model: &str, spec: &ModelSpec) -> String {
+    let all = format!("max(model_pending_predictions{{model=\"{model}\"}})");
+    if spec.versions.is_empty() {
+        return all;
+    }
+    let older: Vec<&str> = spec.versions.keys().map(String::as_str).collect();
+    format!(
+        "{all} - (sum(version_pending_predictions{{model=\"{model}\",version=~\"{}\"}}) or vector(0))",
+        older.join("|")
+    )
+}
+
 /// A Kubernetes name for `full` (`owner/name`) under `prefix`: lowercase letters, digits and
 /// `-`, at most 63 characters, with a digest of `full` so two names that read alike differ.
 pub fn kube_name(prefix: &str, full: &str) -> String {
@@ -138,19 +186,24 @@ fn env(name: &str, value: impl Into<String>) -> Value {
 fn deployment(kit: &Kit, t: &Template) -> Value {
     let labels = json!({ "app": "model-runner", "pods": t.name });
     let concurrency = t.spec.concurrency.to_string();
+    let mut runner_env = vec![
+        env("RUNNER_MODELS", t.model),
+        env("RUNNER_COG", format!("{}={}@http://{LOOPBACK}:{}", t.model, t.spec.capability, kit.ports.cog)),
+        env("RUNNER_COG_CALLBACK_BIND", format!("{LOOPBACK}:{}", kit.ports.callback)),
+        env("RUNNER_HARDWARE", t.pool_name),
+        env("RUNNER_CONCURRENCY", concurrency.clone()),
+        env("RUNNER_MODEL_CONCURRENCY", concurrency.clone()),
+        env("RUNNER_METRICS_BIND", "0.0.0.0:9090"),
+    ];
+    if let Some(version) = t.older_version {
+        runner_env.push(env("RUNNER_MODEL_VERSIONS", format!("{}={version}", t.model)));
+        runner_env.push(env("RUNNER_VERSIONS_ARE_LATEST", "false"));
+    }
     let runner = json!({
         "name": "runner",
         "image": kit.image,
         "command": ["runner"],
-        "env": [
-            env("RUNNER_MODELS", t.model),
-            env("RUNNER_COG", format!("{}={}@http://{LOOPBACK}:{}", t.model, t.spec.capability, kit.ports.cog)),
-            env("RUNNER_COG_CALLBACK_BIND", format!("{LOOPBACK}:{}", kit.ports.callback)),
-            env("RUNNER_HARDWARE", t.pool_name),
-            env("RUNNER_CONCURRENCY", concurrency.clone()),
-            env("RUNNER_MODEL_CONCURRENCY", concurrency.clone()),
-            env("RUNNER_METRICS_BIND", "0.0.0.0:9090"),
-        ],
+        "env": runner_env,
         "ports": [{ "containerPort": 9090, "name": "metrics" }],
         "envFrom": [
             { "configMapRef": { "name": "prediction-service" } },
@@ -170,7 +223,7 @@ fn deployment(kit: &Kit, t: &Template) -> Value {
     // (as long as it takes, as in Cog) and reports its health on the runner's `/ready`.
     let mut cog = json!({
         "name": "model",
-        "image": t.spec.image,
+        "image": t.image,
         // The image's own entrypoint runs these: Cog's HTTP server, on localhost only.
         "args": cog_args(kit),
         "env": [env("PORT", kit.ports.cog.to_string()), env("COG_MAX_CONCURRENCY", concurrency)],
@@ -264,6 +317,68 @@ fn scaled_object(kit: &Kit, t: &Template) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::kubernetes::{DeploymentRow, Registered};
+
+    #[test]
+    fn an_older_version_gets_pods_of_its_own_and_its_deployments_run_its_image() {
+        let kit = Kit::parse(
+            "image: svc:1\nprometheus: http://p:9090\npools: { cpu: {} }\nmodels:\n  acme/m:\n    image: r/m:2\n    pool: cpu\n    versions: { v1: r/m:1 }\n",
+        )
+        .expect("a kit");
+        let row = |name: &str, version: &str| DeploymentRow {
+            deployment: format!("acme/{name}"),
+            model: "acme/m".into(),
+            version: version.into(),
+            hardware: "cpu".into(),
+            min_instances: 0,
+            max_instances: 1,
+        };
+        let records = Records {
+            registered: vec![Registered { model: "acme/m".into(), version: "v2".into() }],
+            deployments: vec![row("old", "v1"), row("new", "v2")],
+        };
+        let text = render(&kit, &records).expect("rendered");
+        let docs: Vec<Value> =
+            text.split("\n---\n").skip(1).map(|d| serde_norway::from_str(d).expect("yaml")).collect();
+        let of = |kind: &str, serves: &str| {
+            docs.iter()
+                .find(|d| {
+                    d["kind"] == kind
+                        && d["metadata"]["annotations"]["prediction-service/serves"]
+                            .as_str()
+                            .is_some_and(|s| s.starts_with(serves))
+                })
+                .unwrap_or_else(|| panic!("no {kind} for {serves}"))
+                .clone()
+        };
+        let image =
+            |serves: &str| of("Deployment", serves)["spec"]["template"]["spec"]["containers"][1]["image"].clone();
+        let env = |serves: &str| of("Deployment", serves)["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+        let query = |serves: &str| of("ScaledObject", serves)["spec"]["triggers"][0]["metadata"]["query"].clone();
+        assert_eq!(image("model acme/m"), "r/m:2");
+        assert_eq!(image("version v1 of model acme/m"), "r/m:1");
+        assert_eq!(image("deployment acme/old"), "r/m:1", "a release of the older version runs its image");
+        assert_eq!(image("deployment acme/new"), "r/m:2");
+        for serves in ["version v1 of model acme/m", "deployment acme/old"] {
+            let env = env(serves);
+            let named = |name: &str| {
+                env.as_array().and_then(|e| e.iter().find(|v| v["name"] == name)).map(|v| v["value"].clone())
+            };
+            assert_eq!(named("RUNNER_MODEL_VERSIONS"), Some(json!("acme/m=v1")), "{serves}");
+            assert_eq!(named("RUNNER_VERSIONS_ARE_LATEST"), Some(json!("false")), "{serves}");
+        }
+        assert!(env("model acme/m").to_string().find("RUNNER_VERSIONS_ARE_LATEST").is_none());
+        assert_eq!(
+            query("version v1 of model acme/m"),
+            r#"max(version_pending_predictions{model="acme/m",version="v1"}) or on() (0 * max(model_pending_predictions{model="acme/m"}))"#
+        );
+        assert_eq!(
+            query("model acme/m"),
+            r#"max(model_pending_predictions{model="acme/m"}) - (sum(version_pending_predictions{model="acme/m",version=~"v1"}) or vector(0))"#,
+            "the model's own pods leave the older version's predictions to its pods"
+        );
+    }
 
     #[test]
     fn names_are_kubernetes_names_and_tell_look_alikes_apart() {

@@ -6,7 +6,10 @@
 //!   `ceil(pending / API_DEPLOYMENT_SLOTS_PER_INSTANCE)` kept within the current release's
 //!   `min_instances` and `max_instances` (see [`desired`]);
 //! - `model_pending_predictions{model}`: a registered model's predictions `starting` or
-//!   `processing` that came by its own route or a pinned version (not by a deployment).
+//!   `processing` that came by its own route or a pinned version (not by a deployment);
+//! - `version_pending_predictions{model,version}`: the same, per version, for each version
+//!   that has any (the pods of an older version are scaled on it; a version without a series
+//!   has none, which the renderer's query reads as 0 while the model's series exists).
 //!
 //! Every registered model and every deployment has its series, at 0 when idle: an autoscaler
 //! that finds none has an error to report, not a zero to scale to. Counted at most every
@@ -34,6 +37,13 @@ struct DeploymentLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabel {
     model: String,
+}
+
+/// One version's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    model: String,
+    version: String,
 }
 
 /// The most registered models counted (past it, the rest have no series and the log says so).
@@ -93,11 +103,17 @@ impl ScalingFigures {
         if total > registered.len() as u64 {
             tracing::warn!(total, counted = registered.len(), "more models than the autoscalers' figures count");
         }
+        let versions = Family::<VersionLabel, Gauge>::default();
         for record in registered {
-            let n = store.predictions().count_pending_of_model_route(&record.model).await?;
-            models
-                .get_or_create(&ModelLabel { model: record.model.to_string() })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+            let by_version = store.predictions().pending_of_model_route_by_version(&record.model).await?;
+            let model = record.model.to_string();
+            for (version, n) in &by_version {
+                versions
+                    .get_or_create(&VersionLabel { model: model.clone(), version: version.clone() })
+                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
+            let n: u64 = by_version.iter().map(|(_, n)| n).sum();
+            models.get_or_create(&ModelLabel { model }).set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         let mut registry = Registry::default();
         registry.register(
@@ -114,6 +130,11 @@ impl ScalingFigures {
             "model_pending_predictions",
             "Predictions of the model's own route and pinned versions waiting or running",
             models,
+        );
+        registry.register(
+            "version_pending_predictions",
+            "Predictions of the version by the model's own route or pinned to it, waiting or running (versions with any)",
+            versions,
         );
         Ok(common::metrics::families(&registry))
     }

@@ -231,3 +231,47 @@ async fn a_model_pods_two_containers_started_as_the_manifest_says_serve_its_pred
         assert!(body.bytes().await.expect("bytes").starts_with(b"\x89PNG"));
     }
 }
+
+#[tokio::test]
+async fn an_older_versions_runner_serves_what_is_pinned_to_it_and_leaves_the_models_current_version() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    system.register_models_only().await;
+    let current = system.get("/v1/models/demo/echo").await.json_body().await["latest_version"]["id"].clone();
+    // A version pod's runner, as the renderer writes it for a version the kit declares.
+    let older = [
+        ("RUNNER_MODELS", "demo/echo"),
+        ("RUNNER_MODEL_VERSIONS", "demo/echo=old1"),
+        ("RUNNER_VERSIONS_ARE_LATEST", "false"),
+    ];
+    let pod = system.start_runner_with(&older);
+    let recorded = eventually(Duration::from_secs(60), || async {
+        (system.get("/v1/models/demo/echo/versions/old1").await.status() == 200).then_some(())
+    })
+    .await;
+    assert!(recorded.is_some(), "the older version is recorded");
+    let model = system.get("/v1/models/demo/echo").await.json_body().await;
+    assert_eq!(model["latest_version"]["id"], current, "the model's current version stays: {model}");
+
+    // Scaled to zero: a prediction pinned to it waits, counted under its version.
+    pod.cancel();
+    let body = json!({"version": "old1", "input": {"prompt": "pinned"}});
+    let created = system.request(Method::POST, "/v1/predictions").json(&body).send().await.expect("sent");
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let id = created.json_body().await["id"].as_str().expect("an id").to_owned();
+    let figure = |text: &str, series: &str| {
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse::<u64>().ok()))
+    };
+    let version_series = r#"version_pending_predictions{model="demo/echo",version="old1"}"#;
+    let counted = eventually(Duration::from_secs(15), || async {
+        let text = system.http().get(system.url("/metrics")).send().await.ok()?.text().await.ok()?;
+        (figure(&text, version_series) == Some(1)).then_some(text)
+    })
+    .await
+    .expect("the pinned prediction is counted under its version");
+    assert_eq!(figure(&counted, r#"model_pending_predictions{model="demo/echo"}"#), Some(1), "and the model's");
+
+    // Its pod back: the pinned prediction runs there.
+    system.start_runner_with(&older);
+    let done = system.wait_for_terminal(&id, Duration::from_secs(60)).await;
+    assert_eq!((&done["status"], &done["version"]), (&json!("succeeded"), &json!("old1")), "{done}");
+}

@@ -248,13 +248,23 @@ impl Predictions {
     }
 
     /// Predictions of `model` not yet ended (waiting or running) that came by its own route or
-    /// a pinned version, not by a deployment: what the model's own pods are scaled on.
-    pub async fn count_pending_of_model_route(&self, model: &ModelRef) -> Result<u64, StoreError> {
+    /// a pinned version, not by a deployment, counted per version: each version that has any,
+    /// with how many. What the model's own pods are scaled on (their sum), and the pods of an
+    /// older version kept for the predictions pinned to it (its count).
+    pub async fn pending_of_model_route_by_version(&self, model: &ModelRef) -> Result<Vec<(String, u64)>, StoreError> {
         let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);
         let filter = doc! {
             "model": model.to_string(), "status": { "$in": open }, "deployment": null, "kind": { "$ne": "training" },
         };
-        super::count(&self.coll, filter).await
+        let versions = self.coll.distinct("version", filter.clone()).max_time(super::read_limit()).await?;
+        let mut counted = Vec::with_capacity(versions.len());
+        for version in versions.iter().filter_map(bson::Bson::as_str) {
+            let mut of_version = filter.clone();
+            of_version.insert("version", version);
+            counted.push((version.to_owned(), super::count(&self.coll, of_version).await?));
+        }
+        counted.sort();
+        Ok(counted)
     }
 
     /// Predictions of the deployment `owner/name` not yet ended (waiting or running).
