@@ -14,7 +14,7 @@
 //! | `RETENTION_SECONDS` | `3600` | how long after completion a prediction's data is kept |
 //! | `RUNNER_METRICS_BIND` | none | where to serve `/metrics` and `/health` (off when unset) |
 //! | `RUNNER_COG` | none | Cog models, comma-separated: `owner/name=[capability@]dir:/path[?settings]`, a Cog project the runner starts and stops itself (`models::cog::instances`; settings `idle_seconds`, `min_instances`, `max_instances`, `setup_timeout`), or `owner/name=[capability@]http://host:port`, a server someone else runs |
-//! | `RUNNER_COG_TRAIN` | none | trainers, comma-separated: `owner/name=dir:/path` (the project's `train`) or `owner/name=http://host:port` (a Cog server in train mode, `--x-mode train`), each of a model this runner serves; its trainings run here one at a time |
+//! | `RUNNER_COG_TRAIN` | none | trainers, comma-separated: `owner/name=dir:/path` (the project's `train`) or `owner/name=http://host:port` (a Cog server in train mode, `--x-mode train`), each of a model this runner serves, or of the version `RUNNER_MODEL_VERSIONS` names for it (a runner of trainings only); its trainings run here one at a time |
 //! | `RUNNER_COG_PYTHON` | `python3` | the Python with coglet that starts the projects' servers (`deploy/local/up` gives the one `deploy/local/install` makes) |
 //! | `RUNNER_COG_MIN_INSTANCES` | `0` | a project's instances kept running when idle, where its declaration says nothing |
 //! | `RUNNER_COG_MAX_INSTANCES` | `1` | a project's instances at most (1 to 64), each with the project's `concurrency.max` slots, where its declaration says nothing |

@@ -53,7 +53,7 @@ struct Shared {
 pub struct Runs {
     /// The served models.
     pub models: Vec<Arc<dyn Model>>,
-    /// The trainers, each of a served model.
+    /// The trainers: of a served model, or alone (a runner of trainings only).
     pub trainers: Vec<Arc<dyn Model>>,
 }
 
@@ -108,7 +108,10 @@ pub async fn consume(
         tracing::info!(%model, trainer = trainers.contains_key(model), "consuming jobs");
     }
     let metrics = shared.executor.metrics().clone();
-    let mut announcers = doorbell::announce(bus, names, scheduler.clone(), lanes, metrics, shutdown.clone()).await?;
+    // The doorbells of every model whose jobs run here: its predictions, its trainings, or both.
+    let mut rung = names;
+    rung.extend(trained.iter().filter(|m| !served.contains_key(*m)).cloned());
+    let mut announcers = doorbell::announce(bus, rung, scheduler.clone(), lanes, metrics, shutdown.clone()).await?;
     scheduler
         .run(shutdown.clone(), |message, lane, slots| {
             // The scheduler takes only lanes of served models, and trainings only of models

@@ -95,9 +95,11 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
         }
     }
     let served = registry::select(&config.models, available);
-    anyhow::ensure!(!served.is_empty(), "no model matches the selection {:?}", config.models);
-    let versions = registry::register_as(&store, &served, &config.versions, config.versions_are_latest).await?;
-    registry::register_trainers(&store, &trainers, &versions).await?;
+    // A runner of trainings only (a Kubernetes trainer pod) serves no predictor.
+    anyhow::ensure!(!served.is_empty() || !trainers.is_empty(), "no model matches the selection {:?}", config.models);
+    let mut versions = registry::register_as(&store, &served, &config.versions, config.versions_are_latest).await?;
+    let trained_alone = registry::register_trainers(&store, &trainers, &versions, &config.versions).await?;
+    versions.extend(trained_alone);
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
     // The loops beside the consumer, waited for on shutdown like the jobs.

@@ -51,22 +51,38 @@ pub async fn register_as(
     Ok(served)
 }
 
-/// Records each trainer's input schema on the version this runner serves of its model, which
-/// makes that version trainable; a trainer of a model not served here is a configuration
-/// error (a training's version is the version it trains, and its result runs there).
-pub async fn register_trainers(store: &Store, trainers: &[Arc<dyn Model>], served: &[Served]) -> anyhow::Result<()> {
+/// Records each trainer's input schema on the version it trains, which makes that version
+/// trainable: the version this runner serves of its model, or, for a trainer alone (a runner
+/// of trainings only, such as a Kubernetes trainer pod), the version `versions` names for it
+/// (`RUNNER_MODEL_VERSIONS`). Returns the versions of those lone trainers, which the runner
+/// takes trainings of. A trainer of neither is a configuration error (a training's version is
+/// the version it trains, and its result runs there).
+pub async fn register_trainers(
+    store: &Store,
+    trainers: &[Arc<dyn Model>],
+    served: &[Served],
+    versions: &HashMap<ModelRef, String>,
+) -> anyhow::Result<Vec<Served>> {
+    let mut alone = Vec::new();
     for trainer in trainers {
         let d = trainer.descriptor();
-        let Some(version) = served.iter().find(|s| s.model == d.model) else {
-            anyhow::bail!(
-                "RUNNER_COG_TRAIN names {}, which this runner does not serve: serve its predictor too (RUNNER_COG, RUNNER_MODELS)",
-                d.model
-            );
+        let version = match served.iter().find(|s| s.model == d.model) {
+            Some(served) => served.version.clone(),
+            None => {
+                let Some(named) = versions.get(&d.model) else {
+                    anyhow::bail!(
+                        "RUNNER_COG_TRAIN names {}, which this runner does not serve: serve its predictor too (RUNNER_COG, RUNNER_MODELS), or name the version it trains (RUNNER_MODEL_VERSIONS)",
+                        d.model
+                    );
+                };
+                alone.push(Served { model: d.model.clone(), version: named.clone() });
+                named.clone()
+            }
         };
-        store.model_versions().set_trainable(&version.version, &d.input_schema).await?;
-        tracing::info!(model = %d.model, version = %version.version, "trainer registered");
+        store.model_versions().set_trainable(&version, &d.input_schema).await?;
+        tracing::info!(model = %d.model, %version, "trainer registered");
     }
-    Ok(())
+    Ok(alone)
 }
 
 #[cfg(test)]

@@ -85,6 +85,10 @@ pub struct ModelSpec {
     /// it gets its image. (The model's own pods serve the version `image` serves.)
     #[serde(default)]
     pub versions: BTreeMap<String, String>,
+    /// Whether its image has a trainer (`train:` in its `cog.yaml`): trainer pods of their own
+    /// then run its trainings, one at a time each, scaled from zero (default false).
+    #[serde(default)]
+    pub train: bool,
 }
 
 fn default_capability() -> String {

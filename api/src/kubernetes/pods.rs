@@ -40,6 +40,9 @@ struct Template<'a> {
     spec: &'a ModelSpec,
     /// The Cog container's image: the model's, or an older version's.
     image: &'a str,
+    /// Whether it runs the model's trainings (its Cog server in train mode) rather than its
+    /// predictions.
+    trainer: Option<&'a str>,
     /// The version its runner serves, when it is an older one kept for what is pinned to it:
     /// named to the runner (`RUNNER_MODEL_VERSIONS`), which then leaves the model's current
     /// version as it is (`RUNNER_VERSIONS_ARE_LATEST=false`).
@@ -68,6 +71,7 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
             model,
             spec,
             image: &spec.image,
+            trainer: None,
             older_version: None,
             pool_name: &spec.pool,
             pool,
@@ -79,6 +83,30 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
             threshold: spec.concurrency,
             note: (!registered).then(|| "not registered yet: one pod runs until it is; render again then".to_owned()),
         });
+        // Its trainer pods train the version registered now: render again after a new one.
+        match records.registered.iter().find(|r| &r.model == model) {
+            Some(current) if spec.train => templates.push(Template {
+                name: kube_name("trainer", model),
+                what: format!("trainer of model {model} (version {})", current.version),
+                model,
+                spec,
+                image: &spec.image,
+                trainer: Some(&current.version),
+                older_version: None,
+                pool_name: &spec.pool,
+                pool,
+                min: 0,
+                max: spec.max_instances,
+                query: format!("max(model_pending_trainings{{model=\"{model}\"}})"),
+                // A trainer runs one training at a time.
+                threshold: 1,
+                note: None,
+            }),
+            None if spec.train => skipped.push(format!(
+                "the trainer of model {model} (not registered yet: render again once it is, so its version is known)"
+            )),
+            _ => {}
+        }
         for (version, image) in &spec.versions {
             templates.push(Template {
                 name: kube_name("version", &format!("{model}:{version}")),
@@ -86,6 +114,7 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
                 model,
                 spec,
                 image,
+                trainer: None,
                 older_version: Some(version),
                 pool_name: &spec.pool,
                 pool,
@@ -120,6 +149,7 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
             model: &row.model,
             spec,
             image: older.map_or(spec.image.as_str(), |(_, image)| image.as_str()),
+            trainer: None,
             older_version: older.map(|(version, _)| version.as_str()),
             pool_name: &row.hardware,
             pool,
@@ -185,16 +215,26 @@ fn env(name: &str, value: impl Into<String>) -> Value {
 
 fn deployment(kit: &Kit, t: &Template) -> Value {
     let labels = json!({ "app": "model-runner", "pods": t.name });
-    let concurrency = t.spec.concurrency.to_string();
+    // A trainer pod's runner takes trainings only, of the version it names; its Cog server
+    // trains one at a time.
+    let concurrency = if t.trainer.is_some() { "1".to_owned() } else { t.spec.concurrency.to_string() };
+    let server = format!("{}=http://{LOOPBACK}:{}", t.model, kit.ports.cog);
+    let cog = match t.trainer {
+        Some(_) => env("RUNNER_COG_TRAIN", server),
+        None => env("RUNNER_COG", format!("{}={}@http://{LOOPBACK}:{}", t.model, t.spec.capability, kit.ports.cog)),
+    };
     let mut runner_env = vec![
         env("RUNNER_MODELS", t.model),
-        env("RUNNER_COG", format!("{}={}@http://{LOOPBACK}:{}", t.model, t.spec.capability, kit.ports.cog)),
+        cog,
         env("RUNNER_COG_CALLBACK_BIND", format!("{LOOPBACK}:{}", kit.ports.callback)),
         env("RUNNER_HARDWARE", t.pool_name),
         env("RUNNER_CONCURRENCY", concurrency.clone()),
         env("RUNNER_MODEL_CONCURRENCY", concurrency.clone()),
         env("RUNNER_METRICS_BIND", "0.0.0.0:9090"),
     ];
+    if let Some(version) = t.trainer {
+        runner_env.push(env("RUNNER_MODEL_VERSIONS", format!("{}={version}", t.model)));
+    }
     if let Some(version) = t.older_version {
         runner_env.push(env("RUNNER_MODEL_VERSIONS", format!("{}={version}", t.model)));
         runner_env.push(env("RUNNER_VERSIONS_ARE_LATEST", "false"));
@@ -225,7 +265,7 @@ fn deployment(kit: &Kit, t: &Template) -> Value {
         "name": "model",
         "image": t.image,
         // The image's own entrypoint runs these: Cog's HTTP server, on localhost only.
-        "args": cog_args(kit),
+        "args": cog_args(kit, t.trainer.is_some()),
         "env": [env("PORT", kit.ports.cog.to_string()), env("COG_MAX_CONCURRENCY", concurrency)],
     });
     if let Some(resources) = &t.pool.resources {
@@ -276,15 +316,19 @@ fn quantities_as_strings(resources: &Value) -> Value {
     }
 }
 
-/// The Cog container's arguments to its image's entrypoint.
-fn cog_args(kit: &Kit) -> Vec<String> {
-    vec![
+/// The Cog container's arguments to its image's entrypoint (a trainer's in train mode).
+fn cog_args(kit: &Kit, train: bool) -> Vec<String> {
+    let mut args = vec![
         "python".into(),
         "-m".into(),
         "cog.server.http".into(),
         format!("--host={LOOPBACK}"),
         format!("--upload-url=http://{LOOPBACK}:{}/upload/", kit.ports.callback),
-    ]
+    ];
+    if train {
+        args.push("--x-mode=train".into());
+    }
+    args
 }
 
 fn scaled_object(kit: &Kit, t: &Template) -> Value {

@@ -9,7 +9,9 @@
 //!   `processing` that came by its own route or a pinned version (not by a deployment);
 //! - `version_pending_predictions{model,version}`: the same, per version, for each version
 //!   that has any (the pods of an older version are scaled on it; a version without a series
-//!   has none, which the renderer's query reads as 0 while the model's series exists).
+//!   has none, which the renderer's query reads as 0 while the model's series exists);
+//! - `model_pending_trainings{model}`: a registered model's trainings `starting` or
+//!   `processing` (its trainer pods are scaled on it).
 //!
 //! Every registered model and every deployment has its series, at 0 when idle: an autoscaler
 //! that finds none has an error to report, not a zero to scale to. Counted at most every
@@ -104,7 +106,12 @@ impl ScalingFigures {
             tracing::warn!(total, counted = registered.len(), "more models than the autoscalers' figures count");
         }
         let versions = Family::<VersionLabel, Gauge>::default();
+        let trainings = Family::<ModelLabel, Gauge>::default();
         for record in registered {
+            let training = store.predictions().count_pending_trainings_of_model(&record.model).await?;
+            trainings
+                .get_or_create(&ModelLabel { model: record.model.to_string() })
+                .set(i64::try_from(training).unwrap_or(i64::MAX));
             let by_version = store.predictions().pending_of_model_route_by_version(&record.model).await?;
             let model = record.model.to_string();
             for (version, n) in &by_version {
@@ -131,6 +138,7 @@ impl ScalingFigures {
             "Predictions of the model's own route and pinned versions waiting or running",
             models,
         );
+        registry.register("model_pending_trainings", "Trainings of the model waiting or running", trainings);
         registry.register(
             "version_pending_predictions",
             "Predictions of the version by the model's own route or pinned to it, waiting or running (versions with any)",

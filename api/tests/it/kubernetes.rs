@@ -275,3 +275,69 @@ async fn an_older_versions_runner_serves_what_is_pinned_to_it_and_leaves_the_mod
     let done = system.wait_for_terminal(&id, Duration::from_secs(60)).await;
     assert_eq!((&done["status"], &done["version"]), (&json!("succeeded"), &json!("old1")), "{done}");
 }
+
+#[tokio::test]
+async fn a_trainer_pods_two_containers_started_as_the_manifest_says_run_a_training_of_the_registered_version() {
+    // The model's predictor, served by a runner of its own (its pods, on a cluster).
+    let predictor = CogServer::start_ready("tune", testkit::cog::CogMode::Predict).await;
+    let system = System::start_with(Options {
+        notifier: false,
+        env: vec![("RUNNER_COG", format!("acme/tune={}", predictor.url))],
+        ..Options::default()
+    })
+    .await;
+    let version = eventually(Duration::from_secs(90), || async {
+        let model = system.get("/v1/models/acme/tune").await;
+        if model.status() != 200 {
+            return None;
+        }
+        model.json_body().await["latest_version"]["id"].as_str().map(str::to_owned)
+    })
+    .await
+    .expect("the predictor's runner registered acme/tune");
+    let (cog, callback) = two_ports();
+    let kit = format!(
+        "image: prediction-service:test\nprometheus: http://prometheus.test:9090\nports: {{ cog: {cog}, callback: {callback} }}\n\
+         pools: {{ cpu: {{}} }}\nmodels:\n  acme/tune: {{ image: registry.test/tune:1, pool: cpu, train: true, max_instances: 2 }}\n"
+    );
+    let docs = render(&system, &kit).await;
+    let (deployment, scaled) = pair(&docs, "trainer of model acme/tune");
+    let spec = &scaled["spec"];
+    assert_eq!(spec["triggers"][0]["metadata"]["query"], r#"max(model_pending_trainings{model="acme/tune"})"#);
+    assert_eq!((spec["minReplicaCount"].as_u64(), spec["maxReplicaCount"].as_u64()), (Some(0), Some(2)));
+    let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers");
+    let args: Vec<String> = containers[1]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("an arg").to_owned())
+        .collect();
+    assert!(args.iter().any(|a| a == "--x-mode=train"), "{args:?}");
+    let _trainer = CogServer::start_as_container("tune", &args, &env_of(&containers[1])).await;
+    let mut runner_env = env_of(&containers[0]);
+    assert!(runner_env.iter().any(|(k, v)| k == "RUNNER_MODEL_VERSIONS" && v == &format!("acme/tune={version}")));
+    assert!(!runner_env.iter().any(|(k, _)| k == "RUNNER_COG"), "a trainer pod serves no predictor");
+    runner_env.retain(|(k, _)| k != "RUNNER_METRICS_BIND");
+    let pairs: Vec<(&str, &str)> = runner_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    system.start_runner_with(&pairs);
+
+    let destination = json!({"owner": "test-account", "name": "tuned", "visibility": "private", "hardware": "cpu"});
+    assert_eq!(system.post_json("/v1/models", &destination).await.status(), 201);
+    // The version is trainable once the trainer pod's runner has registered its trainer.
+    let path = format!("/v1/models/acme/tune/versions/{version}/trainings");
+    let body = json!({"destination": "test-account/tuned", "input": {"suffix": "pod"}});
+    let created = eventually(Duration::from_secs(60), || async {
+        let response = system.post_json(&path, &body).await;
+        (response.status() == StatusCode::CREATED).then_some(response)
+    })
+    .await
+    .expect("the trainer pod made the version trainable");
+    let id = created.json_body().await["id"].as_str().expect("an id").to_owned();
+    let done = eventually(Duration::from_secs(90), || async {
+        let got = system.get(&format!("/v1/trainings/{id}")).await.json_body().await;
+        (got["status"] != "starting" && got["status"] != "processing").then_some(got)
+    })
+    .await
+    .expect("the training ended");
+    assert_eq!(done["status"], "succeeded", "{done}");
+}

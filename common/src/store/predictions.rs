@@ -267,6 +267,14 @@ impl Predictions {
         Ok(counted)
     }
 
+    /// Trainings of `model` not yet ended (waiting or running): what its trainer pods are
+    /// scaled on.
+    pub async fn count_pending_trainings_of_model(&self, model: &ModelRef) -> Result<u64, StoreError> {
+        let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);
+        super::count(&self.coll, doc! { "model": model.to_string(), "status": { "$in": open }, "kind": "training" })
+            .await
+    }
+
     /// Predictions of the deployment `owner/name` not yet ended (waiting or running).
     pub async fn count_pending_of_deployment(&self, deployment: &str) -> Result<u64, StoreError> {
         let open = statuses(&[PredictionStatus::Starting, PredictionStatus::Processing]);

@@ -75,7 +75,7 @@ impl CogServer {
     /// entrypoint runs them (`python` is the venv's, found on `PATH` as in an image), in the
     /// project's directory (an image's `/src`), with the container's `env` and what `cog build`
     /// writes into an image's environment (`COG_PREDICT_TYPE_STUB`, from the fixture's
-    /// `predict`); serving on the port `env`'s `PORT` names. Waits for `READY` as
+    /// `predict`, and `COG_TRAIN_TYPE_STUB` from its `train` if it has one); serving on the port `env`'s `PORT` names. Waits for `READY` as
     /// [`Self::start_ready`] does.
     pub async fn start_as_container(name: &str, args: &[String], env: &[(String, String)]) -> Self {
         let _starting = STARTING.acquire().await.expect("the start gate is never closed");
@@ -88,10 +88,11 @@ impl CogServer {
         let (program, rest) = args.split_first().expect("the container's arguments");
         let child = Command::new(program)
             .args(rest)
-            .current_dir(dir)
+            .current_dir(&dir)
             .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
             .env("TMPDIR", &tmp)
             .env("COG_PREDICT_TYPE_STUB", "predict.py:Predictor")
+            .envs(train_stub(&dir).map(|stub| ("COG_TRAIN_TYPE_STUB", stub)))
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -165,4 +166,12 @@ impl Drop for CogServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.tmp);
     }
+}
+
+/// The `train` of the project in `dir`'s `cog.yaml`, as `cog build` writes it into an image's
+/// environment (`COG_TRAIN_TYPE_STUB`), if it has one.
+fn train_stub(dir: &std::path::Path) -> Option<String> {
+    let yaml = std::fs::read_to_string(dir.join("cog.yaml")).ok()?;
+    let line = yaml.lines().find_map(|l| l.strip_prefix("train:"))?;
+    Some(line.trim().trim_matches('"').to_owned())
 }
