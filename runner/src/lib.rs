@@ -16,6 +16,8 @@
 //!   [`holder_answers`]: whether a prediction runs here, asked before another runner takes
 //!   over a job delivered again.
 //! - [`reconcile`]: repairs predictions whose job was lost or that passed their deadline.
+//! - [`deployment_floors`]: the instances a deployment's `min_instances` keeps running of a
+//!   Cog project this runner starts itself.
 //! - [`retention`]: removes the data of predictions that ended long enough ago.
 //! - [`metrics`]: what `/metrics` shows (jobs in flight and pending, run and write times).
 #![forbid(unsafe_code)]
@@ -23,6 +25,7 @@
 pub mod cancel;
 pub mod config;
 pub mod consumer;
+pub mod deployment_floors;
 pub mod doorbell;
 pub mod execute;
 pub mod flush_clock;
@@ -62,6 +65,8 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let mut trainers: Vec<Arc<dyn models::Model>> = Vec::new();
     // The model servers this runner starts itself, reported with its presence.
     let mut instances = Vec::new();
+    // The projects it starts itself, whose kept instances follow the deployments.
+    let mut projects = Vec::new();
     let files = common::files::Files::open(&store, &common.files).await.context("opening the file store")?;
     let links = Links::new(common.public_base_url.clone(), common.master_key.clone());
     let metrics = metrics::RunnerMetrics::new();
@@ -84,6 +89,9 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
                 .await
                 .with_context(|| format!("connecting to the Cog server of {}", target.model))?;
             instances.extend(model.instances().iter().flat_map(|i| i.members().to_vec()));
+            if let Some(supervised) = model.instances() {
+                projects.push((target.model.clone(), supervised));
+            }
             available.push(Arc::new(model));
         }
         for target in &config.cog_train {
@@ -100,6 +108,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     let mut versions = registry::register_as(&store, &served, &config.versions, config.versions_are_latest).await?;
     let trained_alone = registry::register_trainers(&store, &trainers, &versions, &config.versions).await?;
     versions.extend(trained_alone);
+    let supervised: Vec<deployment_floors::Supervised> = projects
+        .into_iter()
+        .filter_map(|(model, instances)| {
+            let version = versions.iter().find(|s| s.model == model)?.version.clone();
+            Some(deployment_floors::Supervised { model, version, instances })
+        })
+        .collect();
     let store_for_sweeper = store.clone();
     let store_for_consumer = store.clone();
     // The loops beside the consumer, waited for on shutdown like the jobs.
@@ -126,11 +141,13 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
         common::telemetry::serve_operations(bind, render, readiness, shutdown.clone()).await?;
     }
     cancel::listen(&bus, executor.clone(), &background, shutdown.clone()).await?;
+    background.spawn(deployment_floors::keep(store.clone(), supervised, config.hardware.clone(), shutdown.clone()));
     let reconciler = reconcile::Reconciler::new(store, bus.clone(), executor.clone(), config.reconcile_interval);
     background.spawn(reconciler.run(shutdown.clone()));
     let sweeper = retention::Sweeper::new(store_for_sweeper, files, config.retention, config.retention_sweep_interval)
         .with_usage(executor.usage().clone());
     background.spawn(sweeper.run(shutdown.clone()));
+
     let consumed = consumer::consume(
         &config,
         &bus,

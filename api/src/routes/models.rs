@@ -38,7 +38,7 @@ use crate::{
     validate::{
         create_model,
         paging::PagingParams,
-        search_query::{ModelListQuery, SearchParams},
+        search_query::{ListSearchParams, ModelListQuery},
     },
 };
 
@@ -161,7 +161,7 @@ pub(crate) async fn owned_view(
     path = "/models",
     operation_id = "listModels",
     tag = "models",
-    params(PagingParams, SearchParams),
+    params(PagingParams, ListSearchParams),
     responses((status = 200, description = "A page of the models the caller may see, by address; with `query`, a page of a search (the `next` of `QUERY /models`), best match first", body = ModelPage), (status = 400, response = inline(problems::BadRequest))),
     security(("bearer" = []))
 )]

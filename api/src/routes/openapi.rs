@@ -50,7 +50,14 @@ fn describe(status: u16) -> &'static str {
         title = "Prediction service API",
         description = "Asynchronous generation jobs (predictions) on hosted models, with signed webhooks."
     ),
-    components(schemas(ProblemBody, FieldError, FieldErrorCode)),
+    components(schemas(
+        ProblemBody,
+        FieldError,
+        FieldErrorCode,
+        crate::routes::search::ReplicateSearchResults,
+        crate::routes::search::ModelMatch,
+        crate::routes::search::MatchMetadata
+    )),
     modifiers(&Security),
     tags(
         (name = "predictions", description = "Create, read, list and cancel predictions"),
@@ -152,6 +159,9 @@ fn replicate_surface(openapi: &mut utoipa::openapi::OpenApi) {
             operation.operation_id = operation.operation_id.take().map(|id| format!("{id}Replicate"));
             operation.tags = Some(vec!["replicate".into()]);
         }
+        if path == "/v1/search" {
+            replicate_search_answer(&mut item);
+        }
         openapi.paths.paths.insert(format!("{}{}", crate::replicate::ROOT, &path["/v1".len()..]), item);
     }
     openapi.tags.get_or_insert_with(Vec::new).push(
@@ -162,6 +172,19 @@ fn replicate_surface(openapi: &mut utoipa::openapi::OpenApi) {
             ))
             .build(),
     );
+}
+
+/// `/replicate/v1/search` answers Replicate's shape ([`crate::routes::search::ReplicateSearchResults`]).
+fn replicate_search_answer(item: &mut utoipa::openapi::PathItem) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    if let Some(get) = item.get.as_mut() {
+        let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ReplicateSearchResults"))).build();
+        let answer = ResponseBuilder::new()
+            .description("The models that match, best first, with the collections that match: Replicate's shape")
+            .content("application/json", content)
+            .build();
+        get.responses.responses.insert("200".into(), answer.into());
+    }
 }
 
 /// What the document starts from before the routes add their operations: title, tags,

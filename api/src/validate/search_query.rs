@@ -23,6 +23,18 @@ pub struct SearchParams {
 }
 impl super::query::QueryParams for SearchParams {}
 
+/// The search text a model list may carry (`GET /v1/models?query=…`: the next page of a
+/// search): as [`SearchParams`], but optional.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListSearchParams {
+    /// With it, the page is a page of the search for this text (best match first), as the
+    /// `next` link of `QUERY /models` names it; without it, every model by address.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 200, pattern = r"\S")]
+    query: Option<Field<String>>,
+}
+impl super::query::QueryParams for ListSearchParams {}
+
 /// A well-formed search.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchQuery {
@@ -75,7 +87,7 @@ pub struct ModelListQuery {
 }
 
 impl super::FromQuery for ModelListQuery {
-    type Sent = (SearchParams, PagingParams);
+    type Sent = (ListSearchParams, PagingParams);
 
     fn check((search, paging): Self::Sent) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();

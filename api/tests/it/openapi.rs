@@ -37,6 +37,15 @@ async fn the_document_describes_every_endpoint_and_matches_real_responses() {
     .expect("write the document");
 
     assert_eq!(doc["openapi"], "3.1.0");
+    let search =
+        |path: &str| doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"].clone();
+    assert_eq!(search("/replicate/v1/search")["$ref"], "#/components/schemas/ReplicateSearchResults");
+    assert_eq!(search("/v1/search")["$ref"], "#/components/schemas/SearchResults");
+    assert_eq!(
+        properties(&doc, "ReplicateSearchResults"),
+        ["collections", "models", "pages", "query"].map(String::from).into(),
+        "Replicate's shape"
+    );
     assert_eq!(doc["servers"][0]["url"], system.base_url);
     for (method, path) in [
         ("post", "/v1/models/{owner}/{name}/predictions"),

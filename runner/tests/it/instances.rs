@@ -10,7 +10,13 @@ use std::{
     time::Duration,
 };
 
-use common::{domain::PredictionStatus, store::runners::InstanceReport};
+use common::{
+    domain::{Pool, PredictionStatus},
+    store::{
+        deployments::{DeploymentRecord, Release, ReleaseConfiguration},
+        runners::InstanceReport,
+    },
+};
 use serde_json::json;
 use testkit::eventually;
 
@@ -282,5 +288,66 @@ async fn two_jobs_at_once_run_on_two_instances_and_the_one_above_min_instances_s
     let after = all_reported(&fixture, "acme/pause", |r| states(r) == ["ready", "stopped"]).await;
     let stopped = after.iter().find(|r| r.state == "stopped").expect("one stopped");
     assert_eq!(stopped.last_exit.as_deref(), Some("idle"), "{after:?}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A deployment of `version` of acme/echo on the `cpu` pool keeping `min` instances.
+fn echo_deployment(account: &common::domain::AccountId, version: &str, number: u32, min: u32) -> DeploymentRecord {
+    DeploymentRecord {
+        id: DeploymentRecord::id_of(account, "kept"),
+        account_id: account.clone(),
+        owner: "test".into(),
+        name: "kept".into(),
+        created_at: bson::DateTime::now(),
+        current_release: Release {
+            number,
+            model: "acme/echo".parse().expect("model"),
+            version: version.into(),
+            created_at: bson::DateTime::now(),
+            created_by: "test".into(),
+            configuration: ReleaseConfiguration {
+                hardware: Pool::parse("cpu").expect("a pool"),
+                min_instances: min,
+                max_instances: 2,
+                priority: None,
+            },
+        },
+    }
+}
+
+#[tokio::test]
+async fn a_deployments_min_instances_keeps_its_versions_servers_running_and_lowered_lets_them_stop() {
+    let fixture = Fixture::new(&[]).await;
+    let dir = project("echo", ECHO);
+    runner_for_project(&fixture, "acme/echo", &dir, "?max_instances=2&idle_seconds=2").await;
+    let version = fixture.version_of(&"acme/echo".parse().expect("model")).await;
+    let account = common::domain::AccountId::generate();
+    let deployments = fixture.store.deployments();
+    deployments.insert(&echo_deployment(&account, &version, 1, 2)).await.expect("inserted");
+    // Both servers boot without a job, and stay past their idle time.
+    let both = |wanted: &'static [&'static str]| {
+        let fixture = &fixture;
+        async move {
+            let found = eventually(Duration::from_secs(120), || async {
+                let live = fixture.store.runners().live(bson::DateTime::now()).await.ok()?;
+                let of: Vec<_> =
+                    live.into_iter().flat_map(|r| r.instances).filter(|r| r.model.to_string() == "acme/echo").collect();
+                (states(&of) == wanted).then_some(of)
+            })
+            .await;
+            found.unwrap_or_else(|| panic!("the runner never reported {wanted:?}"))
+        }
+    };
+    both(&["ready", "ready"]).await;
+    // Twice their idle time later (the wait is the condition itself), still both running.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let kept = both(&["ready", "ready"]).await;
+    assert!(kept.iter().all(|r| r.last_exit.is_none()), "never stopped: {kept:?}");
+
+    // Its release lowered to none kept: they stop once idle, as any other.
+    let lowered = echo_deployment(&account, &version, 2, 0).current_release;
+    assert!(deployments.release(&account, "kept", 1, &lowered).await.expect("released"));
+    let after = both(&["stopped", "stopped"]).await;
+    assert!(after.iter().all(|r| r.last_exit.as_deref() == Some("idle")), "{after:?}");
     std::fs::remove_dir_all(dir).ok();
 }

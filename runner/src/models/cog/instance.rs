@@ -163,6 +163,9 @@ pub struct Instance {
     metrics: RunnerMetrics,
     me: Weak<Instance>,
     shutdown: CancellationToken,
+    /// Kept running even when idle, and booted again after a crash: by its model's
+    /// `min_instances`, or a deployment's of its version ([`Instance::set_kept`]).
+    kept: AtomicBool,
 }
 
 /// A run in flight on an instance: while any is held it is not idle.
@@ -204,6 +207,7 @@ impl Instance {
             metrics,
             me: me.clone(),
             shutdown,
+            kept: AtomicBool::new(keep),
         });
         instance.gauge("stopped");
         if keep {
@@ -341,6 +345,22 @@ impl Instance {
         }
         state.running = None;
         self.gauge("stopped");
+    }
+
+    /// Whether it is kept running even when idle.
+    pub fn is_kept(&self) -> bool {
+        self.kept.load(Ordering::Acquire)
+    }
+
+    /// Keeps it running even when idle (booting it now if it is not running), or leaves it
+    /// to stop once idle for its `idle_seconds`.
+    pub fn set_kept(self: &Arc<Self>, kept: bool) {
+        if self.kept.swap(kept, Ordering::AcqRel) != kept {
+            tracing::info!(model = %self.launch.model, kept, "the model server is kept running now, or no longer");
+            if kept {
+                self.clone().boot_in_background(Duration::ZERO);
+            }
+        }
     }
 
     fn boot_in_background(self: Arc<Self>, after: Duration) {
@@ -546,7 +566,7 @@ async fn watch_running(instance: Weak<Instance>, exited: CancellationToken, star
         let Some(instance) = instance.upgrade() else { return };
         let settings = &instance.launch.settings;
         let idle_for = instance.last_used.lock().unwrap_or_else(|p| p.into_inner()).max(started).elapsed();
-        if settings.min_instances == 0 && instance.in_flight.load(Ordering::Acquire) == 0 && idle_for >= settings.idle {
+        if !instance.is_kept() && instance.in_flight.load(Ordering::Acquire) == 0 && idle_for >= settings.idle {
             match instance.stop("idle").await {
                 true => return,
                 false => continue,
@@ -598,7 +618,7 @@ async fn watch_exit(
     tracing::warn!(%model, status = ?status.ok(), "the model server exited by itself");
     instance.exited("crashed");
     instance.gauge("stopped");
-    if instance.launch.settings.min_instances > 0 {
+    if instance.is_kept() {
         let failures = {
             let mut state = instance.state.lock().await;
             instance.settle_exit(&mut state);

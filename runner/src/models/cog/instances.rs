@@ -11,7 +11,9 @@
 //! else boots an instance that has none.
 //!
 //! The first `min_instances` instances are the kept ones: each boots at the runner's start and
-//! again after a crash (its backoff), and is never stopped as idle.
+//! again after a crash (its backoff), and is never stopped as idle. A deployment of the version
+//! may raise that floor, up to `max_instances` ([`Instances::set_floor`], kept in step by
+//! [`crate::deployment_floors`]).
 
 use std::sync::{
     Arc, Mutex,
@@ -33,6 +35,8 @@ pub struct Instances {
     claims: Arc<Mutex<Vec<usize>>>,
     /// The instance the latest run that had to wait for a boot was given.
     last_booted: AtomicUsize,
+    /// The model's own `min_instances`: the floor a deployment may raise, never lower.
+    declared_min: usize,
 }
 
 /// A ready server for one run: the instance, its URL, and the hold on its slot (released when
@@ -74,7 +78,19 @@ impl Instances {
             })
             .collect();
         let claims = Arc::new(Mutex::new(vec![0; members.len()]));
-        Arc::new(Self { members, slots_each, claims, last_booted: AtomicUsize::new(0) })
+        let declared_min = settings.min_instances.min(members.len());
+        Arc::new(Self { members, slots_each, claims, last_booted: AtomicUsize::new(0), declared_min })
+    }
+
+    /// Keeps `deployments_min` instances running (the `min_instances` of the deployments of
+    /// this version), or the model's own `min_instances` if that is more, and never more than
+    /// there are instances; returns how many are kept.
+    pub fn set_floor(&self, deployments_min: usize) -> usize {
+        let floor = deployments_min.max(self.declared_min).min(self.members.len());
+        for (index, member) in self.members.iter().enumerate() {
+            member.set_kept(index < floor);
+        }
+        floor
     }
 
     /// The runner's slots for the model: every instance's.
