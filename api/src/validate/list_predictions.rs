@@ -1,6 +1,6 @@
 //! The query of `GET /v1/predictions` and `GET /v1/trainings`: `status` (one of the five
-//! statuses), `created_after` and `created_before` (RFC 3339 date-times: created strictly after
-//! the one, at or before the other), `limit` (1 to 100, default 20) and `offset` (0 or more,
+//! statuses), `created_after` and `created_before` (RFC 3339 date-times: created at or after
+//! the one, before the other, as Replicate reads them), `limit` (1 to 100, default 20) and `offset` (0 or more,
 //! default 0). Unknown parameters are ignored; a repeated parameter counts once (the first).
 
 use chrono::{DateTime, SecondsFormat, Utc};

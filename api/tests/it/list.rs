@@ -93,21 +93,27 @@ async fn created_after_and_before_bound_the_list_and_its_trainings_with_status_a
             .collect()
     };
     let encoded = |t: &str| t.replace('+', "%2B");
-    // After the first (exclusive), up to the last (inclusive): the second and the third.
+    // From the second (at or after) to the third (before): the second alone, as Replicate.
+    let query = format!("created_after={}&created_before={}", encoded(&made[1].1), encoded(&made[2].1));
+    let page = system.get(&format!("/v1/predictions?{query}")).await.json_body().await;
+    assert_eq!(ids(&page), vec![made[1].0.clone()], "{page}");
+    // From the first to the third: the first two.
     let query = format!("created_after={}&created_before={}", encoded(&made[0].1), encoded(&made[2].1));
     let page = system.get(&format!("/v1/predictions?{query}")).await.json_body().await;
-    assert_eq!(ids(&page), vec![made[2].0.clone(), made[1].0.clone()], "{page}");
+    assert_eq!(ids(&page), vec![made[1].0.clone(), made[0].0.clone()], "{page}");
     assert_eq!(page["total_count"], 2);
     // With status and paging, and kept in the links.
     let first = system.get(&format!("/v1/predictions?{query}&status=succeeded&limit=1")).await.json_body().await;
-    assert_eq!(ids(&first), vec![made[2].0.clone()]);
+    assert_eq!(ids(&first), vec![made[1].0.clone()]);
     let next = first["next"].as_str().expect("a next page");
     assert!(next.contains("created_after=") && next.contains("created_before="), "{next}");
     let second = system.http().get(next).bearer_auth(&system.admin_key).send().await.expect("sent").json_body().await;
-    assert_eq!(ids(&second), vec![made[1].0.clone()]);
-    // Before the first: none; the trainings list takes the same bounds.
+    assert_eq!(ids(&second), vec![made[0].0.clone()]);
+    // Before the first: none (exclusive); the trainings list takes the same bounds.
     let before = system.get(&format!("/v1/predictions?created_before={}", encoded(&made[0].1))).await.json_body().await;
-    assert_eq!(ids(&before), vec![made[0].0.clone()], "inclusive");
+    assert_eq!(ids(&before), Vec::<String>::new(), "exclusive");
+    let from = system.get(&format!("/v1/predictions?created_after={}", encoded(&made[2].1))).await.json_body().await;
+    assert_eq!(ids(&from), vec![made[2].0.clone()], "inclusive");
     let trainings = system.get(&format!("/v1/trainings?{query}")).await;
     assert_eq!(trainings.status(), 200);
     assert_eq!(trainings.json_body().await["total_count"], 0);

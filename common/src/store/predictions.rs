@@ -14,16 +14,16 @@ use super::{
 use crate::domain::{AccountId, JobKind, ModelRef, Prediction, PredictionId, PredictionStatus};
 
 /// Which of an account's jobs a list shows: of one kind, and optionally in one status and
-/// created after (exclusive) and before (inclusive) given times.
+/// created at or after one time and before another, as Replicate reads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobFilter {
     /// Predictions or trainings.
     pub kind: JobKind,
     /// Only those in this status.
     pub status: Option<PredictionStatus>,
-    /// Only those created after this time.
+    /// Only those created at or after this time.
     pub created_after: Option<bson::DateTime>,
-    /// Only those created at or before this time.
+    /// Only those created before this time.
     pub created_before: Option<bson::DateTime>,
 }
 
@@ -196,10 +196,10 @@ impl Predictions {
         }
         let mut created = doc! {};
         if let Some(after) = which.created_after {
-            created.insert("$gt", after);
+            created.insert("$gte", after);
         }
         if let Some(before) = which.created_before {
-            created.insert("$lte", before);
+            created.insert("$lt", before);
         }
         if !created.is_empty() {
             filter.insert("created_at", created);
