@@ -118,7 +118,7 @@ pub async fn check(api: &str, key: &str, ids: &[String], down: Duration) -> anyh
                     let answer = http.get(link).bearer_auth(key).send().await?;
                     let size = if answer.status() == 200 { answer.bytes().await?.len() } else { 0 };
                     whole &= size == FILE_KIB * 1024;
-                    named.push(link.trim_end_matches("/download").rsplit('/').next().unwrap_or_default().to_owned());
+                    named.push(file_id_of(link).to_owned());
                 }
                 if whole { tally.whole += 1 } else { tally.wrong += 1 }
             }
@@ -163,5 +163,22 @@ impl OutputsTally {
             failures.push("the fault hit no prediction with file outputs while it ran".into());
         }
         failures
+    }
+}
+
+/// The file id an output's link names: `…/files/{id}/download`, signed
+/// (`?owner=…&expiry=…&signature=…`) or not.
+fn file_id_of(link: &str) -> &str {
+    let path = link.split('?').next().unwrap_or_default();
+    path.trim_end_matches("/download").rsplit('/').next().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_signed_output_link_names_its_file() {
+        let signed = "http://h/replicate/v1/files/file_abc/download?owner=acct_x&expiry=1900000000&signature=s";
+        assert_eq!(super::file_id_of(signed), "file_abc");
+        assert_eq!(super::file_id_of("http://h/v1/files/file_abc/download"), "file_abc");
     }
 }
