@@ -35,6 +35,7 @@ pub async fn console_page(
         created_before: None,
         limit: CONSOLE_PAGE,
         offset: number.saturating_mul(u64::from(CONSOLE_PAGE)),
+        as_of: None,
     };
     let (jobs, total) = page(state, account, kind, &query).await?;
     let (next, previous) = query.neighbours(total);

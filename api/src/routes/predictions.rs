@@ -284,8 +284,16 @@ pub async fn listed(
         JobKind::Prediction => "predictions",
         JobKind::Training => "trainings",
     };
-    let link = |offset: u64| format!("{}/{resource}?{}", state.links.api(surface), query.query_at(offset));
     let (next, previous) = query.neighbours(total_count);
+    let base = format!("{}/{resource}", state.links.api(surface));
+    // On /replicate/v1 the neighbours are cursors over the list as it stood at this page's
+    // newest job (or the cursor's own snapshot): jobs created meanwhile move no page, as
+    // Replicate's cursors.
+    let as_of = query.as_of.or_else(|| jobs.first().map(|p| p.created_at.to_chrono()));
+    let link = |offset: u64| match (surface, as_of) {
+        (ApiSurface::Replicate, Some(as_of)) => format!("{base}?{}", query.cursor_query_at(offset, as_of)),
+        _ => format!("{base}?{}", query.query_at(offset)),
+    };
     Ok(Page::counted(jobs, (next.map(link), previous.map(link)), total_count))
 }
 

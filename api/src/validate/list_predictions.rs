@@ -24,12 +24,16 @@ pub struct StatusParams {
     /// Only predictions in this status.
     #[param(value_type = Option<PredictionStatus>)]
     status: Option<Field<PredictionStatus>>,
-    /// Only those created after this time (RFC 3339, exclusive).
+    /// Only those created at or after this time (RFC 3339, inclusive).
     #[param(value_type = Option<DateTime<Utc>>)]
     created_after: Option<Field<Timestamp>>,
-    /// Only those created at or before this time (RFC 3339, inclusive).
+    /// Only those created before this time (RFC 3339, exclusive).
     #[param(value_type = Option<DateTime<Utc>>)]
     created_before: Option<Field<Timestamp>>,
+    /// A page of a list as it stood when its first page was read, as the `next` and
+    /// `previous` links of `/replicate/v1` carry it (opaque; it takes the place of `offset`).
+    #[param(value_type = Option<String>)]
+    cursor: Option<Field<String>>,
 }
 impl super::query::QueryParams for StatusParams {}
 
@@ -38,14 +42,50 @@ impl super::query::QueryParams for StatusParams {}
 pub struct ListPredictions {
     /// Only predictions in this status.
     pub status: Option<PredictionStatus>,
-    /// Only those created after this time.
+    /// Only those created at or after this time.
     pub created_after: Option<DateTime<Utc>>,
-    /// Only those created at or before this time.
+    /// Only those created before this time.
     pub created_before: Option<DateTime<Utc>>,
     /// Page size.
     pub limit: u32,
     /// Matches to skip.
     pub offset: u64,
+    /// The list as it stood then: only jobs created at or before it (a cursor's snapshot,
+    /// so jobs created since do not move the pages).
+    pub as_of: Option<DateTime<Utc>>,
+}
+
+/// A cursor: the offset of a page in a list as it stood at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// Matches to skip.
+    pub offset: u64,
+    /// The list's snapshot: jobs created at or before it.
+    pub as_of: DateTime<Utc>,
+}
+
+impl Cursor {
+    /// The cursor as a link carries it: URL-safe base64, opaque to clients.
+    pub fn encode(&self) -> String {
+        use base64::Engine;
+        let text = format!("v1:{}:{}", self.offset, self.as_of.timestamp_millis());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// A cursor [`Self::encode`] made, or `None`.
+    pub fn decode(text: &str) -> Option<Self> {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim()).ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let mut parts = text.split(':');
+        let (Some("v1"), Some(offset), Some(millis), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let offset = offset.parse::<u64>().ok().filter(|o| *o <= super::paging::MAX_OFFSET)?;
+        let as_of = DateTime::<Utc>::from_timestamp_millis(millis.parse().ok()?)?;
+        Some(Self { offset, as_of })
+    }
 }
 
 impl super::FromQuery for ListPredictions {
@@ -56,9 +96,20 @@ impl super::FromQuery for ListPredictions {
         let status = filter.status.optional("status", &mut errors);
         let created_after = filter.created_after.optional("created_after", &mut errors).map(|t| t.0);
         let created_before = filter.created_before.optional("created_before", &mut errors).map(|t| t.0);
+        let cursor = filter.cursor.optional("cursor", &mut errors).and_then(|text| {
+            let cursor = Cursor::decode(&text);
+            if cursor.is_none() {
+                errors.push(FieldError::invalid(
+                    "cursor",
+                    "Not a cursor of this list: follow a page's next or previous link.",
+                ));
+            }
+            cursor
+        });
         let Paging { limit, offset } = Paging::read(paging, &mut errors);
+        let (offset, as_of) = cursor.map_or((offset, None), |c| (c.offset, Some(c.as_of)));
         if errors.is_empty() {
-            Ok(ListPredictions { status, created_after, created_before, limit, offset })
+            Ok(ListPredictions { status, created_after, created_before, limit, offset, as_of })
         } else {
             Err(errors)
         }
@@ -80,15 +131,35 @@ impl ListPredictions {
         q
     }
 
-    /// The jobs of `kind` this query shows.
+    /// The page at `offset` of the list as it stood at `as_of`, with the same filter and size,
+    /// as a query string: what `/replicate/v1`'s links carry.
+    pub fn cursor_query_at(&self, offset: u64, as_of: DateTime<Utc>) -> String {
+        let mut q = format!("limit={}&cursor={}", self.limit, Cursor { offset, as_of }.encode());
+        if let Some(s) = self.status {
+            q.push_str(&format!("&status={s}"));
+        }
+        for (name, at) in [("created_after", self.created_after), ("created_before", self.created_before)] {
+            if let Some(at) = at {
+                let text = at.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+                q.push_str(&format!(
+                    "&{name}={}",
+                    url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>()
+                ));
+            }
+        }
+        q
+    }
+
+    /// The jobs of `kind` this query shows: within its bounds, and created at or before its
+    /// snapshot when it has one.
     pub fn filter(&self, kind: JobKind) -> JobFilter {
         let at = |t: DateTime<Utc>| bson::DateTime::from_millis(t.timestamp_millis());
-        JobFilter {
-            kind,
-            status: self.status,
-            created_after: self.created_after.map(at),
-            created_before: self.created_before.map(at),
-        }
+        let snapshot_end = self.as_of.map(|t| bson::DateTime::from_millis(t.timestamp_millis().saturating_add(1)));
+        let created_before = match (self.created_before.map(at), snapshot_end) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        JobFilter { kind, status: self.status, created_after: self.created_after.map(at), created_before }
     }
 
     /// The offsets of the next and previous pages, given the number of matches.
@@ -114,7 +185,14 @@ mod tests {
     fn defaults_apply_without_a_query() {
         assert_eq!(
             parse(None),
-            Ok(ListPredictions { status: None, created_after: None, created_before: None, limit: 20, offset: 0 })
+            Ok(ListPredictions {
+                status: None,
+                created_after: None,
+                created_before: None,
+                limit: 20,
+                offset: 0,
+                as_of: None
+            })
         );
     }
 
@@ -139,8 +217,21 @@ mod tests {
             created_before: None,
             limit: 5,
             offset: 0,
+            as_of: None,
         };
         assert_eq!(q.query_at(5), "limit=5&offset=5&status=failed");
+    }
+
+    #[test]
+    fn a_cursor_reads_back_as_its_offset_and_snapshot_and_a_bad_one_is_named() {
+        let as_of = DateTime::<Utc>::from_timestamp_millis(1_800_000_000_123).expect("a time");
+        let cursor = Cursor { offset: 40, as_of };
+        assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
+        let q = parse(Some(&format!("limit=20&cursor={}", cursor.encode()))).expect("valid");
+        assert_eq!((q.offset, q.as_of), (40, Some(as_of)));
+        let bound = q.filter(JobKind::Prediction).created_before.expect("the snapshot bounds it");
+        assert_eq!(bound.timestamp_millis(), 1_800_000_000_124, "created at or before the snapshot");
+        assert_eq!(fields("cursor=nonsense"), vec!["cursor"]);
     }
 
     #[test]

@@ -118,3 +118,54 @@ async fn created_after_and_before_bound_the_list_and_its_trainings_with_status_a
     assert_eq!(trainings.status(), 200);
     assert_eq!(trainings.json_body().await["total_count"], 0);
 }
+
+#[tokio::test]
+async fn replicate_pages_are_cursors_that_stay_put_while_predictions_are_created() {
+    let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    let create = |i: usize| {
+        let system = &system;
+        async move {
+            let body = json!({"input": {"prompt": format!("c{i}")}});
+            let created = system.post_json("/v1/models/demo/echo/predictions", &body).await;
+            created.json_body().await["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let mut made = Vec::new();
+    for i in 0..3 {
+        made.push(create(i).await);
+        // Distinct creation times (milliseconds), so newest-first is one order.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|p| p["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let first = system.get("/replicate/v1/predictions?limit=1").await.json_body().await;
+    assert_eq!(ids(&first), vec![made[2].clone()]);
+    let next = first["next"].as_str().expect("a next page").to_owned();
+    assert!(next.contains("cursor=") && !next.contains("offset="), "Replicate's form: {next}");
+
+    // Created between two pages: with offsets, page 2 would show the third again.
+    let newer = create(3).await;
+    let read = |link: String| {
+        let system = &system;
+        async move { system.http().get(link).bearer_auth(&system.admin_key).send().await.expect("sent").json_body().await }
+    };
+    let second = read(next).await;
+    assert_eq!(ids(&second), vec![made[1].clone()], "the page after the first, as it stood: {second}");
+    let third = read(second["next"].as_str().expect("a next page").to_owned()).await;
+    assert_eq!(ids(&third), vec![made[0].clone()]);
+    let back = read(second["previous"].as_str().expect("a previous page").to_owned()).await;
+    assert_eq!(ids(&back), vec![made[2].clone()]);
+    // A fresh first page shows the newer one; /v1 keeps offsets; a made-up cursor is 400.
+    assert_eq!(ids(&system.get("/replicate/v1/predictions?limit=1").await.json_body().await), vec![newer]);
+    let canonical = system.get("/v1/predictions?limit=1").await.json_body().await;
+    assert!(canonical["next"].as_str().is_some_and(|n| n.contains("offset=1")), "{canonical}");
+    let bad = system.get("/replicate/v1/predictions?cursor=nonsense").await;
+    assert_eq!(bad.status(), 400);
+    assert_eq!(bad.json_body().await["errors"][0]["field"], "cursor");
+}
