@@ -37,7 +37,7 @@ pub async fn bootstrap(config: &ApiConfig, name: &str) -> anyhow::Result<Bootstr
     }
     let common = &config.common;
     let store = connect(config).await?;
-    store.ensure_indexes().await.context("creating MongoDB indexes")?;
+    store.indexes_at_start().await.context("checking MongoDB's indexes")?;
     let (account, created) = accounts::ensure_account(&store, &common.master_key, name).await?;
     let secret = account
         .signing_secrets(&common.master_key)
@@ -54,6 +54,14 @@ pub async fn bootstrap(config: &ApiConfig, name: &str) -> anyhow::Result<Bootstr
     )
     .await?;
     Ok(Bootstrapped { account, created, key, secret })
+}
+
+/// `api admin migrate`: builds this release's indexes, drops the ones it retires, and records
+/// its index set (run once per release, before its services: docs/operations.md).
+pub async fn migrate(config: &ApiConfig) -> anyhow::Result<()> {
+    let store = connect(config).await?;
+    store.migrate().await.context("migrating MongoDB's indexes")?;
+    Ok(())
 }
 
 /// The database, as the admin commands reach it.

@@ -35,6 +35,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum AdminCommand {
+    /// Build this release's MongoDB indexes and drop the ones it retires: once per release,
+    /// before its services start (a new database is migrated by the first service too).
+    Migrate,
     /// Create an account (or reuse the one with this name) and print a new admin key.
     Bootstrap {
         /// The account's name.
@@ -170,6 +173,9 @@ async fn serve() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => common::runtime::on_workers(api::run(config, common::shutdown::on_signals())).await,
+        Command::Admin { command: AdminCommand::Migrate } => api::admin::migrate(&config).await.map(|()| {
+            eprintln!("indexes migrated: index set {}", common::store::migrations::INDEX_SET);
+        }),
         Command::Admin { command: AdminCommand::Bootstrap { account } } => {
             api::admin::bootstrap(&config, &account).await.map(|done| {
                 eprintln!(

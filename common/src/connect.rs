@@ -1,5 +1,6 @@
-//! What every service does first: connect to MongoDB and create its indexes, connect to NATS
-//! and create the streams. Both are idempotent, so every replica of every service may do it.
+//! What every service does first: connect to MongoDB (migrating its indexes only where none
+//! were ever recorded: [`crate::store::migrations`]), connect to NATS and create the streams.
+//! Both are idempotent, so every replica of every service may do it.
 
 use crate::{
     bus::{Bus, BusError},
@@ -19,11 +20,13 @@ pub enum ConnectError {
     Bus(#[from] BusError),
 }
 
-/// MongoDB (indexes ensured) and NATS (streams ensured), as `service`.
+/// MongoDB (indexes migrated if it has none recorded) and NATS (streams ensured), as `service`.
 pub async fn connect(config: &CommonConfig, service: &str) -> Result<(Store, Bus), ConnectError> {
     let store =
         Store::connect(&config.mongodb_uri, &config.mongodb_database, service, config.command_monitoring).await?;
-    store.ensure_indexes().await?;
+    // The indexes are a step of their own (`api admin migrate`); a new database is migrated
+    // here, an older or newer release's is served as it is (store::migrations).
+    store.indexes_at_start().await?;
     let bus = Bus::connect(&config.nats_url, config.subjects.clone(), service)
         .await?
         .with_stream_replicas(config.nats_stream_replicas)

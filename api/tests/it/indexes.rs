@@ -264,3 +264,39 @@ async fn an_index_a_newer_one_replaces_is_dropped_at_start() {
     assert!(!names.contains(&"status_1_created_at_1".to_owned()), "{names:?}");
     assert!(names.contains(&"status_1_created_at_1__id_1".to_owned()), "{names:?}");
 }
+
+#[tokio::test]
+async fn a_new_database_is_migrated_at_start_and_another_releases_index_set_is_served_as_it_is() {
+    use common::store::migrations::{INDEX_SET, Standing};
+    let ctx = testkit::TestContext::new();
+    let store = ctx.store().await;
+    let predictions = store.database().collection::<Document>("predictions");
+    let migrations = store.database().collection::<Document>("migrations");
+    let record = |set: i64| {
+        let migrations = migrations.clone();
+        async move {
+            let filter = bson::doc! {"_id": "indexes"};
+            migrations.update_one(filter, bson::doc! {"$set": {"set": set}}).await.expect("recorded");
+        }
+    };
+    let names = || async { predictions.list_index_names().await.expect("index names") };
+
+    assert_eq!(store.indexes_at_start().await.expect("started"), Standing::Unrecorded);
+    assert_eq!(store.index_standing().await.expect("read"), Standing::Current, "a new database is migrated");
+    assert!(names().await.contains(&"status_1_deadline_at_1".to_owned()));
+
+    // An older release's set (this release's `api admin migrate` not run yet): a replica of
+    // this release serves without building or dropping anything.
+    predictions.drop_index("status_1_deadline_at_1").await.expect("dropped");
+    record(INDEX_SET - 1).await;
+    assert_eq!(store.indexes_at_start().await.expect("started"), Standing::Behind(INDEX_SET - 1));
+    assert!(!names().await.contains(&"status_1_deadline_at_1".to_owned()), "nothing built at start");
+    // A newer release's: served as it is too.
+    record(INDEX_SET + 1).await;
+    assert_eq!(store.indexes_at_start().await.expect("started"), Standing::Ahead(INDEX_SET + 1));
+
+    // The step of its own builds the set and records it.
+    store.migrate().await.expect("migrated");
+    assert!(names().await.contains(&"status_1_deadline_at_1".to_owned()));
+    assert_eq!(store.index_standing().await.expect("read"), Standing::Current);
+}

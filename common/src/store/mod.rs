@@ -42,6 +42,7 @@ pub mod deployments;
 pub mod files;
 pub mod group_commit;
 pub mod idempotency;
+pub mod migrations;
 pub mod model_versions;
 pub mod models;
 pub mod owned_models;
@@ -444,8 +445,9 @@ impl Store {
         self.db.run_command(doc! { "ping": 1 }).await.map(|_| ())
     }
 
-    /// Creates every index the collections rely on ([`indexes`]); idempotent, run by each
-    /// service at start. An index that exists with the same keys but other options (MongoDB's
+    /// Creates every index the collections rely on ([`indexes`]) and drops the retired ones;
+    /// idempotent. Run as a step of its own ([`Store::migrate`], `api admin migrate`), or by
+    /// a service that finds a new database ([`Store::indexes_at_start`]). An index that exists with the same keys but other options (MongoDB's
     /// errors 85 and 86: an operator made it, or an earlier release did) is kept as it is, with
     /// a warning, instead of stopping the service.
     pub async fn ensure_indexes(&self) -> Result<(), StoreError> {
