@@ -61,6 +61,14 @@ pub struct UploadBody {
     /// A JSON object to keep with the file.
     #[schema(value_type = Option<Object>)]
     metadata: Option<String>,
+    /// The file's name, in place of the one the `content` part's headers give (Replicate's
+    /// `filename` part): 1 to 255 characters.
+    #[schema(value_type = Option<String>)]
+    filename: Option<String>,
+    /// The file's content type, in place of the `content` part's (Replicate's `type` part).
+    #[serde(rename = "type")]
+    #[schema(value_type = Option<String>)]
+    media_type: Option<String>,
 }
 
 /// The `content` part, stored: its bytes, and the file name and content type of its headers.
@@ -117,13 +125,34 @@ pub async fn create(
                 }
                 // A form's array is sent as one part per item: metadata is one JSON object.
                 "metadata" => return Err(bad_metadata()),
+                "filename" if body.filename.is_none() => {
+                    let text = uploads::small_text(field, "filename").await?;
+                    let length = text.trim().chars().count();
+                    if length == 0 || length > 255 {
+                        return Err(ApiError::validation(
+                            "The upload's filename part is not a file name.",
+                            vec![FieldError::invalid("filename", "1 to 255 characters.")],
+                        ));
+                    }
+                    body.filename = Some(text.trim().to_owned());
+                }
+                "type" if body.media_type.is_none() => {
+                    let text = uploads::small_text(field, "type").await?;
+                    let Some(media_type) = uploads::media_type(&text) else {
+                        return Err(ApiError::validation(
+                            "The upload's type part is not a content type.",
+                            vec![FieldError::invalid("type", "A content type such as image/png.")],
+                        ));
+                    };
+                    body.media_type = Some(media_type);
+                }
                 other => {
                     let name = other.to_owned();
                     return Err(ApiError::validation(
                         format!("The upload has a part this route does not take: {name:?}."),
                         vec![FieldError::invalid(
                             name,
-                            "Unknown part: send content (the file, with its name and type in the part's headers), and optionally metadata.",
+                            "Unknown part: send content (the file, with its name and type in the part's headers), and optionally metadata, filename and type.",
                         )],
                     ));
                 }
@@ -136,6 +165,8 @@ pub async fn create(
         outcome?;
         return Err(ApiError::validation("The upload has no file.", vec![FieldError::missing("content")]));
     };
+    // Replicate's `filename` and `type` parts, sent beside `content`, name and type it.
+    let (name, content_type) = (body.filename.unwrap_or(name), body.media_type.unwrap_or(content_type));
     let account = &auth.caller.key.account_id;
     let new = outcome
         .and_then(|()| metadata_of(body.metadata.as_deref()))

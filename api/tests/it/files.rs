@@ -358,3 +358,22 @@ async fn a_file_of_the_default_limit_goes_up_and_comes_back_whole() {
     }
     assert_eq!(hex(&got.finalize()), expected);
 }
+
+#[tokio::test]
+async fn replicates_filename_and_type_parts_name_and_type_the_file_and_bad_ones_are_400() {
+    let system = System::start_with(no_runner()).await;
+    let form = multipart::Form::new()
+        .text("filename", "cat.png")
+        .text("type", "image/png")
+        .part("content", multipart::Part::bytes(b"\x89PNG".to_vec()).file_name("blob"));
+    let created = system.request(Method::POST, "/replicate/v1/files").multipart(form).send().await.expect("sent");
+    assert_eq!(created.status(), 201);
+    let file = created.json_body().await;
+    assert_eq!((&file["name"], &file["content_type"]), (&json!("cat.png"), &json!("image/png")), "{file}");
+    for (part, value) in [("type", "not a type"), ("filename", " ")] {
+        let form = multipart::Form::new().text(part, value).part("content", multipart::Part::bytes(b"a".to_vec()));
+        let refused = system.request(Method::POST, "/v1/files").multipart(form).send().await.expect("sent");
+        assert_eq!(refused.status(), 400, "{part}");
+        assert_eq!(refused.json_body().await["errors"][0]["field"], part);
+    }
+}
