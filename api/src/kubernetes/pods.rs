@@ -132,6 +132,10 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
         }
     }
     for row in &records.deployments {
+        if row.max_instances == 0 {
+            skipped.push(format!("deployment {} (max_instances 0: switched off)", row.deployment));
+            continue;
+        }
         let Some(spec) = kit.model(&row.model) else {
             skipped.push(format!("deployment {} (model {} is not declared under `models`)", row.deployment, row.model));
             continue;
@@ -154,7 +158,7 @@ pub fn render(kit: &Kit, records: &Records) -> Result<String, KitError> {
             pool_name: &row.hardware,
             pool,
             min: row.min_instances,
-            max: row.max_instances.max(row.min_instances).max(1),
+            max: row.max_instances.max(row.min_instances),
             // KEDA divides the work by a pod's slots and keeps it within the release's bounds.
             query: format!("max(deployment_pending_predictions{{deployment=\"{}\"}})", row.deployment),
             threshold: spec.concurrency,
@@ -380,9 +384,15 @@ mod tests {
         };
         let records = Records {
             registered: vec![Registered { model: "acme/m".into(), version: "v2".into() }],
-            deployments: vec![row("old", "v1"), row("new", "v2")],
+            deployments: vec![
+                row("old", "v1"),
+                row("new", "v2"),
+                DeploymentRow { max_instances: 0, ..row("off", "v2") },
+            ],
         };
         let text = render(&kit, &records).expect("rendered");
+        assert!(text.contains("# not rendered: deployment acme/off (max_instances 0: switched off)"), "{text}");
+        assert!(!text.contains("serves: deployment acme/off"), "a switched-off deployment has no pods");
         let docs: Vec<Value> =
             text.split("\n---\n").skip(1).map(|d| serde_norway::from_str(d).expect("yaml")).collect();
         let of = |kind: &str, serves: &str| {

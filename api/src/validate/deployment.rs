@@ -8,7 +8,7 @@
 //! | `version` | required | optional | a version id (1 to 64 letters and digits) |
 //! | `hardware` | required | optional | a pool name (see `GET /v1/hardware`) |
 //! | `min_instances` | required | optional | 0 to 100 |
-//! | `max_instances` | required | optional | 1 to 100, at least `min_instances` |
+//! | `max_instances` | required | optional | 0 to 100, at least `min_instances` (0: switched off, as Replicate allows) |
 //! | `priority` | optional | optional | `high`, `normal` or `low`: its predictions' priority when they ask for none |
 //!
 //! Whether the model and version exist is checked by the handler.
@@ -43,9 +43,10 @@ pub struct CreateDeploymentBody {
     /// The fewest runners an autoscaler keeps.
     #[schema(value_type = u32, minimum = 0, maximum = 100)]
     pub min_instances: Option<Field<Instances<0>>>,
-    /// The most runners an autoscaler starts; at least `min_instances`.
-    #[schema(value_type = u32, minimum = 1, maximum = 100)]
-    pub max_instances: Option<Field<Instances<1>>>,
+    /// The most runners an autoscaler starts; at least `min_instances` (0 switches the
+    /// deployment off: its predictions wait until it is switched on).
+    #[schema(value_type = u32, minimum = 0, maximum = 100)]
+    pub max_instances: Option<Field<Instances<0>>>,
     /// The priority of its predictions that ask for none (default `normal`); at most the
     /// account's `max_priority`.
     #[schema(value_type = Option<Priority>)]
@@ -66,9 +67,9 @@ pub struct UpdateDeploymentBody {
     /// The fewest runners an autoscaler keeps.
     #[schema(value_type = Option<u32>, minimum = 0, maximum = 100)]
     pub min_instances: Option<Field<Instances<0>>>,
-    /// The most runners an autoscaler starts.
-    #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
-    pub max_instances: Option<Field<Instances<1>>>,
+    /// The most runners an autoscaler starts (0: switched off).
+    #[schema(value_type = Option<u32>, minimum = 0, maximum = 100)]
+    pub max_instances: Option<Field<Instances<0>>>,
     /// The priority of its predictions that ask for none.
     #[schema(value_type = Option<Priority>)]
     pub priority: Option<Field<Priority>>,

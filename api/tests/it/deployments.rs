@@ -147,9 +147,20 @@ async fn a_deployment_is_created_used_updated_and_deleted_and_runs_only_on_its_p
         .await;
     assert_eq!(updated["current_release"]["number"], 2, "every change is a new release");
     assert_eq!(updated["current_release"]["configuration"]["max_instances"], 3);
+    // Switched off, as Replicate's reference allows, and on again.
+    for (max, number) in [(0, 3), (3, 4)] {
+        let switched = system
+            .request(Method::PATCH, "/v1/deployments/test-account/app")
+            .json(&json!({"max_instances": max}))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(switched.status(), 200, "max_instances {max}");
+        assert_eq!(switched.json_body().await["current_release"]["number"], number);
+    }
     let listed = system.get("/v1/deployments").await.json_body().await;
     assert_eq!(listed["results"].as_array().map(Vec::len), Some(1));
-    assert_eq!(listed["results"][0]["current_release"]["number"], 2);
+    assert_eq!(listed["results"][0]["current_release"]["number"], 4);
 
     let other = system.bootstrap_account("other-account").await;
     let theirs = system.with_key(Method::GET, "/v1/deployments/test-account/app", &other).send().await.expect("sent");
