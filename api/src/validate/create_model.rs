@@ -36,7 +36,7 @@ pub struct CreateModelBody {
     #[schema(value_type = String)]
     pub owner: Option<Field<String>>,
     /// The model's name, unique under its owner.
-    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9._-]{0,99}$")]
     pub name: Option<Field<ModelName>>,
     /// `public` (every account may see and run it) or `private` (its account only).
     #[schema(value_type = Visibility)]

@@ -39,7 +39,7 @@ pub struct CreateByVersionBody {
     /// version; a pinned version runs only on a runner of it, and waits until one is live.
     #[schema(
         value_type = String,
-        pattern = r"^([a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}(:[A-Za-z0-9]{1,128})?|[A-Za-z0-9]{1,128})$"
+        pattern = r"^([a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}(:[A-Za-z0-9]{1,128})?|[A-Za-z0-9]{1,128})$"
     )]
     pub version: Option<Field<VersionRef>>,
     /// The fields of every create.

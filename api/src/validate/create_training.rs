@@ -20,7 +20,7 @@ use crate::problem::FieldError;
 pub struct CreateTrainingBody {
     /// The model the trained version goes to: `owner/name` of a model of your account
     /// (`POST /models` makes one).
-    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}$")]
+    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}$")]
     pub destination: Option<Field<Destination>>,
     /// The fields of every create (the input is checked against the trainer's
     /// `TrainingInput` schema).

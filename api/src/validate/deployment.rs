@@ -32,7 +32,7 @@ pub struct CreateDeploymentBody {
     #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9._-]{0,99}$")]
     pub name: Option<Field<DeploymentName>>,
     /// `owner/name` of a registered model.
-    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9_-]{0,63}/[a-z0-9][a-z0-9_-]{0,63}$")]
+    #[schema(value_type = String, pattern = r"^[a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}$")]
     pub model: Option<Field<Model>>,
     /// A version id the model has had (`GET /v1/models/{owner}/{name}/versions`).
     #[schema(value_type = String, pattern = r"^[A-Za-z0-9]{1,64}$")]
