@@ -171,6 +171,20 @@ impl System {
         boot.key.expose().to_owned()
     }
 
+    /// The current version of `model` (`owner/name`) once a runner has registered it (within
+    /// 90 s: a Cog server's setup included).
+    pub async fn registered_version(&self, model: &str) -> String {
+        let found = testkit::eventually(Duration::from_secs(90), || async {
+            let answer = self.get(&format!("/v1/models/{model}")).await;
+            if answer.status() != 200 {
+                return None;
+            }
+            answer.json_body().await["latest_version"]["id"].as_str().map(str::to_owned)
+        })
+        .await;
+        found.unwrap_or_else(|| panic!("no runner registered {model}"))
+    }
+
     /// Creates a prediction of `model` (`owner/name`) on `input` with `Prefer: wait=60`, expects
     /// 201, and returns it as answered (ended, unless the wait ran out).
     pub async fn run(&self, model: &str, input: Value) -> Value {

@@ -171,6 +171,11 @@ fn two_ports() -> (u16, u16) {
     (a.local_addr().expect("addr").port(), b.local_addr().expect("addr").port())
 }
 
+/// A container's `args`.
+fn args_of(container: &Value) -> Vec<String> {
+    container["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("an arg").to_owned()).collect()
+}
+
 /// A container's `env` as pairs.
 fn env_of(container: &Value) -> Vec<(String, String)> {
     container["env"]
@@ -192,12 +197,7 @@ async fn a_model_pods_two_containers_started_as_the_manifest_says_serve_its_pred
     let docs = render(&system, &kit).await;
     let (deployment, _) = pair(&docs, "model acme/images");
     let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers");
-    let args: Vec<String> = containers[1]["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .map(|a| a.as_str().expect("an arg").to_owned())
-        .collect();
+    let args = args_of(&containers[1]);
     // The Cog container as its image runs it, on the fixture project the image would hold.
     let _server = CogServer::start_as_container("images", &args, &env_of(&containers[1])).await;
     // The runner with the container's environment; its metrics on a port of its own here, as
@@ -286,15 +286,7 @@ async fn a_trainer_pods_two_containers_started_as_the_manifest_says_run_a_traini
         ..Options::default()
     })
     .await;
-    let version = eventually(Duration::from_secs(90), || async {
-        let model = system.get("/v1/models/acme/tune").await;
-        if model.status() != 200 {
-            return None;
-        }
-        model.json_body().await["latest_version"]["id"].as_str().map(str::to_owned)
-    })
-    .await
-    .expect("the predictor's runner registered acme/tune");
+    let version = system.registered_version("acme/tune").await;
     let (cog, callback) = two_ports();
     let kit = format!(
         "image: prediction-service:test\nprometheus: http://prometheus.test:9090\nports: {{ cog: {cog}, callback: {callback} }}\n\
@@ -306,12 +298,7 @@ async fn a_trainer_pods_two_containers_started_as_the_manifest_says_run_a_traini
     assert_eq!(spec["triggers"][0]["metadata"]["query"], r#"max(model_pending_trainings{model="acme/tune"})"#);
     assert_eq!((spec["minReplicaCount"].as_u64(), spec["maxReplicaCount"].as_u64()), (Some(0), Some(2)));
     let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers");
-    let args: Vec<String> = containers[1]["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .map(|a| a.as_str().expect("an arg").to_owned())
-        .collect();
+    let args = args_of(&containers[1]);
     assert!(args.iter().any(|a| a == "--x-mode=train"), "{args:?}");
     let _trainer = CogServer::start_as_container("tune", &args, &env_of(&containers[1])).await;
     let mut runner_env = env_of(&containers[0]);

@@ -8,6 +8,11 @@ use serde_json::json;
 
 use crate::harness::{JsonBody, Options, System};
 
+/// The ids of a page's results, in order.
+fn ids(page: &serde_json::Value) -> Vec<String> {
+    page["results"].as_array().expect("results").iter().filter_map(|p| p["id"].as_str().map(str::to_owned)).collect()
+}
+
 #[tokio::test]
 async fn pages_run_newest_first_with_links_that_keep_the_query() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
@@ -84,14 +89,6 @@ async fn created_after_and_before_bound_the_list_and_its_trainings_with_status_a
     for (id, _) in &made {
         system.wait_for_terminal(id, Duration::from_secs(30)).await;
     }
-    let ids = |page: &serde_json::Value| -> Vec<String> {
-        page["results"]
-            .as_array()
-            .expect("results")
-            .iter()
-            .filter_map(|p| p["id"].as_str().map(str::to_owned))
-            .collect()
-    };
     let encoded = |t: &str| t.replace('+', "%2B");
     // From the second (at or after) to the third (before): the second alone, as Replicate.
     let query = format!("created_after={}&created_before={}", encoded(&made[1].1), encoded(&made[2].1));
@@ -136,14 +133,6 @@ async fn replicate_pages_are_cursors_that_stay_put_while_predictions_are_created
         // Distinct creation times (milliseconds), so newest-first is one order.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let ids = |page: &serde_json::Value| -> Vec<String> {
-        page["results"]
-            .as_array()
-            .expect("results")
-            .iter()
-            .filter_map(|p| p["id"].as_str().map(str::to_owned))
-            .collect()
-    };
     let first = system.get("/replicate/v1/predictions?limit=1").await.json_body().await;
     assert_eq!(ids(&first), vec![made[2].clone()]);
     let next = first["next"].as_str().expect("a next page").to_owned();

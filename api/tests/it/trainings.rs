@@ -33,15 +33,7 @@ async fn tune_system_with(notifier: bool, more: &[(&'static str, &str)]) -> (Sys
     ];
     env.extend(more.iter().map(|(k, v)| (*k, (*v).to_owned())));
     let system = System::start_with(Options { notifier, env, ..Options::default() }).await;
-    let version = eventually(Duration::from_secs(90), || async {
-        let model = system.get("/v1/models/acme/tune").await;
-        if model.status() != 200 {
-            return None;
-        }
-        model.json_body().await["latest_version"]["id"].as_str().map(str::to_owned)
-    })
-    .await
-    .expect("the runner registered acme/tune");
+    let version = system.registered_version("acme/tune").await;
     create_destination(&system).await;
     (system, predictor, trainer, version)
 }
