@@ -54,6 +54,8 @@ fn describe(status: u16) -> &'static str {
         ProblemBody,
         FieldError,
         FieldErrorCode,
+        // The lists' `status` filter names it (a job's own status is a StatusView).
+        common::domain::PredictionStatus,
         crate::routes::search::ReplicateSearchResults,
         crate::routes::search::ModelMatch,
         crate::routes::search::MatchMetadata
