@@ -80,7 +80,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(search::search))
         .routes(routes!(collections::list))
         .routes(routes!(collections::get))
-        .routes(routes!(models::get, models::delete))
+        .routes(routes!(models::get, models::update, models::delete))
         .routes(routes!(model_versions::list))
         .routes(routes!(model_versions::get, model_versions::delete))
         .routes(routes!(trainings::create))

@@ -257,6 +257,32 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(owned_view(&state, surface, account_id, &owned).await?)))
 }
 
+/// `PATCH /v1/models/{owner}/{name}` (Replicate's `models.update`): what the owner says of a
+/// model of its account (description, links, visibility).
+#[utoipa::path(
+    patch,
+    path = "/models/{owner}/{name}",
+    operation_id = "updateModel",
+    tag = "models",
+    params(("owner" = String, Path, description = "The model's owner: the caller's account"), ("name" = String, Path, description = "The model's name")),
+    request_body = create_model::UpdateModelBody,
+    responses((status = 200, description = "The model as changed", body = ModelView), (status = 400, response = inline(problems::BadRequest)), (status = 404, response = inline(problems::NotFound))),
+    security(("bearer" = []))
+)]
+pub async fn update(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Admin>,
+    Path((owner, name)): Path<(String, String)>,
+    Body(change): Body<create_model::ModelChange>,
+) -> Result<Json<ModelView>, ApiError> {
+    let account = &auth.caller.key.account_id;
+    let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
+    let model = ModelRef::new(&owner, &name).map_err(|_| missing())?;
+    let changed = state.store.owned_models().update(account, &model, &change.0).await?.ok_or_else(missing)?;
+    Ok(Json(owned_view(&state, surface, account, &changed).await?))
+}
+
 /// `DELETE /v1/models/{owner}/{name}`: with its trained versions and their weights.
 #[utoipa::path(
     delete,

@@ -161,6 +161,72 @@ impl FromBody for NewModel {
     }
 }
 
+/// The body of `PATCH /v1/models/{owner}/{name}` (Replicate's `models.update`): what its owner
+/// says of the model, at least one field and no other. A field sent `null` is left as it is.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateModelBody {
+    /// What it does.
+    #[schema(value_type = Option<String>, max_length = 1000)]
+    pub description: Option<Field<Description>>,
+    /// Its code (an absolute URL).
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub github_url: Option<Field<Link>>,
+    /// Its paper (an absolute URL).
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub paper_url: Option<Field<Link>>,
+    /// Its license (an absolute URL).
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub license_url: Option<Field<Link>>,
+    /// An image that shows it (an absolute URL).
+    #[schema(value_type = Option<String>, format = "uri", max_length = 2000)]
+    pub cover_image_url: Option<Field<Link>>,
+    /// `public` or `private`.
+    #[schema(value_type = Option<Visibility>)]
+    pub visibility: Option<Field<Visibility>>,
+}
+
+/// A valid model update: the fields to set, as stored (`description`, `links.<name>`,
+/// `visibility`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelChange(pub Vec<(&'static str, String)>);
+
+impl FromBody for ModelChange {
+    type Sent = UpdateModelBody;
+
+    fn check(body: UpdateModelBody) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let mut set = Vec::new();
+        if let Some(d) = body.description.optional("description", &mut errors) {
+            set.push(("description", d.0));
+        }
+        for (field, stored, value) in [
+            ("github_url", "links.github_url", body.github_url),
+            ("paper_url", "links.paper_url", body.paper_url),
+            ("license_url", "links.license_url", body.license_url),
+            ("cover_image_url", "links.cover_image_url", body.cover_image_url),
+        ] {
+            if let Some(link) = value.optional(field, &mut errors) {
+                set.push((stored, link.0));
+            }
+        }
+        if let Some(visibility) = body.visibility.optional("visibility", &mut errors) {
+            let text = match visibility {
+                Visibility::Public => "public",
+                Visibility::Private => "private",
+            };
+            set.push(("visibility", text.to_owned()));
+        }
+        if errors.is_empty() && set.is_empty() {
+            errors.push(FieldError::invalid(
+                "body",
+                "At least one of description, github_url, paper_url, license_url, cover_image_url, visibility.",
+            ));
+        }
+        if errors.is_empty() { Ok(Self(set)) } else { Err(errors) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,3 +171,38 @@ async fn a_models_links_are_kept_and_shown() {
         assert_eq!(shown["cover_image_url"], "https://example.com/cover.png");
     }
 }
+
+#[tokio::test]
+async fn its_owner_updates_a_models_description_links_and_visibility_and_no_one_else_can() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    assert_eq!(system.post_json("/v1/models", &new_model("kept", "private")).await.status(), 201);
+    let patch = |path: &str, change: Value| system.request(Method::PATCH, path).json(&change).send();
+    let change =
+        json!({"description": "a better tune", "github_url": "https://github.com/acme/kept", "visibility": "public"});
+    let updated = patch("/replicate/v1/models/test-account/kept", change).await.expect("sent");
+    assert_eq!(updated.status(), 200);
+    let shown = system.get("/v1/models/test-account/kept").await.json_body().await;
+    assert_eq!(
+        (&shown["description"], &shown["github_url"], &shown["visibility"]),
+        (&json!("a better tune"), &json!("https://github.com/acme/kept"), &json!("public")),
+        "{shown}"
+    );
+    assert_eq!(shown["paper_url"], Value::Null, "what was not sent stays");
+
+    for (change, field) in
+        [(json!({}), "body"), (json!({"name": "other"}), "name"), (json!({"github_url": "x"}), "github_url")]
+    {
+        let refused = patch("/v1/models/test-account/kept", change).await.expect("sent");
+        assert_eq!(refused.status(), 400, "{field}");
+        assert_eq!(refused.json_body().await["errors"][0]["field"], field);
+    }
+    let other = system.bootstrap_account("other").await;
+    let theirs = system
+        .with_key(Method::PATCH, "/v1/models/test-account/kept", &other)
+        .json(&json!({"description": "mine now"}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(theirs.status(), 404, "another account's model is not the caller's to change");
+    assert_eq!(patch("/v1/models/demo/echo", json!({"description": "x"})).await.expect("sent").status(), 404);
+}

@@ -127,6 +127,25 @@ impl OwnedModels {
         super::page(&self.coll, visible, doc! { "_id": 1 }, offset, limit).await
     }
 
+    /// Sets `fields` (stored names, as strings) of `account`'s `model`, unless a delete of it
+    /// has begun; returns it as changed, or `None` when there is no such model of the account.
+    pub async fn update(
+        &self,
+        account: &AccountId,
+        model: &ModelRef,
+        fields: &[(&str, String)],
+    ) -> Result<Option<OwnedModel>, StoreError> {
+        let filter = doc! { "_id": model.to_string(), "account_id": account.as_str(), "deleting_since": null };
+        let mut set = bson::Document::new();
+        for (name, value) in fields {
+            set.insert(*name, value);
+        }
+        self.coll
+            .find_one_and_update(filter, doc! { "$set": set })
+            .return_document(mongodb::options::ReturnDocument::After)
+            .await
+    }
+
     /// Marks `account`'s `model` as being deleted (see the module's notes); whether it exists.
     pub async fn mark_deleting(&self, account: &AccountId, model: &ModelRef) -> Result<bool, StoreError> {
         let filter = doc! { "_id": model.to_string(), "account_id": account.as_str() };
