@@ -66,6 +66,8 @@ struct State {
     output_changed: bool,
     /// Values the shown logs mask: the run's secret inputs ([`Progress::set_secrets`]).
     secrets: Vec<String>,
+    /// The numbers the model recorded of its run (Cog's `record_metric`).
+    model_metrics: Option<serde_json::Map<String, Value>>,
 }
 
 /// The room a cut line takes (`[... N bytes of earlier logs cut ...]`).
@@ -263,6 +265,17 @@ impl Progress {
     /// Whether the output passed its limit.
     pub fn output_overflowed(&self) -> bool {
         self.with(|s| s.overflowed)
+    }
+
+    /// Keeps the numbers the model recorded of its run (Cog's `record_metric`: a token count,
+    /// say), beside the service's own timings.
+    pub fn set_model_metrics(&self, metrics: serde_json::Map<String, Value>) {
+        self.with(|s| s.model_metrics = Some(metrics));
+    }
+
+    /// The numbers the model recorded, if it recorded any.
+    pub fn model_metrics(&self) -> Option<serde_json::Map<String, Value>> {
+        self.with(|s| s.model_metrics.clone())
     }
 
     /// The limits kept.

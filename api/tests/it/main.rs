@@ -21,6 +21,7 @@ mod keys_lifecycle;
 mod kubernetes;
 mod large_predictions;
 mod list;
+mod model_metrics;
 mod nats_outage;
 mod new_predictions;
 mod object_store;

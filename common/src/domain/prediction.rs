@@ -126,6 +126,10 @@ pub struct Prediction {
     /// and `model_input` show them masked ([`super::secret_inputs`]).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub sealed_inputs: std::collections::BTreeMap<String, String>,
+    /// The numbers its model recorded of its run (Cog's `record_metric`), shown beside the
+    /// timings on `/replicate/v1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_metrics: Option<serde_json::Map<String, serde_json::Value>>,
     /// The stream sequence of the job message whose runner is running it: only a redelivery
     /// of that message may take the prediction over.
     #[serde(default)]
@@ -252,6 +256,7 @@ impl Prediction {
             deadline_at: None,
             deadline_asked: false,
             sealed_inputs: Default::default(),
+            model_metrics: None,
             job_seq: None,
             held_by: None,
             surface,

@@ -170,13 +170,34 @@ pub struct MetricsView {
     /// price of its hardware pool when it started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<String>,
+    /// `/replicate/v1` only: the numbers the model recorded of its run (Cog's
+    /// `record_metric`, e.g. a token count), each under its own name.
+    #[serde(flatten, default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub recorded: serde_json::Map<String, Value>,
 }
 
 impl MetricsView {
     /// `metrics` as `surface` shows them.
     pub fn of(metrics: Metrics, surface: ApiSurface) -> Self {
         let cost = (surface == ApiSurface::Replicate).then(|| metrics.cost.dollars());
-        Self { predict_time: metrics.predict_time, total_time: metrics.total_time, cost }
+        Self { predict_time: metrics.predict_time, total_time: metrics.total_time, cost, recorded: Default::default() }
+    }
+
+    /// With the numbers the model recorded (`/replicate/v1` only; the canonical object keeps
+    /// the interface's fields). They never take the place of the service's own.
+    pub fn with_recorded(mut self, recorded: Option<&serde_json::Map<String, Value>>, surface: ApiSurface) -> Self {
+        if surface == ApiSurface::Replicate
+            && let Some(recorded) = recorded
+        {
+            let own = ["predict_time", "total_time", "cost"];
+            self.recorded = recorded
+                .iter()
+                .filter(|(k, _)| !own.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+        }
+        self
     }
 }
 
@@ -215,7 +236,9 @@ impl Prediction {
             error,
             source: self.source.clone(),
             status: StatusView::of(self, surface),
-            metrics: self.metrics.map(|m| MetricsView::of(m, surface)),
+            metrics: self
+                .metrics
+                .map(|m| MetricsView::of(m, surface).with_recorded(self.model_metrics.as_ref(), surface)),
             created_at: self.created_at.to_chrono(),
             started_at: self.started_at.map(BsonDateTime::to_chrono),
             completed_at: self.completed_at.map(BsonDateTime::to_chrono),

@@ -55,11 +55,15 @@ impl Executor {
         done.logs = progress.logs();
         done.completed_at = Some(completed_at);
         done.metrics = Some(metrics);
+        done.model_metrics = progress.model_metrics();
         let mut changes = doc! {
             "logs": &done.logs,
             "completed_at": completed_at,
             "metrics": bson::to_bson(&metrics)?,
         };
+        if let Some(recorded) = &done.model_metrics {
+            changes.insert("model_metrics", bson::to_bson(recorded)?);
+        }
         usage::mark_pending(&mut changes);
         match result {
             Ok(output) => {

@@ -554,6 +554,15 @@ fn settle(snapshot: &Value, progress: &Progress, returns_array: bool) -> Option<
     {
         progress.set_output(output::partial(output, returns_array));
     }
+    // What the model recorded of its run (`record_metric`), without Cog's own timing, which
+    // the service keeps itself.
+    if let Some(Value::Object(metrics)) = snapshot.get("metrics") {
+        let recorded: serde_json::Map<String, Value> =
+            metrics.iter().filter(|(k, _)| k.as_str() != "predict_time").map(|(k, v)| (k.clone(), v.clone())).collect();
+        if !recorded.is_empty() {
+            progress.set_model_metrics(recorded);
+        }
+    }
     match status {
         "succeeded" => Some(Ok(output::convert(snapshot.get("output").cloned().unwrap_or(Value::Null)))),
         "failed" => {
