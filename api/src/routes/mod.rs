@@ -81,6 +81,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(collections::list))
         .routes(routes!(collections::get))
         .routes(routes!(models::get, models::update, models::delete))
+        .routes(routes!(models::readme))
+        .routes(routes!(models::examples))
         .routes(routes!(model_versions::list))
         .routes(routes!(model_versions::get, model_versions::delete))
         .routes(routes!(trainings::create))

@@ -257,6 +257,55 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(owned_view(&state, surface, account_id, &owned).await?)))
 }
 
+/// `GET /v1/models/{owner}/{name}/readme` (Replicate's `models.readme.get`): the model's README
+/// as Markdown. The service keeps no README of its own for a model: it is the model's address
+/// as a title and its description.
+#[utoipa::path(
+    get,
+    path = "/models/{owner}/{name}/readme",
+    operation_id = "getModelReadme",
+    tag = "models",
+    params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
+    responses((status = 200, description = "The README, Markdown", content_type = "text/markdown", body = String), (status = 404, response = inline(problems::NotFound))),
+    security(("bearer" = []))
+)]
+pub async fn readme(
+    State(state): State<AppState>,
+    Surface(surface): Surface,
+    auth: Authorized<Read>,
+    Path((owner, name)): Path<(String, String)>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let account = &auth.caller.key.account_id;
+    let view = match visible_model(&state, account, &owner, &name).await? {
+        VisibleModel::Registered(model) => model_view(&state, surface, account, &model).await?,
+        VisibleModel::Owned(owned) => owned_view(&state, surface, account, &owned).await?,
+    };
+    let text = format!("# {}/{}\n\n{}\n", view.owner, view.name, view.description);
+    Ok(([(axum::http::header::CONTENT_TYPE, "text/markdown; charset=utf-8")], text).into_response())
+}
+
+/// `GET /v1/models/{owner}/{name}/examples` (Replicate's `models.examples.list`): the example
+/// predictions its author picked. The service keeps none: an empty page, for a model the
+/// caller may see.
+#[utoipa::path(
+    get,
+    path = "/models/{owner}/{name}/examples",
+    operation_id = "listModelExamples",
+    tag = "models",
+    params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
+    responses((status = 200, description = "An empty page: no examples are kept", body = crate::routes::predictions::PredictionPage), (status = 404, response = inline(problems::NotFound))),
+    security(("bearer" = []))
+)]
+pub async fn examples(
+    State(state): State<AppState>,
+    auth: Authorized<Read>,
+    Path((owner, name)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    visible_model(&state, &auth.caller.key.account_id, &owner, &name).await?;
+    Ok(Json(serde_json::json!({ "next": null, "previous": null, "results": [], "total_count": 0 })))
+}
+
 /// `PATCH /v1/models/{owner}/{name}` (Replicate's `models.update`): what the owner says of a
 /// model of its account (description, links, visibility).
 #[utoipa::path(

@@ -206,3 +206,20 @@ async fn its_owner_updates_a_models_description_links_and_visibility_and_no_one_
     assert_eq!(theirs.status(), 404, "another account's model is not the caller's to change");
     assert_eq!(patch("/v1/models/demo/echo", json!({"description": "x"})).await.expect("sent").status(), 404);
 }
+
+#[tokio::test]
+async fn a_models_readme_is_its_description_and_its_examples_an_empty_page() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    assert_eq!(system.post_json("/v1/models", &new_model("told", "private")).await.status(), 201);
+    let readme = system.get("/replicate/v1/models/test-account/told/readme").await;
+    assert_eq!(readme.status(), 200);
+    assert!(readme.headers()["content-type"].to_str().is_ok_and(|t| t.starts_with("text/markdown")));
+    assert_eq!(readme.text().await.expect("text"), "# test-account/told\n\na tune\n");
+    let examples = system.get("/replicate/v1/models/test-account/told/examples").await.json_body().await;
+    assert_eq!(examples, json!({"next": null, "previous": null, "results": [], "total_count": 0}));
+    let other = system.bootstrap_account("other").await;
+    for path in ["/v1/models/test-account/told/readme", "/v1/models/test-account/told/examples"] {
+        let hidden = system.with_key(Method::GET, path, &other).send().await.expect("sent");
+        assert_eq!(hidden.status(), 404, "a private model's {path}");
+    }
+}
