@@ -62,12 +62,12 @@ pub struct UploadBody {
     #[schema(value_type = Option<Object>)]
     metadata: Option<String>,
     /// The file's name, in place of the one the `content` part's headers give (Replicate's
-    /// `filename` part): 1 to 255 characters.
-    #[schema(value_type = Option<String>)]
+    /// `filename` part): 1 to 255 characters, not all spaces.
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 255, pattern = r"\S")]
     filename: Option<String>,
     /// The file's content type, in place of the `content` part's (Replicate's `type` part).
     #[serde(rename = "type")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+$")]
     media_type: Option<String>,
 }
 

@@ -31,8 +31,9 @@ pub struct StatusParams {
     #[param(value_type = Option<DateTime<Utc>>)]
     created_before: Option<Field<Timestamp>>,
     /// A page of a list as it stood when its first page was read, as the `next` and
-    /// `previous` links of `/replicate/v1` carry it (opaque; it takes the place of `offset`).
-    #[param(value_type = Option<String>)]
+    /// `previous` links of `/replicate/v1` carry it (opaque: follow the links; it takes the
+    /// place of `offset`).
+    #[param(value_type = Option<String>, pattern = r"^[0-9]{1,18}\.[0-9]{1,15}$")]
     cursor: Option<Field<String>>,
 }
 impl super::query::QueryParams for StatusParams {}
@@ -65,24 +66,20 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    /// The cursor as a link carries it: URL-safe base64, opaque to clients.
+    /// The cursor as a link carries it: `<offset>.<snapshot in Unix milliseconds>`, opaque to
+    /// clients (they follow the links), and every value of its form one that reads back.
     pub fn encode(&self) -> String {
-        use base64::Engine;
-        let text = format!("v1:{}:{}", self.offset, self.as_of.timestamp_millis());
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+        format!("{}.{}", self.offset, self.as_of.timestamp_millis())
     }
 
-    /// A cursor [`Self::encode`] made, or `None`.
+    /// A cursor of [`Self::encode`]'s form (at most 18 and 15 digits), or `None`.
     pub fn decode(text: &str) -> Option<Self> {
-        use base64::Engine;
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim()).ok()?;
-        let text = String::from_utf8(bytes).ok()?;
-        let mut parts = text.split(':');
-        let (Some("v1"), Some(offset), Some(millis), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (offset, millis) = text.trim().split_once('.')?;
+        let digits = |s: &str, most: usize| !s.is_empty() && s.len() <= most && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(offset, 18) || !digits(millis, 15) {
             return None;
-        };
-        let offset = offset.parse::<u64>().ok().filter(|o| *o <= super::paging::MAX_OFFSET)?;
+        }
+        let offset = offset.parse::<u64>().ok()?;
         let as_of = DateTime::<Utc>::from_timestamp_millis(millis.parse().ok()?)?;
         Some(Self { offset, as_of })
     }

@@ -159,6 +159,9 @@ async fn a_wait_past_the_cap_is_answered_at_once_as_created() {
 #[tokio::test]
 async fn a_create_finding_its_jobs_stream_gone_makes_it_again_and_the_prediction_runs() {
     let system = System::start_with(Options { notifier: false, ..Options::default() }).await;
+    // Once the runner consumes (a first prediction ran): deleted while the runner still opens
+    // the stream, its start would fail instead, which is another fault.
+    assert_eq!(system.run("demo/echo", json!({"prompt": "first"})).await["status"], "succeeded");
     let bus = system.ctx.bus().await;
     bus.jetstream().delete_stream(bus.subjects().jobs_stream()).await.expect("deleted");
 
