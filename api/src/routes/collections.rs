@@ -20,7 +20,7 @@ use crate::{
     },
     ops::owned::{VisibleModel, visible_model},
     routes::{
-        models::{ModelView, model_view, owned_view},
+        model_view::{ModelView, model_view, owned_view},
         openapi::problems,
     },
     state::AppState,

@@ -127,6 +127,10 @@ pub async fn create(
                 "metadata" => return Err(bad_metadata()),
                 "filename" if body.filename.is_none() => {
                     let text = uploads::small_text(field, "filename").await?;
+                    // As for metadata, `null` (how a form sends no value) or nothing is none.
+                    if absent(&text) {
+                        continue;
+                    }
                     let length = text.trim().chars().count();
                     if length == 0 || length > 255 {
                         return Err(ApiError::validation(
@@ -138,6 +142,9 @@ pub async fn create(
                 }
                 "type" if body.media_type.is_none() => {
                     let text = uploads::small_text(field, "type").await?;
+                    if absent(&text) {
+                        continue;
+                    }
                     let Some(media_type) = uploads::media_type(&text) else {
                         return Err(ApiError::validation(
                             "The upload's type part is not a content type.",
@@ -352,4 +359,9 @@ pub async fn download(
         }
     };
     file_response::serve(&state.files, &record, &parts.headers, valid_for).await
+}
+
+/// Whether a text part says nothing: empty, or `null` (how a form sends no value).
+fn absent(text: &str) -> bool {
+    matches!(text.trim(), "" | "null")
 }

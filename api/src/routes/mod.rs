@@ -19,6 +19,7 @@ pub mod files;
 pub mod hardware;
 pub mod health;
 pub mod model_versions;
+pub mod model_view;
 pub mod models;
 pub mod openapi;
 pub mod predictions;
@@ -55,7 +56,11 @@ pub fn router(state: AppState) -> Router {
 /// [`openapi::complete`].
 pub fn document() -> &'static utoipa::openapi::OpenApi {
     static DOCUMENT: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
-    DOCUMENT.get_or_init(|| openapi::complete(documented().into_openapi()))
+    DOCUMENT.get_or_init(|| {
+        let mut doc = documented().into_openapi();
+        search::register_schemas(&mut doc);
+        openapi::complete(doc)
+    })
 }
 
 /// The canonical surface under its root and the operations' routes, with their document.

@@ -13,28 +13,18 @@ use axum::{
     extract::{Path, State},
     http::StatusCode,
 };
-use common::{
-    domain::{ApiSurface, ModelRef},
-    store::{ModelLinks, ModelVersionRecord, OwnedModel, Visibility},
-};
-use serde::Serialize;
-use serde_json::Value;
+use common::{domain::ModelRef, store::OwnedModel};
 
 use crate::{
     error::ApiError,
     http::auth::{Admin, Authorized, Read},
     http::extract::{Body, Query},
-    http::page::{Listed, Page},
+    http::page::Page,
     http::surface::Surface,
     ops::owned::{self, VisibleModel, visible_model},
     problem::FieldError,
-    routes::{
-        model_versions::{self, VersionView},
-        openapi::problems,
-        search,
-    },
+    routes::{model_versions, openapi::problems, search},
     state::AppState,
-    state::model_catalog::RegisteredModel,
     validate::{
         create_model,
         paging::PagingParams,
@@ -42,118 +32,7 @@ use crate::{
     },
 };
 
-/// A model.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ModelView {
-    /// This model on the API.
-    pub url: String,
-    /// The owner.
-    pub owner: String,
-    /// The name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// `public` (every account may see it) or `private` (its account only).
-    pub visibility: String,
-    /// Its code, as its owner gave it (`null` for a registered model).
-    pub github_url: Option<String>,
-    /// Its paper, as its owner gave it.
-    pub paper_url: Option<String>,
-    /// Its license, as its owner gave it.
-    pub license_url: Option<String>,
-    /// An image that shows it, as its owner gave it.
-    pub cover_image_url: Option<String>,
-    /// Not recorded: `null`.
-    #[schema(value_type = Option<Object>)]
-    pub default_example: Option<Value>,
-    /// How many predictions of it the caller's account has made.
-    pub run_count: u64,
-    /// The version that runs; `null` for an account's model that has none yet.
-    pub latest_version: Option<VersionView>,
-}
-
-impl ModelView {
-    /// `model` as `surface` shows it; what the registry does not record is `null`.
-    fn new(
-        state: &AppState,
-        surface: ApiSurface,
-        model: &ModelRef,
-        description: String,
-        visibility: Visibility,
-        run_count: u64,
-        latest_version: Option<VersionView>,
-    ) -> Self {
-        Self {
-            url: format!("{}/models/{model}", state.links.api(surface)),
-            owner: model.owner().to_owned(),
-            name: model.name().to_owned(),
-            description,
-            visibility: visibility.as_str().to_owned(),
-            github_url: None,
-            paper_url: None,
-            license_url: None,
-            cover_image_url: None,
-            default_example: None,
-            run_count,
-            latest_version,
-        }
-    }
-}
-
-impl ModelView {
-    /// This view with the links its owner gave.
-    fn with_links(self, links: ModelLinks) -> Self {
-        let ModelLinks { github_url, paper_url, license_url, cover_image_url } = links;
-        Self { github_url, paper_url, license_url, cover_image_url, ..self }
-    }
-}
-
-/// A page of the list, as [`Page`] builds it.
-pub type ModelPage = Page<ModelView>;
-
-impl Listed for ModelView {
-    const PAGE: &'static str = "ModelPage";
-    const DESCRIPTION: &'static str = "A page of models, by address.";
-    const RESULTS: &'static str = "The models.";
-    const TOTAL_COUNT: Option<&'static str> = None;
-}
-
-pub(crate) async fn model_view(
-    state: &AppState,
-    surface: ApiSurface,
-    account: &common::domain::AccountId,
-    model: &RegisteredModel,
-) -> Result<ModelView, ApiError> {
-    let record = &model.record;
-    let run_count = state.store.predictions().count_of_model(account, &record.model).await?;
-    let latest = match state.store.model_versions().get(&record.version).await? {
-        Some(version) => version,
-        None => ModelVersionRecord::of(record),
-    };
-    let description = registered_description(model);
-    let latest = Some(model_versions::version_view(&latest)?);
-    Ok(ModelView::new(state, surface, &record.model, description, Visibility::Public, run_count, latest))
-}
-
-/// What a registered model says of itself: its view's description, and what search matches.
-pub(crate) fn registered_description(model: &RegisteredModel) -> String {
-    format!("A {} model served by this deployment.", model.record.capability)
-}
-
-/// An account's own model as clients see it: its newest recorded version, if any.
-pub(crate) async fn owned_view(
-    state: &AppState,
-    surface: ApiSurface,
-    account: &common::domain::AccountId,
-    owned: &OwnedModel,
-) -> Result<ModelView, ApiError> {
-    let run_count = state.store.predictions().count_of_model(account, &owned.model).await?;
-    let latest = state.store.model_versions().list_for(&owned.model).await?.into_iter().next();
-    let description = owned.description.clone().unwrap_or_default();
-    let latest = latest.as_ref().map(model_versions::version_view).transpose()?;
-    let view = ModelView::new(state, surface, &owned.model, description, owned.visibility, run_count, latest);
-    Ok(view.with_links(owned.links.clone()))
-}
+use super::model_view::{ModelPage, ModelView, model_view, owned_view};
 
 /// `GET /v1/models`
 #[utoipa::path(
@@ -294,7 +173,7 @@ pub async fn readme(
     operation_id = "listModelExamples",
     tag = "models",
     params(("owner" = String, Path, description = "The model's owner"), ("name" = String, Path, description = "The model's name")),
-    responses((status = 200, description = "An empty page: no examples are kept", body = crate::routes::predictions::PredictionPage), (status = 404, response = inline(problems::NotFound))),
+    responses((status = 200, description = "An empty page of predictions, `{results: [], next: null, previous: null, total_count: 0}`: no examples are kept", body = Object), (status = 404, response = inline(problems::NotFound))),
     security(("bearer" = []))
 )]
 pub async fn examples(
@@ -328,7 +207,13 @@ pub async fn update(
     let account = &auth.caller.key.account_id;
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
     let model = ModelRef::new(&owner, &name).map_err(|_| missing())?;
-    let changed = state.store.owned_models().update(account, &model, &change.0).await?.ok_or_else(missing)?;
+    let owned_models = state.store.owned_models();
+    let changed = if change.0.is_empty() {
+        owned_models.get(&model).await?.filter(|m| &m.account_id == account && m.deleting_since.is_none())
+    } else {
+        owned_models.update(account, &model, &change.0).await?
+    };
+    let changed = changed.ok_or_else(missing)?;
     Ok(Json(owned_view(&state, surface, account, &changed).await?))
 }
 

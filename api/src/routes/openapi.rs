@@ -55,10 +55,7 @@ fn describe(status: u16) -> &'static str {
         FieldError,
         FieldErrorCode,
         // The lists' `status` filter names it (a job's own status is a StatusView).
-        common::domain::PredictionStatus,
-        crate::routes::search::ReplicateSearchResults,
-        crate::routes::search::ModelMatch,
-        crate::routes::search::MatchMetadata
+        common::domain::PredictionStatus
     )),
     modifiers(&Security),
     tags(
@@ -176,7 +173,8 @@ fn replicate_surface(openapi: &mut utoipa::openapi::OpenApi) {
     );
 }
 
-/// `/replicate/v1/search` answers Replicate's shape ([`crate::routes::search::ReplicateSearchResults`]).
+/// `/replicate/v1/search` answers Replicate's shape (`ReplicateSearchResults`, which the search
+/// route adds to the schemas).
 fn replicate_search_answer(item: &mut utoipa::openapi::PathItem) {
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
     if let Some(get) = item.get.as_mut() {

@@ -5,7 +5,7 @@
 //! On `/replicate/v1`, `GET /search` answers Replicate's shape: `{query, models: [{model,
 //! metadata}], collections: [...], pages: []}` ([`ReplicateSearchResults`]); `/v1` answers
 //! `{query, models: <page>}`. A `QUERY /models` search's `next` and `previous` are
-//! `GET /models?query=…` pages, which search as well ([`crate::routes::models::list`]), so
+//! `GET /models?query=…` pages, which search as well (`GET /v1/models`), so
 //! page 2 of a search is page 2 of the same search.
 //!
 //! A model matches when every word of the text appears, case-insensitively, in its owner, its
@@ -34,7 +34,7 @@ use crate::{
     ops::owned::VisibleModel,
     routes::{
         collections::CollectionSummary,
-        models::{ModelPage, ModelView, model_view, owned_view, registered_description},
+        model_view::{ModelPage, ModelView, registered_description, visible_view},
         openapi::problems,
     },
     state::{AppState, model_catalog::RegisteredModel},
@@ -90,6 +90,19 @@ pub struct MatchMetadata {
     pub tags: Vec<String>,
     /// How well it matched: higher is better ([`score`]).
     pub score: u32,
+}
+
+/// Adds Replicate's search shape to `doc`'s schemas: `/replicate/v1/search` answers it (see
+/// [`crate::routes::openapi`]), which no route declares.
+pub fn register_schemas(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::{PartialSchema, ToSchema};
+    let mut schemas = Vec::new();
+    ReplicateSearchResults::schemas(&mut schemas);
+    schemas.push((ReplicateSearchResults::name().into_owned(), ReplicateSearchResults::schema()));
+    let components = doc.components.get_or_insert_with(Default::default);
+    for (name, schema) in schemas {
+        components.schemas.entry(name).or_insert(schema);
+    }
 }
 
 /// `GET /v1/search`
@@ -215,19 +228,6 @@ pub async fn matching(
     }
     let (next, previous) = paging.neighbours(total);
     Ok(Page::uncounted(results, (next.map(&link), previous.map(&link))))
-}
-
-/// A model's view, whichever kind it is.
-async fn visible_view(
-    state: &AppState,
-    surface: ApiSurface,
-    account: &AccountId,
-    model: VisibleModel,
-) -> Result<ModelView, ApiError> {
-    match model {
-        VisibleModel::Registered(model) => model_view(state, surface, account, &model).await,
-        VisibleModel::Owned(model) => owned_view(state, surface, account, &model).await,
-    }
 }
 
 /// The words of a search text, lowercase.

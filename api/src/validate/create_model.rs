@@ -162,7 +162,8 @@ impl FromBody for NewModel {
 }
 
 /// The body of `PATCH /v1/models/{owner}/{name}` (Replicate's `models.update`): what its owner
-/// says of the model, at least one field and no other. A field sent `null` is left as it is.
+/// says of the model, and no other field. A field sent `null` is left as it is; an empty body
+/// changes nothing.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateModelBody {
@@ -216,12 +217,6 @@ impl FromBody for ModelChange {
                 Visibility::Private => "private",
             };
             set.push(("visibility", text.to_owned()));
-        }
-        if errors.is_empty() && set.is_empty() {
-            errors.push(FieldError::invalid(
-                "body",
-                "At least one of description, github_url, paper_url, license_url, cover_image_url, visibility.",
-            ));
         }
         if errors.is_empty() { Ok(Self(set)) } else { Err(errors) }
     }

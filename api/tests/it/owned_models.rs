@@ -189,9 +189,10 @@ async fn its_owner_updates_a_models_description_links_and_visibility_and_no_one_
     );
     assert_eq!(shown["paper_url"], Value::Null, "what was not sent stays");
 
-    for (change, field) in
-        [(json!({}), "body"), (json!({"name": "other"}), "name"), (json!({"github_url": "x"}), "github_url")]
-    {
+    let unchanged = patch("/v1/models/test-account/kept", json!({})).await.expect("sent");
+    assert_eq!(unchanged.status(), 200, "an empty update changes nothing");
+    assert_eq!(unchanged.json_body().await["description"], "a better tune");
+    for (change, field) in [(json!({"name": "other"}), "name"), (json!({"github_url": "x"}), "github_url")] {
         let refused = patch("/v1/models/test-account/kept", change).await.expect("sent");
         assert_eq!(refused.status(), 400, "{field}");
         assert_eq!(refused.json_body().await["errors"][0]["field"], field);
