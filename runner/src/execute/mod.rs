@@ -329,6 +329,14 @@ impl Executor {
         NamedFiles { account: p.account_id.clone(), files: p.input_files.clone(), until, weights }
     }
 
+    /// `p`'s model input with its sealed secret inputs opened (once), their values kept out of
+    /// the logs `progress` stores.
+    fn opened_input(&self, p: &Prediction, progress: &Progress) -> anyhow::Result<Map<String, Value>> {
+        let input = p.opened_model_input(self.links.master_key()).context("opening its secret inputs")?;
+        progress.set_secrets(p.secret_values(&input));
+        Ok(input)
+    }
+
     /// Whether any string of `input` is the URL of a file of this service.
     fn names_files(&self, input: &Map<String, Value>) -> bool {
         let named = |v: &Value| v.as_str().is_some_and(|s| self.links.file_named_by(s).is_some());
@@ -474,9 +482,7 @@ impl Executor {
         let early_call = match (delivery.model_input, &delivery.created) {
             _ if delivery.last.is_some() || delivery.again => None,
             (Some(_), Some(created)) if !created.sealed_inputs.is_empty() => {
-                let input = created.opened_model_input(self.links.master_key()).context("opening its secret inputs")?;
-                progress.set_secrets(created.secret_values(self.links.master_key())?);
-                Some(call(input, self.named_files(created)))
+                Some(call(self.opened_input(created, &progress)?, self.named_files(created)))
             }
             (Some(input), Some(created)) => Some(call(input, self.named_files(created))),
             (Some(input), None) if !self.names_files(&input) && !masked(&input) => {
@@ -514,14 +520,7 @@ impl Executor {
             None if prediction.sealed_inputs.is_empty() => {
                 call(prediction.model_input.as_object().cloned().unwrap_or_default(), self.named_files(&prediction))
             }
-            None => {
-                let key = self.links.master_key();
-                progress.set_secrets(prediction.secret_values(key).context("opening its secret inputs")?);
-                call(
-                    prediction.opened_model_input(key).context("opening its secret inputs")?,
-                    self.named_files(&prediction),
-                )
-            }
+            None => call(self.opened_input(&prediction, &progress)?, self.named_files(&prediction)),
         };
         let flight = self.metrics.started(&model_name);
         let running_here = self.figures.started(&model.descriptor().model);
