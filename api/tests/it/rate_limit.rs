@@ -188,3 +188,40 @@ async fn a_default_key_counts_every_request_against_its_3000() {
         );
     }
 }
+
+/// An increment whose answer came too late (NATS held it past the check's timeout, then
+/// added it) is sent again under its id, and the stream drops the repeat: the request counts
+/// once, not once per attempt (a lost answer used to cost the key false 429s for a minute).
+#[tokio::test]
+async fn an_increment_added_after_its_check_gave_up_counts_once() {
+    let context = testkit::TestContext::new();
+    let proxy = testkit::proxy::TcpProxy::start(testkit::host_port(&context.nats_url)).await.expect("proxy");
+    let subjects = common::subjects::Subjects::new(&context.prefix).expect("prefix");
+    let through_proxy = common::bus::Bus::connect(&format!("nats://{}", proxy.addr()), subjects, "limiter")
+        .await
+        .expect("connected through the proxy");
+    through_proxy.ensure_streams().await.expect("streams");
+    let direct = context.bus().await;
+    let limiter = api::state::ratelimit::RateLimiter::new(through_proxy);
+    let minute = || chrono::Utc::now().timestamp().div_euclid(60);
+    let first_minute = minute();
+
+    // A limit of 10 is counted on the counter at every request, never locally.
+    assert!(limiter.check_counter("held", 10).await.allowed);
+    proxy.stall();
+    let decision = limiter.check_counter("held", 10).await;
+    assert!(decision.allowed, "a check that gets no answer lets the request through");
+    // The held increment now reaches the stream and is added; its answer finds no one waiting.
+    proxy.resume();
+    let settled =
+        testkit::eventually(std::time::Duration::from_secs(30), || async { (limiter.unsent() == 0).then_some(()) })
+            .await;
+    assert!(settled.is_some(), "the unconfirmed increment was settled");
+
+    let mut counted = 0;
+    for m in first_minute..=minute() {
+        let subject = direct.subjects().rate_limit("held", m);
+        counted += direct.read_counter(&direct.subjects().rate_limit_stream(), &subject).await.expect("read");
+    }
+    assert_eq!(counted, 2, "two requests, each counted once");
+}

@@ -8,25 +8,32 @@ use async_nats::jetstream::message::PublishMessage;
 use super::{Bus, BusError, publish_failed};
 
 impl Bus {
-    /// Adds `by` to the counter `subject` and returns its new total.
-    pub async fn increment_counter(&self, subject: String, by: i64) -> Result<i64, BusError> {
-        match self.try_increment_counter(&subject, by).await {
+    /// Adds `by` to the counter `subject` as the increment `id`, and returns the new total;
+    /// `None` when an increment of that id was added already (within the stream's duplicate
+    /// window): an increment whose answer was lost is sent again under its id, and JetStream
+    /// drops the repeat rather than counting it twice.
+    pub async fn increment_counter(&self, subject: String, id: &str, by: i64) -> Result<Option<i64>, BusError> {
+        match self.try_increment_counter(&subject, id, by).await {
             Err(BusError::StreamMissing { .. }) => {
                 self.recreate_streams().await?;
-                self.try_increment_counter(&subject, by).await
+                self.try_increment_counter(&subject, id, by).await
             }
             result => result,
         }
     }
 
-    async fn try_increment_counter(&self, subject: &str, by: i64) -> Result<i64, BusError> {
+    async fn try_increment_counter(&self, subject: &str, id: &str, by: i64) -> Result<Option<i64>, BusError> {
         let fail = |e: async_nats::Error| BusError::Publish { subject: subject.to_owned(), source: e };
-        let publish = PublishMessage::build().header("Nats-Incr", by.to_string());
+        let publish = PublishMessage::build().header("Nats-Incr", by.to_string()).message_id(id);
         let ack = self.js.send_publish(subject.to_owned(), publish).await.map_err(|e| fail(e.into()))?;
         let ack = ack.await.map_err(|e| publish_failed(subject, e))?;
+        if ack.duplicate {
+            return Ok(None);
+        }
         ack.value
             .as_deref()
             .and_then(|v| v.parse().ok())
+            .map(Some)
             .ok_or_else(|| fail("the stream returned no counter value".into()))
     }
 

@@ -228,6 +228,8 @@ impl Bus {
             retention: RetentionPolicy::Limits,
             storage: StorageType::Memory,
             max_age: Duration::from_secs(180),
+            // A lost answer's increment is sent again under its id within this window.
+            duplicate_window: DUPLICATE_WINDOW,
             allow_message_counter: true,
             num_replicas: self.replicas,
             ..Default::default()

@@ -18,6 +18,11 @@
 //! `LOCAL_SHARE` of their headroom each, for at most one flush interval. Requests admitted
 //! while NATS is unreachable stay pending and are added once it is back; after a failed or
 //! slow check the [`super::breaker`] lets requests through without asking for a few seconds.
+//!
+//! Every increment carries an id of its own (`Nats-Msg-Id`). One that failed may still have
+//! been added (its answer lost, or late): it is kept apart as [`Batch`] and sent again under
+//! the same id, which the stream drops as a duplicate if it had been added, so no request is
+//! counted twice (a lost answer used to cost the key false 429s for the rest of the minute).
 
 use std::{
     collections::HashMap,
@@ -37,13 +42,28 @@ use super::{
 
 /// How often pending requests are added to the shared counters.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// How long a flush waits for an increment's answer before it sends it again (under its id).
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an idle flusher sleeps before it looks again without being woken.
 const IDLE_RECHECK: Duration = Duration::from_secs(1);
 /// The part of the headroom a replica may admit before the others hear of it.
 pub const LOCAL_SHARE: f64 = 0.05;
 
+/// An increment sent under `id` whose outcome is not known: sent again under the same id.
+#[derive(Debug, Clone, PartialEq)]
+struct Batch {
+    id: String,
+    delta: i64,
+}
+
+impl Batch {
+    fn new(delta: i64) -> Self {
+        Self { id: format!("rl.{:032x}", rand::random::<u128>()), delta }
+    }
+}
+
 /// What this replica knows of one key's count in one minute.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 struct Tally {
     /// The highest total the shared counter has returned.
     total: i64,
@@ -53,13 +73,31 @@ struct Tally {
     flushing: i64,
     /// Requests in increments sent by requests decided on the counter, not yet confirmed.
     sending: i64,
+    /// Increments that failed and may have been added: sent again under their ids, not
+    /// merged into `pending` (a new id would count them twice).
+    unconfirmed: Vec<Batch>,
 }
 
 impl Tally {
     /// This replica's view of the count: every request it knows of, confirmed or not (an
     /// unconfirmed one may already be in `total` too, so this can only over-count).
     fn view(&self) -> i64 {
-        self.total + self.flushing + self.sending + self.pending
+        self.total + self.flushing + self.sending + self.pending + self.unsettled()
+    }
+
+    /// Requests in increments that failed and are to be sent again.
+    fn unsettled(&self) -> i64 {
+        self.unconfirmed.iter().map(|b| b.delta).sum()
+    }
+
+    /// Takes the outcome of an increment of `batch`: a new total, a duplicate (the batch was
+    /// added before), or a failure (to be sent again under the same id).
+    fn settle(&mut self, batch: Batch, result: &Result<Option<i64>, String>) {
+        match result {
+            Ok(Some(total)) => self.total = self.total.max(*total),
+            Ok(None) => {}
+            Err(_) => self.unconfirmed.push(batch),
+        }
     }
 
     /// Admits one more request locally if the key is far enough below `limit`, returning the
@@ -177,7 +215,7 @@ impl RateLimiter {
     async fn increment_now(&self, key: &str, minute: i64) -> Result<i64, String> {
         let deadline = tokio::time::Instant::now() + CHECK_TIMEOUT;
         let slot = (key.to_owned(), minute);
-        let delta = loop {
+        let batch = loop {
             let flushed = self.shared.flushed.notified();
             tokio::pin!(flushed);
             flushed.as_mut().enable();
@@ -185,31 +223,37 @@ impl RateLimiter {
                 let mut tallies = self.shared.lock();
                 let tally = tallies.entry(slot.clone()).or_default();
                 if tally.flushing == 0 {
-                    let delta = std::mem::take(&mut tally.pending) + 1;
-                    tally.sending += delta;
-                    break delta;
+                    let batch = Batch::new(std::mem::take(&mut tally.pending) + 1);
+                    tally.sending += batch.delta;
+                    break batch;
                 }
             }
             if tokio::time::timeout_at(deadline, flushed).await.is_err() {
                 return Err(format!("the flush of its count did not end within {CHECK_TIMEOUT:?}"));
             }
         };
-        let increment = self.bus.increment_counter(self.bus.subjects().rate_limit(key, minute), delta);
+        let subject = self.bus.subjects().rate_limit(key, minute);
+        let increment = self.bus.increment_counter(subject, &batch.id, batch.delta);
         let result = match tokio::time::timeout_at(deadline, increment).await {
             Ok(result) => result.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no answer within {CHECK_TIMEOUT:?}")),
         };
         let mut tallies = self.shared.lock();
         let tally = tallies.entry(slot).or_default();
-        tally.sending -= delta;
-        match result {
-            Ok(total) => tally.total = tally.total.max(total),
-            Err(_) => {
-                tally.pending += delta;
-                self.shared.pending.notify_one();
-            }
+        tally.sending -= batch.delta;
+        tally.settle(batch, &result);
+        if result.is_err() {
+            self.shared.pending.notify_one();
         }
-        result
+        // A fresh id is never a duplicate; the increments still unsettled may or may not be in
+        // the total, so they count too (strict, never lenient).
+        result.map(|total| total.unwrap_or(tally.total) + tally.unsettled())
+    }
+
+    /// The requests this replica has admitted and not yet seen counted on the shared
+    /// counters: 0 once every flush and resend has been confirmed.
+    pub fn unsent(&self) -> i64 {
+        self.shared.lock().values().map(|t| t.pending + t.flushing + t.sending + t.unsettled()).sum()
     }
 
     /// The key's total of the minute before `minute`: what the counter told (now, or before;
@@ -231,18 +275,23 @@ async fn flush_every_interval(bus: Bus, shared: Weak<Shared>) {
         ticks.tick().await;
         let Some(shared) = shared.upgrade() else { return };
         let (minute, _) = now_minute();
-        let due: Vec<((String, i64), i64)> = {
+        let due: Vec<((String, i64), Batch)> = {
             let mut tallies = shared.lock();
-            tallies.retain(|(_, m), tally| *m >= minute - 1 || tally.view() > tally.total);
-            tallies
-                .iter_mut()
-                .filter(|(_, t)| t.pending > 0)
-                .map(|(slot, t)| {
-                    let delta = std::mem::take(&mut t.pending);
-                    t.flushing += delta;
-                    (slot.clone(), delta)
-                })
-                .collect()
+            // A minute older than the last no longer counts in any decision: what it still
+            // had to send is dropped (resending it after the duplicate window could count it twice).
+            tallies.retain(|(_, m), _| *m >= minute - 1);
+            let mut due = Vec::new();
+            for (slot, tally) in tallies.iter_mut() {
+                let mut batches = std::mem::take(&mut tally.unconfirmed);
+                if tally.pending > 0 {
+                    batches.push(Batch::new(std::mem::take(&mut tally.pending)));
+                }
+                for batch in batches {
+                    tally.flushing += batch.delta;
+                    due.push((slot.clone(), batch));
+                }
+            }
+            due
         };
         if due.is_empty() {
             // Idle: sleep until a request is left pending (a second at most, to notice that the
@@ -250,24 +299,25 @@ async fn flush_every_interval(bus: Bus, shared: Weak<Shared>) {
             let _ = tokio::time::timeout(IDLE_RECHECK, shared.pending.notified()).await;
             continue;
         }
-        let increments = due.into_iter().map(|((key, m), delta)| {
+        let increments = due.into_iter().map(|((key, m), batch)| {
             let bus = &bus;
             async move {
-                let result = bus.increment_counter(bus.subjects().rate_limit(&key, m), delta).await;
-                ((key, m), delta, result)
+                let increment = bus.increment_counter(bus.subjects().rate_limit(&key, m), &batch.id, batch.delta);
+                let result = match tokio::time::timeout(FLUSH_TIMEOUT, increment).await {
+                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {FLUSH_TIMEOUT:?}")),
+                };
+                ((key, m), batch, result)
             }
         });
-        for (slot, delta, result) in futures::future::join_all(increments).await {
+        for (slot, batch, result) in futures::future::join_all(increments).await {
             let mut tallies = shared.lock();
             let tally = tallies.entry(slot).or_default();
-            tally.flushing -= delta;
-            match result {
-                Ok(total) => tally.total = tally.total.max(total),
-                Err(e) => {
-                    tally.pending += delta;
-                    tracing::debug!(error = %e, "rate-limit counts not added yet; retrying");
-                }
+            tally.flushing -= batch.delta;
+            if let Err(e) = &result {
+                tracing::debug!(error = %e, "rate-limit counts not confirmed yet; sent again under their id");
             }
+            tally.settle(batch, &result);
         }
         shared.flushed.notify_waiters();
     }
@@ -347,7 +397,7 @@ mod tests {
 
     #[test]
     fn the_count_decided_on_includes_every_unconfirmed_request() {
-        let mut tally = Tally { total: 100, pending: 3, flushing: 5, sending: 2 };
-        assert_eq!(tally.admit_locally(100_000, 0, 0.0), Some(111));
+        let mut tally = Tally { total: 100, pending: 3, flushing: 5, sending: 2, unconfirmed: vec![Batch::new(4)] };
+        assert_eq!(tally.admit_locally(100_000, 0, 0.0), Some(115));
     }
 }
