@@ -27,7 +27,8 @@ use crate::{
 
 /// How often due notices are looked for.
 pub const LOOK_EVERY: Duration = Duration::from_secs(10);
-/// How long a claim holds a notice (longer than a round of attempts can take).
+/// How long a claim holds a notice past its last extension: a round extends it before each
+/// attempt, so it must outlast one attempt (the delivery timeout) and the writes around it.
 pub const LEASE: Duration = Duration::from_secs(120);
 
 /// Delivers due notices until `shutdown` fires.
@@ -35,12 +36,17 @@ pub async fn deliver_due(notifier: Arc<Notifier>, notices: BudgetNotices, shutdo
     loop {
         loop {
             let now = DateTime::now();
-            let until = DateTime::from_millis(now.timestamp_millis() + LEASE.as_millis() as i64);
-            match notices.claim_due(now, until).await {
+            match notices.claim_due(now, later(LEASE)).await {
                 Ok(Some(mut notice)) => {
-                    deliver(&notifier, &mut notice).await;
-                    if let Err(e) = notices.settle(&notice).await {
-                        tracing::warn!(notice = %notice.id, error = %e, "budget notice not settled; delivered again after its lease");
+                    deliver(&notifier, &notices, &mut notice).await;
+                    match notices.settle(&notice).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(notice = %notice.id, "budget notice's claim lost before it was settled; its holder settles it")
+                        }
+                        Err(e) => {
+                            tracing::warn!(notice = %notice.id, error = %e, "budget notice not settled; delivered again after its lease")
+                        }
                     }
                 }
                 Ok(None) => break,
@@ -57,9 +63,10 @@ pub async fn deliver_due(notifier: Arc<Notifier>, notices: BudgetNotices, shutdo
     }
 }
 
-/// One round of attempts of `notice`: each receiver not yet delivered or given up; then when
-/// the next round is due, or that the notice is done.
-async fn deliver(notifier: &Notifier, notice: &mut BudgetNotice) {
+/// One round of attempts of `notice`: each receiver not yet delivered or given up, the claim
+/// extended before each (a round ends early, its attempts so far kept, if the claim is lost);
+/// then when the next round is due, or that the notice is done.
+async fn deliver(notifier: &Notifier, notices: &BudgetNotices, notice: &mut BudgetNotice) {
     let secrets = match notifier.secrets.get(&notice.account_id).await {
         Ok(secrets) => secrets,
         Err(e) => {
@@ -70,7 +77,22 @@ async fn deliver(notifier: &Notifier, notice: &mut BudgetNotice) {
     };
     let body = serde_json::to_vec(&notice.body()).unwrap_or_default();
     let mut next: Option<Duration> = None;
-    for target in notice.targets.iter_mut().filter(|t| !t.delivered && !t.given_up) {
+    let waiting: Vec<usize> =
+        (0..notice.targets.len()).filter(|&i| !notice.targets[i].delivered && !notice.targets[i].given_up).collect();
+    for i in waiting {
+        match notices.extend(notice, later(LEASE)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(notice = %notice.id, "budget notice's claim lost mid-round; its new holder goes on");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(notice = %notice.id, error = %e, "budget notice's claim not extended; the round stops here");
+                notice.next_at = later(LOOK_EVERY);
+                return;
+            }
+        }
+        let target = &mut notice.targets[i];
         target.attempts += 1;
         let hook = Webhook {
             id: &notice.id,

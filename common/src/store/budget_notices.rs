@@ -153,9 +153,26 @@ impl BudgetNotices {
             .await
     }
 
+    /// Extends the claim on `notice` (held until its `claimed_until`) to `until`, and records
+    /// what its round has done so far; `false` when the claim is no longer this holder's (its
+    /// lease ran out and another claimed it): the round must stop. A round extends its claim
+    /// before each attempt, so however many receivers it has, no one else claims the notice
+    /// while it delivers, and a receiver delivered before the extension is never sent twice.
+    pub async fn extend(&self, notice: &mut BudgetNotice, until: DateTime) -> Result<bool, StoreError> {
+        let targets = bson::to_bson(&notice.targets)?;
+        let filter = doc! { "_id": &notice.id, "claimed_until": notice.claimed_until };
+        let update = doc! { "$set": { "claimed_until": until, "targets": targets } };
+        let extended = self.notices.update_one(filter, update).await?.matched_count == 1;
+        if extended {
+            notice.claimed_until = until;
+        }
+        Ok(extended)
+    }
+
     /// Writes what came of a delivery round of `notice`: its targets, when the next round is
-    /// due and whether it is done; the claim is released.
-    pub async fn settle(&self, notice: &BudgetNotice) -> Result<(), StoreError> {
+    /// due and whether it is done; the claim is released. Only while the claim is still this
+    /// holder's (`claimed_until` as it holds it): `false` otherwise, and nothing is written.
+    pub async fn settle(&self, notice: &BudgetNotice) -> Result<bool, StoreError> {
         let targets = bson::to_bson(&notice.targets)?;
         let update = doc! { "$set": {
             "targets": targets,
@@ -163,8 +180,8 @@ impl BudgetNotices {
             "done": notice.done,
             "claimed_until": DateTime::from_millis(0),
         } };
-        self.notices.update_one(doc! { "_id": &notice.id }, update).await?;
-        Ok(())
+        let filter = doc! { "_id": &notice.id, "claimed_until": notice.claimed_until };
+        Ok(self.notices.update_one(filter, update).await?.matched_count == 1)
     }
 
     /// The notices of `account` (tests and the console).

@@ -5,5 +5,6 @@ mod delivery;
 mod fixture;
 mod held;
 mod isolation;
+mod notices;
 mod recording;
 mod signatures;
