@@ -100,3 +100,67 @@ pub async fn visible_models(
     models.extend(owned.into_iter().take(room).map(|model| VisibleModel::Owned(Box::new(model))));
     Ok((models, registered + owned_total))
 }
+
+/// The page `paging` asks for of the models `account` may see, in `order`; and how many there
+/// are in all. It orders the keys of every visible model (its address and times, read
+/// without the rest) and then reads the page's models whole; ties go by address, and models
+/// without a version come last by their latest version's time, whichever the direction.
+pub async fn sorted_visible_models(
+    state: &AppState,
+    account: &AccountId,
+    paging: crate::validate::paging::Paging,
+    order: crate::validate::search_query::ModelOrder,
+) -> Result<(Vec<VisibleModel>, u64), ApiError> {
+    use crate::validate::search_query::{ModelSort, SortDirection};
+    let registered = state.store.models().addresses().await?;
+    let owned = state.store.owned_models().created_visible_to(account).await?;
+    let every: Vec<common::domain::ModelRef> =
+        registered.iter().map(|(m, _)| m.clone()).chain(owned.iter().map(|(m, _)| m.clone())).collect();
+    let versions = state.store.model_versions().created_of(&every).await?;
+    fn times_of<'a>(
+        versions: &'a [(String, common::domain::ModelRef, DateTime)],
+        model: &'a common::domain::ModelRef,
+    ) -> impl Iterator<Item = &'a (String, common::domain::ModelRef, DateTime)> {
+        versions.iter().filter(move |(_, m, _)| m == model)
+    }
+    // (sort key, address, registered?) of every visible model.
+    let mut keys: Vec<(Option<DateTime>, common::domain::ModelRef, bool)> = Vec::with_capacity(every.len());
+    for (model, current) in &registered {
+        let key = match order.by {
+            // A registered model was created when its first version was seen.
+            ModelSort::ModelCreatedAt => times_of(&versions, model).map(|(_, _, t)| *t).min(),
+            ModelSort::LatestVersionCreatedAt => {
+                times_of(&versions, model).find(|(id, _, _)| id == current).map(|(_, _, t)| *t)
+            }
+        };
+        keys.push((key, model.clone(), true));
+    }
+    for (model, created) in &owned {
+        let key = match order.by {
+            ModelSort::ModelCreatedAt => Some(*created),
+            ModelSort::LatestVersionCreatedAt => times_of(&versions, model).map(|(_, _, t)| *t).max(),
+        };
+        keys.push((key, model.clone(), false));
+    }
+    keys.sort_by(|a, b| {
+        let by_time = match (a.0, b.0, order.direction) {
+            (Some(x), Some(y), SortDirection::Asc) => x.cmp(&y),
+            (Some(x), Some(y), SortDirection::Desc) => y.cmp(&x),
+            (x, y, _) => y.is_some().cmp(&x.is_some()),
+        };
+        by_time.then_with(|| a.1.to_string().cmp(&b.1.to_string()))
+    });
+    let total = keys.len() as u64;
+    let start = usize::try_from(paging.offset).unwrap_or(usize::MAX);
+    let mut models = Vec::new();
+    for (_, model, is_registered) in keys.into_iter().skip(start).take(paging.limit as usize) {
+        if is_registered {
+            if let Some(registered) = state.models.get(&model).await? {
+                models.push(VisibleModel::Registered(registered));
+            }
+        } else if let Some(found) = state.store.owned_models().get(&model).await? {
+            models.push(VisibleModel::Owned(Box::new(found)));
+        }
+    }
+    Ok((models, total))
+}

@@ -56,7 +56,10 @@ pub async fn list(
         let link = search::search_link(&state, surface, "models", text, paging.limit);
         return Ok(Json(search::matching(&state, surface, account, text, paging, link).await?));
     }
-    let (models, total) = owned::visible_models(&state, account, paging).await?;
+    let (models, total) = match query.order {
+        Some(order) => owned::sorted_visible_models(&state, account, paging, order).await?,
+        None => owned::visible_models(&state, account, paging).await?,
+    };
     let mut results = Vec::with_capacity(models.len());
     for model in models {
         results.push(match model {
@@ -64,8 +67,13 @@ pub async fn list(
             VisibleModel::Owned(model) => owned_view(&state, surface, account, &model).await?,
         });
     }
-    let links = paging.links(total, &format!("{}/models", state.links.api(surface)));
-    Ok(Json(Page::uncounted(results, links)))
+    let (next, previous) = paging.links(total, &format!("{}/models", state.links.api(surface)));
+    // A sorted list's neighbours are sorted the same way.
+    let sorted = |link: String| match query.order {
+        Some(order) => format!("{link}&sort_by={}&sort_direction={}", order.by.as_str(), order.direction.as_str()),
+        None => link,
+    };
+    Ok(Json(Page::uncounted(results, (next.map(sorted), previous.map(sorted)))))
 }
 
 /// `GET /v1/models/{owner}/{name}`

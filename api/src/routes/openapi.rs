@@ -55,7 +55,10 @@ fn describe(status: u16) -> &'static str {
         FieldError,
         FieldErrorCode,
         // The lists' `status` filter names it (a job's own status is a StatusView).
-        common::domain::PredictionStatus
+        common::domain::PredictionStatus,
+        // The model list's `sort_by` and `sort_direction` name them.
+        crate::validate::search_query::ModelSort,
+        crate::validate::search_query::SortDirection
     )),
     modifiers(&Security),
     tags(

@@ -32,8 +32,87 @@ pub struct ListSearchParams {
     /// `next` link of `QUERY /models` names it; without it, every model by address.
     #[param(value_type = Option<String>, min_length = 1, max_length = 200, pattern = r"\S")]
     query: Option<Field<String>>,
+    /// Orders the models by when each was created (`model_created_at`) or when its latest
+    /// version was (`latest_version_created_at`; models without one come last), as Replicate's
+    /// `models.list` does. Without it (and without `sort_direction`), by address.
+    #[param(value_type = Option<ModelSort>)]
+    sort_by: Option<Field<ModelSort>>,
+    /// `desc` (newest first, the default when sorting) or `asc`.
+    #[param(value_type = Option<SortDirection>)]
+    sort_direction: Option<Field<SortDirection>>,
 }
 impl super::query::QueryParams for ListSearchParams {}
+
+/// What a model list is sorted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum ModelSort {
+    /// When the model was created (a registered model: when its first version was seen).
+    #[default]
+    ModelCreatedAt,
+    /// When its latest version was created.
+    LatestVersionCreatedAt,
+}
+
+impl ModelSort {
+    /// The parameter's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ModelCreatedAt => "model_created_at",
+            Self::LatestVersionCreatedAt => "latest_version_created_at",
+        }
+    }
+}
+
+impl SortDirection {
+    /// The parameter's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Asc => "asc",
+            Self::Desc => "desc",
+        }
+    }
+}
+
+impl super::field::FieldValue for ModelSort {
+    fn from_value(value: serde_json::Value) -> Result<Self, super::field::Faults> {
+        match value.as_str() {
+            Some("model_created_at") => Ok(Self::ModelCreatedAt),
+            Some("latest_version_created_at") => Ok(Self::LatestVersionCreatedAt),
+            _ => Err(super::field::Faults::new("One of model_created_at, latest_version_created_at.")),
+        }
+    }
+}
+
+/// The direction of a sorted list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum SortDirection {
+    /// Oldest first.
+    Asc,
+    /// Newest first.
+    #[default]
+    Desc,
+}
+
+impl super::field::FieldValue for SortDirection {
+    fn from_value(value: serde_json::Value) -> Result<Self, super::field::Faults> {
+        match value.as_str() {
+            Some("asc") => Ok(Self::Asc),
+            Some("desc") => Ok(Self::Desc),
+            _ => Err(super::field::Faults::new("One of asc, desc.")),
+        }
+    }
+}
+
+/// How a model list is sorted, when it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ModelOrder {
+    /// By what.
+    pub by: ModelSort,
+    /// Which way.
+    pub direction: SortDirection,
+}
 
 /// A well-formed search.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +163,8 @@ pub struct ModelListQuery {
     pub text: Option<String>,
     /// The page.
     pub paging: Paging,
+    /// The order asked for (`sort_by`, `sort_direction`), if any: else by address.
+    pub order: Option<ModelOrder>,
 }
 
 impl super::FromQuery for ModelListQuery {
@@ -94,10 +175,14 @@ impl super::FromQuery for ModelListQuery {
         let sent = search.query.optional("query", &mut errors);
         let text = sent.map(|raw| text(Some(&raw)).map_err(|e| errors.push(e)).ok());
         let paging = Paging::read(paging, &mut errors);
+        let by = search.sort_by.optional("sort_by", &mut errors);
+        let direction = search.sort_direction.optional("sort_direction", &mut errors);
+        let order = (by.is_some() || direction.is_some())
+            .then(|| ModelOrder { by: by.unwrap_or_default(), direction: direction.unwrap_or_default() });
         match text {
             _ if !errors.is_empty() => Err(errors),
-            Some(text) => Ok(Self { text, paging }),
-            None => Ok(Self { text: None, paging }),
+            Some(text) => Ok(Self { text, paging, order }),
+            None => Ok(Self { text: None, paging, order }),
         }
     }
 }
@@ -118,5 +203,25 @@ mod tests {
         assert_eq!(fields("query=%0A"), vec!["query"], "a line break alone is blank too");
         assert_eq!(fields(""), vec!["query"]);
         assert_eq!(fields(&format!("query={}&limit=0", "x".repeat(201))), vec!["query", "limit"]);
+    }
+
+    #[test]
+    fn a_model_list_is_sorted_only_when_asked_and_newest_first_by_default() {
+        let order = |raw: &str| ModelListQuery::from_query(Some(raw)).expect("valid").order;
+        assert_eq!(order(""), None, "by address");
+        assert_eq!(
+            order("sort_by=latest_version_created_at"),
+            Some(ModelOrder { by: ModelSort::LatestVersionCreatedAt, direction: SortDirection::Desc })
+        );
+        assert_eq!(
+            order("sort_direction=asc"),
+            Some(ModelOrder { by: ModelSort::ModelCreatedAt, direction: SortDirection::Asc })
+        );
+        let fields: Vec<String> = ModelListQuery::from_query(Some("sort_by=name&sort_direction=up"))
+            .expect_err("invalid")
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(fields, vec!["sort_by", "sort_direction"]);
     }
 }

@@ -224,3 +224,68 @@ async fn a_models_readme_is_its_description_and_its_examples_an_empty_page() {
         assert_eq!(hidden.status(), 404, "a private model's {path}");
     }
 }
+
+/// `models.list` with `sort_by` and `sort_direction`, as Replicate's clients send them:
+/// creation order either way, models without a version last by their latest version, and the
+/// next page sorted the same way; a bad value is a 400 naming it.
+#[tokio::test]
+async fn models_are_listed_by_creation_or_latest_version_either_way() {
+    let system = System::start_with(Options { runner: false, notifier: false, ..Options::default() }).await;
+    system.register_models_only().await;
+    // Created in an order that is not their address order.
+    for name in ["c-first", "b-second", "a-third"] {
+        let created =
+            system.request(Method::POST, "/v1/models").json(&new_model(name, "private")).send().await.expect("sent");
+        assert_eq!(created.status(), 201);
+    }
+    let names = |page: &Value| -> Vec<String> {
+        page["results"]
+            .as_array()
+            .expect("a page")
+            .iter()
+            .map(|m| format!("{}/{}", m["owner"].as_str().unwrap_or(""), m["name"].as_str().unwrap_or("")))
+            .collect()
+    };
+    let ours =
+        |all: Vec<String>| -> Vec<String> { all.into_iter().filter(|n| n.starts_with("test-account/")).collect() };
+    let system = &system;
+    let page = |query: &str| {
+        let path = format!("/replicate/v1/models?limit=100&{query}");
+        async move { system.get(&path).await.json_body().await }
+    };
+
+    let oldest_first = page("sort_by=model_created_at&sort_direction=asc").await;
+    assert_eq!(ours(names(&oldest_first)), ["test-account/c-first", "test-account/b-second", "test-account/a-third"]);
+    let registered = names(&oldest_first).iter().position(|n| n == "demo/echo").expect("registered models listed");
+    assert!(registered < names(&oldest_first).len() - 3, "registered at start, before the account's models");
+    let newest_first = page("sort_by=model_created_at").await;
+    assert_eq!(
+        ours(names(&newest_first)),
+        ["test-account/a-third", "test-account/b-second", "test-account/c-first"],
+        "desc by default"
+    );
+    assert_eq!(names(&newest_first)[0], "test-account/a-third");
+
+    // The account's models have no version yet: last, whichever the direction.
+    for direction in ["asc", "desc"] {
+        let by_version = names(&page(&format!("sort_by=latest_version_created_at&sort_direction={direction}")).await);
+        let tail: Vec<&String> = by_version.iter().rev().take(3).collect();
+        assert!(tail.iter().all(|n| n.starts_with("test-account/")), "{direction}: {by_version:?}");
+        assert!(by_version.iter().any(|n| n == "demo/echo"));
+    }
+
+    let first = system.get("/replicate/v1/models?limit=1&sort_by=model_created_at").await.json_body().await;
+    assert_eq!(names(&first), ["test-account/a-third"]);
+    let next = first["next"].as_str().expect("a next page");
+    assert!(next.contains("sort_by=model_created_at") && next.contains("sort_direction=desc"), "{next}");
+    let path =
+        next.split_once("/replicate/v1").map(|(_, p)| format!("/replicate/v1{p}")).expect("a link of the surface");
+    assert_eq!(names(&system.get(&path).await.json_body().await), ["test-account/b-second"]);
+
+    let bad = system.get("/v1/models?sort_by=name&sort_direction=sideways").await;
+    assert_eq!(bad.status(), 400);
+    let body = bad.json_body().await;
+    let fields: Vec<&str> =
+        body["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
+    assert_eq!(fields, ["sort_by", "sort_direction"]);
+}

@@ -165,6 +165,27 @@ impl ModelVersions {
         self.coll.find_one_and_delete(doc! { "_id": id, "model": model.to_string() }).await
     }
 
+    /// The id, model and creation time of every version of `models`, and nothing else.
+    pub async fn created_of(&self, models: &[ModelRef]) -> Result<Vec<(String, ModelRef, DateTime)>, StoreError> {
+        #[derive(Deserialize)]
+        struct Key {
+            #[serde(rename = "_id")]
+            id: String,
+            model: ModelRef,
+            created_at: DateTime,
+        }
+        let names: Vec<String> = models.iter().map(ToString::to_string).collect();
+        let keys = self.coll.clone_with_type::<Key>();
+        let found: Vec<Key> = keys
+            .find(doc! { "model": { "$in": names } })
+            .projection(doc! { "_id": 1, "model": 1, "created_at": 1 })
+            .max_time(super::read_limit())
+            .await?
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().map(|k| (k.id, k.model, k.created_at)).collect())
+    }
+
     /// Every version of `model`, newest first.
     pub async fn list_for(&self, model: &ModelRef) -> Result<Vec<ModelVersionRecord>, StoreError> {
         self.coll

@@ -5,6 +5,7 @@
 //! reserves in stored documents.
 
 use bson::{DateTime, doc};
+use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -93,6 +94,26 @@ impl Models {
     /// One page of the registered models by address, and how many there are in all.
     pub async fn list(&self, offset: u64, limit: i64) -> Result<(Vec<ModelRecord>, u64), StoreError> {
         super::page(&self.coll, doc! {}, doc! { "_id": 1 }, offset, limit).await
+    }
+
+    /// Every registered model's address and current version, and nothing else of it: the keys
+    /// a sorted list orders before it reads the page's models whole.
+    pub async fn addresses(&self) -> Result<Vec<(ModelRef, String)>, StoreError> {
+        #[derive(Deserialize)]
+        struct Key {
+            #[serde(rename = "_id")]
+            model: ModelRef,
+            version: String,
+        }
+        let keys = self.coll.clone_with_type::<Key>();
+        let found: Vec<Key> = keys
+            .find(doc! {})
+            .projection(doc! { "_id": 1, "version": 1 })
+            .max_time(super::read_limit())
+            .await?
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().map(|k| (k.model, k.version)).collect())
     }
 
     /// A registered model.

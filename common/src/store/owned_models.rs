@@ -14,6 +14,7 @@
 //! with a version, not even when its name is made again.
 
 use bson::{DateTime, doc};
+use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +126,27 @@ impl OwnedModels {
     ) -> Result<(Vec<OwnedModel>, u64), StoreError> {
         let visible = doc! { "$or": [{ "account_id": account.as_str() }, { "visibility": "public" }] };
         super::page(&self.coll, visible, doc! { "_id": 1 }, offset, limit).await
+    }
+
+    /// The address and creation time of every model `account` may see (its own and every
+    /// public one), and nothing else of them: the keys a sorted list orders.
+    pub async fn created_visible_to(&self, account: &AccountId) -> Result<Vec<(ModelRef, DateTime)>, StoreError> {
+        #[derive(Deserialize)]
+        struct Key {
+            #[serde(rename = "_id")]
+            model: ModelRef,
+            created_at: DateTime,
+        }
+        let visible = doc! { "$or": [{ "account_id": account.as_str() }, { "visibility": "public" }] };
+        let keys = self.coll.clone_with_type::<Key>();
+        let found: Vec<Key> = keys
+            .find(visible)
+            .projection(doc! { "_id": 1, "created_at": 1 })
+            .max_time(super::read_limit())
+            .await?
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().map(|k| (k.model, k.created_at)).collect())
     }
 
     /// Sets `fields` (stored names, as strings) of `account`'s `model`, unless a delete of it
