@@ -56,6 +56,10 @@ use crate::{
     models::cog::{CogContext, CogModel, callbacks::Callbacks, uploads::Uploads},
 };
 
+/// How long the background tasks (reconciler, sweeps, floors) have to stop after the
+/// consumer is done: they stop at the shutdown signal and need only finish a step.
+const BACKGROUND_STOP: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs until `shutdown` fires: registers the models, then consumes their jobs.
 pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let common = &config.common;
@@ -160,8 +164,10 @@ pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::R
     .await;
     drop(answering);
     background.close();
-    if tokio::time::timeout(config.shutdown_grace, background.wait()).await.is_err() {
-        tracing::warn!("the reconciler or the retention sweep did not stop within the grace period");
+    // They stop at `shutdown`; the grace was the running predictions', not theirs again, so a
+    // pod's stop stays within its grace plus a fixed overhead (docs/kubernetes.md).
+    if tokio::time::timeout(BACKGROUND_STOP, background.wait()).await.is_err() {
+        tracing::warn!(?BACKGROUND_STOP, "the reconciler or the retention sweep did not stop in time");
     }
     consumed
 }

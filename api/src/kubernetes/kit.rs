@@ -89,6 +89,16 @@ pub struct ModelSpec {
     /// then run its trainings, one at a time each, scaled from zero (default false).
     #[serde(default)]
     pub train: bool,
+    /// How long, in seconds, a prediction already running may take to finish when its pod is
+    /// stopped (a scale-down, a rollout, a node drain) before it is handed back to run again
+    /// elsewhere from the start (default 120): the pod's runner waits that long, and the pod
+    /// is given that long and the runner's own shutdown on top.
+    #[serde(default = "default_drain")]
+    pub drain_seconds: u32,
+}
+
+fn default_drain() -> u32 {
+    120
 }
 
 fn default_capability() -> String {
@@ -183,6 +193,7 @@ models:
         let kit = Kit::parse(KIT).expect("the example parses");
         let model = kit.model("acme/captioner").expect("declared");
         assert_eq!((model.concurrency, model.min_instances, model.max_instances), (1, 0, 1));
+        assert_eq!(model.drain_seconds, 120);
         assert_eq!(kit.pools["gpu-t4"].tolerations.len(), 1);
     }
 

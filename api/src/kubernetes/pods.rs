@@ -26,6 +26,10 @@ const COOLDOWN_SECONDS: u32 = 300;
 /// The runner's startup checks, 10 s apart, before it counts as failed to start: an hour for
 /// the model's setup.
 const STARTUP_CHECKS: u32 = 360;
+/// What a runner's shutdown takes past its grace for running predictions, at most: handing
+/// back the rest, freeing account slots (2 s), stopping its background tasks (5 s) and its
+/// Cog server (SIGTERM, SIGKILL after 10 s), with room to spare.
+pub const RUNNER_SHUTDOWN_OVERHEAD_SECONDS: u32 = 30;
 /// Failed reads of the figure in a row after which KEDA runs the fallback's pods.
 const FALLBACK_FAILURES: u32 = 3;
 
@@ -235,6 +239,7 @@ fn deployment(kit: &Kit, t: &Template) -> Value {
         env("RUNNER_CONCURRENCY", concurrency.clone()),
         env("RUNNER_MODEL_CONCURRENCY", concurrency.clone()),
         env("RUNNER_METRICS_BIND", "0.0.0.0:9090"),
+        env("RUNNER_SHUTDOWN_GRACE_SECONDS", t.spec.drain_seconds.to_string()),
     ];
     if let Some(version) = t.trainer {
         runner_env.push(env("RUNNER_MODEL_VERSIONS", format!("{}={version}", t.model)));
@@ -276,8 +281,9 @@ fn deployment(kit: &Kit, t: &Template) -> Value {
         cog["resources"] = quantities_as_strings(resources);
     }
     let mut pod = json!({
-        // Running predictions get RUNNER_SHUTDOWN_GRACE_SECONDS to finish, then are handed back.
-        "terminationGracePeriodSeconds": 30,
+        // Running predictions get the model's drain_seconds (RUNNER_SHUTDOWN_GRACE_SECONDS) to
+        // finish, then are handed back; the runner's own shutdown fits in the rest.
+        "terminationGracePeriodSeconds": t.spec.drain_seconds + RUNNER_SHUTDOWN_OVERHEAD_SECONDS,
         "containers": [runner, cog],
     });
     if !t.pool.node_selector.is_empty() {
@@ -423,6 +429,18 @@ mod tests {
             assert_eq!(named("RUNNER_VERSIONS_ARE_LATEST"), Some(json!("false")), "{serves}");
         }
         assert!(env("model acme/m").to_string().find("RUNNER_VERSIONS_ARE_LATEST").is_none());
+        // A running prediction is given the model's drain to finish, and the pod that and the
+        // runner's own shutdown: a stop never cuts a drain short.
+        let grace = &env("model acme/m")
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|v| v["name"] == "RUNNER_SHUTDOWN_GRACE_SECONDS")
+            .expect("set")["value"]
+            .clone();
+        assert_eq!(grace, &json!("120"), "the default drain");
+        let pod = of("Deployment", "model acme/m")["spec"]["template"]["spec"].clone();
+        assert_eq!(pod["terminationGracePeriodSeconds"], json!(120 + RUNNER_SHUTDOWN_OVERHEAD_SECONDS));
         assert_eq!(
             query("version v1 of model acme/m"),
             r#"max(version_pending_predictions{model="acme/m",version="v1"}) or on() (0 * max(model_pending_predictions{model="acme/m"}))"#

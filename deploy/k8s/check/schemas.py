@@ -20,7 +20,13 @@ import sys
 import yaml
 
 # The Kubernetes kinds the manifests use.
-KINDS = {("", "v1", "ConfigMap"), ("", "v1", "Service"), ("apps", "v1", "Deployment")}
+KINDS = {
+    ("", "v1", "ConfigMap"),
+    ("", "v1", "Service"),
+    ("apps", "v1", "Deployment"),
+    ("batch", "v1", "Job"),
+    ("policy", "v1", "PodDisruptionBudget"),
+}
 
 
 def closed(schema):
