@@ -42,6 +42,9 @@ pub const MAX_BATCH: usize = 256;
 /// batches of what had ended the moment before cost 0.2 writes and 20 µs of runner CPU a
 /// prediction in the cost bench, 8 in flight).
 pub const GATHER: Duration = Duration::from_millis(250);
+/// How long after an hour ends its writers' totals are folded together (see
+/// [`UsageLedger::fold_settled_hours`]).
+pub const FOLD_AFTER: Duration = Duration::from_secs(2 * 3600);
 /// The pause before a failed step is tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
@@ -166,6 +169,23 @@ impl UsageLedger {
             tracing::info!(predictions = seen, "counted the usage of predictions whose writer did not");
         }
         Ok(seen)
+    }
+
+    /// Folds the writers' totals of settled hours (see [`UsageTotals::fold`]): hours that
+    /// ended [`FOLD_AFTER`] ago or more, and before the oldest prediction whose usage is still
+    /// pending; at most `limit` totals a call. How many it folded.
+    pub async fn fold_settled_hours(&self, limit: i64) -> Result<usize, StoreError> {
+        let hour_of = |millis: i64| millis - millis.rem_euclid(3_600_000);
+        let settled = DateTime::now().timestamp_millis() - i64::try_from(FOLD_AFTER.as_millis()).unwrap_or(i64::MAX);
+        let mut until = hour_of(settled);
+        if let Some(oldest) = self.predictions.oldest_usage_pending().await? {
+            until = until.min(hour_of(oldest.timestamp_millis()));
+        }
+        let folded = self.totals.fold(DateTime::from_millis(until), limit).await?;
+        if folded > 0 {
+            tracing::info!(folded, "usage totals of settled hours folded into one per account, hour and group");
+        }
+        Ok(folded)
     }
 
     /// Adds `writer`'s claimed batch `seq` again, whole (all of it still pending: it is marked

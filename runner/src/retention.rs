@@ -142,6 +142,11 @@ impl Sweeper {
                 Ok(n) => swept.done += n,
                 Err(e) => swept.one(Err(e.into()), "the usage sweep"),
             }
+            // After the recovery: what it counted is no longer pending, so more hours settle.
+            match usage.fold_settled_hours(BATCH).await {
+                Ok(n) => swept.done += n,
+                Err(e) => swept.one(Err(e.into()), "the fold of settled usage totals"),
+            }
         }
         swept.add(self.expire_files(&self.files).await);
         swept.add(self.tend_lanes().await);

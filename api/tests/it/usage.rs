@@ -179,3 +179,59 @@ async fn removing_a_predictions_data_keeps_its_usage() {
     let body = system.get("/v1/usage").await.json_body().await;
     assert_eq!(body["totals"]["count"], json!({"succeeded": 1, "failed": 0, "canceled": 0}));
 }
+
+/// Every process start writes totals of its own; once an hour is settled they are folded into
+/// one document per account, hour and group, with the same sums, even when two sweeps fold
+/// the same document at once; an hour still open is left as it is.
+#[tokio::test]
+async fn the_totals_of_a_settled_hour_are_folded_into_one_per_group_and_sum_the_same() {
+    use common::{
+        domain::{AccountId, Metrics, Micros},
+        store::usage::{Counted, FOLDED_WRITER, UsageGroup},
+    };
+    let context = testkit::TestContext::new();
+    let store = context.store().await;
+    let totals = store.usage_totals();
+    let account = AccountId::generate();
+    let hour = |hours_ago: i64| {
+        let now = bson::DateTime::now().timestamp_millis();
+        bson::DateTime::from_millis(now - now.rem_euclid(3_600_000) - hours_ago * 3_600_000)
+    };
+    let group = UsageGroup {
+        model: "demo/echo".into(),
+        deployment: None,
+        hardware: None,
+        api_key: None,
+        kind: "prediction".into(),
+    };
+    let one = |at, status| {
+        let metrics = Metrics { predict_time: 1.5, total_time: 2.0, cost: Micros(10) };
+        Counted::one(account.clone(), at, group.clone(), status, metrics)
+    };
+    // Three process starts counted in an hour five hours ago; one counts in this hour.
+    for (writer, status) in
+        [("w1", PredictionStatus::Succeeded), ("w2", PredictionStatus::Failed), ("w3", PredictionStatus::Succeeded)]
+    {
+        assert!(totals.add(writer, 1, &one(hour(5), status)).await.expect("added"));
+    }
+    assert!(totals.add("w3", 2, &one(hour(0), PredictionStatus::Canceled)).await.expect("added"));
+    let before = totals.between(Some(&account), hour(6), hour(-1)).await.expect("read");
+    assert_eq!(before.len(), 4);
+
+    // Two sweeps read the same document, and both fold it.
+    let stale = before.iter().find(|t| t.id.starts_with("w1|")).expect("w1's").clone();
+    totals.fold_one(&stale).await.expect("folded");
+    totals.fold_one(&stale).await.expect("folded again");
+    let ledger = UsageLedger::start(&store);
+    assert_eq!(ledger.fold_settled_hours(100).await.expect("folded"), 2, "w2's and w3's of the settled hour");
+
+    let after = totals.between(Some(&account), hour(6), hour(-1)).await.expect("read");
+    assert_eq!(after.len(), 2, "one folded total for the settled hour, the open hour's as it was: {after:?}");
+    let folded = after.iter().find(|t| t.hour == hour(5)).expect("the settled hour");
+    assert!(folded.id.starts_with(&format!("{FOLDED_WRITER}|")));
+    assert_eq!((folded.succeeded, folded.failed, folded.canceled), (2, 1, 0), "w1 counted once");
+    assert_eq!(folded.cost, Micros(30));
+    assert!((folded.predict_time - 4.5).abs() < 1e-9);
+    let spent = totals.spent_since(&account, hour(6)).await.expect("read");
+    assert_eq!(spent, Micros(40), "the same spending before and after");
+}

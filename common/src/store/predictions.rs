@@ -537,4 +537,16 @@ impl Predictions {
         let filter = doc! { "usage.pending": true, "completed_at": { "$lt": before } };
         self.page_after(filter, "completed_at", from, limit).await
     }
+
+    /// When the oldest prediction whose usage is still pending ended, if any is (the index
+    /// on `usage.pending` and `completed_at` finds it).
+    pub async fn oldest_usage_pending(&self) -> Result<Option<bson::DateTime>, StoreError> {
+        let ended = self.coll.clone_with_type::<bson::Document>();
+        let oldest = ended
+            .find_one(doc! { "usage.pending": true })
+            .sort(doc! { "completed_at": 1 })
+            .projection(doc! { "completed_at": 1 })
+            .await?;
+        Ok(oldest.and_then(|d| d.get_datetime("completed_at").ok().copied()))
+    }
 }

@@ -197,7 +197,68 @@ impl UsageTotals {
     }
 }
 
+/// The writer name of the totals that [`UsageTotals::fold`] makes: one document per account,
+/// hour and group, holding what every writer had counted there.
+pub const FOLDED_WRITER: &str = "folded";
+
 impl UsageTotals {
+    /// Folds writers' totals of hours before `until` into one document per account, hour and
+    /// group (at most `limit` of them this call); how many it folded. Every process start is a
+    /// writer of its own, so without this the totals grew by a document per process, hour and
+    /// group, and every read (a budget's, every 2 s) read them all.
+    ///
+    /// The caller passes an `until` no later than the hour of the oldest prediction whose
+    /// usage is still pending: nothing can then be added to a folded hour again (a batch is
+    /// only ever added again while its predictions are pending), so a writer's `last_seq`
+    /// guard is no longer needed there. Each document is folded on its own, twice-safe: its
+    /// sums go into the folded total only where its id is not yet listed in that total's
+    /// `folded`, in the same update that lists it (a second folder's repeat matches nothing,
+    /// and its upsert is refused by the unique `_id`), and then it is deleted. Between the two
+    /// writes a read counts it twice, for a moment, never less than once.
+    pub async fn fold(&self, until: DateTime, limit: i64) -> Result<usize, StoreError> {
+        let filter = doc! { "hour": { "$lt": until }, "folded": { "$exists": false } };
+        let unfolded: Vec<UsageTotal> = self.coll.find(filter).limit(limit).await?.try_collect().await?;
+        for total in &unfolded {
+            self.fold_one(total).await?;
+        }
+        Ok(unfolded.len())
+    }
+
+    /// Folds one writer's `total` into its folded total, then deletes it (see [`Self::fold`]).
+    pub async fn fold_one(&self, total: &UsageTotal) -> Result<(), StoreError> {
+        let counted = Counted {
+            account_id: total.account_id.clone(),
+            hour: total.hour,
+            group: total.group.clone(),
+            succeeded: total.succeeded,
+            failed: total.failed,
+            canceled: total.canceled,
+            predict_time: total.predict_time,
+            total_time: total.total_time,
+            cost: total.cost,
+        };
+        let group = bson::to_bson(&counted.group).map_err(|e| mongodb::error::Error::custom(e.to_string()))?;
+        let update = doc! {
+            "$inc": {
+                "succeeded": counted.succeeded,
+                "failed": counted.failed,
+                "canceled": counted.canceled,
+                "predict_time": counted.predict_time,
+                "total_time": counted.total_time,
+                "cost_micros": counted.cost.0,
+            },
+            "$push": { "folded": &total.id },
+            "$setOnInsert": { "account_id": counted.account_id.as_str(), "hour": counted.hour, "group": group, "last_seq": 0_i64 },
+        };
+        let filter = doc! { "_id": counted.total_id(FOLDED_WRITER), "folded": { "$ne": &total.id } };
+        match self.coll.update_one(filter, update).upsert(true).await {
+            Ok(_) => {}
+            Err(e) if is_duplicate_key(&e) => {}
+            Err(e) => return Err(e),
+        }
+        self.coll.delete_one(doc! { "_id": &total.id }).await.map(drop)
+    }
+
     /// What `account` spent on jobs that ended from `from` on (every writer's totals of those
     /// hours; an index on `{account_id, hour}` finds them).
     pub async fn spent_since(&self, account: &AccountId, from: DateTime) -> Result<Micros, StoreError> {
