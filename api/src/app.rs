@@ -56,6 +56,8 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
 pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let grace = config.shutdown_grace;
     let state = connect(config).await?;
+    // A cancel's end time is stamped by the database's clock (common::store::clock).
+    state.store.keep_clock(shutdown.clone());
     let (background, job_outbox) = (state.background.clone(), state.job_outbox.clone());
     let app = app(state);
     tracing::info!(addr = %listener.local_addr()?, "api listening");

@@ -223,7 +223,12 @@ public class Launcher {
             }
             Document failing = take(channel.attr(APP_NAME).get(), command);
             if (failing == null) {
-                return run.get();
+                Document reply = run.get();
+                // mongod's `hello` says the server's time (`localTime`); the library's does not.
+                if (command.equalsIgnoreCase("ismaster") || command.equals("hello")) {
+                    reply.putIfAbsent("localTime", new java.util.Date());
+                }
+                return reply;
             }
             if (Boolean.TRUE.equals(failing.get("closeConnection"))) {
                 channel.close();
@@ -860,6 +865,11 @@ public class Launcher {
             return reply;
         }
         return FailPoint.handle(channel, command, query, () -> {
+            if (command.equals("hello")) {
+                // mongod (4.4.2 and later) answers `hello` as a command too, not only in the
+                // handshake; the library knows it only as `isMaster`.
+                return library.run("isMaster", new Document("isMaster", 1));
+            }
             if (!command.equals("createIndexes")) {
                 return library.run(command, query);
             }

@@ -64,6 +64,8 @@ const BACKGROUND_STOP: std::time::Duration = std::time::Duration::from_secs(5);
 pub async fn run(config: RunnerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let common = &config.common;
     let (store, bus) = common::connect::connect(common, "runner").await?;
+    // Jobs' start and end times are stamped by the database's clock (common::store::clock).
+    store.keep_clock(shutdown.clone());
 
     let mut available = models::builtin::all_with_versions(&config.versions);
     let mut trainers: Vec<Arc<dyn models::Model>> = Vec::new();

@@ -7,7 +7,7 @@
 //! gives its ticket back to its queue lane, so those behind it move up.
 
 use crate::problem::FieldError;
-use bson::{DateTime, doc};
+use bson::doc;
 use common::{
     domain::{JobKind, Prediction, PredictionStatus, WebhookEvent},
     messages::{Announcement, PredictionChanged},
@@ -38,7 +38,7 @@ pub async fn cancel(state: &AppState, caller: &Caller, id: &str, kind: JobKind) 
                 vec![FieldError::invalid("status", format!("The {noun} is {}.", current.status))],
             ));
         }
-        let now = DateTime::now();
+        let now = state.store.clock().now();
         let metrics = current.metrics_at(now);
         let mut changes = doc! { "completed_at": now, "metrics": bson::to_bson(&metrics)? };
         common::usage::mark_pending(&mut changes);

@@ -9,6 +9,7 @@ mod cog_file_inputs;
 mod cog_outputs;
 mod collections;
 mod console;
+mod database_clock;
 mod deployments;
 mod disconnects;
 mod end_to_end;

@@ -34,6 +34,7 @@
 pub mod accounts;
 pub mod api_keys;
 pub mod budget_notices;
+pub mod clock;
 pub mod collections;
 pub mod commands;
 pub mod console_sessions;
@@ -403,6 +404,7 @@ pub const MAJORITY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Store {
     db: Database,
     commands: commands::CommandCounts,
+    clock: clock::ServerClock,
 }
 
 impl Store {
@@ -427,7 +429,7 @@ impl Store {
             options.command_event_handler = Some(commands.handler(monitoring == commands::Monitoring::Shapes));
         }
         let client = Client::with_options(options)?;
-        Ok(Self { db: client.database(database), commands })
+        Ok(Self { db: client.database(database), commands, clock: clock::ServerClock::default() })
     }
 
     /// A client of its own for readiness checks ([`crate::readiness`]): a pool of one
@@ -437,7 +439,22 @@ impl Store {
         let mut options = client_options(ClientOptions::parse(uri).await?, app_name);
         (options.max_pool_size, options.min_pool_size) = (Some(1), Some(0));
         let client = Client::with_options(options)?;
-        Ok(Self { db: client.database(database), commands: commands::CommandCounts::default() })
+        Ok(Self {
+            db: client.database(database),
+            commands: commands::CommandCounts::default(),
+            clock: clock::ServerClock::default(),
+        })
+    }
+
+    /// The server's clock as measured by this store's process ([`clock`]): what the times a
+    /// prediction is billed by are stamped with.
+    pub fn clock(&self) -> &clock::ServerClock {
+        &self.clock
+    }
+
+    /// Measures the server's clock now and every minute until `shutdown` (see [`clock`]).
+    pub fn keep_clock(&self, shutdown: tokio_util::sync::CancellationToken) {
+        tokio::spawn(self.clock.clone().keep_measuring(self.db.clone(), shutdown));
     }
 
     /// Answers when the server answers a `ping`.

@@ -8,7 +8,7 @@
 //! found `processing` under it already is settled with its holder ([`super::holder`]).
 
 use anyhow::Context;
-use bson::{DateTime, doc};
+use bson::doc;
 use common::{
     domain::{Prediction, PredictionId, PredictionStatus, WebhookEvent},
     messages::Announcement,
@@ -62,7 +62,7 @@ impl Executor {
         let predictions = self.store.predictions();
         let job_seq = i64::try_from(stream_seq).unwrap_or(i64::MAX);
         let writing = std::time::Instant::now();
-        let started_at = DateTime::now();
+        let started_at = self.store.clock().now();
         let started_on = self.prices.started_on();
         let changes = doc! {
             "started_at": started_at,

@@ -357,7 +357,7 @@ impl Executor {
     /// `failed`, or `canceled` for a client's deadline ([`common::domain::deadline`]); returns
     /// it after the change, or `None` if it changed meanwhile.
     pub async fn fail(&self, p: &Prediction, error: ModelError) -> anyhow::Result<Option<Prediction>> {
-        let completed_at = DateTime::now();
+        let completed_at = self.store.clock().now();
         let metrics = p.metrics_at(completed_at);
         let status = deadline::status_of_error(&error.code);
         let mut changes = doc! {
@@ -585,7 +585,7 @@ impl Executor {
         drop(running_here);
         // A result is stored until it is: the model never runs again because storing failed.
         // Only a shutdown hands the job back unstored (another runner then runs it again).
-        let completed_at = bson::DateTime::now();
+        let completed_at = self.store.clock().now();
         let mut pause = SAVE_PAUSE;
         loop {
             let at = seq.load(Ordering::Acquire);
