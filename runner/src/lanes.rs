@@ -13,7 +13,18 @@
 //! a scan of the jobs stream's subjects every [`SCAN_INTERVAL`]).
 //!
 //! Lanes are opened idempotently (`create_consumer` with the same configuration); the server
-//! deletes a lane's consumer after [`LANE_INACTIVE_THRESHOLD`] without pulls. Jobs published
+//! deletes a lane's consumer after [`LANE_INACTIVE_THRESHOLD`] without pulls.
+//!
+//! A lane's consumer keeps its state in memory, not on file: its state (which jobs were
+//! delivered) is worth nothing that MongoDB does not already hold, since a prediction's status
+//! decides whether a delivery runs (a job delivered again to a new consumer finds its
+//! prediction running or ended, [`crate::execute`]), and with one lane per model, route,
+//! account and level there can be tens of thousands of them, each writing its acks to disk on
+//! every server. It keeps the stream's replicas: NATS refuses a consumer of a work-queue
+//! stream with fewer (error 10134), so on a cluster each lane is still a Raft group, a cost
+//! docs/queue.md counts. A lane whose consumer lost its state or its servers answers no
+//! fetch: [`Lanes::reset`] deletes it, and the next doorbell or scan opens it again. Consumers
+//! made by releases before this one (on file) are used as they are until they age out. Jobs published
 //! in the formats of before drain after an upgrade through lanes of no route: those of before
 //! versions were routed (`<account>.<id>` after the model) through each account's former lane,
 //! those of before accounts had lanes (`<id>`) through the model's former consumer; any runner
@@ -34,6 +45,9 @@ pub const SCAN_INTERVAL: Duration = Duration::from_secs(10);
 /// A lane's consumer is deleted by the server after this long without pulls (longer than any
 /// prediction may run, so a job in flight never loses its consumer).
 pub const LANE_INACTIVE_THRESHOLD: Duration = Duration::from_secs(24 * 3600);
+
+/// How long [`Lanes::reset`] waits for a consumer's info, and for its delete.
+const RESET_CHECK: Duration = Duration::from_secs(2);
 
 /// Opens and finds lanes on the jobs stream.
 pub struct Lanes {
@@ -63,9 +77,36 @@ impl Lanes {
             ack_wait: self.ack_wait,
             max_deliver: self.max_deliver,
             inactive_threshold,
+            memory_storage: true,
             ..Default::default()
         };
-        self.stream.create_consumer(config).await.with_context(|| format!("creating consumer {name}"))
+        match self.stream.create_consumer(config).await {
+            Ok(consumer) => Ok(consumer),
+            // A consumer of an earlier release, on file: its storage cannot be changed, so it
+            // is used as it is.
+            Err(e) if e.to_string().contains("storage type can not be updated") => {
+                self.stream.get_consumer(&name).await.map_err(|e| anyhow::anyhow!("opening consumer {name}: {e}"))
+            }
+            Err(e) => Err(e).with_context(|| format!("creating consumer {name}")),
+        }
+    }
+
+    /// After a fetch from the lane failed: if its consumer does not answer (its server is
+    /// gone, or restarted and lost it), deletes it, so the lane is opened again where a server
+    /// answers. A consumer that answers is left as it is (the fetch failed for another cause).
+    pub async fn reset(&self, key: &Lane) {
+        let name = key.consumer(&self.subjects);
+        let info = tokio::time::timeout(RESET_CHECK, self.stream.consumer_info(&name)).await;
+        if matches!(info, Ok(Ok(_))) {
+            return;
+        }
+        match tokio::time::timeout(RESET_CHECK, self.stream.delete_consumer(&name)).await {
+            Ok(Ok(_)) => {
+                tracing::warn!(consumer = %name, "a lane's consumer did not answer; deleted, to be opened again")
+            }
+            Ok(Err(e)) => tracing::debug!(consumer = %name, error = %e, "a silent lane consumer not deleted"),
+            Err(_) => tracing::debug!(consumer = %name, "a silent lane consumer's delete not answered"),
+        }
     }
 
     /// The lanes of `model` that hold a job (waiting or running), and how many jobs they hold.

@@ -285,6 +285,7 @@ impl Scheduler {
                     if draining {
                         return total;
                     }
+                    self.lanes.reset(&key).await;
                     tokio::select! {
                         () = &mut stop => return total,
                         () = tokio::time::sleep(FETCH_RETRY) => {}

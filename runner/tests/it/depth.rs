@@ -43,3 +43,48 @@ async fn a_taken_job_counts_as_running_and_the_rest_as_waiting() {
     assert_eq!(jobs, 2, "the two acked jobs left the work queue");
     assert_eq!(running(&lanes).await, 0, "the rest wait");
 }
+
+/// A lane's consumer keeps its state in memory (its state is MongoDB's); a file consumer an earlier release made is used as it is; and a lane whose
+/// consumer is gone is opened again after [`Lanes::reset`], while one that answers is kept.
+#[tokio::test]
+async fn a_lanes_consumer_is_kept_in_memory_and_one_that_is_gone_is_opened_again() {
+    use async_nats::jetstream::consumer::{AckPolicy, pull};
+    let fixture = Fixture::new(&[]).await;
+    let subjects = fixture.bus.subjects().clone();
+    let stream = fixture.bus.jetstream().get_stream(subjects.jobs_stream()).await.expect("jobs stream");
+    let lanes = Lanes::new(stream.clone(), subjects.clone(), Duration::from_secs(30), 5);
+    let lane = |account: AccountId| common::lane::Lane {
+        model: "demo/echo".parse::<ModelRef>().expect("model"),
+        route: Some(common::domain::Route { version: "v1".into(), pool: None }),
+        account: Some(account),
+        level: common::domain::Priority::Normal,
+    };
+
+    let fresh = lane(AccountId::generate());
+    let mut consumer = lanes.open(&fresh).await.expect("opened");
+    let info = consumer.info().await.expect("info").clone();
+    assert!(info.config.memory_storage, "in memory");
+
+    // As an earlier release made it: on file.
+    let older = lane(AccountId::generate());
+    let name = older.consumer(&subjects);
+    stream
+        .create_consumer(pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: older.subject(&subjects),
+            ack_policy: AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .expect("a file consumer");
+    let mut kept = lanes.open(&older).await.expect("an earlier release's consumer is opened as it is");
+    assert!(!kept.info().await.expect("info").config.memory_storage);
+
+    // A consumer that answers is kept by a reset; one that is gone stays gone until opened.
+    lanes.reset(&fresh).await;
+    assert!(stream.consumer_info(fresh.consumer(&subjects)).await.is_ok(), "it answers: kept");
+    stream.delete_consumer(&fresh.consumer(&subjects)).await.expect("deleted");
+    lanes.reset(&fresh).await;
+    let mut again = lanes.open(&fresh).await.expect("opened again");
+    assert!(again.info().await.expect("info").config.memory_storage);
+}
