@@ -1,5 +1,6 @@
-"""Checks the operator kit against a live system: every metric that alerts.yml and
-dashboard.json use must be exported by the services' /metrics pages.
+"""Checks the operator kit against a live system: every expression in alerts.yml and
+dashboard.json must parse as PromQL (promql-parser, the Prometheus grammar), and every metric
+they use must be exported by the services' /metrics pages.
 
 Usage: check.py URL [URL ...]  (the /metrics URLs of an api, a runner and a notifier)
 
@@ -15,6 +16,7 @@ import re
 import sys
 import urllib.request
 
+import promql_parser
 import yaml
 
 HERE = pathlib.Path(__file__).parent
@@ -27,18 +29,32 @@ def metrics_in(expr):
     return {n for n in names if n.startswith(PREFIXES)}
 
 
+def parsed(expr, where):
+    """`expr`, after checking it parses as PromQL; names `where` when it does not."""
+    try:
+        promql_parser.parse(expr)
+    except Exception as e:  # the parser raises a plain exception with its reason
+        raise AssertionError(f"{where}: not PromQL ({e}): {expr}") from e
+    return expr
+
+
 def used_by_rules(path):
     groups = yaml.safe_load(path.read_text())["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
     assert rules, "no rules"
     for rule in rules:
         assert rule.get("alert") and rule.get("expr"), f"a rule without alert or expr: {rule}"
+        parsed(rule["expr"], f"alert {rule['alert']}")
     return {m for rule in rules for m in metrics_in(rule["expr"])}
 
 
 def used_by_dashboard(path):
     dashboard = json.loads(path.read_text())
-    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    exprs = [
+        parsed(t["expr"], f"panel {panel.get('title')}")
+        for panel in dashboard["panels"]
+        for t in panel.get("targets", [])
+    ]
     assert exprs, "no panel queries"
     return {m for e in exprs for m in metrics_in(e)}
 
