@@ -127,6 +127,18 @@ impl Counted {
         self.cost += other.cost;
     }
 
+    /// What adding these to a total increments: every sum, by its stored name.
+    fn increments(&self) -> bson::Document {
+        doc! {
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "canceled": self.canceled,
+            "predict_time": self.predict_time,
+            "total_time": self.total_time,
+            "cost_micros": self.cost.0,
+        }
+    }
+
     /// The `_id` of `writer`'s total these go into.
     pub fn total_id(&self, writer: &str) -> String {
         total_id(writer, self)
@@ -162,14 +174,7 @@ impl UsageTotals {
     pub async fn add(&self, writer: &str, seq: i64, counted: &Counted) -> Result<bool, StoreError> {
         let group = bson::to_bson(&counted.group).map_err(|e| mongodb::error::Error::custom(e.to_string()))?;
         let update = doc! {
-            "$inc": {
-                "succeeded": counted.succeeded,
-                "failed": counted.failed,
-                "canceled": counted.canceled,
-                "predict_time": counted.predict_time,
-                "total_time": counted.total_time,
-                "cost_micros": counted.cost.0,
-            },
+            "$inc": counted.increments(),
             "$set": { "last_seq": seq },
             "$setOnInsert": { "account_id": counted.account_id.as_str(), "hour": counted.hour, "group": group },
         };
@@ -239,14 +244,7 @@ impl UsageTotals {
         };
         let group = bson::to_bson(&counted.group).map_err(|e| mongodb::error::Error::custom(e.to_string()))?;
         let update = doc! {
-            "$inc": {
-                "succeeded": counted.succeeded,
-                "failed": counted.failed,
-                "canceled": counted.canceled,
-                "predict_time": counted.predict_time,
-                "total_time": counted.total_time,
-                "cost_micros": counted.cost.0,
-            },
+            "$inc": counted.increments(),
             "$push": { "folded": &total.id },
             "$setOnInsert": { "account_id": counted.account_id.as_str(), "hour": counted.hour, "group": group, "last_seq": 0_i64 },
         };
