@@ -23,7 +23,7 @@ use sha2::Digest;
 use super::{Store, StoreError};
 
 /// The number of this release's index set.
-pub const INDEX_SET: i64 = 1;
+pub const INDEX_SET: i64 = 2;
 
 /// The collection the migration record lives in, and its document.
 const COLLECTION: &str = "migrations";
@@ -108,6 +108,6 @@ mod tests {
     fn the_index_set_has_its_number_and_a_change_of_the_set_a_new_one() {
         // Changed the indexes? Add one to INDEX_SET and pin the new digest here. (A new MongoDB
         // driver may print the set otherwise: then only the digest changes.)
-        assert_eq!((INDEX_SET, index_set_digest().as_str()), (1, "fe9041b58708ba55"));
+        assert_eq!((INDEX_SET, index_set_digest().as_str()), (2, "aa8eab9f3bbf530f"));
     }
 }

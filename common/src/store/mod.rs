@@ -268,6 +268,7 @@ pub fn retired_indexes() -> Vec<(&'static str, &'static str)> {
         ("owned_models", "account_id_1_visibility_1"),
         ("owned_models", "visibility_1_account_id_1"),
         ("queue_lanes", "touched_at_1"),
+        ("usage_totals", "hour_1"),
     ]
 }
 
@@ -341,7 +342,8 @@ pub fn indexes() -> Vec<(&'static str, IndexModel)> {
         ("file_records", plain(doc! { "prediction_id": 1 })),
         ("unfinished_uploads", plain(doc! { "started_at": 1 })),
         ("usage_totals", plain(doc! { "account_id": 1, "hour": 1 })),
-        ("usage_totals", plain(doc! { "hour": 1 })),
+        // The fold of settled hours looks for the totals not folded yet among old hours.
+        ("usage_totals", plain(doc! { "hour": 1, "folded": 1 })),
         ("predictions", plain(doc! { "usage.pending": 1, "completed_at": 1, "_id": 1 })),
         ("budget_receivers", plain(doc! { "account_id": 1 })),
         // The notifier's claim of a due budget notice, and an account's notices.
