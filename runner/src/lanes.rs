@@ -10,7 +10,8 @@
 //! restart could lose.
 //!
 //! How a runner learns about lanes: see [`crate::doorbell`] (a doorbell per published job, and
-//! a scan of the jobs stream's subjects every [`SCAN_INTERVAL`]).
+//! a scan every [`SCAN_INTERVAL`]: a count by the consumers, and a listing of the subjects
+//! when some job has none).
 //!
 //! Lanes are opened idempotently (`create_consumer` with the same configuration); the server
 //! deletes a lane's consumer after [`LANE_INACTIVE_THRESHOLD`] without pulls.
@@ -40,14 +41,41 @@ use async_nats::jetstream::{
 use common::{domain::ModelRef, lane::Lane, subjects::Subjects};
 use futures::TryStreamExt;
 
-/// How often the jobs stream is scanned for lanes no doorbell announced.
+/// How often the jobs stream is scanned for lanes no doorbell announced (a count by its
+/// consumers, [`Lanes::census`]).
 pub const SCAN_INTERVAL: Duration = Duration::from_secs(10);
+/// How often at most a scan lists the jobs stream's subjects although every job is held by a
+/// consumer (a count taken while jobs come and go can miss a lane without one; this bounds
+/// how long).
+pub const LIST_INTERVAL: Duration = Duration::from_secs(60);
 /// A lane's consumer is deleted by the server after this long without pulls (longer than any
 /// prediction may run, so a job in flight never loses its consumer).
 pub const LANE_INACTIVE_THRESHOLD: Duration = Duration::from_secs(24 * 3600);
 
 /// How long [`Lanes::reset`] waits for a consumer's info, and for its delete.
 const RESET_CHECK: Duration = Duration::from_secs(2);
+
+/// What a [`Lanes::census`] counted.
+#[derive(Debug, Default)]
+pub struct Census {
+    /// Per model, the lanes whose consumers hold jobs, and how many.
+    pub models: HashMap<ModelRef, LaneCount>,
+    /// Jobs in the stream that no consumer holds: waiting in a lane that has no consumer (jobs
+    /// published while no runner served it, or whose consumer was deleted), or given up on
+    /// by their consumer; only a listing of the subjects finds their lanes.
+    pub uncovered: u64,
+}
+
+/// One model's lanes with jobs, as their consumers count them.
+#[derive(Debug, Default)]
+pub struct LaneCount {
+    /// The lanes whose consumers hold a job, waiting or running.
+    pub lanes: Vec<Lane>,
+    /// Jobs not yet delivered.
+    pub waiting: usize,
+    /// Jobs taken by a runner and not yet settled.
+    pub running: usize,
+}
 
 /// Opens and finds lanes on the jobs stream.
 pub struct Lanes {
@@ -126,25 +154,48 @@ impl Lanes {
         Ok((lanes, jobs))
     }
 
-    /// How many jobs of each of `models` a runner has taken and not yet settled (their lanes'
-    /// unacknowledged deliveries: the jobs running on any runner), read with one listing of
-    /// the stream's consumers (a request per 256 of them), not a request per lane: with
-    /// 10,000 accounts waiting, a request per lane every scan was 1,000 requests a second.
-    pub async fn running(&self, models: &[ModelRef]) -> anyhow::Result<HashMap<ModelRef, usize>> {
+    /// One count of the jobs stream by its consumers (a request per 256 of them, and one for
+    /// the stream's size), not by its subjects: each lane consumer of `models` says how many
+    /// of its jobs wait (`num_pending`) and run (`num_ack_pending`: taken by a runner and not
+    /// yet settled), and the stream's size less every consumer's jobs is what no consumer
+    /// holds (a lane no runner opened yet). With 10,000 accounts waiting, a request per lane
+    /// every scan was 1,000 requests a second; a listing of the subjects is one entry per job.
+    pub async fn census(&self, models: &[ModelRef]) -> anyhow::Result<Census> {
         let prefixes: Vec<(String, &ModelRef)> =
             models.iter().map(|m| (self.subjects.model_jobs(m).trim_end_matches('>').to_owned(), m)).collect();
-        let mut running: HashMap<ModelRef, usize> = HashMap::new();
+        // The size first: a job published while the consumers are listed is then counted by
+        // its consumer, if any, and never makes a lane look uncovered that is not.
+        let messages = self.stream.get_info().await.context("reading the jobs stream's size")?.state.messages;
+        let mut census = Census::default();
+        let mut covered: u64 = 0;
         let mut consumers = self.stream.consumers();
         while let Some(info) = consumers.try_next().await.context("listing the jobs stream's consumers")? {
+            let running = info.num_ack_pending;
+            let held = info.num_pending.saturating_add(running as u64);
+            covered = covered.saturating_add(held);
             let filters = std::iter::once(&info.config.filter_subject).chain(&info.config.filter_subjects);
-            let model = filters
-                .filter(|f| !f.is_empty())
-                .find_map(|f| prefixes.iter().find(|(prefix, _)| f.starts_with(prefix.as_str())).map(|(_, m)| *m));
-            if let Some(model) = model {
-                *running.entry(model.clone()).or_default() += info.num_ack_pending;
+            let lane = filters.filter(|f| !f.is_empty()).find_map(|f| {
+                let (_, model) = prefixes.iter().find(|(prefix, _)| f.starts_with(prefix.as_str()))?;
+                Some(((*model).clone(), self.lane_of(model, f)))
+            });
+            if let Some((model, lane)) = lane {
+                let count = census.models.entry(model).or_default();
+                count.waiting += usize::try_from(info.num_pending).unwrap_or(usize::MAX);
+                count.running += running;
+                if let Some(lane) = lane.filter(|_| held > 0) {
+                    count.lanes.push(lane);
+                }
             }
         }
-        Ok(running)
+        census.uncovered = messages.saturating_sub(covered);
+        Ok(census)
+    }
+
+    /// How many jobs of each of `models` a runner has taken and not yet settled (their lanes'
+    /// unacknowledged deliveries: the jobs running on any runner), from a [`Self::census`].
+    pub async fn running(&self, models: &[ModelRef]) -> anyhow::Result<HashMap<ModelRef, usize>> {
+        let census = self.census(models).await?;
+        Ok(census.models.into_iter().map(|(model, count)| (model, count.running)).collect())
     }
 
     /// The lane a job subject of `model` belongs to (`None` for a subject of no known

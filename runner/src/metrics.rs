@@ -13,6 +13,9 @@
 //! - `runner_jobs_waiting{model}` and `runner_jobs_running{model}`: the same jobs counted
 //!   apart, those no runner has taken and those taken and not yet finished (on any runner: the
 //!   lanes' unacknowledged deliveries), at each lane scan;
+//! - `runner_lane_scans_total{by}`: the lane scans this process made, by how they found the
+//!   lanes (`count`: from the consumers' counts alone; `listing`: the subjects listed too,
+//!   [`crate::doorbell`]);
 //! - `runner_output_upload_seconds` and `runner_output_upload_bytes_total`: the output files a
 //!   Cog server PUT to this runner ([`crate::models::cog::uploads`]), each timed from its
 //!   request to the file stored, and their bytes;
@@ -56,6 +59,11 @@ const INSTANCE_STATES: [&str; 5] = ["stopped", "booting", "ready", "busy", "stop
 
 /// A status change's label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScanLabel {
+    by: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabel {
     status: String,
 }
@@ -71,6 +79,7 @@ pub struct RunnerMetrics {
     waiting: Family<ModelLabel, Gauge>,
     running: Family<ModelLabel, Gauge>,
     jobs_taken: Family<ModelLabel, Counter>,
+    lane_scans: Family<ScanLabel, Counter>,
     queue_wait: Family<ModelLabel, Histogram>,
     upload_duration: Histogram,
     upload_bytes: Counter,
@@ -97,6 +106,7 @@ impl RunnerMetrics {
         let waiting = Family::<ModelLabel, Gauge>::default();
         let running = Family::<ModelLabel, Gauge>::default();
         let jobs_taken = Family::<ModelLabel, Counter>::default();
+        let lane_scans = Family::<ScanLabel, Counter>::default();
         // 5 ms to about 3 hours.
         let queue_wait: Family<ModelLabel, Histogram> =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 22)));
@@ -131,6 +141,7 @@ impl RunnerMetrics {
             running.clone(),
         );
         registry.register("runner_jobs_started", "Predictions this process started", jobs_taken.clone());
+        registry.register("runner_lane_scans", "Lane scans, by how they found the lanes", lane_scans.clone());
         registry.register(
             "runner_queue_wait_seconds",
             "Time from a prediction's creation to its start",
@@ -155,6 +166,7 @@ impl RunnerMetrics {
             waiting,
             running,
             jobs_taken,
+            lane_scans,
             queue_wait,
             upload_duration,
             upload_bytes,
@@ -238,6 +250,12 @@ impl RunnerMetrics {
         let label = ModelLabel::of(model);
         self.waiting.get_or_create(&label).set(waiting);
         self.running.get_or_create(&label).set(running);
+    }
+
+    /// A lane scan was made, `listed`: with a listing of the subjects, or else from the
+    /// consumers' counts alone.
+    pub fn counted_lanes(&self, listed: bool) {
+        self.lane_scans.get_or_create(&ScanLabel { by: if listed { "listing" } else { "count" } }).inc();
     }
 
     /// The metrics in the OpenMetrics text format (without the closing `# EOF`).

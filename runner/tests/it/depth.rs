@@ -88,3 +88,50 @@ async fn a_lanes_consumer_is_kept_in_memory_and_one_that_is_gone_is_opened_again
     let mut again = lanes.open(&fresh).await.expect("opened again");
     assert!(again.info().await.expect("info").config.memory_storage);
 }
+
+/// A scan counts the lanes by their consumers ([`Lanes::census`]): a lane whose consumer holds
+/// jobs is found with how many wait and run, and the jobs of a lane no consumer holds are
+/// counted as uncovered (what makes the scan list the subjects to find that lane).
+#[tokio::test]
+async fn a_census_finds_lanes_by_their_consumers_and_counts_jobs_no_consumer_holds() {
+    let fixture = Fixture::new(&[]).await;
+    let subjects = fixture.bus.subjects().clone();
+    let stream = fixture.bus.jetstream().get_stream(subjects.jobs_stream()).await.expect("jobs stream");
+    let lanes = Lanes::new(stream, subjects, Duration::from_secs(30), 5);
+    let model: ModelRef = "demo/echo".parse().expect("model");
+    let (a, b) = (AccountId::generate(), AccountId::generate());
+    for account in [&a, &a, &a, &b, &b] {
+        fixture.create_of(account, "demo/echo", json!({"prompt": "x"})).await;
+    }
+    let models = [model.clone()];
+    let census = lanes.census(&models).await.expect("count");
+    assert_eq!(census.uncovered, 5, "no lane has a consumer yet: every job is uncovered");
+    assert!(census.models.get(&model).is_none_or(|c| c.lanes.is_empty()), "{census:?}");
+
+    let (found, _) = lanes.with_jobs(&model).await.expect("listing");
+    let lane_of =
+        |account: &AccountId| found.iter().find(|k| k.account.as_ref() == Some(account)).expect("lane").clone();
+    let (lane_a, lane_b) = (lane_of(&a), lane_of(&b));
+    let consumer = lanes.open(&lane_a).await.expect("open");
+    let census = lanes.census(&models).await.expect("count");
+    assert_eq!(census.uncovered, 2, "b's two jobs have no consumer: {census:?}");
+    let count = census.models.get(&model).expect("a's lane counted");
+    assert_eq!((count.lanes.as_slice(), count.waiting, count.running), (std::slice::from_ref(&lane_a), 3, 0));
+
+    let mut taken = consumer.fetch().max_messages(1).messages().await.expect("fetch");
+    let held = taken.next().await.expect("a job").expect("a job");
+    lanes.open(&lane_b).await.expect("open");
+    let census = lanes.census(&models).await.expect("count");
+    assert_eq!(census.uncovered, 0, "every job is held by its lane's consumer: {census:?}");
+    let count = census.models.get(&model).expect("counted");
+    let mut counted = count.lanes.clone();
+    counted.sort_by(|x, y| x.account.cmp(&y.account));
+    let mut expected = vec![lane_a.clone(), lane_b.clone()];
+    expected.sort_by(|x, y| x.account.cmp(&y.account));
+    assert_eq!((counted, count.waiting, count.running), (expected, 4, 1), "one taken, four waiting");
+
+    held.double_ack().await.expect("ack, confirmed");
+    let census = lanes.census(&models).await.expect("count");
+    let count = census.models.get(&model).expect("counted");
+    assert_eq!((census.uncovered, count.waiting, count.running), (0, 4, 0), "the acked job left the stream");
+}
