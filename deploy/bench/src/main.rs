@@ -87,8 +87,15 @@ enum Scenario {
     Soak(scenarios::soak::Options),
     /// A training through the service against the trainer alone, and a fine-tune's predictions.
     Trainings(scenarios::trainings::Options),
-    /// The standard set: baselines, api, end to end, cost and runner scale-out.
-    Standard(standard::Options),
+    /// The standard set: baselines, api, end to end, cost and runner scale-out, each figure
+    /// then compared with the committed run's (`--committed`).
+    Standard {
+        #[command(flatten)]
+        options: standard::Options,
+        /// The run to compare with: a figure worse than its by more than 10 % is flagged.
+        #[arg(long, default_value = "deploy/bench/results/bench-results.json")]
+        committed: String,
+    },
     /// Draws the standard set's SVG charts again from a results file, next to it.
     Charts {
         /// The results JSON of a standard run.
@@ -144,10 +151,24 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Priority(options) => scenarios::priority::run(options).await,
         Scenario::Trainings(options) => scenarios::trainings::run(options).await,
         Scenario::Soak(options) => scenarios::soak::run(options).await,
-        Scenario::Standard(options) => {
+        Scenario::Standard { options, committed } => {
+            // Read before the run, which may write over it.
+            let before = std::fs::read(&committed)
+                .map_err(anyhow::Error::from)
+                .and_then(|bytes| Ok(serde_json::from_slice::<serde_json::Value>(&bytes)?));
             let mut tables = String::new();
-            let results = standard::run(options, &mut tables).await;
-            if let Ok(results) = &results {
+            let mut results = standard::run(options, &mut tables).await;
+            if let Ok(results) = &mut results {
+                match &before {
+                    Ok(before) => {
+                        let changes = report::gate::compare(results, before);
+                        tables.push_str(&report::gate::summary(&changes, &committed));
+                        results["change_from_committed"] = report::gate::json(&changes, &committed);
+                    }
+                    Err(e) => {
+                        tables.push_str(&format!("\nNo comparison: the committed run {committed} not read: {e:#}\n"))
+                    }
+                }
                 println!("{tables}");
                 write_table(&cli.out, &tables);
                 if let Err(e) = draw_charts(results, &cli.out) {

@@ -1,6 +1,8 @@
 //! The standard set's report: the CPU floor the targets are held against, the tables (JSON
-//! and Markdown, each figure beside its baseline or target) and the SVG charts.
+//! and Markdown, each figure beside its baseline or target), the change from the committed
+//! run (the regression gate) and the SVG charts.
 
 pub mod charts;
 pub mod cpu_floor;
+pub mod gate;
 pub mod tables;
