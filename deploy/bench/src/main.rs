@@ -96,6 +96,14 @@ enum Scenario {
         #[arg(long, default_value = "deploy/bench/results/bench-results.json")]
         committed: String,
     },
+    /// Compares two standard runs' results files, figure by figure, as `standard` does at its end.
+    Compare {
+        /// The later run's results.
+        now: String,
+        /// The run to compare it with.
+        #[arg(long, default_value = "deploy/bench/results/bench-results.json")]
+        committed: String,
+    },
     /// Draws the standard set's SVG charts again from a results file, next to it.
     Charts {
         /// The results JSON of a standard run.
@@ -176,6 +184,22 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
             results
+        }
+        Scenario::Compare { now, committed } => {
+            let read = |path: &str| -> anyhow::Result<serde_json::Value> {
+                let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+                Ok(serde_json::from_slice(&bytes)?)
+            };
+            return match read(&now).and_then(|n| Ok((n, read(&committed)?))) {
+                Ok((now, before)) => {
+                    println!("{}", report::gate::summary(&report::gate::compare(&now, &before), &committed));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("bench compare failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
         }
         Scenario::Charts { from } => {
             return match std::fs::read(&from)
