@@ -1,7 +1,7 @@
 //! The deployments page (scope `read` to look, `admin` to change): the account's deployments
 //! with their current release, a form to create one, and per deployment a form that makes its
 //! next release (version, hardware, instances) and a Delete button. The changes are
-//! [`crate::deployments`]'s, as the API's routes make them.
+//! [`crate::ops::deployment_changes`]'s, as the API's routes make them.
 
 use askama::Template;
 use axum::{

@@ -6,7 +6,7 @@
 //!   limit, as extractors), [`surface`] (which API surface), [`extract`] (typed input),
 //!   [`run_to_completion`] (a handler outlives its client).
 //! - Out: [`page`] (every list's envelope), [`file_response`] (a file's bytes, ranges,
-//!   redirects) and [`reference`] (`/docs`). Errors answer problem+json through
+//!   redirects) and [`reference`](mod@reference) (`/docs`). Errors answer problem+json through
 //!   [`crate::error`].
 
 /// The largest request body accepted (a file upload's parts stream past it, each within the

@@ -3,7 +3,8 @@
 //! [`keys`] (API keys, cached), [`ratelimit`] (each key's counters, shared by the replicas),
 //! [`metrics`] (what `/metrics` shows), [`model_catalog`] (registered models and the live runners),
 //! [`queue_places`] (a waiting prediction's place), [`wait_slots`] (held `Prefer: wait`s),
-//! [`job_outbox`] (jobs NATS did not take yet), [`priority`] (each account's limit) and
+//! [`job_outbox`] (jobs NATS did not take yet), [`account_limits`] (each account's highest
+//! priority and its month's budget), [`tickets`] (each new prediction's place in its queue lane) and
 //! [`scaling`] (what an autoscaler reads). The fields are `pub(crate)`: only the
 //! api's own modules reach them.
 

@@ -2,7 +2,7 @@
 //! gets it) or an output whose compact JSON passes [`INLINE_MAX_BYTES`] (as
 //! [`estimated_json_len`] counts it: escapes aside) is kept as a file of
 //! JSON in the file store (GridFS or S3, wherever new files go), and the document holds `null`
-//! in its place and the file's id in `spilled` ([`Spilled`]). So a prediction document stays
+//! in its place and the file's id in `spilled` ([`crate::domain::prediction::Spilled`]). So a prediction document stays
 //! small whatever the payload: MongoDB's 16 MiB cap on a document no longer bounds a
 //! prediction, and the database (the embedded stand-in above all) keeps small documents.
 //!

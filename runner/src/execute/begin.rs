@@ -5,7 +5,7 @@
 //! predictions' changes, and the runner applies it to the job's copy. Otherwise, or if that
 //! copy is no longer current (canceled, or a redelivery), the change returns the stored
 //! prediction, and if that fails too the prediction is read to decide what the job is. A job
-//! found `processing` under it already is settled with its holder ([`super::holder`]).
+//! found `processing` under it already is settled with its holder ([`crate::execute::holder`]).
 
 use anyhow::Context;
 use bson::doc;
@@ -25,7 +25,7 @@ pub(super) enum Begun {
     Run(Prediction, bool),
     /// Nothing to run.
     Nothing,
-    /// It is `processing` under this job already: see [`super::holder`].
+    /// It is `processing` under this job already: see [`crate::execute::holder`].
     Held(Prediction),
 }
 
