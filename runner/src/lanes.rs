@@ -164,7 +164,8 @@ impl Lanes {
         let prefixes: Vec<(String, &ModelRef)> =
             models.iter().map(|m| (self.subjects.model_jobs(m).trim_end_matches('>').to_owned(), m)).collect();
         // The size first: a job published while the consumers are listed is then counted by
-        // its consumer, if any, and never makes a lane look uncovered that is not.
+        // its consumer, if any, and never makes a lane look uncovered that is not (a job
+        // acked meanwhile can, which costs one listing of the subjects).
         let messages = self.stream.get_info().await.context("reading the jobs stream's size")?.state.messages;
         let mut census = Census::default();
         let mut covered: u64 = 0;
@@ -189,13 +190,6 @@ impl Lanes {
         }
         census.uncovered = messages.saturating_sub(covered);
         Ok(census)
-    }
-
-    /// How many jobs of each of `models` a runner has taken and not yet settled (their lanes'
-    /// unacknowledged deliveries: the jobs running on any runner), from a [`Self::census`].
-    pub async fn running(&self, models: &[ModelRef]) -> anyhow::Result<HashMap<ModelRef, usize>> {
-        let census = self.census(models).await?;
-        Ok(census.models.into_iter().map(|(model, count)| (model, count.running)).collect())
     }
 
     /// The lane a job subject of `model` belongs to (`None` for a subject of no known

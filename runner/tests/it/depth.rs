@@ -10,12 +10,17 @@ use serde_json::json;
 
 use crate::fixture::Fixture;
 
+/// The lanes of the fixture's jobs stream (30 s ack wait, 5 deliveries).
+async fn lanes_of(fixture: &Fixture) -> Lanes {
+    let subjects = fixture.bus.subjects().clone();
+    let stream = fixture.bus.jetstream().get_stream(subjects.jobs_stream()).await.expect("jobs stream");
+    Lanes::new(stream, subjects, Duration::from_secs(30), 5)
+}
+
 #[tokio::test]
 async fn a_taken_job_counts_as_running_and_the_rest_as_waiting() {
     let fixture = Fixture::new(&[]).await;
-    let subjects = fixture.bus.subjects().clone();
-    let stream = fixture.bus.jetstream().get_stream(subjects.jobs_stream()).await.expect("jobs stream");
-    let lanes = Lanes::new(stream, subjects, Duration::from_secs(30), 5);
+    let lanes = lanes_of(&fixture).await;
     let model: ModelRef = "demo/echo".parse().expect("model");
     let (a, b) = (AccountId::generate(), AccountId::generate());
     for account in [&a, &a, &a, &b] {
@@ -24,7 +29,8 @@ async fn a_taken_job_counts_as_running_and_the_rest_as_waiting() {
     let (found, jobs) = lanes.with_jobs(&model).await.expect("scan");
     assert_eq!((found.len(), jobs), (2, 4), "two lanes, four jobs");
     let models = [model.clone(), "demo/sleep".parse().expect("model")];
-    let running = async |lanes: &Lanes| lanes.running(&models).await.expect("count").get(&model).copied().unwrap_or(0);
+    let running =
+        async |lanes: &Lanes| lanes.census(&models).await.expect("count").models.get(&model).map_or(0, |c| c.running);
     assert_eq!(running(&lanes).await, 0, "no lane consumer yet: nothing taken");
 
     let lane_of_a = found.iter().find(|k| k.account.as_ref() == Some(&a)).expect("a's lane");
@@ -95,9 +101,7 @@ async fn a_lanes_consumer_is_kept_in_memory_and_one_that_is_gone_is_opened_again
 #[tokio::test]
 async fn a_census_finds_lanes_by_their_consumers_and_counts_jobs_no_consumer_holds() {
     let fixture = Fixture::new(&[]).await;
-    let subjects = fixture.bus.subjects().clone();
-    let stream = fixture.bus.jetstream().get_stream(subjects.jobs_stream()).await.expect("jobs stream");
-    let lanes = Lanes::new(stream, subjects, Duration::from_secs(30), 5);
+    let lanes = lanes_of(&fixture).await;
     let model: ModelRef = "demo/echo".parse().expect("model");
     let (a, b) = (AccountId::generate(), AccountId::generate());
     for account in [&a, &a, &a, &b, &b] {
