@@ -112,6 +112,12 @@ enum Scenario {
     },
 }
 
+/// A results file of the bench, as JSON.
+fn read_results(path: &str) -> anyhow::Result<serde_json::Value> {
+    let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
 /// Draws the charts of `results` next to the file `out`, and says where.
 fn draw_charts(results: &serde_json::Value, out: &str) -> anyhow::Result<()> {
     let dir =
@@ -161,9 +167,7 @@ async fn run(cli: Cli) -> ExitCode {
         Scenario::Soak(options) => scenarios::soak::run(options).await,
         Scenario::Standard { options, committed } => {
             // Read before the run, which may write over it.
-            let before = std::fs::read(&committed)
-                .map_err(anyhow::Error::from)
-                .and_then(|bytes| Ok(serde_json::from_slice::<serde_json::Value>(&bytes)?));
+            let before = read_results(&committed);
             let mut tables = String::new();
             let mut results = standard::run(options, &mut tables).await;
             if let Ok(results) = &mut results {
@@ -186,11 +190,7 @@ async fn run(cli: Cli) -> ExitCode {
             results
         }
         Scenario::Compare { now, committed } => {
-            let read = |path: &str| -> anyhow::Result<serde_json::Value> {
-                let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
-                Ok(serde_json::from_slice(&bytes)?)
-            };
-            return match read(&now).and_then(|n| Ok((n, read(&committed)?))) {
+            return match read_results(&now).and_then(|n| Ok((n, read_results(&committed)?))) {
                 Ok((now, before)) => {
                     println!("{}", report::gate::summary(&report::gate::compare(&now, &before), &committed));
                     ExitCode::SUCCESS
@@ -202,11 +202,7 @@ async fn run(cli: Cli) -> ExitCode {
             };
         }
         Scenario::Charts { from } => {
-            return match std::fs::read(&from)
-                .map_err(anyhow::Error::from)
-                .and_then(|bytes| Ok(serde_json::from_slice(&bytes)?))
-                .and_then(|results| draw_charts(&results, &from))
-            {
+            return match read_results(&from).and_then(|results| draw_charts(&results, &from)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("bench charts failed: {e:#}");
