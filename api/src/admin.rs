@@ -7,7 +7,9 @@
 //! [--csv]` prints every account's usage (or one's) by day and model;
 //! `api admin set-price --hardware POOL --per-second DOLLARS` sets a hardware pool's price
 //! (jobs that start after it pay it); `api admin set-budget --account NAME --monthly DOLLARS`
-//! (or `none`) sets an account's monthly budget.
+//! (or `none`) sets an account's monthly budget; `api admin rotate-master-key` seals every
+//! stored secret again under `MASTER_KEY`, taking what `MASTER_KEY_PREVIOUS` sealed
+//! ([`rotate_master_key`]).
 
 use anyhow::{Context, bail};
 use common::{
@@ -62,6 +64,91 @@ pub async fn migrate(config: &ApiConfig) -> anyhow::Result<()> {
     let store = connect(config).await?;
     store.migrate().await.context("migrating MongoDB's indexes")?;
     Ok(())
+}
+
+/// What a master-key rotation sealed again, and what neither key opens.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Rotation {
+    /// Accounts whose webhook signing secrets (current, previous) moved to the new key.
+    pub signing_secrets: u64,
+    /// API keys whose value moved to the new key.
+    pub api_keys: u64,
+    /// Predictions whose secret inputs moved to the new key.
+    pub secret_inputs: u64,
+    /// The records whose sealed values neither key opens (`accounts/…`, `api_keys/…`,
+    /// `predictions/…`): lost already, and named so that nobody drops a key believing otherwise.
+    pub unreadable: Vec<String>,
+}
+
+/// How often an account's secrets are read again when a signing-secret rotation changed them
+/// between the read and the write.
+const RESEAL_ATTEMPTS: usize = 3;
+
+/// `api admin rotate-master-key`: with `MASTER_KEY` the new key and `MASTER_KEY_PREVIOUS` the
+/// old one (every service already running with both: docs/operations.md), seals every stored
+/// secret that the old key sealed again under the new one: the accounts' signing secrets, the
+/// API keys' values and the predictions' secret inputs. Each write is conditional on the value
+/// it read, so a concurrent signing-secret rotation is read again, not overwritten. Running
+/// it twice changes nothing the second time; once it reports nothing unreadable, the old key
+/// can be dropped.
+pub async fn rotate_master_key(config: &ApiConfig) -> anyhow::Result<Rotation> {
+    use futures::TryStreamExt;
+    let master = &config.common.master_key;
+    if !master.has_previous() {
+        bail!("set MASTER_KEY to the new key and MASTER_KEY_PREVIOUS to the key being rotated out");
+    }
+    let store = connect(config).await?;
+    let mut done = Rotation::default();
+
+    let accounts = store.accounts();
+    let mut every = accounts.every().await?;
+    while let Some(mut account) = every.try_next().await? {
+        for attempt in 1..=RESEAL_ATTEMPTS {
+            let Ok(resealed) = account.resealed_secrets(master) else {
+                done.unreadable.push(format!("accounts/{}", account.id));
+                break;
+            };
+            let Some(resealed) = resealed else { break };
+            if accounts.replace_secrets(&account.id, &account.webhook_secret.current, &resealed).await? {
+                done.signing_secrets += 1;
+                break;
+            }
+            account = match accounts.get(&account.id).await? {
+                Some(now) if attempt < RESEAL_ATTEMPTS => now,
+                _ => bail!("account {}'s signing secrets kept changing during the rotation: run it again", account.id),
+            };
+        }
+    }
+
+    let keys = store.api_keys();
+    let mut every = keys.every().await?;
+    while let Some(key) = every.try_next().await? {
+        match key.resealed(master) {
+            Err(_) => done.unreadable.push(format!("api_keys/{}", key.id)),
+            Ok(None) => {}
+            Ok(Some(sealed)) => {
+                // Only a rotation rewrites a key's sealed value: a miss is another rotation's.
+                if keys.replace_sealed(&key.id, &key.key_sealed, &sealed).await? {
+                    done.api_keys += 1;
+                }
+            }
+        }
+    }
+
+    let predictions = store.predictions();
+    let mut every = predictions.with_sealed_inputs().await?;
+    while let Some(prediction) = every.try_next().await? {
+        match prediction.resealed_inputs(master) {
+            Err(_) => done.unreadable.push(format!("predictions/{}", prediction.id)),
+            Ok(None) => {}
+            Ok(Some(sealed)) => {
+                if predictions.replace_sealed_inputs(&prediction.id, &sealed).await? {
+                    done.secret_inputs += 1;
+                }
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// The database, as the admin commands reach it.

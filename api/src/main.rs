@@ -8,7 +8,8 @@
 //! `api admin collection delete --slug S` deletes one; `api admin set-price --hardware POOL
 //! --per-second DOLLARS` prices a hardware pool; `api admin set-budget --account NAME --monthly
 //! DOLLARS|none` sets an account's monthly budget; `api admin render-kubernetes --kit FILE
-//! [--records FILE]` prints the Cog models' pods and autoscaling ([`api::kubernetes`]).
+//! [--records FILE]` prints the Cog models' pods and autoscaling ([`api::kubernetes`]);
+//! `api admin rotate-master-key` seals every stored secret again under `MASTER_KEY`.
 
 use std::process::ExitCode;
 
@@ -38,6 +39,9 @@ enum AdminCommand {
     /// Build this release's MongoDB indexes and drop the ones it retires: once per release,
     /// before its services start (a new database is migrated by the first service too).
     Migrate,
+    /// Seal every stored secret again under MASTER_KEY, opening what MASTER_KEY_PREVIOUS
+    /// sealed; run it once every service runs with both keys, then drop the previous one.
+    RotateMasterKey,
     /// Create an account (or reuse the one with this name) and print a new admin key.
     Bootstrap {
         /// The account's name.
@@ -176,6 +180,25 @@ async fn serve() -> ExitCode {
         Command::Admin { command: AdminCommand::Migrate } => api::admin::migrate(&config).await.map(|()| {
             eprintln!("indexes migrated: index set {}", common::store::migrations::INDEX_SET);
         }),
+        Command::Admin { command: AdminCommand::RotateMasterKey } => {
+            api::admin::rotate_master_key(&config).await.and_then(|done| {
+                eprintln!(
+                    "sealed again under the new key: the signing secrets of {} accounts, {} API keys, \
+                     the secret inputs of {} predictions",
+                    done.signing_secrets, done.api_keys, done.secret_inputs
+                );
+                if done.unreadable.is_empty() {
+                    eprintln!("nothing is left under the previous key: MASTER_KEY_PREVIOUS can be removed");
+                    Ok(())
+                } else {
+                    anyhow::bail!(
+                        "{} records hold values neither key opens (keep both keys until they are dealt with): {}",
+                        done.unreadable.len(),
+                        done.unreadable.join(", ")
+                    )
+                }
+            })
+        }
         Command::Admin { command: AdminCommand::Bootstrap { account } } => {
             api::admin::bootstrap(&config, &account).await.map(|done| {
                 eprintln!(

@@ -14,6 +14,7 @@
 //! | `NATS_MAX_CONSUMERS` | `100000` | consumers the jobs and events streams may hold (a queue lane is one; nats-server 2.15 otherwise allows 1,000 a stream) |
 //! | `PUBLIC_BASE_URL` | `http://localhost:8080` | the api's public address, used in links |
 //! | `MASTER_KEY` | required | base64 of 32 bytes; seals API keys and signing secrets |
+//! | `MASTER_KEY_PREVIOUS` | none | the key being rotated out: still opens and verifies, never seals |
 //! | `PREDICTION_DEADLINE_SECONDS` | `1800` | a prediction not ended by then fails with `PREDICTION_TIMEOUT` |
 //! | `TRAINING_DEADLINE_SECONDS` | `86400` | a training not ended by then fails with `PREDICTION_TIMEOUT` |
 //! | `MONGODB_COMMAND_METRICS` | `false` | count MongoDB commands for `/metrics` (driver command monitoring; costs CPU, see [`crate::store::commands`]) |
@@ -162,7 +163,8 @@ pub struct CommonConfig {
     pub nats_max_consumers: i32,
     /// `PUBLIC_BASE_URL`: the api's public address, without a trailing slash.
     pub public_base_url: String,
-    /// `MASTER_KEY`: seals API keys and webhook signing secrets at rest.
+    /// `MASTER_KEY`: seals API keys, webhook signing secrets and secret inputs at rest; with
+    /// `MASTER_KEY_PREVIOUS` (during a rotation) it also opens what the previous key sealed.
     pub master_key: MasterKey,
     /// `PREDICTION_DEADLINE_SECONDS`, `TRAINING_DEADLINE_SECONDS`: the longest a job may
     /// take from creation, by kind.
@@ -182,6 +184,14 @@ impl CommonConfig {
             Subjects::new(&prefix).map_err(|e| ConfigError { var: "NATS_PREFIX".into(), reason: e.to_string() })?;
         let master_key = MasterKey::from_base64(&env.required("MASTER_KEY")?)
             .map_err(|e| ConfigError { var: "MASTER_KEY".into(), reason: e.to_string() })?;
+        let master_key = match env.get("MASTER_KEY_PREVIOUS").filter(|v| !v.trim().is_empty()) {
+            None => master_key,
+            Some(text) => {
+                let previous = MasterKey::from_base64(&text)
+                    .map_err(|e| ConfigError { var: "MASTER_KEY_PREVIOUS".into(), reason: e.to_string() })?;
+                master_key.with_previous(&previous)
+            }
+        };
         let public_base_url = env.string("PUBLIC_BASE_URL", "http://localhost:8080");
         if !(public_base_url.starts_with("http://") || public_base_url.starts_with("https://")) {
             return Err(ConfigError {
@@ -302,6 +312,18 @@ mod tests {
     fn a_missing_master_key_names_the_variable() {
         let err = CommonConfig::from_env(&Env::from_fn(|_| None)).expect_err("must fail");
         assert_eq!(err.var, "MASTER_KEY");
+    }
+
+    #[test]
+    fn a_previous_master_key_opens_what_it_sealed_and_a_bad_one_names_its_variable() {
+        let (new, old) = (MasterKey::generate_base64(), MasterKey::generate_base64());
+        let vars = env(&[("MASTER_KEY", &new), ("MASTER_KEY_PREVIOUS", &old)]);
+        let cfg = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("valid");
+        let sealed = MasterKey::from_base64(&old).expect("valid").seal("s", "c");
+        assert_eq!(cfg.master_key.open(&sealed, "c"), Ok("s".into()));
+        let vars = env(&[("MASTER_KEY", &new), ("MASTER_KEY_PREVIOUS", "short")]);
+        let err = CommonConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect_err("must fail");
+        assert_eq!(err.var, "MASTER_KEY_PREVIOUS");
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //!
 //! The same key, through a subkey derived from it, also authenticates short tokens
 //! ([`MasterKey::mac`]), such as the capability in a prediction's stream URL.
+//!
+//! Rotation (docs/operations.md, "Rotating the master key"): with `MASTER_KEY_PREVIOUS` set
+//! beside a new `MASTER_KEY`, the key also opens what the previous key sealed and accepts the
+//! MACs it made ([`MasterKey::with_previous`]), while everything new is sealed and signed
+//! under the new one; `api admin rotate-master-key` then seals every stored value again
+//! ([`MasterKey::reseal`]), after which the previous key can be dropped.
 
 use std::fmt;
 
@@ -22,13 +28,33 @@ use sha2::Sha256;
 const SEALED_PREFIX: &str = "v1.";
 const NONCE_LEN: usize = 12;
 
-/// The master key. Its `Debug` never shows the key.
+/// The master key, and during a rotation the previous one. Its `Debug` never shows a key.
 #[derive(Clone)]
 pub struct MasterKey {
+    current: KeyPair,
+    /// The key being rotated out: it still opens and verifies, never seals or signs.
+    previous: Option<KeyPair>,
+}
+
+/// What one master key gives: its cipher and its MAC subkey.
+#[derive(Clone)]
+struct KeyPair {
     cipher: Aes256Gcm,
     /// HMAC-SHA256(master key, "mac-key.v1"): keys [`MasterKey::mac`], so no MAC is ever made
     /// with the encryption key itself.
     mac_key: [u8; 32],
+}
+
+impl KeyPair {
+    fn open(&self, nonce: &[u8], ciphertext: &[u8], context: &str) -> Option<String> {
+        let payload = Payload { msg: ciphertext, aad: context.as_bytes() };
+        let plain = self.cipher.decrypt(Nonce::from_slice(nonce), payload).ok()?;
+        String::from_utf8(plain).ok()
+    }
+
+    fn mac(&self, context: &str, message: &str) -> [u8; 32] {
+        hmac_sha256(&self.mac_key, &[context.as_bytes(), b"\0", message.as_bytes()])
+    }
 }
 
 /// Why a master key or a sealed value was refused.
@@ -48,13 +74,31 @@ impl MasterKey {
         let bytes = STANDARD.decode(text.trim()).map_err(|_| CryptoError::BadMasterKey)?;
         let cipher = Aes256Gcm::new_from_slice(&bytes).map_err(|_| CryptoError::BadMasterKey)?;
         let mac_key = hmac_sha256(&bytes, &[b"mac-key.v1"]);
-        Ok(Self { cipher, mac_key })
+        Ok(Self { current: KeyPair { cipher, mac_key }, previous: None })
+    }
+
+    /// This key, which also opens what `previous` sealed and accepts the MACs it made: the
+    /// services' key while a rotation is under way.
+    pub fn with_previous(self, previous: &MasterKey) -> Self {
+        Self { previous: Some(previous.current.clone()), ..self }
+    }
+
+    /// Whether a previous key is configured beside this one.
+    pub fn has_previous(&self) -> bool {
+        self.previous.is_some()
     }
 
     /// HMAC-SHA256 of `message` under a subkey of this key, bound to `context` (what the MAC
     /// vouches for, e.g. `stream_token.v1`), so a MAC made for one purpose is no use for another.
     pub fn mac(&self, context: &str, message: &str) -> [u8; 32] {
-        hmac_sha256(&self.mac_key, &[context.as_bytes(), b"\0", message.as_bytes()])
+        self.current.mac(context, message)
+    }
+
+    /// The MACs of `message` that verification accepts: this key's, then the previous key's
+    /// during a rotation (a link signed before it keeps working until the previous key goes).
+    pub fn accepted_macs(&self, context: &str, message: &str) -> impl Iterator<Item = [u8; 32]> {
+        let previous = self.previous.as_ref().map(|p| p.mac(context, message));
+        std::iter::once(self.mac(context, message)).chain(previous)
     }
 
     /// A new random key, as base64 text (for `up` and tests).
@@ -71,6 +115,7 @@ impl MasterKey {
         let payload = Payload { msg: plaintext.as_bytes(), aad: context.as_bytes() };
         // Encryption fails only for plaintexts beyond AES-GCM's ~64 GiB limit.
         let ciphertext = self
+            .current
             .cipher
             .encrypt(Nonce::from_slice(&nonce), payload)
             .expect("AES-GCM encrypts any secret-sized plaintext");
@@ -79,18 +124,37 @@ impl MasterKey {
         format!("{SEALED_PREFIX}{}", STANDARD.encode(out))
     }
 
-    /// Opens a value sealed with this key for the same `context`.
+    /// Opens a value sealed for the same `context` with this key, or with the previous one.
     pub fn open(&self, sealed: &str, context: &str) -> Result<String, CryptoError> {
-        let bytes = sealed
-            .strip_prefix(SEALED_PREFIX)
-            .and_then(|b64| STANDARD.decode(b64).ok())
-            .filter(|b| b.len() > NONCE_LEN)
-            .ok_or(CryptoError::CannotOpen)?;
-        let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
-        let payload = Payload { msg: ciphertext, aad: context.as_bytes() };
-        let plain = self.cipher.decrypt(Nonce::from_slice(nonce), payload).map_err(|_| CryptoError::CannotOpen)?;
-        String::from_utf8(plain).map_err(|_| CryptoError::CannotOpen)
+        let (nonce, ciphertext) = split(sealed)?;
+        self.current
+            .open(&nonce, &ciphertext, context)
+            .or_else(|| self.previous.as_ref()?.open(&nonce, &ciphertext, context))
+            .ok_or(CryptoError::CannotOpen)
     }
+
+    /// The value sealed again under this key if only the previous key opens it (`Some`), or
+    /// `None` when this key already does: what a rotation writes back. An error when neither
+    /// opens it.
+    pub fn reseal(&self, sealed: &str, context: &str) -> Result<Option<String>, CryptoError> {
+        let (nonce, ciphertext) = split(sealed)?;
+        if self.current.open(&nonce, &ciphertext, context).is_some() {
+            return Ok(None);
+        }
+        let plain = self.previous.as_ref().and_then(|p| p.open(&nonce, &ciphertext, context));
+        Ok(Some(self.seal(&plain.ok_or(CryptoError::CannotOpen)?, context)))
+    }
+}
+
+/// The nonce and the ciphertext of sealed text.
+fn split(sealed: &str) -> Result<(Vec<u8>, Vec<u8>), CryptoError> {
+    let mut bytes = sealed
+        .strip_prefix(SEALED_PREFIX)
+        .and_then(|b64| STANDARD.decode(b64).ok())
+        .filter(|b| b.len() > NONCE_LEN)
+        .ok_or(CryptoError::CannotOpen)?;
+    let ciphertext = bytes.split_off(NONCE_LEN);
+    Ok((bytes, ciphertext))
 }
 
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
@@ -104,7 +168,7 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 
 impl fmt::Debug for MasterKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("MasterKey(..)")
+        f.write_str(if self.has_previous() { "MasterKey(.., previous: ..)" } else { "MasterKey(..)" })
     }
 }
 
@@ -150,6 +214,32 @@ mod tests {
         assert_ne!(k.mac("c", "m"), k.mac("d", "m"));
         assert_ne!(k.mac("c", "m"), k.mac("c", "n"));
         assert_ne!(k.mac("c\0m", ""), k.mac("c", "\0m"), "context and message cannot be shifted");
+    }
+
+    #[test]
+    fn during_a_rotation_both_keys_open_and_verify_and_only_the_new_one_seals_and_signs() {
+        let (old, new) = (key(), key());
+        let both = new.clone().with_previous(&old);
+        let sealed_old = old.seal("s", "c");
+        assert_eq!(both.open(&sealed_old, "c"), Ok("s".into()));
+        assert_eq!(new.open(&both.seal("s", "c"), "c"), Ok("s".into()), "sealed under the new key");
+        assert_eq!(old.open(&both.seal("s", "c"), "c"), Err(CryptoError::CannotOpen));
+        assert_eq!(both.mac("c", "m"), new.mac("c", "m"), "signed with the new key");
+        let accepted: Vec<_> = both.accepted_macs("c", "m").collect();
+        assert_eq!(accepted, vec![new.mac("c", "m"), old.mac("c", "m")]);
+        assert_eq!(new.accepted_macs("c", "m").count(), 1, "no previous key, one MAC");
+    }
+
+    #[test]
+    fn reseal_moves_a_value_to_the_new_key_once_and_refuses_what_neither_opens() {
+        let (old, new) = (key(), key());
+        let both = new.clone().with_previous(&old);
+        let resealed = both.reseal(&old.seal("s", "c"), "c").expect("opens").expect("moved");
+        assert_eq!(new.open(&resealed, "c"), Ok("s".into()), "the new key alone opens it");
+        assert_eq!(both.reseal(&resealed, "c"), Ok(None), "already under the new key");
+        assert_eq!(both.reseal(&key().seal("s", "c"), "c"), Err(CryptoError::CannotOpen));
+        assert_eq!(both.reseal(&old.seal("s", "c"), "other"), Err(CryptoError::CannotOpen), "bound to its context");
+        assert_eq!(new.reseal(&old.seal("s", "c"), "c"), Err(CryptoError::CannotOpen), "no previous key given");
     }
 
     #[test]

@@ -136,9 +136,11 @@ impl Links {
     }
 
     /// Whether `signature` signs the download of file `id` of `owner` until `expiry` (compared
-    /// in constant time; the caller checks the expiry against its clock).
+    /// in constant time; the caller checks the expiry against its clock). During a master-key
+    /// rotation a link the previous key signed is accepted too.
     pub fn file_signature_valid(&self, owner: &str, id: &str, expiry: i64, signature: &str) -> bool {
-        self.file_signature(owner, id, expiry).as_bytes().ct_eq(signature.as_bytes()).into()
+        let message = format!("{owner} {id} {expiry}");
+        accepted(self.key.accepted_macs(FILE_URL_CONTEXT, &message), usize::MAX, signature)
     }
 
     /// The file of this service that `url` names, on either surface: its object URL, its
@@ -192,10 +194,20 @@ impl Links {
         URL_SAFE_NO_PAD.encode(&self.key.mac(STREAM_TOKEN_CONTEXT, id.as_str())[..STREAM_TOKEN_BYTES])
     }
 
-    /// Whether `token` opens prediction `id`'s stream (compared in constant time).
+    /// Whether `token` opens prediction `id`'s stream (compared in constant time; the previous
+    /// master key's token too, during a rotation).
     pub fn stream_token_opens(&self, id: &PredictionId, token: &str) -> bool {
-        self.stream_token(id).as_bytes().ct_eq(token.as_bytes()).into()
+        accepted(self.key.accepted_macs(STREAM_TOKEN_CONTEXT, id.as_str()), STREAM_TOKEN_BYTES, token)
     }
+}
+
+/// Whether `given` is one of `macs`, each cut to `len` bytes and encoded as in a URL (compared
+/// in constant time, every MAC compared).
+fn accepted(macs: impl Iterator<Item = [u8; 32]>, len: usize, given: &str) -> bool {
+    macs.fold(false, |found, mac| {
+        let expected = URL_SAFE_NO_PAD.encode(&mac[..len.min(mac.len())]);
+        found | bool::from(expected.as_bytes().ct_eq(given.as_bytes()))
+    })
 }
 
 #[cfg(test)]
@@ -268,6 +280,24 @@ mod tests {
         assert!(!l.file_signature_valid(AccountId::generate().as_str(), file.as_str(), 1_900_000_000, signature));
         let other_key = Links::new("http://h", MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"));
         assert!(!other_key.file_signature_valid(owner.as_str(), file.as_str(), 1_900_000_000, signature));
+    }
+
+    #[test]
+    fn links_the_previous_master_key_signed_work_until_it_is_dropped() {
+        let (old, new) = (MasterKey::from_base64(&MasterKey::generate_base64()).expect("key"), {
+            MasterKey::from_base64(&MasterKey::generate_base64()).expect("key")
+        });
+        let before = Links::new("http://h", old.clone());
+        let (id, file, owner) = (PredictionId::generate(), FileId::generate(), AccountId::generate());
+        let (token, signature) = (before.stream_token(&id), before.file_signature(owner.as_str(), file.as_str(), 9));
+        let during = Links::new("http://h", new.clone().with_previous(&old));
+        assert!(during.stream_token_opens(&id, &token));
+        assert!(during.file_signature_valid(owner.as_str(), file.as_str(), 9, &signature));
+        assert!(during.stream_token_opens(&id, &during.stream_token(&id)));
+        assert_eq!(during.stream_token(&id), Links::new("http://h", new.clone()).stream_token(&id), "new key signs");
+        let after = Links::new("http://h", new);
+        assert!(!after.stream_token_opens(&id, &token));
+        assert!(!after.file_signature_valid(owner.as_str(), file.as_str(), 9, &signature));
     }
 
     #[test]

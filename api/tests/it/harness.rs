@@ -114,9 +114,15 @@ impl System {
 
     /// Starts another api replica on the same database and NATS prefix; returns its base URL.
     pub async fn start_another_api(&self) -> String {
+        self.start_another_api_with(&[]).await
+    }
+
+    /// Starts another api replica with more (or other) settings; returns its base URL.
+    pub async fn start_another_api_with(&self, extra: &[(&str, &str)]) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind api");
         let base_url = format!("http://{}", listener.local_addr().expect("api address"));
         let mut vars = self.vars.clone();
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         vars.insert("PUBLIC_BASE_URL".into(), base_url.clone());
         let config = ApiConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("api configuration");
         let token = self.shutdown.clone();
@@ -148,6 +154,16 @@ impl System {
         let token = self.shutdown.child_token();
         spawn_runner(&vars, &token);
         token
+    }
+
+    /// Starts a notifier with more (or other) settings (for systems started without one).
+    pub fn start_notifier_with(&self, extra: &[(&str, &str)]) {
+        let mut vars = self.vars.clone();
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let config = notifier::config::NotifierConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned()))
+            .expect("notifier configuration");
+        let token = self.shutdown.clone();
+        tokio::spawn(async move { notifier::run(config, token).await.expect("notifier runs") });
     }
 
     /// Registers the built-in models without running them, so predictions stay `starting`.
@@ -208,7 +224,14 @@ impl System {
 
     /// The api's configuration, as the operator's commands read it.
     pub fn admin_config(&self) -> ApiConfig {
-        ApiConfig::from_env(&Env::from_fn(|k| self.vars.get(k).cloned())).expect("api configuration")
+        self.admin_config_with(&[])
+    }
+
+    /// The operator's configuration with more (or other) settings.
+    pub fn admin_config_with(&self, extra: &[(&str, &str)]) -> ApiConfig {
+        let mut vars = self.vars.clone();
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        ApiConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("api configuration")
     }
 
     /// Prices the hardware pool `pool` as `api admin set-price` does.

@@ -22,6 +22,7 @@ mod keys_lifecycle;
 mod kubernetes;
 mod large_predictions;
 mod list;
+mod master_key;
 mod model_metrics;
 mod nats_outage;
 mod new_predictions;

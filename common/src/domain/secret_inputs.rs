@@ -46,6 +46,23 @@ impl Prediction {
         Ok(input)
     }
 
+    /// Its sealed inputs sealed again under the master key's current key, if the previous key
+    /// sealed any of them (a master-key rotation); `None` when none is left to move.
+    pub fn resealed_inputs(
+        &self,
+        key: &MasterKey,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>, CryptoError> {
+        let mut moved = false;
+        let mut resealed = self.sealed_inputs.clone();
+        for (field, sealed) in &mut resealed {
+            if let Some(again) = key.reseal(sealed, &context(&self.id, field))? {
+                *sealed = again;
+                moved = true;
+            }
+        }
+        Ok(moved.then_some(resealed))
+    }
+
     /// The values of its secret inputs in `opened` (its [`Self::opened_model_input`]), to keep
     /// out of what is stored.
     pub fn secret_values(&self, opened: &Map<String, Value>) -> Vec<String> {

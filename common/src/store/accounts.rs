@@ -156,6 +156,26 @@ impl Account {
         (sealed, secret)
     }
 
+    /// Its signing secrets sealed again under the master key's current key, if the previous
+    /// key sealed either of them (a master-key rotation); `None` when neither is left to move.
+    pub fn resealed_secrets(&self, master: &MasterKey) -> Result<Option<SealedSigningSecrets>, CryptoError> {
+        let ctx = secret_context(&self.id);
+        let sealed = &self.webhook_secret;
+        let current = master.reseal(&sealed.current, &ctx)?;
+        let previous = match &sealed.previous {
+            Some(previous) => master.reseal(previous, &ctx)?,
+            None => None,
+        };
+        if current.is_none() && previous.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(SealedSigningSecrets {
+            current: current.unwrap_or_else(|| sealed.current.clone()),
+            previous: previous.or_else(|| sealed.previous.clone()),
+            ..sealed.clone()
+        }))
+    }
+
     /// Opens the signing secrets with the master key.
     pub fn signing_secrets(&self, master: &MasterKey) -> Result<SigningSecrets, CryptoError> {
         let ctx = secret_context(&self.id);
@@ -189,6 +209,11 @@ impl Accounts {
     /// Stores a new account; a taken name is a duplicate-key error.
     pub async fn insert(&self, account: &Account) -> Result<(), StoreError> {
         self.coll.insert_one(account).await.map(|_| ())
+    }
+
+    /// Every account, one batch at a time (a master-key rotation walks them).
+    pub async fn every(&self) -> Result<mongodb::Cursor<Account>, StoreError> {
+        self.coll.find(doc! {}).sort(doc! { "_id": 1 }).await
     }
 
     /// An account by id.

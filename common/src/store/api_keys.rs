@@ -92,6 +92,12 @@ impl ApiKeyRecord {
     pub fn value(&self, master: &MasterKey) -> Result<String, CryptoError> {
         master.open(&self.key_sealed, &key_context(&self.id))
     }
+
+    /// Its value sealed again under the master key's current key, if the previous key sealed
+    /// it (a master-key rotation); `None` when it is already under the current key.
+    pub fn resealed(&self, master: &MasterKey) -> Result<Option<String>, CryptoError> {
+        master.reseal(&self.key_sealed, &key_context(&self.id))
+    }
 }
 
 /// Typed access to the `api_keys` collection.
@@ -146,6 +152,17 @@ impl ApiKeys {
             )
             .return_document(mongodb::options::ReturnDocument::After)
             .await
+    }
+
+    /// Every key, of every account, one batch at a time (a master-key rotation walks them).
+    pub async fn every(&self) -> Result<mongodb::Cursor<ApiKeyRecord>, StoreError> {
+        self.coll.find(doc! {}).sort(doc! { "_id": 1 }).await
+    }
+
+    /// Replaces key `id`'s sealed value if it is still `expected`; returns whether it did.
+    pub async fn replace_sealed(&self, id: &ApiKeyId, expected: &str, sealed: &str) -> Result<bool, StoreError> {
+        let filter = doc! { "_id": id.as_str(), "key_sealed": expected };
+        Ok(self.coll.update_one(filter, doc! { "$set": { "key_sealed": sealed } }).await?.modified_count == 1)
     }
 
     /// Records a use at `now` unless one was recorded within the last minute; returns whether

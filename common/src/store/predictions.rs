@@ -78,6 +78,23 @@ impl Predictions {
         self.coll.insert_one(prediction).await.map(|_| ())
     }
 
+    /// Every prediction with secret inputs, one batch at a time (a master-key rotation walks
+    /// them; no index serves it: the whole collection is read once).
+    pub async fn with_sealed_inputs(&self) -> Result<mongodb::Cursor<Prediction>, StoreError> {
+        self.coll.find(doc! { "sealed_inputs": { "$exists": true } }).await
+    }
+
+    /// Replaces prediction `id`'s sealed inputs (a master-key rotation; they are written once,
+    /// at the create, and never change otherwise).
+    pub async fn replace_sealed_inputs(
+        &self,
+        id: &PredictionId,
+        sealed: &std::collections::BTreeMap<String, String>,
+    ) -> Result<bool, StoreError> {
+        let update = doc! { "$set": { "sealed_inputs": bson::to_bson(sealed)? } };
+        Ok(self.coll.update_one(doc! { "_id": id.as_str() }, update).await?.matched_count == 1)
+    }
+
     /// A prediction by id, whoever owns it (services only; never for a client's request).
     pub async fn get(&self, id: &PredictionId) -> Result<Option<Prediction>, StoreError> {
         self.coll.find_one(doc! { "_id": id.as_str() }).max_time(super::read_limit()).await
