@@ -1,6 +1,8 @@
 //! Building and serving the application: connect to MongoDB and NATS, create indexes and
 //! streams, assemble the middleware around the routes, serve until the shutdown token fires,
-//! then give in-flight requests `SHUTDOWN_GRACE_SECONDS` to finish.
+//! then give in-flight requests `SHUTDOWN_GRACE_SECONDS` to finish. `/metrics` is served where
+//! `API_METRICS_BIND` says ([`crate::config::MetricsAt`]): on a listener of its own, beside
+//! the API, or nowhere.
 //!
 //! Middleware, outermost first (then, per route, request metrics — see [`crate::state::metrics`]): request id (set, or kept from the client's `X-Request-Id`) →
 //! tracing span per request → `X-Request-Id` copied to the response → problem+json rendering
@@ -32,7 +34,7 @@ use tower_http::{
 use tracing::Level;
 
 use crate::{
-    config::ApiConfig,
+    config::{ApiConfig, MetricsAt},
     error::{BaseUrl, render_problems},
     http::request_id::MakeRandomRequestId,
     http::run_to_completion::{RequestDeadline, run_to_completion},
@@ -52,14 +54,40 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
     serve(config, listener, shutdown).await
 }
 
-/// Serves on an already bound listener (tests bind port 0) until `shutdown` fires.
+/// Serves on an already bound listener (tests bind port 0) until `shutdown` fires; binds
+/// `API_METRICS_BIND` when it names an address.
 pub async fn serve(config: ApiConfig, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let metrics = match config.metrics {
+        MetricsAt::Bind(addr) => {
+            Some(TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (API_METRICS_BIND)"))?)
+        }
+        MetricsAt::Off | MetricsAt::Public => None,
+    };
+    serve_split(config, listener, metrics, shutdown).await
+}
+
+/// Serves the API on `listener` and, if given, `/metrics` on `metrics` until `shutdown` fires.
+pub async fn serve_split(
+    config: ApiConfig,
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let grace = config.shutdown_grace;
     let state = connect(config).await?;
     // A cancel's end time is stamped by the database's clock (common::store::clock).
     state.store.keep_clock(shutdown.clone());
     let (background, job_outbox) = (state.background.clone(), state.job_outbox.clone());
-    let app = app(state);
+    let (app, metrics_routes) = routers(state);
+    if let Some(metrics) = metrics {
+        tracing::info!(addr = %metrics.local_addr()?, "api metrics listening");
+        let stop = shutdown.clone().cancelled_owned();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(metrics, metrics_routes).with_graceful_shutdown(stop).await {
+                tracing::error!(error = %e, "the metrics listener failed");
+            }
+        });
+    }
     tracing::info!(addr = %listener.local_addr()?, "api listening");
     let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     // Without TCP_NODELAY an SSE event written after the response head waits for the client's
@@ -104,8 +132,9 @@ fn log_failure(failure: ServerErrorsFailureClass, latency: std::time::Duration, 
     tracing::error!(classification = %failure, latency = %format!("{} ms", latency.as_millis()), "response failed");
 }
 
-/// The routes wrapped in the middleware stack.
-pub fn app(state: AppState) -> Router {
+/// The API's routes wrapped in the middleware stack (with `/metrics` when `API_METRICS_BIND`
+/// is `public`), and the routes of a metrics listener of its own (`/metrics`, `/health`).
+pub fn routers(state: AppState) -> (Router, Router) {
     let request_id = HeaderName::from_static("x-request-id");
     let trace = TraceLayer::new_for_http()
         .make_span_with(|req: &Request| {
@@ -141,14 +170,18 @@ pub fn app(state: AppState) -> Router {
             }
         })
     };
-    routes::router(state)
-        .layer(middleware::from_fn_with_state(in_flight, crate::http::shed::shed))
-        .route("/metrics", serve_metrics)
+    let metrics_routes =
+        Router::new().route("/metrics", serve_metrics.clone()).route("/health", get(crate::routes::health::health));
+    let public = state.config.metrics == MetricsAt::Public;
+    let api = routes::router(state).layer(middleware::from_fn_with_state(in_flight, crate::http::shed::shed));
+    let api = if public { api.route("/metrics", serve_metrics) } else { api };
+    let api = api
         .route(
             "/openapi.json",
             get(move || std::future::ready(crate::routes::openapi::serve(crate::routes::document(), &base_url))),
         )
         .merge(crate::http::reference::router())
         .layer(middleware::from_fn_with_state(metrics, metrics::track))
-        .layer(middleware)
+        .layer(middleware);
+    (api, metrics_routes)
 }

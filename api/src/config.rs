@@ -3,6 +3,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `API_BIND` | `0.0.0.0:8080` | address to listen on |
+//! | `API_METRICS_BIND` | none (off) | where to serve `/metrics` (and `/health`): an address of its own, or `public` for `API_BIND` beside the API; never the public port unless asked |
 //! | `DEFAULT_RATE_LIMIT_RPM` | `3000` | `rate_limit_rpm` of new keys: requests a minute, every authenticated request counted |
 //! | `SHUTDOWN_GRACE_SECONDS` | `30` | how long in-flight requests may finish after SIGTERM |
 //! | `API_MAX_IN_FLIGHT` | `512` | requests this replica works on at once; past it, 503 with `Retry-After: 1` at once (`/health`, `/ready`, `/metrics` excepted; held waits give their slot back) |
@@ -18,6 +19,32 @@ use std::{net::SocketAddr, time::Duration};
 
 use common::config::{CommonConfig, ConfigError, Env};
 
+/// Where the api serves `/metrics` (`API_METRICS_BIND`). The figures name every account's
+/// deployments and models, so the public port serves them only when asked to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAt {
+    /// Nowhere (unset).
+    Off,
+    /// On `API_BIND`, beside the API (`public`): a single-machine setup whose port only its
+    /// operator reaches, such as `deploy/local/up`.
+    Public,
+    /// On a listener of its own (an address): what the Kubernetes kit and compose file use.
+    Bind(SocketAddr),
+}
+
+impl MetricsAt {
+    fn from_env(env: &Env<'_>) -> Result<Self, ConfigError> {
+        match env.get("API_METRICS_BIND").as_deref().map(str::trim) {
+            None | Some("") => Ok(Self::Off),
+            Some("public") => Ok(Self::Public),
+            Some(text) => text.parse().map(Self::Bind).map_err(|_| ConfigError {
+                var: "API_METRICS_BIND".into(),
+                reason: format!("{text:?} is neither an address (host:port) nor `public`"),
+            }),
+        }
+    }
+}
+
 /// Everything the api reads at start.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -25,6 +52,8 @@ pub struct ApiConfig {
     pub common: CommonConfig,
     /// `API_BIND`: where to listen.
     pub bind: SocketAddr,
+    /// `API_METRICS_BIND`: where `/metrics` is served, if anywhere.
+    pub metrics: MetricsAt,
     /// `DEFAULT_RATE_LIMIT_RPM`: requests per minute of new keys.
     pub default_rate_limit_rpm: u32,
     /// `SHUTDOWN_GRACE_SECONDS`: how long in-flight requests may finish after a shutdown signal.
@@ -77,6 +106,7 @@ impl ApiConfig {
             max_file_bytes,
             files_retention: Duration::from_secs(retention_hours * 3600),
             bind: env.parse("API_BIND", SocketAddr::from(([0, 0, 0, 0], 8080)))?,
+            metrics: MetricsAt::from_env(env)?,
             default_rate_limit_rpm,
             shutdown_grace: env.seconds("SHUTDOWN_GRACE_SECONDS", Duration::from_secs(30))?,
             max_in_flight: env.parse("API_MAX_IN_FLIGHT", 512)?,

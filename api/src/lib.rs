@@ -38,4 +38,4 @@ pub mod routes;
 pub mod state;
 pub mod validate;
 
-pub use app::{run, serve};
+pub use app::{run, serve, serve_split};

@@ -49,6 +49,9 @@ impl System {
         let base_url = format!("http://{}", listener.local_addr().expect("api address"));
         let mut extra: Vec<(&str, String)> = vec![
             ("PUBLIC_BASE_URL", base_url.clone()),
+            // The tests read the api's figures beside its API, as on a developer's machine;
+            // `readiness::metrics_*` hold the listener of its own that the shipped kits use.
+            ("API_METRICS_BIND", "public".into()),
             ("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true".into()),
             ("NOTIFIER_RETRY_SCHEDULE", "0.2,0.4".into()),
             ("SHUTDOWN_GRACE_SECONDS", "1".into()),
@@ -134,6 +137,34 @@ impl System {
         .await;
         assert!(ready.is_some(), "the second api did not become ready");
         base_url
+    }
+
+    /// Starts another api replica with `/metrics` on a listener of its own (or, with `metrics`
+    /// false, `API_METRICS_BIND` unset: nowhere); returns its base URL and that listener's.
+    pub async fn start_another_api_split(&self, metrics: bool) -> (String, Option<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind api");
+        let base_url = format!("http://{}", listener.local_addr().expect("api address"));
+        let metrics = match metrics {
+            true => Some(TcpListener::bind("127.0.0.1:0").await.expect("bind metrics")),
+            false => None,
+        };
+        let metrics_url = metrics.as_ref().map(|l| format!("http://{}", l.local_addr().expect("metrics address")));
+        let mut vars = self.vars.clone();
+        vars.insert("PUBLIC_BASE_URL".into(), base_url.clone());
+        match &metrics_url {
+            Some(url) => vars.insert("API_METRICS_BIND".into(), url.trim_start_matches("http://").to_owned()),
+            None => vars.remove("API_METRICS_BIND"),
+        };
+        let config = ApiConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("api configuration");
+        let token = self.shutdown.clone();
+        tokio::spawn(async move { api::serve_split(config, listener, metrics, token).await.expect("api serves") });
+        let ready = eventually(Duration::from_secs(30), || async {
+            let r = self.http.get(format!("{base_url}/ready")).send().await.ok()?;
+            (r.status() == 200).then_some(())
+        })
+        .await;
+        assert!(ready.is_some(), "the api with its own metrics listener did not become ready");
+        (base_url, metrics_url)
     }
 
     /// The HTTP client of the tests.

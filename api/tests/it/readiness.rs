@@ -54,6 +54,52 @@ async fn metrics_count_requests_by_route_template_and_status() {
 }
 
 #[tokio::test]
+async fn metrics_are_served_on_their_own_port_or_nowhere_never_on_the_public_one_unless_asked() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    let (base, metrics) = system.start_another_api_split(true).await;
+    let metrics = metrics.expect("a metrics listener");
+    assert_eq!(
+        system
+            .http()
+            .get(format!("{base}/v1/predictions"))
+            .bearer_auth(&system.admin_key)
+            .send()
+            .await
+            .expect("sent")
+            .status(),
+        200
+    );
+    let public = system.http().get(format!("{base}/metrics")).send().await.expect("sent");
+    assert_eq!(public.status(), 404, "the public port does not serve the figures");
+    let own = system.http().get(format!("{metrics}/metrics")).send().await.expect("sent");
+    assert_eq!(own.status(), 200);
+    let text = own.text().await.expect("text");
+    assert!(text.contains(r#"http_requests_total{method="GET",route="/v1/predictions",status="200"} 1"#), "{text}");
+    assert!(text.contains("api_requests_in_flight"), "{text}");
+    let health = system.http().get(format!("{metrics}/health")).send().await.expect("sent");
+    assert_eq!(health.status(), 200, "a probe can use the metrics port");
+    for path in ["/health", "/ready"] {
+        let r = system.http().get(format!("{base}{path}")).send().await.expect("sent");
+        assert_eq!(r.status(), 200, "{path} stays on the public port");
+    }
+
+    let (quiet, none) = system.start_another_api_split(false).await;
+    assert!(none.is_none());
+    let r = system.http().get(format!("{quiet}/metrics")).send().await.expect("sent");
+    assert_eq!(r.status(), 404, "API_METRICS_BIND unset: no figures anywhere");
+
+    let vars: std::collections::HashMap<String, String> = system
+        .vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain([("API_METRICS_BIND".into(), "port 9".into())])
+        .collect();
+    let err = api::config::ApiConfig::from_env(&common::config::Env::from_fn(|k| vars.get(k).cloned()))
+        .expect_err("not an address");
+    assert_eq!(err.var, "API_METRICS_BIND");
+}
+
+#[tokio::test]
 async fn mongodb_commands_are_not_counted_unless_asked_for() {
     let env = vec![("MONGODB_COMMAND_METRICS", "false".to_string())];
     let system = System::start_with(Options { runner: false, notifier: false, env }).await;

@@ -55,14 +55,22 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
+/// Two free addresses, distinct (both are held until both are known).
+fn free_addr_pair() -> anyhow::Result<(SocketAddr, SocketAddr)> {
+    let (a, b) = (std::net::TcpListener::bind("127.0.0.1:0")?, std::net::TcpListener::bind("127.0.0.1:0")?);
+    Ok((a.local_addr()?, b.local_addr()?))
+}
+
 impl Cluster {
     /// Starts an api (and a notifier when `notifier` is set) on a fresh database and prefix
     /// with `extra` settings, and creates the account `bench` with an admin key.
     pub async fn start(extra: &[(&str, &str)], notifier: bool) -> anyhow::Result<Self> {
-        let api_addr = free_addr()?;
+        let (api_addr, api_metrics) = free_addr_pair()?;
         let base = format!("http://{api_addr}");
         let mut vars = vec![
             ("API_BIND", api_addr.to_string()),
+            // As the shipped kits have it: /metrics on a port of its own, not the public one.
+            ("API_METRICS_BIND", api_metrics.to_string()),
             ("PUBLIC_BASE_URL", base.clone()),
             ("NOTIFIER_ALLOW_PRIVATE_TARGETS", "true".into()),
             ("DEFAULT_RATE_LIMIT_RPM", "100000000".into()),
@@ -90,7 +98,7 @@ impl Cluster {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
         let api = Member {
             process: ServiceProcess::spawn("api", &setup.vars, &logs.join("api.log"))?,
-            metrics: format!("{base}/metrics"),
+            metrics: format!("http://{api_metrics}/metrics"),
         };
         let mut cluster = Self {
             setup,
@@ -125,12 +133,16 @@ impl Cluster {
 
     /// Starts one more api process on the same database and prefix; returns its base URL.
     pub async fn add_api(&mut self) -> anyhow::Result<String> {
-        let addr = free_addr()?;
+        let (addr, metrics) = free_addr_pair()?;
         let base = format!("http://{addr}");
         let mut vars = self.setup.vars.clone();
         vars.insert("API_BIND".into(), addr.to_string());
+        vars.insert("API_METRICS_BIND".into(), metrics.to_string());
         let log = self.logs.join(format!("api-{}.log", self.more_apis.len() + 1));
-        let member = Member { process: ServiceProcess::spawn("api", &vars, &log)?, metrics: format!("{base}/metrics") };
+        let member = Member {
+            process: ServiceProcess::spawn("api", &vars, &log)?,
+            metrics: format!("http://{metrics}/metrics"),
+        };
         self.await_ready(&format!("{base}/ready")).await.context("the added api did not become ready")?;
         self.more_apis.push(member);
         Ok(base)

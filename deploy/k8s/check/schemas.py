@@ -25,6 +25,7 @@ KINDS = {
     ("", "v1", "Service"),
     ("apps", "v1", "Deployment"),
     ("batch", "v1", "Job"),
+    ("networking.k8s.io", "v1", "Ingress"),
     ("policy", "v1", "PodDisruptionBudget"),
 }
 
