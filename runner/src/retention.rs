@@ -37,7 +37,7 @@ use common::{
     store::{
         Store,
         predictions::PageMark,
-        queue_lanes::{self, LaneState},
+        queue_lanes::{self, LaneCounters},
     },
     usage::UsageLedger,
 };
@@ -195,7 +195,7 @@ impl Sweeper {
     }
 
     /// Tends one idle lane, whose predictions still waiting hold tickets `waiting`.
-    async fn tend_lane(&self, lane: &LaneState, waiting: &[i64], unused_before: DateTime) -> anyhow::Result<()> {
+    async fn tend_lane(&self, lane: &LaneCounters, waiting: &[i64], unused_before: DateTime) -> anyhow::Result<()> {
         let lanes = self.store.queue_lanes();
         if waiting.is_empty() && lane.touched_at.is_none_or(|at| at < unused_before) {
             if lanes.remove_unused(lane).await? {

@@ -55,7 +55,7 @@ use common::{
     domain::{ModelRef, Prediction, PredictionStatus},
     lane::Lane,
     store::{
-        LaneState, Predictions, QueueFigures, QueueLanes, StoreError, queue_lanes::START_MARK_INTERVAL,
+        LaneCounters, Predictions, QueueFigures, QueueLanes, StoreError, queue_lanes::START_MARK_INTERVAL,
         runners::ModelRuns,
     },
     views::QueuePlace,
@@ -96,7 +96,7 @@ pub struct QueuePlaces {
     predictions: Predictions,
     lanes: QueueLanes,
     live: Arc<LiveRunners>,
-    models: TtlCache<ModelRef, Arc<Vec<LaneState>>>,
+    models: TtlCache<ModelRef, Arc<Vec<LaneCounters>>>,
     /// Per model, the jobs started through its lanes at each read: `(when, Σ started_through)`.
     starts: std::sync::Mutex<HashMap<ModelRef, StartSamples>>,
     /// Per lane (its store key), the creates admitted since its model's lanes were last read.
@@ -132,7 +132,7 @@ impl QueuePlaces {
         let key = lane.store_key();
         let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
         let since_read = admitted.get(&key).copied().unwrap_or(0);
-        let ahead = lanes.iter().find(|l| l.id == key).map_or(0, LaneState::waiting) + since_read;
+        let ahead = lanes.iter().find(|l| l.id == key).map_or(0, LaneCounters::waiting) + since_read;
         let figures = figures_of(&lane, ahead, &lanes, None);
         // The marks trail the starts by half their interval on average: as many jobs as start
         // meanwhile are counted waiting that have started.
@@ -174,7 +174,7 @@ impl QueuePlaces {
     }
 
     /// The lanes of `model`, at most `ttl` old, or older while another request reads them.
-    async fn model_lanes(&self, model: &ModelRef, ttl: Duration) -> Result<Arc<Vec<LaneState>>, StoreError> {
+    async fn model_lanes(&self, model: &ModelRef, ttl: Duration) -> Result<Arc<Vec<LaneCounters>>, StoreError> {
         if let Some(lanes) = self.models.get_within(model, ttl) {
             return Ok(lanes);
         }
@@ -203,11 +203,11 @@ impl QueuePlaces {
 /// The figures of a job of `lane` with `ahead` of its own lane before it: the waiting counts of
 /// the model's other `lanes` it takes turns with or ranks below, and what the model's live
 /// runners run of it (`runs`, if known).
-fn figures_of(lane: &Lane, ahead: u64, lanes: &[LaneState], runs: Option<&ModelRuns>) -> QueueFigures {
+fn figures_of(lane: &Lane, ahead: u64, lanes: &[LaneCounters], runs: Option<&ModelRuns>) -> QueueFigures {
     QueueFigures {
         ahead_in_lane: ahead,
-        other_lanes: lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneState::waiting).collect(),
-        higher_levels: lanes.iter().filter(|l| lane.ranks_below(l)).map(LaneState::waiting).sum(),
+        other_lanes: lanes.iter().filter(|l| lane.shares_turns_with(l)).map(LaneCounters::waiting).collect(),
+        higher_levels: lanes.iter().filter(|l| lane.ranks_below(l)).map(LaneCounters::waiting).sum(),
         running: runs.map_or(0, |r| r.running),
         recent_run_seconds: runs.map(|r| r.recent_run_seconds.clone()).unwrap_or_default(),
     }

@@ -78,7 +78,7 @@ pub use models::{ModelRecord, Models};
 pub use owned_models::{ModelLinks, OwnedModel, OwnedModels, Visibility};
 pub use predictions::{ConditionalUpdate, JobFilter, Predictions};
 pub use queue_figures::QueueFigures;
-pub use queue_lanes::{LaneState, QueueLanes};
+pub use queue_lanes::{LaneCounters, QueueLanes};
 pub use unfinished_uploads::{UnfinishedUpload, UnfinishedUploads};
 pub use webhook_attempts::{WebhookAttempt, WebhookAttempts};
 

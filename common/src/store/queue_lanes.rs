@@ -11,7 +11,7 @@
 //! failed while waiting, or never stored after taking its ticket) is listed in `skipped`
 //! until the lane moves past it. So the predictions of the lane waiting ahead of ticket `t`
 //! are the tickets between `started_through` and `t` less the skipped ones among them
-//! ([`LaneState::ahead_of`]), and the lane's waiting count is the same up to `taken`.
+//! ([`LaneCounters::ahead_of`]), and the lane's waiting count is the same up to `taken`.
 //!
 //! What it gives up for its constant cost, each bounded and mended by the next start in the
 //! lane (the `$max` moves past whatever was missed):
@@ -55,22 +55,24 @@ pub const RECOUNT_IDLE: std::time::Duration = std::time::Duration::from_secs(120
 /// How long a lane with no waiting prediction goes unwritten before it is removed.
 pub const PRUNE_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// What the counters of a lane say of another lane's counters (`state`).
+/// What a lane can tell from another lane's stored counters.
 impl Lane {
-    /// Whether `state` is a lane of the same model, route and level, of another account: one
-    /// the runners of this lane take turns with.
-    pub fn shares_turns_with(&self, state: &LaneState) -> bool {
-        self.same_route(state) && state.priority == self.level && Some(state.account_id.as_str()) != self.account_str()
+    /// Whether the lane of `counters` is of the same model, route and level, of another
+    /// account: one the runners of this lane take turns with.
+    pub fn shares_turns_with(&self, counters: &LaneCounters) -> bool {
+        self.same_route(counters)
+            && counters.priority == self.level
+            && Some(counters.account_id.as_str()) != self.account_str()
     }
 
-    /// Whether `state` is a lane of the same model and route at a higher level (of any
-    /// account): its waiting jobs start before this lane's.
-    pub fn ranks_below(&self, state: &LaneState) -> bool {
-        self.same_route(state) && state.priority.above(self.level)
+    /// Whether the lane of `counters` is of the same model and route at a higher level (of
+    /// any account): its waiting jobs start before this lane's.
+    pub fn ranks_below(&self, counters: &LaneCounters) -> bool {
+        self.same_route(counters) && counters.priority.above(self.level)
     }
 
-    fn same_route(&self, state: &LaneState) -> bool {
-        state.model == self.model.to_string() && state.route == self.route_key()
+    fn same_route(&self, counters: &LaneCounters) -> bool {
+        counters.model == self.model.to_string() && counters.route == self.route_key()
     }
 
     fn account_str(&self) -> Option<&str> {
@@ -80,7 +82,7 @@ impl Lane {
 
 /// A lane's counters as stored.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LaneState {
+pub struct LaneCounters {
     /// The lane ([`Lane::store_key`]).
     #[serde(rename = "_id")]
     pub id: String,
@@ -111,7 +113,7 @@ pub struct LaneState {
     pub tended_at: Option<bson::DateTime>,
 }
 
-impl LaneState {
+impl LaneCounters {
     /// The predictions of the lane waiting ahead of ticket `ticket`.
     pub fn ahead_of(&self, ticket: i64) -> u64 {
         let between = ticket - 1 - self.started_through;
@@ -129,7 +131,7 @@ impl LaneState {
 /// tickets of its predictions still waiting; `None` when its count of waiting is right. Only
 /// tickets between its mark and `taken` count: one at or below the mark (passed by a job
 /// started out of turn) stands first whatever the counters say.
-pub fn recount(seen: &LaneState, waiting: &[i64]) -> Option<(i64, Vec<i64>)> {
+pub fn recount(seen: &LaneCounters, waiting: &[i64]) -> Option<(i64, Vec<i64>)> {
     let mut waiting: Vec<i64> =
         waiting.iter().copied().filter(|t| *t > seen.started_through && *t <= seen.taken).collect();
     waiting.sort_unstable();
@@ -148,7 +150,7 @@ pub fn recount(seen: &LaneState, waiting: &[i64]) -> Option<(i64, Vec<i64>)> {
 /// Typed access to the `queue_lanes` collection.
 #[derive(Clone, Debug)]
 pub struct QueueLanes {
-    coll: Collection<LaneState>,
+    coll: Collection<LaneCounters>,
 }
 
 impl QueueLanes {
@@ -224,14 +226,14 @@ impl QueueLanes {
     }
 
     /// The lane `lane`, if a ticket of it was ever taken.
-    pub async fn get(&self, lane: &Lane) -> Result<Option<LaneState>, StoreError> {
+    pub async fn get(&self, lane: &Lane) -> Result<Option<LaneCounters>, StoreError> {
         self.coll.find_one(doc! { "_id": lane.store_key() }).max_time(super::read_limit()).await
     }
 
     /// Up to `limit` lanes whose counters were not written since `before` (those of before
     /// lanes were timed too): those never tended first, then those tended longest ago
     /// ([`Self::mark_tended`]), each the longest idle first.
-    pub async fn idle_since(&self, before: bson::DateTime, limit: i64) -> Result<Vec<LaneState>, StoreError> {
+    pub async fn idle_since(&self, before: bson::DateTime, limit: i64) -> Result<Vec<LaneCounters>, StoreError> {
         let filter = doc! { "$or": [{ "touched_at": { "$lt": before } }, { "touched_at": null }] };
         self.coll
             .find(filter)
@@ -245,7 +247,12 @@ impl QueueLanes {
 
     /// Sets the counters of the lane read as `seen` to `started_through` and `skipped` (see
     /// [`recount`]), unless a ticket of it was taken, started or given back since; whether it did.
-    pub async fn correct(&self, seen: &LaneState, started_through: i64, skipped: &[i64]) -> Result<bool, StoreError> {
+    pub async fn correct(
+        &self,
+        seen: &LaneCounters,
+        started_through: i64,
+        skipped: &[i64],
+    ) -> Result<bool, StoreError> {
         let update = doc! { "$max": { "started_through": started_through }, "$set": { "skipped": skipped } };
         let done = self.coll.update_one(unchanged(seen), update).await?;
         Ok(done.modified_count == 1)
@@ -253,7 +260,7 @@ impl QueueLanes {
 
     /// Removes the lane read as `seen` (no prediction of it waits), unless a ticket of it was
     /// taken, started or given back since; whether it did.
-    pub async fn remove_unused(&self, seen: &LaneState) -> Result<bool, StoreError> {
+    pub async fn remove_unused(&self, seen: &LaneCounters) -> Result<bool, StoreError> {
         Ok(self.coll.delete_one(unchanged(seen)).await?.deleted_count == 1)
     }
 
@@ -267,13 +274,13 @@ impl QueueLanes {
     }
 
     /// Every lane of `model`.
-    pub async fn of_model(&self, model: &ModelRef) -> Result<Vec<LaneState>, StoreError> {
+    pub async fn of_model(&self, model: &ModelRef) -> Result<Vec<LaneCounters>, StoreError> {
         self.coll.find(doc! { "model": model.to_string() }).max_time(super::read_limit()).await?.try_collect().await
     }
 }
 
 /// The lane read as `seen`, as long as none of its counters was written since.
-fn unchanged(seen: &LaneState) -> Document {
+fn unchanged(seen: &LaneCounters) -> Document {
     doc! {
         "_id": &seen.id,
         "taken": seen.taken,
@@ -286,8 +293,8 @@ fn unchanged(seen: &LaneState) -> Document {
 mod tests {
     use super::*;
 
-    fn lane(taken: i64, started_through: i64, skipped: &[i64]) -> LaneState {
-        LaneState { taken, started_through, skipped: skipped.to_vec(), ..Default::default() }
+    fn lane(taken: i64, started_through: i64, skipped: &[i64]) -> LaneCounters {
+        LaneCounters { taken, started_through, skipped: skipped.to_vec(), ..Default::default() }
     }
 
     #[test]
@@ -312,7 +319,7 @@ mod tests {
         assert_eq!(recount(&lane(10, 2, &[]), &[]), Some((10, vec![])), "nothing waits: the lane moves to its end");
         let (mark, skipped) = recount(&lane(10, 2, &[]), &[6, 8]).expect("two wait, not eight");
         assert_eq!((mark, skipped.clone()), (5, vec![7, 9, 10]));
-        let fixed = LaneState { started_through: mark, skipped, ..lane(10, 2, &[]) };
+        let fixed = LaneCounters { started_through: mark, skipped, ..lane(10, 2, &[]) };
         assert_eq!((fixed.waiting(), fixed.ahead_of(8)), (2, 1));
         assert_eq!(recount(&lane(10, 5, &[]), &[1, 2]), Some((10, vec![])), "tickets passed already stand first");
     }
