@@ -20,6 +20,11 @@
 //! - `samples` (feature `samples`): sample predictions for tests and the load tool, and
 //!   `Links::for_tests`. The integration-test harness is a crate of its own, `testkit`
 //!   (deploy/testkit), a dev-dependency only.
+//!
+//! Also here:
+//! - [`cache`]: a small map whose entries expire after a fixed time, for look-ups that may be a little stale.
+//! - [`lane`]: a queue lane.
+//! - [`trace_context`]: W3C trace context across the services.
 #![forbid(unsafe_code)]
 
 pub mod budget;

@@ -13,6 +13,9 @@
 //!   [`backlog`]: the workers that attempt them when due (started beside the consumer).
 //! - [`metrics`]: what `/metrics` shows (deliveries by outcome, latency, retry backlog).
 //! - [`notices`]: the accounts' budget notices (`account.budget`), delivered beside the events.
+//!
+//! Also here:
+//! - [`stored_bodies`]: webhook bodies of events by reference.
 #![forbid(unsafe_code)]
 
 pub mod backlog;

@@ -20,6 +20,10 @@
 //!   Cog project this runner starts itself.
 //! - [`retention`]: removes the data of predictions that ended long enough ago.
 //! - [`metrics`]: what `/metrics` shows (jobs in flight and pending, run and write times).
+//!
+//! Also here:
+//! - [`price_board`]: the price of this runner's hardware pool.
+//! - [`run_figures`]: what this runner runs of each model now, and how long its last runs took.
 #![forbid(unsafe_code)]
 
 pub mod cancel;

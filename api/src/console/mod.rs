@@ -16,6 +16,9 @@
 //! Pages call the same domain functions as the JSON routes (`submit`, `cancel`,
 //! `deliveries`, `accounts`, `signing_secret`), never a route handler. The cookie is read here only:
 //! the `/v1` and `/replicate/v1` APIs authenticate with bearer keys alone.
+//!
+//! Also here:
+//! - [`output`]: a prediction's output as its console page shows it, from the stored value.
 
 mod account;
 mod assets;

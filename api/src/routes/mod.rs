@@ -10,6 +10,23 @@
 //! document ([`document`]) are both made from that list. `docs/api.md` lists the same routes
 //! (a test compares them). Outside both surfaces: `/ready` and `/health` ([`health`]),
 //! `/openapi.json` (mounted by [`crate::app`]) and the console's pages ([`crate::console`]).
+//!
+//! Also here:
+//! - [`account`]: `GET /v1/account`.
+//! - [`api_keys`]: API keys of the caller's account.
+//! - [`collections`]: collections (docs/replicate.md).
+//! - [`deployments`]: deployments, in Replicate's shape.
+//! - [`files`]: the Files API.
+//! - [`hardware`]: `GET /v1/hardware`.
+//! - [`model_versions`]: a model's versions.
+//! - [`model_view`]: a model as clients see it.
+//! - [`models`]: models (docs/replicate.md), in the shape Replicate's clients read.
+//! - [`search`]: finding models by text.
+//! - [`stream`]: `GET /v1/predictions/{id}/stream`.
+//! - [`trainings`]: trainings (docs/trainings.md), on either API surface.
+//! - [`usage`]: `GET /v1/usage`.
+//! - [`webhook_deliveries`]: a prediction's webhook deliveries.
+//! - [`webhook_secret`]: the account's webhook signing secret.
 
 pub mod account;
 pub mod api_keys;

@@ -13,6 +13,14 @@
 //! [`crate::http::extract`] runs it at the door. A query or a body is declared once: the type
 //! it is read into is its OpenAPI description, each field a [`field::Field`] that keeps what
 //! was sent or why it failed, so a check names every failing field at once.
+//!
+//! Also here:
+//! - [`account_changes`]: the body of `PATCH /v1/account`.
+//! - [`create_api_key`]: the body of `POST /v1/account/api-keys`.
+//! - [`create_model`]: the body of `POST /v1/models`.
+//! - [`deployment`]: the bodies of `POST /v1/deployments` and `PATCH /v1/deployments/{owner}/{name}`.
+//! - [`search_query`]: the query of `GET /v1/search`.
+//! - [`usage_query`]: the query of `GET /v1/usage`.
 
 pub mod account_changes;
 pub mod body;

@@ -15,6 +15,10 @@
 //! Streams are created idempotently by every service at start, and again whenever a publish
 //! finds its stream missing (a NATS restart loses the memory-stored rate-limit stream; an
 //! operator may delete one): the publish is then retried once.
+//!
+//! Also here:
+//! - [`heartbeat`]: in-progress acks for every message a service holds, sent by one task per `Heartbeat`.
+//! - [`held`]: one JetStream message while a service acts on it.
 
 mod broadcasts;
 mod counters;

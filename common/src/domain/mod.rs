@@ -1,5 +1,22 @@
 //! Domain types. Each is parsed once at the edge ("parse, don't validate"): a value of one of
 //! these types is valid by construction, so code further in never re-checks it.
+//!
+//! Its modules:
+//! - [`api_key`]: API key values and scopes.
+//! - [`deadline`]: how a job ends at its deadline, which depends on who set it and whether it had started.
+//! - [`file_store`]: which store holds a file's bytes.
+//! - [`ids`]: the identifiers, random, unguessable and URL-safe.
+//! - [`model`]: a model's address, `<owner>/<name>`.
+//! - [`output`]: a model's output as stored.
+//! - [`prediction`]: the prediction.
+//! - [`priority`]: a prediction's priority.
+//! - [`route`]: where a job may run.
+//! - [`secret_inputs`]: secret inputs.
+//! - [`status`]: a prediction's status and the transitions allowed between statuses.
+//! - [`surface`]: the two API surfaces a prediction can be seen through.
+//! - [`training`]: trainings (fine-tunes).
+//! - [`webhook_secret`]: the account's webhook signing secret.
+//! - [`webhook_url`]: a webhook target.
 
 pub mod api_key;
 pub mod deadline;

@@ -13,6 +13,10 @@
 //!
 //! File outputs stored before files had records keep their owner in GridFS's own metadata;
 //! [`Files::get`] still finds them there, so links handed out before keep working.
+//!
+//! Also here:
+//! - [`gridfs`]: `FileStore` on MongoDB GridFS.
+//! - [`payloads`]: a prediction's values too large for its document.
 
 pub mod gridfs;
 pub mod payloads;

@@ -30,6 +30,11 @@
 //! under load, each caller still told whether its own document was stored; a runner's last
 //! state change of a prediction goes through the runner's group update, several per `update`
 //! command (the [`ConditionalUpdate`]s of [`predictions`]).
+//!
+//! Also here:
+//! - [`clock`]: the database's clock, as the times a prediction is billed by are read.
+//! - [`migrations`]: the index set as a step of its own.
+//! - [`queue_figures`]: the queue as one waiting prediction sees it.
 
 pub mod accounts;
 pub mod api_keys;

@@ -20,6 +20,14 @@
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
+//!
+//! Also here:
+//! - [`budget`]: a monthly budget crossed while the usage ledger's runner dies.
+//! - [`dead_receiver`]: one account's receiver is dead while another's is healthy.
+//! - [`flood`]: overload for a fault run, for the length of the fault, of one of two kinds.
+//! - [`levels`]: priority levels under a fault.
+//! - [`lost_replies`]: mongoDB's answers lost under load, as in a failover.
+//! - [`rows`]: the fault suite's rows.
 #![forbid(unsafe_code)]
 
 mod budget;

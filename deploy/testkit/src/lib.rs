@@ -13,6 +13,13 @@
 //! (the stand-in that `deploy/local/up` also starts), started on first use. Each test gets a
 //! bucket of its own. `TEST_FILES_STORE=s3` makes every test's files go there
 //! ([`TestContext::files_env`]): the test command runs the file tests once per store.
+//!
+//! Also here:
+//! - [`cog`]: a Cog model server.
+//! - [`proxy`]: a TCP proxy a test can cut, to take a server away from a service without stopping the shared
+//!   server.
+//! - [`standins`]: the local stand-ins, started as child processes of the test binary.
+//! - [`telemetry`]: the tests' telemetry.
 
 pub mod cog;
 mod containers;

@@ -38,6 +38,10 @@
 //!    waited never runs (`PREDICTION_DEADLINE_BEFORE_START`, not charged).
 //!
 //! Every stored change is followed by its event, never the other way round.
+//!
+//! Also here:
+//! - [`begin`]: step 1 of a job.
+//! - [`finish`]: step 3 of a job.
 
 use std::{
     collections::HashMap,

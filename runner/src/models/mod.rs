@@ -2,6 +2,12 @@
 //! `run` that turns the validated input into an output, reporting logs and partial output
 //! through a [`Progress`] as it goes. Cancellation is the executor's job: it drops the `run`
 //! future, so a model needs no cancel handling of its own.
+//!
+//! Its modules:
+//! - [`builtin`]: models compiled into the runner, so the system is useful and testable without external
+//!   model servers.
+//! - [`cog`]: models served by Cog HTTP servers.
+//! - [`file_inputs`]: what a model receives for a file input.
 
 pub mod builtin;
 pub mod cog;

@@ -2,6 +2,25 @@
 //! back. Each is a `bench` subcommand of its own and a step of the standard set
 //! ([`crate::standard`]). [`on_fresh_system`] gives a scenario, or a step of the standard
 //! set, a system of its own.
+//!
+//! Its modules:
+//! - [`api_alone`]: `bench api`: the api alone.
+//! - [`baselines`]: `bench baselines`.
+//! - [`cog`]: `bench cog`: the latency the service adds to a Cog model, and how soon a streaming user sees a
+//!   prediction move.
+//! - [`cold_start`]: `bench coldstart`.
+//! - [`cost`]: `bench cost`.
+//! - [`create_vs_insert`]: the create-throughput target measured head to head.
+//! - [`e2e`]: end to end through the three services as processes, under an open loop.
+//! - [`files`]: `bench files`.
+//! - [`outputs`]: `bench outputs`.
+//! - [`overload`]: `bench overload`.
+//! - [`priority`]: `bench priority`.
+//! - [`queue`]: `bench queue`.
+//! - [`scaling`]: scale-out, simulated on one machine.
+//! - [`scheduling`]: scheduling: how long a prediction waits for a slot.
+//! - [`soak`]: `bench soak`.
+//! - [`trainings`]: `bench trainings`.
 
 pub mod api_alone;
 pub mod baselines;

@@ -1,6 +1,19 @@
 //! Models compiled into the runner, so the system is useful and testable without external
 //! model servers. They are served and registered like any other model; nothing outside the
 //! runner knows they are built in.
+//!
+//! Its modules:
+//! - [`annotate`]: `demo/annotate` (image-to-text): an object of fields, as transcription models answer.
+//! - [`chatty`]: `demo/chatty` (text-generation): as many logs and as much text as asked.
+//! - [`checksum`]: `demo/checksum` (file-analysis): the SHA-256, size and media type of its `file` input.
+//! - [`echo`]: `demo/echo` (text-generation).
+//! - [`fail`]: `demo/fail` (text-generation).
+//! - [`pattern`]: the pictures the demo image and video models draw.
+//! - [`sleep`]: `demo/sleep` (text-generation): sleeps, logging each second; cancelable at any point.
+//! - [`text_to_image`]: `demo/text-to-image` (text-to-image): a PNG drawn from the prompt.
+//! - [`text_to_images`]: `demo/text-to-images` (text-to-image): a list of PNGs, each with its own seed.
+//! - [`text_to_video`]: `demo/text-to-video` (text-to-video): an animated GIF drawn from the prompt.
+//! - [`versioned`]: `demo/versioned` (text-generation): outputs the version this runner serves it as.
 
 pub mod annotate;
 pub mod chatty;

@@ -44,6 +44,10 @@
 //!   `--x-mode train` serves the same routes under `/trainings`, checks its input against
 //!   `components.schemas.TrainingInput`, and answers `{"weights": <file>}`. A trainer is always
 //!   driven by webhooks: a training is long, and its logs are worth seeing as it runs.
+//!
+//! Also here:
+//! - [`instance`]: the model servers the runner starts itself.
+//! - [`targets`]: how Cog models are declared to a runner.
 
 pub mod callbacks;
 pub mod instance;

@@ -27,6 +27,10 @@
 //! back-off from 1 s to [`MAX_RECHECK`] while the scan of the jobs stream still sees jobs in
 //! it; a lane the scan sees empty is left dormant until a job rings it, and one empty for
 //! [`FORGET_AFTER`] is dropped.
+//!
+//! Its modules:
+//! - [`lane_state`]: what the fair pick knows of each lane.
+//! - `tests`: the fair pick's rules, one at a time, with time passed in.
 
 use std::{
     collections::{HashMap, HashSet},
