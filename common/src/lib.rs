@@ -19,7 +19,7 @@
 //!   needs at start and while it runs.
 //! - `samples` (feature `samples`): sample predictions for tests and the load tool, and
 //!   `Links::for_tests`. The integration-test harness is a crate of its own, `testkit`
-//!   (deploy/testkit), a dev-dependency only.
+//!   (deploy/testing/testkit), a dev-dependency only.
 //!
 //! Also here:
 //! - [`cache`]: a small map whose entries expire after a fixed time, for look-ups that may be a little stale.

@@ -43,7 +43,7 @@ launch_mongo() {
   local h2=() heap=()
   MONGO_LOG="$1"
   [ -n "${2:-}" ] && h2=(--h2 "$2") && heap=("-Xmx${MONGO_STANDIN_HEAP:-1g}")
-  java @"$root/deploy/mongo-standin/jvm.options" "${heap[@]}" -cp "$MONGO_STANDIN_CLASSPATH" Launcher "${h2[@]}" >"$MONGO_LOG" 2>&1 &
+  java @"$root/deploy/testing/mongo-standin/jvm.options" "${heap[@]}" -cp "$MONGO_STANDIN_CLASSPATH" Launcher "${h2[@]}" >"$MONGO_LOG" 2>&1 &
   INFRA_PIDS+=("$!")
   MONGO_PID="$!"
 }
@@ -102,7 +102,7 @@ start_s3() { launch_s3 "$@" && await_s3; }
 # launch_s3 LOGFILE DIR: starts S3Proxy without waiting for it.
 launch_s3() {
   S3_LOG="$1" S3_PORT="$(free_port)"
-  "$root/deploy/s3-standin/run" "$S3_STANDIN_CLASSPATH" "$S3_PORT" "$2" >"$S3_LOG" 2>&1 &
+  "$root/deploy/testing/s3-standin/run" "$S3_STANDIN_CLASSPATH" "$S3_PORT" "$2" >"$S3_LOG" 2>&1 &
   INFRA_PIDS+=("$!")
 }
 

@@ -1,6 +1,6 @@
 //! The web console over HTTP: sign-in and sessions, the cookie's limits, CSRF and origin
 //! checks, and pages for people (escaped values, 404 pages). The browser suite
-//! (deploy/clients/browser) drives the same pages in Chromium.
+//! (deploy/testing/clients/browser) drives the same pages in Chromium.
 
 use reqwest::{Method, StatusCode, redirect::Policy};
 use serde_json::json;
