@@ -132,15 +132,16 @@ impl Links {
 
     /// The signature of a download of file `id` of `owner` until `expiry`.
     pub fn file_signature(&self, owner: &str, id: &str, expiry: i64) -> String {
-        URL_SAFE_NO_PAD.encode(self.key.mac(FILE_URL_CONTEXT, &format!("{owner} {id} {expiry}")))
+        encode_file_signature(&self.key.mac(FILE_URL_CONTEXT, &file_message(owner, id, expiry)))
     }
 
     /// Whether `signature` signs the download of file `id` of `owner` until `expiry` (compared
     /// in constant time; the caller checks the expiry against its clock). During a master-key
     /// rotation a link the previous key signed is accepted too.
     pub fn file_signature_valid(&self, owner: &str, id: &str, expiry: i64, signature: &str) -> bool {
-        let message = format!("{owner} {id} {expiry}");
-        accepted(self.key.accepted_macs(FILE_URL_CONTEXT, &message), usize::MAX, signature)
+        let message = file_message(owner, id, expiry);
+        let macs = self.key.accepted_macs(FILE_URL_CONTEXT, &message);
+        accepted(macs.map(|mac| encode_file_signature(&mac)), signature)
     }
 
     /// The file of this service that `url` names, on either surface: its object URL, its
@@ -191,23 +192,36 @@ impl Links {
 
     /// The capability token of prediction `id`'s stream.
     pub fn stream_token(&self, id: &PredictionId) -> String {
-        URL_SAFE_NO_PAD.encode(&self.key.mac(STREAM_TOKEN_CONTEXT, id.as_str())[..STREAM_TOKEN_BYTES])
+        encode_stream_token(&self.key.mac(STREAM_TOKEN_CONTEXT, id.as_str()))
     }
 
     /// Whether `token` opens prediction `id`'s stream (compared in constant time; the previous
     /// master key's token too, during a rotation).
     pub fn stream_token_opens(&self, id: &PredictionId, token: &str) -> bool {
-        accepted(self.key.accepted_macs(STREAM_TOKEN_CONTEXT, id.as_str()), STREAM_TOKEN_BYTES, token)
+        let macs = self.key.accepted_macs(STREAM_TOKEN_CONTEXT, id.as_str());
+        accepted(macs.map(|mac| encode_stream_token(&mac)), token)
     }
 }
 
-/// Whether `given` is one of `macs`, each cut to `len` bytes and encoded as in a URL (compared
-/// in constant time, every MAC compared).
-fn accepted(macs: impl Iterator<Item = [u8; 32]>, len: usize, given: &str) -> bool {
-    macs.fold(false, |found, mac| {
-        let expected = URL_SAFE_NO_PAD.encode(&mac[..len.min(mac.len())]);
-        found | bool::from(expected.as_bytes().ct_eq(given.as_bytes()))
-    })
+/// What a file's signature signs.
+fn file_message(owner: &str, id: &str, expiry: i64) -> String {
+    format!("{owner} {id} {expiry}")
+}
+
+/// A file signature as a URL carries it: the whole MAC.
+fn encode_file_signature(mac: &[u8; 32]) -> String {
+    URL_SAFE_NO_PAD.encode(mac)
+}
+
+/// A stream token as a URL carries it: the MAC's first [`STREAM_TOKEN_BYTES`].
+fn encode_stream_token(mac: &[u8; 32]) -> String {
+    URL_SAFE_NO_PAD.encode(&mac[..STREAM_TOKEN_BYTES])
+}
+
+/// Whether `given` is one of the `expected` texts (compared in constant time, every one
+/// compared).
+fn accepted(expected: impl Iterator<Item = String>, given: &str) -> bool {
+    expected.fold(false, |found, text| found | bool::from(text.as_bytes().ct_eq(given.as_bytes())))
 }
 
 #[cfg(test)]
