@@ -122,6 +122,24 @@ impl System {
 
     /// Starts another api replica with more (or other) settings; returns its base URL.
     pub async fn start_another_api_with(&self, extra: &[(&str, &str)]) -> String {
+        self.launch_api(extra, None).await
+    }
+
+    /// Starts another api replica with `/metrics` on a listener of its own (or, with `metrics`
+    /// false, `API_METRICS_BIND` unset: nowhere); returns its base URL and that listener's.
+    pub async fn start_another_api_split(&self, metrics: bool) -> (String, Option<String>) {
+        if !metrics {
+            return (self.launch_api(&[("API_METRICS_BIND", "")], None).await, None);
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind metrics");
+        let addr = listener.local_addr().expect("metrics address").to_string();
+        let base_url = self.launch_api(&[("API_METRICS_BIND", &addr)], Some(listener)).await;
+        (base_url, Some(format!("http://{addr}")))
+    }
+
+    /// Starts an api replica on this system's database and prefix with `extra` settings (and
+    /// `/metrics` on `metrics`, if given), and waits until it is ready; returns its base URL.
+    async fn launch_api(&self, extra: &[(&str, &str)], metrics: Option<TcpListener>) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind api");
         let base_url = format!("http://{}", listener.local_addr().expect("api address"));
         let mut vars = self.vars.clone();
@@ -129,42 +147,20 @@ impl System {
         vars.insert("PUBLIC_BASE_URL".into(), base_url.clone());
         let config = ApiConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("api configuration");
         let token = self.shutdown.clone();
-        tokio::spawn(async move { api::serve(config, listener, token).await.expect("api serves") });
+        tokio::spawn(async move {
+            let served = match metrics {
+                Some(metrics) => api::serve_split(config, listener, Some(metrics), token).await,
+                None => api::serve(config, listener, token).await,
+            };
+            served.expect("api serves")
+        });
         let ready = eventually(Duration::from_secs(30), || async {
             let r = self.http.get(format!("{base_url}/ready")).send().await.ok()?;
             (r.status() == 200).then_some(())
         })
         .await;
-        assert!(ready.is_some(), "the second api did not become ready");
+        assert!(ready.is_some(), "the api at {base_url} did not become ready");
         base_url
-    }
-
-    /// Starts another api replica with `/metrics` on a listener of its own (or, with `metrics`
-    /// false, `API_METRICS_BIND` unset: nowhere); returns its base URL and that listener's.
-    pub async fn start_another_api_split(&self, metrics: bool) -> (String, Option<String>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind api");
-        let base_url = format!("http://{}", listener.local_addr().expect("api address"));
-        let metrics = match metrics {
-            true => Some(TcpListener::bind("127.0.0.1:0").await.expect("bind metrics")),
-            false => None,
-        };
-        let metrics_url = metrics.as_ref().map(|l| format!("http://{}", l.local_addr().expect("metrics address")));
-        let mut vars = self.vars.clone();
-        vars.insert("PUBLIC_BASE_URL".into(), base_url.clone());
-        match &metrics_url {
-            Some(url) => vars.insert("API_METRICS_BIND".into(), url.trim_start_matches("http://").to_owned()),
-            None => vars.remove("API_METRICS_BIND"),
-        };
-        let config = ApiConfig::from_env(&Env::from_fn(|k| vars.get(k).cloned())).expect("api configuration");
-        let token = self.shutdown.clone();
-        tokio::spawn(async move { api::serve_split(config, listener, metrics, token).await.expect("api serves") });
-        let ready = eventually(Duration::from_secs(30), || async {
-            let r = self.http.get(format!("{base_url}/ready")).send().await.ok()?;
-            (r.status() == 200).then_some(())
-        })
-        .await;
-        assert!(ready.is_some(), "the api with its own metrics listener did not become ready");
-        (base_url, metrics_url)
     }
 
     /// The HTTP client of the tests.
