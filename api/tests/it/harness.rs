@@ -362,7 +362,8 @@ impl System {
     }
 }
 
-fn spawn_runner(vars: &HashMap<String, String>, shutdown: &CancellationToken) {
+/// Starts a runner in-process with `vars`, stopped with `shutdown`.
+pub fn spawn_runner(vars: &HashMap<String, String>, shutdown: &CancellationToken) {
     let env = Env::from_fn(|k| vars.get(k).cloned());
     let config = runner::config::RunnerConfig::from_env(&env).expect("runner configuration");
     let token = shutdown.clone();

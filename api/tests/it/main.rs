@@ -3,6 +3,7 @@
 //!
 //! Its modules:
 //! - [`api_keys`]: `POST /v1/account/api-keys`, `GET /v1/account/api-keys/{id}` and scope enforcement.
+//! - [`backup`]: a backup taken under load, restored into a new system.
 //! - [`bad_input`]: bad input: every error is problem+json with the documented type, title, status and code.
 //! - [`builtin_models`]: the built-in models end to end through the api, their files, and retention.
 //! - [`cancel`]: `POST /v1/predictions/{id}/cancel` while starting, while processing, and when terminal.
@@ -55,6 +56,7 @@
 //! - [`webhook_deliveries`]: a prediction's webhook deliveries.
 
 mod api_keys;
+mod backup;
 mod bad_input;
 mod builtin_models;
 mod cancel;

@@ -27,7 +27,7 @@ pub mod proxy;
 mod standins;
 pub mod telemetry;
 
-pub use standins::{MongoStandin, installed};
+pub use standins::{MongoStandin, installed, nats_server};
 
 use std::{collections::HashMap, sync::OnceLock};
 
@@ -90,7 +90,7 @@ pub fn infra() -> &'static Infra {
         let mongodb_uri =
             from_env("MONGODB_URI").unwrap_or_else(|| if docker { containers::mongo() } else { standins::mongo() });
         let nats_url =
-            from_env("NATS_URL").unwrap_or_else(|| if docker { containers::nats() } else { standins::nats() });
+            from_env("NATS_URL").unwrap_or_else(|| if docker { containers::nats() } else { standins::nats_server() });
         Infra { mongodb_uri, nats_url }
     })
 }

@@ -20,12 +20,14 @@ pub(super) fn repo_root() -> PathBuf {
 }
 
 /// Runs `deploy/local/install` (idempotent) and returns the value of `KEY=` in its output:
-/// `NATS_SERVER`, `MONGO_STANDIN_CLASSPATH` or `COG_PYTHON`.
+/// `NATS_SERVER`, `MONGO_STANDIN_CLASSPATH`, `S3_STANDIN_CLASSPATH`, `COG_PYTHON` or
+/// `NATS_CLI` (the NATS command line tool, built on the first ask).
 pub fn installed(key: &str) -> String {
-    let out = Command::new(repo_root().join("deploy/local/install"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run deploy/local/install");
+    let mut install = Command::new(repo_root().join("deploy/local/install"));
+    if key == "NATS_CLI" {
+        install.arg("natscli");
+    }
+    let out = install.stderr(Stdio::inherit()).output().expect("run deploy/local/install");
     assert!(out.status.success(), "deploy/local/install failed");
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
@@ -99,7 +101,9 @@ impl Drop for MongoStandin {
     }
 }
 
-pub(super) fn nats() -> String {
+/// A nats-server with JetStream of its own, on a free port, for the life of the test process;
+/// its URL. (The tests' shared one, when no `NATS_URL` names one, is started so too.)
+pub fn nats_server() -> String {
     let binary = installed("NATS_SERVER");
     let port = free_port();
     let store_dir = std::env::temp_dir().join(format!("ps-test-nats-{}-{port}", std::process::id()));
