@@ -10,12 +10,21 @@
 //! - A prediction still `starting` [`ORPHAN_AFTER`] after creation whose job is not in the
 //!   jobs stream (the api stored it but could not publish, and then died) gets its job
 //!   republished.
+//! - A prediction still `processing` [`ORPHAN_AFTER`] after creation whose job is not in the
+//!   jobs stream, and whose runner is gone (its presence [`SILENT_FOR`] old or missing), is
+//!   stranded: its result would never be written, and it would fail at its deadline. That is
+//!   a job acknowledged by a runner that died before its result was stored, a jobs stream
+//!   lost or purged, or a restore whose database copy is older than its streams' (see
+//!   docs/operations.md, "Backing up and restoring"). It is given a new job, once
+//!   ([`common::store::predictions::Predictions::mark_stranded`]): that job's delivery takes it over from the runner that
+//!   held it and runs it again from the start, as after a crash. A second time, it is left to
+//!   its deadline, so a model that takes its runner down runs at most once more.
 //! - A prediction canceled through the api between [`ANNOUNCE_WITHIN`] and [`ORPHAN_AFTER`] ago
 //!   whose `completed` event is not in the events stream (the api's publish failed, and no
 //!   runner held its job to announce it) gets the event published: every terminal state
 //!   produces its event, so its `completed` webhook goes out.
 //!
-//! The last two read [`BATCH`] predictions a pass, oldest first, each pass after where the
+//! The last three read [`BATCH`] predictions a pass, oldest first, each pass after where the
 //! previous one ended ([`PageMark`]), back at the start once a pass reads fewer: a backlog of
 //! waiting predictions (whose jobs exist) does not hide the orphans behind it.
 
@@ -32,6 +41,8 @@ use common::{
     messages::{Announcement, PredictionChanged},
     store::{Store, predictions::PageMark},
 };
+
+use crate::execute::holder::SILENT_FOR;
 use tokio_util::sync::CancellationToken;
 
 use crate::{execute::Executor, models::ModelError, retention::ago};
@@ -53,6 +64,8 @@ pub struct Repairs {
     pub timed_out: usize,
     /// Jobs republished.
     pub republished: usize,
+    /// Stranded `processing` predictions given a new job.
+    pub requeued: usize,
     /// `completed` events of canceled predictions published.
     pub announced: usize,
     /// Predictions whose repair failed (each logged; the next pass looks again).
@@ -76,6 +89,8 @@ pub struct Reconciler {
     interval: Duration,
     /// Where the scan of `starting` predictions goes on from.
     orphans_from: Mutex<Option<PageMark>>,
+    /// Where the scan of `processing` predictions goes on from.
+    stranded_from: Mutex<Option<PageMark>>,
     /// Where the scan of canceled predictions goes on from.
     canceled_from: Mutex<Option<PageMark>>,
 }
@@ -89,7 +104,8 @@ fn next_mark(page: &[Prediction], at: impl Fn(&Prediction) -> Option<DateTime>) 
 impl Reconciler {
     /// A reconciler running every `interval`.
     pub fn new(store: Store, bus: Bus, executor: Arc<Executor>, interval: Duration) -> Self {
-        Self { store, bus, executor, interval, orphans_from: Mutex::new(None), canceled_from: Mutex::new(None) }
+        let (orphans_from, stranded_from, canceled_from) = (Mutex::new(None), Mutex::new(None), Mutex::new(None));
+        Self { store, bus, executor, interval, orphans_from, stranded_from, canceled_from }
     }
 
     /// Runs passes until `shutdown` fires.
@@ -141,6 +157,16 @@ impl Reconciler {
                 Err(e) => repairs.failed(&p.id, e),
             }
         }
+        let from = self.stranded_from.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let processing =
+            self.store.predictions().processing_since_before(ago(ORPHAN_AFTER), from.as_ref(), BATCH).await?;
+        *self.stranded_from.lock().unwrap_or_else(|p| p.into_inner()) = next_mark(&processing, |p| Some(p.created_at));
+        for p in processing {
+            match self.requeue_if_stranded(&p).await {
+                Ok(done) => repairs.requeued += usize::from(done),
+                Err(e) => repairs.failed(&p.id, e),
+            }
+        }
         let predictions = self.store.predictions();
         let from = self.canceled_from.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let canceled =
@@ -164,4 +190,33 @@ impl Reconciler {
         }
         Ok(repairs)
     }
+
+    /// Gives `p` (`processing`) a new job if it is stranded: no job in the stream, and its
+    /// runner gone. Returns whether it did.
+    async fn requeue_if_stranded(&self, p: &Prediction) -> anyhow::Result<bool> {
+        if p.requeued_at.is_some() || self.bus.job_exists(p).await? {
+            return Ok(false);
+        }
+        if let Some(holder) = p.held_by.as_deref()
+            && let Some(seen) = self.store.runners().seen_at(holder).await?
+            && DateTime::now().timestamp_millis() - seen.timestamp_millis() < millis(SILENT_FOR)
+        {
+            // Its runner is alive: it runs it still, and stores its result.
+            return Ok(false);
+        }
+        let predictions = self.store.predictions();
+        if !predictions.mark_stranded(p, DateTime::now()).await? {
+            return Ok(false);
+        }
+        tracing::warn!(prediction_id = %p.id, holder = ?p.held_by, "processing prediction whose job and runner are gone; giving it a new job");
+        if let Err(e) = self.bus.publish_requeued_job(p).await {
+            predictions.unmark_stranded(&p.id).await?;
+            return Err(e.into());
+        }
+        Ok(true)
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

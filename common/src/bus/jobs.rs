@@ -32,6 +32,15 @@ impl Bus {
         self.send_job(&self.job_of(prediction)).await?.await
     }
 
+    /// Publishes a new job for `prediction`, whose first job is gone (see the runner's
+    /// reconciler): under a message id of its own, since the stream may still remember the
+    /// first one's for its de-duplication window, and would take this one for a copy of it.
+    pub async fn publish_requeued_job(&self, prediction: &Prediction) -> Result<(), BusError> {
+        let job = self.job_of(prediction);
+        let msg_id = format!("{}.requeued", job.prediction_id);
+        self.send_stored(job.subject, msg_id, job.payload, async_nats::HeaderMap::new()).await?.await
+    }
+
     /// The job of `prediction`, encoded once for every send of it.
     pub fn job_of(&self, prediction: &Prediction) -> EncodedJob {
         EncodedJob {

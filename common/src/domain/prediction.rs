@@ -138,6 +138,10 @@ pub struct Prediction {
     /// takes it over only once that runner is known to have stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_by: Option<String>,
+    /// When the runners' reconciler gave it a new job because its first one was gone with its
+    /// runner (it does so once: see the runner's `reconcile` module).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_at: Option<BsonDateTime>,
     /// The API surface that created it: the shape of its webhooks.
     #[serde(default)]
     pub surface: ApiSurface,
@@ -259,6 +263,7 @@ impl Prediction {
             model_metrics: None,
             job_seq: None,
             held_by: None,
+            requeued_at: None,
             surface,
             input_files: Vec::new(),
             deployment: None,

@@ -324,6 +324,47 @@ impl Predictions {
         self.page_after(filter, "created_at", from, limit).await
     }
 
+    /// Predictions `processing` that were created before `before`, oldest first, after
+    /// `from`, at most `limit`: the reconciler looks among them for predictions whose job is
+    /// gone with their runner (those it gave a new job already, `requeued_at`, are passed
+    /// over there: the index serving the scan does not hold that field).
+    pub async fn processing_since_before(
+        &self,
+        before: bson::DateTime,
+        from: Option<&PageMark>,
+        limit: i64,
+    ) -> Result<Vec<Prediction>, StoreError> {
+        let filter = doc! {
+            "status": PredictionStatus::Processing.as_str(),
+            "created_at": { "$lt": before },
+        };
+        self.page_after(filter, "created_at", from, limit).await
+    }
+
+    /// Marks `p`, still `processing` as read (at its `seq`), as stranded: its job is gone and
+    /// its runner too, so it is given a new job, once. The job's sequence is cleared, so that
+    /// job's delivery takes it over from the runner that held it (as a redelivery does); the
+    /// mark (`requeued_at`) keeps the reconciler from doing so again. Returns whether `p` was
+    /// still so.
+    pub async fn mark_stranded(&self, p: &Prediction, at: bson::DateTime) -> Result<bool, StoreError> {
+        let filter = doc! {
+            "_id": p.id.as_str(),
+            "status": PredictionStatus::Processing.as_str(),
+            "seq": p.seq,
+            "requeued_at": { "$exists": false },
+        };
+        let update = doc! { "$set": { "requeued_at": at }, "$unset": { "job_seq": "" }, "$inc": { "seq": 1 } };
+        Ok(self.coll.update_one(filter, update).await?.modified_count == 1)
+    }
+
+    /// Takes back the mark of [`Self::mark_stranded`] when the new job could not be published,
+    /// so the next pass tries again.
+    pub async fn unmark_stranded(&self, id: &PredictionId) -> Result<(), StoreError> {
+        let filter = doc! { "_id": id.as_str(), "status": PredictionStatus::Processing.as_str(), "job_seq": null };
+        self.coll.update_one(filter, doc! { "$unset": { "requeued_at": "" }, "$inc": { "seq": 1 } }).await?;
+        Ok(())
+    }
+
     /// The lanes and tickets of `account`'s predictions of `model` still waiting (`starting`)
     /// that took a ticket: what a lane's recount checks its counters against.
     pub async fn waiting_tickets(

@@ -44,6 +44,34 @@ async fn a_processing_prediction_whose_runner_is_gone_fails_at_its_deadline() {
 }
 
 #[tokio::test]
+async fn a_processing_prediction_whose_job_and_runner_are_gone_gets_one_new_job_and_runs() {
+    let fixture = Fixture::new(&[]).await;
+    let p = fixture.store_prediction("demo/echo", json!({"prompt": "again"}), Duration::from_secs(1800)).await;
+    // Started 40 s ago by a runner that is gone, its job no longer in the stream: a job
+    // acknowledged before its result was stored, or a database restored older than its streams.
+    let long_ago = DateTime::from_millis(DateTime::now().timestamp_millis() - 40_000);
+    let coll = fixture.store.database().collection::<bson::Document>("predictions");
+    let stranded = doc! {"status": "processing", "created_at": long_ago, "started_at": long_ago, "held_by": "runner-gone", "job_seq": 7_i64};
+    coll.update_one(doc! {"_id": p.id.as_str()}, doc! {"$set": stranded.clone()}).await.expect("update");
+
+    fixture.start_runner("demo/echo");
+    let done = fixture.wait_until(&p.id, Duration::from_secs(20), |p| p.status.is_terminal()).await;
+    assert_eq!(done.status, PredictionStatus::Succeeded, "{:?}", done.error);
+    assert_eq!(done.output.as_ref().and_then(serde_json::Value::as_str), Some("again"));
+    let stored = coll.find_one(doc! {"_id": p.id.as_str()}).await.expect("read").expect("stored");
+    assert!(stored.get_datetime("requeued_at").is_ok(), "marked as given its new job");
+
+    // Once only: stranded again after that, it is left to its deadline (a model that takes
+    // its runner down runs at most once more).
+    let again = fixture.store_prediction("demo/echo", json!({"prompt": "twice"}), Duration::from_secs(3)).await;
+    let mut twice = stranded;
+    twice.insert("requeued_at", long_ago);
+    coll.update_one(doc! {"_id": again.id.as_str()}, doc! {"$set": twice}).await.expect("update");
+    let ended = fixture.wait_until(&again.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
+    assert_eq!(ended.error.as_ref().map(|e| e.code.as_str()), Some("PREDICTION_TIMEOUT"), "{:?}", ended.status);
+}
+
+#[tokio::test]
 async fn a_processing_prediction_whose_runner_is_gone_is_canceled_at_its_clients_deadline() {
     let fixture = Fixture::new(&[]).await;
     let p = fixture.store_prediction("demo/sleep", json!({"seconds": 1}), Duration::from_secs(1)).await;
