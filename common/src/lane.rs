@@ -3,10 +3,6 @@
 //! subjects and durable consumer on NATS ([`Lane::subject`], [`Lane::from_subject`],
 //! [`Lane::consumer`]; the naming table is [`crate::subjects`]'s) and its ticket counters in
 //! MongoDB ([`Lane::store_key`], [`crate::store::queue_lanes`]).
-//!
-//! Route and account are absent only in the formats of before (jobs published before versions
-//! were routed carry no route; before accounts had lanes, no account either): such a lane is
-//! `normal`, holds no counters, and drains what was published then.
 
 use sha2::{Digest, Sha256};
 
@@ -24,9 +20,9 @@ pub struct Lane {
     /// The model.
     pub model: ModelRef,
     /// The version (and pool) its jobs must run on.
-    pub route: Option<Route>,
+    pub route: Route,
     /// The account.
-    pub account: Option<AccountId>,
+    pub account: AccountId,
     /// The priority its jobs were created with.
     pub level: Priority,
 }
@@ -34,18 +30,12 @@ pub struct Lane {
 impl Lane {
     /// The lane of `model`'s jobs on `route` of `account` at `level`.
     pub fn new(model: &ModelRef, route: &Route, account: &AccountId, level: Priority) -> Self {
-        Self { model: model.clone(), route: Some(route.clone()), account: Some(account.clone()), level }
+        Self { model: model.clone(), route: route.clone(), account: account.clone(), level }
     }
 
     /// The lane `prediction` waits in.
     pub fn of(prediction: &Prediction) -> Self {
         Self::new(&prediction.model, &prediction.route(), &prediction.account_id, prediction.priority)
-    }
-
-    /// A lane of the formats of before (no route; no account either before accounts had
-    /// lanes): `normal`.
-    pub fn unrouted(model: &ModelRef, account: Option<AccountId>) -> Self {
-        Self { model: model.clone(), route: None, account, level: Priority::Normal }
     }
 
     /// The same lane at `level`.
@@ -55,7 +45,7 @@ impl Lane {
 
     /// What its jobs are: trainings on the trainers' route, else predictions.
     pub fn kind(&self) -> JobKind {
-        match self.route.as_ref().and_then(|r| r.pool.as_ref()) {
+        match self.route.pool.as_ref() {
             Some(pool) if pool.is_trainers() => JobKind::Training,
             _ => JobKind::Prediction,
         }
@@ -63,18 +53,14 @@ impl Lane {
 
     /// Its route as its counters store it: version and pool (`any` for none), `|` between.
     pub fn route_key(&self) -> String {
-        match &self.route {
-            Some(route) => format!("{}|{}", route.version, route.pool.as_ref().map_or(ANY_POOL, Pool::as_str)),
-            None => String::new(),
-        }
+        format!("{}|{}", self.route.version, self.route.pool.as_ref().map_or(ANY_POOL, Pool::as_str))
     }
 
     /// The `_id` of its ticket counters in `queue_lanes`: model, route and account, `|`
     /// between, and the level after another `|` unless `normal` (so a `normal` lane keeps the
     /// counters of before levels).
     pub fn store_key(&self) -> String {
-        let account = self.account.as_ref().map_or("", AccountId::as_str);
-        let base = format!("{}|{}|{account}", self.model, self.route_key());
+        let base = format!("{}|{}|{}", self.model, self.route_key(), self.account);
         match self.level {
             Priority::Normal => base,
             other => format!("{base}|{other}"),
@@ -85,15 +71,9 @@ impl Lane {
     pub fn subject(&self, subjects: &Subjects) -> String {
         let base = subjects.model_jobs(&self.model);
         let base = base.trim_end_matches(".>");
-        match (&self.route, &self.account) {
-            (Some(route), Some(account)) => {
-                let pool = route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
-                let level = level_token(self.level).map(|t| format!("{t}.")).unwrap_or_default();
-                format!("{base}.{}.{pool}.{account}.{level}*", route.version)
-            }
-            (_, Some(account)) => format!("{base}.{account}.*"),
-            (_, None) => format!("{base}.*"),
-        }
+        let pool = self.route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
+        let level = level_token(self.level).map(|t| format!("{t}.")).unwrap_or_default();
+        format!("{base}.{}.{pool}.{}.{level}*", self.route.version, self.account)
     }
 
     /// The lane of a job subject of `model` (`None` for a subject of no known format).
@@ -107,8 +87,6 @@ impl Lane {
             Some(Self::new(model, &route, &AccountId::parse(account).ok()?, Priority::Normal))
         };
         match tokens.as_slice() {
-            [_id] => Some(Self::unrouted(model, None)),
-            [account, _id] => Some(Self::unrouted(model, Some(AccountId::parse(account).ok()?))),
             [version, pool, account, _id] => routed(version, pool, account),
             [version, pool, account, level, _id] => {
                 // `normal` has no token: a subject naming it is of no known format.
@@ -122,17 +100,11 @@ impl Lane {
     /// The durable consumer of the lane, which every runner serving it shares.
     pub fn consumer(&self, subjects: &Subjects) -> String {
         let base = subjects.runner_consumer(&self.model);
-        match (&self.route, &self.account) {
-            (Some(route), Some(account)) => {
-                // A version id may be 64 characters; its digest's first 12 keep the name short.
-                let key = crate::domain::api_key::hex(&Sha256::digest(route.version.as_bytes()))[..12].to_owned();
-                let pool = route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
-                let level = level_token(self.level).map(|t| format!("_{t}")).unwrap_or_default();
-                format!("{base}_{key}_{pool}_{account}{level}")
-            }
-            (_, Some(account)) => format!("{base}_{account}"),
-            (_, None) => base,
-        }
+        // A version id may be 64 characters; its digest's first 12 keep the name short.
+        let key = crate::domain::api_key::hex(&Sha256::digest(self.route.version.as_bytes()))[..12].to_owned();
+        let pool = self.route.pool.as_ref().map_or(ANY_POOL, Pool::as_str);
+        let level = level_token(self.level).map(|t| format!("_{t}")).unwrap_or_default();
+        format!("{base}_{key}_{pool}_{}{level}", self.account)
     }
 }
 
@@ -173,15 +145,9 @@ mod tests {
         assert_eq!((training.clone(), training.kind()), (Lane::new(&m, &train, &account, normal), JobKind::Training));
         let normal_token = format!("ps.jobs.demo.echo.v1.gpu.{account}.normal.{id}");
         assert_eq!(Lane::from_subject(&s, &m, &normal_token), None, "normal has no token");
-        // The formats of before: an account's lane without a route, and the model's legacy one.
-        let unrouted = Lane::unrouted(&m, Some(account.clone()));
-        assert_eq!(unrouted.subject(&s), format!("ps.jobs.demo.echo.{account}.*"));
-        assert_eq!(Lane::from_subject(&s, &m, &format!("ps.jobs.demo.echo.{account}.{id}")), Some(unrouted.clone()));
-        assert_eq!(unrouted.consumer(&s), format!("ps_runner_4_demo_echo_{account}"));
-        let legacy = Lane::unrouted(&m, None);
-        assert_eq!(legacy.subject(&s), "ps.jobs.demo.echo.*");
-        assert_eq!(Lane::from_subject(&s, &m, &format!("ps.jobs.demo.echo.{id}")), Some(legacy.clone()));
-        assert_eq!(legacy.consumer(&s), "ps_runner_4_demo_echo");
+        // No other format: a subject without a route, or without an account, is of none.
+        assert_eq!(Lane::from_subject(&s, &m, &format!("ps.jobs.demo.echo.{account}.{id}")), None);
+        assert_eq!(Lane::from_subject(&s, &m, &format!("ps.jobs.demo.echo.{id}")), None);
         let sleep: ModelRef = "demo/sleep".parse().expect("valid");
         assert_eq!(Lane::from_subject(&s, &sleep, &s.job(&m, &any, &account, normal, &id)), None);
         assert_eq!(Lane::from_subject(&s, &m, "ps.jobs.demo.echo.a.b.c"), None, "no format of three tokens");

@@ -3,12 +3,10 @@
 //!
 //! | what | name (prefix `ps`) |
 //! |---|---|
-//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<version>.<pool, any or train>.<account id>[.<high or low>].<prediction id>` (no level token for `normal`, as before levels; `train` for a training's job, which the model's trainers take) |
+//! | jobs stream (work queue) | `PS_JOBS`, subjects `ps.jobs.<owner>.<model>.<version>.<pool, any or train>.<account id>[.<high or low>].<prediction id>` (no level token for `normal`; `train` for a training's job, which the model's trainers take) |
 //! | status events stream | `PS_EVENTS`, subjects `ps.events.<prediction id>` |
 //! | cancel broadcast (core NATS) | `ps.cancel.<prediction id>` |
 //! | runner consumer of one model, version, pool, account and priority (a lane) | `ps_runner_<len(owner)>_<owner>_<model>_<version key>_<pool or any>_<account id>[_high or _low]` |
-//! | runner consumer of one model and account, jobs from before versions routed | `ps_runner_<len(owner)>_<owner>_<model>_<account id>` |
-//! | runner consumer of one model's jobs from before accounts had lanes | `ps_runner_<len(owner)>_<owner>_<model>` |
 //! | notifier consumer | `ps_notifier` |
 //! | rate-limit counters (counter stream) | `PS_RATELIMIT`, subjects `ps.ratelimit.<key id>.<minute>` |
 //! | signing secret rotated (core NATS) | `ps.secrets.rotated` |
@@ -16,8 +14,8 @@
 //! | running slots of capped accounts (KV bucket) | `ps_account_slots`, keys `<account id>.<slot>` |
 //!
 //! An owner or model name's `.` (`flux-1.1-pro`) is written `~` in subjects and consumer names
-//! ([`token`]): a `.` would split the token, and no name holds a `~`. A model whose
-//! `ps_runner_<len(owner)>_<owner>_<model>` would pass [`MAX_CONSUMER_BASE`] characters (names
+//! ([`token`]): a `.` would split the token, and no name holds a `~`. A model whose consumers'
+//! base `ps_runner_<len(owner)>_<owner>_<model>` would pass [`MAX_CONSUMER_BASE`] characters (names
 //! past 64 characters) has `ps_runner_h<24 hex digits of the SHA-256 of owner/name>` instead.
 
 use sha2::Digest;
@@ -37,8 +35,7 @@ pub fn token(name: &str) -> std::borrow::Cow<'_, str> {
 /// server's disk (255 at most).
 pub const MAX_CONSUMER_BASE: usize = 150;
 
-/// The subject token of a level: none for `normal`, so the subjects and consumers of before
-/// levels are those of `normal` and the jobs waiting at an upgrade drain through them.
+/// The subject token of a level: none for `normal`.
 pub(crate) fn level_token(level: Priority) -> Option<&'static str> {
     match level {
         Priority::Normal => None,
@@ -106,13 +103,7 @@ impl Subjects {
         format!("{}.jobs.{}.{}.>", self.prefix, token(model.owner()), token(model.name()))
     }
 
-    /// The job subjects of one model from before accounts had lanes (one token after the
-    /// model): the filter of the model's legacy consumer, which drains them after an upgrade.
-    pub fn legacy_model_jobs(&self, model: &ModelRef) -> String {
-        format!("{}.jobs.{}.{}.*", self.prefix, token(model.owner()), token(model.name()))
-    }
-
-    /// The durable consumer of `model`'s legacy jobs (see [`Self::legacy_model_jobs`]).
+    /// The base of the durable consumers of `model`'s lanes (see [`crate::lane::Lane::consumer`]).
     pub fn runner_consumer(&self, model: &ModelRef) -> String {
         // The owner's length makes the name unambiguous although '_' may occur in both parts.
         let (owner, name) = (token(model.owner()), token(model.name()));
@@ -238,7 +229,6 @@ mod tests {
         );
         let train = Route { version: "v1".into(), pool: Some(Pool::trainers()) };
         assert_eq!(s.job(&m, &train, &account, normal, &id), format!("ps.jobs.demo.echo.v1.train.{account}.{id}"));
-        assert_eq!(s.legacy_model_jobs(&m), "ps.jobs.demo.echo.*");
         assert_eq!(s.events_stream(), "PS_EVENTS");
     }
 
@@ -267,7 +257,7 @@ mod tests {
         let other: ModelRef = format!("{}/{}m", "o".repeat(100), "n".repeat(99)).parse().expect("valid");
         assert!(s.runner_consumer(&long).len() <= MAX_CONSUMER_BASE, "{}", s.runner_consumer(&long));
         assert_ne!(s.runner_consumer(&long), s.runner_consumer(&other));
-        assert_eq!(s.runner_consumer(&"demo/echo".parse().expect("valid")), "ps_runner_4_demo_echo", "as before");
+        assert_eq!(s.runner_consumer(&"demo/echo".parse().expect("valid")), "ps_runner_4_demo_echo");
     }
 
     #[test]

@@ -24,12 +24,7 @@
 //! every server. It keeps the stream's replicas: NATS refuses a consumer of a work-queue
 //! stream with fewer (error 10134), so on a cluster each lane is still a Raft group, a cost
 //! docs/queue.md counts. A lane whose consumer lost its state or its servers answers no
-//! fetch: [`Lanes::reset`] deletes it, and the next doorbell or scan opens it again. Consumers
-//! made by releases before this one (on file) are used as they are until they age out. Jobs published
-//! in the formats of before drain after an upgrade through lanes of no route: those of before
-//! versions were routed (`<account>.<id>` after the model) through each account's former lane,
-//! those of before accounts had lanes (`<id>`) through the model's former consumer; any runner
-//! of the model takes them.
+//! fetch: [`Lanes::reset`] deletes it, and the next doorbell or scan opens it again.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -96,27 +91,17 @@ impl Lanes {
     pub async fn open(&self, key: &Lane) -> anyhow::Result<PullConsumer> {
         let name = key.consumer(&self.subjects);
         let filter = key.subject(&self.subjects);
-        // The model's legacy consumer was created without an inactivity limit.
-        let inactive_threshold = if key.account.is_some() { LANE_INACTIVE_THRESHOLD } else { Duration::ZERO };
         let config = pull::Config {
             durable_name: Some(name.clone()),
             filter_subject: filter,
             ack_policy: AckPolicy::Explicit,
             ack_wait: self.ack_wait,
             max_deliver: self.max_deliver,
-            inactive_threshold,
+            inactive_threshold: LANE_INACTIVE_THRESHOLD,
             memory_storage: true,
             ..Default::default()
         };
-        match self.stream.create_consumer(config).await {
-            Ok(consumer) => Ok(consumer),
-            // A consumer of an earlier release, on file: its storage cannot be changed, so it
-            // is used as it is.
-            Err(e) if e.to_string().contains("storage type can not be updated") => {
-                self.stream.get_consumer(&name).await.map_err(|e| anyhow::anyhow!("opening consumer {name}: {e}"))
-            }
-            Err(e) => Err(e).with_context(|| format!("creating consumer {name}")),
-        }
+        self.stream.create_consumer(config).await.with_context(|| format!("creating consumer {name}"))
     }
 
     /// After a fetch from the lane failed: if its consumer does not answer (its server is
@@ -144,7 +129,7 @@ impl Lanes {
         let jobs = subjects.iter().map(|(_, count)| count).sum();
         let mut lanes: Vec<Lane> = subjects.iter().filter_map(|(subject, _)| self.lane_of(model, subject)).collect();
         lanes.sort_by(|a, b| {
-            let version = |k: &Lane| k.route.as_ref().map(|r| (r.version.clone(), r.pool.clone()));
+            let version = |k: &Lane| (k.route.version.clone(), k.route.pool.clone());
             version(a)
                 .cmp(&version(b))
                 .then_with(|| a.account.cmp(&b.account))

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 use crate::{
-    domain::{AccountId, ModelRef, Prediction, Priority},
+    domain::{ModelRef, Prediction, Priority},
     lane::Lane,
 };
 
@@ -62,7 +62,7 @@ impl Lane {
     pub fn shares_turns_with(&self, counters: &LaneCounters) -> bool {
         self.same_route(counters)
             && counters.priority == self.level
-            && Some(counters.account_id.as_str()) != self.account_str()
+            && counters.account_id.as_str() != self.account.as_str()
     }
 
     /// Whether the lane of `counters` is of the same model and route at a higher level (of
@@ -73,10 +73,6 @@ impl Lane {
 
     fn same_route(&self, counters: &LaneCounters) -> bool {
         counters.model == self.model.to_string() && counters.route == self.route_key()
-    }
-
-    fn account_str(&self) -> Option<&str> {
-        self.account.as_ref().map(AccountId::as_str)
     }
 }
 
@@ -172,7 +168,7 @@ impl QueueLanes {
                     "$set": { "touched_at": bson::DateTime::now() },
                     "$setOnInsert": {
                         "model": lane.model.to_string(), "route": lane.route_key(),
-                        "account_id": lane.account_str().unwrap_or_default(),
+                        "account_id": lane.account.as_str(),
                         "priority": lane.level.as_str(), "started_through": 0_i64, "skipped": [],
                     },
                 },

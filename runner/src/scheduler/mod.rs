@@ -144,19 +144,17 @@ impl Scheduler {
         self
     }
 
-    /// Whether the lane's jobs are this runner's: of a served model, and of the version and
-    /// pool served here when the lane has a route (lanes of before routes: any runner's).
+    /// Whether the lane's jobs are this runner's: of a served model, and (when this runner
+    /// serves set versions) of the version and pool served here.
     fn serves(&self, key: &Lane) -> bool {
         if !self.pick.serves(key) {
             return false;
         }
-        match (&self.routes, &key.route) {
-            (Some(routes), Some(route)) => {
-                routes.versions.get(&key.model) == Some(&route.version)
-                    && route.pool.as_ref().is_none_or(|pool| pool == &routes.pool || pool.is_trainers())
-            }
-            _ => true,
-        }
+        let route = &key.route;
+        self.routes.as_ref().is_none_or(|routes| {
+            routes.versions.get(&key.model) == Some(&route.version)
+                && route.pool.as_ref().is_none_or(|pool| pool == &routes.pool || pool.is_trainers())
+        })
     }
 
     /// Also takes the trainings of `trainers` (models with a trainer here), on slots of
@@ -179,10 +177,7 @@ impl Scheduler {
 
     /// Whether a lane's account is at its cap.
     fn account_full(&self, key: &Lane) -> bool {
-        match (&self.accounts, &key.account) {
-            (Some(slots), Some(account)) => slots.is_full(account),
-            _ => false,
-        }
+        self.accounts.as_ref().is_some_and(|slots| slots.is_full(&key.account))
     }
 
     /// Records what a scan begun at `scanned_at` found in `model`'s lanes (see
@@ -197,12 +192,12 @@ impl Scheduler {
         if !self.serves(&key) {
             return;
         }
-        tracing::trace!(model = %key.model, account = ?key.account, level = %key.level, "doorbell");
+        tracing::trace!(model = %key.model, account = %key.account, level = %key.level, "doorbell");
         if !self.pick.ring(&key, heard) {
             match self.lanes.open(&key).await {
                 Ok(consumer) => {
                     if self.pick.add(key.clone(), consumer) {
-                        tracing::debug!(model = %key.model, account = ?key.account, level = %key.level, "lane opened");
+                        tracing::debug!(model = %key.model, account = %key.account, level = %key.level, "lane opened");
                     }
                     self.pick.ring(&key, heard);
                 }
@@ -273,14 +268,14 @@ impl Scheduler {
                 // until one frees, not marked empty.
                 Ok((0, _)) => {}
                 Ok((asked, started)) => {
-                    tracing::trace!(model = %key.model, account = ?key.account, asked, started, "fetched");
+                    tracing::trace!(model = %key.model, account = %key.account, asked, started, "fetched");
                     total += started;
                     self.pick.mark(&key, asked, started, Instant::now());
                 }
                 Err(e) => {
                     // The lane is dropped (its consumer may be gone) and opened again after a
                     // pause: doorbells that rang while the fetch was out are not lost with it.
-                    tracing::warn!(model = %key.model, account = ?key.account, error = %e, "fetching jobs failed; opening the lane again");
+                    tracing::warn!(model = %key.model, account = %key.account, error = %e, "fetching jobs failed; opening the lane again");
                     self.pick.forget(Some(&key), Instant::now());
                     if draining {
                         return total;
@@ -306,16 +301,16 @@ impl Scheduler {
         held: OwnedSemaphorePermit,
         start: &impl Fn(Message, &Lane, Slots),
     ) -> Result<(usize, usize), async_nats::Error> {
-        let mut account_slots = match (&self.accounts, &key.account) {
+        let mut account_slots = match &self.accounts {
             // A capped account's slots are taken for the jobs its doorbells announced, not for
             // all `most` a fetch may ask for: a slot taken for a job that is not there costs a
             // create and a delete (asking 8 for a lone job made it 3 ms slower), and one job
             // per fetch under load costs a fetch per job (runner CPU per job tripled).
-            (Some(slots), Some(account)) => match slots.claim(account, most.min(self.pick.announced(key))).await {
+            Some(slots) => match slots.claim(&key.account, most.min(self.pick.announced(key))).await {
                 Claim::Unlimited => None,
                 Claim::Capped(taken) => Some(taken),
             },
-            _ => None,
+            None => None,
         };
         let most = account_slots.as_ref().map_or(most, Vec::len);
         let mut slots = Vec::new();

@@ -33,7 +33,7 @@ async fn a_taken_job_counts_as_running_and_the_rest_as_waiting() {
         async |lanes: &Lanes| lanes.census(&models).await.expect("count").models.get(&model).map_or(0, |c| c.running);
     assert_eq!(running(&lanes).await, 0, "no lane consumer yet: nothing taken");
 
-    let lane_of_a = found.iter().find(|k| k.account.as_ref() == Some(&a)).expect("a's lane");
+    let lane_of_a = found.iter().find(|k| k.account == a).expect("a's lane");
     let consumer = lanes.open(lane_of_a).await.expect("open");
     let mut taken = consumer.fetch().max_messages(2).messages().await.expect("fetch");
     let mut held = Vec::new();
@@ -50,19 +50,18 @@ async fn a_taken_job_counts_as_running_and_the_rest_as_waiting() {
     assert_eq!(running(&lanes).await, 0, "the rest wait");
 }
 
-/// A lane's consumer keeps its state in memory (its state is MongoDB's); a file consumer an earlier release made is used as it is; and a lane whose
+/// A lane's consumer keeps its state in memory (its state is MongoDB's), and a lane whose
 /// consumer is gone is opened again after [`Lanes::reset`], while one that answers is kept.
 #[tokio::test]
 async fn a_lanes_consumer_is_kept_in_memory_and_one_that_is_gone_is_opened_again() {
-    use async_nats::jetstream::consumer::{AckPolicy, pull};
     let fixture = Fixture::new(&[]).await;
     let subjects = fixture.bus.subjects().clone();
     let stream = fixture.bus.jetstream().get_stream(subjects.jobs_stream()).await.expect("jobs stream");
     let lanes = Lanes::new(stream.clone(), subjects.clone(), Duration::from_secs(30), 5);
     let lane = |account: AccountId| common::lane::Lane {
         model: "demo/echo".parse::<ModelRef>().expect("model"),
-        route: Some(common::domain::Route { version: "v1".into(), pool: None }),
-        account: Some(account),
+        route: common::domain::Route { version: "v1".into(), pool: None },
+        account,
         level: common::domain::Priority::Normal,
     };
 
@@ -70,21 +69,6 @@ async fn a_lanes_consumer_is_kept_in_memory_and_one_that_is_gone_is_opened_again
     let mut consumer = lanes.open(&fresh).await.expect("opened");
     let info = consumer.info().await.expect("info").clone();
     assert!(info.config.memory_storage, "in memory");
-
-    // As an earlier release made it: on file.
-    let older = lane(AccountId::generate());
-    let name = older.consumer(&subjects);
-    stream
-        .create_consumer(pull::Config {
-            durable_name: Some(name.clone()),
-            filter_subject: older.subject(&subjects),
-            ack_policy: AckPolicy::Explicit,
-            ..Default::default()
-        })
-        .await
-        .expect("a file consumer");
-    let mut kept = lanes.open(&older).await.expect("an earlier release's consumer is opened as it is");
-    assert!(!kept.info().await.expect("info").config.memory_storage);
 
     // A consumer that answers is kept by a reset; one that is gone stays gone until opened.
     lanes.reset(&fresh).await;
@@ -113,8 +97,7 @@ async fn a_census_finds_lanes_by_their_consumers_and_counts_jobs_no_consumer_hol
     assert!(census.models.get(&model).is_none_or(|c| c.lanes.is_empty()), "{census:?}");
 
     let (found, _) = lanes.with_jobs(&model).await.expect("listing");
-    let lane_of =
-        |account: &AccountId| found.iter().find(|k| k.account.as_ref() == Some(account)).expect("lane").clone();
+    let lane_of = |account: &AccountId| found.iter().find(|k| &k.account == account).expect("lane").clone();
     let (lane_a, lane_b) = (lane_of(&a), lane_of(&b));
     let consumer = lanes.open(&lane_a).await.expect("open");
     let census = lanes.census(&models).await.expect("count");

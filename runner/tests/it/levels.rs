@@ -121,8 +121,8 @@ async fn more_than_a_thousand_lanes_open() {
         .map(|_| {
             let key = common::lane::Lane {
                 model: model.clone(),
-                route: Some(route.clone()),
-                account: Some(AccountId::generate()),
+                route: route.clone(),
+                account: AccountId::generate(),
                 level: Priority::Normal,
             };
             let lanes = &lanes;

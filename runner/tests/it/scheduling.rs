@@ -4,10 +4,7 @@
 
 use std::time::Duration;
 
-use common::{
-    domain::{AccountId, PredictionStatus},
-    messages::JobMessage,
-};
+use common::domain::{AccountId, PredictionStatus};
 use serde_json::json;
 
 use crate::fixture::{Fixture, finished, start_delay};
@@ -85,33 +82,6 @@ async fn a_heavy_account_does_not_starve_a_light_one() {
 }
 
 #[tokio::test]
-async fn a_job_published_before_lanes_existed_still_runs() {
-    let fixture = Fixture::new(&[]).await;
-    fixture.start_runner("demo/echo");
-    let p = fixture.store_prediction("demo/echo", json!({"prompt": "old"}), Duration::from_secs(1800)).await;
-    let job = JobMessage::RunPredictionV1 {
-        prediction_id: p.id.clone(),
-        model: p.model.clone(),
-        model_input: None,
-        prediction: None,
-    };
-    let legacy_subject = fixture.bus.subjects().legacy_model_jobs(&p.model).replace('*', p.id.as_str());
-    let ack = fixture
-        .bus
-        .jetstream()
-        .publish(legacy_subject, serde_json::to_vec(&job).expect("json").into())
-        .await
-        .expect("publish");
-    ack.await.expect("stored");
-    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
-    assert_eq!(
-        done.output.as_ref().and_then(serde_json::Value::as_str),
-        Some("old"),
-        "drained through the model's former consumer"
-    );
-}
-
-#[tokio::test]
 async fn steady_arrivals_start_at_once_while_slots_are_free() {
     let fixture = Fixture::new(&[]).await;
     fixture.start_runner_with("*", &[("RUNNER_CONCURRENCY", "8")]);
@@ -128,36 +98,4 @@ async fn steady_arrivals_start_at_once_while_slots_are_free() {
     eprintln!("start delays at half of capacity (ms): {delays:?}");
     delays.sort_unstable();
     assert!(delays[delays.len() * 99 / 100] < 250, "{delays:?}");
-}
-
-#[tokio::test]
-async fn a_job_published_before_versions_were_routed_still_runs() {
-    let fixture = Fixture::new(&[]).await;
-    fixture.start_runner("demo/echo");
-    let account = AccountId::generate();
-    let p = fixture
-        .store_prediction_of(&account, "demo/echo", json!({"prompt": "unrouted"}), Duration::from_secs(1800))
-        .await;
-    let job = JobMessage::RunPredictionV1 {
-        prediction_id: p.id.clone(),
-        model: p.model.clone(),
-        model_input: None,
-        prediction: None,
-    };
-    // The subject of before: `<account>.<id>` after the model, no version or pool.
-    let lane = common::lane::Lane::unrouted(&p.model, Some(account.clone()));
-    let subject = lane.subject(fixture.bus.subjects()).replace('*', p.id.as_str());
-    let ack = fixture
-        .bus
-        .jetstream()
-        .publish(subject, serde_json::to_vec(&job).expect("json").into())
-        .await
-        .expect("publish");
-    ack.await.expect("stored");
-    let done = fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;
-    assert_eq!(
-        done.output.as_ref().and_then(serde_json::Value::as_str),
-        Some("unrouted"),
-        "drained through the account's lane of before"
-    );
 }

@@ -83,12 +83,8 @@ async fn a_fetch_nobody_answers_does_not_stop_the_scheduler() {
 
     let account = AccountId::generate();
     let job = fixture.create_of(&account, "demo/echo", json!({"prompt": "held up"})).await;
-    let lane = common::lane::Lane {
-        model: model.clone(),
-        route: Some(job.route()),
-        account: Some(account.clone()),
-        level: job.priority,
-    };
+    let lane =
+        common::lane::Lane { model: model.clone(), route: job.route(), account: account.clone(), level: job.priority };
     scheduler.ring(lane.clone(), runner::scheduler::fair_pick::Heard::Doorbell).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(starts.try_recv().is_err(), "its pull request was dropped, so nothing came");

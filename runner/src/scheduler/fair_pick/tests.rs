@@ -7,8 +7,12 @@ fn model(name: &str) -> ModelRef {
     format!("demo/{name}").parse().expect("model")
 }
 
+/// The account of the lanes that name none.
+static ANYONE: std::sync::LazyLock<AccountId> = std::sync::LazyLock::new(AccountId::generate);
+
 fn key(name: &str, account: Option<&AccountId>) -> Lane {
-    Lane { model: model(name), route: None, account: account.cloned(), level: Priority::Normal }
+    let route = common::domain::Route { version: "v1".into(), pool: None };
+    Lane { model: model(name), route, account: account.unwrap_or(&ANYONE).clone(), level: Priority::Normal }
 }
 
 fn leveled(name: &str, account: &AccountId, level: Priority) -> Lane {
@@ -255,7 +259,7 @@ fn a_lane_held_back_by_its_accounts_cap_is_passed_over_for_the_next() {
     pick.mark(&key("a", None), 1, 0, now);
     pick.add(key("a", Some(&capped)), ());
     pick.add(key("a", Some(&other)), ());
-    let held_back = |k: &Lane| k.account.as_ref() == Some(&capped);
+    let held_back = |k: &Lane| k.account == capped;
     assert_eq!(
         pick.pick(now, held_back),
         Some((key("a", Some(&other)), (), MAX_FETCH)),
@@ -313,7 +317,7 @@ fn an_empty_lane_backs_off_and_is_forgotten_after_a_while() {
 #[test]
 fn a_training_takes_its_trainers_slot_never_the_models_and_waits_while_the_trainer_is_busy() {
     let account = AccountId::generate();
-    let route = |pool: Option<common::domain::Pool>| Some(common::domain::Route { version: "v1".into(), pool });
+    let route = |pool: Option<common::domain::Pool>| common::domain::Route { version: "v1".into(), pool };
     let predictions = Lane { route: route(None), ..key("a", Some(&account)) };
     let trainings = Lane { route: route(Some(common::domain::Pool::trainers())), ..predictions.clone() };
     let elsewhere = Lane { model: model("b"), ..trainings.clone() };
