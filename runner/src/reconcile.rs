@@ -42,7 +42,7 @@ use common::{
     store::{Store, predictions::PageMark},
 };
 
-use crate::execute::holder::SILENT_FOR;
+use crate::execute::holder::{self, SILENT_FOR};
 use tokio_util::sync::CancellationToken;
 
 use crate::{execute::Executor, models::ModelError, retention::ago};
@@ -199,7 +199,7 @@ impl Reconciler {
         }
         if let Some(holder) = p.held_by.as_deref()
             && let Some(seen) = self.store.runners().seen_at(holder).await?
-            && DateTime::now().timestamp_millis() - seen.timestamp_millis() < millis(SILENT_FOR)
+            && holder::age(seen) < SILENT_FOR
         {
             // Its runner is alive: it runs it still, and stores its result.
             return Ok(false);
@@ -215,8 +215,4 @@ impl Reconciler {
         }
         Ok(true)
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -159,6 +159,6 @@ impl Executor {
 }
 
 /// How long ago `at` was (zero if it is ahead of this clock).
-fn age(at: DateTime) -> Duration {
+pub(crate) fn age(at: DateTime) -> Duration {
     Duration::from_millis(u64::try_from(DateTime::now().timestamp_millis() - at.timestamp_millis()).unwrap_or(0))
 }
