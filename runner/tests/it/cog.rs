@@ -220,6 +220,20 @@ async fn a_model_started_early_for_a_prediction_canceled_in_the_queue_is_stopped
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
+    runs_dropped_as_they_reach_the_server_are_stopped_there(true).await;
+}
+
+/// The same with the prediction posted for webhooks (`RUNNER_COG_SYNC=false`, and how a
+/// streaming model runs): the run can be dropped while its request is on the way, before the
+/// server has answered it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_by_webhooks_dropped_as_it_reaches_the_server_is_stopped_there() {
+    runs_dropped_as_they_reach_the_server_are_stopped_there(false).await;
+}
+
+/// Starts 30 s runs of the `pause` model and drops each 0 to 1.9 ms after its request went
+/// out; each must be stopped on the server. `sync_allowed`: a held call, else webhooks.
+async fn runs_dropped_as_they_reach_the_server_are_stopped_there(sync_allowed: bool) {
     use runner::models::{
         Model, Progress,
         cog::{CogModel, callbacks::Callbacks},
@@ -238,7 +252,7 @@ async fn a_sync_call_dropped_as_it_reaches_the_server_is_stopped_there() {
     let context = runner::models::cog::CogContext {
         http: reqwest::Client::new(),
         callbacks,
-        sync_allowed: true,
+        sync_allowed,
         python: "python3".into(),
         metrics: Default::default(),
         shutdown: Default::default(),

@@ -509,8 +509,12 @@ impl CogModel {
         let (webhook, mut snapshots, _registration) = self.callbacks.register();
         let id = webhook.rsplit('/').next().unwrap_or_default().to_owned();
         let _uploads = self.callbacks.uploads.register(&id, progress.owner());
-        self.start(base, &id, &input, Some(&webhook)).await?;
+        // Armed before the request: a run dropped while its request is on the way (a cancel
+        // right after the job was taken) may still have started the prediction there, and a
+        // request that failed may have too (cancels of a prediction the server never had are
+        // answered 404 and cost nothing).
         let mut guard = self.cancel_guard(base, &id);
+        self.start(base, &id, &input, Some(&webhook)).await?;
         let died = self.watch_health(base);
         tokio::pin!(died);
         loop {
