@@ -17,6 +17,7 @@ use common::{
     store::{Account, Store},
 };
 
+use crate::store::ApiCollections;
 use crate::{config::ApiConfig, ops::accounts};
 
 /// What bootstrap did.
@@ -247,8 +248,8 @@ pub async fn put_collection(
     name: &str,
     description: &str,
     models: &[String],
-) -> anyhow::Result<common::store::collections::ModelCollection> {
-    if !common::store::collections::is_valid_slug(slug) {
+) -> anyhow::Result<crate::store::collections::ModelCollection> {
+    if !crate::store::collections::is_valid_slug(slug) {
         bail!("--slug must be 1 to 64 of a-z, 0-9 and '-', starting with a letter or digit, not {slug:?}");
     }
     if name.trim().is_empty() {
@@ -258,7 +259,7 @@ pub async fn put_collection(
         .iter()
         .map(|m| m.trim().parse::<common::domain::ModelRef>().map_err(|e| anyhow::anyhow!("--models: {m:?}: {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let collection = common::store::collections::ModelCollection {
+    let collection = crate::store::collections::ModelCollection {
         slug: slug.to_owned(),
         name: name.trim().to_owned(),
         description: description.trim().to_owned(),

@@ -13,6 +13,8 @@
 //!   [`common`].
 //! - [`state`]: [`state::AppState`] and the parts it owns (key and model caches, queue places,
 //!   the job outbox, the caps), each behind a type with private fields.
+//! - [`store`]: the collections only the api uses (API keys, idempotency keys, console
+//!   sessions, collections of models); the shared ones are [`common::store`]'s.
 //!
 //! [`admin`] holds the operator commands (`api admin …`), and [`kubernetes`] the renderer of
 //! the models' Kubernetes kit they print.
@@ -36,6 +38,7 @@ pub mod problem;
 pub mod replicate;
 pub mod routes;
 pub mod state;
+pub mod store;
 pub mod validate;
 
 pub use app::{run, serve, serve_split};

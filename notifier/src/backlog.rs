@@ -1,5 +1,5 @@
 //! The events waiting for a retry, kept in MongoDB per receiver
-//! ([`common::store::webhook_retries`]), and the workers that attempt them when they are due.
+//! ([`crate::store::webhook_retries`]), and the workers that attempt them when they are due.
 //!
 //! **Isolation lives here.** An event whose attempt failed, or whose receiver had no free slot,
 //! leaves JetStream for its receiver's queue, so nothing shared by every receiver fills up
@@ -24,10 +24,7 @@ use std::{sync::Arc, time::Duration};
 use common::{
     domain::WebhookEvent,
     messages::{Announcement, DeliverableEvent},
-    store::{
-        webhook_attempts::AttemptOutcome,
-        webhook_retries::{ClaimedTarget, WaitingRetry},
-    },
+    store::webhook_attempts::AttemptOutcome,
 };
 use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore},
@@ -37,6 +34,7 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 
+use crate::store::webhook_retries::{ClaimedTarget, WaitingRetry};
 use crate::{
     config::NotifierConfig,
     consumer::{Arrival, DEPENDENCY_RETRY, Next, Notifier, route},

@@ -16,6 +16,7 @@
 //!
 //! Also here:
 //! - [`stored_bodies`]: webhook bodies of events by reference.
+//! - [`store`]: the collections only the notifier uses (events waiting for a retry).
 #![forbid(unsafe_code)]
 
 pub mod backlog;
@@ -30,6 +31,7 @@ pub mod retry;
 pub mod secrets;
 pub mod sequences;
 pub mod ssrf;
+pub mod store;
 pub mod stored_bodies;
 pub mod targets;
 pub mod waiting;
@@ -40,6 +42,7 @@ use anyhow::Context;
 use common::{bus::heartbeat::Heartbeat, files::payloads::Payloads, links::Links};
 use tokio_util::sync::CancellationToken;
 
+use crate::store::NotifierCollections;
 use crate::{
     config::NotifierConfig, consumer::Notifier, deliver::Deliverer, recorder::AttemptRecorder, secrets::SecretCache,
     sequences::Sequences, stored_bodies::StoredBodies, targets::Targets, waiting::Backlog,

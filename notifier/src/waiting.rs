@@ -1,22 +1,18 @@
 //! The events waiting for a retry, as this replica sees them: where they are kept (MongoDB,
-//! per receiver: [`common::store::webhook_retries`]) and when the next one this replica wrote
+//! per receiver: [`crate::store::webhook_retries`]) and when the next one this replica wrote
 //! falls due. Delivery writes to it ([`crate::consumer`]); the workers of [`crate::backlog`]
 //! take from it.
 
 use std::{sync::Mutex, time::Duration};
 
-use common::{
-    domain::WebhookUrl,
-    messages::DeliverableEvent,
-    store::{
-        StoreError,
-        webhook_retries::{WaitingRetry, WebhookRetries},
-    },
-};
+use common::{domain::WebhookUrl, messages::DeliverableEvent, store::StoreError};
 use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::targets::target_of;
+use crate::{
+    store::webhook_retries::{WaitingRetry, WebhookRetries},
+    targets::target_of,
+};
 
 /// The longest a worker sleeps when nothing is due.
 pub const POLL: Duration = Duration::from_secs(1);

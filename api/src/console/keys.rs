@@ -9,7 +9,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use bson::DateTime;
-use common::{domain::Scope, store::ApiKeyRecord};
+use common::domain::Scope;
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -18,6 +18,7 @@ use super::{
     page::{Chrome, html, see_other},
     session::Signed,
 };
+use crate::store::{ApiCollections, ApiKeyRecord};
 use crate::{
     error::ApiError,
     ops::accounts,

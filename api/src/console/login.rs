@@ -30,6 +30,7 @@ use super::{
     session::{self, SessionToken},
 };
 use crate::state::AppState;
+use crate::store::ApiCollections;
 
 /// The most failed sign-ins a client address may make in any minute before it is refused
 /// (429); `DEFAULT_RATE_LIMIT_RPM` when that is lower.

@@ -2,7 +2,7 @@
 //!
 //! Signing in with an API key starts a server-side session: a random 256-bit token goes into
 //! the cookie `console_session` (`HttpOnly`, `SameSite=Lax`, `Path=/`, `Secure` when
-//! `PUBLIC_BASE_URL` is https); MongoDB keeps only its SHA-256 ([`common::store::console_sessions`]),
+//! `PUBLIC_BASE_URL` is https); MongoDB keeps only its SHA-256 ([`crate::store::console_sessions`]),
 //! bound to the key. The key itself is never put in a cookie or a page.
 //!
 //! [`Signed`] is the extractor of every console page: a live session whose key is still usable
@@ -15,13 +15,11 @@ use axum::{
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use bson::DateTime;
-use common::{
-    domain::Scope,
-    store::{ApiKeyRecord, console_sessions::ConsoleSession},
-};
+use common::domain::Scope;
 use sha2::{Digest, Sha256};
 
 use super::{error::ConsoleError, page::Chrome};
+use crate::store::{ApiCollections, ApiKeyRecord, console_sessions::ConsoleSession};
 use crate::{http::auth::Caller, state::AppState};
 
 /// The session cookie's name.

@@ -10,11 +10,9 @@ use std::marker::PhantomData;
 
 use axum::{extract::FromRequestParts, http::request::Parts};
 use bson::DateTime;
-use common::{
-    domain::{ApiKeyValue, Scope},
-    store::ApiKeyRecord,
-};
+use common::domain::{ApiKeyValue, Scope};
 
+use crate::store::ApiKeyRecord;
 use crate::{error::ApiError, state::AppState, state::ratelimit::DecisionSlot};
 
 /// The caller: a valid, active, unexpired key within its rate limit (see [`crate::state::ratelimit`]).

@@ -7,10 +7,15 @@ use bson::DateTime;
 use common::{
     crypto::MasterKey,
     domain::{AccountId, ApiKeyId, ApiKeyValue, Scope},
-    store::{Account, ApiKeyRecord, Store, StoreError, is_duplicate_key},
+    store::{Account, Store, StoreError, is_duplicate_key},
 };
 
-use crate::{error::ApiError, state::AppState, validate::create_api_key::CreateApiKey};
+use crate::{
+    error::ApiError,
+    state::AppState,
+    store::{ApiCollections, ApiKeyRecord},
+    validate::create_api_key::CreateApiKey,
+};
 
 /// The account named `name`, created with a fresh signing secret if it does not exist;
 /// `true` when this call created it. Safe to race: a concurrent creator's account is returned.

@@ -1,7 +1,7 @@
 //! `Idempotency-Key` on create (of a prediction or a training): the same key of the same
 //! account within 24 hours returns the first request's prediction (or training) (201, with `Idempotent-Replayed: true`) and never creates a
 //! second job. The key is claimed with one atomic insert before the prediction is stored
-//! (see [`common::store::idempotency`]). A replay that arrives while the first request is
+//! (see [`crate::store::idempotency`]). A replay that arrives while the first request is
 //! still storing its prediction waits for it briefly, then answers 409.
 
 use std::time::Duration;

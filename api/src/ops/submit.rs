@@ -17,11 +17,12 @@ use common::{
         AccountId, ApiSurface, NewPrediction, Prediction, PredictionId, Priority, TrainedVersionRef, WebhookEvent,
         training,
     },
-    store::{Claim, ClaimRaced, GroupCommitError},
+    store::GroupCommitError,
 };
 use serde_json::Value;
 use tracing::Instrument;
 
+use crate::store::{ApiCollections, Claim, ClaimRaced};
 use crate::{
     error::ApiError,
     http::{auth::Caller, extract::JobOptions},
@@ -247,7 +248,7 @@ pub async fn store_and_publish(
 }
 
 /// Claims `key` for `prediction`; a live claim whose prediction was never stored (its create
-/// could not tell) is taken over once it is stale (see `common::store::idempotency`).
+/// could not tell) is taken over once it is stale (see [`crate::store::idempotency`]).
 async fn claim_key(
     state: &AppState,
     account: &AccountId,

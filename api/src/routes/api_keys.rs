@@ -6,6 +6,7 @@
 //! ([`crate::state::keys`]); it cannot be undone (create a new key instead).
 
 use crate::problem::FieldError;
+use crate::store::{ApiCollections, ApiKeyRecord};
 use axum::{
     Json,
     extract::{Path, State},
@@ -13,10 +14,7 @@ use axum::{
 };
 use bson::DateTime;
 use chrono::Utc;
-use common::{
-    domain::{ApiKeyId, Scope},
-    store::ApiKeyRecord,
-};
+use common::domain::{ApiKeyId, Scope};
 use serde::Serialize;
 
 use crate::{

@@ -3,11 +3,12 @@
 //! `GET /v1/collections/{slug}` (the same with `models`: those of its models the caller may
 //! see), scope `read`, both surfaces. The operator writes them (`api admin collection`).
 
+use crate::store::ApiCollections;
+use crate::store::collections::ModelCollection;
 use axum::{
     Json,
     extract::{Path, State},
 };
-use common::store::collections::ModelCollection;
 use serde::Serialize;
 
 use crate::{

@@ -16,11 +16,11 @@ use axum::{
 use bson::doc;
 use common::{
     domain::{ApiSurface, JobKind, ModelRef, Prediction},
-    store::Claim,
     views::{PredictionView, QueuePlace, StatusView},
 };
 use tracing::Instrument;
 
+use crate::store::Claim;
 use crate::{
     error::ApiError,
     http::auth::{Authorized, Caller, Read, Write},

@@ -23,6 +23,7 @@ use axum::{
 use common::domain::{AccountId, ApiSurface};
 use serde::Serialize;
 
+use crate::store::ApiCollections;
 use crate::{
     error::ApiError,
     http::{

@@ -14,12 +14,12 @@ use chrono::{DateTime, Utc};
 use common::{
     domain::{ApiSurface, JobKind, ModelRef, Prediction, training::TrainingOutput},
     links::{Links, PredictionUrls},
-    store::Claim,
     views::{ErrorView, StatusView},
 };
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::store::Claim;
 use crate::{
     error::ApiError,
     http::auth::{Authorized, Read, Write},

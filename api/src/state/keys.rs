@@ -22,13 +22,13 @@ use common::{
     cache::TtlCache,
     domain::{ApiKeyId, ApiKeyValue, KeyHash},
     messages::KeyMessage,
-    store::{ApiKeyRecord, ApiKeys, api_keys::LAST_USED_RESOLUTION_MS},
 };
 use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::ApiError;
+use crate::store::{ApiKeyRecord, ApiKeys, api_keys::LAST_USED_RESOLUTION_MS};
 
 /// How long a key look-up is trusted when no deactivation is announced.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);

@@ -32,6 +32,7 @@ use common::{
 };
 use tokio_util::task::TaskTracker;
 
+use crate::store::ApiCollections;
 use crate::{
     config::ApiConfig, state::job_outbox::JobOutbox, state::keys::KeyDirectory, state::metrics::HttpMetrics,
     state::model_catalog::ModelCatalog, state::queue_places::QueuePlaces, state::ratelimit::RateLimiter,

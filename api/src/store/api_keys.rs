@@ -6,8 +6,8 @@ use bson::{DateTime, doc};
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
-use crate::{
+use common::store::StoreError;
+use common::{
     crypto::{CryptoError, MasterKey},
     domain::{AccountId, ApiKeyId, ApiKeyValue, KeyHash, Scope},
 };
@@ -139,7 +139,7 @@ impl ApiKeys {
         limit: i64,
     ) -> Result<(Vec<ApiKeyRecord>, u64), StoreError> {
         let filter = doc! { "account_id": account.as_str() };
-        super::page(&self.coll, filter, doc! { "created_at": -1, "_id": -1 }, offset, limit).await
+        common::store::page(&self.coll, filter, doc! { "created_at": -1, "_id": -1 }, offset, limit).await
     }
 
     /// Deactivates key `id` of `account`; returns it as it is now, `None` if `account` has no

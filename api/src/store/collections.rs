@@ -6,8 +6,8 @@ use bson::{DateTime, doc};
 use mongodb::{Collection, Database, options::ReplaceOptions};
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
-use crate::domain::ModelRef;
+use common::domain::ModelRef;
+use common::store::StoreError;
 
 /// A collection of models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,12 +54,12 @@ impl ModelCollections {
 
     /// The collection `slug`, if there is one.
     pub async fn get(&self, slug: &str) -> Result<Option<ModelCollection>, StoreError> {
-        self.coll.find_one(doc! { "_id": slug }).max_time(super::read_limit()).await
+        self.coll.find_one(doc! { "_id": slug }).max_time(common::store::read_limit()).await
     }
 
     /// One page of the collections by slug, and how many there are.
     pub async fn page(&self, offset: u64, limit: i64) -> Result<(Vec<ModelCollection>, u64), StoreError> {
-        super::page(&self.coll, doc! {}, doc! { "_id": 1 }, offset, limit).await
+        common::store::page(&self.coll, doc! {}, doc! { "_id": 1 }, offset, limit).await
     }
 
     /// Deletes the collection `slug`; whether there was one.

@@ -10,8 +10,8 @@ use bson::{DateTime, doc};
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
-use crate::domain::{AccountId, ApiKeyId, KeyHash};
+use common::domain::{AccountId, ApiKeyId, KeyHash};
+use common::store::StoreError;
 
 /// One session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

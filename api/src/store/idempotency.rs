@@ -9,8 +9,8 @@ use bson::{DateTime, doc};
 use mongodb::{Collection, Database};
 use serde::{Deserialize, Serialize};
 
-use super::{StoreError, is_duplicate_key};
-use crate::domain::{AccountId, PredictionId};
+use common::domain::{AccountId, PredictionId};
+use common::store::{StoreError, is_duplicate_key};
 
 /// How long a key keeps returning its first prediction.
 pub const IDEMPOTENCY_WINDOW_MS: i64 = 24 * 3600 * 1000;

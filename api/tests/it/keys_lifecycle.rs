@@ -3,7 +3,7 @@
 use bson::{DateTime, doc};
 use std::time::Duration;
 
-use api::state::keys::KEY_CACHE_TTL;
+use api::{state::keys::KEY_CACHE_TTL, store::ApiCollections};
 use common::domain::ApiKeyId;
 use reqwest::Method;
 use serde_json::Value;

@@ -1,25 +1,25 @@
-//! MongoDB storage: one module per collection, each naming the service that writes it.
+//! MongoDB storage: one module per collection that two or more services use, each naming the
+//! service that writes it. A collection only one service uses is typed in that service's own
+//! `store` module: the api's `api_keys`, `collections`, `console_sessions` and
+//! `idempotency_keys`, the notifier's `webhook_retries` and `webhook_targets`. Their indexes
+//! are here with the others', since the index set is one migration step ([`migrations`])
+//! whichever service runs it.
 //!
 //! | collection | module | written by |
 //! |---|---|---|
 //! | `accounts` | [`accounts`] | api (admin bootstrap, secret rotation) |
-//! | `api_keys` | [`api_keys`] | api |
 //! | `predictions` | [`predictions`] | api (create, cancel of `starting`), runner (every later change) |
 //! | `models` | [`models`] | runner (registration at start) |
 //! | `model_versions` | [`model_versions`] | runner (registration at start) |
 //! | `owned_models` | [`owned_models`] | api (an account's models: create, delete) |
 //! | `deployments` | [`deployments`] | api (create, update, delete) |
 //! | `runners` | [`runners`] | runner (its pool and versions, every few seconds while it lives) |
-//! | `idempotency_keys` | [`idempotency`] | api (create with `Idempotency-Key`) |
 //! | `webhook_attempts` | [`webhook_attempts`] | notifier |
-//! | `webhook_retries`, `webhook_targets` | [`webhook_retries`] | notifier (events waiting for a retry, per receiver) |
-//! | `console_sessions` | [`console_sessions`] | api (console sign-in, sign-out) |
 //! | `queue_lanes` | [`queue_lanes`] | api (tickets at create, cancel of `starting`), runner (starts, failures while waiting) |
 //! | `dead_letters` | [`dead_letters`] | runner, notifier (undecodable messages) |
 //! | `file_records` | [`files`] | api (uploads, deletes), runner (outputs, retention) |
 //! | `usage_totals` | [`usage`] | api (cancels), runner (results, failures), through [`crate::usage`] |
 //! | `unfinished_uploads` | [`unfinished_uploads`] | api, runner (through [`crate::files::Files`]) |
-//! | `collections` | [`collections`] | api (read), `api admin collection` (write) |
 //! | `hardware_prices` | [`prices`] | api and runners (read), `api admin set-price` (write) |
 //! | `budget_receivers`, `budget_notices` | [`budget_notices`] | api (receivers), usage ledgers (notices raised), notifier (delivered) |
 //! | `files.files`, `files.chunks` (GridFS) | [`crate::files::gridfs`] | the same, through [`crate::files::Files`] |
@@ -37,17 +37,13 @@
 //! - [`queue_figures`]: the queue as one waiting prediction sees it.
 
 pub mod accounts;
-pub mod api_keys;
 pub mod budget_notices;
 pub mod clock;
-pub mod collections;
 pub mod commands;
-pub mod console_sessions;
 pub mod dead_letters;
 pub mod deployments;
 pub mod files;
 pub mod group_commit;
-pub mod idempotency;
 pub mod migrations;
 pub mod model_versions;
 pub mod models;
@@ -60,7 +56,6 @@ pub mod runners;
 pub mod unfinished_uploads;
 pub mod usage;
 pub mod webhook_attempts;
-pub mod webhook_retries;
 
 use std::time::Duration;
 
@@ -74,10 +69,8 @@ use mongodb::{
 };
 
 pub use accounts::{Account, AccountLimits, Accounts};
-pub use api_keys::{ApiKeyRecord, ApiKeys};
 pub use files::{FileRecord, FileRecords};
 pub use group_commit::{Batching, GroupCommit, GroupCommitError};
-pub use idempotency::{Claim, ClaimRaced, IdempotencyKeys};
 pub use model_versions::{ModelVersionRecord, ModelVersions};
 pub use models::{ModelRecord, Models};
 pub use owned_models::{ModelLinks, OwnedModel, OwnedModels, Visibility};
@@ -498,11 +491,6 @@ impl Store {
         Ok(())
     }
 
-    /// The `console_sessions` collection.
-    pub fn console_sessions(&self) -> console_sessions::ConsoleSessions {
-        console_sessions::ConsoleSessions::new(&self.db)
-    }
-
     /// The `predictions` collection.
     pub fn predictions(&self) -> Predictions {
         Predictions::new(&self.db)
@@ -523,11 +511,6 @@ impl Store {
         Accounts::new(&self.db)
     }
 
-    /// The `api_keys` collection.
-    pub fn api_keys(&self) -> ApiKeys {
-        ApiKeys::new(&self.db)
-    }
-
     /// The `models` collection.
     pub fn models(&self) -> Models {
         Models::new(&self.db)
@@ -546,11 +529,6 @@ impl Store {
     /// The `runners` collection.
     pub fn runners(&self) -> runners::Runners {
         runners::Runners::new(&self.db)
-    }
-
-    /// The `idempotency_keys` collection.
-    pub fn idempotency_keys(&self) -> IdempotencyKeys {
-        IdempotencyKeys::new(&self.db)
     }
 
     /// The `dead_letters` collection.
@@ -578,11 +556,6 @@ impl Store {
         UnfinishedUploads::new(&self.db)
     }
 
-    /// The `collections` collection (curated lists of models).
-    pub fn collections(&self) -> collections::ModelCollections {
-        collections::ModelCollections::new(&self.db)
-    }
-
     /// The `file_records` collection (files' bytes: [`crate::files`]).
     pub fn file_records(&self) -> FileRecords {
         FileRecords::new(&self.db)
@@ -591,11 +564,6 @@ impl Store {
     /// The `webhook_attempts` collection.
     pub fn webhook_attempts(&self) -> WebhookAttempts {
         WebhookAttempts::new(&self.db)
-    }
-
-    /// The `webhook_retries` and `webhook_targets` collections (events waiting for a retry).
-    pub fn webhook_retries(&self) -> webhook_retries::WebhookRetries {
-        webhook_retries::WebhookRetries::new(&self.db)
     }
 
     /// The MongoDB commands this store has sent (none counted unless it was connected with

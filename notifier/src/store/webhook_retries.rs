@@ -28,8 +28,8 @@ use bson::{Binary, DateTime, doc, spec::BinarySubtype};
 use mongodb::{Collection, Database, options::ReturnDocument};
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
-use crate::domain::{AccountId, PredictionId, WebhookEvent};
+use common::domain::{AccountId, PredictionId, WebhookEvent};
+use common::store::StoreError;
 
 /// One event waiting for its next delivery attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

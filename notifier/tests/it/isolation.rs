@@ -103,7 +103,7 @@ async fn a_dead_receivers_retries_do_not_hold_back_another_accounts_webhooks() {
 /// taken once until its lease ends.
 #[tokio::test]
 async fn a_receiver_and_its_due_events_are_taken_once_at_a_time() {
-    use common::store::webhook_retries::WaitingRetry;
+    use notifier::store::{NotifierCollections, webhook_retries::WaitingRetry};
     let fixture = Fixture::new(&[]).await;
     let backlog = fixture.store.webhook_retries();
     let p = fixture.prediction("http://127.0.0.1:9/hook", None);

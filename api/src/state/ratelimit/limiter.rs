@@ -30,7 +30,9 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::{bus::Bus, store::ApiKeyRecord};
+use common::bus::Bus;
+
+use crate::store::ApiKeyRecord;
 use futures::FutureExt;
 
 use super::{

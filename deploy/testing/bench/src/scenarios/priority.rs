@@ -25,9 +25,10 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use api::store::{ApiCollections, ApiKeyRecord};
 use common::{
     domain::{Priority, Scope},
-    store::{Account, ApiKeyRecord},
+    store::Account,
 };
 use harness::cluster::{Cluster, round};
 use harness::stats::{Samples, ms};
