@@ -17,6 +17,7 @@
 //! - [`cog_crashes`]: a Cog project the runner starts, its model servers killed at random;
 //! - [`poison`]: a job whose runner is killed on every delivery;
 //! - [`leaders`]: a cluster's stream and consumer leaders moved, then its jobs leader killed;
+//! - [`upgrade`]: every service rolled from the previous release's build to this one;
 //! - [`report`]: what a scenario must show to pass, and the table.
 //!
 //! The servers, processes and settings come from the `harness` crate, which the bench shares.
@@ -48,6 +49,7 @@ mod rows;
 mod scenarios;
 mod topology;
 mod trainings;
+mod upgrade;
 mod uploads;
 
 use std::process::ExitCode;

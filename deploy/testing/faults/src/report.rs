@@ -126,6 +126,8 @@ pub struct Outcome {
     pub cog: Option<crate::cog_crashes::CrashTally>,
     /// How the poisonous job ended, in its scenario.
     pub poison: Option<crate::poison::PoisonTally>,
+    /// What the upgrade from the previous release did, in its scenario.
+    pub upgrade: Option<crate::upgrade::UpgradeTally>,
     /// The model runs every runner counted, and the predictions, where they must be equal.
     pub runs: Option<(u64, usize)>,
     /// The account's usage (`GET /v1/usage`) against its ended predictions: `[succeeded,
@@ -223,6 +225,7 @@ impl Outcome {
             dead: None,
             cog: None,
             poison: None,
+            upgrade: None,
             runs: None,
             lost: None,
             usage: None,
@@ -308,6 +311,11 @@ impl Outcome {
                 fail(true, failure);
             }
         }
+        if let Some(upgrade) = &self.upgrade {
+            for failure in upgrade.failures() {
+                fail(true, failure);
+            }
+        }
         if let Some((runs, predictions)) = self.runs {
             fail(runs != predictions as u64, format!("the models ran {runs} times for {predictions} predictions"));
         }
@@ -348,6 +356,7 @@ impl Outcome {
             "dead_receiver": self.dead.as_ref().map(crate::dead_receiver::DeadTally::json),
             "cog_crashes": self.cog.as_ref().map(crate::cog_crashes::CrashTally::json),
             "poison": self.poison.as_ref().map(crate::poison::PoisonTally::json),
+            "upgrade": self.upgrade.as_ref().map(crate::upgrade::UpgradeTally::json),
             "model_runs": self.runs.map(|(runs, predictions)| json!({"runs": runs, "predictions": predictions})),
             "lost_answers": self.lost.as_ref().map(crate::lost_replies::LostTally::json),
             "unsuccessful": self.unsuccessful, "stuck": self.stuck, "missing": self.missing,

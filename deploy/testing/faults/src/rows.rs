@@ -48,6 +48,10 @@
 //! error of code 64 instead (applied on the primary, its wait for the majority timed out),
 //! with the same checks.
 //!
+//! A row starts every service from the previous release's build and upgrades them to this one
+//! under load, replica by replica, after this build's `api admin migrate`: nothing may be
+//! lost, stuck or sent twice, and every replica must end on this build ([`crate::upgrade`]).
+//!
 //! In every row, the account's usage (`GET /v1/usage`) must count each ended prediction once,
 //! by how it ended, also where a runner was killed mid-run.
 
@@ -96,6 +100,9 @@ pub(crate) enum Fault {
     /// Creates at twice the rate the runner starts them ([`CREATE_FLOOD`]) for
     /// [`FLOOD_SECONDS`], with the queue bound at [`QUEUE_BOUND`] (see [`crate::flood::creates`]).
     CreateFlood,
+    /// Every service started from the previous release's build, then migrated and upgraded
+    /// to this one in place, replica by replica (see [`crate::upgrade`]).
+    Upgrade,
 }
 
 impl Fault {
@@ -106,6 +113,8 @@ impl Fault {
             Self::None
                 | Self::Rotate
                 | Self::Rollout
+                // Each replica is stopped with SIGTERM, as a rolling update stops it.
+                | Self::Upgrade
                 | Self::Overload
                 | Self::CreateFlood
                 | Self::KillCogServers
@@ -305,6 +314,12 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         name: "rolling update v1 -> v2 (pinned, latest, deployment)",
         fault: Fault::Rollout,
         latency_bound: Some(LATENCY_BOUND),
+        ..PLAIN
+    },
+    Scenario {
+        name: "every service upgraded from the previous release, replica by replica",
+        shape: Shape { apis: 2, runners: 2, notifiers: 2 },
+        fault: Fault::Upgrade,
         ..PLAIN
     },
     Scenario { name: "secret rotated under load", fault: Fault::Rotate, latency_bound: Some(LATENCY_BOUND), ..PLAIN },

@@ -33,7 +33,7 @@ use crate::{
         QUEUE_BOUND, SCENARIOS, Scenario,
     },
     topology::{Role, Topology},
-    trainings, uploads,
+    trainings, upgrade, uploads,
 };
 
 /// The fault suite's settings.
@@ -245,7 +245,11 @@ async fn run_scenario(
         }
         _ => None,
     };
-    let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf()).await?;
+    let previous = match scenario.fault {
+        Fault::Upgrade => Some(upgrade::previous_release()?),
+        _ => None,
+    };
+    let mut topology = Topology::start(scenario.shape, &vars, logs.to_path_buf(), previous.as_deref()).await?;
     let pinned = rollout::Pinned::new();
     if rolling {
         rollout::prepare(&topology).await?;
@@ -276,8 +280,11 @@ async fn run_scenario(
         let (apis, key, url) = (topology.apis.clone(), topology.key.clone(), recorder.url.clone());
         // The budget row's load lasts twice as long: its crossing comes only once the killed
         // runner is back and has run jobs again, and refusals must be seen after it.
+        // So does the upgrade's: it lasts through the roll of every replica.
+        let upgrading = matches!(scenario.fault, Fault::Upgrade);
         let seconds = match (scenario.budget, scenario.cog_crashes) {
             (true, _) => options.seconds * 2,
+            _ if upgrading => options.seconds * 2,
             (_, true) => cog_crashes::LOAD_SECONDS,
             _ => options.seconds,
         };
@@ -334,7 +341,13 @@ async fn run_scenario(
     };
     let mut killed = None;
     let mut poisoned = None;
+    let mut upgraded = None;
     let (window, flooded, lost) = match (&losing, &cog) {
+        _ if matches!(scenario.fault, Fault::Upgrade) => {
+            let from = Instant::now();
+            upgraded = Some(upgrade::roll(&mut topology).await?);
+            (Some(Window { from, until: Instant::now() + SETTLE, back: chrono::Utc::now() }), None, 0)
+        }
         _ if matches!(scenario.fault, Fault::KillOnEveryDelivery) => {
             let from = Instant::now();
             poisoned = Some(poison::inject(&mut topology, &recorder.url).await?);
@@ -432,6 +445,7 @@ async fn run_scenario(
     if let Some(dead) = &dead {
         outcome.dead = Some(dead_receiver::check(&topology, dead, &deliveries, anchor).await?);
     }
+    outcome.upgrade = upgraded;
     if let Some((id, kills)) = &poisoned {
         outcome.poison = Some(poison::check(&topology, id, *kills).await?);
     }
@@ -468,7 +482,8 @@ async fn inject(
         | Fault::LoseReplies
         | Fault::UnconfirmWrites
         | Fault::KillCogServers
-        | Fault::KillOnEveryDelivery => {
+        | Fault::KillOnEveryDelivery
+        | Fault::Upgrade => {
             return Ok((None, None));
         }
         Fault::Rotate => {

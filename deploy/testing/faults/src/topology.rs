@@ -2,8 +2,15 @@
 //! notifier replicas on the scenario's own database and NATS prefix, each on fixed ports, so a
 //! replica killed with SIGKILL comes back as the same member (same address, same settings).
 //! Logs go to one file per replica in the run's directory, appended across restarts.
+//!
+//! The replicas run this build's binaries, or (for the upgrade row, [`crate::upgrade`]) the
+//! previous release's until each is upgraded in place.
 
-use std::{collections::HashMap, path::PathBuf, time::Duration};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::Context;
 use common::domain::WebhookSecret;
@@ -26,7 +33,7 @@ pub enum Role {
 }
 
 impl Role {
-    fn binary(self) -> &'static str {
+    pub(crate) fn binary(self) -> &'static str {
         match self {
             Self::Api => "api",
             Self::Runner => "runner",
@@ -52,6 +59,8 @@ struct Replica {
     log: PathBuf,
     health: String,
     process: Option<ServiceProcess>,
+    /// The previous release's binary it runs, until it is upgraded (see [`Topology::upgrade`]).
+    previous: Option<PathBuf>,
 }
 
 /// The running services.
@@ -72,7 +81,15 @@ pub struct Topology {
 impl Topology {
     /// Creates the account `faults` on a fresh database and prefix with `vars` (the servers
     /// and service settings), then starts `shape`'s replicas and waits until each serves.
-    pub async fn start(shape: Shape, vars: &[(&str, String)], logs: PathBuf) -> anyhow::Result<Self> {
+    /// Every replica runs the binaries in `previous` (a directory holding `api`, `runner` and
+    /// `notifier` of the previous release) where it is given, and the account is then made by
+    /// that release's `api admin bootstrap`, as its operator did.
+    pub async fn start(
+        shape: Shape,
+        vars: &[(&str, String)],
+        logs: PathBuf,
+        previous: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
         // A cluster just started elects its JetStream leader first: until then streams
         // cannot be created.
@@ -88,22 +105,23 @@ impl Topology {
             }
         };
         let config = api::config::ApiConfig::from_env(&setup.env())?;
-        let bootstrapped = api::admin::bootstrap(&config, "faults").await?;
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
-        let mut topology = Self {
-            setup,
-            apis: Vec::new(),
-            key: bootstrapped.key.expose().to_owned(),
-            secret: bootstrapped.secret,
-            replicas: Vec::new(),
-            logs: logs.clone(),
-            http,
+        let (key, secret) = match previous {
+            None => {
+                let bootstrapped = api::admin::bootstrap(&config, "faults").await?;
+                (bootstrapped.key.expose().to_owned(), bootstrapped.secret)
+            }
+            Some(dir) => bootstrap_with(&dir.join(Role::Api.binary()), &setup, &config).await?,
         };
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        let mut topology =
+            Self { setup, apis: Vec::new(), key, secret, replicas: Vec::new(), logs: logs.clone(), http };
         std::fs::create_dir_all(&logs)?;
         for (role, count) in [(Role::Api, shape.apis), (Role::Runner, shape.runners), (Role::Notifier, shape.notifiers)]
         {
             for i in 0..count {
                 topology.add(role, logs.join(format!("{}-{i}.log", role.binary())))?;
+                let added = topology.replicas.len() - 1;
+                topology.replicas[added].previous = previous.map(|dir| dir.join(role.binary()));
             }
         }
         for i in 0..topology.replicas.len() {
@@ -137,7 +155,7 @@ impl Topology {
                 format!("http://{address}/health")
             }
         };
-        self.replicas.push(Replica { role, vars, log, health, process: None });
+        self.replicas.push(Replica { role, vars, log, health, process: None, previous: None });
         Ok(())
     }
 
@@ -154,7 +172,11 @@ impl Topology {
 
     async fn start_replica(&mut self, i: usize) -> anyhow::Result<()> {
         let replica = &mut self.replicas[i];
-        replica.process = Some(ServiceProcess::spawn(replica.role.binary(), &replica.vars, &replica.log)?);
+        let process = match &replica.previous {
+            Some(binary) => ServiceProcess::spawn_binary(replica.role.binary(), binary, &replica.vars, &replica.log)?,
+            None => ServiceProcess::spawn(replica.role.binary(), &replica.vars, &replica.log)?,
+        };
+        replica.process = Some(process);
         let (url, http) = (replica.health.clone(), self.http.clone());
         let poll = async {
             while !http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
@@ -216,6 +238,28 @@ impl Topology {
         self.start_replica(i).await
     }
 
+    /// Upgrades the `n`-th replica of `role` in place, as a rolling update replaces a pod: a
+    /// SIGTERM and the wait for its clean stop, then this build's binary on the same address
+    /// and settings, waited for until it serves.
+    pub async fn upgrade(&mut self, role: Role, n: usize) -> anyhow::Result<()> {
+        let i = self.find(role, n)?;
+        if let Some(process) = self.replicas[i].process.take() {
+            process.stop(STOP_GRACE).await?;
+        }
+        self.replicas[i].previous = None;
+        self.start_replica(i).await
+    }
+
+    /// How many replicas of each role there are.
+    pub fn count(&self, role: Role) -> usize {
+        self.replicas.iter().filter(|r| r.role == role).count()
+    }
+
+    /// How many replicas still run the previous release.
+    pub fn on_previous(&self) -> usize {
+        self.replicas.iter().filter(|r| r.previous.is_some()).count()
+    }
+
     /// Whether a replica exited that no fault killed.
     pub fn crashed(&mut self) -> Vec<&'static str> {
         let mut exited = Vec::new();
@@ -238,4 +282,32 @@ impl Topology {
         }
         Ok(())
     }
+}
+
+/// Makes the account `faults` with the previous release's `api admin bootstrap` (its binary
+/// `api`), as that release's operator did: it migrates the new database to that release's
+/// index set. Returns the admin key it printed and the account's signing secret.
+async fn bootstrap_with(
+    api: &Path,
+    setup: &Setup,
+    config: &api::config::ApiConfig,
+) -> anyhow::Result<(String, WebhookSecret)> {
+    let output = tokio::process::Command::new(api)
+        .args(["admin", "bootstrap", "--account", "faults"])
+        .env_clear()
+        .envs(&setup.vars)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("running {} admin bootstrap", api.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{} admin bootstrap failed: {}",
+        api.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let key = String::from_utf8(output.stdout)?.trim().to_owned();
+    let account = setup.store.accounts().find_by_name("faults").await?.context("the account the bootstrap made")?;
+    let secret = account.signing_secrets(&config.common.master_key)?.current;
+    Ok((key, secret))
 }

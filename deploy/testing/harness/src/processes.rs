@@ -35,8 +35,18 @@ impl ServiceProcess {
     /// Starts the release binary `name` with exactly `vars` as its environment (plus `PATH`),
     /// its output appended to `log`.
     pub fn spawn(name: &'static str, vars: &HashMap<String, String>, log: &std::path::Path) -> anyhow::Result<Self> {
-        let binary = binary(name)?;
-        let mut command = Command::new(&binary);
+        Self::spawn_binary(name, &binary(name)?, vars, log)
+    }
+
+    /// [`Self::spawn`] of the binary at `binary` (another build's), called `name`.
+    pub fn spawn_binary(
+        name: &'static str,
+        binary: &std::path::Path,
+        vars: &HashMap<String, String>,
+        log: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(binary.exists(), "{} is missing", binary.display());
+        let mut command = Command::new(binary);
         command.env_clear().envs(vars);
         let child = spawn_logged(&mut command, log, &binary.display().to_string())?;
         let pid = child.id().context("the process has no pid")?;
