@@ -3,9 +3,11 @@
 //! next release (version, hardware, instances) and a Delete button. The changes are
 //! [`crate::ops::deployment_changes`]'s, as the API's routes make them.
 
+use std::collections::HashMap;
+
 use askama::Template;
 use axum::{
-    extract::{Path, State},
+    extract::{Path, Query, State},
     http::StatusCode,
     response::{IntoResponse, Response},
 };
@@ -15,12 +17,12 @@ use serde_json::{Map, Value, json};
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, html, see_other},
+    page::{Chrome, LIST_PAGE, PageNumber, Pager, html, see_other},
     session::Signed,
 };
 use crate::{
     error::ApiError,
-    ops::deployment_changes,
+    ops::{self, deployment_changes},
     state::AppState,
     validate::{
         FromBody,
@@ -47,6 +49,7 @@ struct DeploymentRow {
 struct DeploymentsPage {
     chrome: Chrome,
     deployments: Vec<DeploymentRow>,
+    pager: Pager,
     can_change: bool,
     notice: Option<String>,
     error: Option<String>,
@@ -70,14 +73,17 @@ fn row(d: &DeploymentRecord) -> DeploymentRow {
 async fn render(
     state: &AppState,
     signed: &Signed,
+    number: PageNumber,
     notice: Option<String>,
     error: Option<String>,
 ) -> Result<Response, ConsoleError> {
-    let (records, _) = state.store.deployments().list(&signed.key.account_id, 0, 100).await?;
+    let (records, total) = ops::lists::deployments(state, &signed.key.account_id, number.offset(), LIST_PAGE).await?;
+    let pager = number.pager("/deployments", records.len(), total);
     let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
     let page = DeploymentsPage {
         chrome: signed.chrome("deployments"),
         deployments: records.iter().map(row).collect(),
+        pager,
         can_change: signed.key.has_scope(Scope::Admin),
         notice,
         error,
@@ -120,9 +126,13 @@ fn body_of(action: &ConsoleAction, names: &[&str]) -> Map<String, Value> {
 }
 
 /// `GET /deployments`
-pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
+pub async fn list(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
     signed.require(Scope::Read)?;
-    render(&state, &signed, None, None).await
+    render(&state, &signed, PageNumber::of(&query), None, None).await
 }
 
 /// `POST /deployments` (scope `admin`): creates a deployment at release 1.
@@ -131,13 +141,22 @@ pub async fn create(State(state): State<AppState>, action: ConsoleAction) -> Res
     let body = body_of(&action, &["name", "model", "version", "hardware", "min_instances", "max_instances"]);
     let new = match NewDeployment::from_object(body) {
         Ok(new) => new,
-        Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
+        Err(errors) => {
+            return render(&state, &action.signed, PageNumber::default(), None, Some(message_of(&errors))).await;
+        }
     };
     match deployment_changes::create(&state, &action.signed.key.account_id, new).await {
         Ok(created) => {
-            render(&state, &action.signed, Some(format!("Created {} at release 1.", created.full_name())), None).await
+            render(
+                &state,
+                &action.signed,
+                PageNumber::default(),
+                Some(format!("Created {} at release 1.", created.full_name())),
+                None,
+            )
+            .await
         }
-        Err(e) => render(&state, &action.signed, None, Some(refusal(e)?)).await,
+        Err(e) => render(&state, &action.signed, PageNumber::default(), None, Some(refusal(e)?)).await,
     }
 }
 
@@ -155,14 +174,16 @@ pub async fn release(
         .and_then(|body| deployment::parse_change(body, (configuration.min_instances, configuration.max_instances)))
     {
         Ok(change) => change,
-        Err(errors) => return render(&state, &action.signed, None, Some(message_of(&errors))).await,
+        Err(errors) => {
+            return render(&state, &action.signed, PageNumber::default(), None, Some(message_of(&errors))).await;
+        }
     };
     match deployment_changes::change(&state, current, change).await {
         Ok(changed) => {
             let notice = format!("{} is at release {}.", changed.full_name(), changed.current_release.number);
-            render(&state, &action.signed, Some(notice), None).await
+            render(&state, &action.signed, PageNumber::default(), Some(notice), None).await
         }
-        Err(e) => render(&state, &action.signed, None, Some(refusal(e)?)).await,
+        Err(e) => render(&state, &action.signed, PageNumber::default(), None, Some(refusal(e)?)).await,
     }
 }
 

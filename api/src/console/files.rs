@@ -5,8 +5,10 @@
 //! a 404 page.
 
 use askama::Template;
+use std::collections::HashMap;
+
 use axum::{
-    extract::{Path, State},
+    extract::{Path, Query, State},
     http::HeaderMap,
     response::Response,
 };
@@ -16,13 +18,14 @@ use common::domain::Scope;
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, html, see_other},
+    page::{Chrome, LIST_PAGE, PageNumber, Pager, html, see_other},
     session::Signed,
 };
-use crate::{http::file_response, ops::owned::owned_file, state::AppState};
-
-/// The most files the page lists.
-const PAGE: u32 = 100;
+use crate::{
+    http::file_response,
+    ops::{self, owned::owned_file},
+    state::AppState,
+};
 
 /// One file in the list.
 struct FileRow {
@@ -40,7 +43,7 @@ struct FileRow {
 struct FilesPage {
     chrome: Chrome,
     files: Vec<FileRow>,
-    total: u64,
+    pager: Pager,
     can_write: bool,
 }
 
@@ -61,8 +64,14 @@ fn size(bytes: i64) -> String {
 }
 
 /// `GET /files`
-pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
-    let (records, total) = state.files.list(&signed.key.account_id, 0, PAGE).await?;
+pub async fn list(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
+    let number = PageNumber::of(&query);
+    let (records, total) = ops::lists::files(&state, &signed.key.account_id, number.offset(), LIST_PAGE).await?;
+    let pager = number.pager("/files", records.len(), total);
     let files = records
         .iter()
         .map(|r| FileRow {
@@ -75,7 +84,7 @@ pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Respo
             image: r.content_type.starts_with("image/"),
         })
         .collect();
-    Ok(html(&FilesPage { can_write: signed.key.has_scope(Scope::Write), chrome: signed.chrome("files"), files, total }))
+    Ok(html(&FilesPage { can_write: signed.key.has_scope(Scope::Write), chrome: signed.chrome("files"), files, pager }))
 }
 
 /// `GET /files/{id}`

@@ -2,9 +2,11 @@
 //! expiry, requests per minute; the new key is shown once, on the page that answers the form),
 //! and a Deactivate button per active key (at once on every replica, see [`crate::state::keys`]).
 
+use std::collections::HashMap;
+
 use askama::Template;
 use axum::{
-    extract::{Path, State},
+    extract::{Path, Query, State},
     http::StatusCode,
     response::{IntoResponse, Response},
 };
@@ -15,13 +17,13 @@ use serde_json::{Map, Value, json};
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, html, see_other},
+    page::{Chrome, LIST_PAGE, PageNumber, Pager, html, see_other},
     session::Signed,
 };
-use crate::store::{ApiCollections, ApiKeyRecord};
+use crate::store::ApiKeyRecord;
 use crate::{
     error::ApiError,
-    ops::accounts,
+    ops::{self, accounts},
     state::AppState,
     validate::{FromBody, create_api_key::CreateApiKey},
 };
@@ -44,6 +46,7 @@ struct KeyRow {
 struct KeysPage {
     chrome: Chrome,
     keys: Vec<KeyRow>,
+    pager: Pager,
     new_key: Option<String>,
     error: Option<String>,
 }
@@ -55,10 +58,12 @@ fn date(t: Option<DateTime>) -> String {
 async fn render(
     state: &AppState,
     signed: &Signed,
+    number: PageNumber,
     new_key: Option<String>,
     error: Option<String>,
 ) -> Result<Response, ConsoleError> {
-    let (records, _) = state.store.api_keys().list_for_account(&signed.key.account_id, 0, 100).await?;
+    let (records, total) = ops::lists::api_keys(state, &signed.key.account_id, number.offset(), LIST_PAGE).await?;
+    let pager = number.pager("/keys", records.len(), total);
     let now = DateTime::now();
     let keys = records
         .iter()
@@ -75,13 +80,17 @@ async fn render(
         })
         .collect();
     let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
-    Ok((status, html(&KeysPage { chrome: signed.chrome("keys"), keys, new_key, error })).into_response())
+    Ok((status, html(&KeysPage { chrome: signed.chrome("keys"), keys, pager, new_key, error })).into_response())
 }
 
 /// `GET /keys`
-pub async fn list(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
+pub async fn list(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ConsoleError> {
     signed.require(Scope::Admin)?;
-    render(&state, &signed, None, None).await
+    render(&state, &signed, PageNumber::of(&query), None, None).await
 }
 
 /// The create-key request a submitted form means (empty fields take their defaults).
@@ -107,14 +116,16 @@ pub async fn create(State(state): State<AppState>, action: ConsoleAction) -> Res
         Ok(request) => request,
         Err(errors) => {
             let message = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(" ");
-            return render(&state, &action.signed, None, Some(message)).await;
+            return render(&state, &action.signed, PageNumber::default(), None, Some(message)).await;
         }
     };
     match accounts::create_key(&state, &action.signed.key, request).await {
-        Ok((_, value)) => render(&state, &action.signed, Some(value.expose().to_owned()), None).await,
+        Ok((_, value)) => {
+            render(&state, &action.signed, PageNumber::default(), Some(value.expose().to_owned()), None).await
+        }
         Err(ApiError::Problem(p)) => {
             let detail = p.errors.iter().map(|e| e.message.clone()).next().unwrap_or(p.detail);
-            render(&state, &action.signed, None, Some(detail)).await
+            render(&state, &action.signed, PageNumber::default(), None, Some(detail)).await
         }
         Err(e) => Err(e.into()),
     }

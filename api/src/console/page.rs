@@ -66,6 +66,48 @@ pub struct Chrome {
     pub key_name: String,
 }
 
+/// How many items a page of a console list shows (the predictions', trainings', deployments',
+/// keys' and files' lists), as a page of the API's lists does by default.
+pub const LIST_PAGE: u32 = 20;
+
+/// The page of a console list a request asks for: `?page=N`, from 0 (anything else is the
+/// first page).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PageNumber(u64);
+
+impl PageNumber {
+    /// The page `query` asks for.
+    pub fn of(query: &std::collections::HashMap<String, String>) -> Self {
+        Self(query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000))
+    }
+
+    /// How many items come before the page.
+    pub fn offset(self) -> u64 {
+        self.0 * u64::from(LIST_PAGE)
+    }
+
+    /// The pager of this page of the list at `path`, which holds `total` items, `shown` of
+    /// them on this page.
+    pub fn pager(self, path: &str, shown: usize, total: u64) -> Pager {
+        let link = |n: u64| format!("{path}?page={n}");
+        let previous = (self.0 > 0).then(|| link(self.0 - 1));
+        let next = (self.offset() + u64::from(LIST_PAGE) < total).then(|| link(self.0 + 1));
+        Pager { previous, next, shown, total }
+    }
+}
+
+/// The links under a list (`pager.html`): to the newer and the older page, where there is one.
+pub struct Pager {
+    /// The newer page.
+    pub previous: Option<String>,
+    /// The older page.
+    pub next: Option<String>,
+    /// How many items this page shows.
+    pub shown: usize,
+    /// How many the list holds.
+    pub total: u64,
+}
+
 /// A 303 to `location` (a path of this site): where every action and sign-in sends the browser.
 pub fn see_other(location: &str) -> Response {
     let location = HeaderValue::from_str(location).unwrap_or(HeaderValue::from_static("/"));

@@ -9,6 +9,7 @@
 //!   [`cancel`], [`idempotency`], [`wait`] (`Prefer: wait`).
 //! - Accounts: [`accounts`] (keys), [`signing_secret`], [`deployment_changes`], [`usage`].
 //! - Files and webhooks: [`uploads`], [`deliveries`] (resends).
+//! - [`lists`]: the account's deployments, keys and files, a page at a time.
 
 pub mod accounts;
 pub mod cancel;
@@ -17,6 +18,7 @@ pub mod deployment_changes;
 pub mod file_inputs;
 pub mod idempotency;
 pub mod jobs;
+pub mod lists;
 pub mod owned;
 pub mod signing_secret;
 pub mod submit;

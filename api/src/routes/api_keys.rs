@@ -22,7 +22,7 @@ use crate::{
     http::auth::{Admin, Authorized},
     http::extract::{Body, OptionalBody, Query},
     http::page::{Listed, Page},
-    ops::accounts,
+    ops::{self, accounts},
     routes::openapi::problems,
     state::AppState,
     validate::{
@@ -183,8 +183,7 @@ pub async fn list(
     Query(paging): Query<Paging>,
 ) -> Result<Json<ApiKeyPage>, ApiError> {
     let account = &auth.caller.key.account_id;
-    let (keys, total_count) =
-        state.store.api_keys().list_for_account(account, paging.offset, i64::from(paging.limit)).await?;
+    let (keys, total_count) = ops::lists::api_keys(&state, account, paging.offset, paging.limit).await?;
     let summaries = keys.iter().map(ApiKeySummary::of).collect();
     let url = format!("{}/v1/account/api-keys", state.base_url());
     Ok(Json(Page::counted(summaries, paging.links(total_count, &url), total_count)))

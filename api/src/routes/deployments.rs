@@ -22,7 +22,7 @@ use crate::{
     http::extract::{Body, JobOptions, PreferWait, Query, Sent},
     http::page::{Listed, Page},
     http::surface::Surface,
-    ops::deployment_changes,
+    ops::{self, deployment_changes},
     routes::openapi::problems,
     routes::{account::AccountName, predictions},
     state::AppState,
@@ -145,7 +145,7 @@ pub async fn list(
     Query(paging): Query<Paging>,
 ) -> Result<Json<DeploymentPage>, ApiError> {
     let account: &AccountId = &auth.caller.key.account_id;
-    let (records, total) = state.store.deployments().list(account, paging.offset, i64::from(paging.limit)).await?;
+    let (records, total) = ops::lists::deployments(&state, account, paging.offset, paging.limit).await?;
     let links = paging.links(total, &format!("{}/deployments", state.links.api(surface)));
     Ok(Json(Page::uncounted(records.iter().map(view).collect(), links)))
 }

@@ -31,8 +31,8 @@ use crate::{
     http::file_response,
     http::page::{Listed, Page},
     http::surface::Surface,
-    ops::owned::owned_file,
     ops::uploads,
+    ops::{self, owned::owned_file},
     routes::openapi::problems,
     state::AppState,
     validate::paging::{Paging, PagingParams},
@@ -228,8 +228,7 @@ pub async fn list(
     Query(paging): Query<Paging>,
 ) -> Result<Json<FilePage>, ApiError> {
     let account = &auth.caller.key.account_id;
-    let (records, total_count) =
-        state.files.list(account, paging.offset, paging.limit).await.map_err(anyhow::Error::from)?;
+    let (records, total_count) = ops::lists::files(&state, account, paging.offset, paging.limit).await?;
     let now = now_seconds();
     let views = records.iter().map(|r| FileView::of(r, &state.links, surface, now)).collect();
     let links = paging.links(total_count, &format!("{}/files", state.links.api(surface)));

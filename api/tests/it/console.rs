@@ -367,6 +367,44 @@ async fn the_predictions_list_pages_twenty_at_a_time_newest_first() {
 }
 
 #[tokio::test]
+async fn the_keys_and_files_lists_page_twenty_at_a_time_newest_first() {
+    let system = System::start_with(Options { runner: false, notifier: false, env: vec![] }).await;
+    // The bootstrap key and 20 more: the newest is first, the bootstrap key alone on page 2.
+    let mut names = Vec::new();
+    for n in 0..20 {
+        let name = format!("paged-{n}");
+        let created = system
+            .with_key(reqwest::Method::POST, "/v1/account/api-keys", &system.admin_key)
+            .header("content-type", "application/json")
+            .body(json!({"name": name}).to_string())
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(created.status(), 201);
+        names.push(name);
+    }
+    let browser = Browser::sign_in(&system, &system.admin_key).await;
+    let rows = |html: &str| html.matches("<tr data-key-id=").count();
+    let first = browser.page("/keys").await;
+    assert_eq!(rows(&first), 20, "one page of 20");
+    assert!(first.contains(r#"href="/keys?page=1" id="next-page""#) && !first.contains("previous-page"), "Older only");
+    assert!(first.contains("<td>paged-19") && !first.contains("<td>bootstrap admin key"), "the newest first");
+    let second = browser.page("/keys?page=1").await;
+    assert_eq!(rows(&second), 1);
+    assert!(second.contains("<td>bootstrap admin key"), "the oldest last");
+    assert!(
+        second.contains(r#"href="/keys?page=0" id="previous-page""#) && !second.contains("next-page"),
+        "Newer only"
+    );
+    assert!(second.contains("1 of 21"), "the count of the whole list");
+    // A list of one page has no links; a page past the end links back only.
+    let files = browser.page("/files").await;
+    assert!(!files.contains("next-page") && !files.contains("previous-page"), "no files, no pages");
+    let deployments = browser.page("/deployments?page=2").await;
+    assert!(!deployments.contains("next-page"), "nothing past the end");
+}
+
+#[tokio::test]
 async fn the_model_page_shows_the_servers_runners_start_for_it_with_their_last_boot() {
     use common::store::runners::{InstanceReport, RunnerRecord};
     let system = System::start().await;
