@@ -13,8 +13,17 @@ use common::bus::{heartbeat::Heartbeat, held::HeldMessage};
 use futures::StreamExt;
 use testkit::TestContext;
 
+/// The message the consumer has ready now, if any (a fetch that does not wait).
 async fn next(consumer: &PullConsumer) -> Option<async_nats::jetstream::Message> {
     consumer.fetch().max_messages(1).messages().await.expect("fetch").next().await.map(|m| m.expect("message"))
+}
+
+/// The next message, waiting up to 30 s for it: the stream hands a message just published to
+/// its consumer a moment after the publish is acknowledged (a fetch that does not wait found
+/// nothing on a busy machine).
+async fn first(consumer: &PullConsumer) -> Option<async_nats::jetstream::Message> {
+    let batch = consumer.batch().max_messages(1).expires(Duration::from_secs(30)).messages().await.expect("batch");
+    batch.take(1).next().await.map(|m| m.expect("message"))
 }
 
 #[tokio::test]
@@ -42,7 +51,7 @@ async fn a_held_message_is_not_redelivered_past_its_ack_wait_and_leaves_when_set
     bus.jetstream().publish(subject, "\"work\"".into()).await.expect("publish").await.expect("stored");
 
     let heartbeat = Heartbeat::start(ack_wait / 3);
-    let message = next(&consumer).await.expect("the message");
+    let message = first(&consumer).await.expect("the message");
     let held = HeldMessage::<String>::take(message, "test", &store.dead_letters(), &heartbeat).await.expect("decodes");
     assert_eq!(held.payload(), "work");
     tokio::time::sleep(ack_wait * 3).await;

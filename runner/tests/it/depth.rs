@@ -35,7 +35,10 @@ async fn a_taken_job_counts_as_running_and_the_rest_as_waiting() {
 
     let lane_of_a = found.iter().find(|k| k.account == a).expect("a's lane");
     let consumer = lanes.open(lane_of_a).await.expect("open");
-    let mut taken = consumer.fetch().max_messages(2).messages().await.expect("fetch");
+    // A batch that waits (up to 30 s) for its two: a fetch that does not wait may find the
+    // consumer not yet holding what the stream has, on a busy machine.
+    let batch = consumer.batch().max_messages(2).expires(std::time::Duration::from_secs(30));
+    let mut taken = batch.messages().await.expect("fetch").take(2);
     let mut held = Vec::new();
     while let Some(message) = taken.next().await {
         held.push(message.expect("a job"));
@@ -105,7 +108,8 @@ async fn a_census_finds_lanes_by_their_consumers_and_counts_jobs_no_consumer_hol
     let count = census.models.get(&model).expect("a's lane counted");
     assert_eq!((count.lanes.as_slice(), count.waiting, count.running), (std::slice::from_ref(&lane_a), 3, 0));
 
-    let mut taken = consumer.fetch().max_messages(1).messages().await.expect("fetch");
+    let batch = consumer.batch().max_messages(1).expires(std::time::Duration::from_secs(30));
+    let mut taken = batch.messages().await.expect("fetch").take(1);
     let held = taken.next().await.expect("a job").expect("a job");
     lanes.open(&lane_b).await.expect("open");
     let census = lanes.census(&models).await.expect("count");
