@@ -201,6 +201,6 @@ pub async fn delete(
 
 /// The signed-in account's deployment `name` (a 404 page otherwise).
 async fn owned(state: &AppState, signed: &Signed, name: &str) -> Result<DeploymentRecord, ConsoleError> {
-    let found = state.store.deployments().get(&signed.key.account_id, name).await?;
+    let found = deployment_changes::of_account(state, &signed.key.account_id, name).await?;
     found.ok_or_else(|| ConsoleError::NotFound(format!("Deployment {name} not found.")))
 }

@@ -34,6 +34,7 @@ use super::{
 use crate::{
     error::ApiError,
     ops::{
+        self,
         owned::{self, VisibleModel},
         submit,
     },
@@ -250,7 +251,7 @@ pub(super) struct Shown {
 
 /// The model's versions, newest first, with which are live and which is the latest.
 async fn versions(state: &AppState, shown: &Shown) -> Result<Vec<VersionRow>, ConsoleError> {
-    let records = state.store.model_versions().list_for(&shown.model).await?;
+    let records = ops::lists::versions(state, &shown.model).await?;
     let snapshot = state.models.live().snapshot().await?;
     let latest = shown.runs.as_ref().map(|m| m.trained.as_ref().map_or(&m.record.version, |t| &t.version));
     Ok(records

@@ -28,7 +28,7 @@ use super::{
     page::{Chrome, ago, html, see_other},
     session::Signed,
 };
-use crate::{ops::cancel, ops::deliveries, ops::jobs, ops::owned::owned_prediction, state::AppState};
+use crate::{ops, ops::cancel, ops::deliveries, ops::jobs, ops::owned::owned_prediction, state::AppState};
 
 /// One row of the list.
 struct Row {
@@ -208,7 +208,7 @@ pub async fn page(
 ) -> Result<Response, ConsoleError> {
     let p = owned_prediction(&state, &signed.caller(), &id).await?;
     let output = output_view(&state, p.output.as_ref()).await?;
-    let attempts = state.store.webhook_attempts().for_prediction(&p.id).await?;
+    let attempts = ops::lists::delivery_attempts(&state, &p.id).await?;
     let running = !p.status.is_terminal();
     let can_write = signed.key.has_scope(Scope::Write);
     let view = p.view(&state.links, ApiSurface::Canonical);

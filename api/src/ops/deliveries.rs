@@ -15,7 +15,7 @@ use crate::{error::ApiError, http::auth::Caller, ops::owned::owned_prediction, s
 /// Queues one more attempt of delivery `webhook_id` of prediction `id`; returns its event.
 pub async fn resend(state: &AppState, caller: &Caller, id: &str, webhook_id: &str) -> Result<WebhookEvent, ApiError> {
     let prediction = owned_prediction(state, caller, id).await?;
-    let attempts = state.store.webhook_attempts().for_prediction(&prediction.id).await?;
+    let attempts = super::lists::delivery_attempts(state, &prediction.id).await?;
     let earlier = attempts
         .iter()
         .find(|a| a.webhook_id == webhook_id)

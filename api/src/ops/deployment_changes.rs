@@ -31,8 +31,17 @@ pub async fn owned(
     name: &str,
 ) -> Result<DeploymentRecord, ApiError> {
     let missing = || ApiError::not_found(format!("Deployment {owner}/{name} not found."));
-    let found = state.store.deployments().get(account, name).await?;
+    let found = of_account(state, account, name).await?;
     found.filter(|d| d.owner == owner).ok_or_else(missing)
+}
+
+/// `account`'s deployment `name`, if it has one.
+pub async fn of_account(
+    state: &AppState,
+    account: &AccountId,
+    name: &str,
+) -> Result<Option<DeploymentRecord>, ApiError> {
+    Ok(state.store.deployments().get(account, name).await?)
 }
 
 /// Checks that `version` is a version `model` has had: a well-formed body naming a model or a

@@ -1,10 +1,11 @@
-//! The account's lists that the routes and the console both show, one read each: its
+//! The lists that the routes and the console both show, one read each: the account's
 //! deployments, API keys and files, a page at a time (`offset`, at most `limit`), newest
-//! first, with how many there are in all.
+//! first, with how many there are in all; a model's versions; a prediction's webhook delivery
+//! attempts.
 
 use common::{
-    domain::AccountId,
-    store::{FileRecord, deployments::DeploymentRecord},
+    domain::{AccountId, ModelRef, PredictionId},
+    store::{FileRecord, ModelVersionRecord, WebhookAttempt, deployments::DeploymentRecord},
 };
 
 use crate::{
@@ -41,4 +42,14 @@ pub async fn files(
     limit: u32,
 ) -> Result<(Vec<FileRecord>, u64), ApiError> {
     Ok(state.files.list(account, offset, limit).await?)
+}
+
+/// `model`'s versions, newest first.
+pub async fn versions(state: &AppState, model: &ModelRef) -> Result<Vec<ModelVersionRecord>, ApiError> {
+    Ok(state.store.model_versions().list_for(model).await?)
+}
+
+/// The webhook delivery attempts of `prediction`, in the order they were made.
+pub async fn delivery_attempts(state: &AppState, prediction: &PredictionId) -> Result<Vec<WebhookAttempt>, ApiError> {
+    Ok(state.store.webhook_attempts().for_prediction(prediction).await?)
 }

@@ -23,7 +23,10 @@ use crate::{
     error::ApiError,
     http::auth::{Admin, Authorized, Read},
     http::page::{Listed, Page},
-    ops::owned::{VisibleModel, visible_model},
+    ops::{
+        self,
+        owned::{VisibleModel, visible_model},
+    },
     routes::openapi::problems,
     state::AppState,
 };
@@ -122,13 +125,13 @@ pub async fn list(
 ) -> Result<Json<VersionPage>, ApiError> {
     let versions = match visible_model(&state, &auth.caller.key.account_id, &owner, &name).await? {
         VisibleModel::Registered(model) => {
-            let mut versions = state.store.model_versions().list_for(&model.record.model).await?;
+            let mut versions = ops::lists::versions(&state, &model.record.model).await?;
             if !versions.iter().any(|v| v.id == model.record.version) {
                 versions.insert(0, ModelVersionRecord::of(&model.record));
             }
             versions
         }
-        VisibleModel::Owned(owned) => state.store.model_versions().list_for(&owned.model).await?,
+        VisibleModel::Owned(owned) => ops::lists::versions(&state, &owned.model).await?,
     };
     let results = versions.iter().map(version_view).collect::<Result<_, _>>()?;
     Ok(Json(Page::uncounted(results, (None, None))))

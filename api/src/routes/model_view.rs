@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::{
     error::ApiError,
     http::page::{Listed, Page},
-    ops::owned::VisibleModel,
+    ops::{self, owned::VisibleModel},
     routes::model_versions::{self, VersionView},
     state::{AppState, model_catalog::RegisteredModel},
 };
@@ -122,7 +122,7 @@ pub(crate) async fn owned_view(
     owned: &OwnedModel,
 ) -> Result<ModelView, ApiError> {
     let run_count = state.store.predictions().count_of_model(account, &owned.model).await?;
-    let latest = state.store.model_versions().list_for(&owned.model).await?.into_iter().next();
+    let latest = ops::lists::versions(state, &owned.model).await?.into_iter().next();
     let description = owned.description.clone().unwrap_or_default();
     let latest = latest.as_ref().map(model_versions::version_view).transpose()?;
     let view = ModelView::new(state, surface, &owned.model, description, owned.visibility, run_count, latest);

@@ -19,8 +19,8 @@ use serde::Serialize;
 use crate::{
     error::ApiError,
     http::auth::{Authorized, Read, Write},
-    ops::deliveries,
     ops::owned::owned_prediction,
+    ops::{self, deliveries},
     routes::openapi::problems,
     state::AppState,
 };
@@ -90,7 +90,7 @@ pub async fn list(
     Path(id): Path<String>,
 ) -> Result<Json<DeliveryAttempts>, ApiError> {
     let prediction = owned_prediction(&state, &auth.caller, &id).await?;
-    let attempts = state.store.webhook_attempts().for_prediction(&prediction.id).await?;
+    let attempts = ops::lists::delivery_attempts(&state, &prediction.id).await?;
     Ok(Json(DeliveryAttempts { results: attempts.iter().map(DeliveryAttemptView::of).collect() }))
 }
 
