@@ -6,7 +6,7 @@ use crate::problem::FieldError;
 use bson::DateTime;
 use common::{
     crypto::MasterKey,
-    domain::{AccountId, ApiKeyId, ApiKeyValue, Scope},
+    domain::{AccountId, ApiKeyId, ApiKeyValue, Micros, Scope},
     store::{Account, Store, StoreError, is_duplicate_key},
 };
 
@@ -97,4 +97,21 @@ pub async fn create_key(
         expires_at,
     )
     .await?)
+}
+
+/// Account `id` (404 if it is gone: the calling key's account deleted under it).
+pub async fn of_key(state: &AppState, id: &AccountId) -> Result<Account, ApiError> {
+    let account = state.store.accounts().get(id).await?;
+    account.ok_or_else(|| ApiError::not_found("The key's account does not exist."))
+}
+
+/// Sets the budget account `id` chose for itself (`None`: none of its own).
+pub async fn set_own_budget(state: &AppState, id: &AccountId, budget: Option<Micros>) -> Result<(), ApiError> {
+    state.store.accounts().set_own_budget(id, budget).await?;
+    Ok(())
+}
+
+/// `account`'s API key `id`, if it has one.
+pub async fn key_of(state: &AppState, account: &AccountId, id: &ApiKeyId) -> Result<Option<ApiKeyRecord>, ApiError> {
+    Ok(state.store.api_keys().get_for_account(id, account).await?)
 }

@@ -1,17 +1,19 @@
 //! The lists that the routes and the console both show, one read each: the account's
 //! deployments, API keys and files, a page at a time (`offset`, at most `limit`), newest
 //! first, with how many there are in all; a model's versions; a prediction's webhook delivery
-//! attempts.
+//! attempts; the operator's collections of models and the pools' prices.
+
+use std::collections::BTreeMap;
 
 use common::{
-    domain::{AccountId, ModelRef, PredictionId},
+    domain::{AccountId, ModelRef, Pool, PredictionId, Price},
     store::{FileRecord, ModelVersionRecord, WebhookAttempt, deployments::DeploymentRecord},
 };
 
 use crate::{
     error::ApiError,
     state::AppState,
-    store::{ApiCollections, ApiKeyRecord},
+    store::{ApiCollections, ApiKeyRecord, collections::ModelCollection},
 };
 
 /// A page of `account`'s deployments, and how many it has.
@@ -52,4 +54,19 @@ pub async fn versions(state: &AppState, model: &ModelRef) -> Result<Vec<ModelVer
 /// The webhook delivery attempts of `prediction`, in the order they were made.
 pub async fn delivery_attempts(state: &AppState, prediction: &PredictionId) -> Result<Vec<WebhookAttempt>, ApiError> {
     Ok(state.store.webhook_attempts().for_prediction(prediction).await?)
+}
+
+/// The price per second of every hardware pool that has one.
+pub async fn prices(state: &AppState) -> Result<BTreeMap<Pool, Price>, ApiError> {
+    Ok(state.store.prices().all().await?)
+}
+
+/// A page of the operator's collections of models, by slug, and how many there are.
+pub async fn collections(state: &AppState, offset: u64, limit: u32) -> Result<(Vec<ModelCollection>, u64), ApiError> {
+    Ok(state.store.collections().page(offset, i64::from(limit)).await?)
+}
+
+/// The collection `slug`, if there is one.
+pub async fn collection(state: &AppState, slug: &str) -> Result<Option<ModelCollection>, ApiError> {
+    Ok(state.store.collections().get(slug).await?)
 }

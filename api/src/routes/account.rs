@@ -8,7 +8,6 @@
 //! budget, never above the operator's (403); `null` drops it.
 
 use axum::{Json, extract::State};
-use common::{domain::AccountId, store::Account};
 use serde::Serialize;
 
 use crate::{
@@ -17,6 +16,7 @@ use crate::{
         auth::{Admin, Authorized, Read},
         extract::Body,
     },
+    ops,
     routes::openapi::problems,
     state::{AppState, account_limits::Standing},
     validate::account_changes::{AccountChanges, AccountChangesBody},
@@ -66,12 +66,6 @@ impl AccountView {
     }
 }
 
-/// The calling key's account (404 if it is gone).
-async fn key_account(state: &AppState, id: &AccountId) -> Result<Account, ApiError> {
-    let account = state.store.accounts().get(id).await?;
-    account.ok_or_else(|| ApiError::not_found("The key's account does not exist."))
-}
-
 /// `GET /v1/account`
 #[utoipa::path(
     get,
@@ -83,7 +77,7 @@ async fn key_account(state: &AppState, id: &AccountId) -> Result<Account, ApiErr
 )]
 pub async fn get(State(state): State<AppState>, auth: Authorized<Read>) -> Result<Json<AccountView>, ApiError> {
     let id = &auth.caller.key.account_id;
-    let account = key_account(&state, id).await?;
+    let account = ops::accounts::of_key(&state, id).await?;
     let standing = state.account_limits.fresh(id).await?;
     Ok(Json(AccountView::of(account.name, &standing)))
 }
@@ -104,7 +98,7 @@ pub async fn update(
     Body(changes): Body<AccountChanges>,
 ) -> Result<Json<AccountView>, ApiError> {
     let id = &auth.caller.key.account_id;
-    let account = key_account(&state, id).await?;
+    let account = ops::accounts::of_key(&state, id).await?;
     if let Some(budget) = changes.monthly_budget {
         if let (Some(asked), Some(operator)) = (budget, account.operator_budget)
             && asked > operator
@@ -113,7 +107,7 @@ pub async fn update(
                 "The operator set this account's monthly budget at ${operator}; an account may only lower it (asked ${asked})."
             )));
         }
-        state.store.accounts().set_own_budget(id, budget).await?;
+        ops::accounts::set_own_budget(&state, id, budget).await?;
         tracing::info!(budget = ?budget.map(|b| b.dollars()), "the account's own monthly budget changed");
     }
     let standing = state.account_limits.fresh(id).await?;

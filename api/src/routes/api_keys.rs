@@ -6,7 +6,7 @@
 //! ([`crate::state::keys`]); it cannot be undone (create a new key instead).
 
 use crate::problem::FieldError;
-use crate::store::{ApiCollections, ApiKeyRecord};
+use crate::store::ApiKeyRecord;
 use axum::{
     Json,
     extract::{Path, State},
@@ -131,8 +131,7 @@ pub async fn get(
 ) -> Result<Json<ApiKeyDetails>, ApiError> {
     let missing = || ApiError::not_found(format!("API key {id} not found."));
     let key_id = ApiKeyId::parse(&id).map_err(|_| missing())?;
-    let record =
-        state.store.api_keys().get_for_account(&key_id, &auth.caller.key.account_id).await?.ok_or_else(missing)?;
+    let record = accounts::key_of(&state, &auth.caller.key.account_id, &key_id).await?.ok_or_else(missing)?;
     let value = record.value(&state.config.common.master_key)?;
     Ok(Json(ApiKeyDetails {
         key: ApiKeyView::of(&record, value),

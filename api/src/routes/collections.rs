@@ -3,7 +3,6 @@
 //! `GET /v1/collections/{slug}` (the same with `models`: those of its models the caller may
 //! see), scope `read`, both surfaces. The operator writes them (`api admin collection`).
 
-use crate::store::ApiCollections;
 use crate::store::collections::ModelCollection;
 use axum::{
     Json,
@@ -19,7 +18,10 @@ use crate::{
         page::{Listed, Page},
         surface::Surface,
     },
-    ops::owned::{VisibleModel, visible_model},
+    ops::{
+        self,
+        owned::{VisibleModel, visible_model},
+    },
     routes::{
         model_view::{ModelView, model_view, owned_view},
         openapi::problems,
@@ -82,7 +84,7 @@ pub async fn list(
     _auth: Authorized<Read>,
     Query(paging): Query<Paging>,
 ) -> Result<Json<CollectionPage>, ApiError> {
-    let (collections, total) = state.store.collections().page(paging.offset, i64::from(paging.limit)).await?;
+    let (collections, total) = ops::lists::collections(&state, paging.offset, paging.limit).await?;
     let links = paging.links(total, &format!("{}/collections", state.links.api(surface)));
     Ok(Json(Page::uncounted(collections.into_iter().map(summary).collect(), links)))
 }
@@ -104,7 +106,7 @@ pub async fn get(
     Path(slug): Path<String>,
 ) -> Result<Json<CollectionView>, ApiError> {
     let account = &auth.caller.key.account_id;
-    let Some(collection) = state.store.collections().get(&slug).await? else {
+    let Some(collection) = ops::lists::collection(&state, &slug).await? else {
         return Err(ApiError::not_found(format!("Collection {slug} not found.")));
     };
     let mut models = Vec::with_capacity(collection.models.len());

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::{
     error::ApiError,
     http::auth::{Authorized, Read},
+    ops,
     state::AppState,
 };
 
@@ -36,7 +37,7 @@ pub struct HardwareView {
 )]
 pub async fn list(State(state): State<AppState>, _auth: Authorized<Read>) -> Result<Json<Vec<HardwareView>>, ApiError> {
     let snapshot = state.models.live().snapshot().await?;
-    let prices = state.store.prices().all().await?;
+    let prices = ops::lists::prices(&state).await?;
     let pools = snapshot.pools.iter().map(|p| HardwareView {
         name: p.to_string(),
         sku: p.to_string(),

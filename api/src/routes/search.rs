@@ -23,7 +23,6 @@ use axum::{
 use common::domain::{AccountId, ApiSurface};
 use serde::Serialize;
 
-use crate::store::ApiCollections;
 use crate::{
     error::ApiError,
     http::{
@@ -32,7 +31,7 @@ use crate::{
         page::Page,
         surface::Surface,
     },
-    ops::owned::VisibleModel,
+    ops::{self, owned::VisibleModel},
     routes::{
         collections::CollectionSummary,
         model_view::{ModelPage, ModelView, registered_description, visible_view},
@@ -159,7 +158,7 @@ pub fn search_link(
 /// The collections whose slug, name or description match `text`, best first.
 async fn matching_collections(state: &AppState, text: &str) -> Result<Vec<CollectionSummary>, ApiError> {
     let words = words(text);
-    let (collections, _) = state.store.collections().page(0, CANDIDATES).await?;
+    let (collections, _) = ops::lists::collections(state, 0, CANDIDATES as u32).await?;
     let mut found: Vec<(u32, CollectionSummary)> = collections
         .into_iter()
         .filter_map(|c| {
