@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, LIST_PAGE, PageNumber, Pager, html, see_other},
+    page::{CONSOLE_PAGE, Chrome, PageNumber, Pager, html, see_other},
     session::Signed,
 };
 use crate::{
@@ -77,7 +77,8 @@ async fn render(
     notice: Option<String>,
     error: Option<String>,
 ) -> Result<Response, ConsoleError> {
-    let (records, total) = ops::lists::deployments(state, &signed.key.account_id, number.offset(), LIST_PAGE).await?;
+    let (records, total) =
+        ops::lists::deployments(state, &signed.key.account_id, number.offset(), CONSOLE_PAGE).await?;
     let pager = number.pager("/deployments", records.len(), total);
     let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
     let page = DeploymentsPage {

@@ -18,7 +18,7 @@ use common::domain::Scope;
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, LIST_PAGE, PageNumber, Pager, html, see_other},
+    page::{CONSOLE_PAGE, Chrome, PageNumber, Pager, html, see_other},
     session::Signed,
 };
 use crate::{
@@ -70,7 +70,7 @@ pub async fn list(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ConsoleError> {
     let number = PageNumber::of(&query);
-    let (records, total) = ops::lists::files(&state, &signed.key.account_id, number.offset(), LIST_PAGE).await?;
+    let (records, total) = ops::lists::files(&state, &signed.key.account_id, number.offset(), CONSOLE_PAGE).await?;
     let pager = number.pager("/files", records.len(), total);
     let files = records
         .iter()

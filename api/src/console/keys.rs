@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
-    page::{Chrome, LIST_PAGE, PageNumber, Pager, html, see_other},
+    page::{CONSOLE_PAGE, Chrome, PageNumber, Pager, html, see_other},
     session::Signed,
 };
 use crate::store::ApiKeyRecord;
@@ -62,7 +62,7 @@ async fn render(
     new_key: Option<String>,
     error: Option<String>,
 ) -> Result<Response, ConsoleError> {
-    let (records, total) = ops::lists::api_keys(state, &signed.key.account_id, number.offset(), LIST_PAGE).await?;
+    let (records, total) = ops::lists::api_keys(state, &signed.key.account_id, number.offset(), CONSOLE_PAGE).await?;
     let pager = number.pager("/keys", records.len(), total);
     let now = DateTime::now();
     let keys = records

@@ -7,6 +7,8 @@
 //! downloads redirect there (`FILES_S3_REDIRECT`): an output image's link answers 307 to its
 //! presigned URL ([`policy_with`]).
 
+use crate::validate::paging::Paging;
+
 use askama::Template;
 use axum::{
     extract::Request,
@@ -68,7 +70,7 @@ pub struct Chrome {
 
 /// How many items a page of a console list shows (the predictions', trainings', deployments',
 /// keys' and files' lists), as a page of the API's lists does by default.
-pub const LIST_PAGE: u32 = 20;
+pub use crate::ops::jobs::CONSOLE_PAGE;
 
 /// The page of a console list a request asks for: `?page=N`, from 0 (anything else is the
 /// first page).
@@ -83,16 +85,17 @@ impl PageNumber {
 
     /// How many items come before the page.
     pub fn offset(self) -> u64 {
-        self.0 * u64::from(LIST_PAGE)
+        self.0 * u64::from(CONSOLE_PAGE)
     }
 
-    /// The pager of this page of the list at `path`, which holds `total` items, `shown` of
-    /// them on this page.
+    /// The pager of this page of the list at `path` (which may carry a query of its own, as
+    /// `/?status=failed`), which holds `total` items, `shown` of them on this page: its
+    /// neighbours are the API's ([`Paging::neighbours`]).
     pub fn pager(self, path: &str, shown: usize, total: u64) -> Pager {
-        let link = |n: u64| format!("{path}?page={n}");
-        let previous = (self.0 > 0).then(|| link(self.0 - 1));
-        let next = (self.offset() + u64::from(LIST_PAGE) < total).then(|| link(self.0 + 1));
-        Pager { previous, next, shown, total }
+        let join = if path.contains('?') { '&' } else { '?' };
+        let link = |offset: u64| format!("{path}{join}page={}", offset / u64::from(CONSOLE_PAGE));
+        let (next, previous) = Paging { limit: CONSOLE_PAGE, offset: self.offset() }.neighbours(total);
+        Pager { previous: previous.map(link), next: next.map(link), shown, total }
     }
 }
 

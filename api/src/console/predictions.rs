@@ -25,7 +25,7 @@ use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
     output::{FileView, OutputView, file_views, output_view},
-    page::{Chrome, ago, html, see_other},
+    page::{Chrome, PageNumber, Pager, ago, html, see_other},
     session::Signed,
 };
 use crate::{ops, ops::cancel, ops::deliveries, ops::jobs, ops::owned::owned_prediction, state::AppState};
@@ -47,10 +47,7 @@ struct ListPage {
     rows: Vec<Row>,
     statuses: Vec<&'static str>,
     status_filter: String,
-    shown: usize,
-    total: u64,
-    previous: Option<String>,
-    next: Option<String>,
+    pager: Pager,
 }
 
 fn seconds_between(from: DateTime, to: DateTime) -> f64 {
@@ -70,13 +67,10 @@ fn duration(p: &Prediction) -> String {
 pub(super) struct JobList {
     /// The page's jobs, newest first.
     pub(super) jobs: Vec<Prediction>,
-    /// How many match in all.
-    pub(super) total: u64,
     /// The status asked for, if it is one.
     pub(super) status: Option<PredictionStatus>,
-    /// The links to the newer and the older page, if any.
-    pub(super) previous: Option<String>,
-    pub(super) next: Option<String>,
+    /// The links to the newer and the older page, and the counts.
+    pub(super) pager: Pager,
 }
 
 /// The list of the signed-in account's jobs of `kind` shown at `path`, as `query` asks.
@@ -89,12 +83,11 @@ pub(super) async fn job_list(
 ) -> Result<JobList, ConsoleError> {
     let filter = query.get("status").map(String::as_str).unwrap_or_default();
     let status = PredictionStatus::ALL.into_iter().find(|s| s.as_str() == filter);
-    let page: u64 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0).min(1_000_000);
-    let listed = jobs::console_page(state, &signed.key.account_id, kind, status, page).await?;
-    let status_query = status.map_or(String::new(), |s| format!("status={}&", s.as_str()));
-    let link = |n: u64| format!("{path}?{status_query}page={n}");
-    let (previous, next) = (listed.previous.map(link), listed.next.map(link));
-    Ok(JobList { jobs: listed.jobs, total: listed.total, status, previous, next })
+    let number = PageNumber::of(query);
+    let (jobs, total) = jobs::console_page(state, &signed.key.account_id, kind, status, number.offset()).await?;
+    let filtered = status.map_or(path.to_owned(), |s| format!("{path}?status={}", s.as_str()));
+    let pager = number.pager(&filtered, jobs.len(), total);
+    Ok(JobList { jobs, status, pager })
 }
 
 /// `GET /`
@@ -119,13 +112,10 @@ pub async fn list(
         .collect();
     let list = ListPage {
         chrome: signed.chrome("predictions"),
-        shown: rows.len(),
         rows,
         statuses: PredictionStatus::ALL.iter().map(|s| s.as_str()).collect(),
         status_filter: listed.status.map_or(String::new(), |s| s.as_str().to_owned()),
-        total: listed.total,
-        previous: listed.previous,
-        next: listed.next,
+        pager: listed.pager,
     };
     Ok(html(&list))
 }

@@ -20,7 +20,7 @@ use super::{
     csrf::ConsoleAction,
     error::ConsoleError,
     models::{self, form_for},
-    page::{Chrome, ago, html, see_other},
+    page::{Chrome, Pager, ago, html, see_other},
     predictions::time,
     session::Signed,
 };
@@ -82,9 +82,7 @@ struct Row {
 struct ListPage {
     chrome: Chrome,
     rows: Vec<Row>,
-    total: u64,
-    previous: Option<String>,
-    next: Option<String>,
+    pager: Pager,
 }
 
 /// `GET /trainings`: the account's trainings, newest first, 20 a page (`page`, from 0), in
@@ -108,8 +106,7 @@ pub async fn list(
             age: ago((now.timestamp_millis() - t.created_at.timestamp_millis()) / 1000),
         })
         .collect();
-    let (total, previous, next) = (listed.total, listed.previous, listed.next);
-    Ok(html(&ListPage { chrome: signed.chrome("trainings"), rows, total, previous, next }))
+    Ok(html(&ListPage { chrome: signed.chrome("trainings"), rows, pager: listed.pager }))
 }
 
 #[derive(Template)]

@@ -1,5 +1,5 @@
 //! Lists of an account's jobs (predictions or trainings), shared by the API's lists and the
-//! console's: one page of a list query, and the console's pages by number.
+//! console's: one page of a list query, and a page of the console's lists.
 
 use common::domain::{AccountId, JobKind, Prediction, PredictionStatus};
 
@@ -20,37 +20,16 @@ pub async fn page(
 /// Jobs on one page of a console list.
 pub const CONSOLE_PAGE: u32 = 20;
 
-/// The console's page `number` (from 0) of `account`'s jobs of `kind`, in `status` if given:
-/// its jobs, how many match in all, and the numbers of its neighbouring pages.
+/// The console's page of `account`'s jobs of `kind` that starts after `offset` of them, in
+/// `status` if given: [`CONSOLE_PAGE`] jobs at most, and how many match in all.
 pub async fn console_page(
     state: &AppState,
     account: &AccountId,
     kind: JobKind,
     status: Option<PredictionStatus>,
-    number: u64,
-) -> Result<NumberedPage, ApiError> {
-    let query = ListPredictions {
-        status,
-        created_after: None,
-        created_before: None,
-        limit: CONSOLE_PAGE,
-        offset: number.saturating_mul(u64::from(CONSOLE_PAGE)),
-        as_of: None,
-    };
-    let (jobs, total) = page(state, account, kind, &query).await?;
-    let (next, previous) = query.neighbours(total);
-    let number_of = |offset: u64| offset / u64::from(CONSOLE_PAGE);
-    Ok(NumberedPage { jobs, total, previous: previous.map(number_of), next: next.map(number_of) })
-}
-
-/// A page of a console list.
-pub struct NumberedPage {
-    /// Its jobs, newest first.
-    pub jobs: Vec<Prediction>,
-    /// How many match in all.
-    pub total: u64,
-    /// The number of the newer page, if any.
-    pub previous: Option<u64>,
-    /// The number of the older page, if any.
-    pub next: Option<u64>,
+    offset: u64,
+) -> Result<(Vec<Prediction>, u64), ApiError> {
+    let query =
+        ListPredictions { status, created_after: None, created_before: None, limit: CONSOLE_PAGE, offset, as_of: None };
+    page(state, account, kind, &query).await
 }
