@@ -177,13 +177,28 @@ impl Topology {
             None => ServiceProcess::spawn(replica.role.binary(), &replica.vars, &replica.log)?,
         };
         replica.process = Some(process);
-        let (url, http) = (replica.health.clone(), self.http.clone());
+        let (url, http, log) = (replica.health.clone(), self.http.clone(), replica.log.clone());
+        let process = replica.process.as_mut().expect("just started");
+        // A replica that exits while it is waited for is reported at once, with how it ended
+        // in its own words, rather than as one slow to answer.
         let poll = async {
-            while !http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+            loop {
+                if http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+                    return Ok(());
+                }
+                if process.exited() {
+                    anyhow::bail!("{} exited while starting; its log ends:\n{}", url, log_tail(&log, 20));
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         };
-        tokio::time::timeout(START_TIMEOUT, poll).await.with_context(|| format!("{url} did not answer 200"))
+        match tokio::time::timeout(START_TIMEOUT, poll).await {
+            Ok(started) => started,
+            Err(_) => anyhow::bail!(
+                "{url} did not answer 200 within {START_TIMEOUT:?}; its log ends:\n{}",
+                log_tail(&log, 20)
+            ),
+        }
     }
 
     /// Adds a runner replica with the scenario's settings and `extra`, starts it and waits
@@ -310,4 +325,15 @@ async fn bootstrap_with(
     let account = setup.store.accounts().find_by_name("faults").await?.context("the account the bootstrap made")?;
     let secret = account.signing_secrets(&config.common.master_key)?.current;
     Ok((key, secret))
+}
+
+/// The last `lines` lines of the log at `path`, or why it cannot be read.
+fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("({} unreadable: {e})", path.display()),
+    }
 }
