@@ -26,12 +26,7 @@ struct AccountPage {
 /// `GET /account`
 pub async fn show(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
     signed.require(Scope::Read)?;
-    let account = state
-        .store
-        .accounts()
-        .get(&signed.key.account_id)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("the signed-in key's account {} does not exist", signed.key.account_id))?;
+    let account = crate::ops::accounts::of_key(&state, &signed.key.account_id).await?;
     Ok(html(&AccountPage {
         chrome: signed.chrome("account"),
         name: account.name,

@@ -30,7 +30,6 @@ use super::{
     session::{self, SessionToken},
 };
 use crate::state::AppState;
-use crate::store::ApiCollections;
 
 /// The most failed sign-ins a client address may make in any minute before it is refused
 /// (429); `DEFAULT_RATE_LIMIT_RPM` when that is lower.
@@ -120,7 +119,7 @@ pub async fn submit(
 
 /// `POST /logout`
 pub async fn logout(State(state): State<AppState>, action: ConsoleAction) -> Result<Response, ConsoleError> {
-    state.store.console_sessions().delete(&action.signed.session.token_hash).await?;
+    crate::ops::sessions::end(&state, &action.signed.session.token_hash).await?;
     let mut response = see_other("/login");
     response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&state, None));
     Ok(response)

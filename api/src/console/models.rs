@@ -387,11 +387,11 @@ pub(super) async fn form_for(
     shown: &Shown,
 ) -> Result<Option<TrainForm>, ConsoleError> {
     let Some(model) = shown.runs.as_ref().filter(|m| m.trained.is_none()) else { return Ok(None) };
-    let version = state.store.model_versions().get(&model.record.version).await?;
-    let Some(schema) = version.as_ref().and_then(|v| v.training_input_schema()).transpose()? else {
+    let version = ops::models::current_version(state, model).await?;
+    let Some(schema) = version.training_input_schema().transpose()? else {
         return Ok(None);
     };
-    let (owned, _) = state.store.owned_models().page_visible_to(&signed.key.account_id, 0, 100).await?;
+    let (owned, _) = ops::lists::owned_models(state, &signed.key.account_id, 0, 100).await?;
     let destinations: Vec<String> =
         owned.iter().filter(|o| o.account_id == signed.key.account_id).map(|o| o.model.to_string()).collect();
     Ok(Some(TrainForm {

@@ -19,7 +19,7 @@ use common::domain::Scope;
 use sha2::{Digest, Sha256};
 
 use super::{error::ConsoleError, page::Chrome};
-use crate::store::{ApiCollections, ApiKeyRecord, console_sessions::ConsoleSession};
+use crate::store::{ApiKeyRecord, console_sessions::ConsoleSession};
 use crate::{http::auth::Caller, state::AppState};
 
 /// The session cookie's name.
@@ -86,7 +86,7 @@ pub async fn start(state: &AppState, key: &ApiKeyRecord) -> Result<SessionToken,
         created_at: now,
         expires_at,
     };
-    state.store.console_sessions().insert(&session).await?;
+    crate::ops::sessions::keep(state, &session).await?;
     tracing::info!(account_id = %key.account_id, key_id = %key.id, "console session started");
     Ok(token)
 }
@@ -132,7 +132,7 @@ pub async fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<Option<S
     let Some(token) = cookie(headers, COOKIE).filter(|t| !t.is_empty()) else { return Ok(None) };
     let hash = SessionToken(token.to_owned()).hash();
     let now = DateTime::now();
-    let Some(session) = state.store.console_sessions().find_live(&hash, now).await? else {
+    let Some(session) = crate::ops::sessions::live(state, &hash, now).await? else {
         return Ok(None);
     };
     let key =

@@ -82,7 +82,7 @@ struct UsagePage {
 async fn last_30_days(state: &AppState, signed: &Signed) -> Result<usage::UsageReport, ConsoleError> {
     let query = usage_query::parse(None, chrono::Utc::now())
         .map_err(|_| anyhow::anyhow!("the default usage query is valid"))?;
-    Ok(usage::report(&state.store, Some(&signed.key.account_id), &query).await?)
+    Ok(usage::of_account(state, &signed.key.account_id, &query).await?)
 }
 
 fn count(group: &Value) -> i64 {

@@ -1,13 +1,14 @@
 //! The lists that the routes and the console both show, one read each: the account's
 //! deployments, API keys and files, a page at a time (`offset`, at most `limit`), newest
 //! first, with how many there are in all; a model's versions; a prediction's webhook delivery
-//! attempts; the operator's collections of models and the pools' prices.
+//! attempts; the operator's collections of models and the pools' prices; the models a caller
+//! may see, registered and owned.
 
 use std::collections::BTreeMap;
 
 use common::{
     domain::{AccountId, ModelRef, Pool, PredictionId, Price},
-    store::{FileRecord, ModelVersionRecord, WebhookAttempt, deployments::DeploymentRecord},
+    store::{FileRecord, ModelRecord, ModelVersionRecord, OwnedModel, WebhookAttempt, deployments::DeploymentRecord},
 };
 
 use crate::{
@@ -69,4 +70,20 @@ pub async fn collections(state: &AppState, offset: u64, limit: u32) -> Result<(V
 /// The collection `slug`, if there is one.
 pub async fn collection(state: &AppState, slug: &str) -> Result<Option<ModelCollection>, ApiError> {
     Ok(state.store.collections().get(slug).await?)
+}
+
+/// A page of the registered models, by address, and how many there are.
+pub async fn registered_models(state: &AppState, offset: u64, limit: i64) -> Result<(Vec<ModelRecord>, u64), ApiError> {
+    Ok(state.store.models().list(offset, limit).await?)
+}
+
+/// A page of the accounts' own models that `account` may see (public ones and its own), by
+/// address, and how many there are.
+pub async fn owned_models(
+    state: &AppState,
+    account: &AccountId,
+    offset: u64,
+    limit: i64,
+) -> Result<(Vec<OwnedModel>, u64), ApiError> {
+    Ok(state.store.owned_models().page_visible_to(account, offset, limit).await?)
 }

@@ -19,6 +19,24 @@ pub async fn owned_prediction(state: &AppState, caller: &Caller, id: &str) -> Re
     whole(state, stored.ok_or_else(missing)?).await
 }
 
+/// Prediction `id` of any account, whole: for a caller whose right to it was proved
+/// otherwise (its creator, a stream token).
+pub async fn by_id(state: &AppState, id: &PredictionId) -> Result<Option<Prediction>, ApiError> {
+    match state.store.predictions().get(id).await? {
+        Some(stored) => Ok(Some(whole(state, stored).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Prediction `id` of any account with its output read back from the file store where it is
+/// kept there, its input not: what a stream shows (a model's every token of a large prompt
+/// would otherwise read the prompt again).
+pub async fn with_output(state: &AppState, id: &PredictionId) -> anyhow::Result<Option<Prediction>> {
+    let Some(mut p) = state.store.predictions().get(id).await? else { return Ok(None) };
+    state.payloads.fill_output(&mut p).await?;
+    Ok(Some(p))
+}
+
 /// `p` as read from the store, with the values it keeps in the file store read back (see
 /// `common::files::payloads`): what every answer shows.
 pub async fn whole(state: &AppState, p: Prediction) -> Result<Prediction, ApiError> {

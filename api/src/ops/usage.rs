@@ -77,6 +77,15 @@ pub async fn report(store: &Store, account: Option<&AccountId>, query: &UsageQue
     Ok(UsageReport::of(query.clone(), &totals))
 }
 
+/// The report of the caller's `account` for `query`: `GET /v1/usage` and the console's page.
+pub async fn of_account(
+    state: &crate::state::AppState,
+    account: &AccountId,
+    query: &UsageQuery,
+) -> Result<UsageReport, crate::error::ApiError> {
+    Ok(report(&state.store, Some(account), query).await?)
+}
+
 fn round(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }

@@ -15,7 +15,7 @@ use axum::{
     http::StatusCode,
 };
 use chrono::{DateTime, Utc};
-use common::{domain::ModelRef, store::ModelVersionRecord};
+use common::store::ModelVersionRecord;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -157,15 +157,8 @@ pub async fn get(
     Path((owner, name, id)): Path<(String, String, String)>,
 ) -> Result<Json<VersionView>, ApiError> {
     let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
-    let version = match (
-        visible_model(&state, &auth.caller.key.account_id, &owner, &name).await?,
-        state.store.model_versions().get(&id).await?,
-    ) {
-        (VisibleModel::Registered(model), Some(v)) if v.model == model.record.model => v,
-        (VisibleModel::Registered(model), _) if id == model.record.version => ModelVersionRecord::of(&model.record),
-        (VisibleModel::Owned(owned), Some(v)) if v.model == owned.model => v,
-        _ => return Err(missing()),
-    };
+    let model = visible_model(&state, &auth.caller.key.account_id, &owner, &name).await?;
+    let version = ops::models::version_of(&state, &model, &id).await?.ok_or_else(missing)?;
     Ok(Json(version_view(&version)?))
 }
 
@@ -189,48 +182,8 @@ pub async fn delete(
     auth: Authorized<Admin>,
     Path((owner, name, id)): Path<(String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
-    let model = ModelRef::new(&owner, &name).map_err(|_| missing())?;
-    match state.store.owned_models().get(&model).await? {
-        Some(owned) if owned.account_id == auth.caller.key.account_id => {}
-        _ => return Err(missing()),
-    }
-    if state.store.deployments().uses_version(&model, &id).await? {
-        return Err(ApiError::conflict(format!(
-            "A deployment runs version {id} of {model}: change or delete the deployment first."
-        )));
-    }
-    let versions = state.store.model_versions();
-    let Some(version) = versions.get(&id).await?.filter(|v| v.model == model) else {
-        return Err(missing());
-    };
-    // Each step may be done again: a delete that fails part way is finished by the next.
-    release_weights(&state, &version).await?;
-    versions.remove(&model, &id).await?;
-    drop_weights(&state, &version).await;
+    ops::models::delete_version(&state, &auth.caller.key.account_id, &owner, &name, &id).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Lets the weights of `version` go before it is removed: they expire shortly
-/// ([`common::domain::training::WEIGHTS_RELEASED`]), so the file expiry of retention removes
-/// them once no version names them, whatever fails after this. Should the version stay (the
-/// delete failed and was not tried again), the expiry finds it naming them and keeps them.
-pub async fn release_weights(state: &AppState, version: &ModelVersionRecord) -> Result<(), ApiError> {
-    if let Some(from) = &version.trained_from {
-        let until = common::domain::training::weights_released_until(bson::DateTime::now());
-        state.files.records().postpone(&from.weights, until).await?;
-    }
-    Ok(())
-}
-
-/// Deletes the weights of `version`, a removed trained version, at once; a failure is logged
-/// (their expiry, set by [`release_weights`], removes them later).
-pub async fn drop_weights(state: &AppState, version: &ModelVersionRecord) {
-    if let Some(from) = &version.trained_from
-        && let Err(e) = state.files.delete(&from.weights).await
-    {
-        tracing::warn!(file = %from.weights, error = %e, "weights of a deleted version not removed yet; they expire");
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use common::{
     domain::{AccountId, ApiSurface, ModelRef},
-    store::{ModelLinks, ModelVersionRecord, OwnedModel, Visibility},
+    store::{ModelLinks, OwnedModel, Visibility},
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -99,11 +99,8 @@ pub(crate) async fn model_view(
     model: &RegisteredModel,
 ) -> Result<ModelView, ApiError> {
     let record = &model.record;
-    let run_count = state.store.predictions().count_of_model(account, &record.model).await?;
-    let latest = match state.store.model_versions().get(&record.version).await? {
-        Some(version) => version,
-        None => ModelVersionRecord::of(record),
-    };
+    let run_count = ops::models::run_count(state, account, &record.model).await?;
+    let latest = ops::models::current_version(state, model).await?;
     let description = registered_description(model);
     let latest = Some(model_versions::version_view(&latest)?);
     Ok(ModelView::new(state, surface, &record.model, description, Visibility::Public, run_count, latest))
@@ -121,7 +118,7 @@ pub(crate) async fn owned_view(
     account: &AccountId,
     owned: &OwnedModel,
 ) -> Result<ModelView, ApiError> {
-    let run_count = state.store.predictions().count_of_model(account, &owned.model).await?;
+    let run_count = ops::models::run_count(state, account, &owned.model).await?;
     let latest = ops::lists::versions(state, &owned.model).await?.into_iter().next();
     let description = owned.description.clone().unwrap_or_default();
     let latest = latest.as_ref().map(model_versions::version_view).transpose()?;

@@ -13,7 +13,6 @@ use axum::{
     extract::{Path, State},
     http::StatusCode,
 };
-use common::{domain::ModelRef, store::OwnedModel};
 
 use crate::{
     error::ApiError,
@@ -21,9 +20,11 @@ use crate::{
     http::extract::{Body, Query},
     http::page::Page,
     http::surface::Surface,
-    ops::owned::{self, VisibleModel, visible_model},
-    problem::FieldError,
-    routes::{model_versions, openapi::problems, search},
+    ops::{
+        self,
+        owned::{self, VisibleModel, visible_model},
+    },
+    routes::{openapi::problems, search},
     state::AppState,
     validate::{
         create_model,
@@ -116,31 +117,7 @@ pub async fn create(
     Body(new): Body<create_model::NewModel>,
 ) -> Result<(StatusCode, Json<ModelView>), ApiError> {
     let account_id = &auth.caller.key.account_id;
-    let account = state.store.accounts().get(account_id).await?.ok_or_else(ApiError::unauthorized)?;
-    if new.owner != account.name {
-        let why = format!("A model's owner must be your account's name, {}, not {:?}.", account.name, new.owner);
-        return Err(ApiError::forbidden_because(why));
-    }
-    let model = ModelRef::new(&new.owner, &new.name).map_err(|e| {
-        ApiError::invalid_fields(vec![FieldError::invalid("owner", format!("Not a model owner: {e}."))])
-    })?;
-    let exists = || ApiError::conflict(format!("A model {model} exists already."));
-    if state.models.get(&model).await?.is_some() {
-        return Err(exists());
-    }
-    let owned = OwnedModel {
-        model: model.clone(),
-        account_id: account_id.clone(),
-        visibility: new.visibility,
-        hardware: new.hardware.to_string(),
-        description: new.description,
-        links: new.links,
-        created_at: bson::DateTime::now(),
-        deleting_since: None,
-    };
-    if !state.store.owned_models().insert(&owned).await? {
-        return Err(exists());
-    }
+    let owned = ops::models::create(&state, account_id, new).await?;
     Ok((StatusCode::CREATED, Json(owned_view(&state, surface, account_id, &owned).await?)))
 }
 
@@ -213,15 +190,7 @@ pub async fn update(
     Body(change): Body<create_model::ModelChange>,
 ) -> Result<Json<ModelView>, ApiError> {
     let account = &auth.caller.key.account_id;
-    let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
-    let model = ModelRef::new(&owner, &name).map_err(|_| missing())?;
-    let owned_models = state.store.owned_models();
-    let changed = if change.0.is_empty() {
-        owned_models.get(&model).await?.filter(|m| &m.account_id == account && m.deleting_since.is_none())
-    } else {
-        owned_models.update(account, &model, &change.0).await?
-    };
-    let changed = changed.ok_or_else(missing)?;
+    let changed = ops::models::update(&state, account, &owner, &name, &change).await?;
     Ok(Json(owned_view(&state, surface, account, &changed).await?))
 }
 
@@ -240,44 +209,6 @@ pub async fn delete(
     auth: Authorized<Admin>,
     Path((owner, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let account = &auth.caller.key.account_id;
-    let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
-    let model = ModelRef::new(&owner, &name).map_err(|_| missing())?;
-    match state.store.owned_models().get(&model).await? {
-        Some(owned) if &owned.account_id == account => {}
-        _ => return Err(missing()),
-    }
-    if state.store.deployments().uses_model(&model).await? {
-        return Err(ApiError::conflict(format!("A deployment runs {model}: delete or change it first.")));
-    }
-    // Marked first, then no training into it may be under way: one created meanwhile is
-    // refused it, one ending meanwhile removes the version it records (see
-    // `common::store::owned_models`).
-    let owned_models = state.store.owned_models();
-    if !owned_models.mark_deleting(account, &model).await? {
-        return Err(missing());
-    }
-    let training = state.store.predictions().trainings_into(&model).await?;
-    if let Some(training) = training {
-        owned_models.unmark_deleting(account, &model).await?;
-        return Err(ApiError::conflict(format!(
-            "Training {training} into {model} is under way: cancel it or wait for it to end, then delete the model."
-        )));
-    }
-    // Its trained versions go with it, and their weights (kept only while a version exists),
-    // so a model made again at the address starts with none. The model itself goes last: a
-    // delete that fails part way leaves it there, and the next delete finishes the rest.
-    let versions = state.store.model_versions();
-    let trained = versions.list_for(&model).await?;
-    for version in &trained {
-        model_versions::release_weights(&state, version).await?;
-    }
-    versions.remove_all_of(&model).await?;
-    for version in &trained {
-        model_versions::drop_weights(&state, version).await;
-    }
-    if !state.store.owned_models().delete(account, &model).await? {
-        return Err(missing());
-    }
+    ops::models::delete(&state, &auth.caller.key.account_id, &owner, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -192,10 +192,7 @@ pub async fn create_for(
 /// Replicate-compatible surface its status is `starting`, as Replicate answers: its clients
 /// take any other status in a create response as final and stop polling.
 async fn still_running(state: &AppState, created: Prediction, surface: ApiSurface) -> Result<PredictionView, ApiError> {
-    let current = match state.store.predictions().get(&created.id).await? {
-        Some(stored) => crate::ops::owned::whole(state, stored).await?,
-        None => created,
-    };
+    let current = crate::ops::owned::by_id(state, &created.id).await?.unwrap_or(created);
     let mut view = current.view(&state.links, surface);
     if surface == ApiSurface::Replicate && !view.status.is_terminal() {
         view.status = StatusView::Starting;

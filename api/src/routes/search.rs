@@ -239,8 +239,8 @@ fn words(text: &str) -> Vec<String> {
 /// scores by address).
 async fn ranked(state: &AppState, account: &AccountId, text: &str) -> Result<Vec<(u32, VisibleModel)>, ApiError> {
     let words = words(text);
-    let (registered, _) = state.store.models().list(0, CANDIDATES).await?;
-    let (owned, _) = state.store.owned_models().page_visible_to(account, 0, CANDIDATES).await?;
+    let (registered, _) = ops::lists::registered_models(state, 0, CANDIDATES).await?;
+    let (owned, _) = ops::lists::owned_models(state, account, 0, CANDIDATES).await?;
     let mut found: Vec<(u32, String, VisibleModel)> = Vec::new();
     for record in registered {
         let model = RegisteredModel::of(record)?;

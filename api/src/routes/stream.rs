@@ -237,8 +237,7 @@ async fn opened_by_token(state: &AppState, id: &str, token: &str) -> Result<Pred
             "This stream token does not open this prediction; use its urls.stream, or send an API key.",
         )));
     }
-    let stored = state.store.predictions().get(&prediction_id).await?.ok_or_else(missing)?;
-    crate::ops::owned::whole(state, stored).await
+    crate::ops::owned::by_id(state, &prediction_id).await?.ok_or_else(missing)
 }
 
 /// Whether the events stream still holds the prediction's events.
@@ -259,10 +258,10 @@ async fn has_events(state: &AppState, id: &PredictionId) -> bool {
 async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxStream<'static, StreamEvent>, ApiError> {
     let events = state.bus.prediction_events(&prediction.id).await?;
     let changes = events.filter_map(|read| async move { read.ok()?.change });
-    let (store, payloads, links) = (state.store.clone(), state.payloads.clone(), state.links.clone());
+    let state = state.clone();
     // Ends right after the `completed` step, without waiting for another event.
     let steps = stream::unfold((changes.boxed(), Sent::default(), false), move |(mut changes, mut sent, finished)| {
-        let (store, payloads, links) = (store.clone(), payloads.clone(), links.clone());
+        let state = state.clone();
         async move {
             if finished {
                 return None;
@@ -271,7 +270,7 @@ async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxSt
             let completed = change.event == WebhookEvent::Completed;
             let (view, seq) = match change.prediction {
                 Some(view) => (view, change.seq),
-                None => stored_view(&store, &payloads, &links, &change.prediction_id).await?,
+                None => stored_view(&state, &change.prediction_id).await?,
             };
             let steps = sent.catch_up(&view, seq, completed);
             Some((stream::iter(steps), (changes, sent, completed)))
@@ -281,22 +280,11 @@ async fn live(state: &AppState, prediction: &Prediction) -> Result<stream::BoxSt
 }
 
 /// The stored prediction and its change sequence, for an event by reference (it may be newer
-/// than the event; [`Sent::catch_up`] takes it as the state at its own `seq`). Its output is
-/// read back from the file store when kept there, its input never: a stream does not show it,
-/// and a model's every token of a large prompt would read it again.
-async fn stored_view(
-    store: &common::store::Store,
-    payloads: &common::files::payloads::Payloads,
-    links: &common::links::Links,
-    id: &PredictionId,
-) -> Option<(PredictionView, i64)> {
-    let read = async {
-        let Some(mut p) = store.predictions().get(id).await? else { return anyhow::Ok(None) };
-        payloads.fill_output(&mut p).await?;
-        Ok(Some(p))
-    };
-    match read.await {
-        Ok(Some(p)) => Some((p.view(links, p.surface), p.seq)),
+/// than the event; [`Sent::catch_up`] takes it as the state at its own `seq`), as
+/// [`crate::ops::owned::with_output`] reads it: a stream does not show the input.
+async fn stored_view(state: &AppState, id: &PredictionId) -> Option<(PredictionView, i64)> {
+    match crate::ops::owned::with_output(state, id).await {
+        Ok(Some(p)) => Some((p.view(&state.links, p.surface), p.seq)),
         Ok(None) => None,
         Err(e) => {
             tracing::warn!(

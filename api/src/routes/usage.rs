@@ -36,7 +36,7 @@ pub async fn get(
     Query(query): Query<UsageQuery>,
     AcceptsCsv(csv): AcceptsCsv,
 ) -> Result<Response, ApiError> {
-    let report = usage::report(&state.store, Some(&auth.caller.key.account_id), &query).await?;
+    let report = usage::of_account(&state, &auth.caller.key.account_id, &query).await?;
     if csv {
         let content_type = HeaderValue::from_static("text/csv; charset=utf-8");
         return Ok(([(header::CONTENT_TYPE, content_type)], report.csv()).into_response());
