@@ -196,6 +196,12 @@ impl Scenario {
             || self.latency_bound.is_some()
             || self.dead_receiver
     }
+
+    /// Whether the row stops and starts MongoDB itself: not run against a MongoDB that
+    /// `MONGODB_URI` names, which the suite does not own.
+    pub(crate) fn restarts_mongo(&self) -> bool {
+        matches!(self.fault, Fault::RestartMongo)
+    }
 }
 
 pub(crate) const ONE_EACH: Shape = Shape { apis: 1, runners: 1, notifiers: 1 };

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::{sync::Mutex, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use harness::servers::{MongoStandin, Nats, S3Standin};
+use harness::servers::{Mongo, Nats, S3Standin};
 
 use crate::{
     budget, capped, cog_crashes, dead_receiver, flood, leaders, levels, load, lost_replies, outputs, poison,
@@ -72,12 +72,17 @@ const QUIET: Duration = Duration::from_secs(3);
 pub async fn run(options: Options, table: &mut String) -> anyhow::Result<Value> {
     let dir = std::env::temp_dir().join(format!("faults-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let chosen: Vec<(usize, &Scenario)> = SCENARIOS
+    let mongo = Mongo::start(&dir).await?;
+    println!("MongoDB: {}", mongo.kind());
+    let (chosen, skipped): (Vec<(usize, &Scenario)>, Vec<_>) = SCENARIOS
         .iter()
         .enumerate()
         .filter(|(_, s)| options.only.as_ref().is_none_or(|only| s.name.contains(only.as_str())))
-        .collect();
-    let mongo = Mutex::new(MongoStandin::start(&dir).await?);
+        .partition(|(_, s)| mongo.restartable() || !s.restarts_mongo());
+    for (_, scenario) in &skipped {
+        println!("not run: {:?} restarts MongoDB, and the suite restarts only a stand-in of its own", scenario.name);
+    }
+    let mongo = Mutex::new(mongo);
     let nats = Mutex::new(Nats::single(&dir.join("single")).await?);
     let s3 = match chosen.iter().any(|(_, s)| s.s3) {
         true => Some(Mutex::new(S3Standin::start(&dir).await?)),
@@ -158,7 +163,7 @@ fn slug(name: &str) -> String {
 }
 
 /// The settings of every service in a scenario.
-fn service_vars(mongo: &MongoStandin, nats: &Nats, replicas: usize) -> Vec<(&'static str, String)> {
+fn service_vars(mongo: &Mongo, nats: &Nats, replicas: usize) -> Vec<(&'static str, String)> {
     vec![
         ("MONGODB_URI", mongo.uri()),
         ("NATS_URL", nats.url()),
@@ -180,7 +185,7 @@ fn service_vars(mongo: &MongoStandin, nats: &Nats, replicas: usize) -> Vec<(&'st
 /// locks are held for a restart, or to read an address).
 #[derive(Clone, Copy)]
 struct Servers<'a> {
-    mongo: &'a Mutex<MongoStandin>,
+    mongo: &'a Mutex<Mongo>,
     nats: &'a Mutex<Nats>,
     /// Started when a chosen scenario keeps files in S3.
     s3: Option<&'a Mutex<S3Standin>>,

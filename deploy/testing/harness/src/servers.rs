@@ -8,6 +8,10 @@
 //! stand-in's jars with its compiled `Launcher`, and its JVM options), `S3_STANDIN_CLASSPATH` and `S3_STANDIN_RUN` (S3Proxy's jars
 //! and `deploy/testing/s3-standin/run`). A restarted server comes back on the same port and the same
 //! data directory, so the services' clients find it again by themselves.
+//!
+//! Where `MONGODB_URI` names a MongoDB ([`Mongo::Given`]: a real one), the run uses it as it
+//! is and starts no stand-in; it never stops that server, so the rows that restart MongoDB
+//! are not run there.
 
 use std::{
     net::SocketAddr,
@@ -204,6 +208,62 @@ impl MongoStandin {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
+        }
+    }
+}
+
+/// The MongoDB of a run: the server `MONGODB_URI` names, when it names one (a real MongoDB:
+/// the suite never stops it), else a [`MongoStandin`] the run starts and may restart.
+pub enum Mongo {
+    /// The server `MONGODB_URI` names.
+    Given(String),
+    /// A stand-in of this run.
+    Standin(Box<MongoStandin>),
+}
+
+impl Mongo {
+    /// The server `MONGODB_URI` names, or a stand-in started with its data in `dir`.
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        match std::env::var("MONGODB_URI") {
+            Ok(uri) if !uri.trim().is_empty() => Ok(Self::Given(uri)),
+            _ => Ok(Self::Standin(Box::new(MongoStandin::start(dir).await?))),
+        }
+    }
+
+    /// Its connection string.
+    pub fn uri(&self) -> String {
+        match self {
+            Self::Given(uri) => uri.clone(),
+            Self::Standin(standin) => standin.uri(),
+        }
+    }
+
+    /// Whether the run may stop and start it (only a stand-in of its own).
+    pub fn restartable(&self) -> bool {
+        matches!(self, Self::Standin(_))
+    }
+
+    /// What it is, for a report: never the given URI itself, which may hold credentials.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Given(_) => "the MongoDB that MONGODB_URI names",
+            Self::Standin(_) => "the MongoDB stand-in (H2 file backend)",
+        }
+    }
+
+    /// Stops a stand-in (SIGKILL when `crash`, else SIGTERM); a given server is left running.
+    pub async fn stop(&mut self, crash: bool) -> anyhow::Result<()> {
+        match self {
+            Self::Given(_) => Ok(()),
+            Self::Standin(standin) => standin.stop(crash).await,
+        }
+    }
+
+    /// Starts a stand-in again on the same port and file; a given server cannot be.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        match self {
+            Self::Given(_) => anyhow::bail!("a MongoDB that MONGODB_URI names is not restarted by the run"),
+            Self::Standin(standin) => standin.restart().await,
         }
     }
 }
