@@ -31,7 +31,7 @@ pub async fn connect(config: &CommonConfig, service: &str) -> Result<(Store, Bus
         .await?
         .with_stream_replicas(config.nats_stream_replicas)
         .with_max_consumers(config.nats_max_consumers);
-    bus.ensure_streams().await?;
+    bus.ensure_streams_at_start().await?;
     Ok((store, bus))
 }
 

@@ -20,6 +20,7 @@
 //! - [`fuzz`]: random JSON bodies never produce a server error, and a refused request writes nothing.
 //! - [`harness`]: the system under test.
 //! - [`indexes`]: every query the services make has an index to use.
+//! - [`jetstream_at_start`]: a start waits for JetStream to take its streams.
 //! - [`keys_lifecycle`]: keys that stop working.
 //! - [`kubernetes`]: the models' Kubernetes kit.
 //! - [`large_predictions`]: predictions larger than a NATS message, or with a value kept in the file store.
@@ -73,6 +74,7 @@ mod files;
 mod fuzz;
 mod harness;
 mod indexes;
+mod jetstream_at_start;
 mod keys_lifecycle;
 mod kubernetes;
 mod large_predictions;

@@ -63,6 +63,10 @@ const PAYLOAD_HEADER_ROOM: usize = 8 * 1024;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 /// The bound on every request to NATS that a caller waits for.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a starting service waits for JetStream to take its streams (see
+/// [`Bus::ensure_streams_at_start`]): a three-node cluster that has just started, or lost its
+/// meta leader, elects one within seconds; past this the start fails and says why.
+const STREAMS_AT_START: Duration = Duration::from_secs(60);
 
 /// A messaging failure.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +131,28 @@ pub struct Bus {
     max_consumers: i32,
     /// How many times the connection was made (the first connect and every reconnect).
     connects: tokio::sync::watch::Receiver<u64>,
+}
+
+impl BusError {
+    /// Whether a stream request failed only because JetStream cannot answer yet: it timed out
+    /// (a cluster without a meta leader), nobody answered (JetStream not running yet), or
+    /// JetStream said it is temporarily unavailable (503).
+    pub fn is_jetstream_unready(&self) -> bool {
+        use async_nats::jetstream::context::{
+            CreateStreamError, CreateStreamErrorKind, RequestError, RequestErrorKind,
+        };
+        let Self::Stream { source, .. } = self else { return false };
+        if let Some(e) = source.downcast_ref::<CreateStreamError>() {
+            return match e.kind() {
+                CreateStreamErrorKind::TimedOut | CreateStreamErrorKind::JetStreamUnavailable => true,
+                CreateStreamErrorKind::JetStream(e) => e.code() == 503,
+                _ => false,
+            };
+        }
+        source
+            .downcast_ref::<RequestError>()
+            .is_some_and(|e| matches!(e.kind(), RequestErrorKind::TimedOut | RequestErrorKind::NoResponders))
+    }
 }
 
 /// Whether a stream look-up failed because the server has no such stream.
@@ -257,6 +283,26 @@ impl Bus {
             }
         }
         Ok(())
+    }
+
+    /// [`Self::ensure_streams`] as a service starts: while JetStream cannot answer yet (a
+    /// cluster still electing its leaders times stream requests out; a server still starting
+    /// answers that JetStream is unavailable), it is asked again, with pauses doubling from
+    /// 250 ms to 4 s, for up to [`STREAMS_AT_START`], so the service waits for it rather than
+    /// exiting at the first timeout. Any other error fails at once.
+    pub async fn ensure_streams_at_start(&self) -> Result<(), BusError> {
+        let deadline = tokio::time::Instant::now() + STREAMS_AT_START;
+        let mut pause = Duration::from_millis(250);
+        loop {
+            match self.ensure_streams().await {
+                Err(e) if e.is_jetstream_unready() && tokio::time::Instant::now() + pause < deadline => {
+                    tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "JetStream cannot take the streams yet; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(4));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Recreates the streams after a publish found one missing (once, however many publishes
