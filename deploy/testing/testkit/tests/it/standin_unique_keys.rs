@@ -1,5 +1,5 @@
 //! The H2 stand-in orders its unique indexes' keys of strings itself (`KeyOrder` in
-//! deploy/testing/mongo-standin/Launcher.java: H2's order, each key serialized once instead of at every
+//! deploy/testing/mongo-standin/Speedups.java: H2's order, each key serialized once instead of at every
 //! comparison). A file written in H2's own order (`MONGO_STANDIN_KEY_ORDER=h2`, as files written
 //! before it were) must be found in by it, and a file it wrote must be found in by H2's order: a
 //! different order would miss keys of the other's B-trees. These tests write under one order and
@@ -40,7 +40,10 @@ async fn written_under_then_read_under(writer: &str, reader: &str) {
     let file = dir.join("mongo.h2");
     let ids = ids();
     {
-        let standin = MongoStandin::start_with(Some(&file), &[("MONGO_STANDIN_KEY_ORDER", writer)]);
+        let standin = MongoStandin::start_with(
+            Some(&file),
+            &[("MONGO_STANDIN_KEY_ORDER", writer), ("MONGO_STANDIN_SPEEDUPS", "on")],
+        );
         let coll = connect(&standin.uri).await.database().collection::<Document>("keys");
         let unique = mongodb::options::IndexOptions::builder().unique(true).build();
         coll.create_index(mongodb::IndexModel::builder().keys(doc! { "u": 1 }).options(unique).build())
@@ -50,7 +53,8 @@ async fn written_under_then_read_under(writer: &str, reader: &str) {
             coll.insert_one(document(n, id)).await.expect("insert");
         }
     }
-    let standin = MongoStandin::start_with(Some(&file), &[("MONGO_STANDIN_KEY_ORDER", reader)]);
+    let standin =
+        MongoStandin::start_with(Some(&file), &[("MONGO_STANDIN_KEY_ORDER", reader), ("MONGO_STANDIN_SPEEDUPS", "on")]);
     let coll = connect(&standin.uri).await.database().collection::<Document>("keys");
     for (n, id) in ids.iter().enumerate() {
         let by_id = coll.find_one(doc! { "_id": id.clone() }).await.expect("find by _id");
