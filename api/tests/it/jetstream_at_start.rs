@@ -12,8 +12,18 @@ use std::{
 
 use common::{bus::Bus, subjects::Subjects};
 
+/// A nats-server of this test, stopped when dropped (a failing assertion leaves none behind).
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A nats-server on `port`, with JetStream (its store under `dir`) or without.
-fn nats_server(port: u16, jetstream: Option<&std::path::Path>) -> Child {
+fn nats_server(port: u16, jetstream: Option<&std::path::Path>) -> Server {
     let binary = testkit::installed("NATS_SERVER");
     let mut command = Command::new(binary);
     command.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
@@ -26,7 +36,7 @@ fn nats_server(port: u16, jetstream: Option<&std::path::Path>) -> Child {
         assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    child
+    Server(child)
 }
 
 #[tokio::test]
@@ -34,7 +44,7 @@ async fn streams_are_made_once_jetstream_answers_rather_than_failing_the_start()
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let dir = std::env::temp_dir().join(format!("ps-test-js-at-start-{}-{port}", std::process::id()));
     // First a server without JetStream: a stream request finds nobody to answer it.
-    let mut without = nats_server(port, None);
+    let without = nats_server(port, None);
     let url = format!("nats://127.0.0.1:{port}");
     let subjects = Subjects::new("jsstart").expect("a prefix");
     let bus = Bus::connect(&url, subjects.clone(), "jetstream-at-start").await.expect("connect");
@@ -48,9 +58,8 @@ async fn streams_are_made_once_jetstream_answers_rather_than_failing_the_start()
     assert!(!starting.is_finished(), "the start ended while JetStream was away: {:?}", starting.await);
 
     // Then JetStream comes, on the same address; the client reconnects by itself.
-    without.kill().expect("stop the server");
-    without.wait().expect("reap it");
-    let mut with = nats_server(port, Some(&dir));
+    drop(without);
+    let with = nats_server(port, Some(&dir));
     let made = tokio::time::timeout(Duration::from_secs(60), starting).await;
     let made = made.expect("the start ends within its wait").expect("the task ran");
     assert!(made.is_ok(), "the streams were made: {made:?}");
@@ -58,7 +67,6 @@ async fn streams_are_made_once_jetstream_answers_rather_than_failing_the_start()
     for stream in [subjects.jobs_stream(), subjects.events_stream()] {
         assert!(jetstream.get_stream(&stream).await.is_ok(), "{stream} exists");
     }
-    with.kill().expect("stop the server");
-    let _ = with.wait();
+    drop(with);
     let _ = std::fs::remove_dir_all(&dir);
 }
