@@ -1,6 +1,7 @@
 //! Operations that the API's routes and the console share: each takes typed input and the
 //! caller, reads and writes through [`common`], and returns domain values; the callers render
-//! them (JSON, problem+json, or a page).
+//! them (JSON, problem+json, or a page). They are the handlers' one door to the store: a
+//! handler never reaches the store itself (held by `tests::handlers_reach_the_store_only_through_ops`).
 //!
 //! - Predictions and trainings: [`submit`] (validate, store, publish), [`training`] and
 //!   [`trained`] (a fine-tune and the versions it makes), [`versions`] (what `version` names),
