@@ -275,7 +275,7 @@ public class Launcher {
     static final boolean SPEEDUPS = !"off".equals(System.getenv("MONGO_STANDIN_SPEEDUPS"));
 
     /** The library's memory collection with the fidelity shims only. */
-    static final class FaithfulCollection extends MemoryCollection {
+    static class FaithfulCollection extends MemoryCollection {
         FaithfulCollection(MongoDatabase database, String name, CollectionOptions options, CursorRegistry cursors) {
             super(database, name, options, cursors);
         }
@@ -296,7 +296,7 @@ public class Launcher {
         }
     }
 
-    static final class FaithfulBackend extends MemoryBackend {
+    static class FaithfulBackend extends MemoryBackend {
         @Override
         public MemoryDatabase openOrCreateDatabase(String name) {
             return new FaithfulDatabase(name, getCursorRegistry());
@@ -309,7 +309,7 @@ public class Launcher {
     }
 
     /** The library's H2 collection with the fidelity shims only. */
-    static final class FaithfulH2Collection extends H2Collection {
+    static class FaithfulH2Collection extends H2Collection {
         FaithfulH2Collection(MongoDatabase database, String name, CollectionOptions options,
                              MVMap<Object, Document> data, MVMap<String, Object> meta, CursorRegistry cursors) {
             super(database, name, options, data, meta, cursors);
@@ -334,7 +334,7 @@ public class Launcher {
         }
     }
 
-    static final class FaithfulH2Backend extends H2Backend {
+    static class FaithfulH2Backend extends H2Backend {
         FaithfulH2Backend(MVStore store) { super(store); }
 
         @Override

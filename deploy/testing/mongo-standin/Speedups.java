@@ -82,7 +82,7 @@ final class Speedups {
 
 
     /** A memory collection that finds a document by an `_id` equality first, whatever else the filter holds. */
-    static final class IdIndexedCollection extends MemoryCollection {
+    static final class IdIndexedCollection extends Launcher.FaithfulCollection {
         IdIndexedCollection(MongoDatabase database, String name, CollectionOptions options, CursorRegistry cursors) {
             super(database, name, options, cursors);
         }
@@ -93,12 +93,6 @@ final class Speedups {
             return queryById(getIndexes(), query,
                 found -> matchDocuments(query, found, orderBy, skip, limit, batchSize, fields),
                 () -> super.queryDocuments(query, orderBy, skip, limit, batchSize, fields));
-        }
-
-        @Override
-        protected void handleUpdate(Integer position, Document oldDocument, Document newDocument) {
-            Launcher.Limits.checkUpdate(this, getIndexes(), position, oldDocument, newDocument, this::updateDataSize);
-            super.handleUpdate(position, oldDocument, newDocument);
         }
     }
 
@@ -111,15 +105,10 @@ final class Speedups {
         }
     }
 
-    static final class IdIndexedBackend extends MemoryBackend {
+    static final class IdIndexedBackend extends Launcher.FaithfulBackend {
         @Override
         public MemoryDatabase openOrCreateDatabase(String name) {
             return new IdIndexedDatabase(name, getCursorRegistry());
-        }
-
-        @Override
-        public Document handleCommand(Channel channel, String database, String command, Document query) {
-            return Launcher.strictly(channel, command, query, (c, q) -> super.handleCommand(channel, database, c, q));
         }
     }
 
@@ -309,7 +298,7 @@ final class Speedups {
     }
 
     /** The same for the H2 file backend (`up`, the fault suite), which also scans on summaries. */
-    static final class IdIndexedH2Collection extends H2Collection {
+    static final class IdIndexedH2Collection extends Launcher.FaithfulH2Collection {
         private final Summaries summaries = new Summaries();
         /** The equality indexes over the summaries, by field path. */
         private final Map<String, ValueIndex> valueIndexes = new java.util.concurrent.ConcurrentHashMap<>();
@@ -476,8 +465,7 @@ final class Speedups {
 
         @Override
         protected void handleUpdate(Object position, Document oldDocument, Document newDocument) {
-            Launcher.Limits.checkUpdate(this, getIndexes(), position, oldDocument, newDocument, this::updateDataSize);
-            super.handleUpdate(position, oldDocument, newDocument);
+            super.handleUpdate(position, oldDocument, newDocument); // the 16 MiB check, then the library
             if (summaries.loaded) {
                 summarize(position, newDocument);
             }
@@ -598,18 +586,14 @@ final class Speedups {
         }
     }
 
-    static final class IdIndexedH2Backend extends H2Backend {
+    static final class IdIndexedH2Backend extends Launcher.FaithfulH2Backend {
         IdIndexedH2Backend(MVStore store) { super(store); }
 
         @Override
         protected MongoDatabase openOrCreateDatabase(String name) {
             return new IdIndexedH2Database(name, getCursorRegistry());
         }
-
-        @Override
-        public Document handleCommand(Channel channel, String database, String command, Document query) {
-            return Launcher.strictly(channel, command, query, (c, q) -> super.handleCommand(channel, database, c, q));
-        }
     }
+
 
 }
