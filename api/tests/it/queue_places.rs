@@ -1,12 +1,19 @@
 //! The queue a waiting prediction sees: its position under the scheduler's rules (its own
-//! lane in order, other lanes' turns between), falling as jobs start, and the estimate.
+//! lane in order, other lanes' turns between), falling as jobs start, and the estimate; and the
+//! tickets behind it, taken in blocks by a busy lane.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use testkit::eventually;
 
-use common::store::commands::query_shapes;
+use api::state::tickets::{HOLD, TicketDesk};
+use common::{
+    domain::AccountId,
+    lane::Lane,
+    samples,
+    store::{Batching, commands::query_shapes},
+};
 
 use crate::harness::{JsonBody, Options, System};
 
@@ -224,6 +231,20 @@ async fn idle_for(system: &System, of: &str, ago: Duration, also: bson::Document
     lanes.update_one(bson::doc! { "_id": lane.store_key() }, bson::doc! { "$set": set }).await.expect("set");
 }
 
+/// Waits until the lane of prediction `of` has given out exactly `tickets`: no block of it is
+/// held by the api any more (see `api::state::tickets`).
+async fn tickets_settled(system: &System, of: &str, tickets: i64) {
+    let store = system.ctx.store().await;
+    let p = store.predictions().get(&common::domain::PredictionId::parse(of).expect("id")).await.expect("read");
+    let lane = common::lane::Lane::of(&p.expect("stored"));
+    let settled = eventually(Duration::from_secs(30), || async {
+        let taken = store.queue_lanes().get(&lane).await.expect("read").map(|l| l.taken);
+        (taken == Some(tickets)).then_some(())
+    })
+    .await;
+    assert!(settled.is_some(), "the lane's held tickets were not given back");
+}
+
 async fn lane_count(system: &System) -> u64 {
     let lanes = system.ctx.store().await.database().collection::<bson::Document>("queue_lanes");
     lanes.count_documents(bson::doc! {}).await.expect("counted")
@@ -258,6 +279,9 @@ async fn a_lane_that_lost_give_backs_is_recounted_once_idle_and_a_lane_unused_fo
         let canceled = system.post_json(&format!("/v1/predictions/{}/cancel", ids[i]), &json!({})).await;
         assert_eq!(canceled.status(), 200);
     }
+    // The six came quickly: the api may hold a block of the lane's tickets, given back within
+    // a quarter of a second (a write to the lane); the lane is idle only after that.
+    tickets_settled(&system, &ids[0], 6).await;
     // Their give-backs are lost (as if written by a process killed before them), and the lane
     // is left alone for three minutes.
     idle_for(&system, &ids[0], Duration::from_secs(180), bson::doc! { "skipped": [] }).await;
@@ -306,4 +330,34 @@ async fn lanes_that_need_nothing_do_not_keep_the_others_from_the_sweep() {
         assert_eq!(tended.failed, 0, "{tended:?}");
     }
     assert_eq!(lane_count(&system).await, 1, "the empty lane was reached and removed, the waiting one kept");
+}
+
+/// A lane that takes tickets one create at a time, quickly, takes them in blocks (far fewer
+/// writes than tickets) and hands them out in order; once a block has been held for the hold
+/// time, what it did not hand out goes back, so the lane's counter ends at the last ticket
+/// given and the next one follows on.
+#[tokio::test]
+async fn a_busy_lane_takes_its_tickets_in_blocks_and_gives_back_the_rest() {
+    let store = testkit::TestContext::new().store().await;
+    let batching = Batching { linger: Duration::ZERO, max_batch: 64, max_in_flight: 4 };
+    let desk = TicketDesk::start(store.queue_lanes(), batching);
+    let p = samples::starting_prediction(AccountId::generate(), "demo/sleep".parse().expect("model"), json!({}));
+    let writes = || store.command_counts().snapshot().get("findAndModify").copied().unwrap_or(0);
+    let before = writes();
+    let mut tickets = Vec::new();
+    for _ in 0..40 {
+        tickets.push(desk.take(&p).await.expect("a ticket"));
+    }
+    let taken_with = writes() - before;
+    assert_eq!(tickets, (1..=40).collect::<Vec<i64>>(), "in order, none twice, none missing");
+    assert!(taken_with <= 20, "{taken_with} writes for 40 tickets taken one after another");
+
+    let lane = Lane::of(&p);
+    let settled = eventually(HOLD * 120, || async {
+        let taken = store.queue_lanes().get(&lane).await.expect("read").expect("the lane").taken;
+        (taken == 40).then_some(taken)
+    })
+    .await;
+    assert_eq!(settled, Some(40), "the held tickets not handed out went back");
+    assert_eq!(desk.take(&p).await.expect("a ticket"), 41);
 }

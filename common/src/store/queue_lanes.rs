@@ -4,7 +4,9 @@
 //! A lane is what a runner takes turns between: one model's jobs of one route (version and
 //! pool), one account and one priority level ([`Lane`], whose `store_key` is the document's
 //! `_id`). Each new prediction takes the lane's next **ticket**
-//! (`taken`, a counter) before it is stored, and keeps it (`Prediction::queue_ticket`). Jobs
+//! (`taken`, a counter) before it is stored, and keeps it (`Prediction::queue_ticket`); a busy
+//! lane's tickets are taken in blocks, the rest given back shortly
+//! ([`QueueLanes::return_unused`], see the api's ticket desk). Jobs
 //! of a lane start in ticket order, so one mark says how far the lane has moved:
 //! `started_through`, the highest ticket a runner has started (`$max`, so marks may arrive in
 //! any order and twice). A prediction that leaves the lane without starting (canceled or
@@ -207,6 +209,37 @@ impl QueueLanes {
                 },
             )
             .await?;
+        Ok(())
+    }
+
+    /// Gives back tickets `from..end` of `lane`, taken and never given to a prediction (a
+    /// block the api's ticket desk held for creates that did not come): while they are still
+    /// the lane's last tickets its counter goes back over them, so they will be taken again;
+    /// otherwise they are listed as skipped, as a departure's ticket is.
+    pub async fn return_unused(&self, lane: &Lane, from: i64, end: i64) -> Result<(), StoreError> {
+        if end <= from {
+            return Ok(());
+        }
+        let now = bson::DateTime::now();
+        let rolled_back = self
+            .coll
+            .update_one(
+                doc! { "_id": lane.store_key(), "taken": end - 1 },
+                doc! { "$inc": { "taken": from - end }, "$set": { "touched_at": now } },
+            )
+            .await?;
+        if rolled_back.matched_count == 0 {
+            let tickets: Vec<i64> = (from..end).collect();
+            self.coll
+                .update_one(
+                    doc! { "_id": lane.store_key(), "started_through": { "$lt": end - 1 } },
+                    doc! {
+                        "$push": { "skipped": { "$each": tickets, "$slice": -SKIPPED_KEPT } },
+                        "$set": { "touched_at": now },
+                    },
+                )
+                .await?;
+        }
         Ok(())
     }
 
