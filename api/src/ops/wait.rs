@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use async_nats::Subscriber;
-use common::{messages::StatusEvent, views::PredictionView};
+use common::{domain::WebhookEvent, messages::StatusEvent, views::PredictionView};
 use futures::StreamExt;
 
 /// How a prediction that ended within the wait is shown.
@@ -22,13 +22,24 @@ pub enum Ended {
     Stored,
 }
 
+/// Which event a status event is, read without the prediction it carries: the events before
+/// `completed` (`start`, and a streaming model's every `output` and `logs`) are passed over
+/// without building their prediction.
+#[derive(serde::Deserialize)]
+struct EventOnly {
+    event: WebhookEvent,
+}
+
 /// The prediction's end, if its `completed` event arrives within `limit`.
 pub async fn completion(mut events: Subscriber, limit: Duration) -> Option<Ended> {
     let wait = async {
         while let Some(message) = events.next().await {
-            if let Some(change) =
-                serde_json::from_slice::<StatusEvent>(&message.payload).ok().and_then(StatusEvent::prediction_change)
-                && change.event == common::domain::WebhookEvent::Completed
+            let is_completed =
+                serde_json::from_slice::<EventOnly>(&message.payload).is_ok_and(|e| e.event == WebhookEvent::Completed);
+            if is_completed
+                && let Some(change) = serde_json::from_slice::<StatusEvent>(&message.payload)
+                    .ok()
+                    .and_then(StatusEvent::prediction_change)
             {
                 return Some(change.prediction.map_or(Ended::Stored, |view| Ended::Shown(Box::new(view))));
             }
