@@ -14,7 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval};
 
 use crate::measure::rate::Measured;
 
-/// The rate calls are paced at: the end-to-end phase whose CPU is held to 1.5 × the floor.
+/// The rate calls are paced at: the end-to-end phase whose CPU is held to 4 × the floor.
 pub const PACED_RATE: u32 = 200;
 
 /// Starts `op(n)` `per_second` times a second for `seconds`, each on schedule whether or not

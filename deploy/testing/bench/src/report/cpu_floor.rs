@@ -5,7 +5,7 @@
 //! server side, the attempt records and all JSON work are left out, so the true floor is higher.
 //!
 //! Two pricings of the same calls:
-//! - **batched**: 8 in flight, as the cost batches run; the floor of the 1.3 × target;
+//! - **batched**: 8 in flight, as the cost batches run; the floor of the 1.0 × target (and, with one webhook, of the open loop's 4 ×);
 //! - **alone**: each call made alone, 200 a second ([`crate::measure::paced`]), as the end-to-end phase
 //!   at 200/s makes them: every call pays the wake-ups of a client that was idle before it.
 

@@ -109,7 +109,7 @@ impl Measured {
     }
 
     /// The floor under the open-loop phases, whose notifier POSTs one webhook per prediction
-    /// (`completed`), with each call at 8 in flight: the floor of the 1.5 × target.
+    /// (`completed`), with each call at 8 in flight: the floor of the 4 × target.
     fn open_loop_floor(&self) -> Floor {
         Floor::of(Prices::batched(&self.baselines, &self.api), OPEN_LOOP_WEBHOOKS)
     }
@@ -134,9 +134,9 @@ impl Measured {
         let floor = batch_floor.total();
         let batch = num(&self.all_events["cpu_us_per_prediction"]);
         targets.push(Target {
-            name: "CPU per prediction at most 1.3 × the floor (batch of 1,000 at 8 in flight, every event, as deployed)",
+            name: "CPU per prediction at most 1.0 × the floor (batch of 1,000 at 8 in flight, every event, as deployed)",
             measured: format!("{batch:.0} µs / {floor:.0} µs = {:.2}", batch / floor),
-            met: batch / floor <= 1.3,
+            met: batch / floor <= 1.0,
         });
         if let Some(with_updates) = batch_floor.total_with_updates() {
             targets.push(Target {
@@ -149,9 +149,9 @@ impl Measured {
             let cpu = num(&cost["cpu_us_per_prediction"]);
             let floor = self.open_loop_floor().total();
             targets.push(Target {
-                name: "CPU per prediction at most 1.5 × the floor at 200/s open loop (webhook for completed)",
+                name: "CPU per prediction at most 4 × the floor at 200/s open loop (webhook for completed, as deployed)",
                 measured: format!("{cpu:.0} µs / {floor:.0} µs = {:.2}", cpu / floor),
-                met: cpu / floor <= 1.5,
+                met: cpu / floor <= 4.0,
             });
             let (writes, reads) =
                 (num(&cost["mongodb_writes_per_prediction"]), num(&cost["mongodb_reads_per_prediction"]));

@@ -3,7 +3,8 @@
 //! runner); `--predictions` demo/echo predictions are created over HTTP, 8 at a time, each with
 //! a webhook to a signed receiver on loopback, and the growth of each service's counters over
 //! the run, divided by the number of predictions, is its cost. Services run as deployed unless
-//! `--count-commands` turns on their MongoDB command monitoring.
+//! `--count-commands` turns on their MongoDB command monitoring. With `--rate` the predictions
+//! come in an open loop instead, as the standard set's end-to-end phases send them.
 
 use std::time::Duration;
 
@@ -44,6 +45,14 @@ pub struct Options {
     /// reported.
     #[arg(long)]
     perf: Option<std::path::PathBuf>,
+    /// Instead of batches, an open loop at this many predictions a second for `--seconds`,
+    /// as the standard set's end-to-end phases run (`Prefer: wait`, a webhook for
+    /// `completed`), so that `--perf` records where an open loop's CPU goes.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Seconds of the open loop of `--rate`.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
     /// What spend adds: each repeat measures a fresh system without prices and one with the
     /// runners' pool priced and the account under a budget it does not reach (so every job's
     /// cost is reckoned and added, each create checks the budget, each batch of costs checks
@@ -179,10 +188,10 @@ async fn fresh_run(
         cluster.add_runners(1, &ECHO_RUNNER).await?;
         let receiver = Receiver::start(cluster.secret.clone(), stop.clone()).await?;
         let Some(dir) = perf else {
-            return measure(&mut cluster, &receiver, options.predictions, options.in_flight).await;
+            return measured_run(&mut cluster, &receiver, options).await;
         };
         let profiler = Profiler::start(dir, &cluster.pids()).await?;
-        let profiled = measure(&mut cluster, &receiver, options.predictions, options.in_flight).await;
+        let profiled = measured_run(&mut cluster, &receiver, options).await;
         for file in profiler.stop().await? {
             println!("perf recording written to {}", file.display());
         }
@@ -192,6 +201,18 @@ async fn fresh_run(
     stop.cancel();
     cluster.stop().await?;
     result
+}
+
+/// A batch as `options` ask, or their open loop.
+async fn measured_run(cluster: &mut Cluster, receiver: &Receiver, options: &Options) -> anyhow::Result<Value> {
+    let Some(rate) = options.rate else {
+        return measure(cluster, receiver, options.predictions, options.in_flight).await;
+    };
+    let plan = super::e2e::Plan { fixed: vec![(rate, options.seconds)], ramp_seconds: 0, max_rate: rate };
+    let phases = super::e2e::measure(cluster, receiver, &plan).await?;
+    let phase = phases.first().context("the open loop's phase")?;
+    anyhow::ensure!(phase.lost() == 0, "{} predictions of the open loop were lost", phase.lost());
+    phase.cost().cloned().context("the open loop's cost")
 }
 
 /// Prices the default pool at [`SPEND_PRICE`] (before the runner starts, so it reads it) and
@@ -245,6 +266,9 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let mut extra = Vec::new();
     if !options.count_commands {
         extra.extend(harness::cluster::AS_DEPLOYED);
+    }
+    if options.rate.is_some() {
+        extra.extend(super::e2e::ENV);
     }
     if let Some(sink) = &sink {
         // Exported promptly, so the spans of the run are sent (and paid for) within it.

@@ -146,6 +146,28 @@ impl Phase {
         self.cost.as_ref()
     }
 
+    /// Takes the MongoDB commands of `counted`, the same phase run with the services' command
+    /// monitoring on, into this phase's cost, measured as deployed: the CPU stays this run's
+    /// (monitoring copies every command and reply, which is CPU a deployment does not spend),
+    /// and the counted run's CPU is kept beside it for comparison.
+    pub fn take_commands_from(&mut self, counted: &Phase) {
+        let (Some(cost), Some(other)) = (self.cost.as_mut(), counted.cost.as_ref()) else { return };
+        const COMMANDS: [&str; 3] =
+            ["mongodb_writes_per_prediction", "mongodb_reads_per_prediction", "mongodb_commands_per_prediction"];
+        for key in &COMMANDS[..2] {
+            cost[*key] = other[*key].clone();
+        }
+        if let (Some(services), Some(others)) = (cost["services"].as_object_mut(), other["services"].as_object()) {
+            for (name, service) in services.iter_mut() {
+                for key in COMMANDS {
+                    service[key] = others.get(name).map_or(Value::Null, |o| o[key].clone());
+                }
+            }
+        }
+        cost["commands_counted_in_another_run"] = json!(true);
+        cost["cpu_us_per_prediction_with_commands_counted"] = other["cpu_us_per_prediction"].clone();
+    }
+
     /// Predictions that failed or whose webhook did not arrive.
     pub fn lost(&self) -> usize {
         self.failed + self.missing_webhooks
