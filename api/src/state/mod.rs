@@ -106,6 +106,7 @@ impl AppState {
         let deactivations = bus.subscribe_key_deactivations().await?;
         let background = TaskTracker::new();
         let models = ModelCatalog::new(store.models(), store.model_versions(), store.runners());
+        let tickets = TicketDesk::start(store.queue_lanes(), NEW_PREDICTIONS);
         Ok(Self(Arc::new(Shared {
             job_outbox: JobOutbox::start(bus.clone(), &background),
             usage: common::usage::UsageLedger::start(&store),
@@ -114,12 +115,17 @@ impl AppState {
                 store.usage_totals(),
             ),
             keys: KeyDirectory::new(store.api_keys(), deactivations),
-            queue_places: QueuePlaces::new(store.predictions(), store.queue_lanes(), models.live().clone()),
+            queue_places: QueuePlaces::new(
+                store.predictions(),
+                store.queue_lanes(),
+                models.live().clone(),
+                tickets.clone(),
+            ),
             models,
             rate_limiter: RateLimiter::new(bus.clone()),
             wait_slots: WaitSlots::new(config.max_waits, config.max_waits_per_key),
             new_predictions: store.predictions().group_commit(NEW_PREDICTIONS),
-            tickets: TicketDesk::start(store.queue_lanes(), NEW_PREDICTIONS),
+            tickets,
             background,
             metrics: Arc::new(HttpMetrics::new()),
             scaling_figures: crate::state::scaling::ScalingFigures::new(config.deployment_slots_per_instance),

@@ -33,13 +33,14 @@
 //! **Admission** (`API_MAX_QUEUE_SECONDS`, off by default): a create whose prediction would
 //! wait longer than the bound to start is refused before anything is written
 //! ([`QueuePlaces::admit`]). Its wait is its position as a new job of its lane (the same
-//! rule as above, from the model's lanes as this replica last read them, plus the creates this
+//! rule as above, from the model's lanes as this replica last read them, less the tickets its
+//! ticket desk holds unused ([`crate::state::tickets`]), plus the creates this
 //! replica admitted to that lane since: a burst of creates that all find the same last reading
 //! is refused past the bound, not admitted whole) over the rate at which
 //! the model's jobs have been starting (the lanes' start marks, sampled at each read of the
 //! lanes over the last [`RATE_WINDOW`]). A model whose rate is not known (nothing started
-//! lately, no runner yet) is never refused: its predictions wait for a runner, within their
-//! deadline. The marks trail the starts by up to 250 ms ([`START_MARK_INTERVAL`]): the wait
+//! lately, no runner yet, or fewer than [`RATE_MIN_SPAN`] of readings) is never refused: its
+//! predictions wait for a runner, within their deadline. The marks trail the starts by up to 250 ms ([`START_MARK_INTERVAL`]): the wait
 //! counts half of that as already started.
 
 use std::{
@@ -62,7 +63,10 @@ use common::{
 };
 use tokio::sync::Mutex;
 
-use crate::{error::ApiError, state::model_catalog::LiveRunners};
+use crate::{
+    error::ApiError,
+    state::{model_catalog::LiveRunners, tickets::TicketDesk},
+};
 
 /// How long a model's lanes are reused: the other lanes' counts may be this old; the
 /// prediction's own place in its lane is always read.
@@ -71,8 +75,12 @@ pub const MODEL_QUEUE_TTL: std::time::Duration = std::time::Duration::from_secs(
 pub const ADMISSION_TTL: std::time::Duration = std::time::Duration::from_millis(200);
 /// How far back the start rate of a model is measured.
 pub const RATE_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
-/// The shortest span of samples a start rate is read from.
-const RATE_MIN_SPAN: std::time::Duration = std::time::Duration::from_millis(500);
+/// The shortest span of samples a start rate is read from. The rate is how fast jobs started,
+/// which is how fast they can start only while some wait: over a short span after a model
+/// wakes it reads the first creates' trickle (and starts not yet marked), and a steady load
+/// far below what the runners start was refused at the bound. Half a second was that short
+/// on a one-core machine; two seconds of readings hold the model's steady rate.
+const RATE_MIN_SPAN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// 1 + the jobs that start before a prediction with `figures` (see the module doc).
 pub fn position(figures: &QueueFigures) -> u64 {
@@ -96,6 +104,8 @@ pub struct QueuePlaces {
     predictions: Predictions,
     lanes: QueueLanes,
     live: Arc<LiveRunners>,
+    /// This replica's ticket desk: what it holds unused is taken out of the lanes read.
+    desk: TicketDesk,
     models: TtlCache<ModelRef, Arc<Vec<LaneCounters>>>,
     /// Per model, the jobs started through its lanes at each read: `(when, Σ started_through)`.
     starts: std::sync::Mutex<HashMap<ModelRef, StartSamples>>,
@@ -108,12 +118,14 @@ pub struct QueuePlaces {
 }
 
 impl QueuePlaces {
-    /// Places read from `predictions` and `lanes`, with what `live` runners run.
-    pub fn new(predictions: Predictions, lanes: QueueLanes, live: Arc<LiveRunners>) -> Self {
+    /// Places read from `predictions` and `lanes`, with what `live` runners run, less what
+    /// `desk` holds unused.
+    pub fn new(predictions: Predictions, lanes: QueueLanes, live: Arc<LiveRunners>, desk: TicketDesk) -> Self {
         Self {
             predictions,
             lanes,
             live,
+            desk,
             models: TtlCache::new(ADMISSION_TTL, 10_000),
             starts: std::sync::Mutex::default(),
             admitted: std::sync::Mutex::default(),
@@ -186,7 +198,9 @@ impl QueuePlaces {
         if let Some(lanes) = self.models.get_within(model, ttl) {
             return Ok(lanes);
         }
-        let lanes = Arc::new(self.lanes.of_model(model).await?);
+        let mut read = self.lanes.of_model(model).await?;
+        less_unused(&mut read, &self.desk.unused_of_model(model));
+        let lanes = Arc::new(read);
         let started = lanes.iter().map(|l| l.started_through).sum::<i64>();
         let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
         starts.entry(model.clone()).or_default().add(Instant::now(), started);
@@ -197,6 +211,18 @@ impl QueuePlaces {
         let prefix = format!("{model}|");
         self.admitted.lock().unwrap_or_else(|p| p.into_inner()).retain(|key, _| !key.starts_with(&prefix));
         Ok(lanes)
+    }
+}
+
+/// Takes out of `lanes` the tickets this replica's desk took and holds `unused` (by lane key):
+/// no prediction has them, so they do not wait. They are the lane's last tickets unless
+/// another replica took some since; either way the count of waiting drops by as many.
+fn less_unused(lanes: &mut [LaneCounters], unused: &HashMap<String, u64>) {
+    for lane in lanes {
+        if let Some(held) = unused.get(&lane.id) {
+            let held = i64::try_from(*held).unwrap_or(i64::MAX);
+            lane.taken = lane.taken.saturating_sub(held).max(lane.started_through);
+        }
     }
 }
 
@@ -253,6 +279,24 @@ mod tests {
     }
 
     #[test]
+    fn tickets_the_desk_holds_unused_do_not_wait() {
+        let lane = |id: &str, taken, started_through, skipped: Vec<i64>| LaneCounters {
+            id: id.to_owned(),
+            taken,
+            started_through,
+            skipped,
+            ..LaneCounters::default()
+        };
+        // Lane a: 10 taken, 4 started, ticket 6 left, 3 held unused here: 2 wait.
+        // Lane b: 3 unused held, 1 started since the read (held more than waits): none waits.
+        let mut lanes = vec![lane("a", 10, 4, vec![6]), lane("b", 5, 3, vec![]), lane("c", 8, 2, vec![])];
+        let unused = HashMap::from([("a".to_owned(), 3), ("b".to_owned(), 3)]);
+        less_unused(&mut lanes, &unused);
+        let waiting: Vec<u64> = lanes.iter().map(LaneCounters::waiting).collect();
+        assert_eq!(waiting, vec![2, 0, 6], "a lane the desk holds nothing of is as read");
+    }
+
+    #[test]
     fn the_first_of_an_empty_queue_starts_next() {
         assert_eq!(position(&figures(0, &[], 0, &[])), 1);
         assert_eq!(position(&figures(0, &[5, 3], 4, &[])), 1, "the other lanes wait for their turns");
@@ -286,13 +330,13 @@ mod tests {
         let mut samples = StartSamples::default();
         samples.add(t, 100);
         assert_eq!(samples.rate(), None, "one reading");
-        samples.add(t + Duration::from_millis(200), 300);
+        samples.add(t + Duration::from_millis(1_900), 300);
         assert_eq!(samples.rate(), None, "too short a span");
-        samples.add(t + Duration::from_secs(1), 1_100);
+        samples.add(t + Duration::from_secs(2), 2_100);
         assert_eq!(samples.rate(), Some(1_000.0));
-        samples.add(t + Duration::from_secs(7), 1_100);
+        samples.add(t + Duration::from_secs(8), 2_100);
         assert_eq!(samples.rate(), None, "nothing started within the window");
-        samples.add(t + Duration::from_secs(8), 1_000);
+        samples.add(t + Duration::from_secs(9), 1_000);
         assert_eq!(samples.0.len(), 1, "a lower total starts again");
     }
 }

@@ -14,8 +14,10 @@
 //! as before.
 //!
 //! What it costs the queue's figures, for at most [`HOLD`] after a block is taken:
-//! - the tickets held and not yet handed out count as waiting in the lane's count (the other
-//!   lanes' positions and the admission bound may read up to a block too many);
+//! - the tickets held and not yet handed out are in the lane's count of waiting as the store
+//!   has it. This replica's queue places take its own out ([`TicketDesk::unused_of_model`]:
+//!   its admission bound and positions count them right); what another replica holds still
+//!   counts, at most that replica's demand of one [`HOLD`];
 //! - with several api replicas, a ticket another replica took after this block stands behind
 //!   the block's unused tickets, and the tickets of one lane are in the order they were taken
 //!   from the lane, which is not quite the order of the creates across replicas.
@@ -31,7 +33,7 @@ use std::{
 };
 
 use common::{
-    domain::Prediction,
+    domain::{ModelRef, Prediction},
     lane::Lane,
     store::{Batching, GroupCommitError, QueueLanes, group_commit::run_writer},
 };
@@ -53,6 +55,7 @@ const LANES_KEPT: usize = 4096;
 #[derive(Clone)]
 pub struct TicketDesk {
     queue: mpsc::Sender<TicketRequest>,
+    shelf: Arc<Shelf>,
 }
 
 /// A request for a ticket of a prediction's lane, with whom to tell.
@@ -118,6 +121,11 @@ impl Held {
         tickets
     }
 
+    /// The tickets held and not yet handed out.
+    fn unused(&self) -> u64 {
+        self.blocks.iter().map(|b| u64::try_from(b.end - b.next).unwrap_or(0)).sum()
+    }
+
     /// How many tickets to hold beyond those a write takes for its requests.
     fn spare_wanted(&self) -> u64 {
         let demand = self.last_window.max(self.this_window);
@@ -136,11 +144,24 @@ impl TicketDesk {
         let batching = batching.at_least_one();
         let (queue, receiver) = mpsc::channel(4 * batching.max_batch);
         let shelf = Arc::new(Shelf { lanes, held: Mutex::default() });
+        let writer = shelf.clone();
         tokio::spawn(run_writer(batching, receiver, move |batch| {
-            let shelf = shelf.clone();
+            let shelf = writer.clone();
             async move { hand_out(&shelf, batch).await }
         }));
-        Self { queue }
+        Self { queue, shelf }
+    }
+
+    /// The tickets this desk holds and has not handed out, per lane of `model` (by
+    /// [`Lane::store_key`]; lanes holding none are left out): taken from the lane's counter,
+    /// so counted there as waiting, though no prediction has them.
+    pub fn unused_of_model(&self, model: &ModelRef) -> HashMap<String, u64> {
+        let held = self.shelf.held();
+        held.iter()
+            .filter(|(lane, _)| lane.model == *model)
+            .map(|(lane, h)| (lane.store_key(), h.unused()))
+            .filter(|(_, unused)| *unused > 0)
+            .collect()
     }
 
     /// The next ticket of `prediction`'s lane.
@@ -241,7 +262,9 @@ mod tests {
     #[test]
     fn tickets_come_from_the_oldest_block_first_and_a_spent_block_is_dropped() {
         let mut h = held(&[(5, 7), (20, 22)]);
+        assert_eq!(h.unused(), 4);
         assert_eq!(h.hand_out(3), vec![5, 6, 20]);
+        assert_eq!(h.unused(), 1, "what is handed out is no longer held unused");
         assert_eq!(h.blocks.iter().map(|b| (b.next, b.end)).collect::<Vec<_>>(), vec![(21, 22)]);
         assert_eq!(h.hand_out(5), vec![21], "no more than is held");
         assert!(h.blocks.is_empty());
