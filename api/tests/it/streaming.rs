@@ -46,9 +46,13 @@ pub fn joined(events: &[Sse], name: &str) -> String {
 }
 
 /// The whole stream of prediction `id`, read with the system's key (resumed after
-/// `last_event_id` when given).
+/// `last_event_id` when given). The stream of an ended prediction ends by itself; the client's
+/// limit covers the whole body, which for a large value on a slow machine may take longer than
+/// the 30 s of the system's other requests.
 pub async fn streamed(system: &System, id: &str, last_event_id: Option<u64>) -> Vec<Sse> {
-    let mut request = system.request(Method::GET, &format!("/v1/predictions/{id}/stream"));
+    let mut request = system
+        .request(Method::GET, &format!("/v1/predictions/{id}/stream"))
+        .timeout(std::time::Duration::from_secs(90));
     if let Some(last) = last_event_id {
         request = request.header("last-event-id", last.to_string());
     }
