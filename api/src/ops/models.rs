@@ -70,15 +70,27 @@ pub async fn update(
     changed.ok_or_else(missing)
 }
 
+/// Model `owner/name` if `account` owns it; otherwise (another account's, none, a name that is
+/// no model's) the error `missing` makes, the same for each so a caller learns nothing of others.
+async fn callers_model(
+    state: &AppState,
+    account: &AccountId,
+    owner: &str,
+    name: &str,
+    missing: impl Fn() -> ApiError,
+) -> Result<ModelRef, ApiError> {
+    let model = ModelRef::new(owner, name).map_err(|_| missing())?;
+    match state.store.owned_models().get(&model).await? {
+        Some(owned) if &owned.account_id == account => Ok(model),
+        _ => Err(missing()),
+    }
+}
+
 /// Deletes `account`'s model `owner/name` with its trained versions and their weights; 409
 /// while a deployment runs it or a training into it is under way.
 pub async fn delete(state: &AppState, account: &AccountId, owner: &str, name: &str) -> Result<(), ApiError> {
     let missing = || ApiError::not_found(format!("Model {owner}/{name} not found."));
-    let model = ModelRef::new(owner, name).map_err(|_| missing())?;
-    match state.store.owned_models().get(&model).await? {
-        Some(owned) if &owned.account_id == account => {}
-        _ => return Err(missing()),
-    }
+    let model = callers_model(state, account, owner, name, missing).await?;
     if state.store.deployments().uses_model(&model).await? {
         return Err(ApiError::conflict(format!("A deployment runs {model}: delete or change it first.")));
     }
@@ -123,11 +135,7 @@ pub async fn delete_version(
     id: &str,
 ) -> Result<(), ApiError> {
     let missing = || ApiError::not_found(format!("Version {id} of {owner}/{name} not found."));
-    let model = ModelRef::new(owner, name).map_err(|_| missing())?;
-    match state.store.owned_models().get(&model).await? {
-        Some(owned) if &owned.account_id == account => {}
-        _ => return Err(missing()),
-    }
+    let model = callers_model(state, account, owner, name, missing).await?;
     if state.store.deployments().uses_version(&model, id).await? {
         return Err(ApiError::conflict(format!(
             "A deployment runs version {id} of {model}: change or delete the deployment first."

@@ -216,6 +216,15 @@ fn summary(rate: u64, outcomes: &[(u64, Outcome)], missing_webhooks: usize) -> V
     })
 }
 
+/// When the p99 was back under the bound, in words: `null` (never, within the seconds the run
+/// measured after the overload) reads "not within the run's N s after it".
+pub fn recovery(result: &Value) -> String {
+    match result["recovered_within_s"].as_u64() {
+        Some(s) => format!("{s} s"),
+        None => format!("not within the run's {STEP_SECONDS} s after it"),
+    }
+}
+
 /// The timeline as a table, then the targets.
 pub fn table(result: &Value) -> String {
     let mut out = format!(
@@ -233,7 +242,7 @@ pub fn table(result: &Value) -> String {
         ));
     }
     out.push_str(&format!(
-        "goodput at 2x: {}/s ({} of the sustained rate); rejections: {} (p99 {} ms, {} without Retry-After); accepted and lost: {}; missing webhooks: {}; p99 under 100 ms again {} s after the overload\ntargets: {}\n",
+        "goodput at 2x: {}/s ({} of the sustained rate); rejections: {} (p99 {} ms, {} without Retry-After); accepted and lost: {}; missing webhooks: {}; p99 under 100 ms again after the overload: {}\ntargets: {}\n",
         result["goodput_at_2x_per_second"],
         result["goodput_at_2x_ratio"],
         result["rejections"],
@@ -241,7 +250,7 @@ pub fn table(result: &Value) -> String {
         result["rejections_without_retry_after"],
         result["accepted_lost"],
         result["missing_webhooks"],
-        result["recovered_within_s"],
+        recovery(result),
         result["targets"],
     ));
     out
@@ -278,6 +287,12 @@ mod tests {
         assert_eq!(read["goodput_at_2x_ratio"], 0.9);
         assert_eq!(read["rejections"], 100);
         assert_eq!(read["recovered_within_s"], 2, "two slow seconds after the overload");
+        assert_eq!(recovery(&read), "2 s");
+        assert_eq!(
+            recovery(&json!({"recovered_within_s": null})),
+            format!("not within the run's {STEP_SECONDS} s after it"),
+            "a p99 that never came back is said so, not printed as null"
+        );
         assert_eq!(read["targets"]["goodput_at_2x_at_least_0_9"], true);
         assert_eq!(read["targets"]["p99_under_100_ms_within_5_s"], true);
 
