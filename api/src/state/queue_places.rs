@@ -34,14 +34,14 @@
 //! wait longer than the bound to start is refused before anything is written
 //! ([`QueuePlaces::admit`]). Its wait is its position as a new job of its lane (the same
 //! rule as above, from the model's lanes as this replica last read them, less the tickets its
-//! ticket desk holds unused ([`crate::state::tickets`]), plus the creates this
-//! replica admitted to that lane since: a burst of creates that all find the same last reading
-//! is refused past the bound, not admitted whole) over the rate at which
-//! the model's jobs have been starting (the lanes' start marks, sampled at each read of the
-//! lanes over the last [`RATE_WINDOW`]). A model whose rate is not known (nothing started
+//! ticket desk holds unused ([`crate::state::tickets`]), plus the creates this replica
+//! admitted to that lane since: a burst of creates that all find the same last reading is
+//! refused past the bound, not admitted whole) over the rate at which the model's jobs have
+//! been starting (the lanes' start marks, sampled at each read of the lanes over the last
+//! [`RATE_WINDOW`]). A model whose rate is not known (nothing started
 //! lately, no runner yet, or fewer than [`RATE_MIN_SPAN`] of readings) is never refused: its
-//! predictions wait for a runner, within their deadline. The marks trail the starts by up to 250 ms ([`START_MARK_INTERVAL`]): the wait
-//! counts half of that as already started.
+//! predictions wait for a runner, within their deadline. The marks trail the starts by up to
+//! 250 ms ([`START_MARK_INTERVAL`]): the wait counts half of that as already started.
 
 use std::{
     collections::{HashMap, VecDeque},
