@@ -68,7 +68,15 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     /// entry is at most `ttl` plus one read old. A key with no entry at all (a first look-up,
     /// or one cleared or removed) is loaded by every caller that asks for it meanwhile. A load
     /// that fails or is dropped stores nothing and leaves the next caller to load.
-    pub async fn get_or_load<E>(&self, key: &K, load: impl Future<Output = Result<V, E>>) -> Result<V, E> {
+    ///
+    /// `load` makes the read's future only when one is needed, and it is awaited boxed: a
+    /// look-up is most often a hit, and a read's future (a few KB for a MongoDB query) would
+    /// otherwise be part of every caller's future.
+    pub async fn get_or_load<E, F: Future<Output = Result<V, E>>>(
+        &self,
+        key: &K,
+        load: impl FnOnce() -> F,
+    ) -> Result<V, E> {
         {
             let mut inner = self.lock();
             match inner.entries.get(key) {
@@ -78,7 +86,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
             };
         }
         let _loading = Loading { cache: self, key };
-        let value = load.await?;
+        let value = Box::pin(load()).await?;
         self.insert(key.clone(), value.clone());
         Ok(value)
     }
@@ -150,7 +158,7 @@ mod tests {
         let cache = TtlCache::new(Duration::ZERO, 10);
         cache.insert("a", 1);
         let (release, released) = tokio::sync::oneshot::channel::<()>();
-        let first = cache.get_or_load(&"a", async {
+        let first = cache.get_or_load(&"a", || async {
             released.await.ok();
             Ok::<_, ()>(2)
         });
@@ -158,7 +166,7 @@ mod tests {
         assert!(futures::poll!(first.as_mut()).is_pending(), "the first caller loads");
         let loads = std::sync::atomic::AtomicUsize::new(0);
         let meanwhile = cache
-            .get_or_load(&"a", async {
+            .get_or_load(&"a", || async {
                 loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok::<_, ()>(3)
             })
@@ -174,17 +182,19 @@ mod tests {
     async fn a_load_that_fails_or_is_dropped_leaves_the_next_caller_to_load() {
         let cache = TtlCache::new(Duration::ZERO, 10);
         cache.insert("a", 1);
-        assert_eq!(cache.get_or_load(&"a", async { Err::<i32, _>("down") }).await, Err("down"));
-        let dropped = cache.get_or_load(&"a", std::future::pending::<Result<i32, ()>>());
+        assert_eq!(cache.get_or_load(&"a", || async { Err::<i32, _>("down") }).await, Err("down"));
+        let dropped = cache.get_or_load(&"a", std::future::pending::<Result<i32, ()>>);
         assert!(tokio::time::timeout(Duration::from_millis(10), dropped).await.is_err());
-        assert_eq!(cache.get_or_load(&"a", async { Ok::<_, ()>(4) }).await, Ok(4));
+        assert_eq!(cache.get_or_load(&"a", || async { Ok::<_, ()>(4) }).await, Ok(4));
     }
 
     #[tokio::test]
     async fn a_fresh_entry_is_not_loaded_and_a_missing_one_is() {
         let cache = TtlCache::new(Duration::from_secs(60), 10);
-        assert_eq!(cache.get_or_load(&"a", async { Ok::<_, ()>(1) }).await, Ok(1));
-        assert_eq!(cache.get_or_load(&"a", async { Ok::<_, ()>(2) }).await, Ok(1));
+        assert_eq!(cache.get_or_load(&"a", || async { Ok::<_, ()>(1) }).await, Ok(1));
+        assert_eq!(cache.get_or_load(&"a", || async { Ok::<_, ()>(2) }).await, Ok(1));
+        let no_read = || -> std::future::Ready<Result<i32, ()>> { unreachable!("a fresh entry makes no read") };
+        assert_eq!(cache.get_or_load(&"a", no_read).await, Ok(1), "the read is not even made");
     }
 
     #[test]

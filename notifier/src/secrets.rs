@@ -56,7 +56,7 @@ impl SecretCache {
     /// The secrets of `account`, as they are since the last rotation announced.
     pub async fn get(&self, account: &AccountId) -> anyhow::Result<Arc<SigningSecrets>> {
         self.apply_rotations();
-        let load = async {
+        let load = || async {
             let found =
                 self.accounts.get(account).await?.with_context(|| format!("account {account} does not exist"))?;
             Ok(Arc::new(found.signing_secrets(&self.master)?))

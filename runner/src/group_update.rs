@@ -105,7 +105,9 @@ impl GroupUpdate {
     /// Applies `update` if its document matches its filter; returns whether it did.
     pub async fn apply(&self, update: ConditionalUpdate) -> Result<bool, GroupUpdateError> {
         let (done, answer) = oneshot::channel();
-        self.queue.send(Waiting { update, done }).await.map_err(|_| GroupUpdateError::Stopped)?;
+        common::store::group_commit::enqueue(&self.queue, Waiting { update, done })
+            .await
+            .map_err(|_| GroupUpdateError::Stopped)?;
         answer.await.map_err(|_| GroupUpdateError::Stopped)?
     }
 }

@@ -128,12 +128,17 @@ fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::
     }
 }
 
-/// A prediction whose webhook asked for `account.budget` makes its receiver one of the
-/// account's budget notices' (see `common::store::budget_notices`). A failure to note it is
-/// logged, and the create stands: the next such create notes it.
+/// Whether the prediction's webhook asked for `account.budget`.
+fn wants_budget_notices(prediction: &Prediction) -> bool {
+    prediction.webhook.is_some()
+        && prediction.webhook_events_filter.as_ref().is_some_and(|f| f.contains(&WebhookEvent::AccountBudget))
+}
+
+/// A prediction whose webhook asked for `account.budget` ([`wants_budget_notices`]) makes its
+/// receiver one of the account's budget notices' (see `common::store::budget_notices`). A
+/// failure to note it is logged, and the create stands: the next such create notes it.
 async fn remember_budget_receiver(state: &AppState, account: &AccountId, prediction: &Prediction) {
-    let asked = prediction.webhook_events_filter.as_ref().is_some_and(|f| f.contains(&WebhookEvent::AccountBudget));
-    if let (true, Some(url)) = (asked, &prediction.webhook)
+    if let (true, Some(url)) = (wants_budget_notices(prediction), &prediction.webhook)
         && let Err(e) = state.store.budget_notices().add_receiver(account, url).await
     {
         tracing::warn!(error = %e, "the receiver of the account's budget notices was not noted");
@@ -155,17 +160,20 @@ pub async fn store_and_publish(
     // Every job gets its deadline here: its kind's, or sooner when the create asked.
     let limit = state.config.common.deadlines.of(prediction.kind);
     prediction.set_deadline_asked(cancel_after, limit);
+    // The steps taken only sometimes are awaited boxed (see `routes::predictions`).
     if let Some(key) = &idempotency_key
-        && let Claim::Existing(first) = claim_key(state, account, key, &prediction.id).await?
+        && let Claim::Existing(first) = Box::pin(claim_key(state, account, key, &prediction.id)).await?
     {
         return Ok(Claim::Existing(first));
     }
     let release = async |state: &AppState, prediction: &Prediction| {
         if let Some(key) = &idempotency_key {
-            release_key(state, account, key, &prediction.id).await;
+            Box::pin(release_key(state, account, key, &prediction.id)).await;
         }
     };
-    if let Err(refused) = admitted(state, prediction).await {
+    if let Some(bound) = state.config.max_queue_wait
+        && let Err(refused) = Box::pin(admitted(state, prediction, bound)).await
+    {
         release(state, prediction).await;
         return Err(refused);
     }
@@ -179,31 +187,29 @@ pub async fn store_and_publish(
         }
     };
     let stored = async {
-        prediction.queue_ticket = Some(state.tickets.take(prediction).await.map_err(|e| (e, None))?);
-        let mut document = stored_form.clone().unwrap_or_else(|| prediction.clone());
-        document.queue_ticket = prediction.queue_ticket;
+        prediction.queue_ticket = Some(state.tickets.take(prediction).await.map_err(|e| (e, false))?);
         // Refused or dropped unwritten: certainly not stored. A failed write may have stored it,
         // and a duplicate of its `_id` (random) is its own first write, retried by the driver.
-        state.new_predictions.insert(document.clone()).await.map_err(|e| {
+        state.new_predictions.insert(stored_document(prediction, stored_form.as_ref())).await.map_err(|e| {
             let unwritten =
                 matches!(e, GroupCommitError::Refused { .. } | GroupCommitError::Abandoned) && !e.is_duplicate_key();
-            (e, (!unwritten).then_some(document))
+            (e, !unwritten)
         })
     };
-    if let Err((e, uncertain)) = stored.instrument(tracing::info_span!("store_prediction")).await {
-        let outcome = match &uncertain {
-            None => Stored::No,
-            Some(document) => settle(state, document).await,
+    if let Err((e, maybe_stored)) = stored.instrument(tracing::info_span!("store_prediction")).await {
+        let outcome = match maybe_stored {
+            false => Stored::No,
+            true => Box::pin(settle(state, &stored_document(prediction, stored_form.as_ref()))).await,
         };
         match outcome {
             // The write applied though its answer was lost: the prediction is created.
             Stored::Yes => tracing::warn!(error = %e, "the prediction's write answered an error but it is stored"),
             Stored::No => {
                 tracing::warn!(error = %e, "the prediction was not stored");
-                state.store.queue_lanes().give_back(prediction).await;
+                Box::pin(state.store.queue_lanes().give_back(prediction)).await;
                 release(state, prediction).await;
                 if let Some(file) = stored_form.as_ref().and_then(|form| form.spilled.input.as_ref()) {
-                    state.payloads.discard(file).await;
+                    Box::pin(state.payloads.discard(file)).await;
                 }
                 return Err(e.into());
             }
@@ -221,7 +227,9 @@ pub async fn store_and_publish(
     }
     prediction.spilled = stored_form.map(|form| form.spilled).unwrap_or_default();
     state.metrics.created(&prediction.model.to_string());
-    remember_budget_receiver(state, account, prediction).await;
+    if wants_budget_notices(prediction) {
+        Box::pin(remember_budget_receiver(state, account, prediction)).await;
+    }
     let job = state.bus.job_of(prediction);
     // A publish waits no longer than the request's deadline; a job not sent by then is sent by
     // the outbox, like one NATS refused.
@@ -245,6 +253,14 @@ pub async fn store_and_publish(
         }
     }
     Ok(Claim::New)
+}
+
+/// The document that stores `prediction` (with its ticket): its `stored_form` when its input
+/// went to a payload file, else itself.
+fn stored_document(prediction: &Prediction, stored_form: Option<&Prediction>) -> Prediction {
+    let mut document = stored_form.unwrap_or(prediction).clone();
+    document.queue_ticket = prediction.queue_ticket;
+    document
 }
 
 /// Claims `key` for `prediction`; a live claim whose prediction was never stored (its create
@@ -355,11 +371,10 @@ async fn settle(state: &AppState, document: &Prediction) -> Stored {
     until_settled("settling whether the prediction is stored", again).await.unwrap_or(Stored::Unknown)
 }
 
-/// Refuses a prediction that would wait longer than `API_MAX_QUEUE_SECONDS` to start (503,
-/// `Retry-After` the excess, rounded up), before anything of it is written. Trainings and
-/// replicas without the bound take everything.
-async fn admitted(state: &AppState, prediction: &Prediction) -> Result<(), ApiError> {
-    let Some(bound) = state.config.max_queue_wait else { return Ok(()) };
+/// Refuses a prediction that would wait longer than `bound` (`API_MAX_QUEUE_SECONDS`) to
+/// start (503, `Retry-After` the excess, rounded up), before anything of it is written.
+/// Trainings take everything, as replicas without the bound do.
+async fn admitted(state: &AppState, prediction: &Prediction, bound: Duration) -> Result<(), ApiError> {
     if prediction.is_training() {
         return Ok(());
     }

@@ -57,7 +57,7 @@ impl AccountLimitsCache {
 
     /// `account`'s limits and spending, at most [`LIMIT_TTL`] old.
     pub async fn standing(&self, account: &AccountId) -> Result<Standing, StoreError> {
-        self.cache.get_or_load(account, read(&self.accounts, &self.usage, account, false)).await
+        self.cache.get_or_load(account, || read(&self.accounts, &self.usage, account, false)).await
     }
 
     /// `account`'s limits and spending as stored now, its spending counted even without a

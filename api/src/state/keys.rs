@@ -91,7 +91,7 @@ impl KeyDirectory {
 
     /// The key record with this hash, if it exists (usable or not).
     pub async fn lookup_hash(&self, hash: &KeyHash) -> Result<Option<ApiKeyRecord>, ApiError> {
-        Ok(self.cache.get_or_load(hash, self.keys.find_by_hash(hash)).await?)
+        Ok(self.cache.get_or_load(hash, || self.keys.find_by_hash(hash)).await?)
     }
 
     /// Records a use of `key`, writing `last_used_at` at most once a minute per key and

@@ -104,7 +104,7 @@ impl LiveRunners {
 
     /// What the live runners serve now (at most [`LIVE_CACHE_TTL`] old).
     pub async fn snapshot(&self) -> Result<Arc<LiveSnapshot>, ApiError> {
-        self.last.get_or_load(&(), self.read()).await
+        self.last.get_or_load(&(), || self.read()).await
     }
 
     async fn read(&self) -> Result<Arc<LiveSnapshot>, ApiError> {
@@ -157,7 +157,7 @@ impl ModelCatalog {
 
     /// The model at its latest version, if some runner registered it.
     pub async fn get(&self, model: &ModelRef) -> Result<Option<Arc<RegisteredModel>>, ApiError> {
-        let load = async {
+        let load = || async {
             match self.models.get(model).await? {
                 Some(record) => Ok(Some(self.latest(record).await?)),
                 None => Ok(None),

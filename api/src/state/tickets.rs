@@ -7,11 +7,12 @@
 //! `findAndModify` per create, a fifth of the api's MongoDB writes. So a lane that took
 //! [`MIN_BUSY`] or more tickets here in the last [`HOLD`] takes, with its next `$inc`, as many
 //! more as it took then (at most [`MAX_BLOCK`]), and hands them out to the creates that follow
-//! without a write. A held block is given back [`HOLD`] after it was taken, whatever of it is
-//! left: while those tickets are still the lane's last ones its counter goes back over them
-//! (the common case: nobody took a ticket of the lane after), else they are listed as skipped
-//! ([`QueueLanes::return_unused`]). A quiet lane holds nothing and writes once per create,
-//! as before.
+//! without a write, each in the create's own task (no trip through the desk's batch; creates in
+//! flight together may so take their tickets in another order than they asked). A held block
+//! is given back [`HOLD`] after it was taken, whatever of it is left: while those tickets are
+//! still the lane's last ones its counter goes back over them (the common case: nobody took a
+//! ticket of the lane after), else they are listed as skipped ([`QueueLanes::return_unused`]).
+//! A quiet lane holds nothing and writes once per create, as before.
 //!
 //! What it costs the queue's figures, for at most [`HOLD`] after a block is taken:
 //! - the tickets held and not yet handed out are in the lane's count of waiting as the store
@@ -35,7 +36,10 @@ use std::{
 use common::{
     domain::{ModelRef, Prediction},
     lane::Lane,
-    store::{Batching, GroupCommitError, QueueLanes, group_commit::run_writer},
+    store::{
+        Batching, GroupCommitError, QueueLanes,
+        group_commit::{enqueue, run_writer},
+    },
 };
 use futures::future::join_all;
 use tokio::sync::{mpsc, oneshot};
@@ -165,10 +169,16 @@ impl TicketDesk {
     }
 
     /// The next ticket of `prediction`'s lane.
+    /// A lane holding a block answers at once, from it; otherwise the request joins the
+    /// desk's next batch (one `$inc` per lane, see [`hand_out`]).
     pub async fn take(&self, prediction: &Prediction) -> Result<i64, GroupCommitError> {
+        let lane = Lane::of(prediction);
+        if let Some(ticket) = self.shelf.take_held(&lane, Instant::now()) {
+            return Ok(ticket);
+        }
         let (done, answer) = oneshot::channel();
-        let request = TicketRequest { lane: Lane::of(prediction), done };
-        self.queue.send(request).await.map_err(|_| GroupCommitError::Stopped)?;
+        let request = TicketRequest { lane, done };
+        enqueue(&self.queue, request).await.map_err(|_| GroupCommitError::Stopped)?;
         answer.await.map_err(|_| GroupCommitError::Stopped)?
     }
 }
@@ -177,6 +187,21 @@ impl Shelf {
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Lane, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// See [`next_held`].
+    fn take_held(&self, lane: &Lane, now: Instant) -> Option<i64> {
+        next_held(&mut self.held(), lane, now)
+    }
+}
+
+/// The next ticket of a block held for `lane`, counted in its demand; `None` when the lane
+/// holds none (a ticket of the lane then costs a trip through the desk's batch).
+fn next_held(held: &mut HashMap<Lane, Held>, lane: &Lane, now: Instant) -> Option<i64> {
+    let lane_held = held.get_mut(lane).filter(|h| !h.blocks.is_empty())?;
+    lane_held.roll(now);
+    let ticket = lane_held.hand_out(1).pop()?;
+    lane_held.this_window += 1;
+    Some(ticket)
 }
 
 /// Answers one batch of requests: from the blocks held where they reach, else with one `$inc`
@@ -268,6 +293,22 @@ mod tests {
         assert_eq!(h.blocks.iter().map(|b| (b.next, b.end)).collect::<Vec<_>>(), vec![(21, 22)]);
         assert_eq!(h.hand_out(5), vec![21], "no more than is held");
         assert!(h.blocks.is_empty());
+    }
+
+    #[test]
+    fn a_lane_holding_a_block_answers_from_it_and_counts_the_demand() {
+        let now = Instant::now();
+        let model = ModelRef::new("demo", "echo").expect("a model name");
+        let route = common::domain::Route { version: "v1".into(), pool: None };
+        let lane = Lane::new(&model, &route, &common::domain::AccountId::generate(), Default::default());
+        let mut desk = HashMap::new();
+        assert_eq!(next_held(&mut desk, &lane, now), None, "nothing held: the request goes to the batch");
+        assert!(desk.is_empty(), "a lane holding nothing is not noted here");
+        desk.insert(lane.clone(), held(&[(7, 9)]));
+        assert_eq!(next_held(&mut desk, &lane, now), Some(7));
+        assert_eq!(next_held(&mut desk, &lane, now), Some(8));
+        assert_eq!(next_held(&mut desk, &lane, now), None, "the block is spent");
+        assert_eq!(desk[&lane].this_window, 2, "tickets handed out at once count as demand");
     }
 
     #[test]

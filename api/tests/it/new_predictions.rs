@@ -92,9 +92,10 @@ async fn a_prediction_whose_request_deadline_passed_while_it_queued_is_not_writt
     let soon = tokio::time::Instant::now() + Duration::from_millis(50);
     let later = tokio::time::Instant::now() + Duration::from_secs(30);
 
+    // Each insert is called within its request's deadline, as a create's is.
     let (late_result, on_time_result) = tokio::join!(
-        common::deadline::within(Deadline::at(soon), writer.insert(late.clone())),
-        common::deadline::within(Deadline::at(later), writer.insert(on_time.clone())),
+        common::deadline::within(Deadline::at(soon), async { writer.insert(late.clone()).await }),
+        common::deadline::within(Deadline::at(later), async { writer.insert(on_time.clone()).await }),
     );
 
     assert!(matches!(late_result, Err(GroupCommitError::Abandoned)), "{late_result:?}");

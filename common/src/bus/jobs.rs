@@ -67,15 +67,21 @@ impl Bus {
         let (bus, job) = (self.clone(), job.clone());
         Ok(async move {
             match stored.await {
-                // The stream was lost: made again, and the job sent once more.
-                Err(e) if bus.remade_after(&e).await => {
-                    bus.send_stored(job.subject, job.prediction_id, job.payload, async_nats::HeaderMap::new())
-                        .await?
-                        .await
-                }
-                result => result,
+                // Boxed: this future waits in a task of its own for every create, and this
+                // step is rare.
+                Err(e) => Box::pin(bus.send_again_if_remade(job, e)).await,
+                Ok(()) => Ok(()),
             }
         })
+    }
+
+    /// After `job`'s publish failed with `e`: if the jobs stream was lost and is made again,
+    /// the job sent once more (and its storing awaited); else `e`.
+    async fn send_again_if_remade(self, job: EncodedJob, e: BusError) -> Result<(), BusError> {
+        if !self.remade_after(&e).await {
+            return Err(e);
+        }
+        self.send_stored(job.subject, job.prediction_id, job.payload, async_nats::HeaderMap::new()).await?.await
     }
 
     /// Whether the job of `prediction` is still in the jobs stream (not yet acked).

@@ -112,6 +112,12 @@ impl Payloads {
         if size <= INLINE_MAX_BYTES {
             return Ok(None);
         }
+        // Boxed: the write's future is large, and most predictions never take this step.
+        Box::pin(self.spill_input(p)).await.map(Some)
+    }
+
+    /// `p`'s stored form with its input in a payload file (see [`Self::stored_form`]).
+    async fn spill_input(&self, p: &Prediction) -> Result<Prediction, FilesError> {
         // The model's input is most often the input itself: then it is kept once.
         let both = match p.model_input == p.input {
             true => json!({ "input": &p.input }),
@@ -123,7 +129,7 @@ impl Payloads {
         stored.input = Value::Null;
         stored.model_input = Value::Null;
         stored.spilled.input = Some(file);
-        Ok(Some(stored))
+        Ok(stored)
     }
 
     /// Writes `output` of prediction `p` to a payload file when it is too large for the
@@ -132,7 +138,7 @@ impl Payloads {
         if estimated_json_len(output) <= INLINE_MAX_BYTES {
             return Ok(None);
         }
-        self.put(p, "output.json", output).await.map(Some)
+        Box::pin(self.put(p, "output.json", output)).await.map(Some)
     }
 
     /// Reads the spilled values of `p` back into it: each field that is `null` as stored and

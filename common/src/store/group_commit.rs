@@ -17,6 +17,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use futures::future::{BoxFuture, Either, Ready, ready};
 use mongodb::{
     Collection,
     error::{ErrorKind, IndexedWriteError},
@@ -115,11 +116,39 @@ impl<T: Serialize + Send + Sync + 'static> GroupCommit<T> {
     }
 
     /// Stores `document`, returning once it is written (or refused, or its write failed).
-    pub async fn insert(&self, document: T) -> Result<(), GroupCommitError> {
+    /// The document is queued when this is called (at once, unless the queue is full), with
+    /// the deadline current there ([`crate::deadline`]); the future only waits for the answer,
+    /// and so does not hold the document (see [`enqueue`]).
+    pub fn insert(&self, document: T) -> impl Future<Output = Result<(), GroupCommitError>> + Send + 'static {
         let (done, answer) = oneshot::channel();
         let deadline = crate::deadline::current();
-        self.queue.send(Waiting { document, done, deadline }).await.map_err(|_| GroupCommitError::Stopped)?;
-        answer.await.map_err(|_| GroupCommitError::Stopped)?
+        let queued = enqueue(&self.queue, Waiting { document, done, deadline });
+        async move {
+            queued.await.map_err(|_| GroupCommitError::Stopped)?;
+            answer.await.map_err(|_| GroupCommitError::Stopped)?
+        }
+    }
+}
+
+/// The writer of a queue has stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueClosed;
+
+/// What [`enqueue`] returns: ready at once, or the wait for room, boxed.
+pub type Enqueued = Either<Ready<Result<(), QueueClosed>>, BoxFuture<'static, Result<(), QueueClosed>>>;
+
+/// Puts `item` on a writer's `queue` now while it has room (the common case), else once it
+/// has, in a boxed future. Either way the future returned holds neither the item nor the
+/// channel's send future (together a few KB for a prediction), which a caller's future would
+/// otherwise carry and move at each of its awaits and those of its callers.
+pub fn enqueue<W: Send + 'static>(queue: &mpsc::Sender<W>, item: W) -> Enqueued {
+    match queue.try_send(item) {
+        Ok(()) => Either::Left(ready(Ok(()))),
+        Err(mpsc::error::TrySendError::Closed(_)) => Either::Left(ready(Err(QueueClosed))),
+        Err(mpsc::error::TrySendError::Full(item)) => {
+            let queue = queue.clone();
+            Either::Right(Box::pin(async move { queue.send(item).await.map_err(|_| QueueClosed) }))
+        }
     }
 }
 
@@ -229,6 +258,23 @@ fn refused_error(refused: &IndexedWriteError) -> GroupCommitError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_item_is_queued_at_once_while_there_is_room_else_once_there_is() {
+        let (queue, mut receiver) = mpsc::channel(1);
+        let first = enqueue(&queue, 1);
+        assert!(matches!(first, Either::Left(_)), "with room it is queued when called");
+        assert_eq!(first.await, Ok(()));
+        let second = enqueue(&queue, 2);
+        assert!(matches!(second, Either::Right(_)), "a full queue is waited on");
+        tokio::pin!(second);
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        assert_eq!(receiver.recv().await, Some(1));
+        assert_eq!(second.await, Ok(()));
+        assert_eq!(receiver.recv().await, Some(2), "in order");
+        drop(receiver);
+        assert_eq!(enqueue(&queue, 3).await, Err(QueueClosed), "a stopped writer is told");
+    }
 
     #[test]
     fn a_successful_write_answers_every_document_ok() {

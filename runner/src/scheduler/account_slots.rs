@@ -191,7 +191,7 @@ impl AccountSlots {
 
     /// The account's cap, cached.
     async fn cap(&self, account: &AccountId) -> Result<Option<u32>, common::store::StoreError> {
-        self.caps.get_or_load(account, self.accounts.max_concurrency(account)).await
+        self.caps.get_or_load(account, || self.accounts.max_concurrency(account)).await
     }
 
     /// The slots below `cap` the mirror sees free, if the account is under its cap, at most
