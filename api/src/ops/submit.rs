@@ -15,7 +15,7 @@ use common::{
     bus::BusError,
     domain::{
         AccountId, ApiSurface, NewPrediction, Prediction, PredictionId, Priority, TrainedVersionRef, WebhookEvent,
-        training,
+        WebhookUrl, training,
     },
     store::GroupCommitError,
 };
@@ -128,19 +128,17 @@ fn hand_weights(state: &AppState, prediction: &mut Prediction, trained: &crate::
     }
 }
 
-/// Whether the prediction's webhook asked for `account.budget`.
-fn wants_budget_notices(prediction: &Prediction) -> bool {
-    prediction.webhook.is_some()
-        && prediction.webhook_events_filter.as_ref().is_some_and(|f| f.contains(&WebhookEvent::AccountBudget))
+/// The prediction's webhook when it asked for `account.budget`.
+fn budget_receiver(prediction: &Prediction) -> Option<&WebhookUrl> {
+    let asked = prediction.webhook_events_filter.as_ref().is_some_and(|f| f.contains(&WebhookEvent::AccountBudget));
+    prediction.webhook.as_ref().filter(|_| asked)
 }
 
-/// A prediction whose webhook asked for `account.budget` ([`wants_budget_notices`]) makes its
-/// receiver one of the account's budget notices' (see `common::store::budget_notices`). A
+/// A prediction whose webhook asked for `account.budget` ([`budget_receiver`]) makes `url`
+/// one of the account's budget notices' receivers (see `common::store::budget_notices`). A
 /// failure to note it is logged, and the create stands: the next such create notes it.
-async fn remember_budget_receiver(state: &AppState, account: &AccountId, prediction: &Prediction) {
-    if let (true, Some(url)) = (wants_budget_notices(prediction), &prediction.webhook)
-        && let Err(e) = state.store.budget_notices().add_receiver(account, url).await
-    {
+async fn remember_budget_receiver(state: &AppState, account: &AccountId, url: &WebhookUrl) {
+    if let Err(e) = state.store.budget_notices().add_receiver(account, url).await {
         tracing::warn!(error = %e, "the receiver of the account's budget notices was not noted");
     }
 }
@@ -227,8 +225,8 @@ pub async fn store_and_publish(
     }
     prediction.spilled = stored_form.map(|form| form.spilled).unwrap_or_default();
     state.metrics.created(&prediction.model.to_string());
-    if wants_budget_notices(prediction) {
-        Box::pin(remember_budget_receiver(state, account, prediction)).await;
+    if let Some(url) = budget_receiver(prediction) {
+        Box::pin(remember_budget_receiver(state, account, url)).await;
     }
     let job = state.bus.job_of(prediction);
     // A publish waits no longer than the request's deadline; a job not sent by then is sent by
