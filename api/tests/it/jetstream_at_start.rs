@@ -5,7 +5,7 @@
 //! three-node row's api once exited 5 s after it started, on "jetstream request timed out".
 
 use std::{
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -41,7 +41,7 @@ fn nats_server(port: u16, jetstream: Option<&std::path::Path>) -> Server {
 
 #[tokio::test]
 async fn streams_are_made_once_jetstream_answers_rather_than_failing_the_start() {
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let port = testkit::free_port();
     let dir = std::env::temp_dir().join(format!("ps-test-js-at-start-{}-{port}", std::process::id()));
     // First a server without JetStream: a stream request finds nobody to answer it.
     let without = nats_server(port, None);

@@ -164,11 +164,11 @@ async fn a_models_figure_counts_its_own_route_and_pinned_versions_and_is_zero_wh
     );
 }
 
-/// Two free loopback ports.
+/// Two free loopback ports, distinct.
 fn two_ports() -> (u16, u16) {
-    let a = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-    let b = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-    (a.local_addr().expect("addr").port(), b.local_addr().expect("addr").port())
+    let a = testkit::free_port();
+    let b = std::iter::repeat_with(testkit::free_port).find(|b| *b != a).expect("another port");
+    (a, b)
 }
 
 /// A container's `args`.

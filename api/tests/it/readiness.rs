@@ -137,12 +137,11 @@ async fn nats_url_takes_a_comma_separated_server_list_and_ready_checks_the_strea
 
 /// A port nothing listens on.
 fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    testkit::free_port()
 }
 
 fn free_bind() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").to_string()
+    testkit::free_addr().to_string()
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use crate::fixture::Fixture;
 #[tokio::test]
 async fn deliveries_verify_with_an_independent_python_verifier() {
     let fixture = Fixture::new(&[]).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let port = testkit::free_port();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/local/webhook-receiver");
     let mut verifier = Command::new("python3")
         .args([script, "--port", &port.to_string(), "--secret", fixture.secret.expose()])

@@ -12,15 +12,10 @@ use common::{
 use serde_json::{Value, json};
 use testkit::{
     cog::{CogMode, CogServer},
-    eventually,
+    eventually, free_port,
 };
 
 use crate::fixture::Fixture;
-
-/// A free port on the loopback interface.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port()
-}
 
 /// A Cog server of fixture `name` uploading to a runner that serves it as `acme/{name}`.
 async fn uploading_runner(fixture: &Fixture, name: &str) -> CogServer {

@@ -166,8 +166,7 @@ async fn runs_ended(addr: std::net::SocketAddr, model: &str) -> u64 {
 #[tokio::test]
 async fn a_job_delivered_again_while_its_runner_still_runs_it_runs_once() {
     let fixture = Fixture::new(&[]).await;
-    let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
-    let (first_metrics, second_metrics) = (port(), port());
+    let (first_metrics, second_metrics) = (testkit::free_addr(), testkit::free_addr());
     let mut first = fixture.runner_process(&[("RUNNER_METRICS_BIND", &first_metrics.to_string())]);
     let p = fixture.create("demo/sleep", json!({"seconds": 4})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status == PredictionStatus::Processing).await;

@@ -48,7 +48,7 @@ async fn a_model_limit_of_one_runs_that_models_predictions_one_at_a_time() {
 #[tokio::test]
 async fn the_runner_serves_its_mongodb_command_counts_when_asked() {
     let fixture = Fixture::new(&[]).await;
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+    let addr = testkit::free_addr();
     fixture.start_runner_with("demo/echo", &[("RUNNER_METRICS_BIND", &addr.to_string())]);
     let p = fixture.create("demo/echo", json!({"prompt": "counted"})).await;
     fixture.wait_until(&p.id, Duration::from_secs(30), |p| p.status.is_terminal()).await;

@@ -35,7 +35,7 @@ impl Uploader {
     /// Starts the server, uploading to a receiver on a port chosen now (the runner binds it,
     /// and binds it again when restarted).
     pub async fn start() -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = harness::servers::free_port()?;
         let bind = format!("127.0.0.1:{port}");
         let server = CogServer::start_uploading(Path::new(FIXTURE), 1, &format!("http://{bind}/upload/")).await?;
         Ok(Self { server, bind })

@@ -52,13 +52,18 @@ pub struct Snapshot {
 }
 
 fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(SocketAddr::from(([127, 0, 0, 1], super::servers::free_port()?)))
 }
 
-/// Two free addresses, distinct (both are held until both are known).
+/// Two free addresses, distinct.
 fn free_addr_pair() -> anyhow::Result<(SocketAddr, SocketAddr)> {
-    let (a, b) = (std::net::TcpListener::bind("127.0.0.1:0")?, std::net::TcpListener::bind("127.0.0.1:0")?);
-    Ok((a.local_addr()?, b.local_addr()?))
+    let a = free_addr()?;
+    loop {
+        let b = free_addr()?;
+        if b != a {
+            return Ok((a, b));
+        }
+    }
 }
 
 impl Cluster {

@@ -50,7 +50,7 @@ impl CogServer {
     async fn start_as(fixture: &Path, slots: usize, train: bool, upload_url: Option<&str>) -> anyhow::Result<Self> {
         let python = std::env::var("COG_PYTHON").context("COG_PYTHON is not set (deploy/testing/bench/run sets it)")?;
         let bin = Path::new(&python).parent().context("COG_PYTHON has no directory")?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = super::servers::free_port()?;
         let log = std::env::temp_dir().join(format!("bench-cog-{port}.log"));
         let tmp = std::env::temp_dir().join(format!("bench-cog-{port}"));
         std::fs::create_dir_all(&tmp).with_context(|| format!("create {}", tmp.display()))?;

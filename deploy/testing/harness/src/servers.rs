@@ -25,9 +25,12 @@ use tokio::process::{Child, Command};
 /// How long a server may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A free loopback port (free when asked; servers bind it right after).
+/// A free loopback port (free when asked; servers bind it right after), below the kernel's
+/// ephemeral range as the runner chooses its model servers' ports
+/// ([`runner::models::cog::instance::free_port`]): no bind to port 0 and no outgoing
+/// connection elsewhere takes it before its server binds it, or binds it again on a restart.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(runner::models::cog::instance::free_port()?)
 }
 
 /// A server program: how to start it again, and its process while it runs.

@@ -46,7 +46,7 @@ impl CogServer {
     fn start(name: &str, mode: CogMode, upload_url: Option<&str>) -> Self {
         let python = PathBuf::from(super::installed("COG_PYTHON"));
         let bin = python.parent().expect("the venv's bin").to_path_buf();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+        let port = super::ports::free_port();
         let dir = super::standins::repo_root().join("runner/tests/fixtures/cog").join(name);
         let tmp = std::env::temp_dir().join(format!("ps-test-cog-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&tmp).expect("create the Cog server's temporary directory");

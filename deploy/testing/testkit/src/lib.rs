@@ -16,6 +16,7 @@
 //!
 //! Also here:
 //! - [`cog`]: a Cog model server.
+//! - [`ports`]: free loopback ports for servers a test starts, below the ephemeral range.
 //! - [`proxy`]: a TCP proxy a test can cut, to take a server away from a service without stopping the shared
 //!   server.
 //! - [`standins`]: the local stand-ins, started as child processes of the test binary.
@@ -23,10 +24,12 @@
 
 pub mod cog;
 mod containers;
+pub mod ports;
 pub mod proxy;
 mod standins;
 pub mod telemetry;
 
+pub use ports::{free_addr, free_port};
 pub use standins::{MongoStandin, installed, nats_server};
 
 use std::{collections::HashMap, sync::OnceLock};

@@ -4,7 +4,7 @@
 
 use std::{
     io::{BufRead, BufReader},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::Mutex,
@@ -135,7 +135,7 @@ pub(super) fn s3() -> String {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("find a free port").port()
+    super::ports::free_port()
 }
 
 /// Runs `program` with `args` under a shell that stops it, and removes `dir`, once stdin

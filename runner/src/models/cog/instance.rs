@@ -7,7 +7,8 @@
 //! - **Boot on demand.** With `min_instances` 0 (the default) nothing runs until a job of the
 //!   model arrives; the job waits for the boot (its prediction stays `starting`). coglet is
 //!   started from the project's directory with the runner's Python (`RUNNER_COG_PYTHON`), on
-//!   a free loopback port, with `--upload-url` to the runner's own receiver,
+//!   a free loopback port ([`free_port`]; started again on another if another process takes
+//!   it first), with `--upload-url` to the runner's own receiver,
 //!   `COG_MAX_CONCURRENCY` from `cog.yaml`, `COG_SETUP_TIMEOUT` from the model's settings (none
 //!   by default, as in Cog) and a `TMPDIR` of its own, removed when it stops. Its stdout and
 //!   stderr are logged line by line under the model's name, the last lines kept for errors.
@@ -377,7 +378,9 @@ impl Instance {
         });
     }
 
-    /// Starts the process and waits until it is ready.
+    /// Starts the process and waits until it is ready. A server that exits because another
+    /// process took its port between the choice and its own bind is started again on another
+    /// port (up to [`PORT_TRIES`] in all): that is no failure of the model.
     async fn boot(&self) -> Result<Running, ModelError> {
         let model = &self.launch.model;
         let began = Instant::now();
@@ -386,7 +389,29 @@ impl Instance {
         tracing::info!(%model, version = %self.launch.project.version, "starting the model server");
         *self.boot_log.lock().unwrap_or_else(|p| p.into_inner()) = BootLog::default();
         self.boot_note(&format!("booting the model server of {model} (version {})", self.launch.project.version), true);
-        let port = free_port().map_err(|e| setup_failed(model, &format!("no free port: {e}")))?;
+        let mut tries = 1;
+        loop {
+            let port = free_port().map_err(|e| setup_failed(model, &format!("no free port: {e}")))?;
+            match self.boot_on(port, began).await {
+                Err(BootFailure::PortTaken) if tries < PORT_TRIES => {
+                    tracing::warn!(%model, port, "another process took the model server's port before it bound it; starting it on another");
+                    tries += 1;
+                }
+                Err(BootFailure::PortTaken) => {
+                    let e = setup_failed(model, &format!("another process took its port {PORT_TRIES} times in a row"));
+                    self.boot_note(&format!("the model server did not boot: {}", e.message), false);
+                    self.exited("setup_failed");
+                    return Err(e);
+                }
+                Err(BootFailure::Failed(e)) => return Err(e),
+                Ok(running) => return Ok(running),
+            }
+        }
+    }
+
+    /// One start of the server on `port` (see [`Self::boot`]).
+    async fn boot_on(&self, port: u16, began: Instant) -> Result<Running, BootFailure> {
+        let model = &self.launch.model;
         let tmp = std::env::temp_dir().join(format!("runner-cog-{}-{}-{port}", slug(model), std::process::id()));
         std::fs::create_dir_all(&tmp).map_err(|e| setup_failed(model, &format!("no TMPDIR {}: {e}", tmp.display())))?;
         let mut child = self
@@ -401,11 +426,20 @@ impl Instance {
             tokio::spawn(keep_lines(err, model.clone(), self.lines.clone(), self.boot_log.clone()));
         }
         let exited = CancellationToken::new();
-        let stopping = Arc::new(AtomicBool::new(false));
+        // Until the server is ready, an exit is the boot's to tell (a failed setup, a port
+        // taken), not the exit watcher's to count as a crash.
+        let stopping = Arc::new(AtomicBool::new(true));
         tokio::spawn(watch_exit(child, tmp, exited.clone(), stopping.clone(), self.me.clone()));
         let url = Url::parse(&format!("http://127.0.0.1:{port}/")).expect("a loopback URL");
         let running = Running { url, pid, exited, stopping, started: Instant::now() };
-        match self.await_ready(&running).await {
+        let ready = self.await_ready(&running).await.and_then(|()| {
+            running.stopping.store(false, Ordering::SeqCst);
+            match running.exited.is_cancelled() {
+                true => Err(setup_failed(model, "the server exited as it became ready")),
+                false => Ok(()),
+            }
+        });
+        match ready {
             Ok(()) => {
                 let took = began.elapsed();
                 self.metrics.model_booted(model, took);
@@ -416,13 +450,14 @@ impl Instance {
                 tokio::spawn(watch_running(self.me.clone(), running.exited.clone(), running.started));
                 Ok(running)
             }
+            Err(_) if running.exited.is_cancelled() && port_in_use(port) => Err(BootFailure::PortTaken),
             Err(e) => {
                 running.stopping.store(true, Ordering::Release);
                 signal(pid, nix::sys::signal::Signal::SIGKILL);
                 tracing::warn!(%model, error = %e, "the model server did not boot");
                 self.boot_note(&format!("the model server did not boot: {}", e.message), false);
                 self.exited("setup_failed");
-                Err(e)
+                Err(BootFailure::Failed(e))
             }
         }
     }
@@ -611,7 +646,7 @@ async fn watch_exit(
     std::fs::remove_dir_all(&tmp).ok();
     exited.cancel();
     let Some(instance) = instance.upgrade() else { return };
-    if stopping.load(Ordering::Acquire) {
+    if stopping.load(Ordering::SeqCst) {
         return;
     }
     let model = &instance.launch.model;
@@ -656,8 +691,50 @@ fn slug(model: &ModelRef) -> String {
     model.to_string().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect()
 }
 
-fn free_port() -> std::io::Result<u16> {
+/// How many ports a boot tries when another process takes each before the server binds it.
+const PORT_TRIES: u32 = 3;
+
+/// Why one start of a server did not give a ready server.
+enum BootFailure {
+    /// Another process took the port between its choice and the server's bind.
+    PortTaken,
+    /// The model did not boot.
+    Failed(ModelError),
+}
+
+impl From<ModelError> for BootFailure {
+    fn from(e: ModelError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+/// The lowest port a server is given.
+const LOWEST_PORT: u16 = 10_000;
+
+/// A loopback port free now, for a server to bind a moment later. Chosen below the kernel's
+/// ephemeral range (`net.ipv4.ip_local_port_range`), so that no port the kernel hands out
+/// meanwhile (another process's bind to port 0, an outgoing connection's own port) takes it
+/// in between; from that range only where the system leaves nothing below it. The test and
+/// measurement tooling (`harness::servers::free_port`) chooses its servers' ports here too.
+pub fn free_port() -> std::io::Result<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > LOWEST_PORT {
+        for _ in 0..64 {
+            let port = rand::random_range(LOWEST_PORT..ephemeral_low);
+            if !port_in_use(port) {
+                return Ok(port);
+            }
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Whether a process listens on (or holds) loopback `port`: it cannot be bound now.
+fn port_in_use(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_err()
 }
 
 fn signal(pid: u32, signal: nix::sys::signal::Signal) {
@@ -706,5 +783,49 @@ mod tests {
     fn errors_keep_the_last_lines() {
         assert_eq!(last_lines("a\nb\nc\nd", 2), "c\nd");
         assert_eq!(last_lines("a", 5), "a");
+    }
+
+    #[test]
+    fn a_server_port_is_below_the_ephemeral_range() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").expect("Linux");
+        let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).expect("a port");
+        for _ in 0..20 {
+            let port = free_port().expect("a port");
+            assert!((LOWEST_PORT..low).contains(&port), "{port} below {low}");
+        }
+    }
+
+    /// An instance of the fixture `echo` (a copy, with its `cog.yaml`) with the installed coglet.
+    fn echo_instance() -> Arc<Instance> {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cog/echo");
+        let dir = std::env::temp_dir().join(format!("runner-unit-echo-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).expect("a project directory");
+        std::fs::copy(fixture.join("predict.py"), dir.join("predict.py")).expect("copy predict.py");
+        std::fs::write(dir.join("cog.yaml"), "predict: \"predict.py:Predictor\"\n").expect("write cog.yaml");
+        let launch = Launch {
+            model: "acme/echo".parse().expect("a model"),
+            python: testkit::installed("COG_PYTHON").into(),
+            project: CogProject::load(&dir).expect("the echo project"),
+            mode: Mode::Predict,
+            upload_url: None,
+            settings: InstanceSettings::default(),
+        };
+        Instance::new(launch, RunnerMetrics::new(), CancellationToken::new())
+    }
+
+    #[tokio::test]
+    async fn a_server_whose_port_another_process_took_is_told_from_a_failed_setup() {
+        let instance = echo_instance();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let port = taken.local_addr().expect("an address").port();
+        let started = instance.boot_on(port, Instant::now()).await;
+        assert!(matches!(started, Err(BootFailure::PortTaken)), "the port was taken, not the model broken");
+        drop(taken);
+        // The same port once free: the server boots on it.
+        let running = instance.boot_on(port, Instant::now()).await.map_err(|_| "no boot").expect("a ready server");
+        assert_eq!(running.url.port(), Some(port));
+        running.stopping.store(true, Ordering::Release);
+        signal(running.pid, nix::sys::signal::Signal::SIGKILL);
+        std::fs::remove_dir_all(&instance.launch.project.dir).ok();
     }
 }

@@ -77,7 +77,7 @@ pub async fn run(options: Options) -> anyhow::Result<Value> {
     let pairs: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut cluster = Cluster::start(&pairs, false).await?;
     let outcome = async {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = harness::servers::free_port()?;
         let upload_url = format!("http://127.0.0.1:{port}/upload/");
         // One slot: the fixture is synchronous (coglet runs more than one prediction at once
         // only for an async one), so the 8 in flight queue at the Cog server, as they would
