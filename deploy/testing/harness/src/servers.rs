@@ -29,8 +29,17 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// ephemeral range as the runner chooses its model servers' ports
 /// ([`runner::models::cog::instance::free_port`]): no bind to port 0 and no outgoing
 /// connection elsewhere takes it before its server binds it, or binds it again on a restart.
+/// Never the same port twice in one process: servers started side by side (a NATS cluster's
+/// nodes, a service's two listeners) never draw the same one.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(runner::models::cog::instance::free_port()?)
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = runner::models::cog::instance::free_port()?;
+        if HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 /// A server program: how to start it again, and its process while it runs.

@@ -6,19 +6,36 @@
 //! with the whole suite running, one of those took such a port in the seconds before its
 //! server bound it ("Address already in use"; the runner's Cog uploads test, in CI). These
 //! ports are chosen below that range (`net.ipv4.ip_local_port_range`), which the kernel never
-//! hands out by itself, at random and free when chosen. The runner chooses its own model
-//! servers' ports the same way (`runner::models::cog::instance`).
+//! hands out by itself, at random and free when chosen, and never twice in one test process
+//! (two servers a test starts side by side never draw the same port). The runner chooses its
+//! own model servers' ports the same way (`runner::models::cog::instance`).
 
 use std::{
+    collections::BTreeSet,
     hash::{BuildHasher, RandomState},
     net::{SocketAddr, TcpListener},
+    sync::Mutex,
 };
 
 /// The lowest port handed out.
 const LOWEST: u16 = 10_000;
 
-/// A loopback port nothing listens on now, below the ephemeral range.
+/// The ports this process has handed out.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// A loopback port nothing listens on now, below the ephemeral range, not handed out before
+/// in this process.
 pub fn free_port() -> u16 {
+    loop {
+        let port = any_free_port();
+        if HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).insert(port) {
+            return port;
+        }
+    }
+}
+
+/// A loopback port nothing listens on now, below the ephemeral range.
+fn any_free_port() -> u16 {
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
@@ -45,11 +62,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ports_are_below_the_ephemeral_range_and_differ() {
+    fn ports_are_below_the_ephemeral_range_and_never_handed_out_twice() {
         let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").expect("Linux");
         let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).expect("a port");
-        let ports: std::collections::BTreeSet<u16> = (0..20).map(|_| free_port()).collect();
+        let ports: Vec<u16> = (0..200).map(|_| free_port()).collect();
         assert!(ports.iter().all(|p| (LOWEST..low).contains(p)), "{ports:?} below {low}");
-        assert!(ports.len() > 15, "chosen at random: {ports:?}");
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "never the same port twice");
     }
 }
