@@ -24,7 +24,7 @@
 //
 // The speed-ups (IdIndexed*, Summaries, ValueIndex, KeyOrder) are in Speedups.java.
 //
-// Two behaviours of real MongoDB that the library lacks, so tests can hold the service to them:
+// Behaviours of real MongoDB that the library lacks, so tests can hold the service to them:
 // - An update whose resulting document passes 16 MiB is refused with error 17419 and changes
 //   nothing (the library stored it). See Limits.
 // - An index requested with the keys (or the name) of an existing one but other options is
@@ -33,13 +33,16 @@
 // - The `failCommand` failpoint of MongoDB's test commands (`configureFailPoint`, as mongod
 //   started with enableTestCommands=1 takes it): fail the next N commands of the named kinds,
 //   optionally only those of one client `appName`, with an error code, a closed connection or a
-//   write concern error after the command ran. Tests inject a primary's stepdown with it.
-//   See FailPoint.
+//   write concern error after the command ran, or hold the command's connection for a while
+//   (`blockConnection`, `blockTimeMS`); `waitForFailPoint` waits until it has been entered.
+//   Tests inject a primary's stepdown with it. See FailPoint.
+// - Each connection's commands run apart, as mongod's thread per connection runs them: one
+//   slow command holds its own connection, never another (the library's server shared a few
+//   event loops among all connections). See Server.
 
 import de.bwaldvogel.mongo.MongoBackend;
 import de.bwaldvogel.mongo.MongoCollection;
 import de.bwaldvogel.mongo.MongoDatabase;
-import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.CollectionOptions;
 import de.bwaldvogel.mongo.backend.CursorRegistry;
@@ -60,7 +63,29 @@ import de.bwaldvogel.mongo.exception.MongoServerError;
 import de.bwaldvogel.mongo.wire.bson.BsonEncoder;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
+import de.bwaldvogel.mongo.wire.MongoDatabaseHandler;
+import de.bwaldvogel.mongo.wire.MongoExceptionHandler;
+import de.bwaldvogel.mongo.wire.MongoWireMessageEncoder;
+import de.bwaldvogel.mongo.wire.MongoWireProtocolHandler;
+import de.bwaldvogel.mongo.wire.MongoWireReplyEncoder;
+import io.netty.bootstrap.ServerBootstrap;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelInitializer;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.group.ChannelGroup;
+import io.netty.channel.group.DefaultChannelGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.channel.nio.NioIoHandler;
+import io.netty.channel.socket.SocketChannel;
+import io.netty.channel.socket.nio.NioServerSocketChannel;
+import io.netty.util.concurrent.DefaultThreadFactory;
+import io.netty.util.concurrent.EventExecutor;
+import io.netty.util.concurrent.EventExecutorChooserFactory;
+import io.netty.util.concurrent.ThreadPerTaskExecutor;
+import io.netty.util.concurrent.GlobalEventExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicIntegerArray;
 import io.netty.util.AttributeKey;
 import java.net.InetSocketAddress;
 import org.h2.mvstore.MVMap;
@@ -187,7 +212,23 @@ public class Launcher {
             if (command.equals("configureFailPoint")) {
                 return configure(query);
             }
+            if (command.equals("waitForFailPoint")) {
+                return waitFor(query);
+            }
             Document failing = take(channel.attr(APP_NAME).get(), command);
+            if (failing != null && Boolean.TRUE.equals(failing.get("blockConnection"))) {
+                // Holds this connection, and only it, for blockTimeMS; then fails as asked, or
+                // runs the command when nothing else is asked (as mongod does).
+                try {
+                    Thread.sleep(((Number) failing.getOrDefault("blockTimeMS", 0)).longValue());
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                if (failing.get("errorCode") == null && failing.get("closeConnection") == null
+                    && failing.get("writeConcernError") == null) {
+                    failing = null;
+                }
+            }
             if (failing == null) {
                 Document reply = run.get();
                 // mongod's `hello` says the server's time (`localTime`); the library's does not.
@@ -236,6 +277,35 @@ public class Launcher {
             return reply;
         }
 
+        /**
+         * `{waitForFailPoint: "failCommand", timesEntered: N, maxTimeMS: M}`: answers once the
+         * failpoint has been entered N times since the stand-in started, or fails with
+         * MaxTimeMSExpired (50) after M ms, as mongod's test command does.
+         */
+        static synchronized Document waitFor(Document query) {
+            if (!"failCommand".equals(query.get("waitForFailPoint"))) {
+                throw new MongoServerError(2, "only the failCommand failpoint is known");
+            }
+            long times = ((Number) query.getOrDefault("timesEntered", 1)).longValue();
+            long until = System.currentTimeMillis() + ((Number) query.getOrDefault("maxTimeMS", 30_000)).longValue();
+            while (entered < times) {
+                long left = until - System.currentTimeMillis();
+                if (left <= 0) {
+                    throw new MongoServerError(50, "MaxTimeMSExpired", "the failpoint was entered " + entered + " times");
+                }
+                try {
+                    FailPoint.class.wait(left);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new MongoServerError(11601, "Interrupted", "interrupted");
+                }
+            }
+            return new Document("ok", 1.0);
+        }
+
+        /** How many commands the failpoint has taken since the stand-in started. */
+        private static long entered;
+
         /** The failpoint's data if it fails this command now (counting it down), else null. */
         private static synchronized Document take(String appName, String command) {
             if (data == null || remaining == 0) {
@@ -249,6 +319,8 @@ public class Launcher {
             if (app != null && !app.equals(appName)) {
                 return null;
             }
+            entered++;
+            FailPoint.class.notifyAll();
             if (remaining > 0 && --remaining == 0) {
                 Document last = data;
                 data = null;
@@ -450,6 +522,88 @@ public class Launcher {
 
     static final int H2_CACHE_MB = 128;
 
+    /**
+     * The wire-protocol server: the library's own handlers, on event loops handed out so that
+     * each connection has one of its own (`LOOPS` of them; past that many connections, the
+     * least busy is shared), which runs its commands as mongod's thread per connection does.
+     * The library's `MongoServer` deals its connections in turn over a few loops (twice the
+     * cores), so one slow command (a scan of a large collection, seconds on the library's
+     * collections) held every other connection of its loop, and a connection opened meanwhile
+     * could not even say hello: in the fault suite, a restarted runner whose new connection
+     * landed on the loop of a neighbouring row's scans of file chunks (0.7-1.5 s each) wrote
+     * nothing for 6 to 9 s. A loop's thread starts with its first connection.
+     */
+    static final class Server {
+        /** Event loops at most: connections at once, each with a loop of its own. */
+        static final int LOOPS = 128;
+
+        final MongoBackend backend;
+        final EventLoopGroup acceptor = new MultiThreadIoEventLoopGroup(1, new DefaultThreadFactory("mongo-server-accept"),
+            NioIoHandler.newFactory());
+        /** The connections of each loop, by the loop's index in `loops`. */
+        final AtomicIntegerArray connections = new AtomicIntegerArray(LOOPS);
+        final Map<EventExecutor, Integer> loops = new ConcurrentHashMap<>();
+        final EventLoopGroup io = new MultiThreadIoEventLoopGroup(LOOPS,
+            new ThreadPerTaskExecutor(new DefaultThreadFactory("mongo-connection")), this::leastBusy, NioIoHandler.newFactory());
+        final ChannelGroup clients = new DefaultChannelGroup("mongodb-channels", GlobalEventExecutor.INSTANCE);
+        Channel listening;
+
+        Server(MongoBackend backend) { this.backend = backend; }
+
+        /** Hands each new connection the loop with the fewest connections (the first such). */
+        EventExecutorChooserFactory.EventExecutorChooser leastBusy(EventExecutor[] executors) {
+            for (int i = 0; i < executors.length; i++) {
+                loops.put(executors[i], i);
+            }
+            return () -> {
+                synchronized (connections) {
+                    int best = 0;
+                    for (int i = 1; i < executors.length; i++) {
+                        if (connections.get(i) < connections.get(best)) {
+                            best = i;
+                        }
+                    }
+                    connections.incrementAndGet(best);
+                    return executors[best];
+                }
+            };
+        }
+
+        /** Listens on host:port (0: a free port); returns the address bound. */
+        InetSocketAddress bind(String host, int port) {
+            ServerBootstrap bootstrap = new ServerBootstrap()
+                .group(acceptor, io)
+                .channel(NioServerSocketChannel.class)
+                .option(ChannelOption.SO_BACKLOG, 100)
+                .childOption(ChannelOption.TCP_NODELAY, true)
+                .childHandler(new ChannelInitializer<SocketChannel>() {
+                    @Override
+                    protected void initChannel(SocketChannel channel) {
+                        Integer loop = loops.get(channel.eventLoop());
+                        if (loop != null) {
+                            channel.closeFuture().addListener(closed -> connections.decrementAndGet(loop));
+                        }
+                        channel.pipeline().addLast(new MongoWireReplyEncoder());
+                        channel.pipeline().addLast(new MongoWireMessageEncoder());
+                        channel.pipeline().addLast(new MongoWireProtocolHandler());
+                        channel.pipeline().addLast(new MongoDatabaseHandler(backend, clients));
+                        channel.pipeline().addLast(new MongoExceptionHandler());
+                    }
+                });
+            listening = bootstrap.bind(host, port).syncUninterruptibly().channel();
+            return (InetSocketAddress) listening.localAddress();
+        }
+
+        /** Stops listening, closes every connection, then the backend (as the library's does). */
+        void shutdown() {
+            listening.close().syncUninterruptibly();
+            clients.close().syncUninterruptibly();
+            acceptor.shutdownGracefully(0, 5, TimeUnit.SECONDS).syncUninterruptibly();
+            io.shutdownGracefully(0, 5, TimeUnit.SECONDS).syncUninterruptibly();
+            backend.close();
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String host = "127.0.0.1";
         int port = 0;
@@ -480,8 +634,8 @@ public class Launcher {
             progress("speed-ups off (MONGO_STANDIN_SPEEDUPS=off): the library's own collections");
         }
         backend.version(new Mongo60());
-        MongoServer server = new MongoServer(backend);
-        server.bind(host, port);
+        Server server = new Server(backend);
+        InetSocketAddress addr = server.bind(host, port);
         MVStore file = h2;
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.shutdown();
@@ -490,7 +644,6 @@ public class Launcher {
             }
         }));
 
-        InetSocketAddress addr = server.getLocalAddress();
         System.out.println("LISTENING mongodb://" + host + ":" + addr.getPort());
         System.out.flush();
 
