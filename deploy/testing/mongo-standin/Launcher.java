@@ -60,14 +60,14 @@ import de.bwaldvogel.mongo.backend.memory.MemoryCollection;
 import de.bwaldvogel.mongo.backend.memory.MemoryDatabase;
 import de.bwaldvogel.mongo.bson.Document;
 import de.bwaldvogel.mongo.exception.MongoServerError;
-import de.bwaldvogel.mongo.wire.bson.BsonEncoder;
-import io.netty.buffer.ByteBuf;
-import io.netty.buffer.Unpooled;
 import de.bwaldvogel.mongo.wire.MongoDatabaseHandler;
 import de.bwaldvogel.mongo.wire.MongoExceptionHandler;
 import de.bwaldvogel.mongo.wire.MongoWireMessageEncoder;
 import de.bwaldvogel.mongo.wire.MongoWireProtocolHandler;
 import de.bwaldvogel.mongo.wire.MongoWireReplyEncoder;
+import de.bwaldvogel.mongo.wire.bson.BsonEncoder;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelInitializer;
@@ -82,16 +82,16 @@ import io.netty.channel.socket.nio.NioServerSocketChannel;
 import io.netty.util.concurrent.DefaultThreadFactory;
 import io.netty.util.concurrent.EventExecutor;
 import io.netty.util.concurrent.EventExecutorChooserFactory;
-import io.netty.util.concurrent.ThreadPerTaskExecutor;
 import io.netty.util.concurrent.GlobalEventExecutor;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicIntegerArray;
+import io.netty.util.concurrent.ThreadPerTaskExecutor;
 import io.netty.util.AttributeKey;
 import java.net.InetSocketAddress;
 import org.h2.mvstore.MVMap;
 import org.h2.mvstore.MVStore;
 import org.h2.mvstore.type.ObjectDataType;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicIntegerArray;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
@@ -579,10 +579,9 @@ public class Launcher {
                 .childHandler(new ChannelInitializer<SocketChannel>() {
                     @Override
                     protected void initChannel(SocketChannel channel) {
-                        Integer loop = loops.get(channel.eventLoop());
-                        if (loop != null) {
-                            channel.closeFuture().addListener(closed -> connections.decrementAndGet(loop));
-                        }
+                        // Registered on a loop of `io`, which `leastBusy` counted.
+                        int loop = loops.get(channel.eventLoop());
+                        channel.closeFuture().addListener(closed -> connections.decrementAndGet(loop));
                         channel.pipeline().addLast(new MongoWireReplyEncoder());
                         channel.pipeline().addLast(new MongoWireMessageEncoder());
                         channel.pipeline().addLast(new MongoWireProtocolHandler());
